@@ -1,2 +1,22 @@
 //! slipway: a drop-in, faster and safer replacement for rancher/system-upgrade-controller.
+//!
+//! The library is a functional core: the modules below decide from plain data, and the
+//! `controller` module (and the CLI) read the cluster and apply what they decide.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod duration;
+pub mod hash;
+pub mod image;
+pub mod naming;
+
+/// Errors of the slipway library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot render YAML: {0}")]
+    Yaml(String),
+    #[error("cannot encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
