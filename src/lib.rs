@@ -5,10 +5,12 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod config;
 pub mod duration;
 pub mod hash;
 pub mod image;
 pub mod naming;
+pub mod node;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]

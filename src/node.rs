@@ -1,0 +1,170 @@
+//! The part of a Node that slipway decides on. The controller caches Nodes pruned to this.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::api::labels;
+
+/// A node as the decision functions see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// `spec.unschedulable`: cordoned.
+    pub unschedulable: bool,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `status.nodeInfo.bootID`; it changes when the node reboots.
+    pub boot_id: String,
+}
+
+impl NodeInfo {
+    pub fn from_node(node: &Node) -> Self {
+        let status = node.status.as_ref();
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            boot_id: status
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.boot_id.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The `kubernetes.io/hostname` label, or the node name without one. Jobs are pinned to it and
+    /// `status.applying` lists it.
+    pub fn hostname(&self) -> &str {
+        self.labels
+            .get(labels::HOSTNAME)
+            .map(String::as_str)
+            .unwrap_or(&self.name)
+    }
+
+    pub fn is_windows(&self) -> bool {
+        self.labels.get(labels::OS).is_some_and(|os| os == "windows")
+    }
+}
+
+/// Drops what slipway never reads from a Node (images, annotations, managed fields, most of the
+/// status), so that a cache of thousands of Nodes stays small.
+pub fn prune_node(node: &mut Node) {
+    node.metadata.annotations = None;
+    node.metadata.managed_fields = None;
+    node.metadata.owner_references = None;
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints = None;
+        spec.pod_cidrs = None;
+        spec.pod_cidr = None;
+        spec.provider_id = None;
+        spec.config_source = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.addresses = None;
+        status.allocatable = None;
+        status.capacity = None;
+        status.daemon_endpoints = None;
+        status.config = None;
+        status.features = None;
+        status.runtime_handlers = None;
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|c| c.type_ == "Ready");
+            for c in conditions {
+                c.message = None;
+                c.last_heartbeat_time = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+    use kube::api::ObjectMeta;
+
+    fn node() -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("node-1.example.com".into()),
+                uid: Some("uid-1".into()),
+                labels: Some(
+                    [
+                        (labels::HOSTNAME.to_string(), "node-1".to_string()),
+                        (labels::OS.to_string(), "linux".to_string()),
+                    ]
+                    .into(),
+                ),
+                annotations: Some([("big".to_string(), "x".repeat(1000))].into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                unschedulable: Some(true),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![
+                    NodeCondition {
+                        type_: "MemoryPressure".into(),
+                        status: "False".into(),
+                        ..Default::default()
+                    },
+                    NodeCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        message: Some("kubelet is posting ready status".into()),
+                        ..Default::default()
+                    },
+                ]),
+                node_info: Some(NodeSystemInfo {
+                    boot_id: "boot-1".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn reads_what_decisions_need() {
+        let info = NodeInfo::from_node(&node());
+        assert_eq!(info.name, "node-1.example.com");
+        assert_eq!(info.hostname(), "node-1");
+        assert!(info.unschedulable && info.ready && !info.is_windows());
+        assert_eq!(info.boot_id, "boot-1");
+    }
+
+    #[test]
+    fn hostname_falls_back_to_the_name() {
+        let info = NodeInfo {
+            name: "n".into(),
+            ..Default::default()
+        };
+        assert_eq!(info.hostname(), "n");
+    }
+
+    #[test]
+    fn pruning_keeps_every_field_decisions_read() {
+        let mut n = node();
+        let before = NodeInfo::from_node(&n);
+        prune_node(&mut n);
+        assert_eq!(NodeInfo::from_node(&n), before);
+        assert!(n.metadata.annotations.is_none());
+        assert_eq!(n.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
+    }
+}
