@@ -25,6 +25,12 @@ impl GoDuration {
         u64::try_from(self.nanos).ok().map(Duration::from_nanos)
     }
 
+    pub fn from_std(d: Duration) -> Self {
+        GoDuration {
+            nanos: i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        }
+    }
+
     pub fn from_secs(secs: i64) -> Self {
         GoDuration {
             nanos: secs.saturating_mul(1_000_000_000),

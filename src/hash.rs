@@ -24,7 +24,7 @@ use crate::naming::hex;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HashError {
     /// Secrets that the Plan references (without `ignoreUpdates`) and that do not exist.
-    #[error("secret {} not found", .0.join(", "))]
+    #[error("{}", .0.iter().map(|n| format!("secret {n:?} not found")).collect::<Vec<_>>().join(", "))]
     MissingSecrets(Vec<String>),
     #[error("cannot encode the plan: {0}")]
     Encode(String),
@@ -649,7 +649,7 @@ mod tests {
         ]);
         let err = plan_latest_hash(&p, "v1", &BTreeMap::new()).unwrap_err();
         assert_eq!(err, HashError::MissingSecrets(vec!["gone".into()]));
-        assert_eq!(err.to_string(), "secret gone not found");
+        assert_eq!(err.to_string(), r#"secret "gone" not found"#);
     }
 
     #[test]

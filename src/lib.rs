@@ -5,12 +5,15 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod conditions;
 pub mod config;
+pub mod controller;
 pub mod duration;
 pub mod hash;
 pub mod image;
 pub mod naming;
 pub mod node;
+pub mod rollout;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]

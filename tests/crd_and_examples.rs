@@ -228,7 +228,7 @@ fn hash_subcommand_reads_plans_and_secrets() {
     );
     let (ok, _, err) = slipway(&["hash", "--plan", plan_s]);
     assert!(!ok);
-    assert!(err.contains("secret creds not found"), "{err}");
+    assert!(err.contains(r#"secret "creds" not found"#), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

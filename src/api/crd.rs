@@ -169,6 +169,10 @@ fn add_rules(root: &mut Value) {
     extend(root, &format!("{window}/properties/timeZone"), |s| {
         s["maxLength"] = json!(64);
     });
+    extend(root, "/properties/status/properties/nodes", |s| {
+        s["x-kubernetes-list-type"] = json!("map");
+        s["x-kubernetes-list-map-keys"] = json!(["name"]);
+    });
     extend(root, "/properties/status/properties/conditions", |s| {
         s["x-kubernetes-list-type"] = json!("map");
         s["x-kubernetes-list-map-keys"] = json!(["type"]);

@@ -264,10 +264,34 @@ pub struct PlanStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// What each node in `applying` is doing; only nodes in `applying`, so it stays small.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeProgress>,
 
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,
+}
+
+/// The progress of one node of `status.applying`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProgress {
+    /// The node's `kubernetes.io/hostname`, as in `applying`.
+    pub name: String,
+    /// `Pending` (Job not created yet), `Upgrading`, `Waiting` (postCompleteDelay) or `Failed`.
+    pub phase: String,
+    /// The node's Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the node entered this phase (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// For `Failed`: the Plan generation the Job failed at. The Job is not retried until the Plan changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 /// A condition as SUC writes it (wrangler's GenericCondition), plus `observedGeneration`.

@@ -1,0 +1,95 @@
+//! Applies a [`Rollout`] in the order that keeps the concurrency bound across crashes: the status
+//! first, guarded by the Plan's resourceVersion, then everything else.
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{Context, Error, FIELD_MANAGER};
+use crate::api::Plan;
+use crate::rollout::{self, Rollout};
+
+pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Result<(), Error> {
+    let ns = &ctx.settings.namespace;
+    let name = plan.name_any();
+    if decision.status_changed {
+        let mut updated = plan.clone();
+        updated.status = Some(decision.status.clone());
+        // replace_status carries metadata.resourceVersion: a decision made on a stale Plan is
+        // refused with a conflict instead of overwriting a newer applying list.
+        Api::<Plan>::namespaced(ctx.client.clone(), ns)
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await?;
+        debug!(plan = %name, "status updated");
+    }
+
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    for deletion in &decision.delete_jobs {
+        info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
+        match jobs.delete(&deletion.name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let nodes = Api::<Node>::all(ctx.client.clone());
+    for patch in &decision.node_patches {
+        let mut body = json!({ "metadata": { "labels": patch.labels } });
+        if patch.uncordon {
+            body["spec"] = json!({ "unschedulable": false });
+        }
+        info!(plan = %name, node = %patch.node, labels = ?patch.labels, uncordon = patch.uncordon, "patching node");
+        match nodes
+            .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let create = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    for job in &decision.create_jobs {
+        let job_name = job.name_any();
+        match jobs.create(&create, job).await {
+            Ok(_) => info!(plan = %name, job = %job_name, "created job"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                debug!(plan = %name, job = %job_name, "job already exists");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let reference = plan.object_ref(&());
+    for event in &decision.events {
+        let published = ctx
+            .recorder
+            .publish(
+                &Event {
+                    type_: match event.type_ {
+                        rollout::EventType::Normal => EventType::Normal,
+                        rollout::EventType::Warning => EventType::Warning,
+                    },
+                    reason: event.reason.to_string(),
+                    note: Some(event.message.clone()),
+                    action: event.reason.to_string(),
+                    secondary: None,
+                },
+                &reference,
+            )
+            .await;
+        if let Err(e) = published {
+            warn!(plan = %name, reason = event.reason, "cannot publish event: {e}");
+        }
+    }
+    Ok(())
+}

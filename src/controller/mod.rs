@@ -1,0 +1,287 @@
+//! The imperative shell: watches Plans, Jobs, Secrets and Nodes, gathers what [`rollout::decide`]
+//! needs, and applies its decision.
+//!
+//! Plans, Jobs and Secrets are watched in the controller's namespace, Nodes cluster-wide (pruned to
+//! what decisions read). One watch per kind feeds both the caches and the reconcile triggers.
+
+mod apply;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tracing::{info, warn};
+
+use crate::api::{Plan, labels};
+use crate::channel::ChannelResolver;
+use crate::config::JobConfig;
+use crate::node::{NodeInfo, prune_node};
+use crate::rollout::{self, ChannelAnswer, RolloutInput};
+use crate::selection;
+
+/// The field manager slipway writes with.
+pub const FIELD_MANAGER: &str = "slipway";
+
+/// How often every Plan is looked at even when nothing changes.
+const RESYNC: Duration = Duration::from_secs(10 * 60);
+
+/// Errors of the controller shell.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the namespace kube-system has no uid")]
+    NoClusterId,
+    #[error("the CRD plans.upgrade.cattle.io did not become established: {0}")]
+    CrdNotEstablished(String),
+    #[error("the {0} cache stopped")]
+    CacheStopped(&'static str),
+    #[error("plan has no {0}")]
+    IncompletePlan(&'static str),
+}
+
+/// What the controller is told at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--name`: the value of the `upgrade.cattle.io/controller` label on Jobs.
+    pub name: String,
+    /// `--namespace`: where Plans, Jobs and Secrets are watched.
+    pub namespace: String,
+    /// Reconciles that may run at once.
+    pub threads: u16,
+    pub job: JobConfig,
+    pub polling_interval: Duration,
+    /// Install or update the CRD at start, as SUC does.
+    pub install_crd: bool,
+    /// Who this process is, for events.
+    pub instance: Option<String>,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub nodes: Store<Node>,
+    pub jobs: Store<Job>,
+    pub secrets: Store<Secret>,
+    pub channels: ChannelResolver,
+    pub cluster_id: String,
+    pub recorder: Recorder,
+}
+
+/// Runs the controller until the process is told to stop.
+pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
+    let cluster_id = Api::<Namespace>::all(client.clone())
+        .get("kube-system")
+        .await?
+        .metadata
+        .uid
+        .ok_or(Error::NoClusterId)?;
+    if settings.install_crd {
+        install_crd(&client).await?;
+    }
+    let ns = settings.namespace.clone();
+    let plans = Api::<Plan>::namespaced(client.clone(), &ns);
+    let job_selector = format!("{}={}", labels::CONTROLLER, settings.name);
+
+    let (nodes, node_writer) = reflector::store();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(prune_node)
+        .reflect(node_writer)
+        .touched_objects();
+    let (jobs, job_writer) = reflector::store();
+    let job_stream = watcher(
+        Api::<Job>::namespaced(client.clone(), &ns),
+        watcher::Config::default().labels(&job_selector),
+    )
+    .default_backoff()
+    .reflect(job_writer)
+    .touched_objects();
+    let (secrets, secret_writer) = reflector::store();
+    let secret_stream = watcher(
+        Api::<Secret>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .touched_objects();
+
+    let reporter = Reporter {
+        controller: settings.name.clone(),
+        instance: settings.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        channels: ChannelResolver::new(settings.polling_interval),
+        settings: settings.clone(),
+        nodes,
+        jobs,
+        secrets,
+        cluster_id,
+    });
+
+    let controller = Controller::new(plans, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(settings.threads));
+    let plan_store = controller.store();
+    let by_node = plan_store.clone();
+    let by_secret = plan_store.clone();
+    let job_ns = ns.clone();
+    info!(namespace = %ns, name = %settings.name, "starting controller");
+    controller
+        .watches_stream(job_stream, move |job: Job| {
+            job.labels()
+                .get(labels::PLAN)
+                .map(|plan| ObjectRef::new(plan).within(&job_ns))
+        })
+        .watches_stream(node_stream, move |node: Node| {
+            let node_labels = node.metadata.labels.clone().unwrap_or_default();
+            by_node
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    p.spec
+                        .node_selector
+                        .as_ref()
+                        .is_some_and(|s| selection::matches(s, &node_labels))
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(secret_stream, move |secret: Secret| {
+            let name = secret.name_any();
+            by_secret
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    p.spec.secrets.iter().flatten().any(|s| {
+                        s.name == name && !s.ignore_updates.unwrap_or(false)
+                    })
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!("reconcile failed: {e}");
+            }
+        })
+        .await;
+    info!("controller stopped");
+    Ok(())
+}
+
+/// Creates or updates the Plan CRD and waits until the API server serves it.
+pub async fn install_crd(client: &Client) -> Result<(), Error> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = crate::api::crd::plan_crd();
+    let name = crd.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let established = kube::runtime::wait::await_condition(
+        api,
+        &name,
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    match tokio::time::timeout(Duration::from_secs(60), established).await {
+        Ok(Ok(_)) => {
+            info!(crd = %name, "CRD installed");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(Error::CrdNotEstablished(e.to_string())),
+        Err(_) => Err(Error::CrdNotEstablished("timed out after 60s".into())),
+    }
+}
+
+async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    for (store, what) in [
+        (ctx.nodes.wait_until_ready().await, "node"),
+        (ctx.jobs.wait_until_ready().await, "job"),
+        (ctx.secrets.wait_until_ready().await, "secret"),
+    ] {
+        store.map_err(|_| Error::CacheStopped(what))?;
+    }
+    if plan.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let name = plan.metadata.name.clone().ok_or(Error::IncompletePlan("name"))?;
+    let nodes: Vec<NodeInfo> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| NodeInfo::from_node(n))
+        .collect();
+    let jobs: Vec<Job> = ctx
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| j.labels().get(labels::PLAN) == Some(&name))
+        .map(|j| j.as_ref().clone())
+        .collect();
+    let secrets: BTreeMap<String, Secret> = ctx
+        .secrets
+        .state()
+        .iter()
+        .map(|s| (s.name_any(), s.as_ref().clone()))
+        .collect();
+
+    let mut requeue = RESYNC;
+    let channel = match (
+        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
+        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
+    ) {
+        (None, Some(url)) => {
+            let latest = plan
+                .status
+                .as_ref()
+                .and_then(|s| s.latest_version.clone())
+                .unwrap_or_default();
+            let outcome = ctx.channels.resolve(url, &latest, &ctx.cluster_id).await;
+            requeue = requeue.min(outcome.next_poll_in);
+            Some(match outcome.result {
+                Ok(v) => ChannelAnswer::Version(v),
+                Err(e) => ChannelAnswer::Failed(e),
+            })
+        }
+        _ => None,
+    };
+
+    let input = RolloutInput {
+        plan: &plan,
+        nodes: &nodes,
+        jobs: &jobs,
+        secrets: &secrets,
+        channel,
+        now: jiff::Timestamp::now(),
+        controller_name: &ctx.settings.name,
+        job_config: &ctx.settings.job,
+    };
+    let decision = rollout::decide(&input);
+    if let Some(after) = decision.requeue_after {
+        requeue = requeue.min(after);
+    }
+    apply::apply(&ctx, &plan, decision).await?;
+    Ok(Action::requeue(requeue))
+}
+
+fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(plan = %plan.name_any(), "reconcile failed: {error}");
+    Action::requeue(Duration::from_secs(5))
+}

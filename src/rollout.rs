@@ -1,0 +1,1181 @@
+//! The rollout decision: from a Plan, the nodes, the Plan's Jobs and Secrets, the channel's answer and
+//! the time, decide the Plan's next status and what to create, delete, patch and report.
+//!
+//! This is SUC's status, generating and Job handlers folded into one pure function. It never talks to
+//! the cluster; `controller` gathers the inputs and applies the [`Rollout`] in a safe order: the
+//! status first (guarded by the Plan's resourceVersion), and only then Jobs, node patches and events.
+//! Jobs are created only for nodes in the `status.applying` that is being written, so a Job can never
+//! start before its node counts against `concurrency`, even across a crash.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::api::{NodeProgress, Plan, PlanStatus, labels};
+use crate::conditions::{self as cond, COMPLETE, FALSE, LATEST_RESOLVED, TRUE, VALIDATED};
+use crate::config::JobConfig;
+use crate::duration::GoDuration;
+use crate::hash;
+use crate::image::munge_version;
+use crate::job;
+use crate::node::NodeInfo;
+use crate::selection;
+use crate::window::TimeWindow;
+
+/// Node progress phases in `status.nodes`.
+pub mod phase {
+    pub const PENDING: &str = "Pending";
+    pub const UPGRADING: &str = "Upgrading";
+    pub const WAITING: &str = "Waiting";
+    pub const FAILED: &str = "Failed";
+}
+
+/// SUC's message when neither `version` nor `channel` is set.
+pub const ERR_UNRESOLVABLE: &str = "cannot resolve plan: missing channel and version";
+/// SUC's message while a rollout waits for its window.
+pub const MSG_WAITING_FOR_WINDOW: &str = "current time is not within configured window";
+/// SUC's message when the Plan cannot roll out.
+pub const MSG_NOT_READY: &str = "plan is not valid and resolved";
+
+/// What the channel said, for a Plan that follows one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelAnswer {
+    /// The raw version (not yet munged).
+    Version(String),
+    Failed(String),
+}
+
+/// Everything the decision reads.
+pub struct RolloutInput<'a> {
+    pub plan: &'a Plan,
+    /// Every node the controller knows; selection happens here.
+    pub nodes: &'a [NodeInfo],
+    /// The Jobs of this Plan made by this controller.
+    pub jobs: &'a [Job],
+    /// Secrets of the Plan's namespace, by name.
+    pub secrets: &'a BTreeMap<String, Secret>,
+    /// The channel's latest answer; `None` when the Plan has no channel or it was not asked yet.
+    pub channel: Option<ChannelAnswer>,
+    pub now: Timestamp,
+    pub controller_name: &'a str,
+    pub job_config: &'a JobConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event about the Plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEvent {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A Job to delete, and why (for logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDeletion {
+    pub name: String,
+    pub reason: String,
+}
+
+/// Labels to set on a node and whether to uncordon it; applied as a patch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodePatch {
+    pub node: String,
+    pub labels: BTreeMap<String, String>,
+    pub uncordon: bool,
+}
+
+/// The decision.
+#[derive(Debug, Clone, Default)]
+pub struct Rollout {
+    /// The status to write when it differs from the current one.
+    pub status: PlanStatus,
+    pub status_changed: bool,
+    pub create_jobs: Vec<Job>,
+    pub delete_jobs: Vec<JobDeletion>,
+    pub node_patches: Vec<NodePatch>,
+    pub events: Vec<PlanEvent>,
+    /// Look again after this long even if nothing changes.
+    pub requeue_after: Option<Duration>,
+}
+
+impl Rollout {
+    fn event(&mut self, type_: EventType, reason: &'static str, message: String) {
+        self.events.push(PlanEvent {
+            type_,
+            reason,
+            message,
+        });
+    }
+
+    fn requeue(&mut self, after: Duration) {
+        let after = after.max(Duration::from_secs(1));
+        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
+    }
+}
+
+/// Formats a time as SUC does (RFC 3339, whole seconds, UTC).
+pub fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// SUC's `Validate()`, plus the checks slipway makes before touching nodes.
+pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), String> {
+    let spec = &plan.spec;
+    if let Some(drain) = &spec.drain {
+        if drain.delete_emptydir_data.is_some() && drain.delete_local_data.is_some() {
+            return Err(
+                "spec.drain cannot specify both deleteEmptydirData and deleteLocalData".into(),
+            );
+        }
+        if let Some(sel) = &drain.pod_selector {
+            selection::validate_selector(sel).map_err(|e| format!("spec.drain.podSelector: {e}"))?;
+        }
+    }
+    if let Some(window) = &spec.window {
+        TimeWindow::new(window).map_err(|e| e.to_string())?;
+    }
+    if let Some(delay) = &spec.post_complete_delay {
+        match delay.parse::<GoDuration>() {
+            Ok(d) if d.is_negative() => return Err("spec.postCompleteDelay is negative".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("spec.postCompleteDelay is invalid: {e}")),
+        }
+    }
+    let missing: Vec<String> = spec
+        .secrets
+        .iter()
+        .flatten()
+        .filter(|s| !s.ignore_updates.unwrap_or(false) && !secrets.contains_key(&s.name))
+        .map(|s| format!("secret {:?} not found", s.name))
+        .collect();
+    if !missing.is_empty() {
+        return Err(missing.join(", "));
+    }
+    Ok(())
+}
+
+fn post_complete_delay(plan: &Plan) -> Duration {
+    plan.spec
+        .post_complete_delay
+        .as_deref()
+        .and_then(|d| d.parse::<GoDuration>().ok())
+        .and_then(GoDuration::to_std)
+        .unwrap_or_default()
+}
+
+fn condition_true(job: &Job, type_: &str) -> Option<&k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn elapsed_since(now: Timestamp, then: Option<Timestamp>) -> Duration {
+    then.and_then(|t| now.duration_since(t).try_into().ok())
+        .unwrap_or_default()
+}
+
+/// The TTL after which slipway deletes a finished Job: `spec.ttlSecondsAfterFinished`, else SUC's
+/// annotation; a malformed annotation means now.
+fn job_ttl(job: &Job) -> Duration {
+    if let Some(ttl) = job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished) {
+        return Duration::from_secs(u64::try_from(ttl).unwrap_or(0));
+    }
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::TTL_SECONDS_AFTER_FINISHED))
+        .map_or(Duration::ZERO, |v| {
+            Duration::from_secs(v.trim().parse::<u64>().unwrap_or(0))
+        })
+}
+
+/// Decides the next step of one Plan.
+pub fn decide(input: &RolloutInput<'_>) -> Rollout {
+    let plan = input.plan;
+    let name = plan.metadata.name.as_deref().unwrap_or_default();
+    let namespace = plan.metadata.namespace.as_deref().unwrap_or_default();
+    let generation = plan.metadata.generation;
+    let now = rfc3339(input.now);
+    let old = plan.status.clone().unwrap_or_default();
+    let mut st = old.clone();
+    let mut out = Rollout::default();
+
+    // Status handler: conditions exist, the Plan is valid, the version is resolved, the hash is known.
+    for t in [COMPLETE, VALIDATED, LATEST_RESOLVED] {
+        cond::ensure(&mut st, t, &now, generation);
+    }
+    match validate(plan, input.secrets) {
+        Err(message) => {
+            if !cond::is(&st, VALIDATED, FALSE) || cond::get(&st, VALIDATED).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+                out.event(
+                    EventType::Warning,
+                    "ValidateFailed",
+                    format!("Failed to validate plan: {message}"),
+                );
+            }
+            cond::set(&mut st, VALIDATED, FALSE, "Error", &message, &now, generation);
+        }
+        Ok(()) => {
+            if !cond::is(&st, VALIDATED, TRUE) {
+                out.event(EventType::Normal, "Validated", "Plan is valid".into());
+            }
+            cond::set(&mut st, VALIDATED, TRUE, "PlanIsValid", "", &now, generation);
+            resolve(input, &mut st, &mut out, &now);
+        }
+    }
+
+    // Generating handler: which nodes are applying, and the Jobs they need.
+    let mut desired: Vec<(&NodeInfo, Job)> = Vec::new();
+    let ready = cond::is(&st, VALIDATED, TRUE) && cond::is(&st, LATEST_RESOLVED, TRUE);
+    let version = st.latest_version.clone().unwrap_or_default();
+    let hash = st.latest_hash.clone().unwrap_or_default();
+    if !ready {
+        cond::set(&mut st, COMPLETE, FALSE, "NotReady", MSG_NOT_READY, &now, generation);
+    } else {
+        generate(input, &old, &mut st, &mut out, &mut desired, &now);
+    }
+
+    // Job handler: completions, failures, cleanup, and Jobs to create.
+    let by_name: BTreeMap<&str, &NodeInfo> =
+        input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let applying: BTreeSet<&str> = st.applying.iter().map(String::as_str).collect();
+    let mut progress: BTreeMap<String, NodeProgress> = st
+        .nodes
+        .iter()
+        .filter(|p| applying.contains(p.name.as_str()))
+        .map(|p| (p.name.clone(), p.clone()))
+        .collect();
+    let delay = post_complete_delay(plan);
+    let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
+    let plan_label = labels::plan_node_label(name);
+    let mut jobs: Vec<&Job> = input.jobs.iter().collect();
+    jobs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut existing: BTreeMap<&str, &Job> = BTreeMap::new();
+    let mut deletions: Vec<JobDeletion> = Vec::new();
+    for job in jobs {
+        let job_name = job.metadata.name.as_deref().unwrap_or_default();
+        let mut delete = |reason: String| {
+            deletions.push(JobDeletion {
+                name: job_name.to_string(),
+                reason,
+            });
+        };
+        if job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let (Some(_), Some(job_version), Some(node_name)) = (
+            label(job, labels::PLAN),
+            label(job, labels::VERSION),
+            label(job, labels::NODE),
+        ) else {
+            delete("it lacks the plan, version or node label".into());
+            continue;
+        };
+        if st.latest_version.as_deref() != Some(job_version) {
+            delete(format!("its version {job_version} is not the latest ({version})"));
+            continue;
+        }
+        let Some(node) = by_name.get(node_name) else {
+            delete(format!("node {node_name} is gone"));
+            continue;
+        };
+        existing.insert(job_name, job);
+        let host = node.hostname().to_string();
+        if let Some(failed) = condition_true(job, "Failed") {
+            let detail = format!(
+                "{}: {}",
+                failed.reason.as_deref().unwrap_or_default(),
+                failed.message.as_deref().unwrap_or_default()
+            );
+            let message = format!("Job {namespace}/{job_name} failed on Node {node_name}: {detail}");
+            if applying.contains(host.as_str()) {
+                let known = progress.get(&host).is_some_and(|p| {
+                    p.phase == phase::FAILED && p.job.as_deref() == Some(job_name)
+                });
+                if !known {
+                    out.event(EventType::Warning, "JobFailed", message.clone());
+                    progress.insert(
+                        host.clone(),
+                        NodeProgress {
+                            name: host.clone(),
+                            phase: phase::FAILED.into(),
+                            job: Some(job_name.to_string()),
+                            message: Some(message),
+                            since: Some(now.clone()),
+                            generation,
+                        },
+                    );
+                }
+            }
+            let finished = failed.last_transition_time.as_ref().map(|t| t.0);
+            expire(job, finished, input.now, &mut out, &mut delete);
+        } else if let Some(complete) = condition_true(job, "Complete") {
+            let Some(job_hash) = label(job, &plan_label) else {
+                continue;
+            };
+            let completed = complete.last_transition_time.as_ref().map(|t| t.0);
+            let waited = elapsed_since(input.now, completed);
+            let done = node.labels.get(&plan_label).map(String::as_str) == Some(job_hash);
+            let mut patch = NodePatch {
+                node: node.name.clone(),
+                ..Default::default()
+            };
+            if !done {
+                // SUC uncordons as soon as the Job completes, even during postCompleteDelay.
+                patch.uncordon = cordons && node.unschedulable;
+                if waited < delay {
+                    let remaining = delay - waited;
+                    if progress.get(&host).is_none_or(|p| p.phase != phase::WAITING) {
+                        out.event(
+                            EventType::Normal,
+                            "JobCompleteWaiting",
+                            format!(
+                                "Job completed on Node {node_name}, waiting {} PostCompleteDelay",
+                                GoDuration::from_std(delay)
+                            ),
+                        );
+                    }
+                    out.requeue(remaining);
+                    if applying.contains(host.as_str()) {
+                        progress.insert(
+                            host.clone(),
+                            node_progress(&progress, &host, phase::WAITING, job_name, &now, None),
+                        );
+                    }
+                } else {
+                    out.event(
+                        EventType::Normal,
+                        "JobComplete",
+                        format!("Job completed on Node {node_name}"),
+                    );
+                    let expanded = job::expand_post_complete_labels(
+                        plan.spec.post_complete_labels.as_ref(),
+                        &version,
+                        &hash,
+                    );
+                    patch.labels.extend(expanded);
+                    patch.labels.insert(plan_label.clone(), job_hash.to_string());
+                }
+            }
+            if patch.uncordon || !patch.labels.is_empty() {
+                out.node_patches.push(patch);
+            }
+            expire(job, completed, input.now, &mut out, &mut delete);
+        } else if !applying.contains(host.as_str()) {
+            delete(format!("node {node_name} is not applying this plan (running out of turn)"));
+        } else {
+            progress.insert(
+                host.clone(),
+                node_progress(&progress, &host, phase::UPGRADING, job_name, &now, None),
+            );
+        }
+    }
+
+    let deleting: BTreeSet<String> = deletions.iter().map(|d| d.name.clone()).collect();
+    out.delete_jobs.extend(deletions);
+
+    // Create the Jobs of applying nodes; replace those whose template changed; never retry a failed
+    // Job until the Plan changes.
+    for (node, job) in desired {
+        let job_name = job.metadata.name.clone().unwrap_or_default();
+        let host = node.hostname().to_string();
+        let failed_here = progress.get(&host).is_some_and(|p| {
+            p.phase == phase::FAILED && p.job.as_deref() == Some(job_name.as_str())
+        });
+        let failed_at_this_generation =
+            failed_here && progress.get(&host).and_then(|p| p.generation) == generation;
+        match existing.get(job_name.as_str()) {
+            Some(current) if !deleting.contains(&job_name) => {
+                let template_changed =
+                    job::pod_template_hash(current) != job::pod_template_hash(&job);
+                let retry = failed_here && !failed_at_this_generation;
+                if template_changed || retry {
+                    out.delete_jobs.push(JobDeletion {
+                        name: job_name.clone(),
+                        reason: if template_changed {
+                            "its pod template changed".into()
+                        } else {
+                            "it failed and the plan has changed since".into()
+                        },
+                    });
+                    // The Plan changed since the failure, so the failure no longer holds the rollout.
+                    if failed_here {
+                        progress.insert(
+                            host.clone(),
+                            node_progress(&progress, &host, phase::PENDING, &job_name, &now, None),
+                        );
+                    }
+                }
+            }
+            Some(_) => {}
+            None => {
+                if failed_at_this_generation {
+                    continue;
+                }
+                progress.insert(
+                    host.clone(),
+                    node_progress(&progress, &host, phase::PENDING, &job_name, &now, None),
+                );
+                out.create_jobs.push(job);
+            }
+        }
+    }
+
+    // A failed node keeps its slot and keeps the Plan incomplete, whatever else happened.
+    let failure = progress
+        .values()
+        .filter(|p| p.phase == phase::FAILED)
+        .find_map(|p| p.message.clone());
+    match failure {
+        Some(message) => cond::set(&mut st, COMPLETE, FALSE, "JobFailed", &message, &now, generation),
+        // The failed Job was replaced after a Plan change: the rollout is syncing again.
+        None if cond::reason(&st, COMPLETE) == "JobFailed" => {
+            cond::set(&mut st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
+        }
+        None => {}
+    }
+    st.nodes = progress.into_values().collect();
+    st.observed_generation = generation;
+    out.status_changed = st != old;
+    out.status = st;
+    out
+}
+
+fn node_progress(
+    progress: &BTreeMap<String, NodeProgress>,
+    host: &str,
+    phase: &str,
+    job: &str,
+    now: &str,
+    message: Option<String>,
+) -> NodeProgress {
+    let since = match progress.get(host) {
+        Some(p) if p.phase == phase && p.job.as_deref() == Some(job) => p.since.clone(),
+        _ => Some(now.to_string()),
+    };
+    NodeProgress {
+        name: host.to_string(),
+        phase: phase.to_string(),
+        job: Some(job.to_string()),
+        message,
+        since,
+        generation: None,
+    }
+}
+
+/// Deletes a finished Job once its TTL has passed, or asks to look again then.
+fn expire(
+    job: &Job,
+    finished: Option<Timestamp>,
+    now: Timestamp,
+    out: &mut Rollout,
+    delete: &mut impl FnMut(String),
+) {
+    let ttl = job_ttl(job);
+    let age = elapsed_since(now, finished);
+    if age >= ttl {
+        delete(format!("it finished {}s ago (ttl {}s)", age.as_secs(), ttl.as_secs()));
+    } else {
+        out.requeue(ttl - age);
+    }
+}
+
+/// Resolves the version from `spec.version` or the channel, and computes the hash.
+fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
+    let plan = input.plan;
+    let generation = plan.metadata.generation;
+    let spec_version = plan.spec.version.as_deref().filter(|v| !v.is_empty());
+    let channel = plan.spec.channel.as_deref().filter(|c| !c.is_empty());
+    let resolved_before = cond::is(st, LATEST_RESOLVED, TRUE);
+    let (latest, reason) = match (spec_version, channel) {
+        (Some(v), _) => (munge_version(v), "Version"),
+        (None, Some(url)) => match &input.channel {
+            Some(ChannelAnswer::Version(v)) => (munge_version(v), "Channel"),
+            Some(ChannelAnswer::Failed(e)) => {
+                let message = format!("cannot resolve the channel {url}: {e}");
+                let shown = cond::get(st, LATEST_RESOLVED).and_then(|c| c.message.clone());
+                if shown.as_deref() != Some(message.as_str()) {
+                    out.event(
+                        EventType::Warning,
+                        "ResolveFailed",
+                        format!("Failed to resolve latest version from Spec.Channel: {e}"),
+                    );
+                }
+                match st.latest_version.clone() {
+                    // Keep rolling out the last version the channel gave, and say so.
+                    Some(kept) if resolved_before => {
+                        let message = format!("{message}; keeping {kept}");
+                        cond::set(st, LATEST_RESOLVED, TRUE, "Channel", &message, now, generation);
+                    }
+                    _ => cond::set(st, LATEST_RESOLVED, FALSE, "ResolveFailed", &message, now, generation),
+                }
+                digest(input, st);
+                return;
+            }
+            // Not asked yet: nothing changes until the channel answers.
+            None => return,
+        },
+        (None, None) => {
+            if !cond::is(st, LATEST_RESOLVED, FALSE) {
+                out.event(
+                    EventType::Warning,
+                    "ResolveFailed",
+                    format!("Failed to resolve latest version: {ERR_UNRESOLVABLE}"),
+                );
+            }
+            cond::set(st, LATEST_RESOLVED, FALSE, "Error", ERR_UNRESOLVABLE, now, generation);
+            return;
+        }
+    };
+    if !resolved_before || st.latest_version.as_deref() != Some(latest.as_str()) {
+        let source = if reason == "Version" { "Spec.Version" } else { "Spec.Channel" };
+        out.event(
+            EventType::Normal,
+            "Resolved",
+            format!("Resolved latest version from {source}: {latest}"),
+        );
+        cond::set(st, COMPLETE, FALSE, "Resolved", "", now, generation);
+    }
+    st.latest_version = Some(latest);
+    cond::set(st, LATEST_RESOLVED, TRUE, reason, "", now, generation);
+    digest(input, st);
+}
+
+fn digest(input: &RolloutInput<'_>, st: &mut PlanStatus) {
+    if let Some(latest) = st.latest_version.clone()
+        && let Ok(h) = hash::plan_latest_hash(input.plan, &latest, input.secrets)
+    {
+        st.latest_hash = Some(h);
+    }
+}
+
+/// Selects the applying nodes, honours the window and renders their Jobs.
+fn generate<'a>(
+    input: &RolloutInput<'a>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    desired: &mut Vec<(&'a NodeInfo, Job)>,
+    now: &str,
+) {
+    let plan = input.plan;
+    let generation = plan.metadata.generation;
+    let name = plan.metadata.name.as_deref().unwrap_or_default();
+    let uid = plan.metadata.uid.as_deref().unwrap_or_default();
+    let version = st.latest_version.clone().unwrap_or_default();
+    let hash = st.latest_hash.clone().unwrap_or_default();
+    let selected = match selection::select_concurrent_nodes(
+        name,
+        uid,
+        plan.spec.node_selector.as_ref(),
+        &hash,
+        plan.spec.concurrency.unwrap_or(0),
+        &old.applying,
+        input.nodes,
+    ) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            let message = format!("Failed to select nodes: {e}");
+            if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+                out.event(EventType::Warning, "SelectNodesFailed", message.clone());
+            }
+            cond::set(st, COMPLETE, FALSE, "SelectNodesFailed", &message, now, generation);
+            return;
+        }
+    };
+    let mut jobs = Vec::with_capacity(selected.len());
+    let mut rendered_plan = plan.clone();
+    rendered_plan.status = Some(st.clone());
+    for node in &selected {
+        match job::render_job(&rendered_plan, node, input.controller_name, input.job_config) {
+            Ok(j) => jobs.push((*node, j)),
+            Err(e) => {
+                let message = format!("Failed to create job for node {}: {e}", node.name);
+                if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref())
+                    != Some(message.as_str())
+                {
+                    out.event(EventType::Warning, "ValidationFailed", message.clone());
+                }
+                cond::set(st, COMPLETE, FALSE, "ValidationFailed", &message, now, generation);
+                return;
+            }
+        }
+    }
+    if selected.is_empty() {
+        if !cond::is(st, COMPLETE, TRUE) {
+            out.event(
+                EventType::Normal,
+                "Complete",
+                format!("Jobs complete for version {version}. Hash: {hash}"),
+            );
+        }
+        st.applying.clear();
+        cond::set(st, COMPLETE, TRUE, "Complete", "", now, generation);
+        return;
+    }
+    if let Some(spec) = &plan.spec.window
+        && old.applying.is_empty()
+        && let Ok(window) = TimeWindow::new(spec)
+        && !window.contains(input.now)
+    {
+        if cond::reason(st, COMPLETE) != "Waiting" {
+            out.event(
+                EventType::Normal,
+                "Waiting",
+                format!(
+                    "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
+                ),
+            );
+        }
+        out.requeue(window.next_check(input.now));
+        cond::set(st, COMPLETE, FALSE, "Waiting", MSG_WAITING_FOR_WINDOW, now, generation);
+        return;
+    }
+    let names: Vec<String> = selected.iter().map(|n| n.hostname().to_string()).collect();
+    if names != old.applying {
+        out.event(
+            EventType::Normal,
+            "SyncJob",
+            format!(
+                "Jobs synced for version {version} on Nodes {}. Hash: {hash}",
+                names.join(",")
+            ),
+        );
+        st.applying = names;
+        cond::set(st, COMPLETE, FALSE, "SyncJob", "", now, generation);
+    }
+    desired.extend(jobs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::PlanSpec;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+    use kube::api::ObjectMeta;
+
+    const NS: &str = "system-upgrade";
+    const CONTROLLER: &str = "system-upgrade-controller";
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    fn now() -> Timestamp {
+        t("2026-11-22T10:00:00Z")
+    }
+
+    fn node(name: &str) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: [
+                (labels::HOSTNAME.to_string(), name.to_string()),
+                (labels::OS.to_string(), "linux".to_string()),
+                ("pool".to_string(), "a".to_string()),
+            ]
+            .into(),
+            ready: true,
+            boot_id: format!("boot-{name}"),
+            ..Default::default()
+        }
+    }
+
+    fn nodes(n: usize) -> Vec<NodeInfo> {
+        (1..=n).map(|i| node(&format!("node-{i}"))).collect()
+    }
+
+    fn plan(concurrency: i64) -> Plan {
+        Plan {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some(NS.into()),
+                uid: Some("plan-uid".into()),
+                generation: Some(1),
+                ..Default::default()
+            },
+            spec: PlanSpec {
+                concurrency: Some(concurrency),
+                version: Some("v1.30.1+k3s1".into()),
+                service_account_name: Some("system-upgrade".into()),
+                node_selector: Some(LabelSelector {
+                    match_labels: Some([("pool".to_string(), "a".to_string())].into()),
+                    ..Default::default()
+                }),
+                upgrade: crate::api::ContainerSpec {
+                    image: "rancher/k3s-upgrade".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    struct World {
+        plan: Plan,
+        nodes: Vec<NodeInfo>,
+        jobs: Vec<Job>,
+        secrets: BTreeMap<String, Secret>,
+        channel: Option<ChannelAnswer>,
+        now: Timestamp,
+        config: JobConfig,
+    }
+
+    impl World {
+        fn new(plan: Plan, nodes: Vec<NodeInfo>) -> Self {
+            World {
+                plan,
+                nodes,
+                jobs: Vec::new(),
+                secrets: BTreeMap::new(),
+                channel: None,
+                now: now(),
+                config: JobConfig::default(),
+            }
+        }
+
+        fn decide(&self) -> Rollout {
+            decide(&RolloutInput {
+                plan: &self.plan,
+                nodes: &self.nodes,
+                jobs: &self.jobs,
+                secrets: &self.secrets,
+                channel: self.channel.clone(),
+                now: self.now,
+                controller_name: CONTROLLER,
+                job_config: &self.config,
+            })
+        }
+
+        /// Applies a decision the way the controller and the cluster would: status written, Jobs
+        /// created (not yet finished), Jobs deleted, node patches applied.
+        fn apply(&mut self, r: &Rollout) {
+            self.plan.status = Some(r.status.clone());
+            let gone: BTreeSet<&str> = r.delete_jobs.iter().map(|d| d.name.as_str()).collect();
+            self.jobs.retain(|j| !gone.contains(j.metadata.name.as_deref().unwrap_or_default()));
+            for j in &r.create_jobs {
+                if !self.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
+                    self.jobs.push(j.clone());
+                }
+            }
+            for p in &r.node_patches {
+                let n = self.nodes.iter_mut().find(|n| n.name == p.node).expect("patched node exists");
+                n.labels.extend(p.labels.clone());
+                if p.uncordon {
+                    n.unschedulable = false;
+                }
+            }
+        }
+
+        fn step(&mut self) -> Rollout {
+            let r = self.decide();
+            self.apply(&r);
+            r
+        }
+
+        fn finish(&mut self, job: &str, type_: &str, at: Timestamp, reason: &str, message: &str) {
+            let j = self
+                .jobs
+                .iter_mut()
+                .find(|j| j.metadata.name.as_deref() == Some(job))
+                .expect("job to finish exists");
+            j.status = Some(JobStatus {
+                conditions: Some(vec![JobCondition {
+                    type_: type_.into(),
+                    status: "True".into(),
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                    last_transition_time: Some(Time(at)),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+        }
+
+        fn job_names(&self) -> Vec<String> {
+            self.jobs.iter().filter_map(|j| j.metadata.name.clone()).collect()
+        }
+
+        fn status(&self) -> PlanStatus {
+            self.plan.status.clone().unwrap_or_default()
+        }
+    }
+
+    fn complete(st: &PlanStatus) -> (String, String, String) {
+        let c = cond::get(st, COMPLETE).expect("Complete condition");
+        (
+            c.status.clone(),
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    }
+
+    fn reasons(r: &Rollout) -> Vec<&'static str> {
+        r.events.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn first_decision_resolves_hashes_and_selects_without_exceeding_concurrency() {
+        let mut w = World::new(plan(2), nodes(5));
+        let r = w.step();
+        let st = &r.status;
+        assert!(r.status_changed);
+        assert_eq!(st.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+        assert_eq!(
+            st.latest_hash.as_deref(),
+            Some("a71d41ca3e2c6b5a1d92efcb9449397b0115d7e83e52a5c0055c484e")
+        );
+        assert!(cond::is(st, VALIDATED, TRUE));
+        assert_eq!(cond::reason(st, LATEST_RESOLVED), "Version");
+        assert_eq!(complete(st).1, "SyncJob");
+        assert_eq!(st.applying.len(), 2);
+        assert_eq!(r.create_jobs.len(), 2);
+        assert_eq!(reasons(&r), vec!["Validated", "Resolved", "SyncJob"]);
+        for j in &r.create_jobs {
+            let node = label(j, labels::NODE).expect("node label");
+            assert!(st.applying.iter().any(|a| a == node), "jobs only for applying nodes");
+        }
+        assert_eq!(st.observed_generation, Some(1));
+    }
+
+    #[test]
+    fn a_second_identical_decision_changes_nothing() {
+        let mut w = World::new(plan(2), nodes(3));
+        w.step();
+        let r = w.decide();
+        assert!(!r.status_changed, "{:#?}", r.status);
+        assert!(r.events.is_empty(), "{:?}", r.events);
+        assert!(r.delete_jobs.is_empty());
+    }
+
+    #[test]
+    fn a_full_rollout_never_has_more_jobs_than_concurrency() {
+        let mut w = World::new(plan(2), nodes(5));
+        let mut clock = now();
+        for _ in 0..40 {
+            let r = w.step();
+            let unfinished = w
+                .jobs
+                .iter()
+                .filter(|j| j.status.is_none())
+                .count();
+            assert!(unfinished <= 2, "{unfinished} unfinished jobs");
+            assert!(w.status().applying.len() <= 2);
+            if is_done(&w) {
+                break;
+            }
+            // The oldest unfinished job completes.
+            clock += jiff::SignedDuration::from_secs(30);
+            w.now = clock;
+            if let Some(name) = w.jobs.iter().find(|j| j.status.is_none()).and_then(|j| j.metadata.name.clone()) {
+                w.finish(&name, "Complete", clock, "", "");
+            }
+            let _ = r;
+        }
+        assert!(is_done(&w), "{:#?}", w.status());
+        let hash = w.status().latest_hash.expect("hash");
+        for n in &w.nodes {
+            assert_eq!(n.labels.get("plan.upgrade.cattle.io/p"), Some(&hash), "{}", n.name);
+        }
+    }
+
+    fn is_done(w: &World) -> bool {
+        cond::is(&w.status(), COMPLETE, TRUE)
+    }
+
+    #[test]
+    fn nothing_is_selected_without_a_selector_or_concurrency() {
+        let mut p = plan(2);
+        p.spec.node_selector = None;
+        let r = World::new(p, nodes(3)).decide();
+        assert_eq!(complete(&r.status).0, TRUE);
+        assert!(r.create_jobs.is_empty());
+        let r = World::new(plan(0), nodes(3)).decide();
+        assert_eq!(complete(&r.status).1, "Complete");
+        assert!(r.create_jobs.is_empty());
+    }
+
+    #[test]
+    fn a_plan_without_version_or_channel_is_not_ready() {
+        let mut p = plan(1);
+        p.spec.version = None;
+        let mut w = World::new(p, nodes(1));
+        let r = w.step();
+        let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+        assert_eq!((lr.status.as_str(), lr.reason.as_deref()), (FALSE, Some("Error")));
+        assert_eq!(lr.message.as_deref(), Some(ERR_UNRESOLVABLE));
+        assert_eq!(complete(&r.status), (FALSE.into(), "NotReady".into(), MSG_NOT_READY.into()));
+        assert!(reasons(&r).contains(&"ResolveFailed"));
+        assert!(r.create_jobs.is_empty());
+        assert!(!reasons(&w.decide()).contains(&"ResolveFailed"), "reported once");
+    }
+
+    #[test]
+    fn invalid_plans_say_which_field() {
+        let mut p = plan(1);
+        p.spec.post_complete_delay = Some("-30s".into());
+        let r = World::new(p, nodes(1)).decide();
+        let v = cond::get(&r.status, VALIDATED).expect("Validated");
+        assert_eq!(v.status, FALSE);
+        assert_eq!(v.message.as_deref(), Some("spec.postCompleteDelay is negative"));
+        assert_eq!(reasons(&r), vec!["ValidateFailed"]);
+        assert!(r.create_jobs.is_empty());
+
+        let mut p = plan(1);
+        p.spec.drain = Some(crate::api::DrainSpec {
+            delete_local_data: Some(true),
+            delete_emptydir_data: Some(true),
+            ..Default::default()
+        });
+        let r = World::new(p, nodes(1)).decide();
+        assert_eq!(
+            cond::get(&r.status, VALIDATED).and_then(|c| c.message.clone()).as_deref(),
+            Some("spec.drain cannot specify both deleteEmptydirData and deleteLocalData")
+        );
+
+        let mut p = plan(1);
+        p.spec.secrets = Some(vec![crate::api::SecretSpec {
+            name: "creds".into(),
+            path: "creds".into(),
+            ..Default::default()
+        }]);
+        let r = World::new(p, nodes(1)).decide();
+        assert_eq!(
+            cond::get(&r.status, VALIDATED).and_then(|c| c.message.clone()).as_deref(),
+            Some("secret \"creds\" not found")
+        );
+    }
+
+    #[test]
+    fn outside_the_window_a_rollout_waits_but_one_started_goes_on() {
+        let mut p = plan(1);
+        p.spec.window = Some(crate::api::TimeWindowSpec {
+            days: Some(vec!["su".into(), "mo".into(), "tu".into(), "we".into(), "th".into(), "fr".into(), "sa".into()]),
+            start_time: Some("01:00".into()),
+            end_time: Some("02:00".into()),
+            time_zone: Some("UTC".into()),
+            ..Default::default()
+        });
+        let mut w = World::new(p, nodes(2));
+        let r = w.step();
+        assert_eq!(complete(&r.status), (FALSE.into(), "Waiting".into(), MSG_WAITING_FOR_WINDOW.into()));
+        assert!(r.create_jobs.is_empty());
+        assert!(r.requeue_after.is_some_and(|d| d <= Duration::from_secs(60)));
+        assert!(reasons(&r).contains(&"Waiting"));
+        assert!(!reasons(&w.step()).contains(&"Waiting"), "reported once");
+
+        w.now = t("2026-11-22T01:30:00Z");
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1);
+        // The window closes; the rollout that started keeps going.
+        w.now = t("2026-11-22T03:00:00Z");
+        let name = w.job_names()[0].clone();
+        w.finish(&name, "Complete", w.now, "", "");
+        w.step();
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1, "{:#?}", r.status);
+    }
+
+    #[test]
+    fn a_failed_job_is_reported_and_not_retried_until_the_plan_changes() {
+        let mut w = World::new(plan(1), nodes(1));
+        w.step();
+        let job = w.job_names()[0].clone();
+        w.finish(&job, "Failed", now(), "DeadlineExceeded", "Job was active longer than specified deadline");
+        let r = w.step();
+        let expected = format!(
+            "Job {NS}/{job} failed on Node node-1: DeadlineExceeded: Job was active longer than specified deadline"
+        );
+        assert_eq!(complete(&r.status), (FALSE.into(), "JobFailed".into(), expected.clone()));
+        assert_eq!(reasons(&r), vec!["JobFailed"]);
+        assert_eq!(r.status.nodes[0].phase, phase::FAILED);
+        assert_eq!(r.status.applying, vec!["node-1".to_string()], "the slot stays held");
+        // Reported once.
+        assert!(w.step().events.is_empty());
+        // The TTL deletes the Job; it is not created again.
+        w.now = now() + jiff::SignedDuration::from_secs(3600);
+        let r = w.step();
+        assert_eq!(r.delete_jobs.len(), 1);
+        let r = w.step();
+        assert!(r.create_jobs.is_empty(), "no automatic retry");
+        assert_eq!(complete(&r.status).1, "JobFailed");
+        // Editing the Plan retries.
+        w.plan.metadata.generation = Some(2);
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1);
+        assert_eq!(r.status.nodes[0].phase, phase::PENDING);
+    }
+
+    #[test]
+    fn a_changed_pod_template_replaces_a_failed_job() {
+        let mut w = World::new(plan(1), nodes(1));
+        w.step();
+        let job = w.job_names()[0].clone();
+        w.finish(&job, "Failed", now(), "BackoffLimitExceeded", "Job has reached the specified backoff limit");
+        w.step();
+        w.plan.spec.upgrade.args = Some(vec!["fixed".into()]);
+        let r = w.step();
+        assert_eq!(r.delete_jobs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), vec![job.as_str()]);
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1, "recreated with the new template");
+        assert_ne!(complete(&r.status).1, "JobFailed");
+    }
+
+    #[test]
+    fn post_complete_delay_holds_the_slot_and_labels_after_it() {
+        let mut p = plan(1);
+        p.spec.post_complete_delay = Some("5m".into());
+        p.spec.cordon = Some(true);
+        p.spec.post_complete_labels =
+            Some([("upgraded-to".to_string(), "$(LATEST_VERSION)".to_string())].into());
+        let mut w = World::new(p, nodes(2));
+        w.step();
+        let job = w.job_names()[0].clone();
+        let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+        w.nodes.iter_mut().find(|n| n.name == node).expect("node").unschedulable = true;
+        w.finish(&job, "Complete", now(), "", "");
+        w.now = now() + jiff::SignedDuration::from_secs(60);
+        let r = w.step();
+        assert_eq!(reasons(&r), vec!["JobCompleteWaiting"]);
+        assert_eq!(r.requeue_after, Some(Duration::from_secs(240)));
+        assert_eq!(r.node_patches.len(), 1);
+        assert!(r.node_patches[0].uncordon && r.node_patches[0].labels.is_empty());
+        assert!(r.create_jobs.is_empty(), "the slot is held during the delay");
+        assert_eq!(r.status.nodes[0].phase, phase::WAITING);
+
+        w.now = now() + jiff::SignedDuration::from_secs(301);
+        let r = w.step();
+        assert_eq!(reasons(&r), vec!["JobComplete"]);
+        let labels = &r.node_patches[0].labels;
+        assert_eq!(labels.get("upgraded-to").map(String::as_str), Some("v1.30.1-k3s1"));
+        assert_eq!(labels.get("plan.upgrade.cattle.io/p"), w.status().latest_hash.as_ref());
+        // Next decision: the node is done and the other node takes the slot.
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1);
+        assert_ne!(label(&r.create_jobs[0], labels::NODE), Some(node.as_str()));
+    }
+
+    #[test]
+    fn a_new_version_deletes_jobs_of_the_old_one() {
+        let mut w = World::new(plan(1), nodes(1));
+        w.step();
+        let old = w.job_names()[0].clone();
+        w.plan.spec.version = Some("v1.31.0+k3s1".into());
+        let r = w.step();
+        assert!(r.delete_jobs.iter().any(|d| d.name == old));
+        assert_eq!(r.create_jobs.len(), 1);
+        assert_ne!(r.create_jobs[0].metadata.name.as_deref(), Some(old.as_str()));
+        assert!(reasons(&r).contains(&"Resolved"));
+    }
+
+    #[test]
+    fn jobs_of_vanished_or_out_of_turn_nodes_are_deleted() {
+        let mut w = World::new(plan(1), nodes(2));
+        w.step();
+        let job = w.job_names()[0].clone();
+        let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+        w.nodes.retain(|n| n.name != node);
+        let r = w.step();
+        assert!(r.delete_jobs.iter().any(|d| d.name == job), "{:?}", r.delete_jobs);
+
+        // A running Job whose node is not applying runs out of turn.
+        let mut w = World::new(plan(1), nodes(2));
+        w.step();
+        let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .labels
+            .insert("plan.upgrade.cattle.io/p".into(), "disabled".into());
+        let r = w.step();
+        assert_eq!(r.delete_jobs.len(), 1, "{:?}", r.delete_jobs);
+    }
+
+    #[test]
+    fn hostname_different_from_node_name_keeps_its_running_job() {
+        // SUC compares node names with hostnames here and deletes such Jobs; slipway does not.
+        let mut n = node("ip-10-0-0-1.ec2.internal");
+        n.labels.insert(labels::HOSTNAME.into(), "worker-a".into());
+        let mut w = World::new(plan(1), vec![n]);
+        w.step();
+        assert_eq!(w.status().applying, vec!["worker-a".to_string()]);
+        let r = w.step();
+        assert!(r.delete_jobs.is_empty(), "{:?}", r.delete_jobs);
+    }
+
+    #[test]
+    fn channel_answers_set_latest_resolved() {
+        let mut p = plan(1);
+        p.spec.version = None;
+        p.spec.channel = Some("https://update.k3s.io/v1-release/channels/stable".into());
+        let mut w = World::new(p, nodes(1));
+        // Not asked yet: nothing resolved, nothing runs.
+        let r = w.step();
+        assert!(r.create_jobs.is_empty());
+        w.channel = Some(ChannelAnswer::Failed("unexpected response: HTTP/1.1 503 Service Unavailable".into()));
+        let r = w.step();
+        let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+        assert_eq!((lr.status.as_str(), lr.reason.as_deref()), (FALSE, Some("ResolveFailed")));
+        assert!(reasons(&r).contains(&"ResolveFailed"));
+        w.channel = Some(ChannelAnswer::Version("v1.30.1+k3s1".into()));
+        let r = w.step();
+        assert_eq!(cond::reason(&r.status, LATEST_RESOLVED), "Channel");
+        assert_eq!(r.status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+        assert_eq!(r.create_jobs.len(), 1);
+        // A later failure keeps the version it had and says so.
+        w.channel = Some(ChannelAnswer::Failed("timed out".into()));
+        let r = w.step();
+        let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+        assert_eq!(lr.status, TRUE);
+        assert!(lr.message.as_deref().is_some_and(|m| m.ends_with("keeping v1.30.1-k3s1")), "{lr:?}");
+        assert_eq!(r.status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+    }
+
+    #[test]
+    fn lowering_concurrency_keeps_applying_nodes() {
+        let mut w = World::new(plan(3), nodes(4));
+        w.step();
+        assert_eq!(w.status().applying.len(), 3);
+        w.plan.spec.concurrency = Some(1);
+        let r = w.step();
+        assert_eq!(r.status.applying.len(), 3, "applying nodes are never dropped");
+        assert!(r.delete_jobs.is_empty());
+    }
+
+    #[test]
+    fn finished_jobs_are_deleted_at_their_ttl() {
+        let mut w = World::new(plan(1), nodes(1));
+        w.step();
+        let job = w.job_names()[0].clone();
+        w.finish(&job, "Complete", now(), "", "");
+        let r = w.step();
+        assert!(r.delete_jobs.is_empty());
+        assert_eq!(r.requeue_after, Some(Duration::from_secs(900)));
+        w.now = now() + jiff::SignedDuration::from_secs(900);
+        let r = w.step();
+        assert_eq!(r.delete_jobs.len(), 1);
+    }
+}

@@ -1,0 +1,493 @@
+//! End-to-end tests of `slipway run` against the local cluster: real API server, job controller,
+//! scheduler and kwok nodes. Each test runs its own controller in its own namespace over its own nodes.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use slipway::api::Plan;
+use support::{Cluster, TestNamespace};
+
+/// A `slipway run` process for one test; killed when dropped.
+struct ControllerProcess {
+    child: Option<Child>,
+    log: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl ControllerProcess {
+    fn start(cluster: &Cluster, ns: &str, env: &[(&str, &str)]) -> Self {
+        let log = std::env::temp_dir().join(format!("slipway-{ns}.log"));
+        let args = vec![
+            "run".to_string(),
+            "--kubeconfig".into(),
+            cluster.kubeconfig_path().display().to_string(),
+            "--namespace".into(),
+            ns.into(),
+            "--name".into(),
+            format!("slipway-{ns}"),
+        ];
+        let mut p = ControllerProcess {
+            child: None,
+            log,
+            args,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        p.spawn();
+        p
+    }
+
+    fn spawn(&mut self) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("controller log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
+            .args(&self.args)
+            .envs(self.env.iter().cloned())
+            .env("RUST_LOG", "info,slipway=debug")
+            .stdout(Stdio::from(file.try_clone().expect("log file")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start slipway run");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- slipway log ({}) ---\n{}", self.log.display(), self.log_tail());
+        }
+        self.kill();
+    }
+}
+
+/// Watches the namespace's Jobs for the whole test and records the most that were unfinished at
+/// once and every UID seen per Job name.
+#[derive(Default)]
+struct JobWatch {
+    unfinished: BTreeMap<String, bool>,
+    max_unfinished: usize,
+    uids: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
+fn watch_jobs(api: Api<Job>) -> Arc<Mutex<JobWatch>> {
+    let state = Arc::new(Mutex::new(JobWatch::default()));
+    let s = state.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            let mut w = s.lock().expect("job watch lock");
+            let mut record = |job: &Job, deleted: bool| {
+                let name = job.metadata.name.clone().unwrap_or_default();
+                if let Some(uid) = &job.metadata.uid {
+                    w.uids.entry(name.clone()).or_default().insert(uid.clone());
+                }
+                if deleted || finished(job) {
+                    w.unfinished.remove(&name);
+                } else {
+                    w.unfinished.insert(name, true);
+                }
+                w.max_unfinished = w.max_unfinished.max(w.unfinished.len());
+            };
+            match event {
+                watcher::Event::Apply(job) | watcher::Event::InitApply(job) => record(&job, false),
+                watcher::Event::Delete(job) => record(&job, true),
+                _ => {}
+            }
+        }
+    });
+    state
+}
+
+fn plan_from(yaml: &str) -> Plan {
+    serde_saphyr::from_str(yaml).expect("test plan parses")
+}
+
+async fn create_plan(ns: &TestNamespace, plan: &Plan) {
+    ns.api::<Plan>()
+        .create(&PostParams::default(), plan)
+        .await
+        .expect("create plan");
+}
+
+fn condition(plan: &Plan, type_: &str) -> Option<(String, String, String)> {
+    plan.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| {
+        (
+            c.status.clone(),
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+async fn wait_plan(
+    ns: &TestNamespace,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&Plan) -> bool,
+) -> Plan {
+    let api = ns.api::<Plan>();
+    support::wait_for(what, timeout, || async {
+        let plan = api.get(name).await?;
+        if done(&plan) {
+            Ok(plan)
+        } else {
+            Err(anyhow!("status: {}", serde_json::to_string(&plan.status)?))
+        }
+    })
+    .await
+}
+
+fn is_complete(plan: &Plan) -> bool {
+    condition(plan, "Complete").is_some_and(|(s, _, _)| s == "True")
+}
+
+async fn node_labels(client: &kube::Client, names: &[String]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let api = Api::<Node>::all(client.clone());
+    let mut out = BTreeMap::new();
+    for n in names {
+        let node = api.get(n).await.expect("get node");
+        out.insert(n.clone(), node.metadata.labels.unwrap_or_default());
+    }
+    out
+}
+
+async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
+    let cluster = support::cluster().await?;
+    let ns = TestNamespace::create(&cluster, test).await;
+    let pool = ns.name().to_string();
+    let names = support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
+    Some((cluster, ns, names, pool))
+}
+
+fn rollout_plan(name: &str, pool: &str, concurrency: i64, extra: &str) -> Plan {
+    plan_from(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+  annotations:
+    slipway.test/complete-delay: "3s"
+spec:
+  concurrency: {concurrency}
+  cordon: true
+  version: v1.30.1+k3s1
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+    command: [sh, -c]
+    args: ["echo upgrading"]
+{extra}"#
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolls_over_five_nodes_two_at_a_time() {
+    let Some((cluster, ns, nodes, pool)) = setup("rollout", 5).await else {
+        return;
+    };
+    let client = ns.client();
+    let jobs = watch_jobs(ns.api::<Job>());
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    create_plan(&ns, &rollout_plan("k3os-like", &pool, 2, "")).await;
+
+    let plan = wait_plan(&ns, "k3os-like", "the plan to complete", Duration::from_secs(120), is_complete).await;
+    let status = plan.status.clone().expect("status");
+    let hash = status.latest_hash.clone().expect("latestHash");
+    assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+    assert_eq!(
+        hash,
+        slipway::hash::latest_hash("v1.30.1-k3s1", "default", &[], &[]),
+        "latestHash is SUC's"
+    );
+    for (node, labels) in node_labels(&client, &nodes).await {
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/k3os-like"),
+            Some(&hash),
+            "{node} carries the plan label"
+        );
+    }
+    let cordoned: Vec<Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("slipway.test/pool={pool}")))
+        .await
+        .expect("list nodes")
+        .items
+        .into_iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .collect();
+    assert!(cordoned.is_empty(), "every node is uncordoned again");
+    let out = cluster
+        .kubectl(&["-n", ns.name(), "wait", "--for=condition=Complete", "plan/k3os-like", "--timeout=10s"])
+        .await
+        .expect("kubectl wait");
+    assert!(out.contains("condition met"), "{out}");
+    let watch = jobs.lock().expect("lock");
+    assert!(watch.max_unfinished <= 2, "at most 2 jobs at once, saw {}", watch.max_unfinished);
+    assert!(watch.uids.len() >= 5, "one job per node: {:?}", watch.uids.keys());
+    drop(watch);
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
+    let Some((cluster, ns, nodes, pool)) = setup("crash", 5).await else {
+        return;
+    };
+    let client = ns.client();
+    let jobs = watch_jobs(ns.api::<Job>());
+    let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    create_plan(&ns, &rollout_plan("crashy", &pool, 2, "")).await;
+    // Kill the controller as soon as it has started some Jobs, twice.
+    for round in 0..2 {
+        let api = ns.api::<Job>();
+        support::wait_for(&format!("jobs to start (round {round})"), Duration::from_secs(60), || async {
+            let n = api.list(&ListParams::default()).await?.items.len();
+            if n > round * 2 { Ok(()) } else { Err(anyhow!("{n} jobs")) }
+        })
+        .await;
+        controller.restart();
+    }
+    wait_plan(&ns, "crashy", "the plan to complete after crashes", Duration::from_secs(180), is_complete).await;
+    let watch = jobs.lock().expect("lock");
+    assert!(watch.max_unfinished <= 2, "at most 2 jobs at once, saw {}", watch.max_unfinished);
+    for (name, uids) in &watch.uids {
+        assert_eq!(uids.len(), 1, "job {name} was created more than once");
+    }
+    drop(watch);
+    let hash = ns.api::<Plan>().get("crashy").await.expect("plan").status.and_then(|s| s.latest_hash);
+    for (node, labels) in node_labels(&client, &nodes).await {
+        assert_eq!(labels.get("plan.upgrade.cattle.io/crashy"), hash.as_ref(), "{node}");
+    }
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
+    let Some((cluster, ns, nodes, pool)) = setup("fail", 1).await else {
+        return;
+    };
+    let client = ns.client();
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+    let mut plan = rollout_plan("failing", &pool, 1, "");
+    plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
+    create_plan(&ns, &plan).await;
+    let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
+        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+    })
+    .await;
+    let (status, _, message) = condition(&failed, "Complete").expect("Complete");
+    assert_eq!(status, "False");
+    assert!(message.starts_with(&format!("Job {}/apply-failing-on-", ns.name())), "{message}");
+    assert!(message.contains(&format!("failed on Node {}", nodes[0])), "{message}");
+    let events = cluster
+        .kubectl(&["-n", ns.name(), "get", "events", "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}"])
+        .await
+        .expect("events");
+    assert!(events.lines().any(|r| r == "JobFailed"), "JobFailed event: {events}");
+
+    // No automatic retry: the Job stays failed while the Plan is unchanged.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = ns.api::<Plan>().get("failing").await.expect("plan");
+    assert!(!is_complete(&still));
+
+    // Editing the Plan (here: dropping the label that makes the pod fail) recovers.
+    ns.api::<Plan>()
+        .patch(
+            "failing",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {support::FAIL_LABEL: null}}})),
+        )
+        .await
+        .expect("fix plan");
+    wait_plan(&ns, "failing", "the fixed plan to complete", Duration::from_secs(90), is_complete).await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
+    let Some((cluster, ns, nodes, pool)) = setup("secrets", 3).await else {
+        return;
+    };
+    let client = ns.client();
+    // The third node opts out.
+    Api::<Node>::all(client.clone())
+        .patch(
+            &nodes[2],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"plan.upgrade.cattle.io/with-secrets": "disabled"}}})),
+        )
+        .await
+        .expect("disable node");
+    let secrets = ns.api::<Secret>();
+    for name in ["watched", "ignored"] {
+        let s: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name}, "stringData": {"v": "1"}
+        }))
+        .expect("secret");
+        secrets.create(&PostParams::default(), &s).await.expect("create secret");
+    }
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plan = rollout_plan(
+        "with-secrets",
+        &pool,
+        2,
+        "  secrets:\n  - {name: watched, path: watched}\n  - {name: ignored, path: ignored, ignoreUpdates: true}\n",
+    );
+    create_plan(&ns, &plan).await;
+    let first = wait_plan(&ns, "with-secrets", "first rollout", Duration::from_secs(120), is_complete).await;
+    let first_hash = first.status.and_then(|s| s.latest_hash).expect("hash");
+    let labels = node_labels(&client, &nodes).await;
+    assert_eq!(labels[&nodes[2]].get("plan.upgrade.cattle.io/with-secrets").map(String::as_str), Some("disabled"));
+
+    // Changing the ignored Secret changes nothing.
+    secrets
+        .patch("ignored", &PatchParams::default(), &Patch::Merge(json!({"stringData": {"v": "2"}})))
+        .await
+        .expect("patch ignored secret");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_ignored = ns.api::<Plan>().get("with-secrets").await.expect("plan");
+    assert_eq!(after_ignored.status.and_then(|s| s.latest_hash).as_ref(), Some(&first_hash));
+
+    // Changing the watched Secret re-runs the Plan on every enabled node.
+    secrets
+        .patch("watched", &PatchParams::default(), &Patch::Merge(json!({"stringData": {"v": "2"}})))
+        .await
+        .expect("patch watched secret");
+    let second = wait_plan(&ns, "with-secrets", "rollout after the secret changed", Duration::from_secs(120), |p| {
+        is_complete(p) && p.status.as_ref().and_then(|s| s.latest_hash.as_ref()) != Some(&first_hash)
+    })
+    .await;
+    let second_hash = second.status.and_then(|s| s.latest_hash).expect("hash");
+    let labels = node_labels(&client, &nodes).await;
+    for n in &nodes[..2] {
+        assert_eq!(labels[n].get("plan.upgrade.cattle.io/with-secrets"), Some(&second_hash), "{n}");
+    }
+    assert_eq!(labels[&nodes[2]].get("plan.upgrade.cattle.io/with-secrets").map(String::as_str), Some("disabled"));
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+/// A channel server on loopback that redirects to whatever release the test sets.
+async fn channel_server(target: Arc<Mutex<String>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let target = target.lock().expect("lock").clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: /releases/tag/{target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/channels/stable")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_plan_follows_its_channel() {
+    let Some((cluster, ns, nodes, pool)) = setup("channel", 2).await else {
+        return;
+    };
+    let client = ns.client();
+    let target = Arc::new(Mutex::new("v1.30.1+k3s1".to_string()));
+    let url = channel_server(target.clone()).await;
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL", "61s")],
+    );
+    let mut plan = rollout_plan("follow", &pool, 2, "");
+    plan.spec.version = None;
+    plan.spec.channel = Some(url);
+    create_plan(&ns, &plan).await;
+    let first = wait_plan(&ns, "follow", "the channel version to roll out", Duration::from_secs(90), is_complete).await;
+    let status = first.status.expect("status");
+    assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+    assert_eq!(condition_reason(&ns, "follow", "LatestResolved").await, "Channel");
+
+    *target.lock().expect("lock") = "v1.31.0+k3s1".to_string();
+    let second = wait_plan(&ns, "follow", "the new channel version to roll out", Duration::from_secs(150), |p| {
+        is_complete(p) && p.status.as_ref().and_then(|s| s.latest_version.as_deref()) == Some("v1.31.0-k3s1")
+    })
+    .await;
+    let hash = second.status.and_then(|s| s.latest_hash).expect("hash");
+    assert_ne!(Some(&hash), status.latest_hash.as_ref());
+    for (node, labels) in node_labels(&client, &nodes).await {
+        assert_eq!(labels.get("plan.upgrade.cattle.io/follow"), Some(&hash), "{node} ran again");
+    }
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+async fn condition_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
+    let p = ns.api::<Plan>().get(plan).await.expect("plan");
+    condition(&p, type_).map(|(_, r, _)| r).unwrap_or_default()
+}
