@@ -101,7 +101,10 @@ impl EnvSettings {
                 *into = v;
             }
         };
-        text("SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY", &mut job.image_pull_policy);
+        text(
+            "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY",
+            &mut job.image_pull_policy,
+        );
         text("SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE", &mut job.kubectl_image);
         text(
             "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE_WINDOWS",

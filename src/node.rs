@@ -54,7 +54,9 @@ impl NodeInfo {
     }
 
     pub fn is_windows(&self) -> bool {
-        self.labels.get(labels::OS).is_some_and(|os| os == "windows")
+        self.labels
+            .get(labels::OS)
+            .is_some_and(|os| os == "windows")
     }
 }
 
@@ -165,6 +167,12 @@ mod tests {
         prune_node(&mut n);
         assert_eq!(NodeInfo::from_node(&n), before);
         assert!(n.metadata.annotations.is_none());
-        assert_eq!(n.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
+        assert_eq!(
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .map(Vec::len),
+            Some(1)
+        );
     }
 }
