@@ -7,10 +7,13 @@
 pub mod api;
 pub mod config;
 pub mod duration;
+pub mod expansion;
 pub mod hash;
 pub mod image;
+pub mod job;
 pub mod naming;
 pub mod node;
+pub mod selection;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]
