@@ -9,11 +9,14 @@ pub mod conditions;
 pub mod config;
 pub mod controller;
 pub mod duration;
+pub mod expansion;
 pub mod hash;
 pub mod image;
+pub mod job;
 pub mod naming;
 pub mod node;
 pub mod rollout;
+pub mod selection;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,951 @@
+//! Label selectors as apimachinery evaluates them, and SUC's choice of the nodes a Plan runs on.
+//!
+//! `LabelSelector` → [`Selector`] follows `metav1.LabelSelectorAsSelector`: a missing selector
+//! selects nothing, an empty one everything; every requirement is validated as
+//! `labels.NewRequirement` does, with its error messages. [`Selector`]'s `Display` is
+//! `Selector.String()`, which is what `kubectl drain --pod-selector` receives.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use sha2::{Digest, Sha256};
+
+use crate::api::labels;
+use crate::node::NodeInfo;
+
+/// A selector or requirement that apimachinery would refuse, with its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    /// `LabelSelectorAsSelector`'s error for an operator it does not know.
+    #[error("{0:?} is not a valid label selector operator")]
+    UnknownOperator(String),
+    /// `labels.NewRequirement`'s aggregated field errors.
+    #[error("{0}")]
+    InvalidRequirement(String),
+}
+
+/// The operators a `LabelSelector` can produce (`matchLabels` entries become `Equals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    Equals,
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// One validated requirement on one label key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    key: String,
+    operator: Operator,
+    values: Vec<String>,
+}
+
+impl Requirement {
+    /// `labels.NewRequirement`: the key must be a qualified name, the values valid label values,
+    /// and their number fit the operator. All problems are reported together.
+    pub fn new(
+        key: &str,
+        operator: Operator,
+        values: Vec<String>,
+    ) -> Result<Requirement, SelectionError> {
+        let mut errs = Vec::new();
+        let key_errs = label_key_errors(key);
+        if !key_errs.is_empty() {
+            errs.push(format!(
+                "key: Invalid value: {}: {}",
+                go_quote(key),
+                key_errs.join("; ")
+            ));
+        }
+        let count_error = match operator {
+            Operator::In | Operator::NotIn if values.is_empty() => {
+                Some("for 'in', 'notin' operators, values set can't be empty")
+            }
+            Operator::Equals if values.len() != 1 => {
+                Some("exact-match compatibility requires one single value")
+            }
+            Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
+                Some("values set must be empty for exists and does not exist")
+            }
+            _ => None,
+        };
+        if let Some(detail) = count_error {
+            errs.push(format!(
+                "values: Invalid value: {}: {detail}",
+                json_list(&values)
+            ));
+        }
+        for (i, v) in values.iter().enumerate() {
+            let value_errs = label_value_errors(v);
+            if !value_errs.is_empty() {
+                errs.push(format!(
+                    "values[{i}][{key}]: Invalid value: {}: {}",
+                    go_quote(v),
+                    value_errs.join("; ")
+                ));
+            }
+        }
+        if errs.is_empty() {
+            Ok(Requirement {
+                key: key.to_string(),
+                operator,
+                values,
+            })
+        } else {
+            Err(SelectionError::InvalidRequirement(aggregate(errs)))
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn operator(&self) -> Operator {
+        self.operator
+    }
+
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    /// `Requirement.Matches`: `NotIn` also matches when the label is absent.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            Operator::Equals | Operator::In => value.is_some_and(|v| self.values.contains(v)),
+            Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+impl fmt::Display for Requirement {
+    /// `Requirement.String()`: `!key`, `key`, `key=value`, `key in (a,b)`, values sorted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let values = || {
+            let mut v: Vec<&str> = self.values.iter().map(String::as_str).collect();
+            v.sort_unstable();
+            v.join(",")
+        };
+        match self.operator {
+            Operator::DoesNotExist => write!(f, "!{}", self.key),
+            Operator::Exists => f.write_str(&self.key),
+            Operator::Equals => write!(f, "{}={}", self.key, values()),
+            Operator::In => write!(f, "{} in ({})", self.key, values()),
+            Operator::NotIn => write!(f, "{} notin ({})", self.key, values()),
+        }
+    }
+}
+
+/// A parsed selector: nothing, or the conjunction of requirements (none selects everything).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// `labels.Nothing()`: what a missing `LabelSelector` becomes.
+    Nothing,
+    /// Requirements sorted by key; empty is `labels.Everything()`.
+    Requirements(Vec<Requirement>),
+}
+
+impl Selector {
+    pub fn everything() -> Selector {
+        Selector::Requirements(Vec::new())
+    }
+
+    /// `metav1.LabelSelectorAsSelector`: `None` selects nothing, `{}` everything.
+    pub fn from_label_selector(selector: Option<&LabelSelector>) -> Result<Self, SelectionError> {
+        let Some(selector) = selector else {
+            return Ok(Selector::Nothing);
+        };
+        let mut requirements = Vec::new();
+        for (k, v) in selector.match_labels.iter().flatten() {
+            requirements.push(Requirement::new(k, Operator::Equals, vec![v.clone()])?);
+        }
+        for expr in selector.match_expressions.iter().flatten() {
+            let operator = match expr.operator.as_str() {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                other => return Err(SelectionError::UnknownOperator(other.to_string())),
+            };
+            let values = expr.values.clone().unwrap_or_default();
+            requirements.push(Requirement::new(&expr.key, operator, values)?);
+        }
+        Ok(Selector::everything().and(requirements))
+    }
+
+    /// `Selector.Add` (ANDs requirements): nothing stays nothing; requirements are kept sorted by key. The sort is
+    /// stable, which is what Go's `sort.Sort` does for the handful of requirements selectors have.
+    pub fn and(self, more: impl IntoIterator<Item = Requirement>) -> Selector {
+        match self {
+            Selector::Nothing => Selector::Nothing,
+            Selector::Requirements(mut reqs) => {
+                reqs.extend(more);
+                reqs.sort_by(|a, b| a.key.cmp(&b.key));
+                Selector::Requirements(reqs)
+            }
+        }
+    }
+
+    /// `Selector.Requirements()`: `None` for the nothing selector.
+    pub fn requirements(&self) -> Option<&[Requirement]> {
+        match self {
+            Selector::Nothing => None,
+            Selector::Requirements(r) => Some(r),
+        }
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Selector::Nothing => false,
+            Selector::Requirements(reqs) => reqs.iter().all(|r| r.matches(labels)),
+        }
+    }
+}
+
+impl fmt::Display for Selector {
+    /// `Selector.String()`: requirements joined with `,`; nothing and everything print as "".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements().into_iter().flatten().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a Plan's own `nodeSelector` selects these labels (what SUC's node watch checks; the
+/// hostname and plan-label requirements of [`select_concurrent_nodes`] are not applied).
+pub fn matches(
+    selector: Option<&LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, SelectionError> {
+    Ok(Selector::from_label_selector(selector)?.matches(labels))
+}
+
+/// The `--pod-selector` of the drain container: `!upgrade.cattle.io/controller`, so that drain
+/// never evicts the controller or an upgrade pod, and the requirements of `drain.podSelector`.
+pub fn drain_pod_selector(pod_selector: Option<&LabelSelector>) -> Result<String, SelectionError> {
+    let controller = Requirement::new(labels::CONTROLLER, Operator::DoesNotExist, Vec::new())?;
+    let mut selector = Selector::everything().and([controller]);
+    if let Some(user) = pod_selector {
+        let user = Selector::from_label_selector(Some(user))?;
+        if let Some(reqs) = user.requirements() {
+            selector = selector.and(reqs.iter().cloned());
+        }
+    }
+    Ok(selector.to_string())
+}
+
+/// SUC's `SelectConcurrentNodes`: the nodes that should be running `plan` now, sorted by name.
+///
+/// A node is eligible when the Plan's selector matches it, it has a `kubernetes.io/hostname`
+/// label, and its `plan.upgrade.cattle.io/<plan>` label is neither `disabled` nor `latest_hash`.
+/// Eligible nodes whose hostname is in `applying` are all kept, even above `concurrency`; free
+/// slots go to the other eligible nodes in ascending order of
+/// `sha256(node uid + plan uid + latest_hash)`, a per-plan, per-hash order that every replica and
+/// every reconcile agrees on.
+pub fn select_concurrent_nodes<'a>(
+    plan_name: &str,
+    plan_uid: &str,
+    node_selector: Option<&LabelSelector>,
+    latest_hash: &str,
+    concurrency: i64,
+    applying: &[String],
+    nodes: &'a [NodeInfo],
+) -> Result<Vec<&'a NodeInfo>, SelectionError> {
+    // Built (and so validated) in SUC's order, also when the selector selects nothing: a plan
+    // name too long for a label key fails here.
+    let base = Selector::from_label_selector(node_selector)?
+        .and([Requirement::new(
+            labels::HOSTNAME,
+            Operator::Exists,
+            Vec::new(),
+        )?])
+        .and([Requirement::new(
+            &labels::plan_node_label(plan_name),
+            Operator::NotIn,
+            vec![labels::DISABLED.to_string(), latest_hash.to_string()],
+        )?]);
+    if !applying.is_empty() {
+        // SUC builds `hostname in (applying)`, which rejects values that are not label values.
+        Requirement::new(labels::HOSTNAME, Operator::In, applying.to_vec())?;
+    }
+    let applying: HashSet<&str> = applying.iter().map(String::as_str).collect();
+
+    let mut selected = Vec::new();
+    let mut candidates = Vec::new();
+    for node in nodes.iter().filter(|n| base.matches(&n.labels)) {
+        match node.labels.get(labels::HOSTNAME) {
+            Some(h) if applying.contains(h.as_str()) => selected.push(node),
+            _ => candidates.push(node),
+        }
+    }
+
+    let free = usize::try_from(concurrency)
+        .unwrap_or(0)
+        .saturating_sub(selected.len());
+    if free > 0 && !candidates.is_empty() {
+        // One digest per candidate; raw digest bytes order exactly as their lower-case hex does.
+        let mut keyed: Vec<([u8; 32], &NodeInfo)> = candidates
+            .into_iter()
+            .map(|n| (order_key(&n.uid, plan_uid, latest_hash), n))
+            .collect();
+        if free < keyed.len() {
+            keyed.select_nth_unstable_by_key(free, |k| k.0);
+            keyed.truncate(free);
+        }
+        keyed.sort_unstable_by_key(|k| k.0);
+        selected.extend(keyed.into_iter().map(|(_, n)| n));
+    }
+    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(selected)
+}
+
+fn order_key(node_uid: &str, plan_uid: &str, latest_hash: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(node_uid.as_bytes());
+    h.update(plan_uid.as_bytes());
+    h.update(latest_hash.as_bytes());
+    h.finalize().into()
+}
+
+const LABEL_NAME_MAX: usize = 63;
+const DNS1123_SUBDOMAIN_MAX: usize = 253;
+const LABEL_KEY_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_KEY_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`
+fn is_dns1123_subdomain(s: &str) -> bool {
+    let lower_alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    s.split('.').all(|label| {
+        let b = label.as_bytes();
+        !b.is_empty()
+            && lower_alnum(&b[0])
+            && lower_alnum(&b[b.len() - 1])
+            && b.iter().all(|c| lower_alnum(c) || *c == b'-')
+    })
+}
+
+/// apimachinery's `RegexError`, double spaces included.
+fn regex_error(msg: &str, re: &str, examples: &[&str]) -> String {
+    let mut out = format!("{msg} (e.g. ");
+    for (i, e) in examples.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" or ");
+        }
+        out.push_str(&format!("'{e}', "));
+    }
+    out.push_str(&format!("regex used for validation is '{re}')"));
+    out
+}
+
+/// `IsQualifiedName` / `IsLabelKey`: `[prefix/]name`, a DNS-1123 subdomain prefix of at most
+/// 253 bytes and a name of at most 63.
+pub fn label_key_errors(key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else {
+                if prefix.len() > DNS1123_SUBDOMAIN_MAX {
+                    errs.push(format!(
+                        "prefix part must be no more than {DNS1123_SUBDOMAIN_MAX} bytes"
+                    ));
+                }
+                if !is_dns1123_subdomain(prefix) {
+                    errs.push(format!(
+                        "prefix part {}",
+                        regex_error(
+                            DNS1123_SUBDOMAIN_ERR,
+                            DNS1123_SUBDOMAIN_FMT,
+                            &["example.com"]
+                        )
+                    ));
+                }
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(LABEL_KEY_ERR, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else if name.len() > LABEL_NAME_MAX {
+        errs.push(format!(
+            "name part must be no more than {LABEL_NAME_MAX} bytes"
+        ));
+    }
+    if !is_label_name(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(
+                LABEL_KEY_ERR,
+                LABEL_KEY_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
+        ));
+    }
+    errs
+}
+
+/// `IsValidLabelValue`: empty, or at most 63 bytes of the label-name alphabet.
+pub fn label_value_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > LABEL_NAME_MAX {
+        errs.push(format!("must be no more than {LABEL_NAME_MAX} bytes"));
+    }
+    if !value.is_empty() && !is_label_name(value) {
+        errs.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
+}
+
+/// `utilerrors.NewAggregate(...).Error()`: one message alone, several deduplicated in brackets.
+fn aggregate(errs: Vec<String>) -> String {
+    let mut seen = Vec::new();
+    for e in errs {
+        if !seen.contains(&e) {
+            seen.push(e);
+        }
+    }
+    if seen.len() == 1 {
+        seen.remove(0)
+    } else {
+        format!("[{}]", seen.join(", "))
+    }
+}
+
+/// Go's `%q` for the strings that reach error messages.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// How `field.Invalid` prints a `[]string`: JSON, `null` for none (LabelSelectorAsSelector
+/// passes a nil slice when there are no values).
+fn json_list(values: &[String]) -> String {
+    if values.is_empty() {
+        return "null".to_string();
+    }
+    serde_json::to_string(values).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: if values.is_empty() {
+                None
+            } else {
+                Some(values.iter().map(|v| v.to_string()).collect())
+            },
+        }
+    }
+
+    fn sel(match_labels: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>) -> LabelSelector {
+        LabelSelector {
+            match_labels: if match_labels.is_empty() {
+                None
+            } else {
+                Some(labels(match_labels))
+            },
+            match_expressions: if exprs.is_empty() { None } else { Some(exprs) },
+        }
+    }
+
+    #[test]
+    fn none_selects_nothing_and_empty_selects_everything() {
+        let l = labels(&[("a", "b")]);
+        assert!(!matches(None, &l).expect("valid"));
+        assert!(!matches(None, &BTreeMap::new()).expect("valid"));
+        assert!(matches(Some(&LabelSelector::default()), &l).expect("valid"));
+        assert!(matches(Some(&LabelSelector::default()), &BTreeMap::new()).expect("valid"));
+        // Explicitly empty lists are still an empty selector.
+        let empty_lists = LabelSelector {
+            match_labels: Some(BTreeMap::new()),
+            match_expressions: Some(vec![]),
+        };
+        assert!(matches(Some(&empty_lists), &l).expect("valid"));
+    }
+
+    #[test]
+    fn operators_match_like_apimachinery() {
+        let l = labels(&[("a", "1"), ("b", "2")]);
+        let m = |s: LabelSelector| matches(Some(&s), &l).expect("valid");
+        assert!(m(sel(&[("a", "1")], vec![])));
+        assert!(!m(sel(&[("a", "2")], vec![])));
+        assert!(!m(sel(&[("a", "1"), ("c", "3")], vec![])));
+        assert!(m(sel(&[], vec![expr("a", "In", &["0", "1"])])));
+        assert!(!m(sel(&[], vec![expr("a", "In", &["0"])])));
+        assert!(!m(sel(&[], vec![expr("c", "In", &["0"])])));
+        assert!(m(sel(&[], vec![expr("a", "NotIn", &["0"])])));
+        assert!(!m(sel(&[], vec![expr("a", "NotIn", &["1"])])));
+        // NotIn matches an absent label.
+        assert!(m(sel(&[], vec![expr("c", "NotIn", &["1"])])));
+        assert!(m(sel(&[], vec![expr("a", "Exists", &[])])));
+        assert!(!m(sel(&[], vec![expr("c", "Exists", &[])])));
+        assert!(m(sel(&[], vec![expr("c", "DoesNotExist", &[])])));
+        assert!(!m(sel(&[], vec![expr("a", "DoesNotExist", &[])])));
+        // Everything is ANDed.
+        assert!(m(sel(
+            &[("b", "2")],
+            vec![expr("a", "Exists", &[]), expr("a", "NotIn", &["live"])]
+        )));
+        assert!(!m(sel(
+            &[("b", "2")],
+            vec![expr("a", "Exists", &[]), expr("a", "NotIn", &["1"])]
+        )));
+    }
+
+    #[test]
+    fn empty_label_values_are_valid_and_matched() {
+        let l = labels(&[("a", "")]);
+        assert!(matches(Some(&sel(&[("a", "")], vec![])), &l).expect("valid"));
+        assert!(matches(Some(&sel(&[], vec![expr("a", "In", &[""])])), &l).expect("valid"));
+    }
+
+    #[test]
+    fn invalid_selectors_are_errors_with_apimachinery_messages() {
+        let err = |s: LabelSelector| {
+            Selector::from_label_selector(Some(&s))
+                .expect_err("invalid")
+                .to_string()
+        };
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "In", &[])])),
+            "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty"
+        );
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "NotIn", &[])])),
+            "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty"
+        );
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "Exists", &["x", "y"])])),
+            r#"values: Invalid value: ["x","y"]: values set must be empty for exists and does not exist"#
+        );
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "DoesNotExist", &["x"])])),
+            r#"values: Invalid value: ["x"]: values set must be empty for exists and does not exist"#
+        );
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "Gt", &["1"])])),
+            r#""Gt" is not a valid label selector operator"#
+        );
+        assert_eq!(
+            err(sel(&[], vec![expr("a", "in", &["1"])])),
+            r#""in" is not a valid label selector operator"#
+        );
+        assert_eq!(
+            err(sel(&[("bad key", "v")], vec![])),
+            "key: Invalid value: \"bad key\": name part must consist of alphanumeric characters, '-', '_' or '.', \
+             and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', \
+             regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        );
+        assert_eq!(
+            err(sel(&[("k", "bad value")], vec![])),
+            "values[0][k]: Invalid value: \"bad value\": a valid label must be an empty string or consist of \
+             alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character \
+             (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
+             '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+        );
+        // Several problems are aggregated in brackets.
+        let both = err(sel(&[], vec![expr("-k", "In", &[])]));
+        assert!(
+            both.starts_with("[key: Invalid value: \"-k\": name part must consist")
+                && both.contains(", values: Invalid value: null: for 'in'")
+                && both.ends_with(']'),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn label_keys_follow_qualified_name_rules() {
+        for ok in [
+            "a",
+            "A.b_c-D",
+            "kubernetes.io/hostname",
+            "plan.upgrade.cattle.io/k3s-server",
+            &format!("{}/x", "a".repeat(253)),
+            &"n".repeat(63),
+        ] {
+            assert!(label_key_errors(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(
+            label_key_errors(""),
+            vec![
+                "name part must be non-empty".to_string(),
+                format!(
+                    "name part {}",
+                    regex_error(
+                        LABEL_KEY_ERR,
+                        LABEL_KEY_FMT,
+                        &["MyName", "my.name", "123-abc"]
+                    )
+                )
+            ]
+        );
+        assert_eq!(
+            label_key_errors(&"n".repeat(64)),
+            vec!["name part must be no more than 63 bytes".to_string()]
+        );
+        assert_eq!(
+            label_key_errors("/x"),
+            vec!["prefix part must be non-empty".to_string()]
+        );
+        let long_prefix = label_key_errors(&format!("{}/x", "a".repeat(254)));
+        assert_eq!(
+            long_prefix,
+            vec!["prefix part must be no more than 253 bytes".to_string()]
+        );
+        let upper = label_key_errors("Example.com/x");
+        assert_eq!(upper.len(), 1);
+        assert!(
+            upper[0].starts_with("prefix part a lowercase RFC 1123 subdomain"),
+            "{upper:?}"
+        );
+        assert!(upper[0].ends_with(r"(e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
+        for bad in ["a/b/c", "-a", "a-", "a b", "a..b/c", "x/", "é"] {
+            assert!(!label_key_errors(bad).is_empty(), "{bad}");
+        }
+        assert!(label_key_errors("a/b/c")[0].starts_with("a valid label key must consist"));
+    }
+
+    #[test]
+    fn label_values_follow_label_value_rules() {
+        for ok in ["", "a", "v1.30.1-k3s1", &"v".repeat(63), "A_b.c-9"] {
+            assert!(label_value_errors(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(
+            label_value_errors(&"v".repeat(64)),
+            vec!["must be no more than 63 bytes".to_string()]
+        );
+        for bad in ["-a", "a-", "a b", "v1.30.1+k3s1", "é"] {
+            assert_eq!(label_value_errors(bad).len(), 1, "{bad}");
+        }
+    }
+
+    #[test]
+    fn selector_strings_match_apimachinery() {
+        let s = Selector::from_label_selector(Some(&sel(
+            &[("tier", "web")],
+            vec![
+                expr("zone", "In", &["b", "a"]),
+                expr("env", "NotIn", &["prod", "dev"]),
+                expr("gpu", "Exists", &[]),
+                expr("app", "DoesNotExist", &[]),
+                expr("one", "In", &["x"]),
+            ],
+        )))
+        .expect("valid");
+        assert_eq!(
+            s.to_string(),
+            "!app,env notin (dev,prod),gpu,one in (x),tier=web,zone in (a,b)"
+        );
+        assert_eq!(Selector::everything().to_string(), "");
+        assert_eq!(Selector::Nothing.to_string(), "");
+    }
+
+    #[test]
+    fn requirements_with_the_same_key_keep_their_order() {
+        let s = Selector::from_label_selector(Some(&sel(
+            &[("k", "v")],
+            vec![expr("k", "Exists", &[]), expr("k", "NotIn", &["live"])],
+        )))
+        .expect("valid");
+        assert_eq!(s.to_string(), "k=v,k,k notin (live)");
+    }
+
+    #[test]
+    fn drain_pod_selector_adds_the_controller_requirement() {
+        assert_eq!(
+            drain_pod_selector(None).expect("valid"),
+            "!upgrade.cattle.io/controller"
+        );
+        assert_eq!(
+            drain_pod_selector(Some(&LabelSelector::default())).expect("valid"),
+            "!upgrade.cattle.io/controller"
+        );
+        // The SUC e2e case.
+        let sonobuoy = sel(&[], vec![expr("component", "NotIn", &["sonobuoy"])]);
+        assert_eq!(
+            drain_pod_selector(Some(&sonobuoy)).expect("valid"),
+            "component notin (sonobuoy),!upgrade.cattle.io/controller"
+        );
+        let later = sel(&[("zz", "1")], vec![]);
+        assert_eq!(
+            drain_pod_selector(Some(&later)).expect("valid"),
+            "!upgrade.cattle.io/controller,zz=1"
+        );
+        assert!(drain_pod_selector(Some(&sel(&[], vec![expr("a", "In", &[])]))).is_err());
+    }
+
+    const HASH: &str = "a71d41ca3e2c6b5a1d92efcb9449397b0115d7e83e52a5c0055c484e";
+    const PLAN: &str = "k3s-server";
+    const PLAN_UID: &str = "plan-uid";
+
+    fn node(name: &str, extra: &[(&str, &str)]) -> NodeInfo {
+        let mut l = labels(extra);
+        l.entry(labels::HOSTNAME.to_string())
+            .or_insert_with(|| name.to_string());
+        NodeInfo {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: l,
+            ..Default::default()
+        }
+    }
+
+    fn names(v: &[&NodeInfo]) -> Vec<String> {
+        v.iter().map(|n| n.name.clone()).collect()
+    }
+
+    fn select(
+        selector: Option<&LabelSelector>,
+        concurrency: i64,
+        applying: &[&str],
+        nodes: &[NodeInfo],
+    ) -> Vec<String> {
+        let applying: Vec<String> = applying.iter().map(|s| s.to_string()).collect();
+        names(
+            &select_concurrent_nodes(
+                PLAN,
+                PLAN_UID,
+                selector,
+                HASH,
+                concurrency,
+                &applying,
+                nodes,
+            )
+            .expect("selects"),
+        )
+    }
+
+    fn hex_key(node: &NodeInfo) -> String {
+        crate::naming::hex(&order_key(&node.uid, PLAN_UID, HASH))
+    }
+
+    #[test]
+    fn nil_selector_selects_no_node_and_empty_selects_all() {
+        let nodes: Vec<_> = (0..5).map(|i| node(&format!("n{i}"), &[])).collect();
+        assert!(select(None, 10, &[], &nodes).is_empty());
+        assert_eq!(
+            select(Some(&LabelSelector::default()), 10, &[], &nodes),
+            vec!["n0", "n1", "n2", "n3", "n4"]
+        );
+    }
+
+    #[test]
+    fn nodes_without_hostname_done_or_disabled_are_skipped() {
+        let plan_label = labels::plan_node_label(PLAN);
+        let mut no_hostname = node("a", &[]);
+        no_hostname.labels.clear();
+        let nodes = vec![
+            no_hostname,
+            node("b", &[(&plan_label, HASH)]),
+            node("c", &[(&plan_label, "disabled")]),
+            node("d", &[(&plan_label, "old-hash")]),
+            node("e", &[]),
+        ];
+        assert_eq!(
+            select(Some(&LabelSelector::default()), 10, &[], &nodes),
+            vec!["d", "e"]
+        );
+    }
+
+    #[test]
+    fn the_user_selector_is_applied() {
+        let nodes = vec![
+            node("a", &[("role", "worker")]),
+            node("b", &[("role", "server")]),
+            node("c", &[]),
+        ];
+        let s = sel(&[("role", "worker")], vec![]);
+        assert_eq!(select(Some(&s), 10, &[], &nodes), vec!["a"]);
+    }
+
+    #[test]
+    fn candidates_are_taken_in_sha256_order_and_returned_by_name() {
+        let nodes: Vec<_> = (0..20).map(|i| node(&format!("n{i:02}"), &[])).collect();
+        let mut by_key: Vec<&NodeInfo> = nodes.iter().collect();
+        by_key.sort_by_key(|n| hex_key(n));
+        for concurrency in [1, 3, 19, 20, 25] {
+            let take = usize::try_from(concurrency).unwrap_or(0).min(nodes.len());
+            let mut expected = names(&by_key[..take]);
+            expected.sort();
+            assert_eq!(
+                select(Some(&LabelSelector::default()), concurrency, &[], &nodes),
+                expected,
+                "concurrency {concurrency}"
+            );
+        }
+    }
+
+    #[test]
+    fn input_order_does_not_change_the_choice() {
+        let nodes: Vec<_> = (0..30).map(|i| node(&format!("n{i:02}"), &[])).collect();
+        let mut reversed = nodes.clone();
+        reversed.reverse();
+        let all = LabelSelector::default();
+        assert_eq!(
+            select(Some(&all), 4, &[], &nodes),
+            select(Some(&all), 4, &[], &reversed)
+        );
+    }
+
+    #[test]
+    fn applying_nodes_are_kept_even_above_concurrency() {
+        let nodes: Vec<_> = (0..6).map(|i| node(&format!("n{i}"), &[])).collect();
+        let all = LabelSelector::default();
+        assert_eq!(
+            select(Some(&all), 1, &["n4", "n2", "n0"], &nodes),
+            vec!["n0", "n2", "n4"]
+        );
+        // Free slots are filled from the others.
+        let chosen = select(Some(&all), 4, &["n5"], &nodes);
+        assert_eq!(chosen.len(), 4);
+        assert!(chosen.contains(&"n5".to_string()));
+    }
+
+    #[test]
+    fn applying_nodes_must_still_be_eligible() {
+        let plan_label = labels::plan_node_label(PLAN);
+        let nodes = vec![
+            node("done", &[(&plan_label, HASH)]),
+            node("other", &[("role", "x")]),
+        ];
+        let s = sel(&[], vec![expr("role", "DoesNotExist", &[])]);
+        assert!(select(Some(&s), 0, &["done", "other"], &nodes).is_empty());
+    }
+
+    #[test]
+    fn applying_lists_hostnames_not_node_names() {
+        let nodes = vec![
+            node("node-1.example.com", &[(labels::HOSTNAME, "node-1")]),
+            node("node-2.example.com", &[(labels::HOSTNAME, "node-2")]),
+        ];
+        let all = LabelSelector::default();
+        assert_eq!(
+            select(Some(&all), 0, &["node-1"], &nodes),
+            vec!["node-1.example.com"]
+        );
+        assert!(select(Some(&all), 0, &["node-2.example.com"], &nodes).is_empty());
+    }
+
+    #[test]
+    fn zero_or_negative_concurrency_selects_only_applying_nodes() {
+        let nodes: Vec<_> = (0..3).map(|i| node(&format!("n{i}"), &[])).collect();
+        let all = LabelSelector::default();
+        assert!(select(Some(&all), 0, &[], &nodes).is_empty());
+        assert!(select(Some(&all), -1, &[], &nodes).is_empty());
+        assert_eq!(select(Some(&all), -5, &["n1"], &nodes), vec!["n1"]);
+    }
+
+    #[test]
+    fn a_plan_name_too_long_for_a_label_key_is_an_error() {
+        let nodes = vec![node("n", &[])];
+        let long = "p".repeat(64);
+        let err = select_concurrent_nodes(
+            &long,
+            PLAN_UID,
+            Some(&LabelSelector::default()),
+            HASH,
+            1,
+            &[],
+            &nodes,
+        )
+        .expect_err("too long");
+        assert!(
+            err.to_string()
+                .contains("name part must be no more than 63 bytes"),
+            "{err}"
+        );
+        // Even when the selector selects nothing, as in SUC.
+        assert!(select_concurrent_nodes(&long, PLAN_UID, None, HASH, 1, &[], &nodes).is_err());
+        // 63 is fine, and so are dots.
+        let ok = "p".repeat(63);
+        assert!(select_concurrent_nodes(&ok, PLAN_UID, None, HASH, 1, &[], &nodes).is_ok());
+        assert!(select_concurrent_nodes("a.b", PLAN_UID, None, HASH, 1, &[], &nodes).is_ok());
+    }
+
+    #[test]
+    fn invalid_selectors_and_applying_values_are_errors() {
+        let nodes = vec![node("n", &[])];
+        let bad = sel(&[], vec![expr("a", "Bogus", &[])]);
+        assert_eq!(
+            select_concurrent_nodes(PLAN, PLAN_UID, Some(&bad), HASH, 1, &[], &nodes),
+            Err(SelectionError::UnknownOperator("Bogus".into()))
+        );
+        let applying = vec!["not a hostname".to_string()];
+        assert!(select_concurrent_nodes(PLAN, PLAN_UID, None, HASH, 1, &applying, &nodes).is_err());
+    }
+
+    #[test]
+    fn order_key_is_sha256_of_the_concatenation() {
+        let n = node("n", &[]);
+        let expected = crate::naming::hex(&Sha256::digest(
+            format!("{}{}{}", n.uid, PLAN_UID, HASH).as_bytes(),
+        ));
+        assert_eq!(hex_key(&n), expected);
+    }
+}
