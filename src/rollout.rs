@@ -18,6 +18,7 @@ use crate::api::{NodeProgress, Plan, PlanStatus, labels};
 use crate::conditions::{self as cond, COMPLETE, FALSE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::config::JobConfig;
 use crate::duration::GoDuration;
+use crate::expansion::expand_post_complete_labels;
 use crate::hash;
 use crate::image::munge_version;
 use crate::job;
@@ -137,7 +138,8 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
             );
         }
         if let Some(sel) = &drain.pod_selector {
-            selection::validate_selector(sel).map_err(|e| format!("spec.drain.podSelector: {e}"))?;
+            selection::Selector::from_label_selector(Some(sel))
+                .map_err(|e| format!("spec.drain.podSelector: {e}"))?;
         }
     }
     if let Some(window) = &spec.window {
@@ -172,7 +174,10 @@ fn post_complete_delay(plan: &Plan) -> Duration {
         .unwrap_or_default()
 }
 
-fn condition_true(job: &Job, type_: &str) -> Option<&k8s_openapi::api::batch::v1::JobCondition> {
+fn condition_true<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
     job.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -368,11 +373,12 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                         "JobComplete",
                         format!("Job completed on Node {node_name}"),
                     );
-                    let expanded = job::expand_post_complete_labels(
-                        plan.spec.post_complete_labels.as_ref(),
-                        &version,
-                        &hash,
-                    );
+                    let expanded = plan
+                        .spec
+                        .post_complete_labels
+                        .as_ref()
+                        .map(|l| expand_post_complete_labels(l, &version, &hash))
+                        .unwrap_or_default();
                     patch.labels.extend(expanded);
                     patch.labels.insert(plan_label.clone(), job_hash.to_string());
                 }

@@ -151,10 +151,9 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
                 .state()
                 .into_iter()
                 .filter(|p| {
-                    p.spec
-                        .node_selector
-                        .as_ref()
-                        .is_some_and(|s| selection::matches(s, &node_labels))
+                    // SUC's node handler checks only the user's selector.
+                    selection::matches(p.spec.node_selector.as_ref(), &node_labels)
+                        .unwrap_or(false)
                 })
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
