@@ -11,6 +11,7 @@ pub mod hash;
 pub mod image;
 pub mod naming;
 pub mod node;
+pub mod window;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]
