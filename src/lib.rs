@@ -17,6 +17,7 @@ pub mod naming;
 pub mod node;
 pub mod rollout;
 pub mod selection;
+pub mod window;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]
