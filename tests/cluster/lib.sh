@@ -137,7 +137,7 @@ EOF
 pid_is_ours() {
   local pid=$1 dir=$2
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir"
+  { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$dir"
 }
 
 # stop_pid PID NAME DIR : SIGTERM, then SIGKILL after a grace period; waits until it is gone.

@@ -118,6 +118,10 @@ start() {
 # check_alive : every started component is still running.
 check_alive() {
   local f name
+  if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
+    die "owner process $owner is gone (its reaper removes the cluster)"
+  fi
+  [ -d "$dir/pids" ] || die "$dir/pids disappeared (was down.sh run?)"
   for f in "$dir"/pids/*.pid; do
     [ -e "$f" ] || continue
     name=$(basename "$f" .pid)
@@ -130,12 +134,13 @@ check_alive() {
 
 # wait_for COMPONENT DESCRIPTION CMD... : polls CMD until it succeeds or the startup deadline.
 wait_for() {
-  local component=$1 what=$2
+  local component=$1 what=$2 out
   shift 2
-  while ! "$@" >/dev/null 2>&1; do
+  while ! out=$("$@" 2>&1); do
     check_alive
     if [ "$SECONDS" -ge "$deadline" ]; then
       failing=$component
+      cluster_log "last check ($*) said: $(tail -c 2000 <<<"$out")"
       die "timed out after ${timeout}s waiting for $what (SLIPWAY_CLUSTER_TIMEOUT)"
     fi
     sleep 0.2
@@ -227,7 +232,10 @@ if [ "$nodes" -gt 0 ]; then
     # shellcheck disable=SC2016 # go-template, not shell
     out=$("$kubectl" get nodes -o go-template='{{range .items}}{{.metadata.name}} {{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} {{if .spec.taints}}tainted{{else}}0{{end}}{{"\n"}}{{end}}') || return 1
     for i in $(seq 1 "$nodes"); do
-      grep -qx "$prefix$i True 0" <<<"$out" || return 1
+      if ! grep -qx "$prefix$i True 0" <<<"$out"; then
+        echo "nodes (name, Ready, taints):"$'\n'"$out"
+        return 1
+      fi
     done
   }
   wait_for kwok "$nodes nodes to be Ready without taints" ready_nodes
