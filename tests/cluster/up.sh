@@ -149,6 +149,7 @@ wait_for() {
 
 cluster_log "starting in $dir (binaries: $bin_dir)"
 mapfile -t ports < <(free_ports 5)
+[ "${#ports[@]}" -eq 5 ] || die "could not find free ports with python3"
 etcd_port=${ports[0]} etcd_peer_port=${ports[1]} api_port=${ports[2]} kcm_port=${ports[3]} sched_port=${ports[4]}
 cat >"$dir/ports.env" <<EOF
 ETCD_PORT=$etcd_port
