@@ -21,3 +21,34 @@ test:
 
 # What CI runs: lint, then every test.
 ci: lint test
+
+# Build (once, cached) the local test cluster's binaries: kube-apiserver & co, etcd, kwok.
+cluster-build:
+    tests/cluster/build.sh
+
+# Start a local test cluster with NODES fake nodes; prints `export KUBECONFIG=...`.
+cluster-up NODES="3":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    out=$(tests/cluster/up.sh "{{NODES}}")
+    line=$(tail -n 1 <<<"$out")
+    kubeconfig=${line#export KUBECONFIG=}
+    state="${XDG_CACHE_HOME:-$HOME/.cache}/slipway"
+    mkdir -p "$state"
+    echo "$(dirname "$kubeconfig")" >"$state/current-cluster"
+    echo "# use it with kubectl (and SLIPWAY_TEST_KUBECONFIG for cargo test):" >&2
+    echo "$line"
+    echo "export SLIPWAY_TEST_KUBECONFIG=$kubeconfig"
+
+# Stop the cluster started by the last `just cluster-up` (or DIR) and remove its directory.
+cluster-down DIR="":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    state="${XDG_CACHE_HOME:-$HOME/.cache}/slipway/current-cluster"
+    dir="{{DIR}}"
+    if [ -z "$dir" ]; then
+      if [ ! -f "$state" ]; then echo "no cluster recorded in $state" >&2; exit 1; fi
+      dir=$(cat "$state")
+    fi
+    tests/cluster/down.sh "$dir"
+    if [ -f "$state" ] && [ "$(cat "$state")" = "$dir" ]; then rm -f "$state"; fi
