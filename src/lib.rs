@@ -7,7 +7,7 @@
 pub mod api;
 pub mod conditions;
 pub mod config;
-pub mod controller;
+//TMP pub mod controller;
 pub mod duration;
 pub mod expansion;
 pub mod hash;

@@ -870,6 +870,9 @@ mod tests {
     fn a_second_identical_decision_changes_nothing() {
         let mut w = World::new(plan(2), nodes(3));
         w.step();
+        // The created Jobs show up: their nodes move from Pending to Upgrading.
+        let r = w.step();
+        assert!(r.status.nodes.iter().all(|n| n.phase == phase::UPGRADING));
         let r = w.decide();
         assert!(!r.status_changed, "{:#?}", r.status);
         assert!(r.events.is_empty(), "{:?}", r.events);
