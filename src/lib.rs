@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod channel;
 pub mod config;
 pub mod duration;
 pub mod hash;
