@@ -5,9 +5,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod channel;
 pub mod conditions;
 pub mod config;
-//TMP pub mod controller;
+pub mod controller;
 pub mod duration;
 pub mod expansion;
 pub mod hash;
