@@ -96,7 +96,7 @@ impl TimeWindow {
     /// so 22:00–02:00 on `mo` alone is open Monday 22:00–24:00 and Monday 00:00–02:00 (the tail
     /// of Sunday night), but not early Tuesday. The shifts are 24 real hours, as Go's `Add`.
     ///
-    /// DST: start and end are placed as Go's `time.Date` places them (see [`go_date`]). East of
+    /// DST: start and end are placed as Go's `time.Date` places them (see `go_date`). East of
     /// Greenwich a time in a gap moves forward by the gap and a time in a fold is the later one
     /// (Europe/Berlin: 02:30 on the spring day is 03:30 CEST, on the autumn day 02:30 CET); west of
     /// it a time in a gap moves back and a fold gives the earlier one (America/New_York: 02:30 on
@@ -223,14 +223,8 @@ fn parse_weekday(day: &str) -> Result<u8, WindowError> {
     // Go's `strings.ToLower` uses simple case mapping, which differs from Rust's only for U+0130.
     let lower: String = day
         .chars()
-        .flat_map(|c| {
-            let mapped: Vec<char> = if c == '\u{130}' {
-                vec!['i']
-            } else {
-                c.to_lowercase().collect()
-            };
-            mapped
-        })
+        .map(|c| if c == '\u{130}' { 'i' } else { c })
+        .flat_map(char::to_lowercase)
         .collect();
     let n = match lower.as_str() {
         "su" | "sun" | "sunday" => 0,
