@@ -37,13 +37,25 @@ enum Command {
 #[derive(clap::Args)]
 struct RunArgs {
     /// Controller name: the value of the upgrade.cattle.io/controller label on Jobs.
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_NAME", default_value = "system-upgrade-controller")]
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_NAME",
+        default_value = "system-upgrade-controller"
+    )]
     name: String,
     /// The namespace whose Plans, Jobs and Secrets are reconciled.
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_NAMESPACE", default_value = "system-upgrade")]
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_NAMESPACE",
+        default_value = "system-upgrade"
+    )]
     namespace: String,
     /// Path to a kubeconfig; empty means in-cluster configuration (or the usual kubeconfig lookup).
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG", default_value = "")]
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG",
+        default_value = ""
+    )]
     kubeconfig: String,
     /// Overrides the API server URL of the kubeconfig.
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_MASTER_URL", default_value = "")]
@@ -112,9 +124,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         job: env.job,
         polling_interval: env.polling_interval,
         install_crd: args.install_crd,
-        instance: args
-            .node_name
-            .or_else(|| std::env::var("HOSTNAME").ok()),
+        instance: args.node_name.or_else(|| std::env::var("HOSTNAME").ok()),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -126,7 +136,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
 async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> {
     let mut config = if kubeconfig.is_empty() {
-        kube::Config::infer().await.context("cannot find a Kubernetes configuration")?
+        kube::Config::infer()
+            .await
+            .context("cannot find a Kubernetes configuration")?
     } else {
         let kc = kube::config::Kubeconfig::read_from(kubeconfig)
             .with_context(|| format!("cannot read kubeconfig {kubeconfig}"))?;
@@ -135,7 +147,9 @@ async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> 
             .with_context(|| format!("cannot use kubeconfig {kubeconfig}"))?
     };
     if !master.is_empty() {
-        config.cluster_url = master.parse().with_context(|| format!("bad --master URL {master}"))?;
+        config.cluster_url = master
+            .parse()
+            .with_context(|| format!("bad --master URL {master}"))?;
     }
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }

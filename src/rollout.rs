@@ -231,20 +231,33 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     }
     match validate(plan, input.secrets) {
         Err(message) => {
-            if !cond::is(&st, VALIDATED, FALSE) || cond::get(&st, VALIDATED).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+            if !cond::is(&st, VALIDATED, FALSE)
+                || cond::get(&st, VALIDATED).and_then(|c| c.message.as_deref())
+                    != Some(message.as_str())
+            {
                 out.event(
                     EventType::Warning,
                     "ValidateFailed",
                     format!("Failed to validate plan: {message}"),
                 );
             }
-            cond::set(&mut st, VALIDATED, FALSE, "Error", &message, &now, generation);
+            cond::set(
+                &mut st, VALIDATED, FALSE, "Error", &message, &now, generation,
+            );
         }
         Ok(()) => {
             if !cond::is(&st, VALIDATED, TRUE) {
                 out.event(EventType::Normal, "Validated", "Plan is valid".into());
             }
-            cond::set(&mut st, VALIDATED, TRUE, "PlanIsValid", "", &now, generation);
+            cond::set(
+                &mut st,
+                VALIDATED,
+                TRUE,
+                "PlanIsValid",
+                "",
+                &now,
+                generation,
+            );
             resolve(input, &mut st, &mut out, &now);
         }
     }
@@ -255,7 +268,15 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     let version = st.latest_version.clone().unwrap_or_default();
     let hash = st.latest_hash.clone().unwrap_or_default();
     if !ready {
-        cond::set(&mut st, COMPLETE, FALSE, "NotReady", MSG_NOT_READY, &now, generation);
+        cond::set(
+            &mut st,
+            COMPLETE,
+            FALSE,
+            "NotReady",
+            MSG_NOT_READY,
+            &now,
+            generation,
+        );
     } else {
         generate(input, &old, &mut st, &mut out, &mut desired, &now);
     }
@@ -297,7 +318,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             continue;
         };
         if st.latest_version.as_deref() != Some(job_version) {
-            delete(format!("its version {job_version} is not the latest ({version})"));
+            delete(format!(
+                "its version {job_version} is not the latest ({version})"
+            ));
             continue;
         }
         let Some(node) = by_name.get(node_name) else {
@@ -312,7 +335,8 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                 failed.reason.as_deref().unwrap_or_default(),
                 failed.message.as_deref().unwrap_or_default()
             );
-            let message = format!("Job {namespace}/{job_name} failed on Node {node_name}: {detail}");
+            let message =
+                format!("Job {namespace}/{job_name} failed on Node {node_name}: {detail}");
             if applying.contains(host.as_str()) {
                 let known = progress.get(&host).is_some_and(|p| {
                     p.phase == phase::FAILED && p.job.as_deref() == Some(job_name)
@@ -350,7 +374,10 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                 patch.uncordon = cordons && node.unschedulable;
                 if waited < delay {
                     let remaining = delay - waited;
-                    if progress.get(&host).is_none_or(|p| p.phase != phase::WAITING) {
+                    if progress
+                        .get(&host)
+                        .is_none_or(|p| p.phase != phase::WAITING)
+                    {
                         out.event(
                             EventType::Normal,
                             "JobCompleteWaiting",
@@ -380,7 +407,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                         .map(|l| expand_post_complete_labels(l, &version, &hash))
                         .unwrap_or_default();
                     patch.labels.extend(expanded);
-                    patch.labels.insert(plan_label.clone(), job_hash.to_string());
+                    patch
+                        .labels
+                        .insert(plan_label.clone(), job_hash.to_string());
                 }
             }
             if patch.uncordon || !patch.labels.is_empty() {
@@ -388,7 +417,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             }
             expire(job, completed, input.now, &mut out, &mut delete);
         } else if !applying.contains(host.as_str()) {
-            delete(format!("node {node_name} is not applying this plan (running out of turn)"));
+            delete(format!(
+                "node {node_name} is not applying this plan (running out of turn)"
+            ));
         } else {
             progress.insert(
                 host.clone(),
@@ -453,7 +484,15 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
         .filter(|p| p.phase == phase::FAILED)
         .find_map(|p| p.message.clone());
     match failure {
-        Some(message) => cond::set(&mut st, COMPLETE, FALSE, "JobFailed", &message, &now, generation),
+        Some(message) => cond::set(
+            &mut st,
+            COMPLETE,
+            FALSE,
+            "JobFailed",
+            &message,
+            &now,
+            generation,
+        ),
         // The failed Job was replaced after a Plan change: the rollout is syncing again.
         None if cond::reason(&st, COMPLETE) == "JobFailed" => {
             cond::set(&mut st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
@@ -500,7 +539,11 @@ fn expire(
     let ttl = job_ttl(job);
     let age = elapsed_since(now, finished);
     if age >= ttl {
-        delete(format!("it finished {}s ago (ttl {}s)", age.as_secs(), ttl.as_secs()));
+        delete(format!(
+            "it finished {}s ago (ttl {}s)",
+            age.as_secs(),
+            ttl.as_secs()
+        ));
     } else {
         out.requeue(ttl - age);
     }
@@ -531,9 +574,25 @@ fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now
                     // Keep rolling out the last version the channel gave, and say so.
                     Some(kept) if resolved_before => {
                         let message = format!("{message}; keeping {kept}");
-                        cond::set(st, LATEST_RESOLVED, TRUE, "Channel", &message, now, generation);
+                        cond::set(
+                            st,
+                            LATEST_RESOLVED,
+                            TRUE,
+                            "Channel",
+                            &message,
+                            now,
+                            generation,
+                        );
                     }
-                    _ => cond::set(st, LATEST_RESOLVED, FALSE, "ResolveFailed", &message, now, generation),
+                    _ => cond::set(
+                        st,
+                        LATEST_RESOLVED,
+                        FALSE,
+                        "ResolveFailed",
+                        &message,
+                        now,
+                        generation,
+                    ),
                 }
                 digest(input, st);
                 return;
@@ -549,12 +608,24 @@ fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now
                     format!("Failed to resolve latest version: {ERR_UNRESOLVABLE}"),
                 );
             }
-            cond::set(st, LATEST_RESOLVED, FALSE, "Error", ERR_UNRESOLVABLE, now, generation);
+            cond::set(
+                st,
+                LATEST_RESOLVED,
+                FALSE,
+                "Error",
+                ERR_UNRESOLVABLE,
+                now,
+                generation,
+            );
             return;
         }
     };
     if !resolved_before || st.latest_version.as_deref() != Some(latest.as_str()) {
-        let source = if reason == "Version" { "Spec.Version" } else { "Spec.Channel" };
+        let source = if reason == "Version" {
+            "Spec.Version"
+        } else {
+            "Spec.Channel"
+        };
         out.event(
             EventType::Normal,
             "Resolved",
@@ -602,10 +673,19 @@ fn generate<'a>(
         Ok(nodes) => nodes,
         Err(e) => {
             let message = format!("Failed to select nodes: {e}");
-            if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+            if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str())
+            {
                 out.event(EventType::Warning, "SelectNodesFailed", message.clone());
             }
-            cond::set(st, COMPLETE, FALSE, "SelectNodesFailed", &message, now, generation);
+            cond::set(
+                st,
+                COMPLETE,
+                FALSE,
+                "SelectNodesFailed",
+                &message,
+                now,
+                generation,
+            );
             return;
         }
     };
@@ -613,7 +693,12 @@ fn generate<'a>(
     let mut rendered_plan = plan.clone();
     rendered_plan.status = Some(st.clone());
     for node in &selected {
-        match job::render_job(&rendered_plan, node, input.controller_name, input.job_config) {
+        match job::render_job(
+            &rendered_plan,
+            node,
+            input.controller_name,
+            input.job_config,
+        ) {
             Ok(j) => jobs.push((*node, j)),
             Err(e) => {
                 let message = format!("Failed to create job for node {}: {e}", node.name);
@@ -622,7 +707,15 @@ fn generate<'a>(
                 {
                     out.event(EventType::Warning, "ValidationFailed", message.clone());
                 }
-                cond::set(st, COMPLETE, FALSE, "ValidationFailed", &message, now, generation);
+                cond::set(
+                    st,
+                    COMPLETE,
+                    FALSE,
+                    "ValidationFailed",
+                    &message,
+                    now,
+                    generation,
+                );
                 return;
             }
         }
@@ -654,7 +747,15 @@ fn generate<'a>(
             );
         }
         out.requeue(window.next_check(input.now));
-        cond::set(st, COMPLETE, FALSE, "Waiting", MSG_WAITING_FOR_WINDOW, now, generation);
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            "Waiting",
+            MSG_WAITING_FOR_WINDOW,
+            now,
+            generation,
+        );
         return;
     }
     let names: Vec<String> = selected.iter().map(|n| n.hostname().to_string()).collect();
@@ -780,14 +881,19 @@ mod tests {
         fn apply(&mut self, r: &Rollout) {
             self.plan.status = Some(r.status.clone());
             let gone: BTreeSet<&str> = r.delete_jobs.iter().map(|d| d.name.as_str()).collect();
-            self.jobs.retain(|j| !gone.contains(j.metadata.name.as_deref().unwrap_or_default()));
+            self.jobs
+                .retain(|j| !gone.contains(j.metadata.name.as_deref().unwrap_or_default()));
             for j in &r.create_jobs {
                 if !self.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
                     self.jobs.push(j.clone());
                 }
             }
             for p in &r.node_patches {
-                let n = self.nodes.iter_mut().find(|n| n.name == p.node).expect("patched node exists");
+                let n = self
+                    .nodes
+                    .iter_mut()
+                    .find(|n| n.name == p.node)
+                    .expect("patched node exists");
                 n.labels.extend(p.labels.clone());
                 if p.uncordon {
                     n.unschedulable = false;
@@ -821,7 +927,10 @@ mod tests {
         }
 
         fn job_names(&self) -> Vec<String> {
-            self.jobs.iter().filter_map(|j| j.metadata.name.clone()).collect()
+            self.jobs
+                .iter()
+                .filter_map(|j| j.metadata.name.clone())
+                .collect()
         }
 
         fn status(&self) -> PlanStatus {
@@ -861,7 +970,10 @@ mod tests {
         assert_eq!(reasons(&r), vec!["Validated", "Resolved", "SyncJob"]);
         for j in &r.create_jobs {
             let node = label(j, labels::NODE).expect("node label");
-            assert!(st.applying.iter().any(|a| a == node), "jobs only for applying nodes");
+            assert!(
+                st.applying.iter().any(|a| a == node),
+                "jobs only for applying nodes"
+            );
         }
         assert_eq!(st.observed_generation, Some(1));
     }
@@ -885,11 +997,7 @@ mod tests {
         let mut clock = now();
         for _ in 0..40 {
             let r = w.step();
-            let unfinished = w
-                .jobs
-                .iter()
-                .filter(|j| j.status.is_none())
-                .count();
+            let unfinished = w.jobs.iter().filter(|j| j.status.is_none()).count();
             assert!(unfinished <= 2, "{unfinished} unfinished jobs");
             assert!(w.status().applying.len() <= 2);
             if is_done(&w) {
@@ -898,7 +1006,12 @@ mod tests {
             // The oldest unfinished job completes.
             clock += jiff::SignedDuration::from_secs(30);
             w.now = clock;
-            if let Some(name) = w.jobs.iter().find(|j| j.status.is_none()).and_then(|j| j.metadata.name.clone()) {
+            if let Some(name) = w
+                .jobs
+                .iter()
+                .find(|j| j.status.is_none())
+                .and_then(|j| j.metadata.name.clone())
+            {
                 w.finish(&name, "Complete", clock, "", "");
             }
             let _ = r;
@@ -906,7 +1019,12 @@ mod tests {
         assert!(is_done(&w), "{:#?}", w.status());
         let hash = w.status().latest_hash.expect("hash");
         for n in &w.nodes {
-            assert_eq!(n.labels.get("plan.upgrade.cattle.io/p"), Some(&hash), "{}", n.name);
+            assert_eq!(
+                n.labels.get("plan.upgrade.cattle.io/p"),
+                Some(&hash),
+                "{}",
+                n.name
+            );
         }
     }
 
@@ -933,12 +1051,21 @@ mod tests {
         let mut w = World::new(p, nodes(1));
         let r = w.step();
         let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
-        assert_eq!((lr.status.as_str(), lr.reason.as_deref()), (FALSE, Some("Error")));
+        assert_eq!(
+            (lr.status.as_str(), lr.reason.as_deref()),
+            (FALSE, Some("Error"))
+        );
         assert_eq!(lr.message.as_deref(), Some(ERR_UNRESOLVABLE));
-        assert_eq!(complete(&r.status), (FALSE.into(), "NotReady".into(), MSG_NOT_READY.into()));
+        assert_eq!(
+            complete(&r.status),
+            (FALSE.into(), "NotReady".into(), MSG_NOT_READY.into())
+        );
         assert!(reasons(&r).contains(&"ResolveFailed"));
         assert!(r.create_jobs.is_empty());
-        assert!(!reasons(&w.decide()).contains(&"ResolveFailed"), "reported once");
+        assert!(
+            !reasons(&w.decide()).contains(&"ResolveFailed"),
+            "reported once"
+        );
     }
 
     #[test]
@@ -948,7 +1075,10 @@ mod tests {
         let r = World::new(p, nodes(1)).decide();
         let v = cond::get(&r.status, VALIDATED).expect("Validated");
         assert_eq!(v.status, FALSE);
-        assert_eq!(v.message.as_deref(), Some("spec.postCompleteDelay is negative"));
+        assert_eq!(
+            v.message.as_deref(),
+            Some("spec.postCompleteDelay is negative")
+        );
         assert_eq!(reasons(&r), vec!["ValidateFailed"]);
         assert!(r.create_jobs.is_empty());
 
@@ -960,7 +1090,9 @@ mod tests {
         });
         let r = World::new(p, nodes(1)).decide();
         assert_eq!(
-            cond::get(&r.status, VALIDATED).and_then(|c| c.message.clone()).as_deref(),
+            cond::get(&r.status, VALIDATED)
+                .and_then(|c| c.message.clone())
+                .as_deref(),
             Some("spec.drain cannot specify both deleteEmptydirData and deleteLocalData")
         );
 
@@ -972,7 +1104,9 @@ mod tests {
         }]);
         let r = World::new(p, nodes(1)).decide();
         assert_eq!(
-            cond::get(&r.status, VALIDATED).and_then(|c| c.message.clone()).as_deref(),
+            cond::get(&r.status, VALIDATED)
+                .and_then(|c| c.message.clone())
+                .as_deref(),
             Some("secret \"creds\" not found")
         );
     }
@@ -981,7 +1115,15 @@ mod tests {
     fn outside_the_window_a_rollout_waits_but_one_started_goes_on() {
         let mut p = plan(1);
         p.spec.window = Some(crate::api::TimeWindowSpec {
-            days: Some(vec!["su".into(), "mo".into(), "tu".into(), "we".into(), "th".into(), "fr".into(), "sa".into()]),
+            days: Some(vec![
+                "su".into(),
+                "mo".into(),
+                "tu".into(),
+                "we".into(),
+                "th".into(),
+                "fr".into(),
+                "sa".into(),
+            ]),
             start_time: Some("01:00".into()),
             end_time: Some("02:00".into()),
             time_zone: Some("UTC".into()),
@@ -989,9 +1131,19 @@ mod tests {
         });
         let mut w = World::new(p, nodes(2));
         let r = w.step();
-        assert_eq!(complete(&r.status), (FALSE.into(), "Waiting".into(), MSG_WAITING_FOR_WINDOW.into()));
+        assert_eq!(
+            complete(&r.status),
+            (
+                FALSE.into(),
+                "Waiting".into(),
+                MSG_WAITING_FOR_WINDOW.into()
+            )
+        );
         assert!(r.create_jobs.is_empty());
-        assert!(r.requeue_after.is_some_and(|d| d <= Duration::from_secs(60)));
+        assert!(
+            r.requeue_after
+                .is_some_and(|d| d <= Duration::from_secs(60))
+        );
         assert!(reasons(&r).contains(&"Waiting"));
         assert!(!reasons(&w.step()).contains(&"Waiting"), "reported once");
 
@@ -1012,15 +1164,28 @@ mod tests {
         let mut w = World::new(plan(1), nodes(1));
         w.step();
         let job = w.job_names()[0].clone();
-        w.finish(&job, "Failed", now(), "DeadlineExceeded", "Job was active longer than specified deadline");
+        w.finish(
+            &job,
+            "Failed",
+            now(),
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
+        );
         let r = w.step();
         let expected = format!(
             "Job {NS}/{job} failed on Node node-1: DeadlineExceeded: Job was active longer than specified deadline"
         );
-        assert_eq!(complete(&r.status), (FALSE.into(), "JobFailed".into(), expected.clone()));
+        assert_eq!(
+            complete(&r.status),
+            (FALSE.into(), "JobFailed".into(), expected.clone())
+        );
         assert_eq!(reasons(&r), vec!["JobFailed"]);
         assert_eq!(r.status.nodes[0].phase, phase::FAILED);
-        assert_eq!(r.status.applying, vec!["node-1".to_string()], "the slot stays held");
+        assert_eq!(
+            r.status.applying,
+            vec!["node-1".to_string()],
+            "the slot stays held"
+        );
         // Reported once.
         assert!(w.step().events.is_empty());
         // The TTL deletes the Job; it is not created again.
@@ -1042,11 +1207,23 @@ mod tests {
         let mut w = World::new(plan(1), nodes(1));
         w.step();
         let job = w.job_names()[0].clone();
-        w.finish(&job, "Failed", now(), "BackoffLimitExceeded", "Job has reached the specified backoff limit");
+        w.finish(
+            &job,
+            "Failed",
+            now(),
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        );
         w.step();
         w.plan.spec.upgrade.args = Some(vec!["fixed".into()]);
         let r = w.step();
-        assert_eq!(r.delete_jobs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), vec![job.as_str()]);
+        assert_eq!(
+            r.delete_jobs
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>(),
+            vec![job.as_str()]
+        );
         let r = w.step();
         assert_eq!(r.create_jobs.len(), 1, "recreated with the new template");
         assert_ne!(complete(&r.status).1, "JobFailed");
@@ -1063,7 +1240,11 @@ mod tests {
         w.step();
         let job = w.job_names()[0].clone();
         let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
-        w.nodes.iter_mut().find(|n| n.name == node).expect("node").unschedulable = true;
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .unschedulable = true;
         w.finish(&job, "Complete", now(), "", "");
         w.now = now() + jiff::SignedDuration::from_secs(60);
         let r = w.step();
@@ -1071,15 +1252,24 @@ mod tests {
         assert_eq!(r.requeue_after, Some(Duration::from_secs(240)));
         assert_eq!(r.node_patches.len(), 1);
         assert!(r.node_patches[0].uncordon && r.node_patches[0].labels.is_empty());
-        assert!(r.create_jobs.is_empty(), "the slot is held during the delay");
+        assert!(
+            r.create_jobs.is_empty(),
+            "the slot is held during the delay"
+        );
         assert_eq!(r.status.nodes[0].phase, phase::WAITING);
 
         w.now = now() + jiff::SignedDuration::from_secs(301);
         let r = w.step();
         assert_eq!(reasons(&r), vec!["JobComplete"]);
         let labels = &r.node_patches[0].labels;
-        assert_eq!(labels.get("upgraded-to").map(String::as_str), Some("v1.30.1-k3s1"));
-        assert_eq!(labels.get("plan.upgrade.cattle.io/p"), w.status().latest_hash.as_ref());
+        assert_eq!(
+            labels.get("upgraded-to").map(String::as_str),
+            Some("v1.30.1-k3s1")
+        );
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/p"),
+            w.status().latest_hash.as_ref()
+        );
         // Next decision: the node is done and the other node takes the slot.
         let r = w.step();
         assert_eq!(r.create_jobs.len(), 1);
@@ -1095,7 +1285,10 @@ mod tests {
         let r = w.step();
         assert!(r.delete_jobs.iter().any(|d| d.name == old));
         assert_eq!(r.create_jobs.len(), 1);
-        assert_ne!(r.create_jobs[0].metadata.name.as_deref(), Some(old.as_str()));
+        assert_ne!(
+            r.create_jobs[0].metadata.name.as_deref(),
+            Some(old.as_str())
+        );
         assert!(reasons(&r).contains(&"Resolved"));
     }
 
@@ -1107,7 +1300,11 @@ mod tests {
         let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
         w.nodes.retain(|n| n.name != node);
         let r = w.step();
-        assert!(r.delete_jobs.iter().any(|d| d.name == job), "{:?}", r.delete_jobs);
+        assert!(
+            r.delete_jobs.iter().any(|d| d.name == job),
+            "{:?}",
+            r.delete_jobs
+        );
 
         // A running Job whose node is not applying runs out of turn.
         let mut w = World::new(plan(1), nodes(2));
@@ -1144,10 +1341,15 @@ mod tests {
         // Not asked yet: nothing resolved, nothing runs.
         let r = w.step();
         assert!(r.create_jobs.is_empty());
-        w.channel = Some(ChannelAnswer::Failed("unexpected response: HTTP/1.1 503 Service Unavailable".into()));
+        w.channel = Some(ChannelAnswer::Failed(
+            "unexpected response: HTTP/1.1 503 Service Unavailable".into(),
+        ));
         let r = w.step();
         let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
-        assert_eq!((lr.status.as_str(), lr.reason.as_deref()), (FALSE, Some("ResolveFailed")));
+        assert_eq!(
+            (lr.status.as_str(), lr.reason.as_deref()),
+            (FALSE, Some("ResolveFailed"))
+        );
         assert!(reasons(&r).contains(&"ResolveFailed"));
         w.channel = Some(ChannelAnswer::Version("v1.30.1+k3s1".into()));
         let r = w.step();
@@ -1159,7 +1361,12 @@ mod tests {
         let r = w.step();
         let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
         assert_eq!(lr.status, TRUE);
-        assert!(lr.message.as_deref().is_some_and(|m| m.ends_with("keeping v1.30.1-k3s1")), "{lr:?}");
+        assert!(
+            lr.message
+                .as_deref()
+                .is_some_and(|m| m.ends_with("keeping v1.30.1-k3s1")),
+            "{lr:?}"
+        );
         assert_eq!(r.status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
     }
 
@@ -1170,7 +1377,11 @@ mod tests {
         assert_eq!(w.status().applying.len(), 3);
         w.plan.spec.concurrency = Some(1);
         let r = w.step();
-        assert_eq!(r.status.applying.len(), 3, "applying nodes are never dropped");
+        assert_eq!(
+            r.status.applying.len(),
+            3,
+            "applying nodes are never dropped"
+        );
         assert!(r.delete_jobs.is_empty());
     }
 

@@ -44,7 +44,10 @@ impl ControllerProcess {
             child: None,
             log,
             args,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         p.spawn();
         p
@@ -94,7 +97,11 @@ impl ControllerProcess {
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- slipway log ({}) ---\n{}", self.log.display(), self.log_tail());
+            eprintln!(
+                "--- slipway log ({}) ---\n{}",
+                self.log.display(),
+                self.log_tail()
+            );
         }
         self.kill();
     }
@@ -160,13 +167,18 @@ async fn create_plan(ns: &TestNamespace, plan: &Plan) {
 }
 
 fn condition(plan: &Plan, type_: &str) -> Option<(String, String, String)> {
-    plan.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| {
-        (
-            c.status.clone(),
-            c.reason.clone().unwrap_or_default(),
-            c.message.clone().unwrap_or_default(),
-        )
-    })
+    plan.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
 }
 
 async fn wait_plan(
@@ -192,7 +204,10 @@ fn is_complete(plan: &Plan) -> bool {
     condition(plan, "Complete").is_some_and(|(s, _, _)| s == "True")
 }
 
-async fn node_labels(client: &kube::Client, names: &[String]) -> BTreeMap<String, BTreeMap<String, String>> {
+async fn node_labels(
+    client: &kube::Client,
+    names: &[String],
+) -> BTreeMap<String, BTreeMap<String, String>> {
     let api = Api::<Node>::all(client.clone());
     let mut out = BTreeMap::new();
     for n in names {
@@ -206,7 +221,8 @@ async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<
     let cluster = support::cluster().await?;
     let ns = TestNamespace::create(&cluster, test).await;
     let pool = ns.name().to_string();
-    let names = support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
+    let names =
+        support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
     Some((cluster, ns, names, pool))
 }
 
@@ -245,7 +261,14 @@ async fn rolls_over_five_nodes_two_at_a_time() {
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     create_plan(&ns, &rollout_plan("k3os-like", &pool, 2, "")).await;
 
-    let plan = wait_plan(&ns, "k3os-like", "the plan to complete", Duration::from_secs(120), is_complete).await;
+    let plan = wait_plan(
+        &ns,
+        "k3os-like",
+        "the plan to complete",
+        Duration::from_secs(120),
+        is_complete,
+    )
+    .await;
     let status = plan.status.clone().expect("status");
     let hash = status.latest_hash.clone().expect("latestHash");
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
@@ -271,13 +294,28 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         .collect();
     assert!(cordoned.is_empty(), "every node is uncordoned again");
     let out = cluster
-        .kubectl(&["-n", ns.name(), "wait", "--for=condition=Complete", "plan/k3os-like", "--timeout=10s"])
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "wait",
+            "--for=condition=Complete",
+            "plan/k3os-like",
+            "--timeout=10s",
+        ])
         .await
         .expect("kubectl wait");
     assert!(out.contains("condition met"), "{out}");
     let watch = jobs.lock().expect("lock");
-    assert!(watch.max_unfinished <= 2, "at most 2 jobs at once, saw {}", watch.max_unfinished);
-    assert!(watch.uids.len() >= 5, "one job per node: {:?}", watch.uids.keys());
+    assert!(
+        watch.max_unfinished <= 2,
+        "at most 2 jobs at once, saw {}",
+        watch.max_unfinished
+    );
+    assert!(
+        watch.uids.len() >= 5,
+        "one job per node: {:?}",
+        watch.uids.keys()
+    );
     drop(watch);
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
@@ -295,23 +333,52 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
     // Kill the controller as soon as it has started some Jobs, twice.
     for round in 0..2 {
         let api = ns.api::<Job>();
-        support::wait_for(&format!("jobs to start (round {round})"), Duration::from_secs(60), || async {
-            let n = api.list(&ListParams::default()).await?.items.len();
-            if n > round * 2 { Ok(()) } else { Err(anyhow!("{n} jobs")) }
-        })
+        support::wait_for(
+            &format!("jobs to start (round {round})"),
+            Duration::from_secs(60),
+            || async {
+                let n = api.list(&ListParams::default()).await?.items.len();
+                if n > round * 2 {
+                    Ok(())
+                } else {
+                    Err(anyhow!("{n} jobs"))
+                }
+            },
+        )
         .await;
         controller.restart();
     }
-    wait_plan(&ns, "crashy", "the plan to complete after crashes", Duration::from_secs(180), is_complete).await;
+    wait_plan(
+        &ns,
+        "crashy",
+        "the plan to complete after crashes",
+        Duration::from_secs(180),
+        is_complete,
+    )
+    .await;
     let watch = jobs.lock().expect("lock");
-    assert!(watch.max_unfinished <= 2, "at most 2 jobs at once, saw {}", watch.max_unfinished);
+    assert!(
+        watch.max_unfinished <= 2,
+        "at most 2 jobs at once, saw {}",
+        watch.max_unfinished
+    );
     for (name, uids) in &watch.uids {
         assert_eq!(uids.len(), 1, "job {name} was created more than once");
     }
     drop(watch);
-    let hash = ns.api::<Plan>().get("crashy").await.expect("plan").status.and_then(|s| s.latest_hash);
+    let hash = ns
+        .api::<Plan>()
+        .get("crashy")
+        .await
+        .expect("plan")
+        .status
+        .and_then(|s| s.latest_hash);
     for (node, labels) in node_labels(&client, &nodes).await {
-        assert_eq!(labels.get("plan.upgrade.cattle.io/crashy"), hash.as_ref(), "{node}");
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/crashy"),
+            hash.as_ref(),
+            "{node}"
+        );
     }
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
@@ -337,13 +404,29 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
     .await;
     let (status, _, message) = condition(&failed, "Complete").expect("Complete");
     assert_eq!(status, "False");
-    assert!(message.starts_with(&format!("Job {}/apply-failing-on-", ns.name())), "{message}");
-    assert!(message.contains(&format!("failed on Node {}", nodes[0])), "{message}");
+    assert!(
+        message.starts_with(&format!("Job {}/apply-failing-on-", ns.name())),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("failed on Node {}", nodes[0])),
+        "{message}"
+    );
     let events = cluster
-        .kubectl(&["-n", ns.name(), "get", "events", "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}"])
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "get",
+            "events",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+        ])
         .await
         .expect("events");
-    assert!(events.lines().any(|r| r == "JobFailed"), "JobFailed event: {events}");
+    assert!(
+        events.lines().any(|r| r == "JobFailed"),
+        "JobFailed event: {events}"
+    );
 
     // No automatic retry: the Job stays failed while the Plan is unchanged.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -359,7 +442,14 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
         )
         .await
         .expect("fix plan");
-    wait_plan(&ns, "failing", "the fixed plan to complete", Duration::from_secs(90), is_complete).await;
+    wait_plan(
+        &ns,
+        "failing",
+        "the fixed plan to complete",
+        Duration::from_secs(90),
+        is_complete,
+    )
+    .await;
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
 }
@@ -386,7 +476,10 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
             "metadata": {"name": name}, "stringData": {"v": "1"}
         }))
         .expect("secret");
-        secrets.create(&PostParams::default(), &s).await.expect("create secret");
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("create secret");
     }
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     let plan = rollout_plan(
@@ -396,46 +489,89 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
         "  secrets:\n  - {name: watched, path: watched}\n  - {name: ignored, path: ignored, ignoreUpdates: true}\n",
     );
     create_plan(&ns, &plan).await;
-    let first = wait_plan(&ns, "with-secrets", "first rollout", Duration::from_secs(120), is_complete).await;
+    let first = wait_plan(
+        &ns,
+        "with-secrets",
+        "first rollout",
+        Duration::from_secs(120),
+        is_complete,
+    )
+    .await;
     let first_hash = first.status.and_then(|s| s.latest_hash).expect("hash");
     let labels = node_labels(&client, &nodes).await;
-    assert_eq!(labels[&nodes[2]].get("plan.upgrade.cattle.io/with-secrets").map(String::as_str), Some("disabled"));
+    assert_eq!(
+        labels[&nodes[2]]
+            .get("plan.upgrade.cattle.io/with-secrets")
+            .map(String::as_str),
+        Some("disabled")
+    );
 
     // Changing the ignored Secret changes nothing.
     secrets
-        .patch("ignored", &PatchParams::default(), &Patch::Merge(json!({"stringData": {"v": "2"}})))
+        .patch(
+            "ignored",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
         .await
         .expect("patch ignored secret");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_ignored = ns.api::<Plan>().get("with-secrets").await.expect("plan");
-    assert_eq!(after_ignored.status.and_then(|s| s.latest_hash).as_ref(), Some(&first_hash));
+    assert_eq!(
+        after_ignored.status.and_then(|s| s.latest_hash).as_ref(),
+        Some(&first_hash)
+    );
 
     // Changing the watched Secret re-runs the Plan on every enabled node.
     secrets
-        .patch("watched", &PatchParams::default(), &Patch::Merge(json!({"stringData": {"v": "2"}})))
+        .patch(
+            "watched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
         .await
         .expect("patch watched secret");
-    let second = wait_plan(&ns, "with-secrets", "rollout after the secret changed", Duration::from_secs(120), |p| {
-        is_complete(p) && p.status.as_ref().and_then(|s| s.latest_hash.as_ref()) != Some(&first_hash)
-    })
+    let second = wait_plan(
+        &ns,
+        "with-secrets",
+        "rollout after the secret changed",
+        Duration::from_secs(120),
+        |p| {
+            is_complete(p)
+                && p.status.as_ref().and_then(|s| s.latest_hash.as_ref()) != Some(&first_hash)
+        },
+    )
     .await;
     let second_hash = second.status.and_then(|s| s.latest_hash).expect("hash");
     let labels = node_labels(&client, &nodes).await;
     for n in &nodes[..2] {
-        assert_eq!(labels[n].get("plan.upgrade.cattle.io/with-secrets"), Some(&second_hash), "{n}");
+        assert_eq!(
+            labels[n].get("plan.upgrade.cattle.io/with-secrets"),
+            Some(&second_hash),
+            "{n}"
+        );
     }
-    assert_eq!(labels[&nodes[2]].get("plan.upgrade.cattle.io/with-secrets").map(String::as_str), Some("disabled"));
+    assert_eq!(
+        labels[&nodes[2]]
+            .get("plan.upgrade.cattle.io/with-secrets")
+            .map(String::as_str),
+        Some("disabled")
+    );
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
 }
 
 /// A channel server on loopback that redirects to whatever release the test sets.
 async fn channel_server(target: Arc<Mutex<String>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
             let target = target.lock().expect("lock").clone();
             tokio::spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -468,20 +604,42 @@ async fn a_channel_plan_follows_its_channel() {
     plan.spec.version = None;
     plan.spec.channel = Some(url);
     create_plan(&ns, &plan).await;
-    let first = wait_plan(&ns, "follow", "the channel version to roll out", Duration::from_secs(90), is_complete).await;
+    let first = wait_plan(
+        &ns,
+        "follow",
+        "the channel version to roll out",
+        Duration::from_secs(90),
+        is_complete,
+    )
+    .await;
     let status = first.status.expect("status");
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
-    assert_eq!(condition_reason(&ns, "follow", "LatestResolved").await, "Channel");
+    assert_eq!(
+        condition_reason(&ns, "follow", "LatestResolved").await,
+        "Channel"
+    );
 
     *target.lock().expect("lock") = "v1.31.0+k3s1".to_string();
-    let second = wait_plan(&ns, "follow", "the new channel version to roll out", Duration::from_secs(150), |p| {
-        is_complete(p) && p.status.as_ref().and_then(|s| s.latest_version.as_deref()) == Some("v1.31.0-k3s1")
-    })
+    let second = wait_plan(
+        &ns,
+        "follow",
+        "the new channel version to roll out",
+        Duration::from_secs(150),
+        |p| {
+            is_complete(p)
+                && p.status.as_ref().and_then(|s| s.latest_version.as_deref())
+                    == Some("v1.31.0-k3s1")
+        },
+    )
     .await;
     let hash = second.status.and_then(|s| s.latest_hash).expect("hash");
     assert_ne!(Some(&hash), status.latest_hash.as_ref());
     for (node, labels) in node_labels(&client, &nodes).await {
-        assert_eq!(labels.get("plan.upgrade.cattle.io/follow"), Some(&hash), "{node} ran again");
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/follow"),
+            Some(&hash),
+            "{node} ran again"
+        );
     }
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;

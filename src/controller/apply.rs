@@ -1,11 +1,11 @@
 //! Applies a [`Rollout`] in the order that keeps the concurrency bound across crashes: the status
 //! first, guarded by the Plan's resourceVersion, then everything else.
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -30,7 +30,10 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
     let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
     for deletion in &decision.delete_jobs {
         info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
-        match jobs.delete(&deletion.name, &DeleteParams::background()).await {
+        match jobs
+            .delete(&deletion.name, &DeleteParams::background())
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(e.into()),

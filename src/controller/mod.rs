@@ -23,7 +23,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::{Plan, labels};
-use crate::channel::ChannelResolver;
+use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
 use crate::node::{NodeInfo, prune_node};
 use crate::rollout::{self, ChannelAnswer, RolloutInput};
@@ -48,6 +48,8 @@ pub enum Error {
     CacheStopped(&'static str),
     #[error("plan has no {0}")]
     IncompletePlan(&'static str),
+    #[error("cannot build the channel client: {0}")]
+    Channel(#[from] ChannelError),
 }
 
 /// What the controller is told at start.
@@ -74,7 +76,7 @@ pub struct Context {
     pub nodes: Store<Node>,
     pub jobs: Store<Job>,
     pub secrets: Store<Secret>,
-    pub channels: ChannelResolver,
+    pub channels: ChannelCache<ChannelClient>,
     pub cluster_id: String,
     pub recorder: Recorder,
 }
@@ -124,7 +126,10 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
-        channels: ChannelResolver::new(settings.polling_interval),
+        channels: ChannelCache::new(
+            ChannelClient::new(cluster_id.clone(), &ChannelConfig::default())?,
+            settings.polling_interval,
+        ),
         settings: settings.clone(),
         nodes,
         jobs,
@@ -152,8 +157,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
                 .into_iter()
                 .filter(|p| {
                     // SUC's node handler checks only the user's selector.
-                    selection::matches(p.spec.node_selector.as_ref(), &node_labels)
-                        .unwrap_or(false)
+                    selection::matches(p.spec.node_selector.as_ref(), &node_labels).unwrap_or(false)
                 })
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
@@ -164,9 +168,11 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
                 .state()
                 .into_iter()
                 .filter(|p| {
-                    p.spec.secrets.iter().flatten().any(|s| {
-                        s.name == name && !s.ignore_updates.unwrap_or(false)
-                    })
+                    p.spec
+                        .secrets
+                        .iter()
+                        .flatten()
+                        .any(|s| s.name == name && !s.ignore_updates.unwrap_or(false))
                 })
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
@@ -220,7 +226,11 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     if plan.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let name = plan.metadata.name.clone().ok_or(Error::IncompletePlan("name"))?;
+    let name = plan
+        .metadata
+        .name
+        .clone()
+        .ok_or(Error::IncompletePlan("name"))?;
     let nodes: Vec<NodeInfo> = ctx
         .nodes
         .state()
@@ -252,11 +262,11 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 .as_ref()
                 .and_then(|s| s.latest_version.clone())
                 .unwrap_or_default();
-            let outcome = ctx.channels.resolve(url, &latest, &ctx.cluster_id).await;
+            let outcome = ctx.channels.resolve(url, &latest).await;
             requeue = requeue.min(outcome.next_poll_in);
             Some(match outcome.result {
                 Ok(v) => ChannelAnswer::Version(v),
-                Err(e) => ChannelAnswer::Failed(e),
+                Err(e) => ChannelAnswer::Failed(e.to_string()),
             })
         }
         _ => None,
