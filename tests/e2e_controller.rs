@@ -109,11 +109,15 @@ impl Drop for ControllerProcess {
 
 /// Watches the namespace's Jobs for the whole test and records the most that were unfinished at
 /// once and every UID seen per Job name.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct JobWatch {
     unfinished: BTreeMap<String, bool>,
     max_unfinished: usize,
     uids: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn snapshot(w: &Arc<Mutex<JobWatch>>) -> JobWatch {
+    w.lock().expect("job watch lock").clone()
 }
 
 fn finished(job: &Job) -> bool {
@@ -305,7 +309,7 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         .await
         .expect("kubectl wait");
     assert!(out.contains("condition met"), "{out}");
-    let watch = jobs.lock().expect("lock");
+    let watch = snapshot(&jobs);
     assert!(
         watch.max_unfinished <= 2,
         "at most 2 jobs at once, saw {}",
@@ -316,7 +320,6 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         "one job per node: {:?}",
         watch.uids.keys()
     );
-    drop(watch);
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
 }
@@ -356,7 +359,7 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
         is_complete,
     )
     .await;
-    let watch = jobs.lock().expect("lock");
+    let watch = snapshot(&jobs);
     assert!(
         watch.max_unfinished <= 2,
         "at most 2 jobs at once, saw {}",
@@ -365,7 +368,6 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
     for (name, uids) in &watch.uids {
         assert_eq!(uids.len(), 1, "job {name} was created more than once");
     }
-    drop(watch);
     let hash = ns
         .api::<Plan>()
         .get("crashy")
