@@ -364,7 +364,12 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             };
             let completed = complete.last_transition_time.as_ref().map(|t| t.0);
             let waited = elapsed_since(input.now, completed);
-            let done = node.labels.get(&plan_label).map(String::as_str) == Some(job_hash);
+            // A Job for an older hash of this version (a Secret or digest changed while it ran)
+            // completes without labelling: its node needs the new hash anyway, and labelling from
+            // both Jobs would flip the label back and forth.
+            let stale = Some(job_hash) != st.latest_hash.as_deref();
+            let done =
+                stale || node.labels.get(&plan_label).map(String::as_str) == Some(job_hash);
             let mut patch = NodePatch {
                 node: node.name.clone(),
                 ..Default::default()
@@ -429,6 +434,12 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     }
 
     let deleting: BTreeSet<String> = deletions.iter().map(|d| d.name.clone()).collect();
+    // Nodes with an unfinished Job of this Plan: a second Job for the same node waits for it.
+    let busy: BTreeSet<&str> = existing
+        .values()
+        .filter(|j| condition_true(j, "Complete").is_none() && condition_true(j, "Failed").is_none())
+        .filter_map(|j| label(j, labels::NODE))
+        .collect();
     out.delete_jobs.extend(deletions);
 
     // Create the Jobs of applying nodes; replace those whose template changed; never retry a failed
@@ -466,7 +477,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             }
             Some(_) => {}
             None => {
-                if failed_at_this_generation {
+                if failed_at_this_generation || busy.contains(node.name.as_str()) {
                     continue;
                 }
                 progress.insert(
@@ -1383,6 +1394,50 @@ mod tests {
             "applying nodes are never dropped"
         );
         assert!(r.delete_jobs.is_empty());
+    }
+
+    #[test]
+    fn a_new_hash_mid_job_waits_for_the_old_job_and_never_labels_backwards() {
+        let mut p = plan(1);
+        p.spec.secrets = Some(vec![crate::api::SecretSpec {
+            name: "s".into(),
+            path: "s".into(),
+            ..Default::default()
+        }]);
+        let mut w = World::new(p, nodes(1));
+        let secret = |v: &str| Secret {
+            metadata: ObjectMeta {
+                name: Some("s".into()),
+                ..Default::default()
+            },
+            data: Some([("k".to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec()))].into()),
+            ..Default::default()
+        };
+        w.secrets.insert("s".into(), secret("1"));
+        w.step();
+        let old_job = w.job_names()[0].clone();
+        let old_hash = w.status().latest_hash.expect("hash");
+        // The Secret changes while the Job runs: no second Job for the busy node.
+        w.secrets.insert("s".into(), secret("2"));
+        let r = w.step();
+        let new_hash = r.status.latest_hash.clone().expect("hash");
+        assert_ne!(new_hash, old_hash);
+        assert!(r.create_jobs.is_empty(), "the node still runs the old Job");
+        assert!(r.delete_jobs.is_empty(), "same version: the old Job may finish");
+        // The old Job completes: it does not label the node with the old hash.
+        w.finish(&old_job, "Complete", now(), "", "");
+        let r = w.step();
+        assert!(r.node_patches.iter().all(|p| p.labels.is_empty()), "{:?}", r.node_patches);
+        assert_eq!(r.create_jobs.len(), 1, "the new hash runs now");
+        let new_job = w.job_names().into_iter().find(|n| *n != old_job).expect("new job");
+        w.finish(&new_job, "Complete", now(), "", "");
+        w.step();
+        let r = w.step();
+        assert_eq!(w.nodes[0].labels.get("plan.upgrade.cattle.io/p"), Some(&new_hash));
+        assert_eq!(complete(&r.status).0, TRUE);
+        // And stays there.
+        let r = w.step();
+        assert!(r.node_patches.is_empty());
     }
 
     #[test]
