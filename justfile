@@ -15,9 +15,24 @@ lint:
 crd:
     cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
 
-# Unit and end-to-end tests.
+# Unit and end-to-end tests. The end-to-end tests share one local cluster, started here (the first
+# run builds it: ~15 minutes). SLIPWAY_E2E=skip skips them, loudly.
 test:
-    cargo test --locked
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --locked --all-targets
+    if [ "${SLIPWAY_E2E:-}" = skip ] || [ -n "${SLIPWAY_TEST_KUBECONFIG:-}" ]; then
+      exec cargo test --locked
+    fi
+    tests/cluster/build.sh >/dev/null
+    dir=$(mktemp -d /tmp/slipway-test.XXXXXX)
+    trap 'tests/cluster/down.sh "$dir" >/dev/null 2>&1 || true' EXIT
+    SLIPWAY_CLUSTER_DIR="$dir" SLIPWAY_CLUSTER_OWNER_PID=$$ tests/cluster/up.sh 3 >/dev/null
+    SLIPWAY_TEST_KUBECONFIG="$dir/kubeconfig" cargo test --locked
+
+# Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
+demo:
+    scripts/demo.sh
 
 # What CI runs: lint, then every test.
 ci: lint test

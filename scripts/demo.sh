@@ -34,16 +34,18 @@ for _ in $(seq 60); do
 done
 kubectl wait --for=condition=Established crd/plans.upgrade.cattle.io --timeout=60s >/dev/null
 
-say "Applying a Plan: upgrade every node to v1.30.1+k3s1, two nodes at a time, cordoned"
+say "Applying a Plan: upgrade every node to v1.30.1+k3s1, two nodes at a time"
 kubectl apply -f - <<'PLAN'
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
 metadata:
   name: demo
   namespace: system-upgrade
+  annotations:
+    # Read by the local cluster's fake kubelet (kwok): each upgrade pod finishes after this long.
+    slipway.test/complete-delay: "4s"
 spec:
   concurrency: 2
-  cordon: true
   version: v1.30.1+k3s1
   nodeSelector:
     matchExpressions:
@@ -52,13 +54,15 @@ spec:
     image: rancher/k3s-upgrade
 PLAN
 
-say "Rollout (every 2s: nodes with their plan label, then the Plan)"
+say "Rollout (every 2s: each node's plan label, then the Plan and what its applying nodes do)"
 deadline=$((SECONDS + 180))
 while :; do
   echo "--- $(date +%T)"
   kubectl get nodes -L plan.upgrade.cattle.io/demo --no-headers \
-    -o custom-columns='NODE:.metadata.name,CORDONED:.spec.unschedulable,DONE-HASH:.metadata.labels.plan\.upgrade\.cattle\.io/demo'
+    -o custom-columns='NODE:.metadata.name,DONE-HASH:.metadata.labels.plan\.upgrade\.cattle\.io/demo'
   kubectl -n system-upgrade get plan demo -o wide --no-headers
+  kubectl -n system-upgrade get plan demo \
+    -o jsonpath='{range .status.nodes[*]}  {.name}: {.phase} {.job}{"\n"}{end}'
   if kubectl -n system-upgrade wait --for=condition=Complete plan/demo --timeout=0 >/dev/null 2>&1; then
     break
   fi

@@ -368,8 +368,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             // completes without labelling: its node needs the new hash anyway, and labelling from
             // both Jobs would flip the label back and forth.
             let stale = Some(job_hash) != st.latest_hash.as_deref();
-            let done =
-                stale || node.labels.get(&plan_label).map(String::as_str) == Some(job_hash);
+            let done = stale || node.labels.get(&plan_label).map(String::as_str) == Some(job_hash);
             let mut patch = NodePatch {
                 node: node.name.clone(),
                 ..Default::default()
@@ -437,7 +436,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     // Nodes with an unfinished Job of this Plan: a second Job for the same node waits for it.
     let busy: BTreeSet<&str> = existing
         .values()
-        .filter(|j| condition_true(j, "Complete").is_none() && condition_true(j, "Failed").is_none())
+        .filter(|j| {
+            condition_true(j, "Complete").is_none() && condition_true(j, "Failed").is_none()
+        })
         .filter_map(|j| label(j, labels::NODE))
         .collect();
     out.delete_jobs.extend(deletions);
@@ -1410,7 +1411,13 @@ mod tests {
                 name: Some("s".into()),
                 ..Default::default()
             },
-            data: Some([("k".to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec()))].into()),
+            data: Some(
+                [(
+                    "k".to_string(),
+                    k8s_openapi::ByteString(v.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
             ..Default::default()
         };
         w.secrets.insert("s".into(), secret("1"));
@@ -1423,17 +1430,31 @@ mod tests {
         let new_hash = r.status.latest_hash.clone().expect("hash");
         assert_ne!(new_hash, old_hash);
         assert!(r.create_jobs.is_empty(), "the node still runs the old Job");
-        assert!(r.delete_jobs.is_empty(), "same version: the old Job may finish");
+        assert!(
+            r.delete_jobs.is_empty(),
+            "same version: the old Job may finish"
+        );
         // The old Job completes: it does not label the node with the old hash.
         w.finish(&old_job, "Complete", now(), "", "");
         let r = w.step();
-        assert!(r.node_patches.iter().all(|p| p.labels.is_empty()), "{:?}", r.node_patches);
+        assert!(
+            r.node_patches.iter().all(|p| p.labels.is_empty()),
+            "{:?}",
+            r.node_patches
+        );
         assert_eq!(r.create_jobs.len(), 1, "the new hash runs now");
-        let new_job = w.job_names().into_iter().find(|n| *n != old_job).expect("new job");
+        let new_job = w
+            .job_names()
+            .into_iter()
+            .find(|n| *n != old_job)
+            .expect("new job");
         w.finish(&new_job, "Complete", now(), "", "");
         w.step();
         let r = w.step();
-        assert_eq!(w.nodes[0].labels.get("plan.upgrade.cattle.io/p"), Some(&new_hash));
+        assert_eq!(
+            w.nodes[0].labels.get("plan.upgrade.cattle.io/p"),
+            Some(&new_hash)
+        );
         assert_eq!(complete(&r.status).0, TRUE);
         // And stays there.
         let r = w.step();

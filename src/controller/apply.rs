@@ -84,7 +84,9 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
                     },
                     reason: event.reason.to_string(),
                     note: Some(event.message.clone()),
-                    action: event.reason.to_string(),
+                    // kube's recorder folds events with the same action and reason into one series
+                    // that keeps the first note; a digest of the note keeps different messages apart.
+                    action: format!("{}-{}", event.reason, note_digest(&event.message)),
                     secondary: None,
                 },
                 &reference,
@@ -95,4 +97,13 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
         }
     }
     Ok(())
+}
+
+fn note_digest(note: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(note.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

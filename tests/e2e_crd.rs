@@ -1,0 +1,215 @@
+//! The committed CRD on a real API server: it is accepted and Established, every example is
+//! accepted, every CEL rule rejects what it should with the field named, and `kubectl get plans`
+//! shows SUC's columns.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use slipway::api::Plan;
+use support::TestNamespace;
+
+async fn install_crd(client: &kube::Client) {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/plans.upgrade.cattle.io.yaml"),
+    )
+    .expect("read CRD");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("parse CRD");
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        "plans.upgrade.cattle.io",
+        &PatchParams::apply("slipway-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the API server accepts the CRD");
+    support::wait_for(
+        "the CRD to be Established",
+        Duration::from_secs(30),
+        || async {
+            let crd = api.get("plans.upgrade.cattle.io").await?;
+            let established = crd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "conditions: {:?}",
+                    crd.status.and_then(|s| s.conditions)
+                ))
+            }
+        },
+    )
+    .await;
+}
+
+fn minimal_plan(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "upgrade.cattle.io/v1",
+        "kind": "Plan",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// Creates a raw Plan and returns the API server's error message, if any.
+async fn create_raw(ns: &TestNamespace, plan: &Value) -> Result<(), String> {
+    let plan: Plan =
+        serde_json::from_value(plan.clone()).map_err(|e| format!("client-side: {e}"))?;
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan)
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            kube::Error::Api(s) => s.message,
+            other => other.to_string(),
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_examples_and_cel_rules_on_a_real_api_server() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&cluster, "crd").await;
+
+    // Every example is accepted, in the test namespace.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut created = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read example");
+        for doc in serde_saphyr::from_multiple::<Value>(&text).expect("parse example") {
+            if doc.is_null() {
+                continue;
+            }
+            let mut doc = doc;
+            doc["metadata"]["namespace"] = json!(ns.name());
+            create_raw(&ns, &doc)
+                .await
+                .unwrap_or_else(|e| panic!("{} rejected: {e}", file.display()));
+            created += 1;
+        }
+    }
+    assert!(created >= 7, "created {created} example plans");
+
+    // Each CEL rule rejects what it should, naming the field.
+    let upgrade = json!({"image": "x"});
+    let cases = [
+        (
+            json!({"concurrency": -1, "upgrade": upgrade}),
+            "spec.concurrency",
+        ),
+        (
+            json!({"postCompleteDelay": "-30s", "upgrade": upgrade}),
+            "spec.postCompleteDelay",
+        ),
+        (
+            json!({"postCompleteDelay": "soon", "upgrade": upgrade}),
+            "spec.postCompleteDelay",
+        ),
+        (
+            json!({"drain": {"deleteLocalData": true, "deleteEmptydirData": true}, "upgrade": upgrade}),
+            "spec.drain",
+        ),
+        (json!({"upgrade": {"image": ""}}), "spec.upgrade.image"),
+        (
+            json!({"prepare": {"image": ""}, "upgrade": upgrade}),
+            "spec.prepare.image",
+        ),
+        (json!({}), "spec.upgrade"),
+        (
+            json!({"window": {"days": ["never"], "startTime": "01:00", "endTime": "02:00"}, "upgrade": upgrade}),
+            "spec.window.days",
+        ),
+        (
+            json!({"window": {"days": [], "startTime": "01:00", "endTime": "02:00"}, "upgrade": upgrade}),
+            "spec.window.days",
+        ),
+        (
+            json!({"window": {"days": ["mo"], "startTime": "25:00", "endTime": "02:00"}, "upgrade": upgrade}),
+            "spec.window.startTime",
+        ),
+        (
+            json!({"window": {"days": ["mo"], "startTime": "01:00", "endTime": "3:04pm"}, "upgrade": upgrade}),
+            "spec.window.endTime",
+        ),
+        (
+            json!({"window": {"days": ["mo"], "startTime": "01:00"}, "upgrade": upgrade}),
+            "spec.window",
+        ),
+    ];
+    for (i, (spec, field)) in cases.iter().enumerate() {
+        let plan = minimal_plan(&format!("bad-{i}"), spec.clone());
+        let result = if field == &"spec.upgrade" {
+            // The client types require `upgrade`; send the raw object.
+            cluster
+                .kubectl_stdin(
+                    &["-n", ns.name(), "create", "-f", "-"],
+                    Some(&plan.to_string()),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        } else {
+            create_raw(&ns, &plan).await
+        };
+        let message = result.expect_err(&format!("{spec} must be rejected"));
+        assert!(
+            message.contains(field),
+            "{spec}: the message names {field}: {message}"
+        );
+    }
+    // A valid window, and the edge values the rules allow.
+    let ok = minimal_plan(
+        "window-ok",
+        json!({"window": {"days": ["0", "sunday", "sa"], "startTime": "23", "endTime": "03:04pm", "timeZone": "Europe/Berlin"},
+               "postCompleteDelay": "1h30m", "concurrency": 0, "upgrade": upgrade}),
+    );
+    create_raw(&ns, &ok)
+        .await
+        .expect("a valid plan is accepted");
+
+    // `kubectl get plans` shows SUC's printer columns.
+    let out = cluster
+        .kubectl(&["-n", ns.name(), "get", "plans", "-o", "wide"])
+        .await
+        .expect("kubectl get plans");
+    let header = out.lines().next().unwrap_or_default();
+    for column in [
+        "NAME", "IMAGE", "CHANNEL", "VERSION", "COMPLETE", "MESSAGE", "APPLYING",
+    ] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    assert!(out.contains("rancher/k3s-upgrade"), "{out}");
+    let narrow = cluster
+        .kubectl(&["-n", ns.name(), "get", "plans"])
+        .await
+        .expect("kubectl get plans");
+    assert!(
+        !narrow
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("APPLYING"),
+        "Applying is a wide column"
+    );
+    ns.cleanup().await;
+}
