@@ -223,6 +223,7 @@ async fn node_labels(
 
 async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
     let cluster = support::cluster().await?;
+    support::install_crd(&cluster.client().await).await;
     let ns = TestNamespace::create(&cluster, test).await;
     let pool = ns.name().to_string();
     let names =
