@@ -28,6 +28,8 @@
 //! its own client with [`Cluster::client`].
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod controller;
+
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
