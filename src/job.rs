@@ -106,7 +106,10 @@ pub fn render_job(
     )?;
     // A rebooting node's completed Job must outlive the reboot and the health gate.
     if let Some(policy) = reboot::policy(plan, config) {
-        let gate = policy.health_gate.as_ref().map_or(0, |g| g.timeout.as_secs());
+        let gate = policy
+            .health_gate
+            .as_ref()
+            .map_or(0, |g| g.timeout.as_secs());
         let needed = policy.timeout.as_secs() + gate + 60;
         ttl = ttl.max(i32::try_from(needed).unwrap_or(i32::MAX));
     }

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, Pod, PodSpec, SecurityContext, Toleration, Volume,
-    VolumeMount,
+    Container, HostPathVolumeSource, Pod, PodSpec, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::ObjectMeta;
@@ -30,8 +29,11 @@ pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Where sentinel files live on the host: persistent, so the reboot pod can tell after a restart
 /// whether the node rebooted.
 pub const DEFAULT_SENTINEL_PATH: &str = "/var/lib/slipway/reboot";
-/// Label on reboot pods (besides the controller, plan and node labels).
+/// Label on reboot pods (besides the controller and node labels).
 pub const REBOOT_LABEL: &str = "slipway.dev/reboot";
+/// The Plan of a reboot pod. Not `upgrade.cattle.io/plan`: the Job's pod anti-affinity on that
+/// label would keep the Job off the node its reboot pod waits on.
+pub const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
 /// Where the sentinel directory is mounted in the reboot pod and the Job's sentinel step.
 pub const SENTINEL_MOUNT: &str = "/sentinel";
 /// Name of the sentinel volume and of the Job's last container.
@@ -148,9 +150,8 @@ pub fn render_reboot_pod(
     let pod_labels = BTreeMap::from([
         // The controller label keeps `kubectl drain` (and so the upgrade Job's drain) off it.
         (labels::CONTROLLER.to_string(), controller_name.to_string()),
-        (labels::PLAN.to_string(), plan_name.to_string()),
+        (REBOOT_PLAN_LABEL.to_string(), plan_name.to_string()),
         (labels::NODE.to_string(), node.name.clone()),
-        (labels::plan_node_label(plan_name), hash.to_string()),
         (REBOOT_LABEL.to_string(), "true".to_string()),
     ]);
     Some(Pod {
@@ -297,13 +298,24 @@ mod tests {
             name: "node-1.example.com".into(),
             ..Default::default()
         };
-        let pod = render_reboot_pod(&p, &node, "apply-os-on-node-1-with-abc", "suc", &pol)
-            .expect("pod");
-        assert_eq!(pod.metadata.name.as_deref(), Some("reboot-os-on-node-1-with-abc"));
+        let pod =
+            render_reboot_pod(&p, &node, "apply-os-on-node-1-with-abc", "suc", &pol).expect("pod");
+        assert_eq!(
+            pod.metadata.name.as_deref(),
+            Some("reboot-os-on-node-1-with-abc")
+        );
         let l = pod.metadata.labels.as_ref().expect("labels");
         assert_eq!(l.get(labels::CONTROLLER).map(String::as_str), Some("suc"));
         assert_eq!(l.get(REBOOT_LABEL).map(String::as_str), Some("true"));
-        assert_eq!(l.get(labels::NODE).map(String::as_str), Some("node-1.example.com"));
+        assert_eq!(l.get(REBOOT_PLAN_LABEL).map(String::as_str), Some("os"));
+        assert!(
+            !l.contains_key(labels::PLAN) && !l.contains_key(labels::EXCLUSIVE),
+            "the Job's anti-affinity must not see the reboot pod"
+        );
+        assert_eq!(
+            l.get(labels::NODE).map(String::as_str),
+            Some("node-1.example.com")
+        );
         let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Plan", "os"));
         let spec = pod.spec.expect("spec");
@@ -312,7 +324,10 @@ mod tests {
         assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
         assert_eq!(spec.automount_service_account_token, Some(false));
         let c = &spec.containers[0];
-        assert_eq!(c.security_context.as_ref().and_then(|s| s.privileged), Some(true));
+        assert_eq!(
+            c.security_context.as_ref().and_then(|s| s.privileged),
+            Some(true)
+        );
         let script = &c.command.as_ref().expect("command")[2];
         assert!(script.contains("/sentinel/apply-os-on-node-1-with-abc"));
         assert!(script.contains("nsenter -t 1 -m -u -i -n -p -- systemctl reboot"));
@@ -325,7 +340,9 @@ mod tests {
     #[test]
     fn the_script_removes_the_sentinel_before_rebooting_and_exits_after_a_new_boot() {
         let s = reboot_script("job-1");
-        let marker = s.find("echo \"$boot\" > \"$marker\"").expect("records the boot");
+        let marker = s
+            .find("echo \"$boot\" > \"$marker\"")
+            .expect("records the boot");
         let remove = s.find("rm -f \"$sentinel\"").expect("removes the sentinel");
         let reboot = s.find("systemctl reboot").expect("reboots");
         assert!(marker < remove && remove < reboot);

@@ -418,7 +418,14 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                         if applying.contains(host.as_str()) {
                             progress.insert(
                                 host.clone(),
-                                node_progress(&progress, &host, phase::WAITING, job_name, &now, None),
+                                node_progress(
+                                    &progress,
+                                    &host,
+                                    phase::WAITING,
+                                    job_name,
+                                    &now,
+                                    None,
+                                ),
                             );
                         }
                     } else {
@@ -518,8 +525,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                         && [phase::REBOOTING, phase::WAITING_FOR_HEALTH, phase::WAITING]
                             .contains(&p.phase.as_str())
                 });
-                if failed_at_this_generation || past_its_job || busy.contains(node.name.as_str())
-                {
+                if failed_at_this_generation || past_its_job || busy.contains(node.name.as_str()) {
                     continue;
                 }
                 let mut pending =
@@ -652,7 +658,10 @@ fn after_reboot(
     now: &str,
 ) -> Gate {
     let generation = input.plan.metadata.generation;
-    let previous = progress.get(host).filter(|p| p.job.as_deref() == Some(job)).cloned();
+    let previous = progress
+        .get(host)
+        .filter(|p| p.job.as_deref() == Some(job))
+        .cloned();
     // Without a recorded boot (a Job made by another controller), the boot seen now is the old one.
     let before = previous
         .as_ref()
@@ -676,7 +685,11 @@ fn after_reboot(
         }
         let waited = elapsed_since(input.now, Some(since(phase::REBOOTING)));
         if waited >= policy.timeout {
-            let state = if node.boot_id == before { format!("boot ID still {before}") } else { "not Ready".to_string() };
+            let state = if node.boot_id == before {
+                format!("boot ID still {before}")
+            } else {
+                "not Ready".to_string()
+            };
             let message = format!(
                 "Node {} did not come back from its reboot within {} ({state})",
                 node.name,
@@ -692,14 +705,24 @@ fn after_reboot(
             out.event(
                 EventType::Normal,
                 "Rebooting",
-                format!("Job completed on Node {}; waiting for the node to reboot", node.name),
+                format!(
+                    "Job completed on Node {}; waiting for the node to reboot",
+                    node.name
+                ),
             );
         }
-        let mut p = node_progress(progress, host, phase::REBOOTING, job, now, Some(format!(
-            "waiting for a new boot ID (now {}) and Ready, up to {}",
-            node.boot_id,
-            GoDuration::from_std(policy.timeout)
-        )));
+        let mut p = node_progress(
+            progress,
+            host,
+            phase::REBOOTING,
+            job,
+            now,
+            Some(format!(
+                "waiting for a new boot ID (now {}) and Ready, up to {}",
+                node.boot_id,
+                GoDuration::from_std(policy.timeout)
+            )),
+        );
         p.boot_id = Some(before);
         progress.insert(host.to_string(), p);
         out.requeue((policy.timeout - waited).min(Duration::from_secs(30)));
@@ -709,7 +732,11 @@ fn after_reboot(
         let selector = selection::Selector::from_label_selector(Some(&gate.pod_selector))
             .map(|s| s.to_string())
             .unwrap_or_default();
-        let scope = gate.namespace.as_deref().map(|n| format!(" in namespace {n}")).unwrap_or_default();
+        let scope = gate
+            .namespace
+            .as_deref()
+            .map(|n| format!(" in namespace {n}"))
+            .unwrap_or_default();
         let waiting = match input.health.get(&node.name) {
             Some(o) if o.healthy() => None,
             Some(o) => Some(format!(
@@ -735,7 +762,8 @@ fn after_reboot(
                 if !in_phase(phase::FAILED) {
                     out.event(EventType::Warning, "HealthGateTimedOut", message.clone());
                 }
-                let mut failed = failed_progress(host, job, "HealthGateTimedOut", message, now, generation);
+                let mut failed =
+                    failed_progress(host, job, "HealthGateTimedOut", message, now, generation);
                 failed.boot_id = Some(before);
                 progress.insert(host.to_string(), failed);
                 return Gate::Closed;
@@ -744,10 +772,20 @@ fn after_reboot(
                 out.event(
                     EventType::Normal,
                     "Rebooted",
-                    format!("Node {} rebooted (boot ID {} is now {}); {message}", node.name, before, node.boot_id),
+                    format!(
+                        "Node {} rebooted (boot ID {} is now {}); {message}",
+                        node.name, before, node.boot_id
+                    ),
                 );
             }
-            let mut p = node_progress(progress, host, phase::WAITING_FOR_HEALTH, job, now, Some(message));
+            let mut p = node_progress(
+                progress,
+                host,
+                phase::WAITING_FOR_HEALTH,
+                job,
+                now,
+                Some(message),
+            );
             p.boot_id = Some(before);
             progress.insert(host.to_string(), p);
             out.requeue(Duration::from_secs(5));
@@ -757,14 +795,20 @@ fn after_reboot(
             out.event(
                 EventType::Normal,
                 "HealthGatePassed",
-                format!("Pods matching {selector}{scope} on node {} are Ready", node.name),
+                format!(
+                    "Pods matching {selector}{scope} on node {} are Ready",
+                    node.name
+                ),
             );
         }
     } else if !in_phase(phase::WAITING) {
         out.event(
             EventType::Normal,
             "Rebooted",
-            format!("Node {} rebooted (boot ID {} is now {}) and is Ready", node.name, before, node.boot_id),
+            format!(
+                "Node {} rebooted (boot ID {} is now {}) and is Ready",
+                node.name, before, node.boot_id
+            ),
         );
     }
     Gate::Open
@@ -776,8 +820,10 @@ fn desired_reboot_pods(
     st: &PlanStatus,
     finished_nodes: &BTreeSet<String>,
 ) -> BTreeSet<String> {
-    let (Some(name), Some(hash)) = (input.plan.metadata.name.as_deref(), st.latest_hash.as_deref())
-    else {
+    let (Some(name), Some(hash)) = (
+        input.plan.metadata.name.as_deref(),
+        st.latest_hash.as_deref(),
+    ) else {
         return BTreeSet::new();
     };
     if reboot::policy(input.plan, input.job_config).is_none() {
@@ -1158,7 +1204,10 @@ mod tests {
                     self.jobs.push(j.clone());
                 }
             }
-            self.pods.retain(|p| !r.delete_pods.contains(p.metadata.name.as_ref().expect("pod name")));
+            self.pods.retain(|p| {
+                !r.delete_pods
+                    .contains(p.metadata.name.as_ref().expect("pod name"))
+            });
             for p in &r.create_pods {
                 if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
                     self.pods.push(p.clone());
@@ -1756,29 +1805,55 @@ mod tests {
         assert_eq!(r.create_pods.len(), 1, "the reboot pod comes with the Job");
         assert_eq!(r.create_jobs.len(), 1);
         let job = &r.create_jobs[0];
-        let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("pod spec");
+        let spec = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("pod spec");
         assert_eq!(spec.containers[0].name, reboot::SENTINEL_NAME);
-        assert!(spec.init_containers.iter().flatten().any(|c| c.name == "upgrade"));
+        assert!(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == "upgrade")
+        );
         let node = label(job, labels::NODE).expect("node").to_string();
-        assert_eq!(r.status.nodes[0].boot_id.as_deref(), Some(format!("boot-{node}").as_str()));
+        assert_eq!(
+            r.status.nodes[0].boot_id.as_deref(),
+            Some(format!("boot-{node}").as_str())
+        );
         let job_name = w.job_names()[0].clone();
-        w.nodes.iter_mut().find(|n| n.name == node).expect("node").unschedulable = true;
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .unschedulable = true;
         w.finish(&job_name, "Complete", now(), "", "");
         let r = w.step();
         assert_eq!(reasons(&r), vec!["Rebooting"]);
         assert_eq!(r.status.nodes[0].phase, phase::REBOOTING);
-        assert!(r.node_patches.is_empty(), "no label and no uncordon before the reboot");
+        assert!(
+            r.node_patches.is_empty(),
+            "no label and no uncordon before the reboot"
+        );
         assert!(r.create_jobs.is_empty(), "the slot is held");
         assert!(r.delete_jobs.is_empty());
         // The node goes down (NotReady) and comes back with a new boot ID.
         w.now = now() + jiff::SignedDuration::from_secs(60);
-        w.nodes.iter_mut().find(|n| n.name == node).expect("node").ready = false;
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .ready = false;
         assert!(w.step().create_jobs.is_empty());
         reboot(&mut w, &node);
         let r = w.step();
         assert_eq!(reasons(&r), vec!["Rebooted", "JobComplete"]);
         assert!(r.node_patches[0].uncordon);
-        assert_eq!(r.node_patches[0].labels.get("plan.upgrade.cattle.io/p"), w.status().latest_hash.as_ref());
+        assert_eq!(
+            r.node_patches[0].labels.get("plan.upgrade.cattle.io/p"),
+            w.status().latest_hash.as_ref()
+        );
         assert_eq!(r.delete_pods.len(), 1, "the reboot pod goes");
         let r = w.step();
         assert_eq!(r.create_jobs.len(), 1, "the next node starts");
@@ -1795,11 +1870,20 @@ mod tests {
         w.now = now() + jiff::SignedDuration::from_secs(601);
         let r = w.step();
         let (status, reason, message) = complete(&r.status);
-        assert_eq!((status.as_str(), reason.as_str()), (FALSE, "RebootTimedOut"));
-        assert!(message.contains(&format!("Node {node} did not come back")), "{message}");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            (FALSE, "RebootTimedOut")
+        );
+        assert!(
+            message.contains(&format!("Node {node} did not come back")),
+            "{message}"
+        );
         assert_eq!(reasons(&r), vec!["RebootTimedOut"]);
         let r = w.step();
-        assert!(r.events.is_empty() && r.create_jobs.is_empty(), "reported once, slot held");
+        assert!(
+            r.events.is_empty() && r.create_jobs.is_empty(),
+            "reported once, slot held"
+        );
         assert_eq!(r.status.applying.len(), 1);
         // It comes back after all: the rollout goes on.
         reboot(&mut w, &node);
@@ -1830,9 +1914,18 @@ mod tests {
         let p = &r.status.nodes[0];
         assert_eq!(p.phase, phase::WAITING_FOR_HEALTH);
         let m = p.message.as_deref().expect("message");
-        assert!(m.contains("1 of 2 pods matching app=critical") && m.contains("cilium-abc"), "{m}");
+        assert!(
+            m.contains("1 of 2 pods matching app=critical") && m.contains("cilium-abc"),
+            "{m}"
+        );
         assert!(r.node_patches.is_empty() && r.create_jobs.is_empty());
-        w.health.insert(node.clone(), HealthObservation { not_ready: vec![], total: 2 });
+        w.health.insert(
+            node.clone(),
+            HealthObservation {
+                not_ready: vec![],
+                total: 2,
+            },
+        );
         let r = w.step();
         assert!(reasons(&r).contains(&"HealthGatePassed"));
         assert!(r.node_patches.iter().any(|p| !p.labels.is_empty()));
@@ -1846,12 +1939,22 @@ mod tests {
         w.finish(&job_name, "Complete", now(), "", "");
         w.step();
         reboot(&mut w, "node-1");
-        w.health.insert("node-1".into(), HealthObservation { not_ready: vec!["a/b".into()], total: 1 });
+        w.health.insert(
+            "node-1".into(),
+            HealthObservation {
+                not_ready: vec!["a/b".into()],
+                total: 1,
+            },
+        );
         w.step();
         w.now = now() + jiff::SignedDuration::from_secs(301);
         let r = w.step();
         assert_eq!(complete(&r.status).1, "HealthGateTimedOut");
-        assert!(complete(&r.status).2.contains("Node node-1 rebooted but its health gate did not pass"));
+        assert!(
+            complete(&r.status)
+                .2
+                .contains("Node node-1 rebooted but its health gate did not pass")
+        );
     }
 
     #[test]
@@ -1871,7 +1974,11 @@ mod tests {
         let mut w = World::new(plan(2), nodes(2));
         let r = w.step();
         assert!(r.create_pods.is_empty());
-        let spec = r.create_jobs[0].spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("spec");
+        let spec = r.create_jobs[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("spec");
         assert_eq!(spec.containers[0].name, "upgrade");
     }
 

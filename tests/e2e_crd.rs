@@ -66,7 +66,7 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
             created += 1;
         }
     }
-    assert!(created >= 7, "created {created} example plans");
+    assert!(created >= 8, "created {created} example plans");
 
     // Each CEL rule rejects what it should, naming the field.
     let upgrade = json!({"image": "x"});

@@ -171,7 +171,10 @@ fn add_rules(root: &mut Value) {
     });
     let reboot = format!("{spec}/properties/reboot");
     for (path, field) in [
-        (format!("{reboot}/properties/timeout"), "spec.reboot.timeout"),
+        (
+            format!("{reboot}/properties/timeout"),
+            "spec.reboot.timeout",
+        ),
         (
             format!("{reboot}/properties/healthGate/properties/timeout"),
             "spec.reboot.healthGate.timeout",

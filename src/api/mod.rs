@@ -4,8 +4,8 @@ pub mod crd;
 pub mod plan;
 
 pub use plan::{
-    ContainerSpec, DrainSpec, DrainTimeout, HealthGateSpec, NodeProgress, Plan, PlanCondition, PlanSpec,
-    PlanStatus, RebootSpec, SecretSpec, TimeWindowSpec, VolumeSpec,
+    ContainerSpec, DrainSpec, DrainTimeout, HealthGateSpec, NodeProgress, Plan, PlanCondition,
+    PlanSpec, PlanStatus, RebootSpec, SecretSpec, TimeWindowSpec, VolumeSpec,
 };
 
 /// The API group shared with system-upgrade-controller.

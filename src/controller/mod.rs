@@ -26,9 +26,9 @@ use crate::api::{Plan, labels};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
 use crate::node::{NodeInfo, prune_node};
-use crate::rollout::{self, ChannelAnswer, RolloutInput};
 use crate::reboot::{self, HealthObservation};
 use crate::rollout::phase;
+use crate::rollout::{self, ChannelAnswer, RolloutInput};
 use crate::selection;
 
 /// The field manager slipway writes with.
@@ -166,7 +166,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         })
         .watches_stream(pod_stream, move |pod: Pod| {
             pod.labels()
-                .get(labels::PLAN)
+                .get(reboot::REBOOT_PLAN_LABEL)
                 .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
         .watches_stream(node_stream, move |node: Node| {
@@ -268,7 +268,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         .reboot_pods
         .state()
         .iter()
-        .filter(|p| p.labels().get(labels::PLAN) == Some(&name))
+        .filter(|p| p.labels().get(reboot::REBOOT_PLAN_LABEL) == Some(&name))
         .map(|p| p.as_ref().clone())
         .collect();
     let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
@@ -339,9 +339,11 @@ async fn observe_health(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let waiting = plan.status.iter().flat_map(|s| s.nodes.iter()).filter(|p| {
-        p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH
-    });
+    let waiting = plan
+        .status
+        .iter()
+        .flat_map(|s| s.nodes.iter())
+        .filter(|p| p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH);
     for progress in waiting {
         let Some(node) = nodes.iter().find(|n| n.hostname() == progress.name) else {
             continue;
