@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
     WindowsSecurityContextOptions,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use sha2::{Digest, Sha256};
 
@@ -318,14 +318,7 @@ pub fn render_job(
             namespace: plan.metadata.namespace.clone(),
             labels: Some(job_labels),
             annotations: Some(job_annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: format!("{}/v1", crate::api::GROUP),
-                kind: "Plan".to_string(),
-                name: plan_name.to_string(),
-                uid: plan_uid.to_string(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }]),
+            owner_references: Some(vec![crate::api::plan_owner_reference(plan_name, plan_uid)]),
             ..Default::default()
         },
         spec: Some(JobSpec {
@@ -1722,14 +1715,16 @@ mod tests {
         );
         assert_eq!(
             job.metadata.owner_references,
-            Some(vec![OwnerReference {
-                api_version: "upgrade.cattle.io/v1".into(),
-                kind: "Plan".into(),
-                name: "k3s-server".into(),
-                uid: "plan-uid".into(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }])
+            Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "upgrade.cattle.io/v1".into(),
+                    kind: "Plan".into(),
+                    name: "k3s-server".into(),
+                    uid: "plan-uid".into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(false),
+                }
+            ])
         );
     }
 

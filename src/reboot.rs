@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Container, HostPathVolumeSource, Pod, PodSpec, SecurityContext, Toleration, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
 
 use crate::api::{Plan, labels};
@@ -159,14 +159,7 @@ pub fn render_reboot_pod(
             name: Some(reboot_pod_name(plan_name, &node.name, hash)),
             namespace: plan.metadata.namespace.clone(),
             labels: Some(pod_labels),
-            owner_references: Some(vec![OwnerReference {
-                api_version: format!("{}/v1", crate::api::GROUP),
-                kind: "Plan".to_string(),
-                name: plan_name.to_string(),
-                uid: plan_uid.to_string(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }]),
+            owner_references: Some(vec![crate::api::plan_owner_reference(plan_name, plan_uid)]),
             ..Default::default()
         },
         spec: Some(PodSpec {

@@ -696,9 +696,14 @@ fn after_reboot(
                 GoDuration::from_std(policy.timeout)
             );
             out.event(EventType::Warning, "RebootTimedOut", message.clone());
-            let mut failed = failed_progress(host, job, "RebootTimedOut", message, now, generation);
-            failed.boot_id = Some(before);
-            progress.insert(host.to_string(), failed);
+            let failed = failed_progress(host, job, "RebootTimedOut", message, now, generation);
+            progress.insert(
+                host.to_string(),
+                NodeProgress {
+                    boot_id: Some(before),
+                    ..failed
+                },
+            );
             return Gate::Closed;
         }
         if !in_phase(phase::REBOOTING) {
@@ -762,10 +767,15 @@ fn after_reboot(
                 if !in_phase(phase::FAILED) {
                     out.event(EventType::Warning, "HealthGateTimedOut", message.clone());
                 }
-                let mut failed =
+                let failed =
                     failed_progress(host, job, "HealthGateTimedOut", message, now, generation);
-                failed.boot_id = Some(before);
-                progress.insert(host.to_string(), failed);
+                progress.insert(
+                    host.to_string(),
+                    NodeProgress {
+                        boot_id: Some(before),
+                        ..failed
+                    },
+                );
                 return Gate::Closed;
             }
             if !in_phase(phase::WAITING_FOR_HEALTH) {
