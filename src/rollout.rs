@@ -576,8 +576,26 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
         Some((reason, message)) => cond::set(
             &mut st, COMPLETE, FALSE, &reason, &message, &now, generation,
         ),
-        // The failed Job was replaced after a Plan change: the rollout is syncing again.
-        None if FAILURE_REASONS.contains(&cond::reason(&st, COMPLETE)) => {
+        // Otherwise say what the rollout waits for: a node rebooting or waiting for its health gate.
+        None if let Some(p) = progress
+            .values()
+            .find(|p| p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH) =>
+        {
+            let message = format!(
+                "node {}: {}",
+                p.name,
+                p.message.as_deref().unwrap_or_default()
+            );
+            let reason = p.phase.clone();
+            cond::set(
+                &mut st, COMPLETE, FALSE, &reason, &message, &now, generation,
+            );
+        }
+        // The failed Job was replaced after a Plan change, or the node is back: syncing again.
+        None if FAILURE_REASONS.contains(&cond::reason(&st, COMPLETE))
+            || [phase::REBOOTING, phase::WAITING_FOR_HEALTH]
+                .contains(&cond::reason(&st, COMPLETE)) =>
+        {
             cond::set(&mut st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
         }
         None => {}
