@@ -258,3 +258,105 @@ async fn a_node_that_never_comes_back_fails_the_plan_after_the_timeout() {
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
 }
+
+async fn set_pod_ready(pods: &Api<Pod>, name: &str, ready: bool) {
+    let status = if ready { "True" } else { "False" };
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": status}]}})),
+    )
+    .await
+    .expect("patch pod readiness");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    let ns = TestNamespace::create(&cluster, "health").await;
+    let pool = ns.name().to_string();
+    let nodes = support::create_nodes(&client, "health", 1, &[("slipway.test/pool", &pool)]).await;
+    let node = nodes[0].clone();
+    // A workload pod on the node that the gate watches.
+    let pods = ns.api::<Pod>();
+    let critical: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "critical", "labels": {"app": "critical"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &critical)
+        .await
+        .expect("create pod");
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let mut plan = reboot_plan("gated", &pool, "5m");
+    plan.spec.reboot.as_mut().expect("reboot").health_gate = Some(slipway::api::HealthGateSpec {
+        pod_selector: serde_json::from_value(json!({"matchLabels": {"app": "critical"}}))
+            .expect("selector"),
+        namespace: Some(ns.name().to_string()),
+        timeout: Some("5m".into()),
+        ..Default::default()
+    });
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create plan");
+
+    wait_phase(&ns, "gated", &node, "Rebooting", Duration::from_secs(60)).await;
+    set_pod_ready(&pods, "critical", false).await;
+    simulate_reboot(&client, &node).await;
+    wait_phase(
+        &ns,
+        "gated",
+        &node,
+        "WaitingForHealth",
+        Duration::from_secs(30),
+    )
+    .await;
+    let p = plan_status(&ns, "gated").await;
+    let complete = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned())
+        .expect("Complete");
+    assert_eq!(complete.reason.as_deref(), Some("WaitingForHealth"));
+    let message = complete.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("{}/critical", ns.name())),
+        "the condition names the pod: {message}"
+    );
+    assert!(
+        !p.status.as_ref().is_some_and(|s| s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")),
+        "not complete while the pod is not Ready"
+    );
+
+    set_pod_ready(&pods, "critical", true).await;
+    let api = ns.api::<Plan>();
+    support::wait_for(
+        "the gated plan to complete",
+        Duration::from_secs(60),
+        || async {
+            let p = api.get("gated").await?;
+            let complete = p.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            });
+            if complete {
+                Ok(())
+            } else {
+                Err(anyhow!("status: {:?}", p.status))
+            }
+        },
+    )
+    .await;
+    ns.cleanup().await;
+    support::delete_nodes(&client, &nodes).await;
+}
