@@ -21,7 +21,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{Plan, labels};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
@@ -83,18 +83,6 @@ pub struct Operations {
     pub shutdown: CancellationToken,
     /// Whether this replica may write; checked before every write of a reconcile.
     pub guard: LeaseGuard,
-}
-
-impl Operations {
-    /// For a controller run without leader election, metrics or signals (tests, tools).
-    pub fn standalone() -> Self {
-        Operations {
-            metrics: Arc::new(Metrics::new()),
-            health: Health::default(),
-            shutdown: CancellationToken::new(),
-            guard: LeaseGuard::always(),
-        }
-    }
 }
 
 /// What the controller is told at start.
@@ -286,7 +274,18 @@ where
     K: kube::Resource + Clone + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
 {
-    Box::pin(async move { store.wait_until_ready().await })
+    // Polled again and again: kube-runtime's `wait_until_ready` wakes only the last of several
+    // concurrent waiters (the Controller waits on the Plan store too), so a single wait can hang
+    // after the store is ready. A new poll sees the memoized readiness at once.
+    Box::pin(async move {
+        loop {
+            if let Ok(ready) =
+                tokio::time::timeout(Duration::from_millis(250), store.wait_until_ready()).await
+            {
+                return ready;
+            }
+        }
+    })
 }
 
 /// Marks the process ready once every cache has its first full list.
@@ -296,11 +295,11 @@ fn spawn_sync_watch(
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let all = futures::future::join_all(
-            stores
-                .into_iter()
-                .map(|(what, ready)| async move { ready.await.map_err(|_| what) }),
-        );
+        let all = futures::future::join_all(stores.into_iter().map(|(what, ready)| async move {
+            ready.await.map_err(|_| what)?;
+            debug!("the {what} cache is synced");
+            Ok::<(), &'static str>(())
+        }));
         tokio::select! {
             _ = shutdown.cancelled() => {}
             results = all => {
@@ -334,9 +333,9 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     ctx.metrics
         .retain_plans(|ns, name| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some());
     for (store, what) in [
-        (ctx.nodes.wait_until_ready().await, "node"),
-        (ctx.jobs.wait_until_ready().await, "job"),
-        (ctx.secrets.wait_until_ready().await, "secret"),
+        (ready(ctx.nodes.clone()).await, "node"),
+        (ready(ctx.jobs.clone()).await, "job"),
+        (ready(ctx.secrets.clone()).await, "secret"),
     ] {
         store.map_err(|_| Error::CacheStopped(what))?;
     }
