@@ -12,13 +12,17 @@ pub mod controller;
 pub mod duration;
 pub mod expansion;
 pub mod hash;
+pub mod health;
 pub mod image;
 pub mod job;
+pub mod leader;
+pub mod metrics;
 pub mod naming;
 pub mod node;
 pub mod reboot;
 pub mod rollout;
 pub mod selection;
+pub mod server;
 pub mod window;
 
 /// Errors of the slipway library.

@@ -1,11 +1,24 @@
 //! The `slipway` command line: the controller and offline tools for Plans.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 use slipway::api::Plan;
+use slipway::controller::Operations;
+use slipway::health::{Health, Transition};
+use slipway::leader::{ElectionConfig, LeaderElector, LeaseGuard};
+use slipway::metrics::Metrics;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+/// How long in-flight reconciles get to finish after SIGTERM before the process stops anyway
+/// (within Kubernetes' default 30 s termination grace period).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 #[derive(Parser)]
 #[command(
@@ -72,6 +85,29 @@ struct RunArgs {
     /// Install or update the CRD at start, as SUC does.
     #[arg(long, env = "SLIPWAY_INSTALL_CRD", default_value_t = true, action = clap::ArgAction::Set)]
     install_crd: bool,
+    /// Elect a leader on the Lease <name> in <namespace>; only the leader reconciles. Timing
+    /// comes from CATTLE_ELECTION_LEASE_DURATION, _RENEW_DEADLINE and _RETRY_PERIOD (45s, 30s,
+    /// 2s); the identity is POD_NAME, else HOSTNAME, else the host name.
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_LEADER_ELECT",
+        default_value_t = false
+    )]
+    leader_elect: bool,
+    /// Address of the HTTP server for /metrics, /healthz and /readyz; empty disables it.
+    #[arg(long, env = "SLIPWAY_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: String,
+    /// Log format.
+    #[arg(long, env = "SLIPWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(clap::Args)]
@@ -109,7 +145,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let default_level = if args.debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match args.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     // One rustls provider for kube and reqwest alike (see rust-stack.md, trap 4).
     let _ = rustls::crypto::ring::default_provider().install_default();
 
@@ -117,6 +157,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     for warning in &env.warnings {
         tracing::warn!("{warning}");
     }
+    let election = if args.leader_elect {
+        Some(ElectionConfig::from_lookup(|k| std::env::var(k).ok())?)
+    } else {
+        None
+    };
+    let metrics_addr: Option<SocketAddr> = match args.metrics_addr.trim() {
+        "" => None,
+        a => Some(
+            a.parse()
+                .with_context(|| format!("bad --metrics-addr {a:?} (want host:port)"))?,
+        ),
+    };
     let settings = slipway::controller::Settings {
         name: args.name,
         namespace: args.namespace,
@@ -129,9 +181,163 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let client = client(&args.kubeconfig, &args.master).await?;
-        slipway::controller::run(client, settings).await?;
-        Ok(())
+        operate(client, settings, election, metrics_addr).await
     })
+}
+
+/// Serves /metrics, /healthz and /readyz, waits for the lease if asked to, runs the controller
+/// until SIGTERM or SIGINT, and releases the lease.
+async fn operate(
+    client: kube::Client,
+    settings: slipway::controller::Settings,
+    election: Option<ElectionConfig>,
+    metrics_addr: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::default();
+    let shutdown = CancellationToken::new();
+    let server_stop = CancellationToken::new();
+    tokio::spawn(on_signals(shutdown.clone(), health.clone()));
+    let server = match metrics_addr {
+        None => None,
+        Some(addr) => {
+            let listener = slipway::server::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+            Some(tokio::spawn(slipway::server::serve(
+                listener,
+                metrics.clone(),
+                health.clone(),
+                server_stop.clone(),
+            )))
+        }
+    };
+    let ops = Operations {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        shutdown: shutdown.clone(),
+        guard: LeaseGuard::always(),
+    };
+
+    let result = match election {
+        None => {
+            metrics.set_leader(true);
+            run_controller(client, settings, ops).await.map(|_| ())
+        }
+        Some(config) => {
+            let identity = slipway::leader::identity(
+                |k| std::env::var(k).ok(),
+                slipway::leader::kernel_hostname(),
+            );
+            let mut elector = LeaderElector::new(
+                client.clone(),
+                &settings.namespace,
+                &settings.name,
+                identity,
+                config,
+            );
+            health.apply(Transition::WaitForLease);
+            if elector.acquire(&shutdown).await {
+                metrics.set_leader(true);
+                let ops = Operations {
+                    guard: elector.guard(),
+                    ..ops
+                };
+                let release = CancellationToken::new();
+                let mut hold = tokio::spawn(elector.hold(release.clone()));
+                tokio::select! {
+                    lost = &mut hold => {
+                        // Stop at once: a deposed leader must not write. The Deployment restarts
+                        // this replica, which then waits for the lease like any other.
+                        metrics.set_leader(false);
+                        match lost {
+                            Ok(Err(why)) => error!("lost the leader lease: {why}; exiting"),
+                            Ok(Ok(())) => error!("the leader lease task ended; exiting"),
+                            Err(e) => error!("the leader lease task failed: {e}; exiting"),
+                        }
+                        std::process::exit(1);
+                    }
+                    ran = run_controller(client, settings, ops) => {
+                        match ran {
+                            // Every reconcile finished (or none started): hand the lease over now.
+                            Ok(true) | Err(_) => release.cancel(),
+                            // Reconciles may still be writing: let the lease expire instead.
+                            Ok(false) => hold.abort(),
+                        }
+                        match hold.await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(why)) => warn!("lost the leader lease while stopping: {why}"),
+                            Err(e) if e.is_cancelled() => {}
+                            Err(e) => warn!("the leader lease task failed: {e}"),
+                        }
+                        metrics.set_leader(false);
+                        ran.map(|_| ())
+                    }
+                }
+            } else {
+                info!("stopped while waiting for the leader lease");
+                Ok(())
+            }
+        }
+    };
+    server_stop.cancel();
+    if let Some(server) = server {
+        match tokio::time::timeout(Duration::from_secs(2), server).await {
+            Ok(Ok(Ok(()))) | Err(_) => {}
+            Ok(Ok(Err(e))) => warn!("the metrics server failed: {e}"),
+            Ok(Err(e)) => warn!("the metrics server task failed: {e}"),
+        }
+    }
+    result?;
+    info!("stopped");
+    Ok(())
+}
+
+/// Runs the controller until it stops after a shutdown signal; `Ok(false)` when in-flight
+/// reconciles did not finish within [`SHUTDOWN_GRACE`] (they are aborted).
+async fn run_controller(
+    client: kube::Client,
+    settings: slipway::controller::Settings,
+    ops: Operations,
+) -> Result<bool, slipway::controller::Error> {
+    let shutdown = ops.shutdown.clone();
+    tokio::select! {
+        ran = slipway::controller::run(client, settings, ops) => ran.map(|()| true),
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            warn!("reconciles still running {}s after the shutdown signal; stopping anyway", SHUTDOWN_GRACE.as_secs());
+            Ok(false)
+        }
+    }
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
+async fn on_signals(shutdown: CancellationToken, health: Health) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers; SIGTERM will kill the process");
+        return;
+    };
+    for n in 0.. {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        if n > 0 {
+            warn!("{name} again: exiting now");
+            std::process::exit(1);
+        }
+        info!("{name}: finishing running reconciles, then stopping");
+        health.apply(Transition::Stop);
+        shutdown.cancel();
+    }
 }
 
 async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> {

@@ -34,7 +34,7 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
             .delete(&deletion.name, &DeleteParams::background())
             .await
         {
-            Ok(_) => {}
+            Ok(_) => ctx.metrics.job_deleted(),
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
@@ -51,7 +51,7 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
             .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => ctx.metrics.node_patched(),
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
@@ -82,7 +82,10 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
     for job in &decision.create_jobs {
         let job_name = job.name_any();
         match jobs.create(&create, job).await {
-            Ok(_) => info!(plan = %name, job = %job_name, "created job"),
+            Ok(_) => {
+                ctx.metrics.job_created();
+                info!(plan = %name, job = %job_name, "created job");
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 debug!(plan = %name, job = %job_name, "job already exists");
             }

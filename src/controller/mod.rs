@@ -20,11 +20,15 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use tracing::{info, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
 use crate::api::{Plan, labels};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
+use crate::health::{Health, Transition};
+use crate::leader::LeaseGuard;
+use crate::metrics::{Metrics, PlanSnapshot};
 use crate::node::{NodeInfo, prune_node};
 use crate::reboot::{self, HealthObservation};
 use crate::rollout::phase;
@@ -52,6 +56,35 @@ pub enum Error {
     IncompletePlan(&'static str),
     #[error("cannot build the channel client: {0}")]
     Channel(#[from] ChannelError),
+    #[error("this replica no longer holds the leader lease")]
+    NotLeader,
+}
+
+impl Error {
+    /// A short, stable name for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::NoClusterId | Error::CrdNotEstablished(_) => "startup",
+            Error::CacheStopped(_) => "cache",
+            Error::IncompletePlan(_) => "plan",
+            Error::Channel(_) => "channel",
+            Error::NotLeader => "not_leader",
+        }
+    }
+}
+
+/// What the controller shares with the rest of the process.
+#[derive(Clone)]
+pub struct Operations {
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+    /// Cancelled on SIGTERM/SIGINT: no new reconciles start; running ones finish.
+    pub shutdown: CancellationToken,
+    /// Whether this replica may write; checked before every write of a reconcile.
+    pub guard: LeaseGuard,
 }
 
 /// What the controller is told at start.
@@ -82,10 +115,16 @@ pub struct Context {
     pub channels: ChannelCache<ChannelClient>,
     pub cluster_id: String,
     pub recorder: Recorder,
+    pub plans: Store<Plan>,
+    pub metrics: Arc<Metrics>,
+    pub guard: LeaseGuard,
 }
 
-/// Runs the controller until the process is told to stop.
-pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
+/// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.
+///
+/// With leader election, call this only while holding the Lease: it installs the CRD and writes.
+pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<(), Error> {
+    ops.health.apply(Transition::Lead);
     let cluster_id = Api::<Namespace>::all(client.clone())
         .get("kube-system")
         .await?
@@ -131,6 +170,20 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     .reflect(pod_writer)
     .touched_objects();
 
+    let controller = Controller::new(plans, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(settings.threads));
+    let plan_store = controller.store();
+    spawn_sync_watch(
+        [
+            ("plan", ready(plan_store.clone())),
+            ("node", ready(nodes.clone())),
+            ("job", ready(jobs.clone())),
+            ("secret", ready(secrets.clone())),
+            ("reboot pod", ready(reboot_pods.clone())),
+        ],
+        ops.health.clone(),
+        ops.shutdown.clone(),
+    );
     let reporter = Reporter {
         controller: settings.name.clone(),
         instance: settings.instance.clone(),
@@ -148,11 +201,11 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         secrets,
         reboot_pods,
         cluster_id,
+        plans: plan_store.clone(),
+        metrics: ops.metrics.clone(),
+        guard: ops.guard.clone(),
     });
 
-    let controller = Controller::new(plans, watcher::Config::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(settings.threads));
-    let plan_store = controller.store();
     let by_node = plan_store.clone();
     let by_secret = plan_store.clone();
     let job_ns = ns.clone();
@@ -196,7 +249,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .shutdown_on_signal()
+        .graceful_shutdown_on(ops.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -234,12 +287,76 @@ pub async fn install_crd(client: &Client) -> Result<(), Error> {
     }
 }
 
+type ReadyFuture = futures::future::BoxFuture<'static, Result<(), reflector::store::WriterDropped>>;
+
+fn ready<K>(store: Store<K>) -> ReadyFuture
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    // Polled again and again: kube-runtime's `wait_until_ready` wakes only the last of several
+    // concurrent waiters (the Controller waits on the Plan store too), so a single wait can hang
+    // after the store is ready. A new poll sees the memoized readiness at once.
+    Box::pin(async move {
+        loop {
+            if let Ok(ready) =
+                tokio::time::timeout(Duration::from_millis(250), store.wait_until_ready()).await
+            {
+                return ready;
+            }
+        }
+    })
+}
+
+/// Marks the process ready once every cache has its first full list.
+fn spawn_sync_watch(
+    stores: [(&'static str, ReadyFuture); 5],
+    health: Health,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let all = futures::future::join_all(stores.into_iter().map(|(what, ready)| async move {
+            ready.await.map_err(|_| what)?;
+            debug!("the {what} cache is synced");
+            Ok::<(), &'static str>(())
+        }));
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            results = all => {
+                if let Some(Err(what)) = results.into_iter().find(Result::is_err) {
+                    warn!("the {what} cache stopped before it synced");
+                } else {
+                    info!("caches synced");
+                    health.apply(Transition::CachesSynced);
+                }
+            }
+        }
+    });
+}
+
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconcile_started();
+    let started = std::time::Instant::now();
+    let result = reconcile_plan(plan, &ctx).await;
+    ctx.metrics.reconcile_finished(
+        started.elapsed(),
+        result.as_ref().err().map(Error::category),
+    );
+    result
+}
+
+async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error> {
+    if !ctx.guard.is_leading() {
+        return Err(Error::NotLeader);
+    }
+    // Gauges of deleted Plans go with the next reconcile of any Plan.
+    ctx.metrics
+        .retain_plans(|ns, name| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some());
     for (store, what) in [
-        (ctx.nodes.wait_until_ready().await, "node"),
-        (ctx.jobs.wait_until_ready().await, "job"),
-        (ctx.secrets.wait_until_ready().await, "secret"),
-        (ctx.reboot_pods.wait_until_ready().await, "reboot pod"),
+        (ready(ctx.nodes.clone()).await, "node"),
+        (ready(ctx.jobs.clone()).await, "job"),
+        (ready(ctx.secrets.clone()).await, "secret"),
+        (ready(ctx.reboot_pods.clone()).await, "reboot pod"),
     ] {
         store.map_err(|_| Error::CacheStopped(what))?;
     }
@@ -290,7 +407,14 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 .as_ref()
                 .and_then(|s| s.latest_version.clone())
                 .unwrap_or_default();
+            let asked = std::time::Instant::now();
             let outcome = ctx.channels.resolve(url, &latest).await;
+            if outcome.fresh {
+                ctx.metrics
+                    .channel_request(asked.elapsed(), outcome.result.is_ok());
+            } else {
+                ctx.metrics.channel_cache_hit();
+            }
             requeue = requeue.min(outcome.next_poll_in);
             Some(match outcome.result {
                 Ok(v) => ChannelAnswer::Version(v),
@@ -316,7 +440,13 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     if let Some(after) = decision.requeue_after {
         requeue = requeue.min(after);
     }
-    apply::apply(&ctx, &plan, decision).await?;
+    let snapshot = PlanSnapshot::from_decision(&plan, &nodes, &decision);
+    // The lease may have been lost while the inputs were gathered (a channel request can be slow).
+    if !ctx.guard.is_leading() {
+        return Err(Error::NotLeader);
+    }
+    apply::apply(ctx, &plan, decision).await?;
+    ctx.metrics.plan(&ctx.settings.namespace, &name, snapshot);
     Ok(Action::requeue(requeue))
 }
 

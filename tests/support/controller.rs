@@ -49,6 +49,8 @@ impl ControllerProcess {
             .args(&self.args)
             .envs(self.env.iter().cloned())
             .env("RUST_LOG", "info,slipway=debug")
+            // Tests run side by side: no fixed port for the metrics server.
+            .env("SLIPWAY_METRICS_ADDR", "127.0.0.1:0")
             .stdout(Stdio::from(file.try_clone().expect("log file")))
             .stderr(Stdio::from(file))
             .spawn()

@@ -1,0 +1,663 @@
+//! End-to-end tests of running slipway in production: /metrics, /healthz and /readyz, leader
+//! election with failover after a crash, and a clean SIGTERM that hands the Lease over.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use slipway::api::Plan;
+use support::{Cluster, TestNamespace};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Short election timing for tests (the defaults are 45s / 30s / 2s).
+const FAST_ELECTION: [(&str, &str); 3] = [
+    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
+    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
+    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
+];
+
+/// A `slipway run` process with its own metrics port; killed when dropped.
+struct Controller {
+    child: Option<Child>,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Controller {
+    fn start(cluster: &Cluster, ns: &str, id: &str, leader_elect: bool) -> Self {
+        let log = std::env::temp_dir().join(format!("slipway-{ns}-{id}.log"));
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slipway"));
+        cmd.args(["run", "--kubeconfig"])
+            .arg(cluster.kubeconfig_path())
+            .args(["--namespace", ns, "--name", &format!("slipway-{ns}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info,slipway=debug")
+            .env("POD_NAME", id);
+        if leader_elect {
+            cmd.arg("--leader-elect").envs(FAST_ELECTION);
+        }
+        let file = std::fs::File::create(&log).expect("controller log file");
+        let child = cmd
+            .stdout(Stdio::from(file.try_clone().expect("log file")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start slipway run");
+        Controller {
+            child: Some(child),
+            log,
+            port,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        http_get(self.port, path).await
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(5000)));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- slipway log ({}) ---\n{}",
+                self.log.display(),
+                self.log_tail()
+            );
+        }
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A plain HTTP/1.1 GET on loopback: status code and body.
+async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    let code = out
+        .get(9..12)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("not an HTTP response: {out:?}"))?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    // axum answers small bodies with Content-Length; a chunked body is unwrapped here.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The value of the sample `name` (with its labels, exactly as rendered), if present.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Watches the namespace's Jobs for the whole test: the most that were unfinished at once and
+/// every UID seen per Job name.
+#[derive(Default, Clone)]
+struct JobWatch {
+    unfinished: BTreeSet<String>,
+    max_unfinished: usize,
+    uids: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
+fn watch_jobs(api: Api<Job>) -> Arc<Mutex<JobWatch>> {
+    let state = Arc::new(Mutex::new(JobWatch::default()));
+    let s = state.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            let mut w = s.lock().expect("job watch lock");
+            let mut record = |job: &Job, deleted: bool| {
+                let name = job.metadata.name.clone().unwrap_or_default();
+                if let Some(uid) = &job.metadata.uid {
+                    w.uids.entry(name.clone()).or_default().insert(uid.clone());
+                }
+                if deleted || finished(job) {
+                    w.unfinished.remove(&name);
+                } else {
+                    w.unfinished.insert(name);
+                }
+                w.max_unfinished = w.max_unfinished.max(w.unfinished.len());
+            };
+            match event {
+                watcher::Event::Apply(job) | watcher::Event::InitApply(job) => record(&job, false),
+                watcher::Event::Delete(job) => record(&job, true),
+                _ => {}
+            }
+        }
+    });
+    state
+}
+
+fn snapshot(w: &Arc<Mutex<JobWatch>>) -> JobWatch {
+    w.lock().expect("job watch lock").clone()
+}
+
+fn plan(name: &str, pool: &str, concurrency: i64, delay: &str, source: &str) -> Plan {
+    serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+  annotations:
+    slipway.test/complete-delay: "{delay}"
+spec:
+  concurrency: {concurrency}
+  {source}
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+    command: [sh, -c]
+    args: ["echo upgrading"]
+"#
+    ))
+    .expect("test plan parses")
+}
+
+fn is_complete(plan: &Plan) -> bool {
+    plan.status
+        .as_ref()
+        .into_iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == "Complete" && c.status == "True")
+}
+
+async fn wait_complete(ns: &TestNamespace, name: &str, timeout: Duration) -> Plan {
+    let api = ns.api::<Plan>();
+    support::wait_for(&format!("plan {name} to complete"), timeout, || async {
+        let p = api.get(name).await?;
+        if is_complete(&p) {
+            Ok(p)
+        } else {
+            Err(anyhow!("status: {}", serde_json::to_string(&p.status)?))
+        }
+    })
+    .await
+}
+
+async fn holder(leases: &Api<Lease>, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(leases
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+async fn wait_holder(leases: &Api<Lease>, name: &str, want: &str, timeout: Duration) {
+    support::wait_for(
+        &format!("{want} to hold the lease {name}"),
+        timeout,
+        || async {
+            match holder(leases, name).await? {
+                Some(h) if h == want => Ok(()),
+                other => Err(anyhow!("holder {other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
+    let cluster = support::cluster().await?;
+    let ns = TestNamespace::create(&cluster, test).await;
+    let pool = ns.name().to_string();
+    let names =
+        support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
+    Some((cluster, ns, names, pool))
+}
+
+/// A channel server on loopback that always redirects to one release.
+async fn channel_server(release: &'static str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: /releases/tag/{release}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/channels/stable")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_health_and_readiness_of_a_running_controller() {
+    let Some((cluster, ns, nodes, pool)) = setup("metrics", 2).await else {
+        return;
+    };
+    let client = ns.client();
+    let controller = Controller::start(&cluster, ns.name(), "solo", false);
+    support::wait_for("/healthz", Duration::from_secs(30), || async {
+        match controller.get("/healthz").await? {
+            (200, body) if body == "ok" => Ok(()),
+            other => Err(anyhow!("{other:?}")),
+        }
+    })
+    .await;
+    support::wait_for("/readyz", Duration::from_secs(30), || async {
+        match controller.get("/readyz").await? {
+            (200, body) => Ok(body),
+            other => Err(anyhow!("{other:?}")),
+        }
+    })
+    .await;
+
+    let url = channel_server("v1.30.1+k3s1").await;
+    ns.api::<Plan>()
+        .create(
+            &PostParams::default(),
+            &plan("measured", &pool, 2, "1s", &format!("channel: {url}")),
+        )
+        .await
+        .expect("create plan");
+    wait_complete(&ns, "measured", Duration::from_secs(90)).await;
+
+    let n = ns.name();
+    let plan_labels = format!("namespace=\"{n}\",plan=\"measured\"");
+    let metrics = support::wait_for(
+        "the metrics to show the finished rollout",
+        Duration::from_secs(30),
+        || async {
+            let (code, text) = controller.get("/metrics").await?;
+            let ok = code == 200
+                && sample(&text, &format!("slipway_plan_complete{{{plan_labels}}}")) == Some(1.0)
+                && sample(
+                    &text,
+                    &format!("slipway_plan_nodes{{{plan_labels},state=\"complete\"}}"),
+                ) == Some(2.0);
+            if ok {
+                Ok(text)
+            } else {
+                Err(anyhow!("{code}: {text}"))
+            }
+        },
+    )
+    .await;
+    for (name, want) in [
+        (
+            format!("slipway_plan_nodes{{{plan_labels},state=\"applying\"}}"),
+            0.0,
+        ),
+        (
+            format!("slipway_plan_nodes{{{plan_labels},state=\"failed\"}}"),
+            0.0,
+        ),
+        ("slipway_jobs_created_total".to_string(), 2.0),
+        ("slipway_leader".to_string(), 1.0),
+        ("slipway_channel_request_errors_total".to_string(), 0.0),
+    ] {
+        assert_eq!(sample(&metrics, &name), Some(want), "{name} in\n{metrics}");
+    }
+    for (name, at_least) in [
+        ("slipway_reconciles_total", 3.0),
+        ("slipway_reconcile_duration_seconds_count", 3.0),
+        ("slipway_channel_requests_total", 1.0),
+        ("slipway_node_patches_total", 2.0),
+        ("slipway_jobs_deleted_total", 0.0),
+        ("slipway_channel_cache_hits_total", 0.0),
+        ("slipway_channel_request_duration_seconds_count", 1.0),
+    ] {
+        let v = sample(&metrics, name).unwrap_or_else(|| panic!("{name} in\n{metrics}"));
+        assert!(v >= at_least, "{name} = {v} < {at_least}");
+    }
+    assert!(
+        metrics.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
+
+    // Deleting the Plan drops its gauges (with the next reconcile of any Plan).
+    ns.api::<Plan>()
+        .delete("measured", &Default::default())
+        .await
+        .expect("delete plan");
+    ns.api::<Plan>()
+        .create(
+            &PostParams::default(),
+            &plan("second", &pool, 1, "1s", "version: v1.30.1+k3s1"),
+        )
+        .await
+        .expect("create plan");
+    support::wait_for(
+        "the deleted Plan's gauges to go",
+        Duration::from_secs(60),
+        || async {
+            let (_, text) = controller.get("/metrics").await?;
+            if !text.contains("plan=\"measured\"") && text.contains("plan=\"second\"") {
+                Ok(())
+            } else {
+                Err(anyhow!("{text}"))
+            }
+        },
+    )
+    .await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
+    let Some((cluster, ns, nodes, pool)) = setup("failover", 5).await else {
+        return;
+    };
+    let client = ns.client();
+    let leases = ns.api::<Lease>();
+    let lease = format!("slipway-{}", ns.name());
+    let jobs = watch_jobs(ns.api::<Job>());
+
+    let mut first = Controller::start(&cluster, ns.name(), "replica-a", true);
+    wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
+    let second = Controller::start(&cluster, ns.name(), "replica-b", true);
+    // The standby is healthy and ready (so a two-replica Deployment rolls out) but does not lead.
+    let standby = support::wait_for("the standby's /readyz", Duration::from_secs(30), || async {
+        match second.get("/readyz").await? {
+            (200, body) => Ok(body),
+            other => Err(anyhow!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(standby.contains("standby"), "{standby}");
+    let (_, standby_metrics) = second.get("/metrics").await.expect("standby metrics");
+    assert_eq!(sample(&standby_metrics, "slipway_leader"), Some(0.0));
+    assert_eq!(
+        sample(&standby_metrics, "slipway_reconciles_total"),
+        Some(0.0)
+    );
+
+    ns.api::<Plan>()
+        .create(
+            &PostParams::default(),
+            &plan("failover", &pool, 2, "4s", "version: v1.30.1+k3s1"),
+        )
+        .await
+        .expect("create plan");
+    // Crash the leader once the second pair of Jobs is running.
+    let job_api = ns.api::<Job>();
+    support::wait_for(
+        "the rollout to be under way",
+        Duration::from_secs(60),
+        || async {
+            let n = job_api.list(&Default::default()).await?.items.len();
+            if n >= 3 {
+                Ok(())
+            } else {
+                Err(anyhow!("{n} jobs"))
+            }
+        },
+    )
+    .await;
+    first.kill();
+    let killed = Instant::now();
+    wait_holder(&leases, &lease, "replica-b", Duration::from_secs(30)).await;
+    let failover = killed.elapsed();
+    eprintln!("failover: the standby holds the lease {failover:?} after the leader was killed");
+    assert!(
+        failover <= Duration::from_secs(20),
+        "the standby took over after {failover:?}"
+    );
+
+    let done = wait_complete(&ns, "failover", Duration::from_secs(120)).await;
+    let hash = done.status.and_then(|s| s.latest_hash).expect("hash");
+    let node_api = Api::<Node>::all(client.clone());
+    for n in &nodes {
+        let labels = node_api
+            .get(n)
+            .await
+            .expect("node")
+            .metadata
+            .labels
+            .unwrap_or_default();
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/failover"),
+            Some(&hash),
+            "{n}"
+        );
+    }
+    let watch = snapshot(&jobs);
+    assert!(
+        watch.max_unfinished <= 2,
+        "at most 2 unfinished jobs at once, saw {}",
+        watch.max_unfinished
+    );
+    assert_eq!(
+        watch.uids.len(),
+        5,
+        "one job per node: {:?}",
+        watch.uids.keys()
+    );
+    for (name, uids) in &watch.uids {
+        assert_eq!(uids.len(), 1, "job {name} was created more than once");
+    }
+    let (_, metrics) = second.get("/metrics").await.expect("metrics");
+    assert_eq!(sample(&metrics, "slipway_leader"), Some(1.0), "{metrics}");
+    drop(second);
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&cluster, "sigterm").await;
+    let leases = ns.api::<Lease>();
+    let lease = format!("slipway-{}", ns.name());
+    let mut first = Controller::start(&cluster, ns.name(), "replica-a", true);
+    wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
+    support::wait_for(
+        "the leader to be ready",
+        Duration::from_secs(30),
+        || async {
+            match first.get("/readyz").await? {
+                (200, body) if body == "ok" => Ok(()),
+                other => Err(anyhow!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let second = Controller::start(&cluster, ns.name(), "replica-b", true);
+    support::wait_for(
+        "the standby to be ready",
+        Duration::from_secs(30),
+        || async {
+            match second.get("/readyz").await? {
+                (200, _) => Ok(()),
+                other => Err(anyhow!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    first.sigterm();
+    let termed = Instant::now();
+    let status = first
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "slipway still running 10s after SIGTERM:\n{}",
+                first.log_tail()
+            )
+        });
+    let exited = termed.elapsed();
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        first.log_tail()
+    );
+    assert!(
+        first.log_tail().contains("released the leader lease"),
+        "{}",
+        first.log_tail()
+    );
+    // Released: no holder (or the standby already). Without the release the standby would wait
+    // out the 10 s lease duration.
+    let now = holder(&leases, &lease).await.expect("lease");
+    assert!(
+        now.as_deref() != Some("replica-a"),
+        "the lease still names the stopped leader"
+    );
+    wait_holder(&leases, &lease, "replica-b", Duration::from_secs(5)).await;
+    eprintln!(
+        "sigterm: exited 0 after {exited:?}; the standby held the lease {:?} after the signal",
+        termed.elapsed()
+    );
+    drop(second);
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_exits_at_once() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&cluster, "deposed").await;
+    let leases = ns.api::<Lease>();
+    let lease = format!("slipway-{}", ns.name());
+    let mut leader = Controller::start(&cluster, ns.name(), "replica-a", true);
+    wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
+    // Someone else writes itself into the Lease (as a partitioned-away leader would find after
+    // the others moved on): the leader must stop at its next renewal, not keep writing.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    leases
+        .patch(
+            &lease,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "holderIdentity": "intruder",
+                "renewTime": now,
+                "leaseDurationSeconds": 60,
+            }})),
+        )
+        .await
+        .expect("take the lease");
+    let status = leader
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("the deposed leader still runs:\n{}", leader.log_tail()));
+    assert_eq!(status.code(), Some(1), "{}", leader.log_tail());
+    assert!(
+        leader
+            .log_tail()
+            .contains("lost the leader lease: the lease was taken over by intruder"),
+        "{}",
+        leader.log_tail()
+    );
+    assert_eq!(
+        holder(&leases, &lease).await.expect("lease").as_deref(),
+        Some("intruder")
+    );
+    ns.cleanup().await;
+}
