@@ -11,9 +11,10 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --locked --all-targets -- -D warnings
 
-# Print the CRD and write it to crds/.
+# Write the CRD to crds/ and its copy in the kustomize base deploy/ (tests check both).
 crd:
     cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
+    cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
 
 # Unit and end-to-end tests. The end-to-end tests share one local cluster, started here (the first
 # run builds it: ~15 minutes). SLIPWAY_E2E=skip skips them, loudly.
