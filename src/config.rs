@@ -26,6 +26,8 @@ pub struct JobConfig {
     pub ttl_seconds_after_finished: i32,
     /// `SYSTEM_UPGRADE_JOB_POD_REPLACEMENT_POLICY`
     pub pod_replacement_policy: String,
+    /// `SLIPWAY_REBOOT_IMAGE`: image of reboot pods and sentinel steps, for Plans with `spec.reboot`.
+    pub reboot_image: String,
 }
 
 impl Default for JobConfig {
@@ -40,6 +42,7 @@ impl Default for JobConfig {
             privileged: true,
             ttl_seconds_after_finished: 900,
             pod_replacement_policy: "TerminatingOrFailed".into(),
+            reboot_image: "busybox:1.36".into(),
         }
     }
 }
@@ -114,6 +117,7 @@ impl EnvSettings {
             "SYSTEM_UPGRADE_JOB_POD_REPLACEMENT_POLICY",
             &mut job.pod_replacement_policy,
         );
+        text("SLIPWAY_REBOOT_IMAGE", &mut job.reboot_image);
         if let Some(v) = lookup("SYSTEM_UPGRADE_JOB_PRIVILEGED") {
             match parse_go_bool(&v) {
                 Some(b) => job.privileged = b,

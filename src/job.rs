@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
     WindowsSecurityContextOptions,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use sha2::{Digest, Sha256};
 
@@ -32,6 +32,7 @@ use crate::duration::GoDuration;
 use crate::image::with_latest_tag;
 use crate::naming::{hex, job_name, secret_volume_name};
 use crate::node::NodeInfo;
+use crate::reboot;
 use crate::selection::{SelectionError, drain_pod_selector};
 
 /// Job annotation with a digest of `spec.template`, written by slipway only.
@@ -99,10 +100,19 @@ pub fn render_job(
     let spec = &plan.spec;
     let exclusive = spec.exclusive.unwrap_or(false);
 
-    let ttl = ttl_seconds_after_finished(
+    let mut ttl = ttl_seconds_after_finished(
         config.ttl_seconds_after_finished,
         spec.post_complete_delay.as_deref(),
     )?;
+    // A rebooting node's completed Job must outlive the reboot and the health gate.
+    if let Some(policy) = reboot::policy(plan, config) {
+        let gate = policy
+            .health_gate
+            .as_ref()
+            .map_or(0, |g| g.timeout.as_secs());
+        let needed = policy.timeout.as_secs() + gate + 60;
+        ttl = ttl.max(i32::try_from(needed).unwrap_or(i32::MAX));
+    }
 
     let mut job_labels = BTreeMap::from([
         (labels::CONTROLLER.to_string(), controller_name.to_string()),
@@ -203,6 +213,25 @@ pub fn render_job(
         upgrade_volumes,
         Some(upgrade_security_context),
     );
+    let name = job_name(plan_name, &node.name, latest_hash);
+    let mut volumes = pod_volumes(plan);
+    // With `spec.reboot`, the upgrade becomes the last init container and the only main container
+    // writes the sentinel, so the sentinel exists only if every step before it succeeded.
+    let containers = match reboot::policy(plan, config) {
+        Some(policy) if !windows => {
+            init_containers.push(upgrade);
+            volumes.push(reboot::sentinel_volume(&policy));
+            vec![Container {
+                name: reboot::SENTINEL_NAME.to_string(),
+                image: Some(policy.image.clone()),
+                command: Some(reboot::sentinel_step_command(&name)),
+                image_pull_policy: Some(config.image_pull_policy.clone()),
+                volume_mounts: Some(vec![reboot::sentinel_mount()]),
+                ..Default::default()
+            }]
+        }
+        _ => vec![upgrade],
+    };
 
     let anti_affinity_key = if exclusive {
         (labels::EXCLUSIVE, "true")
@@ -265,10 +294,10 @@ pub fn render_job(
             }),
             tolerations: Some(tolerations),
             restart_policy: Some("Never".to_string()),
-            volumes: Some(pod_volumes(plan)),
+            volumes: Some(volumes),
             image_pull_secrets: spec.image_pull_secrets.clone().filter(|s| !s.is_empty()),
             init_containers: (!init_containers.is_empty()).then_some(init_containers),
-            containers: vec![upgrade],
+            containers,
             ..Default::default()
         }),
     };
@@ -285,18 +314,11 @@ pub fn render_job(
 
     Ok(Job {
         metadata: ObjectMeta {
-            name: Some(job_name(plan_name, &node.name, latest_hash)),
+            name: Some(name),
             namespace: plan.metadata.namespace.clone(),
             labels: Some(job_labels),
             annotations: Some(job_annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: format!("{}/v1", crate::api::GROUP),
-                kind: "Plan".to_string(),
-                name: plan_name.to_string(),
-                uid: plan_uid.to_string(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }]),
+            owner_references: Some(vec![crate::api::plan_owner_reference(plan_name, plan_uid)]),
             ..Default::default()
         },
         spec: Some(JobSpec {
@@ -1693,14 +1715,16 @@ mod tests {
         );
         assert_eq!(
             job.metadata.owner_references,
-            Some(vec![OwnerReference {
-                api_version: "upgrade.cattle.io/v1".into(),
-                kind: "Plan".into(),
-                name: "k3s-server".into(),
-                uid: "plan-uid".into(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }])
+            Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "upgrade.cattle.io/v1".into(),
+                    kind: "Plan".into(),
+                    name: "k3s-server".into(),
+                    uid: "plan-uid".into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(false),
+                }
+            ])
         );
     }
 

@@ -16,6 +16,7 @@ pub mod image;
 pub mod job;
 pub mod naming;
 pub mod node;
+pub mod reboot;
 pub mod rollout;
 pub mod selection;
 pub mod window;

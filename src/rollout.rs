@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use crate::api::{NodeProgress, Plan, PlanStatus, labels};
 use crate::conditions::{self as cond, COMPLETE, FALSE, LATEST_RESOLVED, TRUE, VALIDATED};
@@ -23,6 +23,7 @@ use crate::hash;
 use crate::image::munge_version;
 use crate::job;
 use crate::node::NodeInfo;
+use crate::reboot::{self, HealthObservation};
 use crate::selection;
 use crate::window::TimeWindow;
 
@@ -31,6 +32,8 @@ pub mod phase {
     pub const PENDING: &str = "Pending";
     pub const UPGRADING: &str = "Upgrading";
     pub const WAITING: &str = "Waiting";
+    pub const REBOOTING: &str = "Rebooting";
+    pub const WAITING_FOR_HEALTH: &str = "WaitingForHealth";
     pub const FAILED: &str = "Failed";
 }
 
@@ -56,6 +59,10 @@ pub struct RolloutInput<'a> {
     pub nodes: &'a [NodeInfo],
     /// The Jobs of this Plan made by this controller.
     pub jobs: &'a [Job],
+    /// The reboot pods of this Plan made by this controller.
+    pub reboot_pods: &'a [Pod],
+    /// For Plans with a health gate: what the gate's pods look like on nodes that rebooted, by node name.
+    pub health: &'a BTreeMap<String, HealthObservation>,
     /// Secrets of the Plan's namespace, by name.
     pub secrets: &'a BTreeMap<String, Secret>,
     /// The channel's latest answer; `None` when the Plan has no channel or it was not asked yet.
@@ -102,6 +109,10 @@ pub struct Rollout {
     pub status_changed: bool,
     pub create_jobs: Vec<Job>,
     pub delete_jobs: Vec<JobDeletion>,
+    /// Reboot pods to create; the controller creates them before any Job.
+    pub create_pods: Vec<Pod>,
+    /// Reboot pods to delete, by name.
+    pub delete_pods: Vec<String>,
     pub node_patches: Vec<NodePatch>,
     pub events: Vec<PlanEvent>,
     /// Look again after this long even if nothing changes.
@@ -298,6 +309,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     jobs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut existing: BTreeMap<&str, &Job> = BTreeMap::new();
     let mut deletions: Vec<JobDeletion> = Vec::new();
+    let reboot_policy = reboot::policy(plan, input.job_config);
+    // Nodes whose Job of this hash is over (done, or failed): their reboot pods go.
+    let mut finished_nodes: BTreeSet<String> = BTreeSet::new();
     for job in jobs {
         let job_name = job.metadata.name.as_deref().unwrap_or_default();
         let mut delete = |reason: String| {
@@ -345,18 +359,12 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                     out.event(EventType::Warning, "JobFailed", message.clone());
                     progress.insert(
                         host.clone(),
-                        NodeProgress {
-                            name: host.clone(),
-                            phase: phase::FAILED.into(),
-                            job: Some(job_name.to_string()),
-                            message: Some(message),
-                            since: Some(now.clone()),
-                            generation,
-                        },
+                        failed_progress(&host, job_name, "JobFailed", message, &now, generation),
                     );
                 }
             }
             let finished = failed.last_transition_time.as_ref().map(|t| t.0);
+            finished_nodes.insert(node.name.clone());
             expire(job, finished, input.now, &mut out, &mut delete);
         } else if let Some(complete) = condition_true(job, "Complete") {
             let Some(job_hash) = label(job, &plan_label) else {
@@ -374,52 +382,84 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
                 ..Default::default()
             };
             if !done {
-                // SUC uncordons as soon as the Job completes, even during postCompleteDelay.
-                patch.uncordon = cordons && node.unschedulable;
-                if waited < delay {
-                    let remaining = delay - waited;
-                    if progress
-                        .get(&host)
-                        .is_none_or(|p| p.phase != phase::WAITING)
-                    {
+                let gate = match &reboot_policy {
+                    Some(policy) => after_reboot(
+                        input,
+                        policy,
+                        node,
+                        &host,
+                        job_name,
+                        &mut progress,
+                        &mut out,
+                        &now,
+                    ),
+                    None => Gate::Open,
+                };
+                if gate == Gate::Open {
+                    // SUC uncordons as soon as the Job completes, even during postCompleteDelay;
+                    // with a reboot, only once the node is back.
+                    patch.uncordon = cordons && node.unschedulable;
+                    if waited < delay {
+                        let remaining = delay - waited;
+                        if progress
+                            .get(&host)
+                            .is_none_or(|p| p.phase != phase::WAITING)
+                        {
+                            out.event(
+                                EventType::Normal,
+                                "JobCompleteWaiting",
+                                format!(
+                                    "Job completed on Node {node_name}, waiting {} PostCompleteDelay",
+                                    GoDuration::from_std(delay)
+                                ),
+                            );
+                        }
+                        out.requeue(remaining);
+                        if applying.contains(host.as_str()) {
+                            progress.insert(
+                                host.clone(),
+                                node_progress(
+                                    &progress,
+                                    &host,
+                                    phase::WAITING,
+                                    job_name,
+                                    &now,
+                                    None,
+                                ),
+                            );
+                        }
+                    } else {
                         out.event(
                             EventType::Normal,
-                            "JobCompleteWaiting",
-                            format!(
-                                "Job completed on Node {node_name}, waiting {} PostCompleteDelay",
-                                GoDuration::from_std(delay)
-                            ),
+                            "JobComplete",
+                            format!("Job completed on Node {node_name}"),
                         );
+                        let expanded = plan
+                            .spec
+                            .post_complete_labels
+                            .as_ref()
+                            .map(|l| expand_post_complete_labels(l, &version, &hash))
+                            .unwrap_or_default();
+                        patch.labels.extend(expanded);
+                        patch
+                            .labels
+                            .insert(plan_label.clone(), job_hash.to_string());
+                        finished_nodes.insert(node.name.clone());
                     }
-                    out.requeue(remaining);
-                    if applying.contains(host.as_str()) {
-                        progress.insert(
-                            host.clone(),
-                            node_progress(&progress, &host, phase::WAITING, job_name, &now, None),
-                        );
-                    }
-                } else {
-                    out.event(
-                        EventType::Normal,
-                        "JobComplete",
-                        format!("Job completed on Node {node_name}"),
-                    );
-                    let expanded = plan
-                        .spec
-                        .post_complete_labels
-                        .as_ref()
-                        .map(|l| expand_post_complete_labels(l, &version, &hash))
-                        .unwrap_or_default();
-                    patch.labels.extend(expanded);
-                    patch
-                        .labels
-                        .insert(plan_label.clone(), job_hash.to_string());
                 }
+            } else {
+                finished_nodes.insert(node.name.clone());
             }
             if patch.uncordon || !patch.labels.is_empty() {
                 out.node_patches.push(patch);
             }
-            expire(job, completed, input.now, &mut out, &mut delete);
+            let rebooting = progress.get(&host).is_some_and(|p| {
+                p.job.as_deref() == Some(job_name)
+                    && (p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH)
+            });
+            if !rebooting {
+                expire(job, completed, input.now, &mut out, &mut delete);
+            }
         } else if !applying.contains(host.as_str()) {
             delete(format!(
                 "node {node_name} is not applying this plan (running out of turn)"
@@ -445,6 +485,8 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
 
     // Create the Jobs of applying nodes; replace those whose template changed; never retry a failed
     // Job until the Plan changes.
+    let mut current = plan.clone();
+    current.status = Some(st.clone());
     for (node, job) in desired {
         let job_name = job.metadata.name.clone().unwrap_or_default();
         let host = node.hostname().to_string();
@@ -478,15 +520,50 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             }
             Some(_) => {}
             None => {
-                if failed_at_this_generation || busy.contains(node.name.as_str()) {
+                let past_its_job = progress.get(&host).is_some_and(|p| {
+                    p.job.as_deref() == Some(job_name.as_str())
+                        && [phase::REBOOTING, phase::WAITING_FOR_HEALTH, phase::WAITING]
+                            .contains(&p.phase.as_str())
+                });
+                if failed_at_this_generation || past_its_job || busy.contains(node.name.as_str()) {
                     continue;
                 }
-                progress.insert(
-                    host.clone(),
-                    node_progress(&progress, &host, phase::PENDING, &job_name, &now, None),
-                );
+                let mut pending =
+                    node_progress(&progress, &host, phase::PENDING, &job_name, &now, None);
+                // The boot the node runs before its upgrade; another one later means it rebooted.
+                pending.boot_id = Some(node.boot_id.clone());
+                progress.insert(host.clone(), pending);
                 out.create_jobs.push(job);
             }
+        }
+        // The reboot pod waits on the node from before its Job starts until the node is back.
+        if let Some(policy) = &reboot_policy
+            && !finished_nodes.contains(&node.name)
+            && progress.get(&host).is_some_and(|p| {
+                p.job.as_deref() == Some(job_name.as_str())
+                    && [phase::PENDING, phase::UPGRADING, phase::REBOOTING]
+                        .contains(&p.phase.as_str())
+            })
+            && let Some(pod) =
+                reboot::render_reboot_pod(&current, node, &job_name, input.controller_name, policy)
+            && !input
+                .reboot_pods
+                .iter()
+                .any(|p| p.metadata.name == pod.metadata.name)
+        {
+            out.create_pods.push(pod);
+        }
+    }
+
+    // Reboot pods that are no longer needed: the node is done, failed, or no longer applying, or
+    // the pod belongs to another hash.
+    let wanted: BTreeSet<String> = desired_reboot_pods(input, &st, &finished_nodes);
+    for pod in input.reboot_pods {
+        if let Some(name) = &pod.metadata.name
+            && pod.metadata.deletion_timestamp.is_none()
+            && !wanted.contains(name)
+        {
+            out.delete_pods.push(name.clone());
         }
     }
 
@@ -494,19 +571,13 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
     let failure = progress
         .values()
         .filter(|p| p.phase == phase::FAILED)
-        .find_map(|p| p.message.clone());
+        .find_map(|p| Some((p.reason.clone()?, p.message.clone()?)));
     match failure {
-        Some(message) => cond::set(
-            &mut st,
-            COMPLETE,
-            FALSE,
-            "JobFailed",
-            &message,
-            &now,
-            generation,
+        Some((reason, message)) => cond::set(
+            &mut st, COMPLETE, FALSE, &reason, &message, &now, generation,
         ),
         // The failed Job was replaced after a Plan change: the rollout is syncing again.
-        None if cond::reason(&st, COMPLETE) == "JobFailed" => {
+        None if FAILURE_REASONS.contains(&cond::reason(&st, COMPLETE)) => {
             cond::set(&mut st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
         }
         None => {}
@@ -526,18 +597,255 @@ fn node_progress(
     now: &str,
     message: Option<String>,
 ) -> NodeProgress {
-    let since = match progress.get(host) {
-        Some(p) if p.phase == phase && p.job.as_deref() == Some(job) => p.since.clone(),
+    let previous = progress.get(host).filter(|p| p.job.as_deref() == Some(job));
+    let since = match previous {
+        Some(p) if p.phase == phase => p.since.clone(),
         _ => Some(now.to_string()),
     };
     NodeProgress {
         name: host.to_string(),
         phase: phase.to_string(),
+        reason: None,
         job: Some(job.to_string()),
         message,
         since,
         generation: None,
+        boot_id: previous.and_then(|p| p.boot_id.clone()),
     }
+}
+
+fn failed_progress(
+    host: &str,
+    job: &str,
+    reason: &str,
+    message: String,
+    now: &str,
+    generation: Option<i64>,
+) -> NodeProgress {
+    NodeProgress {
+        name: host.to_string(),
+        phase: phase::FAILED.into(),
+        reason: Some(reason.to_string()),
+        job: Some(job.to_string()),
+        message: Some(message),
+        since: Some(now.to_string()),
+        generation,
+        boot_id: None,
+    }
+}
+
+/// Reasons of `Complete=False` that a failed node holds.
+pub const FAILURE_REASONS: [&str; 3] = ["JobFailed", "RebootTimedOut", "HealthGateTimedOut"];
+
+/// Whether the rollout may go past a node whose Job completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Open,
+    Closed,
+}
+
+/// For a Plan that reboots: has the node rebooted (new boot ID, Ready) and, with a health gate,
+/// are its pods Ready again? Records the node's progress and fails it after the timeouts.
+#[allow(clippy::too_many_arguments)]
+fn after_reboot(
+    input: &RolloutInput<'_>,
+    policy: &reboot::RebootPolicy,
+    node: &NodeInfo,
+    host: &str,
+    job: &str,
+    progress: &mut BTreeMap<String, NodeProgress>,
+    out: &mut Rollout,
+    now: &str,
+) -> Gate {
+    let generation = input.plan.metadata.generation;
+    let previous = progress
+        .get(host)
+        .filter(|p| p.job.as_deref() == Some(job))
+        .cloned();
+    // Without a recorded boot (a Job made by another controller), the boot seen now is the old one.
+    let before = previous
+        .as_ref()
+        .and_then(|p| p.boot_id.clone())
+        .unwrap_or_else(|| node.boot_id.clone());
+    let rebooted = node.ready && !node.boot_id.is_empty() && node.boot_id != before;
+    let in_phase = |p: &str| previous.as_ref().is_some_and(|x| x.phase == p);
+    let since = |p: &str| {
+        previous
+            .as_ref()
+            .filter(|x| x.phase == p)
+            .and_then(|x| x.since.as_deref())
+            .and_then(|s| s.parse::<Timestamp>().ok())
+            .unwrap_or(input.now)
+    };
+    if !rebooted {
+        let failed = in_phase(phase::FAILED)
+            && previous.as_ref().and_then(|p| p.reason.as_deref()) == Some("RebootTimedOut");
+        if failed {
+            return Gate::Closed;
+        }
+        let waited = elapsed_since(input.now, Some(since(phase::REBOOTING)));
+        if waited >= policy.timeout {
+            let state = if node.boot_id == before {
+                format!("boot ID still {before}")
+            } else {
+                "not Ready".to_string()
+            };
+            let message = format!(
+                "Node {} did not come back from its reboot within {} ({state})",
+                node.name,
+                GoDuration::from_std(policy.timeout)
+            );
+            out.event(EventType::Warning, "RebootTimedOut", message.clone());
+            let failed = failed_progress(host, job, "RebootTimedOut", message, now, generation);
+            progress.insert(
+                host.to_string(),
+                NodeProgress {
+                    boot_id: Some(before),
+                    ..failed
+                },
+            );
+            return Gate::Closed;
+        }
+        if !in_phase(phase::REBOOTING) {
+            out.event(
+                EventType::Normal,
+                "Rebooting",
+                format!(
+                    "Job completed on Node {}; waiting for the node to reboot",
+                    node.name
+                ),
+            );
+        }
+        let mut p = node_progress(
+            progress,
+            host,
+            phase::REBOOTING,
+            job,
+            now,
+            Some(format!(
+                "waiting for a new boot ID (now {}) and Ready, up to {}",
+                node.boot_id,
+                GoDuration::from_std(policy.timeout)
+            )),
+        );
+        p.boot_id = Some(before);
+        progress.insert(host.to_string(), p);
+        out.requeue((policy.timeout - waited).min(Duration::from_secs(30)));
+        return Gate::Closed;
+    }
+    if let Some(gate) = &policy.health_gate {
+        let selector = selection::Selector::from_label_selector(Some(&gate.pod_selector))
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let scope = gate
+            .namespace
+            .as_deref()
+            .map(|n| format!(" in namespace {n}"))
+            .unwrap_or_default();
+        let waiting = match input.health.get(&node.name) {
+            Some(o) if o.healthy() => None,
+            Some(o) => Some(format!(
+                "waiting for {} of {} pods matching {selector}{scope} on node {} to be Ready: {}",
+                o.not_ready.len(),
+                o.total,
+                node.name,
+                o.not_ready.join(", ")
+            )),
+            None => Some(format!(
+                "waiting to check the pods matching {selector}{scope} on node {}",
+                node.name
+            )),
+        };
+        if let Some(message) = waiting {
+            let waited = elapsed_since(input.now, Some(since(phase::WAITING_FOR_HEALTH)));
+            if waited >= gate.timeout {
+                let message = format!(
+                    "Node {} rebooted but its health gate did not pass within {}: {message}",
+                    node.name,
+                    GoDuration::from_std(gate.timeout)
+                );
+                if !in_phase(phase::FAILED) {
+                    out.event(EventType::Warning, "HealthGateTimedOut", message.clone());
+                }
+                let failed =
+                    failed_progress(host, job, "HealthGateTimedOut", message, now, generation);
+                progress.insert(
+                    host.to_string(),
+                    NodeProgress {
+                        boot_id: Some(before),
+                        ..failed
+                    },
+                );
+                return Gate::Closed;
+            }
+            if !in_phase(phase::WAITING_FOR_HEALTH) {
+                out.event(
+                    EventType::Normal,
+                    "Rebooted",
+                    format!(
+                        "Node {} rebooted (boot ID {} is now {}); {message}",
+                        node.name, before, node.boot_id
+                    ),
+                );
+            }
+            let mut p = node_progress(
+                progress,
+                host,
+                phase::WAITING_FOR_HEALTH,
+                job,
+                now,
+                Some(message),
+            );
+            p.boot_id = Some(before);
+            progress.insert(host.to_string(), p);
+            out.requeue(Duration::from_secs(5));
+            return Gate::Closed;
+        }
+        if in_phase(phase::WAITING_FOR_HEALTH) {
+            out.event(
+                EventType::Normal,
+                "HealthGatePassed",
+                format!(
+                    "Pods matching {selector}{scope} on node {} are Ready",
+                    node.name
+                ),
+            );
+        }
+    } else if !in_phase(phase::WAITING) {
+        out.event(
+            EventType::Normal,
+            "Rebooted",
+            format!(
+                "Node {} rebooted (boot ID {} is now {}) and is Ready",
+                node.name, before, node.boot_id
+            ),
+        );
+    }
+    Gate::Open
+}
+
+/// The reboot pods that should exist: those of applying nodes whose Job of the current hash is not over.
+fn desired_reboot_pods(
+    input: &RolloutInput<'_>,
+    st: &PlanStatus,
+    finished_nodes: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let (Some(name), Some(hash)) = (
+        input.plan.metadata.name.as_deref(),
+        st.latest_hash.as_deref(),
+    ) else {
+        return BTreeSet::new();
+    };
+    if reboot::policy(input.plan, input.job_config).is_none() {
+        return BTreeSet::new();
+    }
+    let applying: BTreeSet<&str> = st.applying.iter().map(String::as_str).collect();
+    input
+        .nodes
+        .iter()
+        .filter(|n| applying.contains(n.hostname()) && !finished_nodes.contains(&n.name))
+        .map(|n| reboot::reboot_pod_name(name, &n.name, hash))
+        .collect()
 }
 
 /// Deletes a finished Job once its TTL has passed, or asks to look again then.
@@ -856,6 +1164,8 @@ mod tests {
         plan: Plan,
         nodes: Vec<NodeInfo>,
         jobs: Vec<Job>,
+        pods: Vec<Pod>,
+        health: BTreeMap<String, HealthObservation>,
         secrets: BTreeMap<String, Secret>,
         channel: Option<ChannelAnswer>,
         now: Timestamp,
@@ -868,6 +1178,8 @@ mod tests {
                 plan,
                 nodes,
                 jobs: Vec::new(),
+                pods: Vec::new(),
+                health: BTreeMap::new(),
                 secrets: BTreeMap::new(),
                 channel: None,
                 now: now(),
@@ -880,6 +1192,8 @@ mod tests {
                 plan: &self.plan,
                 nodes: &self.nodes,
                 jobs: &self.jobs,
+                reboot_pods: &self.pods,
+                health: &self.health,
                 secrets: &self.secrets,
                 channel: self.channel.clone(),
                 now: self.now,
@@ -898,6 +1212,15 @@ mod tests {
             for j in &r.create_jobs {
                 if !self.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
                     self.jobs.push(j.clone());
+                }
+            }
+            self.pods.retain(|p| {
+                !r.delete_pods
+                    .contains(p.metadata.name.as_ref().expect("pod name"))
+            });
+            for p in &r.create_pods {
+                if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
+                    self.pods.push(p.clone());
                 }
             }
             for p in &r.node_patches {
@@ -1459,6 +1782,214 @@ mod tests {
         // And stays there.
         let r = w.step();
         assert!(r.node_patches.is_empty());
+    }
+
+    fn rebooting_plan(concurrency: i64, gate: bool) -> Plan {
+        let mut p = plan(concurrency);
+        p.spec.cordon = Some(true);
+        p.spec.reboot = Some(crate::api::RebootSpec {
+            timeout: Some("10m".into()),
+            health_gate: gate.then(|| crate::api::HealthGateSpec {
+                pod_selector: LabelSelector {
+                    match_labels: Some([("app".to_string(), "critical".to_string())].into()),
+                    ..Default::default()
+                },
+                timeout: Some("5m".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn reboot(w: &mut World, node: &str) {
+        let n = w.nodes.iter_mut().find(|n| n.name == node).expect("node");
+        n.boot_id = format!("{}-after", n.boot_id);
+        n.ready = true;
+    }
+
+    #[test]
+    fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
+        let mut w = World::new(rebooting_plan(1, false), nodes(2));
+        let r = w.step();
+        assert_eq!(r.create_pods.len(), 1, "the reboot pod comes with the Job");
+        assert_eq!(r.create_jobs.len(), 1);
+        let job = &r.create_jobs[0];
+        let spec = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("pod spec");
+        assert_eq!(spec.containers[0].name, reboot::SENTINEL_NAME);
+        assert!(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == "upgrade")
+        );
+        let node = label(job, labels::NODE).expect("node").to_string();
+        assert_eq!(
+            r.status.nodes[0].boot_id.as_deref(),
+            Some(format!("boot-{node}").as_str())
+        );
+        let job_name = w.job_names()[0].clone();
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .unschedulable = true;
+        w.finish(&job_name, "Complete", now(), "", "");
+        let r = w.step();
+        assert_eq!(reasons(&r), vec!["Rebooting"]);
+        assert_eq!(r.status.nodes[0].phase, phase::REBOOTING);
+        assert!(
+            r.node_patches.is_empty(),
+            "no label and no uncordon before the reboot"
+        );
+        assert!(r.create_jobs.is_empty(), "the slot is held");
+        assert!(r.delete_jobs.is_empty());
+        // The node goes down (NotReady) and comes back with a new boot ID.
+        w.now = now() + jiff::SignedDuration::from_secs(60);
+        w.nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+            .expect("node")
+            .ready = false;
+        assert!(w.step().create_jobs.is_empty());
+        reboot(&mut w, &node);
+        let r = w.step();
+        assert_eq!(reasons(&r), vec!["Rebooted", "JobComplete"]);
+        assert!(r.node_patches[0].uncordon);
+        assert_eq!(
+            r.node_patches[0].labels.get("plan.upgrade.cattle.io/p"),
+            w.status().latest_hash.as_ref()
+        );
+        assert_eq!(r.delete_pods.len(), 1, "the reboot pod goes");
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1, "the next node starts");
+    }
+
+    #[test]
+    fn a_node_that_never_comes_back_fails_the_plan_and_keeps_its_slot() {
+        let mut w = World::new(rebooting_plan(1, false), nodes(2));
+        w.step();
+        let job_name = w.job_names()[0].clone();
+        let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+        w.finish(&job_name, "Complete", now(), "", "");
+        w.step();
+        w.now = now() + jiff::SignedDuration::from_secs(601);
+        let r = w.step();
+        let (status, reason, message) = complete(&r.status);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            (FALSE, "RebootTimedOut")
+        );
+        assert!(
+            message.contains(&format!("Node {node} did not come back")),
+            "{message}"
+        );
+        assert_eq!(reasons(&r), vec!["RebootTimedOut"]);
+        let r = w.step();
+        assert!(
+            r.events.is_empty() && r.create_jobs.is_empty(),
+            "reported once, slot held"
+        );
+        assert_eq!(r.status.applying.len(), 1);
+        // It comes back after all: the rollout goes on.
+        reboot(&mut w, &node);
+        let r = w.step();
+        assert!(r.node_patches.iter().any(|p| !p.labels.is_empty()));
+        let r = w.step();
+        assert_eq!(r.create_jobs.len(), 1);
+        assert!(!FAILURE_REASONS.contains(&complete(&r.status).1.as_str()));
+    }
+
+    #[test]
+    fn the_health_gate_waits_for_ready_pods_and_says_which() {
+        let mut w = World::new(rebooting_plan(1, true), nodes(2));
+        w.step();
+        let job_name = w.job_names()[0].clone();
+        let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+        w.finish(&job_name, "Complete", now(), "", "");
+        w.step();
+        reboot(&mut w, &node);
+        w.health.insert(
+            node.clone(),
+            HealthObservation {
+                not_ready: vec!["kube-system/cilium-abc".into()],
+                total: 2,
+            },
+        );
+        let r = w.step();
+        let p = &r.status.nodes[0];
+        assert_eq!(p.phase, phase::WAITING_FOR_HEALTH);
+        let m = p.message.as_deref().expect("message");
+        assert!(
+            m.contains("1 of 2 pods matching app=critical") && m.contains("cilium-abc"),
+            "{m}"
+        );
+        assert!(r.node_patches.is_empty() && r.create_jobs.is_empty());
+        w.health.insert(
+            node.clone(),
+            HealthObservation {
+                not_ready: vec![],
+                total: 2,
+            },
+        );
+        let r = w.step();
+        assert!(reasons(&r).contains(&"HealthGatePassed"));
+        assert!(r.node_patches.iter().any(|p| !p.labels.is_empty()));
+    }
+
+    #[test]
+    fn a_failed_health_gate_fails_the_plan_naming_the_node() {
+        let mut w = World::new(rebooting_plan(1, true), nodes(1));
+        w.step();
+        let job_name = w.job_names()[0].clone();
+        w.finish(&job_name, "Complete", now(), "", "");
+        w.step();
+        reboot(&mut w, "node-1");
+        w.health.insert(
+            "node-1".into(),
+            HealthObservation {
+                not_ready: vec!["a/b".into()],
+                total: 1,
+            },
+        );
+        w.step();
+        w.now = now() + jiff::SignedDuration::from_secs(301);
+        let r = w.step();
+        assert_eq!(complete(&r.status).1, "HealthGateTimedOut");
+        assert!(
+            complete(&r.status)
+                .2
+                .contains("Node node-1 rebooted but its health gate did not pass")
+        );
+    }
+
+    #[test]
+    fn a_failed_job_cancels_the_reboot() {
+        let mut w = World::new(rebooting_plan(1, false), nodes(1));
+        w.step();
+        assert_eq!(w.pods.len(), 1);
+        let job_name = w.job_names()[0].clone();
+        w.finish(&job_name, "Failed", now(), "BackoffLimitExceeded", "boom");
+        let r = w.step();
+        assert_eq!(r.delete_pods.len(), 1);
+        assert_eq!(complete(&r.status).1, "JobFailed");
+    }
+
+    #[test]
+    fn without_reboot_there_are_no_reboot_pods() {
+        let mut w = World::new(plan(2), nodes(2));
+        let r = w.step();
+        assert!(r.create_pods.is_empty());
+        let spec = r.create_jobs[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("spec");
+        assert_eq!(spec.containers[0].name, "upgrade");
     }
 
     #[test]

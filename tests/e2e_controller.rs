@@ -4,9 +4,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,94 +15,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use slipway::api::Plan;
+use support::controller::ControllerProcess;
 use support::{Cluster, TestNamespace};
-
-/// A `slipway run` process for one test; killed when dropped.
-struct ControllerProcess {
-    child: Option<Child>,
-    log: PathBuf,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-}
-
-impl ControllerProcess {
-    fn start(cluster: &Cluster, ns: &str, env: &[(&str, &str)]) -> Self {
-        let log = std::env::temp_dir().join(format!("slipway-{ns}.log"));
-        let args = vec![
-            "run".to_string(),
-            "--kubeconfig".into(),
-            cluster.kubeconfig_path().display().to_string(),
-            "--namespace".into(),
-            ns.into(),
-            "--name".into(),
-            format!("slipway-{ns}"),
-        ];
-        let mut p = ControllerProcess {
-            child: None,
-            log,
-            args,
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        p.spawn();
-        p
-    }
-
-    fn spawn(&mut self) {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("controller log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
-            .args(&self.args)
-            .envs(self.env.iter().cloned())
-            .env("RUST_LOG", "info,slipway=debug")
-            .stdout(Stdio::from(file.try_clone().expect("log file")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start slipway run");
-        self.child = Some(child);
-    }
-
-    /// SIGKILL, as a crash would.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
-            let _ = f.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- slipway log ({}) ---\n{}",
-                self.log.display(),
-                self.log_tail()
-            );
-        }
-        self.kill();
-    }
-}
 
 /// Watches the namespace's Jobs for the whole test and records the most that were unfinished at
 /// once and every UID seen per Job name.
@@ -223,6 +134,7 @@ async fn node_labels(
 
 async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
     let cluster = support::cluster().await?;
+    support::install_crd(&cluster.client().await).await;
     let ns = TestNamespace::create(&cluster, test).await;
     let pool = ns.name().to_string();
     let names =

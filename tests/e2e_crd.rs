@@ -5,53 +5,11 @@
 mod support;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::anyhow;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use slipway::api::Plan;
 use support::TestNamespace;
-
-async fn install_crd(client: &kube::Client) {
-    let text = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/plans.upgrade.cattle.io.yaml"),
-    )
-    .expect("read CRD");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("parse CRD");
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(
-        "plans.upgrade.cattle.io",
-        &PatchParams::apply("slipway-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the API server accepts the CRD");
-    support::wait_for(
-        "the CRD to be Established",
-        Duration::from_secs(30),
-        || async {
-            let crd = api.get("plans.upgrade.cattle.io").await?;
-            let established = crd
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                Ok(())
-            } else {
-                Err(anyhow!(
-                    "conditions: {:?}",
-                    crd.status.and_then(|s| s.conditions)
-                ))
-            }
-        },
-    )
-    .await;
-}
 
 fn minimal_plan(name: &str, spec: Value) -> Value {
     json!({
@@ -82,7 +40,7 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
         return;
     };
     let client = cluster.client().await;
-    install_crd(&client).await;
+    support::install_crd(&client).await;
     let ns = TestNamespace::create(&cluster, "crd").await;
 
     // Every example is accepted, in the test namespace.
@@ -108,7 +66,7 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
             created += 1;
         }
     }
-    assert!(created >= 7, "created {created} example plans");
+    assert!(created >= 8, "created {created} example plans");
 
     // Each CEL rule rejects what it should, naming the field.
     let upgrade = json!({"image": "x"});

@@ -169,6 +169,42 @@ fn add_rules(root: &mut Value) {
     extend(root, &format!("{window}/properties/timeZone"), |s| {
         s["maxLength"] = json!(64);
     });
+    let reboot = format!("{spec}/properties/reboot");
+    for (path, field) in [
+        (
+            format!("{reboot}/properties/timeout"),
+            "spec.reboot.timeout",
+        ),
+        (
+            format!("{reboot}/properties/healthGate/properties/timeout"),
+            "spec.reboot.healthGate.timeout",
+        ),
+    ] {
+        extend(root, &path, |s| {
+            s["pattern"] = json!(GO_DURATION_PATTERN);
+            s["maxLength"] = json!(64);
+            push_rule(
+                s,
+                rule(
+                    "!self.startsWith('-') && self.matches('[1-9]')",
+                    &format!("{field} must be a positive duration such as 15m"),
+                ),
+            );
+        });
+    }
+    extend(root, &format!("{reboot}/properties/sentinelPath"), |s| {
+        s["maxLength"] = json!(1024);
+        push_rule(
+            s,
+            rule(
+                "self.startsWith('/') && self != '/'",
+                "spec.reboot.sentinelPath must be an absolute directory other than /",
+            ),
+        );
+    });
+    extend(root, &format!("{reboot}/properties/image"), |s| {
+        push_rule(s, rule("self != ''", "spec.reboot.image must not be empty"));
+    });
     extend(root, "/properties/status/properties/nodes", |s| {
         s["x-kubernetes-list-type"] = json!("map");
         s["x-kubernetes-list-map-keys"] = json!(["name"]);

@@ -4,12 +4,28 @@ pub mod crd;
 pub mod plan;
 
 pub use plan::{
-    ContainerSpec, DrainSpec, DrainTimeout, NodeProgress, Plan, PlanCondition, PlanSpec,
-    PlanStatus, SecretSpec, TimeWindowSpec, VolumeSpec,
+    ContainerSpec, DrainSpec, DrainTimeout, HealthGateSpec, NodeProgress, Plan, PlanCondition,
+    PlanSpec, PlanStatus, RebootSpec, SecretSpec, TimeWindowSpec, VolumeSpec,
 };
 
 /// The API group shared with system-upgrade-controller.
 pub const GROUP: &str = "upgrade.cattle.io";
+
+/// The owner reference that ties a Job or reboot pod to its Plan, so deleting the Plan removes it.
+/// Like SUC: the Plan is the controller, and the owner does not block deletion.
+pub fn plan_owner_reference(
+    plan_name: &str,
+    plan_uid: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: format!("{GROUP}/v1"),
+        kind: "Plan".to_string(),
+        name: plan_name.to_string(),
+        uid: plan_uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
 
 /// Label and annotation keys of the SUC protocol.
 pub mod labels {

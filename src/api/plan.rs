@@ -127,6 +127,55 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_complete_labels: Option<BTreeMap<String, String>>,
 
+    /// slipway only: reboot each node after a successful upgrade, through a separate reboot pod,
+    /// and count the node as done only when it is back (and healthy). Absent: SUC's behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<RebootSpec>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// How slipway reboots a node after its upgrade (a slipway extension of the Plan).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootSpec {
+    /// Reboot after a successful upgrade (default true when `reboot` is present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long a node may take to come back Ready with a new boot ID (a Go duration; default 15m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Image of the reboot pod and the sentinel step; needs `sh`, `touch` and `nsenter`
+    /// (default: the controller's `SLIPWAY_REBOOT_IMAGE`, busybox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Host directory for the sentinel files (default /var/lib/slipway/reboot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_path: Option<String>,
+    /// Before the next node starts, wait until these pods on the rebooted node are Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<HealthGateSpec>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// Pods that must be Ready again on a rebooted node before the rollout moves on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthGateSpec {
+    /// Pods on the node that must all be Ready (every namespace unless `namespace` is set).
+    pub pod_selector: LabelSelector,
+    /// Only pods of this namespace count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// How long to wait for them (a Go duration; default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,
@@ -279,8 +328,15 @@ pub struct PlanStatus {
 pub struct NodeProgress {
     /// The node's `kubernetes.io/hostname`, as in `applying`.
     pub name: String,
-    /// `Pending` (Job not created yet), `Upgrading`, `Waiting` (postCompleteDelay) or `Failed`.
+    /// `Pending` (Job not created yet), `Upgrading`, `Rebooting`, `WaitingForHealth`, `Waiting`
+    /// (postCompleteDelay) or `Failed`.
     pub phase: String,
+    /// Why it failed: `JobFailed`, `RebootTimedOut` or `HealthGateTimedOut`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The node's boot ID when its Job was created; a different one means it rebooted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     /// The node's Job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,

@@ -2,7 +2,7 @@
 //! first, guarded by the Plan's resourceVersion, then everything else.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -61,6 +61,24 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    for name_of_pod in &decision.delete_pods {
+        info!(plan = %name, pod = %name_of_pod, "deleting reboot pod");
+        match pods.delete(name_of_pod, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Reboot pods first: a node's Job must never run before the pod that will reboot it exists.
+    for pod in &decision.create_pods {
+        let pod_name = pod.name_any();
+        match pods.create(&create, pod).await {
+            Ok(_) => info!(plan = %name, pod = %pod_name, "created reboot pod"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     for job in &decision.create_jobs {
         let job_name = job.name_any();
         match jobs.create(&create, job).await {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -26,6 +26,8 @@ use crate::api::{Plan, labels};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
 use crate::node::{NodeInfo, prune_node};
+use crate::reboot::{self, HealthObservation};
+use crate::rollout::phase;
 use crate::rollout::{self, ChannelAnswer, RolloutInput};
 use crate::selection;
 
@@ -76,6 +78,7 @@ pub struct Context {
     pub nodes: Store<Node>,
     pub jobs: Store<Job>,
     pub secrets: Store<Secret>,
+    pub reboot_pods: Store<Pod>,
     pub channels: ChannelCache<ChannelClient>,
     pub cluster_id: String,
     pub recorder: Recorder,
@@ -119,6 +122,15 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     .reflect(secret_writer)
     .touched_objects();
 
+    let (reboot_pods, pod_writer) = reflector::store();
+    let pod_stream = watcher(
+        Api::<Pod>::namespaced(client.clone(), &ns),
+        watcher::Config::default().labels(&format!("{job_selector},{}=true", reboot::REBOOT_LABEL)),
+    )
+    .default_backoff()
+    .reflect(pod_writer)
+    .touched_objects();
+
     let reporter = Reporter {
         controller: settings.name.clone(),
         instance: settings.instance.clone(),
@@ -134,6 +146,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         nodes,
         jobs,
         secrets,
+        reboot_pods,
         cluster_id,
     });
 
@@ -143,12 +156,18 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     let by_node = plan_store.clone();
     let by_secret = plan_store.clone();
     let job_ns = ns.clone();
+    let pod_ns = ns.clone();
     info!(namespace = %ns, name = %settings.name, "starting controller");
     controller
         .watches_stream(job_stream, move |job: Job| {
             job.labels()
                 .get(labels::PLAN)
                 .map(|plan| ObjectRef::new(plan).within(&job_ns))
+        })
+        .watches_stream(pod_stream, move |pod: Pod| {
+            pod.labels()
+                .get(reboot::REBOOT_PLAN_LABEL)
+                .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
         .watches_stream(node_stream, move |node: Node| {
             let node_labels = node.metadata.labels.clone().unwrap_or_default();
@@ -220,6 +239,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         (ctx.nodes.wait_until_ready().await, "node"),
         (ctx.jobs.wait_until_ready().await, "job"),
         (ctx.secrets.wait_until_ready().await, "secret"),
+        (ctx.reboot_pods.wait_until_ready().await, "reboot pod"),
     ] {
         store.map_err(|_| Error::CacheStopped(what))?;
     }
@@ -244,6 +264,14 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         .filter(|j| j.labels().get(labels::PLAN) == Some(&name))
         .map(|j| j.as_ref().clone())
         .collect();
+    let reboot_pods: Vec<Pod> = ctx
+        .reboot_pods
+        .state()
+        .iter()
+        .filter(|p| p.labels().get(reboot::REBOOT_PLAN_LABEL) == Some(&name))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
     let secrets: BTreeMap<String, Secret> = ctx
         .secrets
         .state()
@@ -276,6 +304,8 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         plan: &plan,
         nodes: &nodes,
         jobs: &jobs,
+        reboot_pods: &reboot_pods,
+        health: &health,
         secrets: &secrets,
         channel,
         now: jiff::Timestamp::now(),
@@ -288,6 +318,64 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     }
     apply::apply(&ctx, &plan, decision).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// Looks at the health gate's pods on the nodes that are rebooting or waiting for health; only those
+/// few nodes (at most `concurrency`) are listed, straight from the API server.
+async fn observe_health(
+    client: &Client,
+    plan: &Plan,
+    nodes: &[NodeInfo],
+    job_config: &crate::config::JobConfig,
+) -> Result<BTreeMap<String, HealthObservation>, Error> {
+    let mut observed = BTreeMap::new();
+    let Some(gate) = reboot::policy(plan, job_config).and_then(|p| p.health_gate) else {
+        return Ok(observed);
+    };
+    let Ok(selector) = selection::Selector::from_label_selector(Some(&gate.pod_selector)) else {
+        return Ok(observed);
+    };
+    let api: Api<Pod> = match &gate.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let waiting = plan
+        .status
+        .iter()
+        .flat_map(|s| s.nodes.iter())
+        .filter(|p| p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH);
+    for progress in waiting {
+        let Some(node) = nodes.iter().find(|n| n.hostname() == progress.name) else {
+            continue;
+        };
+        let params = ListParams::default()
+            .fields(&format!("spec.nodeName={}", node.name))
+            .labels(&selector.to_string());
+        let pods = api.list(&params).await?;
+        let mut o = HealthObservation::default();
+        for pod in &pods.items {
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            o.total += 1;
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                o.not_ready.push(format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        observed.insert(node.name.clone(), o);
+    }
+    Ok(observed)
 }
 
 fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {

@@ -28,6 +28,8 @@
 //! its own client with [`Cluster::client`].
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod controller;
+
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
@@ -555,4 +557,47 @@ fn random_hex(len: usize) -> String {
     }
     out.truncate(len);
     out
+}
+
+/// Applies the committed CRD (`crds/plans.upgrade.cattle.io.yaml`) and waits until it is
+/// Established, so a test can create Plans before its controller has installed the CRD itself.
+pub async fn install_crd(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/plans.upgrade.cattle.io.yaml"),
+    )
+    .expect("read crds/plans.upgrade.cattle.io.yaml");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("parse the CRD");
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        "plans.upgrade.cattle.io",
+        &PatchParams::apply("slipway-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the API server accepts the CRD");
+    wait_for(
+        "the CRD to be Established",
+        Duration::from_secs(30),
+        || async {
+            let crd = api.get("plans.upgrade.cattle.io").await?;
+            let established = crd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!(
+                    "conditions: {:?}",
+                    crd.status.and_then(|s| s.conditions)
+                ))
+            }
+        },
+    )
+    .await;
 }

@@ -1,0 +1,260 @@
+//! End-to-end tests of `spec.reboot` on the local cluster. kwok nodes do not reboot, so the test
+//! plays the node: it changes `status.nodeInfo.bootID` (and the Ready condition) itself.
+
+mod support;
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use slipway::api::Plan;
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+
+fn reboot_plan(name: &str, pool: &str, timeout: &str) -> Plan {
+    serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+  annotations:
+    slipway.test/complete-delay: "2s"
+spec:
+  concurrency: 1
+  version: "2026-11-22"
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: debian:bookworm-slim
+    command: [chroot, /host, sh, -c, "apt-get update && apt-get -y dist-upgrade"]
+  reboot:
+    timeout: {timeout}
+"#
+    ))
+    .expect("test plan parses")
+}
+
+async fn simulate_reboot(client: &kube::Client, node: &str) {
+    let api = Api::<Node>::all(client.clone());
+    api.patch_status(
+        node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
+    )
+    .await
+    .expect("change the boot ID");
+}
+
+async fn plan_status(ns: &TestNamespace, name: &str) -> Plan {
+    ns.api::<Plan>().get(name).await.expect("get plan")
+}
+
+fn node_phase(plan: &Plan, node: &str) -> Option<String> {
+    plan.status
+        .as_ref()?
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .map(|n| n.phase.clone())
+}
+
+async fn wait_phase(ns: &TestNamespace, plan: &str, node: &str, phase: &str, timeout: Duration) {
+    let api = ns.api::<Plan>();
+    support::wait_for(&format!("{node} to be {phase}"), timeout, || async {
+        let p = api.get(plan).await?;
+        if node_phase(&p, node).as_deref() == Some(phase) {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {}", serde_json::to_string(&p.status)?))
+        }
+    })
+    .await
+}
+
+/// The node the Plan is working on (exactly one with concurrency 1).
+async fn applying_node(ns: &TestNamespace, plan: &str) -> String {
+    let api = ns.api::<Plan>();
+    support::wait_for("a node to be applying", Duration::from_secs(60), || async {
+        let p = api.get(plan).await?;
+        p.status
+            .as_ref()
+            .and_then(|s| s.applying.first().cloned())
+            .ok_or_else(|| anyhow!("status: {:?}", p.status))
+    })
+    .await
+}
+
+async fn jobs_on(ns: &TestNamespace, node: &str) -> usize {
+    ns.api::<Job>()
+        .list(&ListParams::default().labels(&format!("upgrade.cattle.io/node={node}")))
+        .await
+        .expect("list jobs")
+        .items
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    let ns = TestNamespace::create(&cluster, "reboot").await;
+    let pool = ns.name().to_string();
+    let nodes = support::create_nodes(&client, "reboot", 2, &[("slipway.test/pool", &pool)]).await;
+    let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &reboot_plan("os", &pool, "5m"))
+        .await
+        .expect("create plan");
+
+    for round in 0..2 {
+        let node = applying_node(&ns, "os").await;
+        // The reboot pod is on the node before (or with) the Job.
+        let pods = ns.api::<Pod>();
+        let pod = support::wait_for("the reboot pod", Duration::from_secs(30), || async {
+            let list = pods
+                .list(&ListParams::default().labels("slipway.dev/reboot=true"))
+                .await?;
+            list.items
+                .into_iter()
+                .find(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+                })
+                .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
+        })
+        .await;
+        let spec = pod.spec.expect("pod spec");
+        assert_eq!(spec.host_pid, Some(true));
+        assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+        wait_phase(&ns, "os", &node, "Rebooting", Duration::from_secs(60)).await;
+        if round == 1 {
+            // A crash while the node reboots loses nothing.
+            controller.kill();
+            simulate_reboot(&client, &node).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            controller.restart();
+        } else {
+            // The slot stays held while the boot ID is unchanged.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let other = nodes.iter().find(|n| **n != node).expect("other node");
+            assert_eq!(
+                jobs_on(&ns, other).await,
+                0,
+                "the next node waits for the reboot"
+            );
+            let p = plan_status(&ns, "os").await;
+            assert_eq!(node_phase(&p, &node).as_deref(), Some("Rebooting"));
+            simulate_reboot(&client, &node).await;
+        }
+        let api = ns.api::<Plan>();
+        let node_api = Api::<Node>::all(client.clone());
+        support::wait_for(
+            &format!("{node} to be labelled"),
+            Duration::from_secs(60),
+            || async {
+                let n = node_api.get(&node).await?;
+                let hash = api.get("os").await?.status.and_then(|s| s.latest_hash);
+                let label = n
+                    .metadata
+                    .labels
+                    .and_then(|l| l.get("plan.upgrade.cattle.io/os").cloned());
+                if label.is_some() && label == hash {
+                    Ok(())
+                } else {
+                    Err(anyhow!("label {label:?}, hash {hash:?}"))
+                }
+            },
+        )
+        .await;
+        support::wait_for("the reboot pod to go", Duration::from_secs(30), || async {
+            let n = pods
+                .list(&ListParams::default().labels(&format!(
+                    "slipway.dev/reboot=true,upgrade.cattle.io/node={node}"
+                )))
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            if n == 0 {
+                Ok(())
+            } else {
+                Err(anyhow!("{n} reboot pods on {node}"))
+            }
+        })
+        .await;
+    }
+    let api = ns.api::<Plan>();
+    support::wait_for("the plan to complete", Duration::from_secs(60), || async {
+        let p = api.get("os").await?;
+        let complete = p.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        });
+        if complete {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {:?}", p.status))
+        }
+    })
+    .await;
+    drop(controller);
+    ns.cleanup().await;
+    support::delete_nodes(&client, &nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_comes_back_fails_the_plan_after_the_timeout() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    let ns = TestNamespace::create(&cluster, "noreturn").await;
+    let pool = ns.name().to_string();
+    let nodes =
+        support::create_nodes(&client, "noreturn", 2, &[("slipway.test/pool", &pool)]).await;
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &reboot_plan("stuck", &pool, "15s"))
+        .await
+        .expect("create plan");
+    let node = applying_node(&ns, "stuck").await;
+    let api = ns.api::<Plan>();
+    let failed = support::wait_for("RebootTimedOut", Duration::from_secs(90), || async {
+        let p = api.get("stuck").await?;
+        let c = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned());
+        match c {
+            Some(c) if c.reason.as_deref() == Some("RebootTimedOut") => Ok(p),
+            other => Err(anyhow!("Complete: {other:?}")),
+        }
+    })
+    .await;
+    let status = failed.status.expect("status");
+    let complete = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Complete")
+        .expect("Complete");
+    let message = complete.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Node {node} did not come back")),
+        "{message}"
+    );
+    assert_eq!(status.applying, vec![node.clone()], "the slot stays held");
+    let other = nodes.iter().find(|n| **n != node).expect("other node");
+    assert_eq!(jobs_on(&ns, other).await, 0);
+    ns.cleanup().await;
+    support::delete_nodes(&client, &nodes).await;
+}
