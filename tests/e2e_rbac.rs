@@ -5,7 +5,9 @@
 //! environment of deploy/'s ConfigMap), and drives a Plan through every path that needs a right:
 //! a Job that fails (event), a Plan edit that deletes and recreates that Job, a rollout over its
 //! nodes with cordon (node patches), and a node added afterwards, which repeats the `Complete`
-//! event (an event series is a patch). Then it reads the API server's audit log (tests/cluster
+//! event (an event series is a patch); then a Plan with `spec.reboot` and a health gate (a reboot
+//! pod created and deleted, health-gate pods listed in all namespaces; the test changes the node's
+//! boot ID, as the e2e_reboot tests do). Then it reads the API server's audit log (tests/cluster
 //! logs this ServiceAccount's requests only) and checks, request by request and rule by rule:
 //!
 //! - no request was refused, and the controller logged no 403/forbidden;
@@ -13,7 +15,7 @@
 //!   ServiceAccount also holds for the upgrade Jobs);
 //! - every (rule, resource, verb) of the controller's roles was used at least once;
 //! - a ClusterRole right on a namespaced resource was used outside the controller's namespace
-//!   (otherwise it belongs in the Role).
+//!   (otherwise it belongs in the Role), and no Role right repeats a ClusterRole right.
 //!
 //! What cannot be proven here: the drainer role (`kubectl cordon`/`drain` inside the Jobs). kwok
 //! plays the kubelet, so Job pods never run a process; they just succeed. Those rights are
@@ -138,6 +140,12 @@ impl Grant {
     }
 }
 
+/// `core/pods`, `batch/jobs`: a group and resource as people write them.
+fn group_resource(group: &str, resource: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{group}/{resource}")
+}
+
 /// Rights the test cannot exercise, each with the reason it is granted anyway:
 /// (API group, resource, verb, why).
 const ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
@@ -163,6 +171,24 @@ fn audit_rbac(
             problems.push(format!(
                 "the controller made a request its roles do not grant: {r}"
             ));
+        }
+    }
+    for g in grants.iter().filter(|g| g.namespace.is_some()) {
+        for (group, resource, verb) in g.tuples() {
+            let also = grants.iter().find(|c| {
+                c.namespace.is_none()
+                    && c.rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+                    && c.tuples()
+                        .contains(&(group.clone(), resource.clone(), verb.clone()))
+            });
+            if let Some(c) = also {
+                problems.push(format!(
+                    "{} grants {verb} {}, which {} already grants everywhere",
+                    g.describe(),
+                    group_resource(&group, &resource),
+                    c.describe()
+                ));
+            }
         }
     }
     for g in grants {
@@ -192,10 +218,7 @@ fn audit_rbac(
                 ..g.clone()
             };
             let used: Vec<&Request> = requests.iter().filter(|r| single.allows(r)).collect();
-            let what = format!(
-                "{verb} {}/{resource}",
-                if group.is_empty() { "core" } else { &group }
-            );
+            let what = format!("{verb} {}", group_resource(&group, &resource));
             if used.is_empty() {
                 problems.push(format!("{} grants {what}, never used", g.describe()));
             } else if g.namespace.is_none()
@@ -761,6 +784,104 @@ spec:
         },
     )
     .await;
+
+    // 4. A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
+    //    the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
+    //    every namespace, and the reboot pod is deleted.
+    let reboot_pool = support::unique_name("rbac-reboot");
+    let rebooted = support::create_nodes(
+        &client,
+        "rbac-reboot",
+        1,
+        &[("slipway.test/pool", &reboot_pool)],
+    )
+    .await;
+    let reboot_plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {PLAN}-reboot
+spec:
+  concurrency: 1
+  version: "2026-11-22"
+  serviceAccountName: {SA}
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {reboot_pool}
+  upgrade:
+    image: debian:bookworm-slim
+    command: [sh, -c, "true"]
+  reboot:
+    timeout: 5m
+    healthGate:
+      podSelector:
+        matchLabels:
+          slipway.test/health: {reboot_pool}
+"#
+    ))
+    .expect("reboot plan");
+    plans
+        .create(&PostParams::default(), &reboot_plan)
+        .await
+        .expect("create the reboot plan");
+    let reboot_name = format!("{PLAN}-reboot");
+    support::wait_for(
+        "the node to be rebooting",
+        Duration::from_secs(120),
+        || async {
+            controller.assert_not_refused();
+            let p = plans.get(&reboot_name).await?;
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.nodes.iter().find(|n| n.name == rebooted[0]))
+                .map(|n| n.phase.clone());
+            if phase.as_deref() == Some("Rebooting") {
+                Ok(())
+            } else {
+                Err(anyhow!("status: {}", serde_json::to_string(&p.status)?))
+            }
+        },
+    )
+    .await;
+    node_api
+        .patch_status(
+            &rebooted[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
+        )
+        .await
+        .expect("change the boot ID");
+    let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
+    support::wait_for(
+        "the rebooted node to be done and its reboot pod gone",
+        Duration::from_secs(120),
+        || async {
+            controller.assert_not_refused();
+            let p = plans.get(&reboot_name).await?;
+            let reboot_pods = pod_api
+                .list(&ListParams::default().labels(&format!(
+                    "slipway.dev/reboot=true,upgrade.cattle.io/node={}",
+                    rebooted[0]
+                )))
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            if complete(&p) && reboot_pods == 0 {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{reboot_pods} reboot pods, status: {}",
+                    serde_json::to_string(&p.status)?
+                ))
+            }
+        },
+    )
+    .await;
+
     if leader_election {
         // Renewals are patches too; give the lease manager a moment to have done all it does.
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -856,6 +977,7 @@ spec:
     // Clean up, keeping the CRD (other tests share it).
     support::delete_nodes(&client, &nodes).await;
     support::delete_nodes(&client, &more).await;
+    support::delete_nodes(&client, &rebooted).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(&controller.log);
     for name in ["system-upgrade", "system-upgrade-drainer"] {
