@@ -11,9 +11,31 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --locked --all-targets -- -D warnings
 
-# Print the CRD and write it to crds/.
+# Write the CRD to crds/ and its copy in the kustomize base deploy/ (tests check both).
 crd:
     cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
+    cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
+
+# Build the container image slipway:<version> from the Containerfile, with podman or docker.
+image TAG="":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    engine=$(command -v podman || command -v docker || true)
+    if [ -z "$engine" ]; then
+      echo "just image: neither podman nor docker is installed; install one of them to build the image" >&2
+      exit 1
+    fi
+    if ! "$engine" info >/dev/null 2>&1; then
+      echo "just image: $engine is installed but cannot reach a container engine (is its daemon or service running?): $("$engine" info 2>&1 | tail -n 1)" >&2
+      exit 1
+    fi
+    # The Containerfile uses RUN --mount (cache mounts): BuildKit for docker, built in for podman.
+    export DOCKER_BUILDKIT=1
+    version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+    tag="{{TAG}}"
+    tag=${tag:-slipway:$version}
+    "$engine" build -f Containerfile --build-arg VERSION="$version" -t "$tag" .
+    echo "built $tag ($("$engine" image inspect --format '{{{{.Size}}' "$tag") bytes)" >&2
 
 # Unit and end-to-end tests. The end-to-end tests share one local cluster, started here (the first
 # run builds it: ~15 minutes). SLIPWAY_E2E=skip skips them, loudly.

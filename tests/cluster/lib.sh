@@ -93,6 +93,26 @@ EOF
   chmod 600 "$file"
 }
 
+# AUDIT_USER: the one user whose requests the API server's audit log records (at level Metadata:
+# who, verb, resource, response code; no bodies): slipway's ServiceAccount as deploy/ installs it.
+# tests/e2e_rbac.rs reads the log to prove that deploy/'s RBAC grants exactly what slipway uses.
+# Nobody else is logged, so the log stays small even when every test shares the cluster.
+AUDIT_USER=system:serviceaccount:system-upgrade:system-upgrade
+
+# write_audit_policy FILE : the audit policy for AUDIT_USER. RequestReceived is omitted; watches
+# keep ResponseStarted (a watch still open at the end has no ResponseComplete yet).
+write_audit_policy() {
+  cat >"$1" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["$AUDIT_USER"]
+- level: None
+EOF
+}
+
 # node_manifest NAME CONTROL_PLANE(true|false) : a kwok-managed Node with its status set on
 # create (the API server keeps status on Node create). tests/support/mod.rs builds the same node.
 node_manifest() {

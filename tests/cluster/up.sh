@@ -6,6 +6,8 @@
 #   tests/cluster/up.sh [NODES]
 #
 # Last stdout line: `export KUBECONFIG=<dir>/kubeconfig`; progress goes to stderr.
+# The API server audits the requests of one user only (AUDIT_USER in lib.sh: the ServiceAccount
+# deploy/ creates for slipway) to <dir>/logs/audit.log; tests/e2e_rbac.rs reads it.
 # Stop it with `tests/cluster/down.sh <dir>`.
 #
 # Environment:
@@ -162,6 +164,7 @@ EOF
 pki="$dir/pki"
 gen_pki "$pki" || die "certificate generation with openssl failed"
 write_kubeconfig "$kubeconfig" "https://127.0.0.1:$api_port" "$pki"
+write_audit_policy "$dir/audit-policy.yaml"
 
 start etcd "$bin_dir/etcd" \
   --name=slipway --data-dir="$dir/etcd" \
@@ -183,6 +186,8 @@ start kube-apiserver "$bin_dir/kube-apiserver" \
   --authorization-mode=RBAC \
   --allow-privileged=true \
   --disable-admission-plugins=ServiceAccount \
+  --audit-policy-file="$dir/audit-policy.yaml" \
+  --audit-log-path="$dir/logs/audit.log" --audit-log-maxsize=20 --audit-log-maxbackup=1 \
   --cert-dir="$dir/apiserver-certs"
 wait_for kube-apiserver "kube-apiserver /readyz" \
   curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \

@@ -1,0 +1,248 @@
+//! Offline checks of `deploy/` (the kustomize base): it carries the committed CRD, the image tag is
+//! the crate's version, the ConfigMap holds SUC's manifest values under names slipway reads, and the
+//! Deployment keeps its security settings. tests/e2e_rbac.rs installs it on a cluster.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+fn yaml<T: serde::de::DeserializeOwned>(path: &str) -> T {
+    serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
+}
+
+#[test]
+fn deploy_carries_the_committed_crd() {
+    assert!(
+        read("deploy/plans.upgrade.cattle.io.yaml") == read("crds/plans.upgrade.cattle.io.yaml"),
+        "deploy/plans.upgrade.cattle.io.yaml differs from crds/plans.upgrade.cattle.io.yaml: \
+         run `just crd` and commit both"
+    );
+}
+
+#[test]
+fn the_image_tag_is_the_crate_version() {
+    let k: Value = yaml("deploy/kustomization.yaml");
+    let images = k["images"].as_array().expect("images");
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0]["name"], "slipway");
+    assert_eq!(
+        images[0]["newTag"].as_str(),
+        Some(env!("CARGO_PKG_VERSION")),
+        "deploy/kustomization.yaml's image tag is the version in Cargo.toml"
+    );
+}
+
+fn run_help() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(["run", "--help"])
+        .output()
+        .expect("slipway run --help");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_config_map_has_suc_values_under_names_slipway_reads() {
+    let cm: ConfigMap = yaml("deploy/configmap.yaml");
+    assert_eq!(cm.metadata.name.as_deref(), Some("default-controller-env"));
+    let data: BTreeMap<String, String> = cm.data.expect("data");
+    let expect = [
+        ("SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS", "900"),
+        ("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "99"),
+        ("SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY", "Always"),
+        (
+            "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE",
+            "rancher/kubectl:v1.30.3",
+        ),
+        ("SYSTEM_UPGRADE_JOB_PRIVILEGED", "true"),
+        ("SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH", "900"),
+        ("SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL", "15m"),
+        ("SYSTEM_UPGRADE_CONTROLLER_LEADER_ELECT", "true"),
+    ];
+    for (k, v) in expect {
+        assert_eq!(data.get(k).map(String::as_str), Some(v), "{k}");
+    }
+
+    // The job settings parse without a warning and mean what SUC's manifest means.
+    let env = slipway::config::EnvSettings::from_lookup(|k| data.get(k).cloned());
+    assert!(env.warnings.is_empty(), "{:?}", env.warnings);
+    assert_eq!(env.job.active_deadline_seconds, 900);
+    assert_eq!(env.job.backoff_limit, 99);
+    assert_eq!(env.job.image_pull_policy, "Always");
+    assert_eq!(env.job.ttl_seconds_after_finished, 900);
+    assert_eq!(env.polling_interval.as_secs(), 15 * 60);
+
+    // Every other key is a `slipway run` option; leader election is still being added.
+    let help = run_help();
+    for key in data.keys() {
+        let job_setting =
+            key.starts_with("SYSTEM_UPGRADE_JOB_") || key == "SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL";
+        let option = help.contains(&format!("[env: {key}="));
+        let pending =
+            key == "SYSTEM_UPGRADE_CONTROLLER_LEADER_ELECT" && !help.contains("--leader-elect");
+        assert!(
+            job_setting || option || pending,
+            "deploy/configmap.yaml sets {key}, which slipway does not read"
+        );
+    }
+}
+
+#[test]
+fn the_deployment_runs_locked_down_with_suc_identity() {
+    let d: Deployment = yaml("deploy/deployment.yaml");
+    let spec = d.spec.expect("spec");
+    let pod = spec.template.spec.expect("pod spec");
+    let labels = spec
+        .template
+        .metadata
+        .and_then(|m| m.labels)
+        .expect("labels");
+    assert_eq!(
+        labels
+            .get("upgrade.cattle.io/controller")
+            .map(String::as_str),
+        Some("system-upgrade-controller"),
+        "the pod label that names the controller and keeps drains off it"
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some("system-upgrade"));
+    let psc = pod.security_context.expect("pod securityContext");
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65534));
+    let [c] = &pod.containers[..] else {
+        panic!("one container")
+    };
+    assert_eq!(c.image.as_deref(), Some("slipway"));
+    assert_eq!(c.args.as_deref(), Some(&["run".to_string()][..]));
+    let sc = c
+        .security_context
+        .as_ref()
+        .expect("container securityContext");
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(
+        sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(probe_path(&c.liveness_probe).as_deref(), Some("/healthz"));
+    assert_eq!(probe_path(&c.readiness_probe).as_deref(), Some("/readyz"));
+    let resources = c.resources.as_ref().expect("resources");
+    assert!(
+        resources
+            .requests
+            .as_ref()
+            .is_some_and(|r| r.contains_key("cpu"))
+    );
+    assert!(
+        resources
+            .limits
+            .as_ref()
+            .is_some_and(|l| l.contains_key("memory"))
+    );
+    let env: BTreeMap<&str, String> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let field = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+                .unwrap_or_default();
+            (e.name.as_str(), field)
+        })
+        .collect();
+    assert_eq!(
+        env.get("SYSTEM_UPGRADE_CONTROLLER_NAME")
+            .map(String::as_str),
+        Some("metadata.labels['upgrade.cattle.io/controller']")
+    );
+    assert_eq!(
+        env.get("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE")
+            .map(String::as_str),
+        Some("metadata.namespace")
+    );
+    assert_eq!(
+        env.get("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME")
+            .map(String::as_str),
+        Some("spec.nodeName")
+    );
+    assert_eq!(
+        c.env_from
+            .as_ref()
+            .and_then(|e| e[0].config_map_ref.as_ref())
+            .map(|r| r.name.as_str()),
+        Some("default-controller-env")
+    );
+}
+
+fn kubectl_kustomize(dir: &std::path::Path) -> String {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl (with kustomize) is needed to check deploy/");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kustomize_builds_it_and_an_overlay_can_move_it_to_another_namespace() {
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(base.contains(&format!("image: slipway:{}", env!("CARGO_PKG_VERSION"))));
+
+    let overlay = std::env::temp_dir().join(format!("slipway-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).expect("overlay dir");
+    let overlay = overlay.canonicalize().expect("overlay path");
+    // kustomize wants a relative path to the base.
+    let up = "../".repeat(overlay.components().count() - 1);
+    let base = repo().join("deploy").canonicalize().expect("deploy/ path");
+    let base = format!(
+        "{up}{}",
+        base.strip_prefix("/").expect("absolute").display()
+    );
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "namespace: elsewhere\nresources:\n- {base}\nimages:\n- {{name: slipway, newName: registry.example.com/slipway, newTag: \"9.9.9\"}}\n"
+        ),
+    )
+    .expect("write overlay");
+    let out = kubectl_kustomize(&overlay);
+    let _ = std::fs::remove_dir_all(&overlay);
+    assert!(out.contains("image: registry.example.com/slipway:9.9.9"));
+    assert!(
+        !out.contains("namespace: system-upgrade"),
+        "every namespaced object and binding subject moves"
+    );
+    assert!(
+        out.contains("  name: elsewhere\n"),
+        "the Namespace is renamed"
+    );
+}

@@ -1,0 +1,996 @@
+//! deploy/'s RBAC, proven against a real API server rather than guessed.
+//!
+//! The test installs `deploy/` (`kubectl apply -k`), runs `slipway run` as a child process with a
+//! token of the `system-upgrade` ServiceAccount (so with exactly the rights deploy/ grants, and the
+//! environment of deploy/'s ConfigMap), and drives a Plan through every path that needs a right:
+//! a Job that fails (event), a Plan edit that deletes and recreates that Job, a rollout over its
+//! nodes with cordon (node patches), and a node added afterwards, which repeats the `Complete`
+//! event (an event series is a patch); then a Plan with `spec.reboot` and a health gate (a reboot
+//! pod created and deleted, health-gate pods listed in all namespaces; the test changes the node's
+//! boot ID, as the e2e_reboot tests do). Then it reads the API server's audit log (tests/cluster
+//! logs this ServiceAccount's requests only) and checks, request by request and rule by rule:
+//!
+//! - no request was refused, and the controller logged no 403/forbidden;
+//! - every request is allowed by the controller's own roles (not by the drainer role, which the
+//!   ServiceAccount also holds for the upgrade Jobs);
+//! - every (rule, resource, verb) of the controller's roles was used at least once;
+//! - a ClusterRole right on a namespaced resource was used outside the controller's namespace
+//!   (otherwise it belongs in the Role), and no Role right repeats a ClusterRole right.
+//!
+//! What cannot be proven here: the drainer role (`kubectl cordon`/`drain` inside the Jobs). kwok
+//! plays the kubelet, so Job pods never run a process; they just succeed. Those rights are
+//! system-upgrade-controller's, unchanged.
+//!
+//! Leader election (Lease rights) is exercised when `slipway run --help` offers `--leader-elect`;
+//! otherwise the two Lease rules are the only allowed-unused rights, and the test says so.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::{Read, Seek};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use slipway::api::Plan;
+
+const NS: &str = "system-upgrade";
+const SA: &str = "system-upgrade";
+const CONTROLLER: &str = "system-upgrade-controller";
+/// The role deploy/ binds to the ServiceAccount for the upgrade Jobs, not for the controller.
+const DRAINER_ROLE: &str = "system-upgrade-controller-drainer";
+const PLAN: &str = "rbac";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One API request of the controller, from the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Request {
+    group: String,
+    /// `resource` or `resource/subresource`
+    resource: String,
+    verb: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(f, "{} {group}/{}", self.verb, self.resource)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, " in {ns}")?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " named {name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A rule of one of the controller's roles; `namespace` is set for a Role's rules.
+#[derive(Debug, Clone)]
+struct Grant {
+    role: String,
+    namespace: Option<String>,
+    rule: PolicyRule,
+}
+
+impl Grant {
+    fn allows(&self, r: &Request) -> bool {
+        let rule = &self.rule;
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        if let Some(ns) = &self.namespace
+            && r.namespace.as_ref() != Some(ns)
+        {
+            return false;
+        }
+        let names = rule.resource_names.as_deref().unwrap_or_default();
+        // The authorizer never knows the name of a create.
+        let name = if r.verb == "create" {
+            None
+        } else {
+            r.name.as_deref()
+        };
+        any(rule.api_groups.as_deref().unwrap_or_default(), &r.group)
+            && any(rule.resources.as_deref().unwrap_or_default(), &r.resource)
+            && any(&rule.verbs, &r.verb)
+            && (names.is_empty() || name.is_some_and(|n| names.iter().any(|x| x == n)))
+    }
+
+    /// Every (group, resource, verb) this rule grants.
+    fn tuples(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for g in self.rule.api_groups.iter().flatten() {
+            for res in self.rule.resources.iter().flatten() {
+                for v in &self.rule.verbs {
+                    out.push((g.clone(), res.clone(), v.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn describe(&self) -> String {
+        let scope = match &self.namespace {
+            Some(ns) => format!("Role {ns}/{}", self.role),
+            None => format!("ClusterRole {}", self.role),
+        };
+        let names = self
+            .rule
+            .resource_names
+            .as_ref()
+            .map(|n| format!(" resourceNames {n:?}"))
+            .unwrap_or_default();
+        format!("{scope}{names}")
+    }
+}
+
+/// `core/pods`, `batch/jobs`: a group and resource as people write them.
+fn group_resource(group: &str, resource: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{group}/{resource}")
+}
+
+/// Rights the test cannot exercise, each with the reason it is granted anyway:
+/// (API group, resource, verb, why).
+const ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
+    "apiextensions.k8s.io",
+    "customresourcedefinitions",
+    "watch",
+    "slipway waits for its CRD to be Established with a list, then a watch only if it is not \
+     Established yet: when slipway creates the CRD itself (a cluster without it). Here the CRD \
+     exists, and the shared test cluster cannot delete it. Without the right, that first start \
+     would fail and restart.",
+)];
+
+/// Problems with `grants` given the controller's `requests`; empty means least privilege, proven.
+/// `may_be_unused(group, resource, verb)` says which rights need not be used.
+fn audit_rbac(
+    grants: &[Grant],
+    requests: &BTreeSet<Request>,
+    may_be_unused: &dyn Fn(&str, &str, &str) -> bool,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for r in requests {
+        if !grants.iter().any(|g| g.allows(r)) {
+            problems.push(format!(
+                "the controller made a request its roles do not grant: {r}"
+            ));
+        }
+    }
+    for g in grants.iter().filter(|g| g.namespace.is_some()) {
+        for (group, resource, verb) in g.tuples() {
+            let also = grants.iter().find(|c| {
+                c.namespace.is_none()
+                    && c.rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+                    && c.tuples()
+                        .contains(&(group.clone(), resource.clone(), verb.clone()))
+            });
+            if let Some(c) = also {
+                problems.push(format!(
+                    "{} grants {verb} {}, which {} already grants everywhere",
+                    g.describe(),
+                    group_resource(&group, &resource),
+                    c.describe()
+                ));
+            }
+        }
+    }
+    for g in grants {
+        for list in [
+            g.rule.api_groups.as_deref(),
+            g.rule.resources.as_deref(),
+            Some(&g.rule.verbs[..]),
+        ] {
+            if list.unwrap_or_default().iter().any(|x| x == "*") {
+                problems.push(format!("{} uses a wildcard: {:?}", g.describe(), g.rule));
+            }
+        }
+        if g.rule.non_resource_urls.is_some() {
+            problems.push(format!("{} grants non-resource URLs", g.describe()));
+        }
+        for (group, resource, verb) in g.tuples() {
+            if may_be_unused(&group, &resource, &verb) {
+                continue;
+            }
+            let single = Grant {
+                rule: PolicyRule {
+                    api_groups: Some(vec![group.clone()]),
+                    resources: Some(vec![resource.clone()]),
+                    verbs: vec![verb.clone()],
+                    ..g.rule.clone()
+                },
+                ..g.clone()
+            };
+            let used: Vec<&Request> = requests.iter().filter(|r| single.allows(r)).collect();
+            let what = format!("{verb} {}", group_resource(&group, &resource));
+            if used.is_empty() {
+                problems.push(format!("{} grants {what}, never used", g.describe()));
+            } else if g.namespace.is_none()
+                && used.iter().all(|r| r.namespace.as_deref() == Some(NS))
+            {
+                problems.push(format!(
+                    "{} grants {what} cluster-wide, used only in namespace {NS}: move it to the Role",
+                    g.describe()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The controller's requests in the audit log: those made with the token whose `jti` is given.
+/// Returns the requests and the refusals (as text).
+fn read_audit_log(path: &Path, jti: &str) -> (BTreeSet<Request>, Vec<String>, usize) {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()));
+    let credential = format!("JTI={jti}");
+    let mut requests = BTreeSet::new();
+    let mut refused = Vec::new();
+    let mut events = 0;
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let ours = ev["user"]["extra"]["authentication.kubernetes.io/credential-id"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(credential.as_str())));
+        if !ours {
+            continue;
+        }
+        events += 1;
+        let decision = ev["annotations"]["authorization.k8s.io/decision"].as_str();
+        let code = ev["responseStatus"]["code"].as_i64();
+        if decision != Some("allow") || code == Some(403) {
+            refused.push(format!(
+                "{} {} -> {code:?} {decision:?} {}",
+                ev["verb"], ev["requestURI"], ev["annotations"]
+            ));
+        }
+        let obj = &ev["objectRef"];
+        let Some(resource) = obj["resource"].as_str() else {
+            continue; // a non-resource URL (discovery): granted to every authenticated user
+        };
+        let resource = match obj["subresource"].as_str() {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        requests.insert(Request {
+            group: obj["apiGroup"].as_str().unwrap_or("").to_string(),
+            resource,
+            verb: ev["verb"].as_str().unwrap_or("").to_string(),
+            namespace: text(&obj["namespace"]),
+            name: text(&obj["name"]),
+        });
+    }
+    (requests, refused, events)
+}
+
+/// The rules bound to the ServiceAccount by name, split into the controller's and the drainer's.
+async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
+    let is_sa = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount" && s.name == SA && s.namespace.as_deref() == Some(NS)
+        })
+    };
+    let mut controller = Vec::new();
+    let mut drainer = Vec::new();
+    let cluster_roles = Api::<ClusterRole>::all(client.clone());
+    let crbs = Api::<ClusterRoleBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list ClusterRoleBindings");
+    for b in crbs.items.iter().filter(|b| is_sa(&b.subjects)) {
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        let role = cluster_roles
+            .get(&b.role_ref.name)
+            .await
+            .expect("bound ClusterRole");
+        let into = if b.role_ref.name == DRAINER_ROLE {
+            &mut drainer
+        } else {
+            &mut controller
+        };
+        for rule in role.rules.unwrap_or_default() {
+            into.push(Grant {
+                role: b.role_ref.name.clone(),
+                namespace: None,
+                rule,
+            });
+        }
+    }
+    let rbs = Api::<RoleBinding>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("list RoleBindings");
+    for b in rbs.items.iter().filter(|b| is_sa(&b.subjects)) {
+        let rules = match b.role_ref.kind.as_str() {
+            "Role" => Api::<Role>::namespaced(client.clone(), NS)
+                .get(&b.role_ref.name)
+                .await
+                .expect("bound Role")
+                .rules
+                .unwrap_or_default(),
+            _ => cluster_roles
+                .get(&b.role_ref.name)
+                .await
+                .expect("ClusterRole bound by a RoleBinding")
+                .rules
+                .unwrap_or_default(),
+        };
+        for rule in rules {
+            controller.push(Grant {
+                role: b.role_ref.name.clone(),
+                namespace: Some(NS.to_string()),
+                rule,
+            });
+        }
+    }
+    assert!(!controller.is_empty(), "deploy/ binds no role to {NS}/{SA}");
+    (controller, drainer)
+}
+
+/// The namespace is shared by every run against the same cluster: start from a clean one.
+async fn remove_namespace(client: &kube::Client) {
+    let api = Api::<Namespace>::all(client.clone());
+    match api.delete(NS, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return,
+        Err(e) => panic!("deleting namespace {NS}: {e}"),
+    }
+    support::wait_for(
+        &format!("namespace {NS} to be gone"),
+        Duration::from_secs(120),
+        || async {
+            match api.get_opt(NS).await? {
+                None => Ok(()),
+                Some(ns) => Err(anyhow!("phase {:?}", ns.status.and_then(|s| s.phase))),
+            }
+        },
+    )
+    .await;
+}
+
+/// A kubeconfig for the cluster of `admin` that authenticates with `token`.
+fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": SA, "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": SA}}],
+        "current-context": "test",
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
+        .expect("write the token kubeconfig");
+}
+
+/// The `jti` claim of a ServiceAccount token (a JWT), which the audit log records per request.
+fn token_jti(token: &str) -> String {
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let mut bytes = Vec::new();
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for c in payload.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => continue,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    let claims: Value = serde_json::from_slice(&bytes).expect("JWT claims are JSON");
+    claims["jti"]
+        .as_str()
+        .expect("the token has a jti (ServiceAccountTokenJTI)")
+        .to_string()
+}
+
+fn help_of_run() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(["run", "--help"])
+        .output()
+        .expect("slipway run --help");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `slipway run` with the ServiceAccount's kubeconfig; stopped with SIGTERM (so a lease is
+/// released as in a pod), killed if it does not stop.
+struct Controller {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn start(kubeconfig: &Path, env: &BTreeMap<String, String>, args: &[String]) -> Self {
+        let log =
+            std::env::temp_dir().join(format!("{}.log", support::unique_name("slipway-rbac")));
+        let file = std::fs::File::create(&log).expect("controller log");
+        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .envs(env)
+            .env("RUST_LOG", "info,slipway=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file.try_clone().expect("log file")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start slipway run");
+        Controller {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// Peak resident memory (VmHWM) so far, in KiB.
+    fn peak_rss_kib(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Lines of the log that report a refused request.
+    fn refusals(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| {
+                let l = l.to_lowercase();
+                l.contains("forbidden") || l.contains(" 403")
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Fails the test at once when the controller was refused a request: a missing right shows
+    /// here long before a wait for the rollout would time out.
+    fn assert_not_refused(&self) {
+        let refusals = self.refusals();
+        assert!(
+            refusals.is_empty(),
+            "the controller was refused requests (a right deploy/ lacks):\n{}",
+            refusals.join("\n")
+        );
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- slipway log ({}) ---\n{}",
+                self.log.display(),
+                self.log_tail()
+            );
+        }
+        self.stop();
+    }
+}
+
+fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
+    plan.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+async fn wait_plan(
+    api: &Api<Plan>,
+    controller: &Controller,
+    what: &str,
+    done: impl Fn(&Plan) -> bool,
+) -> Plan {
+    support::wait_for(what, Duration::from_secs(120), || async {
+        controller.assert_not_refused();
+        let plan = api.get(PLAN).await?;
+        if done(&plan) {
+            Ok(plan)
+        } else {
+            Err(anyhow!("status: {}", serde_json::to_string(&plan.status)?))
+        }
+    })
+    .await
+}
+
+fn complete(p: &Plan) -> bool {
+    condition(p, "Complete").is_some_and(|(s, _)| s == "True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_grants_exactly_what_slipway_uses() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let audit_log = cluster
+        .kubeconfig_path()
+        .parent()
+        .expect("cluster directory")
+        .join("logs/audit.log");
+    assert!(
+        audit_log.is_file(),
+        "{} does not exist: this test needs a cluster started by tests/cluster/up.sh of this \
+         tree, which audits the requests of {NS}/{SA}",
+        audit_log.display()
+    );
+    let client = cluster.client().await;
+
+    // Install deploy/ as a user would.
+    remove_namespace(&client).await;
+    let deploy = repo().join("deploy");
+    cluster
+        .kubectl(&["apply", "-k", &deploy.display().to_string()])
+        .await
+        .expect("kubectl apply -k deploy/");
+    // kwok plays the pod, so this checks scheduling only: affinity to a control-plane node,
+    // tolerations and the namespace's pod security level admit it.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    support::wait_for(
+        "the Deployment to be available",
+        Duration::from_secs(60),
+        || async {
+            let d = deployments.get(CONTROLLER).await?;
+            let available = d.status.as_ref().and_then(|s| s.available_replicas);
+            if available == Some(1) {
+                Ok(())
+            } else {
+                Err(anyhow!("status {:?}", d.status))
+            }
+        },
+    )
+    .await;
+    let pods = Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("upgrade.cattle.io/controller={CONTROLLER}")))
+        .await
+        .expect("controller pods");
+    for pod in &pods.items {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("scheduled");
+        let labels = Api::<Node>::all(client.clone())
+            .get(&node)
+            .await
+            .expect("node")
+            .metadata
+            .labels
+            .unwrap_or_default();
+        assert!(
+            labels.contains_key("node-role.kubernetes.io/control-plane"),
+            "the controller pod runs on {node}, not a control-plane node"
+        );
+    }
+
+    // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
+    let token = cluster
+        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
+        .await
+        .expect("kubectl create token")
+        .trim()
+        .to_string();
+    let jti = token_jti(&token);
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "{}.kubeconfig",
+        support::unique_name("slipway-rbac")
+    ));
+    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+
+    let pool = support::unique_name("rbac");
+    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
+
+    let config_map: ConfigMap = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy.join("configmap.yaml")).expect("deploy/configmap.yaml"),
+    )
+    .expect("parse the ConfigMap");
+    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert(
+        "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(),
+        nodes[0].clone(),
+    );
+    env.insert("POD_NAME".into(), "slipway-rbac-test".into());
+    // A failed Job fails at once instead of after 99 retries.
+    env.insert("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT".into(), "0".into());
+    let help = help_of_run();
+    let leader_election = help.contains("--leader-elect");
+    let mut args = Vec::new();
+    if help.contains("--metrics-addr") {
+        args.extend([
+            "--metrics-addr".to_string(),
+            format!("127.0.0.1:{}", free_port()),
+        ]);
+    }
+    let mut controller = Controller::start(&kubeconfig, &env, &args);
+
+    // 1. A Job that fails: JobFailed (event create, plans/status update, job create).
+    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+    let plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {PLAN}
+  labels:
+    {fail}: "true"
+spec:
+  concurrency: 1
+  cordon: true
+  version: v1.30.1+k3s1
+  serviceAccountName: {SA}
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+"#,
+        fail = support::FAIL_LABEL
+    ))
+    .expect("plan");
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create plan");
+    wait_plan(&plans, &controller, "the Job to fail", |p| {
+        condition(p, "Complete").is_some_and(|(_, r)| r == "JobFailed")
+    })
+    .await;
+
+    // 2. Editing the Plan deletes the failed Job (job delete) and rolls out (node patches).
+    plans
+        .patch(
+            PLAN,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {support::FAIL_LABEL: null}}})),
+        )
+        .await
+        .expect("fix the plan");
+    wait_plan(&plans, &controller, "the plan to complete", complete).await;
+
+    // 3. A new node re-opens the Plan; completing again repeats the Complete event, which the
+    //    event recorder patches into a series (event patch).
+    let more = support::create_nodes(&client, "rbac", 1, &[("slipway.test/pool", &pool)]).await;
+    let node_api = Api::<Node>::all(client.clone());
+    support::wait_for(
+        "the plan to complete on the new node",
+        Duration::from_secs(120),
+        || async {
+            controller.assert_not_refused();
+            let plan = plans.get(PLAN).await?;
+            let hash = plan.status.as_ref().and_then(|s| s.latest_hash.clone());
+            let label = node_api
+                .get(&more[0])
+                .await?
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .remove(&format!("plan.upgrade.cattle.io/{PLAN}"));
+            if complete(&plan) && hash.is_some() && label == hash {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "node label {label:?}, plan status {:?}",
+                    plan.status
+                ))
+            }
+        },
+    )
+    .await;
+    let events = Api::<Event>::namespaced(client.clone(), NS);
+    support::wait_for(
+        "the Complete event to become a series",
+        Duration::from_secs(30),
+        || async {
+            controller.assert_not_refused();
+            let list = events.list(&ListParams::default()).await?;
+            let count = list
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("Complete"))
+                .filter_map(|e| e.series.as_ref().map(|s| s.count))
+                .max();
+            match count {
+                Some(n) if n >= 2 => Ok(()),
+                _ => Err(anyhow!(
+                    "Complete events: {:?}",
+                    list.items
+                        .iter()
+                        .filter(|e| e.reason.as_deref() == Some("Complete"))
+                        .map(|e| (&e.note, &e.series))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        },
+    )
+    .await;
+
+    // 4. A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
+    //    the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
+    //    every namespace, and the reboot pod is deleted.
+    let reboot_pool = support::unique_name("rbac-reboot");
+    let rebooted = support::create_nodes(
+        &client,
+        "rbac-reboot",
+        1,
+        &[("slipway.test/pool", &reboot_pool)],
+    )
+    .await;
+    let reboot_plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {PLAN}-reboot
+spec:
+  concurrency: 1
+  version: "2026-11-22"
+  serviceAccountName: {SA}
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {reboot_pool}
+  upgrade:
+    image: debian:bookworm-slim
+    command: [sh, -c, "true"]
+  reboot:
+    timeout: 5m
+    healthGate:
+      podSelector:
+        matchLabels:
+          slipway.test/health: {reboot_pool}
+"#
+    ))
+    .expect("reboot plan");
+    plans
+        .create(&PostParams::default(), &reboot_plan)
+        .await
+        .expect("create the reboot plan");
+    let reboot_name = format!("{PLAN}-reboot");
+    support::wait_for(
+        "the node to be rebooting",
+        Duration::from_secs(120),
+        || async {
+            controller.assert_not_refused();
+            let p = plans.get(&reboot_name).await?;
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.nodes.iter().find(|n| n.name == rebooted[0]))
+                .map(|n| n.phase.clone());
+            if phase.as_deref() == Some("Rebooting") {
+                Ok(())
+            } else {
+                Err(anyhow!("status: {}", serde_json::to_string(&p.status)?))
+            }
+        },
+    )
+    .await;
+    node_api
+        .patch_status(
+            &rebooted[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
+        )
+        .await
+        .expect("change the boot ID");
+    let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
+    support::wait_for(
+        "the rebooted node to be done and its reboot pod gone",
+        Duration::from_secs(120),
+        || async {
+            controller.assert_not_refused();
+            let p = plans.get(&reboot_name).await?;
+            let reboot_pods = pod_api
+                .list(&ListParams::default().labels(&format!(
+                    "slipway.dev/reboot=true,upgrade.cattle.io/node={}",
+                    rebooted[0]
+                )))
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            if complete(&p) && reboot_pods == 0 {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{reboot_pods} reboot pods, status: {}",
+                    serde_json::to_string(&p.status)?
+                ))
+            }
+        },
+    )
+    .await;
+
+    if leader_election {
+        // Renewals are patches too; give the lease manager a moment to have done all it does.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let peak = controller.peak_rss_kib();
+    controller.stop();
+
+    // The evidence.
+    let (requests, refused, audited) = read_audit_log(&audit_log, &jti);
+    let (grants, drainer) = bound_rules(&client).await;
+    let lease_unused_reason = (!leader_election)
+        .then_some("this slipway has no --leader-elect yet, so the Lease rules are not exercised");
+    let may_be_unused = |group: &str, resource: &str, verb: &str| {
+        (lease_unused_reason.is_some() && group == "coordination.k8s.io")
+            || ALLOWED_UNUSED
+                .iter()
+                .any(|(g, r, v, _)| (*g, *r, *v) == (group, resource, verb))
+    };
+    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+
+    eprintln!(
+        "e2e_rbac: {audited} audited requests by {NS}/{SA}, {} distinct:",
+        requests.len()
+    );
+    for r in &requests {
+        eprintln!("  {r}");
+    }
+    for (g, r, v, why) in ALLOWED_UNUSED {
+        let used = requests
+            .iter()
+            .any(|q| (q.group.as_str(), q.resource.as_str(), q.verb.as_str()) == (*g, *r, *v));
+        eprintln!("e2e_rbac: may be unused: {v} {g}/{r} (used this time: {used}): {why}");
+    }
+    if let Some(reason) = lease_unused_reason {
+        eprintln!("e2e_rbac: may be unused: coordination.k8s.io/leases: {reason}");
+    }
+    if let Some(kib) = peak {
+        eprintln!("e2e_rbac: slipway peak RSS {} MiB", kib / 1024);
+    }
+    eprintln!("e2e_rbac: took {:?}", started.elapsed());
+
+    assert!(
+        refused.is_empty(),
+        "the API server refused requests of the controller:\n{}",
+        refused.join("\n")
+    );
+    controller.assert_not_refused();
+    assert!(
+        problems.is_empty(),
+        "deploy/'s RBAC is not least privilege:\n{}",
+        problems.join("\n")
+    );
+
+    // The checker itself catches both kinds of mistake, on this run's evidence.
+    let mut too_much = grants.clone();
+    too_much.push(Grant {
+        role: "extra".into(),
+        namespace: Some(NS.into()),
+        rule: PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["secrets".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        },
+    });
+    assert!(
+        audit_rbac(&too_much, &requests, &may_be_unused)
+            .iter()
+            .any(|p| p.contains("get core/secrets, never used")),
+        "an unused right is reported"
+    );
+    let too_little: Vec<Grant> = grants
+        .iter()
+        .filter(|g| {
+            !g.rule
+                .resources
+                .iter()
+                .flatten()
+                .any(|r| r == "plans/status")
+        })
+        .cloned()
+        .collect();
+    assert!(
+        audit_rbac(&too_little, &requests, &may_be_unused)
+            .iter()
+            .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
+        "a missing right is reported"
+    );
+    // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
+    // allows is reported above as not granted.
+    assert!(!drainer.is_empty(), "deploy/ binds {DRAINER_ROLE} to {SA}");
+
+    // Clean up, keeping the CRD (other tests share it).
+    support::delete_nodes(&client, &nodes).await;
+    support::delete_nodes(&client, &more).await;
+    support::delete_nodes(&client, &rebooted).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(&controller.log);
+    for name in ["system-upgrade", "system-upgrade-drainer"] {
+        let _ = Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    for name in [CONTROLLER, DRAINER_ROLE] {
+        let _ = Api::<ClusterRole>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(NS, &DeleteParams::background())
+        .await;
+}
