@@ -25,7 +25,7 @@ kubectl get nodes -L node-role.kubernetes.io/control-plane
 
 say "Running slipway in namespace system-upgrade (log: $SLIPWAY_CLUSTER_DIR/slipway.log)"
 kubectl create namespace system-upgrade >/dev/null
-./target/debug/slipway run --kubeconfig "$KUBECONFIG" --namespace system-upgrade \
+./target/debug/slipway run --kubeconfig "$KUBECONFIG" --namespace system-upgrade --metrics-addr 127.0.0.1:0 \
   >"$SLIPWAY_CLUSTER_DIR/slipway.log" 2>&1 &
 controller_pid=$!
 for _ in $(seq 60); do

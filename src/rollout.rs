@@ -497,8 +497,11 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             failed_here && progress.get(&host).and_then(|p| p.generation) == generation;
         match existing.get(job_name.as_str()) {
             Some(current) if !deleting.contains(&job_name) => {
-                let template_changed =
-                    job::pod_template_hash(current) != job::pod_template_hash(&job);
+                // A Job without the annotation (made by SUC before the switch) is left to finish.
+                let template_changed = matches!(
+                    (job::pod_template_hash(current), job::pod_template_hash(&job)),
+                    (Some(live), Some(wanted)) if live != wanted
+                );
                 let retry = failed_here && !failed_at_this_generation;
                 if template_changed || retry {
                     out.delete_jobs.push(JobDeletion {
@@ -2008,6 +2011,21 @@ mod tests {
             .and_then(|s| s.template.spec.as_ref())
             .expect("spec");
         assert_eq!(spec.containers[0].name, "upgrade");
+    }
+
+    #[test]
+    fn a_running_job_made_by_suc_is_adopted_not_restarted() {
+        let mut w = World::new(plan(1), nodes(1));
+        w.step();
+        // The same Job as SUC would have made it: no slipway annotation.
+        for j in &mut w.jobs {
+            if let Some(a) = j.metadata.annotations.as_mut() {
+                a.remove(job::POD_TEMPLATE_HASH_ANNOTATION);
+            }
+        }
+        let r = w.step();
+        assert!(r.delete_jobs.is_empty(), "{:?}", r.delete_jobs);
+        assert!(r.create_jobs.is_empty());
     }
 
     #[test]
