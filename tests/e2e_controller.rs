@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,63 +12,10 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use serde_json::json;
 use slipway::api::Plan;
 use support::controller::ControllerProcess;
 use support::{Cluster, TestNamespace};
-
-/// Watches the namespace's Jobs for the whole test and records the most that were unfinished at
-/// once and every UID seen per Job name.
-#[derive(Default, Clone)]
-struct JobWatch {
-    unfinished: BTreeMap<String, bool>,
-    max_unfinished: usize,
-    uids: BTreeMap<String, BTreeSet<String>>,
-}
-
-fn snapshot(w: &Arc<Mutex<JobWatch>>) -> JobWatch {
-    w.lock().expect("job watch lock").clone()
-}
-
-fn finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-}
-
-fn watch_jobs(api: Api<Job>) -> Arc<Mutex<JobWatch>> {
-    let state = Arc::new(Mutex::new(JobWatch::default()));
-    let s = state.clone();
-    tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let Ok(event) = event else { continue };
-            let mut w = s.lock().expect("job watch lock");
-            let mut record = |job: &Job, deleted: bool| {
-                let name = job.metadata.name.clone().unwrap_or_default();
-                if let Some(uid) = &job.metadata.uid {
-                    w.uids.entry(name.clone()).or_default().insert(uid.clone());
-                }
-                if deleted || finished(job) {
-                    w.unfinished.remove(&name);
-                } else {
-                    w.unfinished.insert(name, true);
-                }
-                w.max_unfinished = w.max_unfinished.max(w.unfinished.len());
-            };
-            match event {
-                watcher::Event::Apply(job) | watcher::Event::InitApply(job) => record(&job, false),
-                watcher::Event::Delete(job) => record(&job, true),
-                _ => {}
-            }
-        }
-    });
-    state
-}
 
 fn plan_from(yaml: &str) -> Plan {
     serde_saphyr::from_str(yaml).expect("test plan parses")
@@ -173,7 +120,7 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         return;
     };
     let client = ns.client();
-    let jobs = watch_jobs(ns.api::<Job>());
+    let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     create_plan(&ns, &rollout_plan("k3os-like", &pool, 2, "")).await;
 
@@ -221,7 +168,7 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         .await
         .expect("kubectl wait");
     assert!(out.contains("condition met"), "{out}");
-    let watch = snapshot(&jobs);
+    let watch = jobs.snapshot();
     assert!(
         watch.max_unfinished <= 2,
         "at most 2 jobs at once, saw {}",
@@ -242,7 +189,7 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
         return;
     };
     let client = ns.client();
-    let jobs = watch_jobs(ns.api::<Job>());
+    let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
     let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     create_plan(&ns, &rollout_plan("crashy", &pool, 2, "")).await;
     // Kill the controller as soon as it has started some Jobs, twice.
@@ -271,7 +218,7 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
         is_complete,
     )
     .await;
-    let watch = snapshot(&jobs);
+    let watch = jobs.snapshot();
     assert!(
         watch.max_unfinished <= 2,
         "at most 2 jobs at once, saw {}",

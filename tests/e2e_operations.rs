@@ -3,11 +3,9 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -16,7 +14,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use slipway::api::Plan;
 use support::{Cluster, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -179,58 +176,6 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
         .lines()
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// Watches the namespace's Jobs for the whole test: the most that were unfinished at once and
-/// every UID seen per Job name.
-#[derive(Default, Clone)]
-struct JobWatch {
-    unfinished: BTreeSet<String>,
-    max_unfinished: usize,
-    uids: BTreeMap<String, BTreeSet<String>>,
-}
-
-fn finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-}
-
-fn watch_jobs(api: Api<Job>) -> Arc<Mutex<JobWatch>> {
-    let state = Arc::new(Mutex::new(JobWatch::default()));
-    let s = state.clone();
-    tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let Ok(event) = event else { continue };
-            let mut w = s.lock().expect("job watch lock");
-            let mut record = |job: &Job, deleted: bool| {
-                let name = job.metadata.name.clone().unwrap_or_default();
-                if let Some(uid) = &job.metadata.uid {
-                    w.uids.entry(name.clone()).or_default().insert(uid.clone());
-                }
-                if deleted || finished(job) {
-                    w.unfinished.remove(&name);
-                } else {
-                    w.unfinished.insert(name);
-                }
-                w.max_unfinished = w.max_unfinished.max(w.unfinished.len());
-            };
-            match event {
-                watcher::Event::Apply(job) | watcher::Event::InitApply(job) => record(&job, false),
-                watcher::Event::Delete(job) => record(&job, true),
-                _ => {}
-            }
-        }
-    });
-    state
-}
-
-fn snapshot(w: &Arc<Mutex<JobWatch>>) -> JobWatch {
-    w.lock().expect("job watch lock").clone()
 }
 
 fn plan(name: &str, pool: &str, concurrency: i64, delay: &str, source: &str) -> Plan {
@@ -454,7 +399,7 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     let client = ns.client();
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
-    let jobs = watch_jobs(ns.api::<Job>());
+    let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
 
     let mut first = Controller::start(&cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
@@ -524,7 +469,7 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
             "{n}"
         );
     }
-    let watch = snapshot(&jobs);
+    let watch = jobs.snapshot();
     assert!(
         watch.max_unfinished <= 2,
         "at most 2 unfinished jobs at once, saw {}",

@@ -29,6 +29,7 @@
 #![allow(dead_code)] // every test binary uses a different part of this module
 
 pub mod controller;
+pub mod jobwatch;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
