@@ -238,6 +238,7 @@ fn every_subcommand_has_help() {
         vec!["--help"],
         vec!["crd", "--help"],
         vec!["hash", "--help"],
+        vec!["run", "--help"],
     ] {
         let (ok, out, err) = slipway(&sub);
         assert!(ok, "{sub:?}: {err}");
