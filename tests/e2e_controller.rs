@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::api::Plan;
+use support::TestNamespace;
 use support::controller::ControllerProcess;
-use support::{Cluster, TestNamespace};
 
 fn plan_from(yaml: &str) -> Plan {
     serde_saphyr::from_str(yaml).expect("test plan parses")
@@ -78,16 +78,6 @@ async fn node_labels(
     out
 }
 
-async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
-    let cluster = support::cluster().await?;
-    support::install_crd(&cluster.client().await).await;
-    let ns = TestNamespace::create(&cluster, test).await;
-    let pool = ns.name().to_string();
-    let names =
-        support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
-    Some((cluster, ns, names, pool))
-}
-
 fn rollout_plan(name: &str, pool: &str, concurrency: i64, extra: &str) -> Plan {
     plan_from(&format!(
         r#"
@@ -115,7 +105,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolls_over_five_nodes_two_at_a_time() {
-    let Some((cluster, ns, nodes, pool)) = setup("rollout", 5).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("rollout", 5).await else {
         return;
     };
     let client = ns.client();
@@ -184,7 +174,7 @@ async fn rolls_over_five_nodes_two_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
-    let Some((cluster, ns, nodes, pool)) = setup("crash", 5).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("crash", 5).await else {
         return;
     };
     let client = ns.client();
@@ -246,7 +236,7 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
-    let Some((cluster, ns, nodes, pool)) = setup("fail", 1).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fail", 1).await else {
         return;
     };
     let client = ns.client();
@@ -316,7 +306,7 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
-    let Some((cluster, ns, nodes, pool)) = setup("secrets", 3).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("secrets", 3).await else {
         return;
     };
     let client = ns.client();
@@ -421,40 +411,14 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     ns.cleanup().await;
 }
 
-/// A channel server on loopback that redirects to whatever release the test sets.
-async fn channel_server(target: Arc<Mutex<String>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                return;
-            };
-            let target = target.lock().expect("lock").clone();
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 4096];
-                let _ = sock.read(&mut buf).await;
-                let reply = format!(
-                    "HTTP/1.1 302 Found\r\nLocation: /releases/tag/{target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                );
-                let _ = sock.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    format!("http://{addr}/channels/stable")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_plan_follows_its_channel() {
-    let Some((cluster, ns, nodes, pool)) = setup("channel", 2).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("channel", 2).await else {
         return;
     };
     let client = ns.client();
     let target = Arc::new(Mutex::new("v1.30.1+k3s1".to_string()));
-    let url = channel_server(target.clone()).await;
+    let url = support::channel_server(target.clone()).await;
     let _controller = ControllerProcess::start(
         &cluster,
         ns.name(),

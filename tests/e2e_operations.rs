@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::io::{Read, Seek};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -34,7 +33,7 @@ struct Controller {
 impl Controller {
     fn start(cluster: &Cluster, ns: &str, id: &str, leader_elect: bool) -> Self {
         let log = std::env::temp_dir().join(format!("slipway-{ns}-{id}.log"));
-        let port = free_port();
+        let port = support::free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_slipway"));
         cmd.args(["run", "--kubeconfig"])
             .arg(cluster.kubeconfig_path())
@@ -100,13 +99,7 @@ impl Controller {
     }
 
     fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(5000)));
-            let _ = f.read_to_string(&mut text);
-        }
-        text
+        support::log_tail(&self.log)
     }
 }
 
@@ -121,11 +114,6 @@ impl Drop for Controller {
         }
         self.kill();
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr").port()
 }
 
 /// A plain HTTP/1.1 GET on loopback: status code and body.
@@ -246,39 +234,9 @@ async fn wait_holder(leases: &Api<Lease>, name: &str, want: &str, timeout: Durat
     .await
 }
 
-async fn setup(test: &str, nodes: usize) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
-    let cluster = support::cluster().await?;
-    let ns = TestNamespace::create(&cluster, test).await;
-    let pool = ns.name().to_string();
-    let names =
-        support::create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
-    Some((cluster, ns, names, pool))
-}
-
-/// A channel server on loopback that always redirects to one release.
-async fn channel_server(release: &'static str) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let _ = sock.read(&mut buf).await;
-                let reply = format!(
-                    "HTTP/1.1 302 Found\r\nLocation: /releases/tag/{release}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                );
-                let _ = sock.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    format!("http://{addr}/channels/stable")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_of_a_running_controller() {
-    let Some((cluster, ns, nodes, pool)) = setup("metrics", 2).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("metrics", 2).await else {
         return;
     };
     let client = ns.client();
@@ -298,7 +256,10 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     })
     .await;
 
-    let url = channel_server("v1.30.1+k3s1").await;
+    let url = support::channel_server(std::sync::Arc::new(std::sync::Mutex::new(
+        "v1.30.1+k3s1".to_string(),
+    )))
+    .await;
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
@@ -392,7 +353,7 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
-    let Some((cluster, ns, nodes, pool)) = setup("failover", 5).await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("failover", 5).await else {
         return;
     };
     let client = ns.client();

@@ -28,7 +28,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::{Read, Seek};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -424,13 +424,6 @@ fn help_of_run() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// `slipway run` with the ServiceAccount's kubeconfig; stopped with SIGTERM (so a lease is
 /// released as in a pod), killed if it does not stop.
 struct Controller {
@@ -522,13 +515,7 @@ impl Controller {
     }
 
     fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
-            let _ = f.read_to_string(&mut text);
-        }
-        text
+        support::log_tail(&self.log)
     }
 }
 
@@ -679,7 +666,7 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     if help.contains("--metrics-addr") {
         args.extend([
             "--metrics-addr".to_string(),
-            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", support::free_port()),
         ]);
     }
     let mut controller = Controller::start(&kubeconfig, &env, &args);

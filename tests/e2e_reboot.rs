@@ -100,14 +100,10 @@ async fn jobs_on(ns: &TestNamespace, node: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
-    let Some(cluster) = support::cluster().await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("reboot", 2).await else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    let ns = TestNamespace::create(&cluster, "reboot").await;
-    let pool = ns.name().to_string();
-    let nodes = support::create_nodes(&client, "reboot", 2, &[("slipway.test/pool", &pool)]).await;
+    let client = ns.client();
     let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     ns.api::<Plan>()
         .create(&PostParams::default(), &reboot_plan("os", &pool, "5m"))
@@ -213,15 +209,10 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_never_comes_back_fails_the_plan_after_the_timeout() {
-    let Some(cluster) = support::cluster().await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("noreturn", 2).await else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    let ns = TestNamespace::create(&cluster, "noreturn").await;
-    let pool = ns.name().to_string();
-    let nodes =
-        support::create_nodes(&client, "noreturn", 2, &[("slipway.test/pool", &pool)]).await;
+    let client = ns.client();
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     ns.api::<Plan>()
         .create(&PostParams::default(), &reboot_plan("stuck", &pool, "15s"))
@@ -272,14 +263,10 @@ async fn set_pod_ready(pods: &Api<Pod>, name: &str, ready: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
-    let Some(cluster) = support::cluster().await else {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("health", 1).await else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    let ns = TestNamespace::create(&cluster, "health").await;
-    let pool = ns.name().to_string();
-    let nodes = support::create_nodes(&client, "health", 1, &[("slipway.test/pool", &pool)]).await;
+    let client = ns.client();
     let node = nodes[0].clone();
     // A workload pod on the node that the gate watches.
     let pods = ns.api::<Pod>();

@@ -1,6 +1,5 @@
 //! A `slipway run` child process for end-to-end tests.
 
-use std::io::{Read, Seek};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -72,13 +71,7 @@ impl ControllerProcess {
     }
 
     pub fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
-            let _ = f.read_to_string(&mut text);
-        }
-        text
+        super::log_tail(&self.log)
     }
 }
 

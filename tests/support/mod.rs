@@ -602,3 +602,61 @@ pub async fn install_crd(client: &Client) {
     )
     .await;
 }
+
+/// A namespace for one test with `n` fake nodes of its own (labelled `slipway.test/pool=<namespace>`,
+/// the pool name returned last), after installing the committed CRD.
+pub async fn setup_pool(
+    test: &str,
+    nodes: usize,
+) -> Option<(Cluster, TestNamespace, Vec<String>, String)> {
+    let cluster = cluster().await?;
+    install_crd(&cluster.client().await).await;
+    let ns = TestNamespace::create(&cluster, test).await;
+    let pool = ns.name().to_string();
+    let names = create_nodes(&ns.client(), test, nodes, &[("slipway.test/pool", &pool)]).await;
+    Some((cluster, ns, names, pool))
+}
+
+/// A channel server on loopback that answers every request with a 302 to
+/// `/releases/tag/<target>`, where the test may change the target at any time.
+pub async fn channel_server(target: std::sync::Arc<std::sync::Mutex<String>>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the channel server");
+    let addr = listener.local_addr().expect("channel server address");
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let target = target.lock().expect("channel target lock").clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: /releases/tag/{target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/channels/stable")
+}
+
+/// A port on loopback that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The last few KiB of a log file (for failure messages).
+pub fn log_tail(path: &Path) -> String {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(6000)));
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
