@@ -698,10 +698,28 @@ fn after_reboot(
             .and_then(|s| s.parse::<Timestamp>().ok())
             .unwrap_or(input.now)
     };
+    let failed_with = |reason: &str| {
+        in_phase(phase::FAILED)
+            && previous.as_ref().and_then(|p| p.reason.as_deref()) == Some(reason)
+    };
+    // A timeout is reported once and holds the slot; the node may still recover later.
+    let fail = |progress: &mut BTreeMap<String, NodeProgress>,
+                out: &mut Rollout,
+                reason: &'static str,
+                message: String,
+                before: String| {
+        out.event(EventType::Warning, reason, message.clone());
+        let failed = failed_progress(host, job, reason, message, now, generation);
+        progress.insert(
+            host.to_string(),
+            NodeProgress {
+                boot_id: Some(before),
+                ..failed
+            },
+        );
+    };
     if !rebooted {
-        let failed = in_phase(phase::FAILED)
-            && previous.as_ref().and_then(|p| p.reason.as_deref()) == Some("RebootTimedOut");
-        if failed {
+        if failed_with("RebootTimedOut") {
             return Gate::Closed;
         }
         let waited = elapsed_since(input.now, Some(since(phase::REBOOTING)));
@@ -716,15 +734,7 @@ fn after_reboot(
                 node.name,
                 GoDuration::from_std(policy.timeout)
             );
-            out.event(EventType::Warning, "RebootTimedOut", message.clone());
-            let failed = failed_progress(host, job, "RebootTimedOut", message, now, generation);
-            progress.insert(
-                host.to_string(),
-                NodeProgress {
-                    boot_id: Some(before),
-                    ..failed
-                },
-            );
+            fail(progress, out, "RebootTimedOut", message, before);
             return Gate::Closed;
         }
         if !in_phase(phase::REBOOTING) {
@@ -778,6 +788,9 @@ fn after_reboot(
             )),
         };
         if let Some(message) = waiting {
+            if failed_with("HealthGateTimedOut") {
+                return Gate::Closed;
+            }
             let waited = elapsed_since(input.now, Some(since(phase::WAITING_FOR_HEALTH)));
             if waited >= gate.timeout {
                 let message = format!(
@@ -785,18 +798,7 @@ fn after_reboot(
                     node.name,
                     GoDuration::from_std(gate.timeout)
                 );
-                if !in_phase(phase::FAILED) {
-                    out.event(EventType::Warning, "HealthGateTimedOut", message.clone());
-                }
-                let failed =
-                    failed_progress(host, job, "HealthGateTimedOut", message, now, generation);
-                progress.insert(
-                    host.to_string(),
-                    NodeProgress {
-                        boot_id: Some(before),
-                        ..failed
-                    },
-                );
+                fail(progress, out, "HealthGateTimedOut", message, before);
                 return Gate::Closed;
             }
             if !in_phase(phase::WAITING_FOR_HEALTH) {
@@ -1985,6 +1987,24 @@ mod tests {
             complete(&r.status)
                 .2
                 .contains("Node node-1 rebooted but its health gate did not pass")
+        );
+        // Reported once; the node stays failed while its pods are not Ready...
+        let r = w.step();
+        assert!(r.events.is_empty(), "{:?}", r.events);
+        assert_eq!(complete(&r.status).1, "HealthGateTimedOut");
+        // ...and the rollout goes on once they are.
+        w.health.insert(
+            "node-1".into(),
+            HealthObservation {
+                not_ready: vec![],
+                total: 1,
+            },
+        );
+        let r = w.step();
+        assert!(
+            r.node_patches.iter().any(|p| !p.labels.is_empty()),
+            "{:?}",
+            r.node_patches
         );
     }
 

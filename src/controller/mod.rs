@@ -473,7 +473,12 @@ async fn observe_health(
         .status
         .iter()
         .flat_map(|s| s.nodes.iter())
-        .filter(|p| p.phase == phase::REBOOTING || p.phase == phase::WAITING_FOR_HEALTH);
+        // A node failed by its health gate is watched too: it may still recover.
+        .filter(|p| {
+            p.phase == phase::REBOOTING
+                || p.phase == phase::WAITING_FOR_HEALTH
+                || p.reason.as_deref() == Some("HealthGateTimedOut")
+        });
     for progress in waiting {
         let Some(node) = nodes.iter().find(|n| n.hostname() == progress.name) else {
             continue;
