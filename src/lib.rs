@@ -19,6 +19,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod node;
+pub mod node_index;
 pub mod reboot;
 pub mod rollout;
 pub mod selection;

@@ -14,11 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::api::{Plan, labels};
-use crate::conditions::{self as cond, COMPLETE, TRUE};
-use crate::node::NodeInfo;
-use crate::rollout::{Rollout, phase};
-use crate::selection;
+use crate::rollout::PlanSummary;
 
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -47,59 +43,6 @@ pub struct PlanNodeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub category: String,
-}
-
-/// What the per-Plan gauges show after one decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PlanSnapshot {
-    /// `Complete` condition is `True`.
-    pub complete: bool,
-    /// `status.applying.len()`.
-    pub applying: usize,
-    /// Entries of `status.nodes` in phase `Failed`.
-    pub failed: usize,
-    /// Nodes matched by `spec.nodeSelector` whose `plan.upgrade.cattle.io/<plan>` label equals
-    /// `status.latestHash`, counting the labels this decision sets.
-    pub upgraded: usize,
-}
-
-impl PlanSnapshot {
-    /// Reads the snapshot from a decision, the Plan it was made for and the nodes it saw.
-    pub fn from_decision(plan: &Plan, nodes: &[NodeInfo], decision: &Rollout) -> PlanSnapshot {
-        let status = &decision.status;
-        let name = plan.metadata.name.as_deref().unwrap_or_default();
-        let plan_label = labels::plan_node_label(name);
-        let upgraded = match status.latest_hash.as_deref().filter(|h| !h.is_empty()) {
-            None => 0,
-            Some(hash) => nodes
-                .iter()
-                .filter(|n| {
-                    selection::matches(plan.spec.node_selector.as_ref(), &n.labels).unwrap_or(false)
-                })
-                .filter(|n| {
-                    let patched = decision
-                        .node_patches
-                        .iter()
-                        .filter(|p| p.node == n.name)
-                        .find_map(|p| p.labels.get(&plan_label));
-                    patched
-                        .or_else(|| n.labels.get(&plan_label))
-                        .map(String::as_str)
-                        == Some(hash)
-                })
-                .count(),
-        };
-        PlanSnapshot {
-            complete: cond::is(status, COMPLETE, TRUE),
-            applying: status.applying.len(),
-            failed: status
-                .nodes
-                .iter()
-                .filter(|p| p.phase == phase::FAILED)
-                .count(),
-            upgraded,
-        }
-    }
 }
 
 /// All of slipway's metrics.
@@ -274,7 +217,7 @@ impl Metrics {
     }
 
     /// Sets the per-Plan gauges.
-    pub fn plan(&self, namespace: &str, plan: &str, s: PlanSnapshot) {
+    pub fn plan(&self, namespace: &str, plan: &str, s: &PlanSummary) {
         let key = PlanLabels {
             namespace: namespace.to_string(),
             plan: plan.to_string(),
@@ -324,98 +267,6 @@ fn node_key(key: &PlanLabels, state: NodeState) -> PlanNodeLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NodeProgress, PlanStatus};
-    use crate::rollout::NodePatch;
-    use std::collections::BTreeMap;
-
-    fn node(name: &str, pool: &str, plan_label: Option<&str>) -> NodeInfo {
-        let mut labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_string(), name.to_string()),
-            ("pool".to_string(), pool.to_string()),
-        ]);
-        if let Some(v) = plan_label {
-            labels.insert("plan.upgrade.cattle.io/p".to_string(), v.to_string());
-        }
-        NodeInfo {
-            name: name.to_string(),
-            labels,
-            ..Default::default()
-        }
-    }
-
-    fn plan() -> Plan {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "upgrade.cattle.io/v1",
-            "kind": "Plan",
-            "metadata": {"name": "p", "namespace": "ns"},
-            "spec": {
-                "concurrency": 2,
-                "version": "v1",
-                "nodeSelector": {"matchLabels": {"pool": "a"}},
-                "upgrade": {"image": "img"}
-            }
-        }))
-        .unwrap()
-    }
-
-    fn decision() -> Rollout {
-        let mut status = PlanStatus {
-            latest_hash: Some("h1".into()),
-            applying: vec!["n2".into(), "n3".into()],
-            nodes: vec![
-                NodeProgress {
-                    name: "n2".into(),
-                    phase: phase::UPGRADING.into(),
-                    ..Default::default()
-                },
-                NodeProgress {
-                    name: "n3".into(),
-                    phase: phase::FAILED.into(),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        };
-        cond::set(
-            &mut status,
-            COMPLETE,
-            "False",
-            "SyncJob",
-            "",
-            "2026-01-01T00:00:00Z",
-            None,
-        );
-        Rollout {
-            status,
-            node_patches: vec![NodePatch {
-                node: "n4".into(),
-                labels: BTreeMap::from([("plan.upgrade.cattle.io/p".into(), "h1".into())]),
-                uncordon: true,
-            }],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_decision_gives_the_plan_gauges() {
-        let nodes = [
-            node("n1", "a", Some("h1")), // done
-            node("n2", "a", None),       // applying
-            node("n3", "a", Some("h0")), // failed, old hash
-            node("n4", "a", None),       // labelled by this decision
-            node("n5", "b", Some("h1")), // not selected
-        ];
-        let s = PlanSnapshot::from_decision(&plan(), &nodes, &decision());
-        assert_eq!(
-            s,
-            PlanSnapshot {
-                complete: false,
-                applying: 2,
-                failed: 1,
-                upgraded: 2
-            }
-        );
-    }
 
     #[test]
     fn rendering_shows_every_family() {
@@ -435,11 +286,11 @@ mod tests {
         m.plan(
             "ns",
             "p",
-            PlanSnapshot {
+            &PlanSummary {
                 complete: true,
-                applying: 0,
-                failed: 0,
                 upgraded: 5,
+                targeted: 5,
+                ..Default::default()
             },
         );
         let text = m.render();
@@ -472,8 +323,8 @@ mod tests {
     #[test]
     fn gone_plans_lose_their_gauges() {
         let m = Metrics::new();
-        m.plan("ns", "keep", PlanSnapshot::default());
-        m.plan("ns", "gone", PlanSnapshot::default());
+        m.plan("ns", "keep", &PlanSummary::default());
+        m.plan("ns", "gone", &PlanSummary::default());
         m.retain_plans(|_, plan| plan == "keep");
         let text = m.render();
         assert!(text.contains("plan=\"keep\""), "{text}");

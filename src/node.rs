@@ -18,10 +18,18 @@ pub struct NodeInfo {
     pub ready: bool,
     /// `status.nodeInfo.bootID`; it changes when the node reboots.
     pub boot_id: String,
+    /// The node's annotations whose keys the process keeps (see [`NodeInfo::from_node_keeping`]).
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl NodeInfo {
     pub fn from_node(node: &Node) -> Self {
+        Self::from_node_keeping(node, &[])
+    }
+
+    /// Like [`NodeInfo::from_node`], keeping the annotations named in `kept` (a short list: node
+    /// operations that read a node's own signals, such as a reboot request, name them here).
+    pub fn from_node_keeping(node: &Node, kept: &[&str]) -> Self {
         let status = node.status.as_ref();
         NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),
@@ -41,6 +49,14 @@ impl NodeInfo {
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.boot_id.clone())
                 .unwrap_or_default(),
+            annotations: node
+                .metadata
+                .annotations
+                .iter()
+                .flatten()
+                .filter(|(k, _)| kept.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 
@@ -57,40 +73,6 @@ impl NodeInfo {
         self.labels
             .get(labels::OS)
             .is_some_and(|os| os == "windows")
-    }
-}
-
-/// Drops what slipway never reads from a Node (images, annotations, managed fields, most of the
-/// status), so that a cache of thousands of Nodes stays small.
-pub fn prune_node(node: &mut Node) {
-    node.metadata.annotations = None;
-    node.metadata.managed_fields = None;
-    node.metadata.owner_references = None;
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints = None;
-        spec.pod_cidrs = None;
-        spec.pod_cidr = None;
-        spec.provider_id = None;
-        spec.config_source = None;
-    }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.addresses = None;
-        status.allocatable = None;
-        status.capacity = None;
-        status.daemon_endpoints = None;
-        status.config = None;
-        status.features = None;
-        status.runtime_handlers = None;
-        if let Some(conditions) = status.conditions.as_mut() {
-            conditions.retain(|c| c.type_ == "Ready");
-            for c in conditions {
-                c.message = None;
-                c.last_heartbeat_time = None;
-            }
-        }
     }
 }
 
@@ -161,18 +143,16 @@ mod tests {
     }
 
     #[test]
-    fn pruning_keeps_every_field_decisions_read() {
+    fn keeps_only_the_named_annotations() {
+        let info = NodeInfo::from_node_keeping(&node(), &["wanted"]);
+        assert!(info.annotations.is_empty());
         let mut n = node();
-        let before = NodeInfo::from_node(&n);
-        prune_node(&mut n);
-        assert_eq!(NodeInfo::from_node(&n), before);
-        assert!(n.metadata.annotations.is_none());
-        assert_eq!(
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .map(Vec::len),
-            Some(1)
-        );
+        n.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("wanted".into(), "yes".into());
+        let info = NodeInfo::from_node_keeping(&n, &["wanted"]);
+        assert_eq!(info.annotations.len(), 1);
+        assert_eq!(info.annotations["wanted"], "yes");
     }
 }

@@ -243,12 +243,73 @@ pub fn drain_pod_selector(pod_selector: Option<&LabelSelector>) -> Result<String
     Ok(selector.to_string())
 }
 
+/// The eligibility rule of SUC's `SelectConcurrentNodes`, built once per decision: the Plan's
+/// selector, a `kubernetes.io/hostname` label, and a `plan.upgrade.cattle.io/<plan>` label that is
+/// neither `disabled` nor the latest hash.
+#[derive(Debug, Clone)]
+pub struct Eligibility {
+    base: Selector,
+}
+
+impl Eligibility {
+    /// Built (and so validated) in SUC's order, also when the selector selects nothing: a plan
+    /// name too long for a label key fails here. `applying` is validated as SUC's
+    /// `hostname in (applying)` would be, which rejects values that are not label values.
+    pub fn new(
+        plan_name: &str,
+        node_selector: Option<&LabelSelector>,
+        latest_hash: &str,
+        applying: &[String],
+    ) -> Result<Eligibility, SelectionError> {
+        let base = Selector::from_label_selector(node_selector)?
+            .and([Requirement::new(
+                labels::HOSTNAME,
+                Operator::Exists,
+                Vec::new(),
+            )?])
+            .and([Requirement::new(
+                &labels::plan_node_label(plan_name),
+                Operator::NotIn,
+                vec![labels::DISABLED.to_string(), latest_hash.to_string()],
+            )?]);
+        if !applying.is_empty() {
+            Requirement::new(labels::HOSTNAME, Operator::In, applying.to_vec())?;
+        }
+        Ok(Eligibility { base })
+    }
+
+    pub fn admits(&self, node: &NodeInfo) -> bool {
+        self.base.matches(&node.labels)
+    }
+}
+
+/// The `n` candidates that come first in the Plan's per-hash order, in that order.
+pub fn first_in_order<'a>(
+    n: usize,
+    plan_uid: &str,
+    latest_hash: &str,
+    candidates: impl IntoIterator<Item = &'a NodeInfo>,
+) -> Vec<&'a NodeInfo> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // One digest per candidate; raw digest bytes order exactly as their lower-case hex does.
+    let mut keyed: Vec<([u8; 32], &NodeInfo)> = candidates
+        .into_iter()
+        .map(|c| (order_key(&c.uid, plan_uid, latest_hash), c))
+        .collect();
+    if n < keyed.len() {
+        keyed.select_nth_unstable_by_key(n, |k| k.0);
+        keyed.truncate(n);
+    }
+    keyed.sort_unstable_by_key(|k| k.0);
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
+
 /// SUC's `SelectConcurrentNodes`: the nodes that should be running `plan` now, sorted by name.
 ///
-/// A node is eligible when the Plan's selector matches it, it has a `kubernetes.io/hostname`
-/// label, and its `plan.upgrade.cattle.io/<plan>` label is neither `disabled` nor `latest_hash`.
-/// Eligible nodes whose hostname is in `applying` are all kept, even above `concurrency`; free
-/// slots go to the other eligible nodes in ascending order of
+/// A node is eligible by [`Eligibility`]. Eligible nodes whose hostname is in `applying` are all
+/// kept, even above `concurrency`; free slots go to the other eligible nodes in ascending order of
 /// `sha256(node uid + plan uid + latest_hash)`, a per-plan, per-hash order that every replica and
 /// every reconcile agrees on.
 pub fn select_concurrent_nodes<'a>(
@@ -260,50 +321,20 @@ pub fn select_concurrent_nodes<'a>(
     applying: &[String],
     nodes: &'a [NodeInfo],
 ) -> Result<Vec<&'a NodeInfo>, SelectionError> {
-    // Built (and so validated) in SUC's order, also when the selector selects nothing: a plan
-    // name too long for a label key fails here.
-    let base = Selector::from_label_selector(node_selector)?
-        .and([Requirement::new(
-            labels::HOSTNAME,
-            Operator::Exists,
-            Vec::new(),
-        )?])
-        .and([Requirement::new(
-            &labels::plan_node_label(plan_name),
-            Operator::NotIn,
-            vec![labels::DISABLED.to_string(), latest_hash.to_string()],
-        )?]);
-    if !applying.is_empty() {
-        // SUC builds `hostname in (applying)`, which rejects values that are not label values.
-        Requirement::new(labels::HOSTNAME, Operator::In, applying.to_vec())?;
-    }
+    let eligibility = Eligibility::new(plan_name, node_selector, latest_hash, applying)?;
     let applying: HashSet<&str> = applying.iter().map(String::as_str).collect();
-
     let mut selected = Vec::new();
     let mut candidates = Vec::new();
-    for node in nodes.iter().filter(|n| base.matches(&n.labels)) {
+    for node in nodes.iter().filter(|n| eligibility.admits(n)) {
         match node.labels.get(labels::HOSTNAME) {
             Some(h) if applying.contains(h.as_str()) => selected.push(node),
             _ => candidates.push(node),
         }
     }
-
     let free = usize::try_from(concurrency)
         .unwrap_or(0)
         .saturating_sub(selected.len());
-    if free > 0 && !candidates.is_empty() {
-        // One digest per candidate; raw digest bytes order exactly as their lower-case hex does.
-        let mut keyed: Vec<([u8; 32], &NodeInfo)> = candidates
-            .into_iter()
-            .map(|n| (order_key(&n.uid, plan_uid, latest_hash), n))
-            .collect();
-        if free < keyed.len() {
-            keyed.select_nth_unstable_by_key(free, |k| k.0);
-            keyed.truncate(free);
-        }
-        keyed.sort_unstable_by_key(|k| k.0);
-        selected.extend(keyed.into_iter().map(|(_, n)| n));
-    }
+    selected.extend(first_in_order(free, plan_uid, latest_hash, candidates));
     selected.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(selected)
 }

@@ -1,5 +1,6 @@
-//! Applies a [`Rollout`] in the order that keeps the concurrency bound across crashes: the status
-//! first, guarded by the Plan's resourceVersion, then everything else.
+//! Applies a [`Rollout`] in the order that keeps the concurrency bound across crashes: labels of
+//! finished nodes first (they only release nodes, and a crash after them never re-runs a node),
+//! then the status, guarded by the Plan's resourceVersion, then everything else.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -16,30 +17,6 @@ use crate::rollout::{self, Rollout};
 pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Result<(), Error> {
     let ns = &ctx.settings.namespace;
     let name = plan.name_any();
-    if decision.status_changed {
-        let mut updated = plan.clone();
-        updated.status = Some(decision.status.clone());
-        // replace_status carries metadata.resourceVersion: a decision made on a stale Plan is
-        // refused with a conflict instead of overwriting a newer applying list.
-        Api::<Plan>::namespaced(ctx.client.clone(), ns)
-            .replace_status(&name, &PostParams::default(), &updated)
-            .await?;
-        debug!(plan = %name, "status updated");
-    }
-
-    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
-    for deletion in &decision.delete_jobs {
-        info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
-        match jobs
-            .delete(&deletion.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => ctx.metrics.job_deleted(),
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-
     let nodes = Api::<Node>::all(ctx.client.clone());
     for patch in &decision.node_patches {
         let mut body = json!({ "metadata": { "labels": patch.labels } });
@@ -51,7 +28,35 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
             .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
-            Ok(_) => ctx.metrics.node_patched(),
+            Ok(_) => {
+                ctx.metrics.node_patched();
+                ctx.expect.patched_node(patch);
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    if decision.status_changed {
+        let mut updated = plan.clone();
+        updated.status = Some(decision.status.clone());
+        // replace_status carries metadata.resourceVersion: a decision made on a stale Plan is
+        // refused with a conflict instead of overwriting a newer applying list.
+        let written = Api::<Plan>::namespaced(ctx.client.clone(), ns)
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await?;
+        ctx.expect.wrote_status(written);
+        debug!(plan = %name, "status updated");
+    }
+
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    for deletion in &decision.delete_jobs {
+        info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
+        match jobs
+            .delete(&deletion.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => ctx.metrics.job_deleted(),
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
@@ -74,7 +79,10 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
     for pod in &decision.create_pods {
         let pod_name = pod.name_any();
         match pods.create(&create, pod).await {
-            Ok(_) => info!(plan = %name, pod = %pod_name, "created reboot pod"),
+            Ok(created) => {
+                info!(plan = %name, pod = %pod_name, "created reboot pod");
+                ctx.expect.created_pod(created);
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
@@ -82,8 +90,9 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
     for job in &decision.create_jobs {
         let job_name = job.name_any();
         match jobs.create(&create, job).await {
-            Ok(_) => {
+            Ok(created) => {
                 ctx.metrics.job_created();
+                ctx.expect.created_job(created);
                 info!(plan = %name, job = %job_name, "created job");
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {

@@ -5,9 +5,11 @@
 //! what decisions read). One watch per kind feeds both the caches and the reconcile triggers.
 
 mod apply;
+pub mod expect;
+mod watch;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -28,12 +30,13 @@ use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
 use crate::health::{Health, Transition};
 use crate::leader::LeaseGuard;
-use crate::metrics::{Metrics, PlanSnapshot};
-use crate::node::{NodeInfo, prune_node};
+use crate::metrics::Metrics;
+use crate::node::NodeInfo;
+use crate::node_index::{NodeIndex, PlanKey};
 use crate::reboot::{self, HealthObservation};
-use crate::rollout::phase;
 use crate::rollout::{self, ChannelAnswer, RolloutInput};
 use crate::selection;
+use expect::Expectations;
 
 /// The field manager slipway writes with.
 pub const FIELD_MANAGER: &str = "slipway";
@@ -108,7 +111,8 @@ pub struct Settings {
 pub struct Context {
     pub client: Client,
     pub settings: Settings,
-    pub nodes: Store<Node>,
+    /// The process's one node index, kept by the Node watch.
+    pub nodes: Arc<RwLock<NodeIndex>>,
     pub jobs: Store<Job>,
     pub secrets: Store<Secret>,
     pub reboot_pods: Store<Pod>,
@@ -118,7 +122,11 @@ pub struct Context {
     pub plans: Store<Plan>,
     pub metrics: Arc<Metrics>,
     pub guard: LeaseGuard,
+    pub expect: Expectations,
 }
+
+/// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
+const KEPT_ANNOTATIONS: &[&str] = &[];
 
 /// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.
 ///
@@ -138,20 +146,24 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     let plans = Api::<Plan>::namespaced(client.clone(), &ns);
     let job_selector = format!("{}={}", labels::CONTROLLER, settings.name);
 
-    let (nodes, node_writer) = reflector::store();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(prune_node)
-        .reflect(node_writer)
-        .touched_objects();
+    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
+    let node_triggers = watch::node_triggers(
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        nodes.clone(),
+        KEPT_ANNOTATIONS,
+    );
     let (jobs, job_writer) = reflector::store();
-    let job_stream = watcher(
-        Api::<Job>::namespaced(client.clone(), &ns),
-        watcher::Config::default().labels(&job_selector),
+    let job_stream = watch::changes(
+        watcher(
+            Api::<Job>::namespaced(client.clone(), &ns),
+            watcher::Config::default().labels(&job_selector),
+        )
+        .default_backoff()
+        .modify(watch::prune_job)
+        .reflect(job_writer),
+        watch::job_view,
     )
-    .default_backoff()
-    .reflect(job_writer)
-    .touched_objects();
+    .map(Ok);
     let (secrets, secret_writer) = reflector::store();
     let secret_stream = watcher(
         Api::<Secret>::namespaced(client.clone(), &ns),
@@ -162,21 +174,34 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     .touched_objects();
 
     let (reboot_pods, pod_writer) = reflector::store();
-    let pod_stream = watcher(
-        Api::<Pod>::namespaced(client.clone(), &ns),
-        watcher::Config::default().labels(&format!("{job_selector},{}=true", reboot::REBOOT_LABEL)),
+    let pod_stream = watch::changes(
+        watcher(
+            Api::<Pod>::namespaced(client.clone(), &ns),
+            watcher::Config::default()
+                .labels(&format!("{job_selector},{}=true", reboot::REBOOT_LABEL)),
+        )
+        .default_backoff()
+        .modify(watch::prune_pod)
+        .reflect(pod_writer),
+        watch::pod_view,
     )
-    .default_backoff()
-    .reflect(pod_writer)
-    .touched_objects();
+    .map(Ok);
 
-    let controller = Controller::new(plans, watcher::Config::default())
+    // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
+    let (plan_store, plan_writer) = reflector::store();
+    let plan_stream = watch::changes(
+        watcher(plans, watcher::Config::default())
+            .default_backoff()
+            .reflect(plan_writer),
+        watch::plan_view,
+    )
+    .map(Ok);
+    let controller = Controller::for_stream(plan_stream, plan_store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(settings.threads));
-    let plan_store = controller.store();
     spawn_sync_watch(
         [
             ("plan", ready(plan_store.clone())),
-            ("node", ready(nodes.clone())),
+            ("node", index_ready(nodes.clone())),
             ("job", ready(jobs.clone())),
             ("secret", ready(secrets.clone())),
             ("reboot pod", ready(reboot_pods.clone())),
@@ -204,9 +229,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         plans: plan_store.clone(),
         metrics: ops.metrics.clone(),
         guard: ops.guard.clone(),
+        expect: Expectations::default(),
     });
 
-    let by_node = plan_store.clone();
     let by_secret = plan_store.clone();
     let job_ns = ns.clone();
     let pod_ns = ns.clone();
@@ -222,18 +247,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
                 .get(reboot::REBOOT_PLAN_LABEL)
                 .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
-        .watches_stream(node_stream, move |node: Node| {
-            let node_labels = node.metadata.labels.clone().unwrap_or_default();
-            by_node
-                .state()
-                .into_iter()
-                .filter(|p| {
-                    // SUC's node handler checks only the user's selector.
-                    selection::matches(p.spec.node_selector.as_ref(), &node_labels).unwrap_or(false)
-                })
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
-        })
+        .reconcile_on(node_triggers)
         .watches_stream(secret_stream, move |secret: Secret| {
             let name = secret.name_any();
             by_secret
@@ -308,6 +322,18 @@ where
     })
 }
 
+/// Resolves once the node index has its first full list.
+fn index_ready(index: Arc<RwLock<NodeIndex>>) -> ReadyFuture {
+    Box::pin(async move {
+        loop {
+            if index.read().unwrap_or_else(|e| e.into_inner()).is_synced() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 /// Marks the process ready once every cache has its first full list.
 fn spawn_sync_watch(
     stores: [(&'static str, ReadyFuture); 5],
@@ -349,11 +375,9 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     if !ctx.guard.is_leading() {
         return Err(Error::NotLeader);
     }
-    // Gauges of deleted Plans go with the next reconcile of any Plan.
-    ctx.metrics
-        .retain_plans(|ns, name| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some());
+    forget_gone_plans(ctx);
     for (store, what) in [
-        (ready(ctx.nodes.clone()).await, "node"),
+        (index_ready(ctx.nodes.clone()).await, "node"),
         (ready(ctx.jobs.clone()).await, "job"),
         (ready(ctx.secrets.clone()).await, "secret"),
         (ready(ctx.reboot_pods.clone()).await, "reboot pod"),
@@ -363,31 +387,39 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     if plan.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let plan = ctx.expect.plan(plan);
     let name = plan
         .metadata
         .name
         .clone()
         .ok_or(Error::IncompletePlan("name"))?;
-    let nodes: Vec<NodeInfo> = ctx
+    let candidates = ctx
         .nodes
-        .state()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .candidates(&plan);
+    let overlaid = expect::overlay_nodes(&candidates, &ctx.expect);
+    let nodes: Vec<&NodeInfo> = candidates
         .iter()
-        .map(|n| NodeInfo::from_node(n))
+        .map(|n| overlaid.get(&n.name).unwrap_or(n))
         .collect();
-    let jobs: Vec<Job> = ctx
-        .jobs
-        .state()
-        .iter()
-        .filter(|j| j.labels().get(labels::PLAN) == Some(&name))
-        .map(|j| j.as_ref().clone())
-        .collect();
-    let reboot_pods: Vec<Pod> = ctx
-        .reboot_pods
-        .state()
-        .iter()
-        .filter(|p| p.labels().get(reboot::REBOOT_PLAN_LABEL) == Some(&name))
-        .map(|p| p.as_ref().clone())
-        .collect();
+    let of_plan = |labels: &BTreeMap<String, String>, key: &str| labels.get(key) == Some(&name);
+    let jobs = ctx.expect.jobs(
+        ctx.jobs
+            .state()
+            .iter()
+            .filter(|j| of_plan(j.labels(), labels::PLAN))
+            .map(|j| j.as_ref().clone())
+            .collect(),
+    );
+    let reboot_pods = ctx.expect.pods(
+        ctx.reboot_pods
+            .state()
+            .iter()
+            .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
+            .map(|p| p.as_ref().clone())
+            .collect(),
+    );
     let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
     let secrets: BTreeMap<String, Secret> = ctx
         .secrets
@@ -395,35 +427,7 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .iter()
         .map(|s| (s.name_any(), s.as_ref().clone()))
         .collect();
-
-    let mut requeue = RESYNC;
-    let channel = match (
-        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
-        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
-    ) {
-        (None, Some(url)) => {
-            let latest = plan
-                .status
-                .as_ref()
-                .and_then(|s| s.latest_version.clone())
-                .unwrap_or_default();
-            let asked = std::time::Instant::now();
-            let outcome = ctx.channels.resolve(url, &latest).await;
-            if outcome.fresh {
-                ctx.metrics
-                    .channel_request(asked.elapsed(), outcome.result.is_ok());
-            } else {
-                ctx.metrics.channel_cache_hit();
-            }
-            requeue = requeue.min(outcome.next_poll_in);
-            Some(match outcome.result {
-                Ok(v) => ChannelAnswer::Version(v),
-                Err(e) => ChannelAnswer::Failed(e.to_string()),
-            })
-        }
-        _ => None,
-    };
-
+    let (channel, mut requeue) = ask_channel(&plan, ctx).await;
     let input = RolloutInput {
         plan: &plan,
         nodes: &nodes,
@@ -440,14 +444,54 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     if let Some(after) = decision.requeue_after {
         requeue = requeue.min(after);
     }
-    let snapshot = PlanSnapshot::from_decision(&plan, &nodes, &decision);
+    let summary = decision.summary;
     // The lease may have been lost while the inputs were gathered (a channel request can be slow).
     if !ctx.guard.is_leading() {
         return Err(Error::NotLeader);
     }
     apply::apply(ctx, &plan, decision).await?;
-    ctx.metrics.plan(&ctx.settings.namespace, &name, snapshot);
+    ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
     Ok(Action::requeue(requeue))
+}
+
+/// Gauges, index entries and remembered writes of deleted Plans go with the next reconcile.
+fn forget_gone_plans(ctx: &Context) {
+    let exists = |ns: &str, name: &str| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some();
+    ctx.metrics.retain_plans(exists);
+    ctx.nodes
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain_plans(|k| exists(&k.namespace, &k.name));
+    ctx.expect
+        .retain_plans(|k: &PlanKey| exists(&k.namespace, &k.name));
+}
+
+/// The channel's answer for a Plan that follows one, and when to ask again.
+async fn ask_channel(plan: &Plan, ctx: &Context) -> (Option<ChannelAnswer>, Duration) {
+    let (None, Some(url)) = (
+        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
+        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
+    ) else {
+        return (None, RESYNC);
+    };
+    let latest = plan
+        .status
+        .as_ref()
+        .and_then(|s| s.latest_version.clone())
+        .unwrap_or_default();
+    let asked = std::time::Instant::now();
+    let outcome = ctx.channels.resolve(url, &latest).await;
+    if outcome.fresh {
+        ctx.metrics
+            .channel_request(asked.elapsed(), outcome.result.is_ok());
+    } else {
+        ctx.metrics.channel_cache_hit();
+    }
+    let answer = match outcome.result {
+        Ok(v) => ChannelAnswer::Version(v),
+        Err(e) => ChannelAnswer::Failed(e.to_string()),
+    };
+    (Some(answer), RESYNC.min(outcome.next_poll_in))
 }
 
 /// Looks at the health gate's pods on the nodes that are rebooting or waiting for health; only those
@@ -455,7 +499,7 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
 async fn observe_health(
     client: &Client,
     plan: &Plan,
-    nodes: &[NodeInfo],
+    nodes: &[&NodeInfo],
     job_config: &crate::config::JobConfig,
 ) -> Result<BTreeMap<String, HealthObservation>, Error> {
     let mut observed = BTreeMap::new();
@@ -469,51 +513,21 @@ async fn observe_health(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let waiting = plan
-        .status
-        .iter()
-        .flat_map(|s| s.nodes.iter())
-        // A node failed by its health gate is watched too: it may still recover.
-        .filter(|p| {
-            p.phase == phase::REBOOTING
-                || p.phase == phase::WAITING_FOR_HEALTH
-                || p.reason.as_deref() == Some("HealthGateTimedOut")
-        });
-    for progress in waiting {
-        let Some(node) = nodes.iter().find(|n| n.hostname() == progress.name) else {
-            continue;
-        };
+    for node in rollout::nodes_awaiting_health(plan, nodes) {
         let params = ListParams::default()
             .fields(&format!("spec.nodeName={}", node.name))
             .labels(&selector.to_string());
         let pods = api.list(&params).await?;
-        let mut o = HealthObservation::default();
-        for pod in &pods.items {
-            if pod.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            o.total += 1;
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            if !ready {
-                o.not_ready.push(format!(
-                    "{}/{}",
-                    pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    pod.metadata.name.as_deref().unwrap_or_default()
-                ));
-            }
-        }
-        observed.insert(node.name.clone(), o);
+        observed.insert(node.name.clone(), HealthObservation::of_pods(&pods.items));
     }
     Ok(observed)
 }
 
 fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
     warn!(plan = %plan.name_any(), "reconcile failed: {error}");
-    Action::requeue(Duration::from_secs(5))
+    // A conflict means the Plan moved on: decide again from the new one soon.
+    match error.category() {
+        "conflict" => Action::requeue(Duration::from_secs(1)),
+        _ => Action::requeue(Duration::from_secs(5)),
+    }
 }

@@ -7,6 +7,8 @@
 //! PID 1. slipway counts the node as rebooted only when its `status.nodeInfo.bootID` has changed and
 //! it is Ready again, optionally waits for selected pods on it to be Ready, and only then frees the slot.
 
+pub mod handoff;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -86,6 +88,32 @@ pub fn policy(plan: &Plan, config: &JobConfig) -> Option<RebootPolicy> {
             timeout: duration_or(g.timeout.as_deref(), DEFAULT_HEALTH_TIMEOUT),
         }),
     })
+}
+
+impl RebootPolicy {
+    /// The hand-off this policy asks for after the node went down.
+    pub fn handoff(&self) -> handoff::HandoffPolicy {
+        handoff::HandoffPolicy {
+            timeout: self.timeout,
+            health_gate: self.health_gate.as_ref().map(|g| handoff::GatePolicy {
+                timeout: g.timeout,
+                pods: g.describe_pods(),
+            }),
+        }
+    }
+}
+
+impl HealthGate {
+    /// `app=x in namespace y`, for messages.
+    pub fn describe_pods(&self) -> String {
+        let selector = crate::selection::Selector::from_label_selector(Some(&self.pod_selector))
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        match &self.namespace {
+            Some(ns) => format!("{selector} in namespace {ns}"),
+            None => selector,
+        }
+    }
 }
 
 /// The reboot pod of `plan` on `node` for `hash`: `reboot-<plan>-on-<node>-with-<hash>`, made safe.
@@ -224,6 +252,32 @@ pub struct HealthObservation {
 impl HealthObservation {
     pub fn healthy(&self) -> bool {
         self.not_ready.is_empty()
+    }
+
+    /// Reads the gate's pods on one node; pods being deleted do not count.
+    pub fn of_pods(pods: &[Pod]) -> HealthObservation {
+        let mut o = HealthObservation::default();
+        for pod in pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            o.total += 1;
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                o.not_ready.push(format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        o
     }
 }
 

@@ -1,0 +1,215 @@
+//! What this process wrote and its caches have not shown yet.
+//!
+//! A reconcile can run before the watch brings back the Job it created, the label it set or the
+//! status it wrote. Deciding from the stale cache would create the Job again, label the node again
+//! or write a status that the API server refuses as a conflict: wasted writes, and a slower
+//! rollout. So each write is remembered until the cache shows it (or for a short while at most)
+//! and laid over the cache when the next decision's inputs are gathered.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+
+use crate::api::Plan;
+use crate::node::NodeInfo;
+use crate::node_index::PlanKey;
+use crate::rollout::NodePatch;
+
+/// How long a write is laid over a cache that does not show it. Past that, the cache is believed
+/// (the object may have been deleted or changed by someone else since).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub struct Expectations {
+    jobs: Mutex<HashMap<String, (Instant, Job)>>,
+    pods: Mutex<HashMap<String, (Instant, Pod)>>,
+    nodes: Mutex<HashMap<String, (Instant, NodePatch)>>,
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The cached objects, plus the created ones the cache does not have yet.
+fn overlay<K: Resource + Clone>(
+    cached: Vec<K>,
+    created: &Mutex<HashMap<String, (Instant, K)>>,
+) -> Vec<K> {
+    let mut created = lock(created);
+    let now = Instant::now();
+    created.retain(|name, (at, _)| {
+        now.duration_since(*at) < PATIENCE
+            && !cached
+                .iter()
+                .any(|c| c.meta().name.as_deref() == Some(name))
+    });
+    let mut all = cached;
+    all.extend(created.values().map(|(_, k)| k.clone()));
+    all
+}
+
+impl Expectations {
+    pub fn created_job(&self, job: Job) {
+        if let Some(name) = job.metadata.name.clone() {
+            lock(&self.jobs).insert(name, (Instant::now(), job));
+        }
+    }
+
+    pub fn created_pod(&self, pod: Pod) {
+        if let Some(name) = pod.metadata.name.clone() {
+            lock(&self.pods).insert(name, (Instant::now(), pod));
+        }
+    }
+
+    pub fn patched_node(&self, patch: &NodePatch) {
+        lock(&self.nodes).insert(patch.node.clone(), (Instant::now(), patch.clone()));
+    }
+
+    pub fn wrote_status(&self, plan: Plan) {
+        lock(&self.plans).insert(PlanKey::of(&plan), Arc::new(plan));
+    }
+
+    pub fn jobs(&self, cached: Vec<Job>) -> Vec<Job> {
+        overlay(cached, &self.jobs)
+    }
+
+    pub fn pods(&self, cached: Vec<Pod>) -> Vec<Pod> {
+        overlay(cached, &self.pods)
+    }
+
+    /// The node with the labels and uncordon this process patched onto it, until the cache shows them.
+    pub fn node(&self, cached: &NodeInfo) -> Option<NodeInfo> {
+        let mut nodes = lock(&self.nodes);
+        let (at, patch) = nodes.get(&cached.name)?;
+        let shown = patch
+            .labels
+            .iter()
+            .all(|(k, v)| cached.labels.get(k) == Some(v))
+            && !(patch.uncordon && cached.unschedulable);
+        if shown || at.elapsed() >= PATIENCE {
+            nodes.remove(&cached.name);
+            return None;
+        }
+        let mut node = cached.clone();
+        node.labels
+            .extend(patch.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        node.unschedulable &= !patch.uncordon;
+        Some(node)
+    }
+
+    /// The newer of the cached Plan and the one this process last wrote the status of.
+    /// resourceVersions are etcd revisions; compared as numbers, and the cache wins when either is not one.
+    pub fn plan(&self, cached: Arc<Plan>) -> Arc<Plan> {
+        let mut plans = lock(&self.plans);
+        let key = PlanKey::of(&cached);
+        let Some(written) = plans.get(&key) else {
+            return cached;
+        };
+        let revision = |p: &Plan| {
+            p.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (revision(&cached), revision(written)) {
+            (Some(c), Some(w)) if w > c && written.metadata.uid == cached.metadata.uid => {
+                written.clone()
+            }
+            _ => {
+                plans.remove(&key);
+                cached
+            }
+        }
+    }
+
+    /// Drops what is remembered about Plans that are gone.
+    pub fn retain_plans(&self, mut exists: impl FnMut(&PlanKey) -> bool) {
+        lock(&self.plans).retain(|k, _| exists(k));
+    }
+}
+
+/// Nodes the overlay changed, as owned values next to the index's shared ones.
+pub fn overlay_nodes(
+    candidates: &[Arc<NodeInfo>],
+    expect: &Expectations,
+) -> BTreeMap<String, NodeInfo> {
+    candidates
+        .iter()
+        .filter_map(|n| expect.node(n).map(|o| (n.name.clone(), o)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn job(name: &str) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_created_job_counts_until_the_cache_has_it() {
+        let e = Expectations::default();
+        e.created_job(job("a"));
+        assert_eq!(e.jobs(vec![]).len(), 1);
+        assert_eq!(e.jobs(vec![job("a")]).len(), 1);
+        // Seen once: forgotten, even if the cache loses it later (deleted by someone).
+        assert!(e.jobs(vec![]).is_empty());
+    }
+
+    #[test]
+    fn a_patched_label_shows_until_the_cache_has_it() {
+        let e = Expectations::default();
+        let cached = NodeInfo {
+            name: "n".into(),
+            unschedulable: true,
+            ..Default::default()
+        };
+        e.patched_node(&NodePatch {
+            node: "n".into(),
+            labels: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            uncordon: true,
+        });
+        let seen = e.node(&cached).expect("overlaid");
+        assert_eq!(seen.labels["k"], "v");
+        assert!(!seen.unschedulable);
+        let mut caught_up = cached.clone();
+        caught_up.labels.insert("k".into(), "v".into());
+        caught_up.unschedulable = false;
+        assert!(e.node(&caught_up).is_none());
+        assert!(e.node(&cached).is_none());
+    }
+
+    #[test]
+    fn the_newer_plan_wins() {
+        let e = Expectations::default();
+        let plan = |rv: &str| {
+            let mut p = Plan::default();
+            p.metadata.name = Some("p".into());
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.uid = Some("u".into());
+            p.metadata.resource_version = Some(rv.into());
+            p
+        };
+        e.wrote_status(plan("11"));
+        let chosen = e.plan(Arc::new(plan("10")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("11"));
+        let chosen = e.plan(Arc::new(plan("12")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("12"));
+        // Forgotten once the cache moved past it.
+        let chosen = e.plan(Arc::new(plan("10")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("10"));
+    }
+}

@@ -1,0 +1,153 @@
+//! The watches that feed reconciles, each reduced to the changes a decision reads.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt, future};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use tracing::warn;
+
+use crate::api::Plan;
+use crate::node::NodeInfo;
+use crate::node_index::NodeIndex;
+
+/// The one Node watch of the process: keeps the index and yields the Plans a change concerns.
+pub(super) fn node_triggers(
+    events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
+    index: Arc<RwLock<NodeIndex>>,
+    kept_annotations: &'static [&'static str],
+) -> impl Stream<Item = ObjectRef<Plan>> + Send + 'static {
+    events
+        .filter_map(move |event| {
+            let concerned = match event {
+                Ok(event) => {
+                    let mut index = index.write().unwrap_or_else(|e| e.into_inner());
+                    match event {
+                        watcher::Event::Apply(n) => {
+                            index.apply(NodeInfo::from_node_keeping(&n, kept_annotations))
+                        }
+                        watcher::Event::Delete(n) => {
+                            index.delete(n.metadata.name.as_deref().unwrap_or_default())
+                        }
+                        watcher::Event::Init => {
+                            index.relist_start();
+                            Vec::new()
+                        }
+                        watcher::Event::InitApply(n) => {
+                            index.relisted(NodeInfo::from_node_keeping(&n, kept_annotations));
+                            Vec::new()
+                        }
+                        watcher::Event::InitDone => index.relist_done(),
+                    }
+                }
+                Err(e) => {
+                    warn!("node watch: {e}");
+                    Vec::new()
+                }
+            };
+            let refs: Vec<ObjectRef<Plan>> = concerned
+                .into_iter()
+                .map(|k| ObjectRef::new(&k.name).within(&k.namespace))
+                .collect();
+            future::ready((!refs.is_empty()).then(|| futures::stream::iter(refs)))
+        })
+        .flatten()
+}
+
+/// Passes on an object only when `view` changed since it was last seen (or it was deleted).
+pub(super) fn changes<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    view: fn(&K) -> u64,
+) -> impl Stream<Item = K> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    let mut seen: HashMap<(Option<String>, Option<String>), u64> = HashMap::new();
+    events.filter_map(move |event| {
+        let key = |o: &K| (o.meta().namespace.clone(), o.meta().name.clone());
+        let out = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let v = view(&o);
+                (seen.insert(key(&o), v) != Some(v)).then_some(o)
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                seen.remove(&key(&o));
+                Some(o)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => {
+                warn!("watch: {e}");
+                None
+            }
+        };
+        future::ready(out)
+    })
+}
+
+fn digest(parts: impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+/// What a decision reads of a Plan, besides its status (which only slipway writes).
+pub(super) fn plan_view(p: &Plan) -> u64 {
+    let m = &p.metadata;
+    digest((
+        &m.uid,
+        m.generation,
+        &m.labels,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What a decision reads of a Job: its labels and annotations, whether it is being deleted, and
+/// how it finished. Pod counts going up and down change nothing.
+pub(super) fn job_view(j: &Job) -> u64 {
+    let finished: Vec<(&str, &str)> = j
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "Complete" || c.type_ == "Failed")
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    let m = &j.metadata;
+    digest((
+        &m.uid,
+        &m.labels,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+        finished,
+    ))
+}
+
+/// What a decision reads of a reboot pod: that it exists, and whether it is being deleted.
+pub(super) fn pod_view(p: &Pod) -> u64 {
+    digest((&p.metadata.uid, p.metadata.deletion_timestamp.is_some()))
+}
+
+/// Keeps what decisions read of a Job: the pod template is rendered by slipway and compared by
+/// its hash annotation, so the cache need not hold it.
+pub(super) fn prune_job(job: &mut Job) {
+    job.metadata.managed_fields = None;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template = Default::default();
+        spec.selector = None;
+    }
+    if let Some(status) = job.status.as_mut() {
+        status.uncounted_terminated_pods = None;
+    }
+}
+
+/// Keeps what decisions read of a reboot pod: its metadata.
+pub(super) fn prune_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = None;
+    pod.status = None;
+}

@@ -1,0 +1,548 @@
+//! The Plan-level rules around the node state machines: which nodes hold a slot, how the states'
+//! actions become Jobs, pods and patches, which Jobs no node owns, and what the Plan reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::jobs::PlanJobs;
+use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
+use super::{
+    EventType, FAILURE_REASONS, JobDeletion, MSG_WAITING_FOR_WINDOW, NodePatch, PlanSummary,
+    Rollout, RolloutInput, rfc3339,
+};
+use crate::api::{PlanStatus, labels};
+use crate::conditions::{self as cond, COMPLETE, FALSE, TRUE};
+use crate::duration::GoDuration;
+use crate::expansion::expand_post_complete_labels;
+use crate::job;
+use crate::naming;
+use crate::node::NodeInfo;
+use crate::reboot;
+use crate::selection::{self, Eligibility, Selector};
+use crate::window::TimeWindow;
+
+/// The Plan's facts for this decision, read once.
+struct Facts<'a> {
+    input: &'a RolloutInput<'a>,
+    name: &'a str,
+    uid: &'a str,
+    version: String,
+    hash: String,
+    ctx: PlanContext,
+    jobs: PlanJobs<'a>,
+    /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
+    rendered_from: crate::api::Plan,
+    rendered: BTreeMap<String, Result<Job, String>>,
+}
+
+impl<'a> Facts<'a> {
+    fn new(input: &'a RolloutInput<'a>, st: &PlanStatus) -> Facts<'a> {
+        let plan = input.plan;
+        let mut rendered_from = plan.clone();
+        rendered_from.status = Some(st.clone());
+        Facts {
+            input,
+            name: plan.metadata.name.as_deref().unwrap_or_default(),
+            uid: plan.metadata.uid.as_deref().unwrap_or_default(),
+            version: st.latest_version.clone().unwrap_or_default(),
+            hash: st.latest_hash.clone().unwrap_or_default(),
+            ctx: PlanContext {
+                namespace: plan.metadata.namespace.clone().unwrap_or_default(),
+                generation: plan.metadata.generation,
+                post_complete_delay: plan
+                    .spec
+                    .post_complete_delay
+                    .as_deref()
+                    .and_then(|d| d.parse::<GoDuration>().ok())
+                    .and_then(GoDuration::to_std)
+                    .unwrap_or_default(),
+                reboot: reboot::policy(plan, input.job_config).map(|p| p.handoff()),
+                cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
+            },
+            jobs: PlanJobs::new(input.jobs),
+            rendered_from,
+            rendered: BTreeMap::new(),
+        }
+    }
+
+    fn job_name(&self, node: &NodeInfo) -> String {
+        naming::job_name(self.name, &node.name, &self.hash)
+    }
+
+    /// The node's Job as the Plan renders it now, rendered once per decision.
+    fn render(&mut self, node: &NodeInfo) -> Result<&Job, String> {
+        let input = self.input;
+        let plan = &self.rendered_from;
+        self.rendered
+            .entry(node.name.clone())
+            .or_insert_with(|| {
+                job::render_job(plan, node, input.controller_name, input.job_config)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// One node's transition, from what is known of it and its Job.
+    fn step(&mut self, node: &NodeInfo, state: NodeState) -> (NodeState, Vec<NodeAction>) {
+        let job_name = self.job_name(node);
+        // Only a live, unfinished or failed Job is compared with the template it should have.
+        let wanted = match self.jobs.get(&job_name).map(|j| j.outcome.clone()) {
+            Some(super::jobs::Outcome::Complete { .. }) | None => None,
+            Some(_) => self
+                .render(node)
+                .ok()
+                .and_then(job::pod_template_hash)
+                .map(str::to_string),
+        };
+        let seen = self
+            .jobs
+            .get(&job_name)
+            .map_or(JobSeen::Absent, |j| j.seen(wanted.as_deref()));
+        let obs = Observation {
+            node,
+            job_name: &job_name,
+            job: seen,
+            older_job_running: self
+                .jobs
+                .other_running(&node.name, &self.version, &job_name),
+            health: self.input.health.get(&node.name),
+        };
+        node_state::transition(state, &obs, &self.ctx, self.input.now)
+    }
+}
+
+/// The nodes of this decision: their states, in node-name order, and what they asked for.
+type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
+
+/// Steps the applying nodes, fills free slots, and turns the states into the decision.
+pub(super) fn roll(
+    input: &RolloutInput<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) {
+    let mut facts = Facts::new(input, st);
+    let now = rfc3339(input.now);
+    let eligibility = match Eligibility::new(
+        facts.name,
+        input.plan.spec.node_selector.as_ref(),
+        &facts.hash,
+        &old.applying,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            return fail_complete(
+                st,
+                out,
+                "SelectNodesFailed",
+                format!("Failed to select nodes: {e}"),
+                &now,
+                input,
+            );
+        }
+    };
+    let eligible: Vec<&NodeInfo> = input
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| eligibility.admits(n))
+        .collect();
+    let mut steps = step_applying(&mut facts, old, &eligible);
+    let window = closed_window(input, old);
+    if window.is_none() {
+        fill_slots(&mut facts, &eligible, &mut steps);
+    }
+    if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
+        fail_complete(st, out, "ValidationFailed", message, &now, input);
+    }
+    reconcile_reboot_pods(&facts, &steps, out);
+    let owned: BTreeSet<&str> = steps.values().filter_map(|(_, s, _)| s.job()).collect();
+    let applying_nodes: BTreeSet<&str> = steps.keys().copied().collect();
+    let (deletions, recheck) = facts
+        .jobs
+        .sweep(&facts.version, &applying_nodes, &owned, input.now);
+    out.delete_jobs.extend(deletions);
+    if let Some(after) = recheck {
+        out.requeue(after);
+    }
+    write_nodes(st, &steps);
+    report(&facts, old, st, out, &steps, window, &eligible);
+}
+
+/// The nodes of `status.applying` that are still eligible, stepped from their recorded state.
+fn step_applying<'a>(
+    facts: &mut Facts<'_>,
+    old: &PlanStatus,
+    eligible: &[&'a NodeInfo],
+) -> Steps<'a> {
+    let by_host: BTreeMap<&str, &NodeInfo> = eligible.iter().map(|n| (n.hostname(), *n)).collect();
+    let recorded: BTreeMap<&str, &crate::api::NodeProgress> =
+        old.nodes.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut steps = Steps::new();
+    for host in &old.applying {
+        let Some(node) = by_host.get(host.as_str()).copied() else {
+            continue;
+        };
+        let state = recorded
+            .get(host.as_str())
+            .and_then(|p| NodeState::from_progress(p, &node.boot_id, facts.input.now))
+            .unwrap_or_else(|| NodeState::selected(&facts.job_name(node), facts.input.now));
+        let (next, actions) = facts.step(node, state);
+        steps.insert(node.name.as_str(), (node, next, actions));
+    }
+    steps
+}
+
+/// Gives free slots to eligible nodes in the Plan's order. A node picked whose Job already
+/// completed (a crash between its label and the status) is done at once, and its slot goes on.
+fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut Steps<'a>) {
+    let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
+    loop {
+        let holding = steps
+            .values()
+            .filter(|(_, s, _)| *s != NodeState::Done)
+            .count();
+        let free = concurrency.saturating_sub(holding);
+        let fresh = eligible
+            .iter()
+            .copied()
+            .filter(|n| !steps.contains_key(n.name.as_str()));
+        let picks = selection::first_in_order(free, facts.uid, &facts.hash, fresh);
+        if picks.is_empty() {
+            return;
+        }
+        let mut freed = false;
+        for node in picks {
+            let state = NodeState::selected(&facts.job_name(node), facts.input.now);
+            let (next, actions) = facts.step(node, state);
+            freed |= next == NodeState::Done;
+            steps.insert(node.name.as_str(), (node, next, actions));
+        }
+        if !freed {
+            return;
+        }
+    }
+}
+
+/// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.
+fn closed_window(input: &RolloutInput<'_>, old: &PlanStatus) -> Option<TimeWindow> {
+    let spec = input.plan.spec.window.as_ref()?;
+    let window = TimeWindow::new(spec).ok()?;
+    (old.applying.is_empty() && !window.contains(input.now)).then_some(window)
+}
+
+/// Turns the nodes' actions into Jobs, pods, patches, events and rechecks. A Job that cannot be
+/// rendered is not created; its node waits and the error is returned.
+fn apply_actions(
+    facts: &mut Facts<'_>,
+    steps: &mut Steps<'_>,
+    out: &mut Rollout,
+) -> Result<(), String> {
+    let mut error = Ok(());
+    for (node, state, actions) in steps.values_mut() {
+        for action in std::mem::take(actions) {
+            match action {
+                NodeAction::CreateJob => match facts.render(node).cloned() {
+                    Ok(job) => {
+                        create_reboot_pod(facts, node, &job, out);
+                        out.create_jobs.push(job);
+                    }
+                    Err(e) => {
+                        *state = NodeState::selected(&facts.job_name(node), facts.input.now);
+                        error = Err(format!("Failed to create job for node {}: {e}", node.name));
+                    }
+                },
+                NodeAction::DeleteJob(reason) => out.delete_jobs.push(JobDeletion {
+                    name: facts.job_name(node),
+                    reason,
+                }),
+                NodeAction::MarkDone { uncordon } => out.node_patches.push(NodePatch {
+                    node: node.name.clone(),
+                    labels: done_labels(facts),
+                    uncordon,
+                }),
+                NodeAction::Uncordon => out.node_patches.push(NodePatch {
+                    node: node.name.clone(),
+                    labels: BTreeMap::new(),
+                    uncordon: true,
+                }),
+                NodeAction::Warn { reason, message } => {
+                    out.event(EventType::Warning, reason, message)
+                }
+                NodeAction::Recheck(after) => out.requeue(after),
+            }
+        }
+    }
+    error
+}
+
+fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
+    let post_complete = facts
+        .input
+        .plan
+        .spec
+        .post_complete_labels
+        .as_ref()
+        .map(|l| expand_post_complete_labels(l, &facts.version, &facts.hash))
+        .unwrap_or_default();
+    node_state::done_labels(
+        &labels::plan_node_label(facts.name),
+        &facts.hash,
+        post_complete,
+    )
+}
+
+/// The reboot pod waits on the node from before its Job starts until the node is back.
+fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job: &Job, out: &mut Rollout) {
+    let Some(policy) = reboot::policy(facts.input.plan, facts.input.job_config) else {
+        return;
+    };
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
+    let Some(pod) = reboot::render_reboot_pod(
+        &facts.rendered_from,
+        node,
+        job_name,
+        facts.input.controller_name,
+        &policy,
+    ) else {
+        return;
+    };
+    if !facts
+        .input
+        .reboot_pods
+        .iter()
+        .any(|p| p.metadata.name == pod.metadata.name)
+    {
+        out.create_pods.push(pod);
+    }
+}
+
+/// Reboot pods go once their node no longer needs one: done, failed by its Job, or no longer
+/// applying. A node in its hand-off keeps whichever of its pods exists.
+fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
+    let wanted: BTreeSet<String> = steps
+        .values()
+        .filter(|(_, s, _)| s.needs_reboot_pod() && facts.ctx.reboot.is_some())
+        .map(|(n, _, _)| reboot::reboot_pod_name(facts.name, &n.name, &facts.hash))
+        .collect();
+    let in_handoff: BTreeSet<&str> = steps
+        .iter()
+        .filter(|(_, (_, s, _))| matches!(s, NodeState::Rebooting { .. }))
+        .map(|(name, _)| *name)
+        .collect();
+    for pod in facts.input.reboot_pods {
+        let (Some(name), None) = (&pod.metadata.name, &pod.metadata.deletion_timestamp) else {
+            continue;
+        };
+        let node = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE));
+        if !wanted.contains(name) && !node.is_some_and(|n| in_handoff.contains(n.as_str())) {
+            out.delete_pods.push(name.clone());
+        }
+    }
+}
+
+/// `status.applying` (hostnames, in node-name order, as SUC lists them) and `status.nodes`.
+fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
+    let holding = steps.values().filter(|(_, s, _)| *s != NodeState::Done);
+    st.applying = holding
+        .clone()
+        .map(|(n, _, _)| n.hostname().to_string())
+        .collect();
+    let mut nodes: Vec<_> = holding
+        .filter_map(|(n, s, _)| s.to_progress(n.hostname()))
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    st.nodes = nodes;
+}
+
+/// The `Complete` condition and the Plan's events. Events stay bounded per Plan, whatever its
+/// size: a rollout's start, a progress event per tenth of the nodes, its end, and a warning per
+/// failed node (failed nodes keep their slot, so at most `concurrency` per hash).
+fn report(
+    facts: &Facts<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    steps: &Steps<'_>,
+    window: Option<TimeWindow>,
+    eligible: &[&NodeInfo],
+) {
+    let now = rfc3339(facts.input.now);
+    let generation = facts.ctx.generation;
+    let (version, hash) = (&facts.version, &facts.hash);
+    let failure = steps.values().find_map(|(_, s, _)| s.failure());
+    let rebooting = steps.values().find_map(|(n, s, _)| match s {
+        NodeState::Rebooting { message, .. } => {
+            Some((s.phase(), format!("node {}: {message}", n.hostname())))
+        }
+        _ => None,
+    });
+    if let Some((reason, message)) = failure {
+        cond::set(st, COMPLETE, FALSE, reason, message, &now, generation);
+    } else if let Some((reason, message)) = rebooting {
+        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
+    } else if st.applying.is_empty() && window.is_some() && !eligible.is_empty() {
+        if cond::reason(st, COMPLETE) != "Waiting" {
+            out.event(EventType::Normal, "Waiting", format!("Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"));
+        }
+        if let Some(w) = &window {
+            out.requeue(w.next_check(facts.input.now));
+        }
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            "Waiting",
+            MSG_WAITING_FOR_WINDOW,
+            &now,
+            generation,
+        );
+    } else if st.applying.is_empty() {
+        if !cond::is(st, COMPLETE, TRUE) {
+            out.event(
+                EventType::Normal,
+                "Complete",
+                format!("Jobs complete for version {version}. Hash: {hash}"),
+            );
+        }
+        cond::set(st, COMPLETE, TRUE, "Complete", "", &now, generation);
+    } else if st.applying != old.applying
+        || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
+        || is_rebooting_reason(cond::reason(st, COMPLETE))
+    {
+        if old.applying.is_empty() {
+            out.event(
+                EventType::Normal,
+                "SyncJob",
+                format!(
+                    "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
+                    eligible.len(),
+                    facts.input.plan.spec.concurrency.unwrap_or(0)
+                ),
+            );
+        }
+        cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
+    }
+    progress_event(facts, out);
+}
+
+fn is_rebooting_reason(reason: &str) -> bool {
+    reason == node_state::phase::REBOOTING || reason == node_state::phase::WAITING_FOR_HEALTH
+}
+
+/// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
+fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
+    let labelled_now = out
+        .node_patches
+        .iter()
+        .filter(|p| !p.labels.is_empty())
+        .count();
+    let (targeted, upgraded) = upgraded(facts.input, &facts.hash, &out.node_patches);
+    if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
+        return;
+    }
+    let before = upgraded.saturating_sub(labelled_now);
+    if before * 10 / targeted != upgraded * 10 / targeted {
+        out.event(
+            EventType::Normal,
+            "Progress",
+            format!(
+                "Upgraded {} of {targeted} nodes to version {}",
+                upgraded, facts.version
+            ),
+        );
+    }
+}
+
+/// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
+/// and how many of them carry `hash`, counting this decision's labels.
+fn upgraded(input: &RolloutInput<'_>, hash: &str, patches: &[NodePatch]) -> (usize, usize) {
+    let Ok(selector) = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()) else {
+        return (0, 0);
+    };
+    let plan_label =
+        labels::plan_node_label(input.plan.metadata.name.as_deref().unwrap_or_default());
+    let patched: BTreeSet<&str> = patches
+        .iter()
+        .filter(|p| p.labels.get(&plan_label).map(String::as_str) == Some(hash))
+        .map(|p| p.node.as_str())
+        .collect();
+    let mut targeted = 0;
+    let mut upgraded = 0;
+    for n in input.nodes.iter().filter(|n| selector.matches(&n.labels)) {
+        let value = n.labels.get(&plan_label).map(String::as_str);
+        if !n.labels.contains_key(labels::HOSTNAME) || value == Some(labels::DISABLED) {
+            continue;
+        }
+        targeted += 1;
+        if !hash.is_empty() && (value == Some(hash) || patched.contains(n.name.as_str())) {
+            upgraded += 1;
+        }
+    }
+    (targeted, upgraded)
+}
+
+fn fail_complete(
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    reason: &'static str,
+    message: String,
+    now: &str,
+    input: &RolloutInput<'_>,
+) {
+    if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+        out.event(EventType::Warning, reason, message.clone());
+    }
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        &message,
+        now,
+        input.plan.metadata.generation,
+    );
+}
+
+/// A Plan that is not valid or not resolved starts nothing; Jobs of another version still go.
+pub(super) fn sweep_only(input: &RolloutInput<'_>, st: &PlanStatus, out: &mut Rollout) {
+    let Some(version) = st.latest_version.as_deref() else {
+        return;
+    };
+    let jobs = PlanJobs::new(input.jobs);
+    let applying: BTreeSet<&str> = input
+        .nodes
+        .iter()
+        .filter(|n| st.applying.iter().any(|h| h == n.hostname()))
+        .map(|n| n.name.as_str())
+        .collect();
+    let owned: BTreeSet<&str> = jobs.by_name.keys().copied().collect();
+    let (deletions, _) = jobs.sweep(version, &applying, &owned, input.now);
+    out.delete_jobs.extend(deletions);
+}
+
+/// The gauges' view of the decision.
+pub(super) fn summary(input: &RolloutInput<'_>, st: &PlanStatus, out: &Rollout) -> PlanSummary {
+    let (targeted, upgraded) = upgraded(
+        input,
+        st.latest_hash.as_deref().unwrap_or_default(),
+        &out.node_patches,
+    );
+    PlanSummary {
+        complete: cond::is(st, COMPLETE, TRUE),
+        applying: st.applying.len(),
+        failed: st
+            .nodes
+            .iter()
+            .filter(|p| p.phase == node_state::phase::FAILED)
+            .count(),
+        upgraded,
+        targeted,
+    }
+}
