@@ -34,11 +34,13 @@ pub const JOB_FAILED: &str = "JobFailed";
 pub enum NodeState {
     /// Selected; its Job is not created yet because an older Job of the node still runs.
     Pending { job: String, since: Timestamp },
-    /// Its Job was created. `boot` is the boot the node ran before the Job (for reboots).
+    /// Its Job was created at Plan `generation`. `boot` is the boot the node ran before the Job
+    /// (for reboots).
     Upgrading {
         job: String,
         boot: Option<String>,
         since: Timestamp,
+        generation: Option<i64>,
     },
     /// The Job completed and the node is in its reboot hand-off (never [`Handoff::Passed`]).
     Rebooting {
@@ -48,7 +50,7 @@ pub enum NodeState {
     },
     /// The Job completed (and the node is back); `postCompleteDelay` runs from `since`.
     Waiting { job: String, since: Timestamp },
-    /// The Job failed at `generation`; not retried until the Plan changes.
+    /// The Job made at Plan `generation` failed; not retried until the Plan changes.
     Failed {
         job: String,
         message: String,
@@ -203,6 +205,7 @@ impl NodeState {
                 boot: p.boot_id.clone(),
                 job,
                 since,
+                generation: p.generation,
             },
             (phase::REBOOTING, _) => NodeState::Rebooting {
                 handoff: Handoff::AwaitingBoot {
@@ -246,8 +249,14 @@ impl NodeState {
             NodeState::Pending { job, since } | NodeState::Waiting { job, since } => {
                 entry(job, *since)
             }
-            NodeState::Upgrading { job, boot, since } => NodeProgress {
+            NodeState::Upgrading {
+                job,
+                boot,
+                since,
+                generation,
+            } => NodeProgress {
                 boot_id: boot.clone(),
+                generation: *generation,
                 ..entry(job, *since)
             },
             NodeState::Rebooting {
@@ -329,6 +338,7 @@ fn pending(
                 job: obs.job_name.to_string(),
                 boot: Some(obs.node.boot_id.clone()),
                 since: now,
+                generation: ctx.generation,
             }
         }
         // Adopted (made before a restart, or by SUC): the boot seen now is the one before.
@@ -337,6 +347,7 @@ fn pending(
                 job: obs.job_name.to_string(),
                 boot: Some(obs.node.boot_id.clone()),
                 since: now,
+                generation: ctx.generation,
             },
             obs,
             ctx,
@@ -354,14 +365,26 @@ fn upgrading(
     now: Timestamp,
     actions: &mut Vec<NodeAction>,
 ) -> NodeState {
-    let NodeState::Upgrading { job, boot, since } = state else {
+    let NodeState::Upgrading {
+        job,
+        boot,
+        since,
+        generation,
+    } = state
+    else {
         return state;
+    };
+    let same = |job, boot, since| NodeState::Upgrading {
+        job,
+        boot,
+        since,
+        generation,
     };
     match &obs.job {
         // Created but not seen yet, or its creation failed: ask again (a conflict is harmless).
         JobSeen::Absent if !obs.older_job_running => {
             actions.push(NodeAction::CreateJob);
-            NodeState::Upgrading { job, boot, since }
+            same(job, boot, since)
         }
         JobSeen::Absent => NodeState::Pending { job, since },
         JobSeen::Running {
@@ -370,7 +393,7 @@ fn upgrading(
             actions.push(NodeAction::DeleteJob("its pod template changed".into()));
             NodeState::Pending { job, since: now }
         }
-        JobSeen::Running { .. } => NodeState::Upgrading { job, boot, since },
+        JobSeen::Running { .. } => same(job, boot, since),
         JobSeen::Complete { at } => {
             let before = boot.unwrap_or_else(|| obs.node.boot_id.clone());
             completed(job, before, at.unwrap_or(now), obs, ctx, now, actions)
@@ -387,7 +410,7 @@ fn upgrading(
             NodeState::Failed {
                 job,
                 message,
-                generation: ctx.generation,
+                generation,
                 since: now,
             }
         }
@@ -524,4 +547,383 @@ pub fn done_labels(
     let mut labels = post_complete;
     labels.insert(plan_label.to_string(), hash.to_string());
     labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reboot::handoff::GatePolicy;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    const T0: &str = "2026-11-22T10:00:00Z";
+    const T1: &str = "2026-11-22T10:01:00Z";
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "n1".into(),
+            ready: true,
+            boot_id: "b1".into(),
+            ..Default::default()
+        }
+    }
+
+    fn ctx() -> PlanContext {
+        PlanContext {
+            namespace: "ns".into(),
+            generation: Some(1),
+            post_complete_delay: Duration::ZERO,
+            reboot: None,
+            cordons: false,
+        }
+    }
+
+    fn rebooting_ctx() -> PlanContext {
+        PlanContext {
+            reboot: Some(HandoffPolicy {
+                timeout: Duration::from_secs(600),
+                health_gate: None::<GatePolicy>,
+            }),
+            ..ctx()
+        }
+    }
+
+    fn step(
+        state: NodeState,
+        node: &NodeInfo,
+        job: JobSeen,
+        ctx: &PlanContext,
+    ) -> (NodeState, Vec<NodeAction>) {
+        let obs = Observation {
+            node,
+            job_name: "j1",
+            job,
+            older_job_running: false,
+            health: None,
+        };
+        transition(state, &obs, ctx, t(T1))
+    }
+
+    fn upgrading() -> NodeState {
+        NodeState::Upgrading {
+            job: "j1".into(),
+            boot: Some("b1".into()),
+            since: t(T0),
+            generation: Some(1),
+        }
+    }
+
+    fn failed(generation: i64) -> NodeState {
+        NodeState::Failed {
+            job: "j1".into(),
+            message: "m".into(),
+            generation: Some(generation),
+            since: t(T0),
+        }
+    }
+
+    #[test]
+    fn selected_creates_its_job_and_records_the_boot() {
+        let (s, a) = step(
+            NodeState::selected("j1", t(T0)),
+            &node(),
+            JobSeen::Absent,
+            &ctx(),
+        );
+        assert_eq!(a, [NodeAction::CreateJob]);
+        assert_eq!(
+            s,
+            NodeState::Upgrading {
+                job: "j1".into(),
+                boot: Some("b1".into()),
+                since: t(T1),
+                generation: Some(1),
+            }
+        );
+    }
+
+    #[test]
+    fn selected_waits_for_an_older_job_of_the_node() {
+        let n = node();
+        let obs = Observation {
+            node: &n,
+            job_name: "j1",
+            job: JobSeen::Absent,
+            older_job_running: true,
+            health: None,
+        };
+        let (s, a) = transition(NodeState::selected("j1", t(T0)), &obs, &ctx(), t(T1));
+        assert!(a.is_empty());
+        assert_eq!(s, NodeState::selected("j1", t(T0)));
+    }
+
+    #[test]
+    fn upgrading_follows_its_job() {
+        let running = JobSeen::Running {
+            template_current: true,
+        };
+        assert_eq!(
+            step(upgrading(), &node(), running, &ctx()),
+            (upgrading(), vec![])
+        );
+        // Not in the cache (yet): asked again, same since and boot.
+        assert_eq!(
+            step(upgrading(), &node(), JobSeen::Absent, &ctx()),
+            (upgrading(), vec![NodeAction::CreateJob])
+        );
+        let (s, a) = step(
+            upgrading(),
+            &node(),
+            JobSeen::Running {
+                template_current: false,
+            },
+            &ctx(),
+        );
+        assert!(matches!(s, NodeState::Pending { .. }));
+        assert_eq!(
+            a,
+            [NodeAction::DeleteJob("its pod template changed".into())]
+        );
+    }
+
+    #[test]
+    fn a_completed_job_marks_the_node_done_and_uncordons_what_was_cordoned() {
+        let mut n = node();
+        n.unschedulable = true;
+        let cordoning = PlanContext {
+            cordons: true,
+            ..ctx()
+        };
+        let (s, a) = step(
+            upgrading(),
+            &n,
+            JobSeen::Complete { at: Some(t(T0)) },
+            &cordoning,
+        );
+        assert_eq!(s, NodeState::Done);
+        assert_eq!(a, [NodeAction::MarkDone { uncordon: true }]);
+        let (_, a) = step(
+            upgrading(),
+            &n,
+            JobSeen::Complete { at: Some(t(T0)) },
+            &ctx(),
+        );
+        assert_eq!(
+            a,
+            [NodeAction::MarkDone { uncordon: false }],
+            "not cordoned by the Plan"
+        );
+    }
+
+    #[test]
+    fn post_complete_delay_waits_from_the_completion() {
+        let mut n = node();
+        n.unschedulable = true;
+        let delayed = PlanContext {
+            post_complete_delay: Duration::from_secs(300),
+            cordons: true,
+            ..ctx()
+        };
+        let (s, a) = step(
+            upgrading(),
+            &n,
+            JobSeen::Complete { at: Some(t(T0)) },
+            &delayed,
+        );
+        assert_eq!(
+            s,
+            NodeState::Waiting {
+                job: "j1".into(),
+                since: t(T0)
+            }
+        );
+        assert_eq!(
+            a,
+            [
+                NodeAction::Uncordon,
+                NodeAction::Recheck(Duration::from_secs(240))
+            ]
+        );
+        let obs = Observation {
+            node: &n,
+            job_name: "j1",
+            job: JobSeen::Absent,
+            older_job_running: false,
+            health: None,
+        };
+        let (s, a) = transition(s, &obs, &delayed, t("2026-11-22T10:05:00Z"));
+        assert_eq!(
+            s,
+            NodeState::Done,
+            "the Job may be gone: the state knows when it ended"
+        );
+        assert_eq!(a, [NodeAction::MarkDone { uncordon: true }]);
+    }
+
+    #[test]
+    fn a_rebooting_plan_waits_for_the_new_boot_before_anything() {
+        let (s, a) = step(
+            upgrading(),
+            &node(),
+            JobSeen::Complete { at: Some(t(T0)) },
+            &rebooting_ctx(),
+        );
+        assert!(
+            matches!(&s, NodeState::Rebooting { handoff: Handoff::AwaitingBoot { before, .. }, .. } if before == "b1")
+        );
+        assert_eq!(a, [NodeAction::Recheck(Duration::from_secs(30))]);
+        let mut back = node();
+        back.boot_id = "b2".into();
+        let (s, a) = step(s, &back, JobSeen::Absent, &rebooting_ctx());
+        assert_eq!(s, NodeState::Done);
+        assert_eq!(a, [NodeAction::MarkDone { uncordon: false }]);
+    }
+
+    #[test]
+    fn an_older_jobs_reboot_finishes_before_the_next_job() {
+        let s = NodeState::Rebooting {
+            job: "j0".into(),
+            handoff: Handoff::start("b1", t(T0)),
+            message: String::new(),
+        };
+        let (s, a) = step(s, &node(), JobSeen::Absent, &rebooting_ctx());
+        assert!(matches!(s, NodeState::Rebooting { ref job, .. } if job == "j0"));
+        assert!(!a.contains(&NodeAction::CreateJob));
+        let mut back = node();
+        back.boot_id = "b2".into();
+        let (s, a) = step(s, &back, JobSeen::Absent, &rebooting_ctx());
+        assert!(matches!(s, NodeState::Upgrading { ref job, .. } if job == "j1"));
+        assert_eq!(a, [NodeAction::CreateJob]);
+    }
+
+    #[test]
+    fn a_failed_job_is_reported_once_and_held_until_the_plan_changes() {
+        let seen = JobSeen::Failed {
+            message: "BackoffLimitExceeded: boom".into(),
+            template_current: true,
+        };
+        let (s, a) = step(upgrading(), &node(), seen.clone(), &ctx());
+        assert_eq!(
+            a,
+            [NodeAction::Warn {
+                reason: JOB_FAILED,
+                message: "Job ns/j1 failed on Node n1: BackoffLimitExceeded: boom".into()
+            }]
+        );
+        assert!(matches!(
+            s,
+            NodeState::Failed {
+                generation: Some(1),
+                ..
+            }
+        ));
+        assert_eq!(
+            step(failed(1), &node(), seen.clone(), &ctx()),
+            (failed(1), vec![])
+        );
+        assert_eq!(
+            step(failed(1), &node(), JobSeen::Absent, &ctx()),
+            (failed(1), vec![])
+        );
+        let changed = PlanContext {
+            generation: Some(2),
+            ..ctx()
+        };
+        let (s, a) = step(failed(1), &node(), seen, &changed);
+        assert!(matches!(s, NodeState::Pending { .. }));
+        assert_eq!(
+            a,
+            [NodeAction::DeleteJob(
+                "it failed and the plan has changed since".into()
+            )]
+        );
+        let (s, a) = step(failed(1), &node(), JobSeen::Absent, &changed);
+        assert!(matches!(s, NodeState::Upgrading { .. }));
+        assert_eq!(a, [NodeAction::CreateJob]);
+    }
+
+    #[test]
+    fn a_new_template_replaces_a_failed_job() {
+        let seen = JobSeen::Failed {
+            message: "x".into(),
+            template_current: false,
+        };
+        let (s, a) = step(failed(1), &node(), seen, &ctx());
+        assert!(matches!(s, NodeState::Pending { .. }));
+        assert_eq!(
+            a,
+            [NodeAction::DeleteJob("its pod template changed".into())]
+        );
+    }
+
+    #[test]
+    fn a_state_for_another_job_starts_over() {
+        let s = NodeState::Upgrading {
+            job: "old".into(),
+            boot: None,
+            since: t(T0),
+            generation: Some(1),
+        };
+        let (s, a) = step(s, &node(), JobSeen::Absent, &ctx());
+        assert!(
+            matches!(s, NodeState::Upgrading { ref job, since, .. } if job == "j1" && since == t(T1))
+        );
+        assert_eq!(a, [NodeAction::CreateJob]);
+    }
+
+    #[test]
+    fn every_state_survives_the_wire() {
+        let handoffs = [
+            Handoff::AwaitingBoot {
+                before: "b1".into(),
+                since: t(T0),
+            },
+            Handoff::AwaitingHealth {
+                before: "b1".into(),
+                since: t(T0),
+            },
+            Handoff::TimedOut {
+                stage: Stage::Boot,
+                before: "b1".into(),
+                since: t(T0),
+                message: "m".into(),
+            },
+            Handoff::TimedOut {
+                stage: Stage::Health,
+                before: "b1".into(),
+                since: t(T0),
+                message: "m".into(),
+            },
+        ];
+        let mut states = vec![
+            NodeState::selected("j1", t(T0)),
+            upgrading(),
+            NodeState::Waiting {
+                job: "j1".into(),
+                since: t(T0),
+            },
+            failed(3),
+        ];
+        states.extend(handoffs.into_iter().map(|h| NodeState::Rebooting {
+            job: "j1".into(),
+            handoff: h,
+            message: "m".into(),
+        }));
+        for s in states {
+            let wire = s.to_progress("host").expect("not done");
+            assert_eq!(wire.name, "host");
+            let back = NodeState::from_progress(&wire, "other", t(T1));
+            assert_eq!(back.as_ref(), Some(&s), "{wire:?}");
+        }
+        assert!(NodeState::Done.to_progress("host").is_none());
+        let garbage = NodeProgress {
+            name: "h".into(),
+            phase: "Exploded".into(),
+            job: Some("j".into()),
+            ..Default::default()
+        };
+        assert!(NodeState::from_progress(&garbage, "b", t(T0)).is_none());
+    }
 }

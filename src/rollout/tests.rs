@@ -964,3 +964,6 @@ fn finished_jobs_are_left_to_the_ttl_controller_unless_only_suc_annotates_a_ttl(
     w.now = now() + jiff::SignedDuration::from_secs(900);
     assert_eq!(w.step().delete_jobs.len(), 1);
 }
+
+#[cfg(test)]
+mod properties;
