@@ -11,99 +11,113 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{Context, Error, FIELD_MANAGER};
-use crate::api::Plan;
-use crate::rollout::{self, Rollout};
+use crate::api::{Plan, PlanStatus};
+use crate::rollout::{self, NodePatch, Rollout};
 
 pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Result<(), Error> {
-    let ns = &ctx.settings.namespace;
     let name = plan.name_any();
+    patch_nodes(ctx, &name, &decision.node_patches).await?;
+    if decision.status_changed {
+        write_status(ctx, plan, decision.status.clone()).await?;
+    }
+    let ns = &ctx.settings.namespace;
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    for deletion in &decision.delete_jobs {
+        info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
+        if gone_or_done(
+            jobs.delete(&deletion.name, &DeleteParams::background())
+                .await,
+        )? {
+            ctx.metrics.job_deleted();
+        }
+    }
+    for pod in &decision.delete_pods {
+        info!(plan = %name, pod = %pod, "deleting reboot pod");
+        gone_or_done(pods.delete(pod, &DeleteParams::default()).await)?;
+    }
+    // Reboot pods first: a node's Job must never run before the pod that will reboot it exists.
+    for pod in &decision.create_pods {
+        if let Some(created) = create(&pods, pod).await? {
+            info!(plan = %name, pod = %pod.name_any(), "created reboot pod");
+            ctx.expect.created_pod(created);
+        }
+    }
+    for job in &decision.create_jobs {
+        if let Some(created) = create(&jobs, job).await? {
+            ctx.metrics.job_created();
+            ctx.expect.created_job(created);
+            info!(plan = %name, job = %job.name_any(), "created job");
+        }
+    }
+    publish_events(ctx, plan, &decision.events).await;
+    Ok(())
+}
+
+/// Labels done nodes and uncordons them: only ever releases nodes.
+async fn patch_nodes(ctx: &Context, plan: &str, patches: &[NodePatch]) -> Result<(), Error> {
     let nodes = Api::<Node>::all(ctx.client.clone());
-    for patch in &decision.node_patches {
+    for patch in patches {
         let mut body = json!({ "metadata": { "labels": patch.labels } });
         if patch.uncordon {
             body["spec"] = json!({ "unschedulable": false });
         }
-        info!(plan = %name, node = %patch.node, labels = ?patch.labels, uncordon = patch.uncordon, "patching node");
-        match nodes
+        info!(plan = %plan, node = %patch.node, labels = ?patch.labels, uncordon = patch.uncordon, "patching node");
+        let patched = nodes
             .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(_) => {
-                ctx.metrics.node_patched();
-                ctx.expect.patched_node(patch);
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+            .await;
+        if gone_or_done(patched)? {
+            ctx.metrics.node_patched();
+            ctx.expect.patched_node(patch);
         }
     }
+    Ok(())
+}
 
-    if decision.status_changed {
-        let mut updated = plan.clone();
-        updated.status = Some(decision.status.clone());
-        // replace_status carries metadata.resourceVersion: a decision made on a stale Plan is
-        // refused with a conflict instead of overwriting a newer applying list.
-        let written = Api::<Plan>::namespaced(ctx.client.clone(), ns)
-            .replace_status(&name, &PostParams::default(), &updated)
-            .await?;
-        ctx.expect.wrote_status(written);
-        debug!(plan = %name, "status updated");
+/// replace_status carries metadata.resourceVersion: a decision made on a stale Plan is refused
+/// with a conflict instead of overwriting a newer applying list.
+async fn write_status(ctx: &Context, plan: &Plan, status: PlanStatus) -> Result<(), Error> {
+    let mut updated = plan.clone();
+    updated.status = Some(status);
+    let written = Api::<Plan>::namespaced(ctx.client.clone(), &ctx.settings.namespace)
+        .replace_status(&plan.name_any(), &PostParams::default(), &updated)
+        .await?;
+    ctx.expect.wrote_status(written);
+    debug!(plan = %plan.name_any(), "status updated");
+    Ok(())
+}
+
+/// `Ok(true)` when done, `Ok(false)` when the object was already gone.
+fn gone_or_done<T>(result: Result<T, kube::Error>) -> Result<bool, Error> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
+        Err(e) => Err(e.into()),
     }
+}
 
-    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
-    for deletion in &decision.delete_jobs {
-        info!(plan = %name, job = %deletion.name, "deleting job: {}", deletion.reason);
-        match jobs
-            .delete(&deletion.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => ctx.metrics.job_deleted(),
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-
-    let create = PostParams {
+/// Creates `object`; `None` when it already exists (a name is a promise: the same object).
+async fn create<K>(api: &Api<K>, object: &K) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    for name_of_pod in &decision.delete_pods {
-        info!(plan = %name, pod = %name_of_pod, "deleting reboot pod");
-        match pods.delete(name_of_pod, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+    match api.create(&params, object).await {
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            debug!(name = ?object.meta().name, "already exists");
+            Ok(None)
         }
+        Err(e) => Err(e.into()),
     }
-    // Reboot pods first: a node's Job must never run before the pod that will reboot it exists.
-    for pod in &decision.create_pods {
-        let pod_name = pod.name_any();
-        match pods.create(&create, pod).await {
-            Ok(created) => {
-                info!(plan = %name, pod = %pod_name, "created reboot pod");
-                ctx.expect.created_pod(created);
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    for job in &decision.create_jobs {
-        let job_name = job.name_any();
-        match jobs.create(&create, job).await {
-            Ok(created) => {
-                ctx.metrics.job_created();
-                ctx.expect.created_job(created);
-                info!(plan = %name, job = %job_name, "created job");
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                debug!(plan = %name, job = %job_name, "job already exists");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+}
 
+async fn publish_events(ctx: &Context, plan: &Plan, events: &[rollout::PlanEvent]) {
     let reference = plan.object_ref(&());
-    for event in &decision.events {
+    for event in events {
         let published = ctx
             .recorder
             .publish(
@@ -123,10 +137,9 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
             )
             .await;
         if let Err(e) = published {
-            warn!(plan = %name, reason = event.reason, "cannot publish event: {e}");
+            warn!(plan = %plan.name_any(), reason = event.reason, "cannot publish event: {e}");
         }
     }
-    Ok(())
 }
 
 fn note_digest(note: &str) -> String {

@@ -14,13 +14,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -142,69 +141,14 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     if settings.install_crd {
         install_crd(&client).await?;
     }
-    let ns = settings.namespace.clone();
-    let plans = Api::<Plan>::namespaced(client.clone(), &ns);
-    let job_selector = format!("{}={}", labels::CONTROLLER, settings.name);
-
-    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
-    let node_triggers = watch::node_triggers(
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
-        nodes.clone(),
-        KEPT_ANNOTATIONS,
-    );
-    let (jobs, job_writer) = reflector::store();
-    let job_stream = watch::changes(
-        watcher(
-            Api::<Job>::namespaced(client.clone(), &ns),
-            watcher::Config::default().labels(&job_selector),
-        )
-        .default_backoff()
-        .modify(watch::prune_job)
-        .reflect(job_writer),
-        watch::job_view,
-    )
-    .map(Ok);
-    let (secrets, secret_writer) = reflector::store();
-    let secret_stream = watcher(
-        Api::<Secret>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(secret_writer)
-    .touched_objects();
-
-    let (reboot_pods, pod_writer) = reflector::store();
-    let pod_stream = watch::changes(
-        watcher(
-            Api::<Pod>::namespaced(client.clone(), &ns),
-            watcher::Config::default()
-                .labels(&format!("{job_selector},{}=true", reboot::REBOOT_LABEL)),
-        )
-        .default_backoff()
-        .modify(watch::prune_pod)
-        .reflect(pod_writer),
-        watch::pod_view,
-    )
-    .map(Ok);
-
-    // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
-    let (plan_store, plan_writer) = reflector::store();
-    let plan_stream = watch::changes(
-        watcher(plans, watcher::Config::default())
-            .default_backoff()
-            .reflect(plan_writer),
-        watch::plan_view,
-    )
-    .map(Ok);
-    let controller = Controller::for_stream(plan_stream, plan_store.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(settings.threads));
+    let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS);
     spawn_sync_watch(
         [
-            ("plan", ready(plan_store.clone())),
-            ("node", index_ready(nodes.clone())),
-            ("job", ready(jobs.clone())),
-            ("secret", ready(secrets.clone())),
-            ("reboot pod", ready(reboot_pods.clone())),
+            ("plan", ready(caches.plans.clone())),
+            ("node", index_ready(caches.nodes.clone())),
+            ("job", ready(caches.jobs.clone())),
+            ("secret", ready(caches.secrets.clone())),
+            ("reboot pod", ready(caches.reboot_pods.clone())),
         ],
         ops.health.clone(),
         ops.shutdown.clone(),
@@ -221,34 +165,42 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             settings.polling_interval,
         ),
         settings: settings.clone(),
-        nodes,
-        jobs,
-        secrets,
-        reboot_pods,
+        nodes: caches.nodes,
+        jobs: caches.jobs,
+        secrets: caches.secrets,
+        reboot_pods: caches.reboot_pods,
         cluster_id,
-        plans: plan_store.clone(),
+        plans: caches.plans,
         metrics: ops.metrics.clone(),
         guard: ops.guard.clone(),
         expect: Expectations::default(),
     });
+    info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
+    drive(ctx, streams, ops.shutdown).await;
+    info!("controller stopped");
+    Ok(())
+}
 
-    let by_secret = plan_store.clone();
-    let job_ns = ns.clone();
-    let pod_ns = ns.clone();
-    info!(namespace = %ns, name = %settings.name, "starting controller");
-    controller
-        .watches_stream(job_stream, move |job: Job| {
+/// Reconciles Plans on their own changes and on the changes of what they own or read, until
+/// `shutdown`.
+async fn drive(ctx: Arc<Context>, streams: watch::Streams, shutdown: CancellationToken) {
+    let ns = ctx.settings.namespace.clone();
+    let (job_ns, pod_ns) = (ns.clone(), ns);
+    let by_secret = ctx.plans.clone();
+    Controller::for_stream(streams.plans, ctx.plans.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.threads))
+        .watches_stream(streams.jobs, move |job: Job| {
             job.labels()
                 .get(labels::PLAN)
                 .map(|plan| ObjectRef::new(plan).within(&job_ns))
         })
-        .watches_stream(pod_stream, move |pod: Pod| {
+        .watches_stream(streams.reboot_pods, move |pod: Pod| {
             pod.labels()
                 .get(reboot::REBOOT_PLAN_LABEL)
                 .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
-        .reconcile_on(node_triggers)
-        .watches_stream(secret_stream, move |secret: Secret| {
+        .reconcile_on(streams.node_triggers)
+        .watches_stream(streams.secrets, move |secret: Secret| {
             let name = secret.name_any();
             by_secret
                 .state()
@@ -263,7 +215,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(ops.shutdown.clone().cancelled_owned())
+        .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -271,8 +223,6 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             }
         })
         .await;
-    info!("controller stopped");
-    Ok(())
 }
 
 /// Creates or updates the Plan CRD and waits until the API server serves it.
@@ -403,23 +353,7 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .iter()
         .map(|n| overlaid.get(&n.name).unwrap_or(n))
         .collect();
-    let of_plan = |labels: &BTreeMap<String, String>, key: &str| labels.get(key) == Some(&name);
-    let jobs = ctx.expect.jobs(
-        ctx.jobs
-            .state()
-            .iter()
-            .filter(|j| of_plan(j.labels(), labels::PLAN))
-            .map(|j| j.as_ref().clone())
-            .collect(),
-    );
-    let reboot_pods = ctx.expect.pods(
-        ctx.reboot_pods
-            .state()
-            .iter()
-            .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
-            .map(|p| p.as_ref().clone())
-            .collect(),
-    );
+    let (jobs, reboot_pods) = owned_by(ctx, &name);
     let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
     let secrets: BTreeMap<String, Secret> = ctx
         .secrets
@@ -452,6 +386,28 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     apply::apply(ctx, &plan, decision).await?;
     ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
     Ok(Action::requeue(requeue))
+}
+
+/// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
+fn owned_by(ctx: &Context, plan: &str) -> (Vec<Job>, Vec<Pod>) {
+    let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
+        labels.get(key).map(String::as_str) == Some(plan)
+    };
+    let jobs = ctx
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| of_plan(j.labels(), labels::PLAN))
+        .map(|j| j.as_ref().clone())
+        .collect();
+    let pods = ctx
+        .reboot_pods
+        .state()
+        .iter()
+        .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    (ctx.expect.jobs(jobs), ctx.expect.pods(pods))
 }
 
 /// Gauges, index entries and remembered writes of deleted Plans go with the next reconcile.

@@ -4,17 +4,105 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Resource;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
 use tracing::warn;
 
-use crate::api::Plan;
+use super::Settings;
+use crate::api::{Plan, labels};
 use crate::node::NodeInfo;
 use crate::node_index::NodeIndex;
+use crate::reboot;
+
+/// What the watches keep.
+pub(super) struct Caches {
+    pub plans: Store<Plan>,
+    pub nodes: Arc<RwLock<NodeIndex>>,
+    pub jobs: Store<Job>,
+    pub secrets: Store<Secret>,
+    pub reboot_pods: Store<Pod>,
+}
+
+type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// What the watches trigger.
+pub(super) struct Streams {
+    pub plans: Changes<Plan>,
+    pub node_triggers: BoxStream<'static, ObjectRef<Plan>>,
+    pub jobs: Changes<Job>,
+    pub secrets: Changes<Secret>,
+    pub reboot_pods: Changes<Pod>,
+}
+
+/// The watches of the controller: Plans, Jobs, Secrets and reboot pods in its namespace (Jobs
+/// and pods of this controller only), and Nodes cluster-wide into the node index. Nothing runs
+/// until the streams are polled.
+pub(super) fn start(
+    client: &Client,
+    settings: &Settings,
+    kept: &'static [&'static str],
+) -> (Caches, Streams) {
+    let ns = &settings.namespace;
+    let mine = format!("{}={}", labels::CONTROLLER, settings.name);
+    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
+    let node_triggers = node_triggers(
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        nodes.clone(),
+        kept,
+    );
+    let (jobs, job_writer) = reflector::store();
+    let job_events = watcher(
+        Api::<Job>::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(&mine),
+    )
+    .default_backoff()
+    .modify(prune_job)
+    .reflect(job_writer);
+    let (secrets, secret_writer) = reflector::store();
+    let secret_stream = watcher(
+        Api::<Secret>::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .touched_objects();
+    let (reboot_pods, pod_writer) = reflector::store();
+    let pod_events = watcher(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(&format!("{mine},{}=true", reboot::REBOOT_LABEL)),
+    )
+    .default_backoff()
+    .modify(prune_pod)
+    .reflect(pod_writer);
+    // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
+    let (plans, plan_writer) = reflector::store();
+    let plan_events = watcher(
+        Api::<Plan>::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(plan_writer);
+    let caches = Caches {
+        plans,
+        nodes,
+        jobs,
+        secrets,
+        reboot_pods,
+    };
+    let streams = Streams {
+        plans: changes(plan_events, plan_view).map(Ok).boxed(),
+        node_triggers: node_triggers.boxed(),
+        jobs: changes(job_events, job_view).map(Ok).boxed(),
+        secrets: secret_stream.boxed(),
+        reboot_pods: changes(pod_events, pod_view).map(Ok).boxed(),
+    };
+    (caches, streams)
+}
 
 /// The one Node watch of the process: keeps the index and yields the Plans a change concerns.
 pub(super) fn node_triggers(

@@ -94,45 +94,12 @@ pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut R
     let generation = plan.metadata.generation;
     let spec_version = plan.spec.version.as_deref().filter(|v| !v.is_empty());
     let channel = plan.spec.channel.as_deref().filter(|c| !c.is_empty());
-    let resolved_before = cond::is(st, LATEST_RESOLVED, TRUE);
     let (latest, reason) = match (spec_version, channel) {
         (Some(v), _) => (munge_version(v), "Version"),
         (None, Some(url)) => match &input.channel {
             Some(ChannelAnswer::Version(v)) => (munge_version(v), "Channel"),
             Some(ChannelAnswer::Failed(e)) => {
-                let message = format!("cannot resolve the channel {url}: {e}");
-                let shown = cond::get(st, LATEST_RESOLVED).and_then(|c| c.message.clone());
-                if shown.as_deref() != Some(message.as_str()) {
-                    out.event(
-                        EventType::Warning,
-                        "ResolveFailed",
-                        format!("Failed to resolve latest version from Spec.Channel: {e}"),
-                    );
-                }
-                match st.latest_version.clone() {
-                    // Keep rolling out the last version the channel gave, and say so.
-                    Some(kept) if resolved_before => {
-                        let message = format!("{message}; keeping {kept}");
-                        cond::set(
-                            st,
-                            LATEST_RESOLVED,
-                            TRUE,
-                            "Channel",
-                            &message,
-                            now,
-                            generation,
-                        );
-                    }
-                    _ => cond::set(
-                        st,
-                        LATEST_RESOLVED,
-                        FALSE,
-                        "ResolveFailed",
-                        &message,
-                        now,
-                        generation,
-                    ),
-                }
+                channel_failed(st, out, url, e, now, generation);
                 digest(input, st);
                 return;
             }
@@ -159,6 +126,7 @@ pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut R
             return;
         }
     };
+    let resolved_before = cond::is(st, LATEST_RESOLVED, TRUE);
     if !resolved_before || st.latest_version.as_deref() != Some(latest.as_str()) {
         let source = if reason == "Version" {
             "Spec.Version"
@@ -175,6 +143,49 @@ pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut R
     st.latest_version = Some(latest);
     cond::set(st, LATEST_RESOLVED, TRUE, reason, "", now, generation);
     digest(input, st);
+}
+
+/// The channel could not be asked: keep rolling out the last version it gave, and say so.
+fn channel_failed(
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    url: &str,
+    error: &str,
+    now: &str,
+    generation: Option<i64>,
+) {
+    let message = format!("cannot resolve the channel {url}: {error}");
+    let shown = cond::get(st, LATEST_RESOLVED).and_then(|c| c.message.clone());
+    if shown.as_deref() != Some(message.as_str()) {
+        out.event(
+            EventType::Warning,
+            "ResolveFailed",
+            format!("Failed to resolve latest version from Spec.Channel: {error}"),
+        );
+    }
+    match st.latest_version.clone() {
+        Some(kept) if cond::is(st, LATEST_RESOLVED, TRUE) => {
+            let message = format!("{message}; keeping {kept}");
+            cond::set(
+                st,
+                LATEST_RESOLVED,
+                TRUE,
+                "Channel",
+                &message,
+                now,
+                generation,
+            );
+        }
+        _ => cond::set(
+            st,
+            LATEST_RESOLVED,
+            FALSE,
+            "ResolveFailed",
+            &message,
+            now,
+            generation,
+        ),
+    }
 }
 
 fn digest(input: &RolloutInput<'_>, st: &mut PlanStatus) {
