@@ -67,6 +67,69 @@ pub enum RenderError {
     Encode(String),
 }
 
+/// What a Job is for: the Plan's identity and resolved version, and the node.
+struct Target<'a> {
+    plan: &'a Plan,
+    plan_name: &'a str,
+    plan_uid: &'a str,
+    latest_version: &'a str,
+    latest_hash: &'a str,
+    node: &'a NodeInfo,
+    windows: bool,
+}
+
+impl<'a> Target<'a> {
+    fn read(
+        plan: &'a Plan,
+        node: &'a NodeInfo,
+        config: &JobConfig,
+    ) -> Result<Target<'a>, RenderError> {
+        let plan_name = plan
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(RenderError::MissingName)?;
+        let missing = |e: fn(String) -> RenderError| e(plan_name.to_string());
+        let plan_uid = plan
+            .metadata
+            .uid
+            .as_deref()
+            .ok_or_else(|| missing(RenderError::MissingUid))?;
+        let status = plan.status.as_ref();
+        let latest_version = status
+            .and_then(|s| s.latest_version.as_deref())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| missing(RenderError::MissingLatestVersion))?;
+        let latest_hash = status
+            .and_then(|s| s.latest_hash.as_deref())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| missing(RenderError::MissingLatestHash))?;
+        let windows = node.is_windows();
+        if windows && config.kubectl_image_windows.is_empty() {
+            return Err(RenderError::MissingWindowsKubectlImage);
+        }
+        Ok(Target {
+            plan,
+            plan_name,
+            plan_uid,
+            latest_version,
+            latest_hash,
+            node,
+            windows,
+        })
+    }
+
+    fn common(&self, config: &'a JobConfig) -> Common<'a> {
+        Common {
+            plan_name: self.plan_name,
+            latest_version: self.latest_version,
+            latest_hash: self.latest_hash,
+            secrets: self.plan.spec.secrets.as_deref().unwrap_or_default(),
+            image_pull_policy: &config.image_pull_policy,
+        }
+    }
+}
+
 /// The Job that upgrades `node` to `plan.status.latestVersion`.
 pub fn render_job(
     plan: &Plan,
@@ -74,234 +137,19 @@ pub fn render_job(
     controller_name: &str,
     config: &JobConfig,
 ) -> Result<Job, RenderError> {
-    let plan_name = plan
-        .metadata
-        .name
-        .as_deref()
-        .ok_or(RenderError::MissingName)?;
-    let plan_uid = plan
-        .metadata
-        .uid
-        .as_deref()
-        .ok_or_else(|| RenderError::MissingUid(plan_name.to_string()))?;
-    let status = plan.status.as_ref();
-    let latest_version = status
-        .and_then(|s| s.latest_version.as_deref())
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| RenderError::MissingLatestVersion(plan_name.to_string()))?;
-    let latest_hash = status
-        .and_then(|s| s.latest_hash.as_deref())
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| RenderError::MissingLatestHash(plan_name.to_string()))?;
-    let windows = node.is_windows();
-    if windows && config.kubectl_image_windows.is_empty() {
-        return Err(RenderError::MissingWindowsKubectlImage);
-    }
-    let spec = &plan.spec;
-    let exclusive = spec.exclusive.unwrap_or(false);
-
-    let mut ttl = ttl_seconds_after_finished(
-        config.ttl_seconds_after_finished,
-        spec.post_complete_delay.as_deref(),
-    )?;
-    // A rebooting node's completed Job must outlive the reboot and the health gate.
-    if let Some(policy) = reboot::policy(plan, config) {
-        let gate = policy
-            .health_gate
-            .as_ref()
-            .map_or(0, |g| g.timeout.as_secs());
-        let needed = policy.timeout.as_secs() + gate + 60;
-        ttl = ttl.max(i32::try_from(needed).unwrap_or(i32::MAX));
-    }
-
-    let mut job_labels = BTreeMap::from([
-        (labels::CONTROLLER.to_string(), controller_name.to_string()),
-        (labels::EXCLUSIVE.to_string(), exclusive.to_string()),
-        (labels::NODE.to_string(), node.name.clone()),
-        (labels::PLAN.to_string(), plan_name.to_string()),
-        (labels::VERSION.to_string(), latest_version.to_string()),
-        (labels::plan_node_label(plan_name), latest_hash.to_string()),
-    ]);
-    job_labels.extend(
-        plan.metadata
-            .labels
-            .iter()
-            .flatten()
-            .filter(|(k, _)| !k.contains("cattle.io/"))
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
-    let plan_annotations: BTreeMap<String, String> = plan
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| !k.contains("cattle.io/") && !k.contains("kubectl.kubernetes.io/"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-
-    let common = Common {
-        plan_name,
-        latest_version,
-        latest_hash,
-        secrets: spec.secrets.as_deref().unwrap_or_default(),
-        image_pull_policy: &config.image_pull_policy,
-    };
-    let upgrade_volumes = spec.upgrade.volumes.as_deref().unwrap_or_default();
-    let kubectl_image = if windows {
-        &config.kubectl_image_windows
-    } else {
-        &config.kubectl_image
-    };
-    let host_process = || SecurityContext {
-        windows_options: Some(WindowsSecurityContextOptions {
-            host_process: Some(true),
-            run_as_user_name: Some(WINDOWS_SYSTEM_USER.to_string()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-
-    let mut init_containers = Vec::new();
-    if let Some(prepare) = &spec.prepare {
-        init_containers.push(common.container(
-            "prepare",
-            prepare,
-            Some(latest_version),
-            prepare.volumes.as_deref().unwrap_or_default(),
-            if windows {
-                Some(host_process())
-            } else {
-                prepare.security_context.clone()
-            },
-        ));
-    }
-    let kubectl_args = match (&spec.drain, spec.cordon.unwrap_or(false)) {
-        (Some(drain), _) => Some(("drain", drain_args(&node.name, drain)?)),
-        (None, true) => Some(("cordon", vec!["cordon".to_string(), node.name.clone()])),
-        (None, false) => None,
-    };
-    if let Some((name, args)) = kubectl_args {
-        let kubectl = ContainerSpec {
-            image: kubectl_image.clone(),
-            args: Some(args),
-            ..Default::default()
-        };
-        init_containers.push(common.container(
-            name,
-            &kubectl,
-            None,
-            upgrade_volumes,
-            windows.then(host_process),
-        ));
-    }
-    let upgrade_security_context = match &spec.upgrade.security_context {
-        Some(sc) => sc.clone(),
-        None if windows => host_process(),
-        None => SecurityContext {
-            privileged: Some(config.privileged),
-            capabilities: Some(Capabilities {
-                add: Some(vec!["CAP_SYS_BOOT".to_string()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    };
-    let upgrade = common.container(
-        "upgrade",
-        &spec.upgrade,
-        Some(latest_version),
-        upgrade_volumes,
-        Some(upgrade_security_context),
-    );
-    let name = job_name(plan_name, &node.name, latest_hash);
-    let mut volumes = pod_volumes(plan);
-    // With `spec.reboot`, the upgrade becomes the last init container and the only main container
-    // writes the sentinel, so the sentinel exists only if every step before it succeeded.
-    let containers = match reboot::policy(plan, config) {
-        Some(policy) if !windows => {
-            init_containers.push(upgrade);
-            volumes.push(reboot::sentinel_volume(&policy));
-            vec![Container {
-                name: reboot::SENTINEL_NAME.to_string(),
-                image: Some(policy.image.clone()),
-                command: Some(reboot::sentinel_step_command(&name)),
-                image_pull_policy: Some(config.image_pull_policy.clone()),
-                volume_mounts: Some(vec![reboot::sentinel_mount()]),
-                ..Default::default()
-            }]
-        }
-        _ => vec![upgrade],
-    };
-
-    let anti_affinity_key = if exclusive {
-        (labels::EXCLUSIVE, "true")
-    } else {
-        (labels::PLAN, plan_name)
-    };
-    let mut tolerations = vec![Toleration {
-        key: Some(UNSCHEDULABLE_TAINT.to_string()),
-        operator: Some("Exists".to_string()),
-        effect: Some("NoSchedule".to_string()),
-        ..Default::default()
-    }];
-    tolerations.extend(spec.tolerations.iter().flatten().cloned());
-
+    let target = Target::read(plan, node, config)?;
+    let ttl = job_ttl(plan, config)?;
+    let job_labels = job_labels(&target, controller_name);
+    let plan_annotations = plan_annotations(plan);
+    let name = job_name(target.plan_name, &node.name, target.latest_hash);
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(job_labels.clone()),
             annotations: non_empty_map(plan_annotations.clone()),
             ..Default::default()
         }),
-        spec: Some(PodSpec {
-            host_ipc: Some(true),
-            host_pid: Some(true),
-            host_network: Some(true),
-            dns_policy: Some("ClusterFirstWithHostNet".to_string()),
-            priority_class_name: non_empty_string(spec.priority_class_name.as_deref()),
-            service_account_name: non_empty_string(spec.service_account_name.as_deref()),
-            affinity: Some(Affinity {
-                node_affinity: Some(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                        node_selector_terms: vec![NodeSelectorTerm {
-                            match_expressions: Some(vec![NodeSelectorRequirement {
-                                key: labels::HOSTNAME.to_string(),
-                                operator: "In".to_string(),
-                                values: Some(vec![node.hostname().to_string()]),
-                            }]),
-                            ..Default::default()
-                        }],
-                    }),
-                    ..Default::default()
-                }),
-                pod_anti_affinity: Some(PodAntiAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(vec![
-                        PodAffinityTerm {
-                            label_selector: Some(LabelSelector {
-                                match_expressions: Some(vec![LabelSelectorRequirement {
-                                    key: anti_affinity_key.0.to_string(),
-                                    operator: "In".to_string(),
-                                    values: Some(vec![anti_affinity_key.1.to_string()]),
-                                }]),
-                                ..Default::default()
-                            }),
-                            topology_key: labels::HOSTNAME.to_string(),
-                            ..Default::default()
-                        },
-                    ]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            tolerations: Some(tolerations),
-            restart_policy: Some("Never".to_string()),
-            volumes: Some(volumes),
-            image_pull_secrets: spec.image_pull_secrets.clone().filter(|s| !s.is_empty()),
-            init_containers: (!init_containers.is_empty()).then_some(init_containers),
-            containers,
-            ..Default::default()
-        }),
+        spec: Some(pod_spec(&target, config, &name)?),
     };
-
     let mut job_annotations = BTreeMap::from([(
         labels::TTL_SECONDS_AFTER_FINISHED.to_string(),
         ttl.to_string(),
@@ -311,21 +159,26 @@ pub fn render_job(
         POD_TEMPLATE_HASH_ANNOTATION.to_string(),
         compute_pod_template_hash(&template).map_err(|e| RenderError::Encode(e.to_string()))?,
     );
-
     Ok(Job {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: plan.metadata.namespace.clone(),
             labels: Some(job_labels),
             annotations: Some(job_annotations),
-            owner_references: Some(vec![crate::api::plan_owner_reference(plan_name, plan_uid)]),
+            owner_references: Some(vec![crate::api::plan_owner_reference(
+                target.plan_name,
+                target.plan_uid,
+            )]),
             ..Default::default()
         },
         spec: Some(JobSpec {
             completions: Some(1),
             parallelism: Some(1),
             backoff_limit: Some(config.backoff_limit),
-            active_deadline_seconds: active_deadline_seconds(spec.job_active_deadline_secs, config),
+            active_deadline_seconds: active_deadline_seconds(
+                plan.spec.job_active_deadline_secs,
+                config,
+            ),
             ttl_seconds_after_finished: Some(ttl),
             pod_replacement_policy: Some(config.pod_replacement_policy.clone()),
             template,
@@ -333,6 +186,227 @@ pub fn render_job(
         }),
         status: None,
     })
+}
+
+/// `ttlSecondsAfterFinished`: SUC's rule, raised so that a rebooting node's completed Job
+/// outlives the reboot and the health gate.
+fn job_ttl(plan: &Plan, config: &JobConfig) -> Result<i32, RenderError> {
+    let ttl = ttl_seconds_after_finished(
+        config.ttl_seconds_after_finished,
+        plan.spec.post_complete_delay.as_deref(),
+    )?;
+    let Some(policy) = reboot::policy(plan, config) else {
+        return Ok(ttl);
+    };
+    let gate = policy
+        .health_gate
+        .as_ref()
+        .map_or(0, |g| g.timeout.as_secs());
+    let needed = policy.timeout.as_secs() + gate + 60;
+    Ok(ttl.max(i32::try_from(needed).unwrap_or(i32::MAX)))
+}
+
+/// The labels of the Job and its pod: SUC's, then the Plan's own except `*cattle.io/*`.
+fn job_labels(t: &Target<'_>, controller_name: &str) -> BTreeMap<String, String> {
+    let exclusive = t.plan.spec.exclusive.unwrap_or(false);
+    let mut job_labels = BTreeMap::from([
+        (labels::CONTROLLER.to_string(), controller_name.to_string()),
+        (labels::EXCLUSIVE.to_string(), exclusive.to_string()),
+        (labels::NODE.to_string(), t.node.name.clone()),
+        (labels::PLAN.to_string(), t.plan_name.to_string()),
+        (labels::VERSION.to_string(), t.latest_version.to_string()),
+        (
+            labels::plan_node_label(t.plan_name),
+            t.latest_hash.to_string(),
+        ),
+    ]);
+    job_labels.extend(
+        t.plan
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !k.contains("cattle.io/"))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    job_labels
+}
+
+/// The Plan's annotations that Jobs and pods carry: all but `*cattle.io/*` and kubectl's.
+fn plan_annotations(plan: &Plan) -> BTreeMap<String, String> {
+    plan.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !k.contains("cattle.io/") && !k.contains("kubectl.kubernetes.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn host_process() -> SecurityContext {
+    SecurityContext {
+        windows_options: Some(WindowsSecurityContextOptions {
+            host_process: Some(true),
+            run_as_user_name: Some(WINDOWS_SYSTEM_USER.to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The init containers before the upgrade: `prepare`, then `cordon` or `drain`.
+fn init_containers(t: &Target<'_>, config: &JobConfig) -> Result<Vec<Container>, RenderError> {
+    let spec = &t.plan.spec;
+    let common = t.common(config);
+    let mut init = Vec::new();
+    if let Some(prepare) = &spec.prepare {
+        let security = if t.windows {
+            Some(host_process())
+        } else {
+            prepare.security_context.clone()
+        };
+        let volumes = prepare.volumes.as_deref().unwrap_or_default();
+        init.push(common.container(
+            "prepare",
+            prepare,
+            Some(t.latest_version),
+            volumes,
+            security,
+        ));
+    }
+    let kubectl_args = match (&spec.drain, spec.cordon.unwrap_or(false)) {
+        (Some(drain), _) => Some(("drain", drain_args(&t.node.name, drain)?)),
+        (None, true) => Some(("cordon", vec!["cordon".to_string(), t.node.name.clone()])),
+        (None, false) => None,
+    };
+    if let Some((name, args)) = kubectl_args {
+        let image = if t.windows {
+            &config.kubectl_image_windows
+        } else {
+            &config.kubectl_image
+        };
+        let kubectl = ContainerSpec {
+            image: image.clone(),
+            args: Some(args),
+            ..Default::default()
+        };
+        let volumes = spec.upgrade.volumes.as_deref().unwrap_or_default();
+        init.push(common.container(name, &kubectl, None, volumes, t.windows.then(host_process)));
+    }
+    Ok(init)
+}
+
+/// The upgrade container, privileged with `CAP_SYS_BOOT` unless the Plan says otherwise.
+fn upgrade_container(t: &Target<'_>, config: &JobConfig) -> Container {
+    let spec = &t.plan.spec;
+    let security = match &spec.upgrade.security_context {
+        Some(sc) => sc.clone(),
+        None if t.windows => host_process(),
+        None => SecurityContext {
+            privileged: Some(config.privileged),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["CAP_SYS_BOOT".to_string()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    };
+    let volumes = spec.upgrade.volumes.as_deref().unwrap_or_default();
+    t.common(config).container(
+        "upgrade",
+        &spec.upgrade,
+        Some(t.latest_version),
+        volumes,
+        Some(security),
+    )
+}
+
+/// The pod: on the node's host namespaces, pinned to its hostname, never beside another pod of
+/// the Plan (or of any exclusive Plan) on the same node.
+fn pod_spec(t: &Target<'_>, config: &JobConfig, job_name: &str) -> Result<PodSpec, RenderError> {
+    let spec = &t.plan.spec;
+    let mut init = init_containers(t, config)?;
+    let upgrade = upgrade_container(t, config);
+    let mut volumes = pod_volumes(t.plan);
+    // With `spec.reboot`, the upgrade becomes the last init container and the only main container
+    // writes the sentinel, so the sentinel exists only if every step before it succeeded.
+    let containers = match reboot::policy(t.plan, config) {
+        Some(policy) if !t.windows => {
+            init.push(upgrade);
+            volumes.push(reboot::sentinel_volume(&policy));
+            vec![Container {
+                name: reboot::SENTINEL_NAME.to_string(),
+                image: Some(policy.image.clone()),
+                command: Some(reboot::sentinel_step_command(job_name)),
+                image_pull_policy: Some(config.image_pull_policy.clone()),
+                volume_mounts: Some(vec![reboot::sentinel_mount()]),
+                ..Default::default()
+            }]
+        }
+        _ => vec![upgrade],
+    };
+    let mut tolerations = vec![Toleration {
+        key: Some(UNSCHEDULABLE_TAINT.to_string()),
+        operator: Some("Exists".to_string()),
+        effect: Some("NoSchedule".to_string()),
+        ..Default::default()
+    }];
+    tolerations.extend(spec.tolerations.iter().flatten().cloned());
+    Ok(PodSpec {
+        host_ipc: Some(true),
+        host_pid: Some(true),
+        host_network: Some(true),
+        dns_policy: Some("ClusterFirstWithHostNet".to_string()),
+        priority_class_name: non_empty_string(spec.priority_class_name.as_deref()),
+        service_account_name: non_empty_string(spec.service_account_name.as_deref()),
+        affinity: Some(affinity(t)),
+        tolerations: Some(tolerations),
+        restart_policy: Some("Never".to_string()),
+        volumes: Some(volumes),
+        image_pull_secrets: spec.image_pull_secrets.clone().filter(|s| !s.is_empty()),
+        init_containers: (!init.is_empty()).then_some(init),
+        containers,
+        ..Default::default()
+    })
+}
+
+fn affinity(t: &Target<'_>) -> Affinity {
+    let (key, value) = if t.plan.spec.exclusive.unwrap_or(false) {
+        (labels::EXCLUSIVE, "true")
+    } else {
+        (labels::PLAN, t.plan_name)
+    };
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: labels::HOSTNAME.to_string(),
+                        operator: "In".to_string(),
+                        values: Some(vec![t.node.hostname().to_string()]),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        pod_anti_affinity: Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: key.to_string(),
+                        operator: "In".to_string(),
+                        values: Some(vec![value.to_string()]),
+                    }]),
+                    ..Default::default()
+                }),
+                topology_key: labels::HOSTNAME.to_string(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// `jobActiveDeadlineSecs`: >0 as is, 0 for no deadline, negative or unset for the controller
