@@ -62,6 +62,7 @@ pub struct EnvSettings {
 
 impl EnvSettings {
     /// Reads the settings through `lookup` (for example `|k| std::env::var(k).ok()`).
+    // Long but flat: one step per SUC variable, in SUC's order, each with SUC's parse rule.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut warnings = Vec::new();
         let mut job = JobConfig::default();

@@ -290,146 +290,161 @@ pub fn go_view(plan: &Plan) -> Result<Value, HashError> {
         drop_empty_recursive(meta);
     }
     if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
-        keep_known(
-            spec,
-            &[
-                "concurrency",
-                "jobActiveDeadlineSecs",
-                "nodeSelector",
-                "serviceAccountName",
-                "channel",
-                "version",
-                "secrets",
-                "tolerations",
-                "exclusive",
-                "window",
-                "prepare",
-                "upgrade",
-                "cordon",
-                "drain",
-                "imagePullSecrets",
-                "postCompleteDelay",
-                "priorityClassName",
-                "postCompleteLabels",
-            ],
-        );
-        drop_zero(
-            spec,
-            &[
-                "concurrency",
-                "serviceAccountName",
-                "channel",
-                "version",
-                "secrets",
-                "tolerations",
-                "exclusive",
-                "cordon",
-                "imagePullSecrets",
-                "priorityClassName",
-                "postCompleteLabels",
-            ],
-        );
-        if let Some(Value::String(d)) = spec.get_mut("postCompleteDelay")
-            && let Ok(parsed) = d.parse::<GoDuration>()
-        {
-            *d = parsed.to_string();
-        }
-        for key in ["nodeSelector", "tolerations", "imagePullSecrets"] {
-            if let Some(inner) = spec.get_mut(key) {
-                drop_empty_recursive(inner);
-            }
-        }
-        for key in ["prepare", "upgrade"] {
-            if let Some(Value::Object(c)) = spec.get_mut(key) {
-                keep_known(
-                    c,
-                    &[
-                        "image",
-                        "command",
-                        "args",
-                        "envs",
-                        "envFrom",
-                        "volumes",
-                        "securityContext",
-                    ],
-                );
-                drop_zero(
-                    c,
-                    &["image", "command", "args", "envs", "envFrom", "volumes"],
-                );
-                for inner in ["envs", "envFrom", "securityContext"] {
-                    if let Some(x) = c.get_mut(inner) {
-                        drop_empty_recursive(x);
-                    }
-                }
-                if let Some(Value::Array(vols)) = c.get_mut("volumes") {
-                    for vol in vols.iter_mut().filter_map(Value::as_object_mut) {
-                        keep_known(vol, &["name", "source", "destination"]);
-                    }
-                }
-            }
-        }
-        if let Some(Value::Array(secrets)) = spec.get_mut("secrets") {
-            for s in secrets.iter_mut().filter_map(Value::as_object_mut) {
-                keep_known(s, &["name", "path", "ignoreUpdates", "defaultMode"]);
-                drop_zero(s, &["ignoreUpdates"]);
-            }
-        }
-        if let Some(Value::Object(d)) = spec.get_mut("drain") {
-            keep_known(
-                d,
-                &[
-                    "timeout",
-                    "gracePeriod",
-                    "deleteLocalData",
-                    "deleteEmptydirData",
-                    "ignoreDaemonSets",
-                    "force",
-                    "disableEviction",
-                    "skipWaitForDeleteTimeout",
-                    "podSelector",
-                ],
-            );
-            drop_zero(d, &["force", "disableEviction", "skipWaitForDeleteTimeout"]);
-            if let Some(sel) = d.get_mut("podSelector") {
-                drop_empty_recursive(sel);
-            }
-        }
-        if let Some(Value::Object(w)) = spec.get_mut("window") {
-            keep_known(w, &["days", "startTime", "endTime", "timeZone"]);
-            drop_zero(w, &["days", "startTime", "endTime", "timeZone"]);
-        }
+        go_spec(spec);
     }
     if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) {
-        keep_known(
-            status,
-            &["conditions", "latestVersion", "latestHash", "applying"],
-        );
-        drop_zero(
-            status,
-            &["conditions", "latestVersion", "latestHash", "applying"],
-        );
-        if let Some(Value::Array(conds)) = status.get_mut("conditions") {
-            for c in conds.iter_mut().filter_map(Value::as_object_mut) {
-                keep_known(
-                    c,
-                    &[
-                        "type",
-                        "status",
-                        "lastUpdateTime",
-                        "lastTransitionTime",
-                        "reason",
-                        "message",
-                    ],
-                );
-                drop_zero(
-                    c,
-                    &["lastUpdateTime", "lastTransitionTime", "reason", "message"],
-                );
-            }
-        }
+        go_status(status);
     }
     Ok(v)
+}
+
+/// `PlanSpec`: its fields, the `omitempty` ones dropped when zero.
+fn go_spec(spec: &mut Map<String, Value>) {
+    keep_known(
+        spec,
+        &[
+            "concurrency",
+            "jobActiveDeadlineSecs",
+            "nodeSelector",
+            "serviceAccountName",
+            "channel",
+            "version",
+            "secrets",
+            "tolerations",
+            "exclusive",
+            "window",
+            "prepare",
+            "upgrade",
+            "cordon",
+            "drain",
+            "imagePullSecrets",
+            "postCompleteDelay",
+            "priorityClassName",
+            "postCompleteLabels",
+        ],
+    );
+    drop_zero(
+        spec,
+        &[
+            "concurrency",
+            "serviceAccountName",
+            "channel",
+            "version",
+            "secrets",
+            "tolerations",
+            "exclusive",
+            "cordon",
+            "imagePullSecrets",
+            "priorityClassName",
+            "postCompleteLabels",
+        ],
+    );
+    if let Some(Value::String(d)) = spec.get_mut("postCompleteDelay")
+        && let Ok(parsed) = d.parse::<GoDuration>()
+    {
+        *d = parsed.to_string();
+    }
+    for key in ["nodeSelector", "tolerations", "imagePullSecrets"] {
+        if let Some(inner) = spec.get_mut(key) {
+            drop_empty_recursive(inner);
+        }
+    }
+    for key in ["prepare", "upgrade"] {
+        if let Some(Value::Object(c)) = spec.get_mut(key) {
+            go_container(c);
+        }
+    }
+    if let Some(Value::Array(secrets)) = spec.get_mut("secrets") {
+        for s in secrets.iter_mut().filter_map(Value::as_object_mut) {
+            keep_known(s, &["name", "path", "ignoreUpdates", "defaultMode"]);
+            drop_zero(s, &["ignoreUpdates"]);
+        }
+    }
+    if let Some(Value::Object(d)) = spec.get_mut("drain") {
+        go_drain(d);
+    }
+    if let Some(Value::Object(w)) = spec.get_mut("window") {
+        keep_known(w, &["days", "startTime", "endTime", "timeZone"]);
+        drop_zero(w, &["days", "startTime", "endTime", "timeZone"]);
+    }
+}
+
+/// `ContainerSpec`.
+fn go_container(c: &mut Map<String, Value>) {
+    keep_known(
+        c,
+        &[
+            "image",
+            "command",
+            "args",
+            "envs",
+            "envFrom",
+            "volumes",
+            "securityContext",
+        ],
+    );
+    drop_zero(
+        c,
+        &["image", "command", "args", "envs", "envFrom", "volumes"],
+    );
+    for inner in ["envs", "envFrom", "securityContext"] {
+        if let Some(x) = c.get_mut(inner) {
+            drop_empty_recursive(x);
+        }
+    }
+    if let Some(Value::Array(vols)) = c.get_mut("volumes") {
+        for vol in vols.iter_mut().filter_map(Value::as_object_mut) {
+            keep_known(vol, &["name", "source", "destination"]);
+        }
+    }
+}
+
+/// `DrainSpec`.
+fn go_drain(d: &mut Map<String, Value>) {
+    keep_known(
+        d,
+        &[
+            "timeout",
+            "gracePeriod",
+            "deleteLocalData",
+            "deleteEmptydirData",
+            "ignoreDaemonSets",
+            "force",
+            "disableEviction",
+            "skipWaitForDeleteTimeout",
+            "podSelector",
+        ],
+    );
+    drop_zero(d, &["force", "disableEviction", "skipWaitForDeleteTimeout"]);
+    if let Some(sel) = d.get_mut("podSelector") {
+        drop_empty_recursive(sel);
+    }
+}
+
+/// `PlanStatus` and its conditions (wrangler's `GenericCondition`).
+fn go_status(status: &mut Map<String, Value>) {
+    let fields = ["conditions", "latestVersion", "latestHash", "applying"];
+    keep_known(status, &fields);
+    drop_zero(status, &fields);
+    if let Some(Value::Array(conds)) = status.get_mut("conditions") {
+        for c in conds.iter_mut().filter_map(Value::as_object_mut) {
+            keep_known(
+                c,
+                &[
+                    "type",
+                    "status",
+                    "lastUpdateTime",
+                    "lastTransitionTime",
+                    "reason",
+                    "message",
+                ],
+            );
+            drop_zero(
+                c,
+                &["lastUpdateTime", "lastTransitionTime", "reason", "message"],
+            );
+        }
+    }
 }
 
 fn keep_known(m: &mut Map<String, Value>, known: &[&str]) {

@@ -552,6 +552,26 @@ impl Common<'_> {
         volumes: &[VolumeSpec],
         security_context: Option<SecurityContext>,
     ) -> Container {
+        let image = match latest_tag {
+            Some(version) => with_latest_tag(&spec.image, version),
+            None => spec.image.clone(),
+        };
+        Container {
+            name: name.to_string(),
+            image: Some(image),
+            command: spec.command.clone().filter(|c| !c.is_empty()),
+            args: spec.args.clone().filter(|a| !a.is_empty()),
+            env: Some(self.env(spec)),
+            env_from: spec.env_from.clone().filter(|e| !e.is_empty()),
+            volume_mounts: Some(self.mounts(volumes)),
+            image_pull_policy: non_empty_string(Some(self.image_pull_policy)),
+            security_context,
+            ..Default::default()
+        }
+    }
+
+    /// The pod identity, the spec's `envs`, then the plan identity.
+    fn env(&self, spec: &ContainerSpec) -> Vec<EnvVar> {
         let field_env = |name: &str, path: &str| EnvVar {
             name: name.to_string(),
             value_from: Some(EnvVarSource {
@@ -583,7 +603,11 @@ impl Common<'_> {
             "SYSTEM_UPGRADE_PLAN_LATEST_VERSION",
             self.latest_version,
         ));
+        env
+    }
 
+    /// The host root, pod info, the secrets, then `volumes`.
+    fn mounts(&self, volumes: &[VolumeSpec]) -> Vec<VolumeMount> {
         let mut mounts = vec![
             VolumeMount {
                 name: HOST_ROOT_VOLUME.to_string(),
@@ -608,23 +632,7 @@ impl Common<'_> {
             mount_path: v.destination.clone(),
             ..Default::default()
         }));
-
-        let image = match latest_tag {
-            Some(version) => with_latest_tag(&spec.image, version),
-            None => spec.image.clone(),
-        };
-        Container {
-            name: name.to_string(),
-            image: Some(image),
-            command: spec.command.clone().filter(|c| !c.is_empty()),
-            args: spec.args.clone().filter(|a| !a.is_empty()),
-            env: Some(env),
-            env_from: spec.env_from.clone().filter(|e| !e.is_empty()),
-            volume_mounts: Some(mounts),
-            image_pull_policy: non_empty_string(Some(self.image_pull_policy)),
-            security_context,
-            ..Default::default()
-        }
+        mounts
     }
 }
 

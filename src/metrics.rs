@@ -71,6 +71,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    // Long but flat: one registration per family, so every exported name is in one place.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("slipway");
         let m = Metrics {

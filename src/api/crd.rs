@@ -83,6 +83,22 @@ fn rule(rule: &str, message: &str) -> Value {
 
 fn add_rules(root: &mut Value) {
     let spec = "/properties/spec";
+    spec_rules(root, spec);
+    window_rules(root, &format!("{spec}/properties/window"));
+    reboot_rules(root, &format!("{spec}/properties/reboot"));
+    // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
+    extend(root, "/properties/status/properties/nodes", |s| {
+        s["x-kubernetes-list-type"] = json!("map");
+        s["x-kubernetes-list-map-keys"] = json!(["name"]);
+    });
+    extend(root, "/properties/status/properties/conditions", |s| {
+        s["x-kubernetes-list-type"] = json!("map");
+        s["x-kubernetes-list-map-keys"] = json!(["type"]);
+    });
+}
+
+/// `concurrency`, `postCompleteDelay`, `drain` and the containers' images.
+fn spec_rules(root: &mut Value, spec: &str) {
     extend(root, &format!("{spec}/properties/concurrency"), |s| {
         push_rule(
             s,
@@ -121,8 +137,11 @@ fn add_rules(root: &mut Value) {
             },
         );
     }
-    let window = format!("{spec}/properties/window");
-    extend(root, &window, |s| {
+}
+
+/// `window`: days and times in kured's formats.
+fn window_rules(root: &mut Value, window: &str) {
+    extend(root, window, |s| {
         push_rule(
             s,
             rule(
@@ -169,7 +188,10 @@ fn add_rules(root: &mut Value) {
     extend(root, &format!("{window}/properties/timeZone"), |s| {
         s["maxLength"] = json!(64);
     });
-    let reboot = format!("{spec}/properties/reboot");
+}
+
+/// `reboot`: positive timeouts, an absolute sentinel directory, a non-empty image.
+fn reboot_rules(root: &mut Value, reboot: &str) {
     for (path, field) in [
         (
             format!("{reboot}/properties/timeout"),
@@ -204,14 +226,6 @@ fn add_rules(root: &mut Value) {
     });
     extend(root, &format!("{reboot}/properties/image"), |s| {
         push_rule(s, rule("self != ''", "spec.reboot.image must not be empty"));
-    });
-    extend(root, "/properties/status/properties/nodes", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["name"]);
-    });
-    extend(root, "/properties/status/properties/conditions", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["type"]);
     });
 }
 

@@ -328,8 +328,8 @@ pub struct PlanStatus {
 pub struct NodeProgress {
     /// The node's `kubernetes.io/hostname`, as in `applying`.
     pub name: String,
-    /// `Pending` (Job not created yet), `Upgrading`, `Rebooting`, `WaitingForHealth`, `Waiting`
-    /// (postCompleteDelay) or `Failed`.
+    /// `Pending` (its Job waits for an older Job of the node), `Upgrading` (its Job was
+    /// created), `Rebooting`, `WaitingForHealth`, `Waiting` (postCompleteDelay) or `Failed`.
     pub phase: String,
     /// Why it failed: `JobFailed`, `RebootTimedOut` or `HealthGateTimedOut`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -345,7 +345,8 @@ pub struct NodeProgress {
     /// When the node entered this phase (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
-    /// For `Failed`: the Plan generation the Job failed at. The Job is not retried until the Plan changes.
+    /// For `Upgrading` and `Failed`: the Plan generation the node's Job was made at. A failed Job
+    /// is not retried until the Plan changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
 }
