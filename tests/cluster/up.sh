@@ -114,7 +114,15 @@ start() {
     die "owner process $owner is gone; not starting $name"
   fi
   "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$dir/pids/$name.pid"
+  local pid=$! i
+  echo "$pid" >"$dir/pids/$name.pid"
+  # Until the forked shell has exec'd the component, its command line does not name $dir and
+  # check_alive would take it for dead: on a busy machine that took long enough to fail startups.
+  for i in $(seq 1 100); do
+    pid_is_ours "$pid" "$dir" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
 }
 
 # check_alive : every started component is still running.
