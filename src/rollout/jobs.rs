@@ -106,17 +106,24 @@ impl<'a> PlanJob<'a> {
 /// The Plan's live Jobs, by name, and which nodes have one running.
 pub struct PlanJobs<'a> {
     pub by_name: BTreeMap<&'a str, PlanJob<'a>>,
+    /// Names of the unfinished Jobs of each node.
+    running: BTreeMap<&'a str, Vec<&'a str>>,
 }
 
 impl<'a> PlanJobs<'a> {
     pub fn new(jobs: &'a [Job]) -> PlanJobs<'a> {
-        PlanJobs {
-            by_name: jobs
-                .iter()
-                .filter_map(PlanJob::read)
-                .map(|j| (j.name, j))
-                .collect(),
+        let by_name: BTreeMap<&str, PlanJob<'_>> = jobs
+            .iter()
+            .filter_map(PlanJob::read)
+            .map(|j| (j.name, j))
+            .collect();
+        let mut running: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for j in by_name.values().filter(|j| j.running()) {
+            if let Some(node) = j.node {
+                running.entry(node).or_default().push(j.name);
+            }
         }
+        PlanJobs { by_name, running }
     }
 
     pub fn get(&self, name: &str) -> Option<&PlanJob<'a>> {
@@ -126,9 +133,16 @@ impl<'a> PlanJobs<'a> {
     /// Whether a Job of `version` other than `except` still runs on `node`: the node's next Job
     /// waits for it.
     pub fn other_running(&self, node: &str, version: &str, except: &str) -> bool {
-        self.by_name.values().any(|j| {
-            j.name != except && j.node == Some(node) && j.version == Some(version) && j.running()
-        })
+        self.running
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|name| **name != except)
+            .any(|name| {
+                self.by_name
+                    .get(name)
+                    .is_some_and(|j| j.version == Some(version))
+            })
     }
 
     /// The Jobs no node state owns that must go: without the Plan's labels, of another version,
