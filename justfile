@@ -37,8 +37,9 @@ image TAG="":
     "$engine" build -f Containerfile --build-arg VERSION="$version" -t "$tag" .
     echo "built $tag ($("$engine" image inspect --format '{{{{.Size}}' "$tag") bytes)" >&2
 
-# Unit and end-to-end tests. The end-to-end tests share one local cluster, started here (the first
-# run builds it: ~15 minutes). SLIPWAY_E2E=skip skips them, loudly.
+# Unit and end-to-end tests, the differential test against SUC included. The end-to-end tests share
+# one local cluster, started here (the first run builds it and SUC: ~20 minutes). SLIPWAY_E2E=skip
+# skips them, loudly.
 test:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -46,11 +47,28 @@ test:
     if [ "${SLIPWAY_E2E:-}" = skip ] || [ -n "${SLIPWAY_TEST_KUBECONFIG:-}" ]; then
       exec cargo test --locked
     fi
+    tests/compat/build.sh >/dev/null
+    tests/cluster/with-cluster.sh cargo test --locked
+
+# The differential test alone: system-upgrade-controller v0.20.1 (built once from the Go module
+# proxy, cached) and slipway on the same cluster with the same Plans; fails on any new difference.
+compat:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --locked --all-targets
+    tests/compat/build.sh >/dev/null
+    tests/cluster/with-cluster.sh cargo test --locked --test e2e_compat -- --nocapture
+
+# Benchmark on a local cluster: MODE=rollout (slipway against an ideal controller, NODES=1000,
+# CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates).
+# Prints numbers; asserts nothing. SLIPWAY_BENCH_SUC=<binary> adds a line for SUC.
+bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --release --locked
     tests/cluster/build.sh >/dev/null
-    dir=$(mktemp -d /tmp/slipway-test.XXXXXX)
-    trap 'tests/cluster/down.sh "$dir" >/dev/null 2>&1 || true' EXIT
-    SLIPWAY_CLUSTER_DIR="$dir" SLIPWAY_CLUSTER_OWNER_PID=$$ tests/cluster/up.sh 3 >/dev/null
-    SLIPWAY_TEST_KUBECONFIG="$dir/kubeconfig" cargo test --locked
+    SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
+      SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
 
 # Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
 demo:

@@ -114,20 +114,21 @@ start() {
     die "owner process $owner is gone; not starting $name"
   fi
   "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
-  local pid=$! i
-  echo "$pid" >"$dir/pids/$name.pid"
-  # Until the forked shell has exec'd the component, its command line does not name $dir and
-  # check_alive would take it for dead: on a busy machine that took long enough to fail startups.
-  for i in $(seq 1 100); do
-    pid_is_ours "$pid" "$dir" && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  echo $! >"$dir/pids/$name.pid"
+}
+
+# started_here PID : PID is a child of this script (until a forked shell has exec'd its component,
+# its command line does not name $dir yet; on a busy machine that window failed startups).
+started_here() {
+  local info
+  info=$(ps -o ppid=,stat= -p "$1" 2>/dev/null) || return 1
+  read -r ppid stat <<<"$info"
+  [ "$ppid" = "$$" ] && [ "${stat#Z}" = "$stat" ]
 }
 
 # check_alive : every started component is still running.
 check_alive() {
-  local f name
+  local f name pid
   if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
     die "owner process $owner is gone (its reaper removes the cluster)"
   fi
@@ -135,7 +136,8 @@ check_alive() {
   for f in "$dir"/pids/*.pid; do
     [ -e "$f" ] || continue
     name=$(basename "$f" .pid)
-    if ! pid_is_ours "$(cat "$f")" "$dir"; then
+    pid=$(cat "$f")
+    if ! pid_is_ours "$pid" "$dir" && ! started_here "$pid"; then
       failing=$name
       die "$name exited during startup"
     fi

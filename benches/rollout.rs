@@ -1,0 +1,859 @@
+//! `just bench`: slipway against the floor of the local cluster, on the same cluster in one run.
+//!
+//! Mode `rollout` (default): a cluster of `SLIPWAY_BENCH_NODES` (1,000) fake nodes; first an ideal
+//! controller (create one Job per node with `SLIPWAY_BENCH_CONCURRENCY` (100) in flight, label the
+//! node when its Job completes, nothing else), then slipway (release build) rolling out one Plan of
+//! the same concurrency over the same nodes. Each line: seconds from start to every node labelled,
+//! the most Jobs active at once (watched independently), the controller's peak RSS and CPU seconds,
+//! and its API writes by verb and resource (from the API server's audit log: both run with their
+//! own token of the `system-upgrade` ServiceAccount, which the local cluster audits).
+//!
+//! Mode `churn`: `SLIPWAY_BENCH_NODES` (5,000) nodes and `SLIPWAY_BENCH_PLANS` (50) Plans, each
+//! selecting its own share of the nodes, all already done (nodes carry each Plan's hash). slipway
+//! starts, settles, then for `SLIPWAY_BENCH_CHURN_SECS` (120) kwok's heartbeats go on and
+//! `SLIPWAY_BENCH_CHURN_RATE` (50) node label patches per second change a label no Plan reads.
+//! It prints the controller's CPU seconds and reconciles per minute during that window.
+//!
+//! With `SLIPWAY_BENCH_SUC=<path>` (a system-upgrade-controller binary), the rollout mode also
+//! runs SUC on the same nodes and prints its line.
+//!
+//! Nothing here asserts a time: it measures and prints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use slipway::api::Plan;
+
+const NS: &str = "system-upgrade";
+const SA: &str = "system-upgrade";
+const IDEAL_LABEL: &str = "bench.slipway.dev/ideal";
+const CHURN_LABEL: &str = "bench.slipway.dev/churn";
+const GROUP_LABEL: &str = "bench.slipway.dev/group";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Rollout,
+    Churn,
+}
+
+struct Options {
+    mode: Mode,
+    nodes: usize,
+    concurrency: usize,
+    plans: usize,
+    churn_secs: u64,
+    churn_rate: u64,
+    suc: Option<PathBuf>,
+}
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> Result<T> {
+    match std::env::var(key).ok().filter(|v| !v.is_empty()) {
+        Some(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{key}={v:?} is not a number")),
+        None => Ok(default),
+    }
+}
+
+impl Options {
+    fn from_env() -> Result<Options> {
+        let mode = match std::env::var("SLIPWAY_BENCH_MODE").as_deref() {
+            Ok("churn") => Mode::Churn,
+            Ok("rollout") | Err(_) => Mode::Rollout,
+            Ok(other) => bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout or churn"),
+        };
+        let default_nodes = if mode == Mode::Churn { 5000 } else { 1000 };
+        Ok(Options {
+            mode,
+            nodes: env_or("SLIPWAY_BENCH_NODES", default_nodes)?,
+            concurrency: env_or("SLIPWAY_BENCH_CONCURRENCY", 100)?,
+            plans: env_or("SLIPWAY_BENCH_PLANS", 50)?,
+            churn_secs: env_or("SLIPWAY_BENCH_CHURN_SECS", 120)?,
+            churn_rate: env_or("SLIPWAY_BENCH_CHURN_RATE", 50)?,
+            suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
+        })
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The local cluster, torn down when dropped (and by its reaper if this process dies).
+struct LocalCluster {
+    kubeconfig: PathBuf,
+}
+
+impl LocalCluster {
+    fn start(nodes: usize) -> Result<LocalCluster> {
+        eprintln!("bench: starting a local cluster of {nodes} nodes");
+        let out = Command::new(repo().join("tests/cluster/up.sh"))
+            .arg(nodes.to_string())
+            .env("SLIPWAY_CLUSTER_OWNER_PID", std::process::id().to_string())
+            .env("SLIPWAY_CLUSTER_TIMEOUT", "900")
+            .stderr(Stdio::inherit())
+            .output()
+            .context("tests/cluster/up.sh")?;
+        if !out.status.success() {
+            bail!("tests/cluster/up.sh failed ({})", out.status);
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().last().unwrap_or_default();
+        let Some(path) = line.strip_prefix("export KUBECONFIG=") else {
+            bail!("tests/cluster/up.sh printed no kubeconfig: {stdout}");
+        };
+        Ok(LocalCluster {
+            kubeconfig: PathBuf::from(path.trim()),
+        })
+    }
+
+    fn dir(&self) -> &Path {
+        self.kubeconfig.parent().unwrap_or(Path::new("."))
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .context("kubectl")?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    async fn client(&self, kubeconfig: &Path) -> Result<Client> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let mut config = Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        // The bench makes thousands of requests; kube's default client limits are fine, the
+        // timeouts too, but a watch must not be cut by the read timeout.
+        config.read_timeout = None;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A kubeconfig authenticating as the ServiceAccount with a fresh token; returns it and the
+    /// token's `jti`, which the audit log records on each request.
+    fn service_account(&self, name: &str) -> Result<(PathBuf, String)> {
+        let token = self
+            .kubectl(&["-n", NS, "create", "token", SA, "--duration=2h"])?
+            .trim()
+            .to_string();
+        let admin: Value =
+            serde_json::from_str(&self.kubectl(&["config", "view", "--raw", "-o", "json"])?)?;
+        let cluster = admin["clusters"][0].clone();
+        let config = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": SA, "user": {"token": token}}],
+            "contexts": [{"name": SA, "context": {"cluster": cluster["name"], "user": SA}}],
+            "current-context": SA,
+        });
+        let path = self.dir().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, serde_json::to_string(&config)?)?;
+        Ok((path, token_jti(&token)?))
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("tests/cluster/down.sh"))
+            .arg(self.dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn token_jti(token: &str) -> Result<String> {
+    let payload = token.split('.').nth(1).context("a JWT has a payload")?;
+    let claims: Value = serde_json::from_slice(&base64_decode(payload))?;
+    Ok(claims["jti"]
+        .as_str()
+        .context("no jti in the token")?
+        .to_string())
+}
+
+/// URL-safe base64 without padding, as JWTs use.
+fn base64_decode(s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => continue,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(((acc >> bits) & 0xff) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+/// Writes (create, update, patch, delete) by `resource verb`, from the audit log, for one token.
+fn writes(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
+    let text = std::fs::read_to_string(audit_log).context("the audit log")?;
+    let credential = format!("JTI={jti}");
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let ours = ev["user"]["extra"]["authentication.kubernetes.io/credential-id"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(credential.as_str())));
+        let verb = ev["verb"].as_str().unwrap_or_default();
+        if !ours || !["create", "update", "patch", "delete"].contains(&verb) {
+            continue;
+        }
+        let obj = &ev["objectRef"];
+        let mut resource = obj["resource"].as_str().unwrap_or("?").to_string();
+        if let Some(sub) = obj["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        *counts.entry(format!("{resource} {verb}")).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+/// Watches Jobs in the namespace and nodes, independently of any controller: the most Jobs
+/// active at once, and how many nodes carry `label = value`.
+#[derive(Default)]
+struct Observed {
+    active: BTreeSet<String>,
+    max_active: usize,
+    done: BTreeSet<String>,
+}
+
+fn job_finished(j: &Job) -> bool {
+    j.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
+async fn observe(
+    admin: Client,
+    label: String,
+    value: Arc<Mutex<String>>,
+    seen: Arc<Mutex<Observed>>,
+) {
+    let jobs = watcher(
+        Api::<Job>::namespaced(admin.clone(), NS),
+        watcher::Config::default(),
+    )
+    .map_ok(move |e| (Some(e), None));
+    let nodes = watcher(Api::<Node>::all(admin), watcher::Config::default())
+        .map_ok(move |e| (None, Some(e)));
+    let mut both = futures::stream::select(jobs.boxed(), nodes.boxed());
+    while let Some(item) = both.next().await {
+        let Ok((job, node)) = item else { continue };
+        let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) = job {
+            let name = j.metadata.name.clone().unwrap_or_default();
+            if job_finished(&j) || j.metadata.deletion_timestamp.is_some() {
+                s.active.remove(&name);
+            } else {
+                s.active.insert(name);
+            }
+            s.max_active = s.max_active.max(s.active.len());
+        } else if let Some(watcher::Event::Delete(j)) = job {
+            s.active
+                .remove(j.metadata.name.as_deref().unwrap_or_default());
+        }
+        if let Some(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = node {
+            let wanted = value.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let has = n.metadata.labels.as_ref().and_then(|l| l.get(&label));
+            if !wanted.is_empty() && has == Some(&wanted) {
+                s.done.insert(name);
+            } else {
+                s.done.remove(&name);
+            }
+        }
+    }
+}
+
+/// One measured run.
+struct Line {
+    who: String,
+    seconds: f64,
+    max_active: usize,
+    rss_mib: Option<f64>,
+    cpu_seconds: Option<f64>,
+    writes: BTreeMap<String, usize>,
+}
+
+fn print_lines(lines: &[Line], nodes: usize, concurrency: usize) {
+    println!(
+        "\n{nodes} nodes, concurrency {concurrency}, on {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<22} {:>9} {:>8} {:>10} {:>8} {:>8} {:>9}  writes by resource and verb",
+        "controller", "seconds", "max Jobs", "peak RSS", "CPU s", "writes", "per node"
+    );
+    for l in lines {
+        let total: usize = l.writes.values().sum();
+        let detail: Vec<String> = l.writes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!(
+            "{:<22} {:>9.1} {:>8} {:>10} {:>8} {:>8} {:>9.2}  {}",
+            l.who,
+            l.seconds,
+            l.max_active,
+            l.rss_mib.map_or("-".into(), |m| format!("{m:.1} MiB")),
+            l.cpu_seconds.map_or("-".into(), |c| format!("{c:.1}")),
+            total,
+            total as f64 / nodes.max(1) as f64,
+            detail.join(", ")
+        );
+    }
+}
+
+/// The floor: one Job per node, `concurrency` in flight, the node labelled when its Job completes.
+async fn ideal(client: Client, nodes: &[String], concurrency: usize) -> Result<()> {
+    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+    let node_api = Api::<Node>::all(client);
+    let mut queue = nodes.iter();
+    let mut in_flight: BTreeSet<String> = BTreeSet::new();
+    let mut finished = 0;
+    let mut events = watcher(
+        jobs.clone(),
+        watcher::Config::default().labels(&format!("{IDEAL_LABEL}=job")),
+    )
+    .boxed();
+    let create = |node: &str| ideal_job(node);
+    while finished < nodes.len() {
+        while in_flight.len() < concurrency {
+            let Some(node) = queue.next() else { break };
+            jobs.create(&PostParams::default(), &create(node)).await?;
+            in_flight.insert(node.clone());
+        }
+        let Some(event) = events.next().await else {
+            bail!("the Job watch ended")
+        };
+        let (watcher::Event::Apply(j) | watcher::Event::InitApply(j)) = event? else {
+            continue;
+        };
+        let node = j
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("node"))
+            .cloned()
+            .unwrap_or_default();
+        if job_finished(&j) && in_flight.remove(&node) {
+            let patch = json!({"metadata": {"labels": {IDEAL_LABEL: "done"}}});
+            node_api
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            finished += 1;
+        }
+    }
+    Ok(())
+}
+
+fn ideal_job(node: &str) -> Job {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("ideal-{node}"), "labels": {IDEAL_LABEL: "job", "node": node}},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 900,
+            "template": {
+                "metadata": {"labels": {IDEAL_LABEL: "job"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                        ]}]
+                    }}},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "upgrade", "image": "bench/upgrade:v1"}]
+                }
+            }
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// A controller process (slipway or SUC) run with a ServiceAccount kubeconfig.
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn start(
+        program: &Path,
+        args: &[&str],
+        env: &BTreeMap<String, String>,
+        log: PathBuf,
+    ) -> Result<Process> {
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(program)
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        Ok(Process { child })
+    }
+
+    fn peak_rss_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
+    }
+
+    fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name (which may hold spaces) start at the state, field 3.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn controller_env(kubeconfig: &Path) -> Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(repo().join("deploy/configmap.yaml"))?;
+    let map: Value = serde_saphyr::from_str(&text)?;
+    let mut env: BTreeMap<String, String> = map["data"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    env.insert(
+        "SYSTEM_UPGRADE_CONTROLLER_NAME".into(),
+        "system-upgrade-controller".into(),
+    );
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert(
+        "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG".into(),
+        kubeconfig.display().to_string(),
+    );
+    env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+    env.insert("RUST_LOG".into(), "warn".into());
+    Ok(env)
+}
+
+fn slipway_binary() -> PathBuf {
+    repo().join("target/release/slipway")
+}
+
+fn plan(name: &str, concurrency: usize, selector: Value) -> Result<Plan> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "upgrade.cattle.io/v1",
+        "kind": "Plan",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "concurrency": concurrency,
+            "version": "v1.0.0",
+            "nodeSelector": selector,
+            "serviceAccountName": SA,
+            "upgrade": {"image": "bench/upgrade"}
+        }
+    }))?)
+}
+
+async fn wait_hash(plans: &Api<Plan>, name: &str) -> Result<String> {
+    for _ in 0..600 {
+        if let Some(h) = plans.get(name).await?.status.and_then(|s| s.latest_hash) {
+            return Ok(h);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("plan {name} got no latestHash")
+}
+
+async fn wait_done(seen: &Arc<Mutex<Observed>>, total: usize, what: &str) -> Result<()> {
+    let started = Instant::now();
+    let mut last = Instant::now();
+    loop {
+        let done = seen.lock().unwrap_or_else(|e| e.into_inner()).done.len();
+        if done >= total {
+            return Ok(());
+        }
+        if last.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "bench: {what}: {done} of {total} nodes after {}s",
+                started.elapsed().as_secs()
+            );
+            last = Instant::now();
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            bail!("{what}: only {done} of {total} nodes after an hour");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A controller under test.
+struct Contender<'a> {
+    who: &'a str,
+    program: &'a Path,
+    args: &'a [&'a str],
+    plan_name: &'a str,
+}
+
+/// One rollout by a controller process over every node, measured.
+async fn controller_run(
+    cluster: &LocalCluster,
+    admin: &Client,
+    c: &Contender<'_>,
+    opts: &Options,
+    seen: &Arc<Mutex<Observed>>,
+    wanted: &Arc<Mutex<String>>,
+) -> Result<Line> {
+    let (who, program, args, plan_name) = (c.who, c.program, c.args, c.plan_name);
+    let (kubeconfig, jti) = cluster.service_account(who)?;
+    let env = controller_env(&kubeconfig)?;
+    let process = Process::start(
+        program,
+        args,
+        &env,
+        cluster.dir().join(format!("{who}.log")),
+    )?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let plans = Api::<Plan>::namespaced(admin.clone(), NS);
+    let label = format!("plan.upgrade.cattle.io/{plan_name}");
+    reset(seen, wanted, "");
+    let started = Instant::now();
+    plans
+        .create(
+            &PostParams::default(),
+            &plan(
+                plan_name,
+                opts.concurrency,
+                json!({"matchLabels": {"type": "kwok"}}),
+            )?,
+        )
+        .await?;
+    let hash = wait_hash(&plans, plan_name).await?;
+    *wanted.lock().unwrap_or_else(|e| e.into_inner()) = hash;
+    refresh_done(admin, &label, seen, wanted).await?;
+    wait_done(seen, opts.nodes, who).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let line = Line {
+        who: who.to_string(),
+        seconds,
+        max_active: seen.lock().unwrap_or_else(|e| e.into_inner()).max_active,
+        rss_mib: process.peak_rss_mib(),
+        cpu_seconds: process.cpu_seconds(),
+        writes: BTreeMap::new(),
+    };
+    drop(process);
+    eprintln!(
+        "bench: {who} done in {seconds:.1}s (log: {})",
+        cluster.dir().join(format!("{who}.log")).display()
+    );
+    plans.delete(plan_name, &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(Line {
+        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
+        ..line
+    })
+}
+
+fn reset(seen: &Arc<Mutex<Observed>>, wanted: &Arc<Mutex<String>>, value: &str) {
+    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    s.done.clear();
+    s.max_active = s.active.len();
+    *wanted.lock().unwrap_or_else(|e| e.into_inner()) = value.to_string();
+}
+
+/// Counts the nodes that already carry the wanted value (set after the watch saw them).
+async fn refresh_done(
+    admin: &Client,
+    label: &str,
+    seen: &Arc<Mutex<Observed>>,
+    wanted: &Arc<Mutex<String>>,
+) -> Result<()> {
+    let value = wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let nodes = Api::<Node>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!("{label}={value}")))
+        .await?;
+    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    for n in nodes.items {
+        s.done.insert(n.metadata.name.unwrap_or_default());
+    }
+    Ok(())
+}
+
+async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
+    let node_names: Vec<String> = Api::<Node>::all(admin.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let mut lines = Vec::new();
+
+    // The ideal controller: its own label, so the observer counts its nodes.
+    let wanted = Arc::new(Mutex::new("done".to_string()));
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let watch = tokio::spawn(observe(
+        admin.clone(),
+        IDEAL_LABEL.into(),
+        wanted.clone(),
+        seen.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (kubeconfig, jti) = cluster.service_account("ideal")?;
+    let client = cluster.client(&kubeconfig).await?;
+    let started = Instant::now();
+    ideal(client, &node_names, opts.concurrency).await?;
+    wait_done(&seen, opts.nodes, "ideal").await?;
+    lines.push(Line {
+        who: "ideal".into(),
+        seconds: started.elapsed().as_secs_f64(),
+        max_active: seen.lock().unwrap_or_else(|e| e.into_inner()).max_active,
+        rss_mib: None,
+        cpu_seconds: None,
+        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
+    });
+    watch.abort();
+    cluster.kubectl(&[
+        "-n",
+        NS,
+        "delete",
+        "jobs",
+        "-l",
+        &format!("{IDEAL_LABEL}=job"),
+        "--wait=false",
+    ])?;
+
+    for (who, program, plan_name) in [
+        ("slipway", Some(slipway_binary()), "bench-slipway"),
+        ("suc", opts.suc.clone(), "bench-suc"),
+    ] {
+        let Some(program) = program else { continue };
+        let label = format!("plan.upgrade.cattle.io/{plan_name}");
+        let wanted = Arc::new(Mutex::new(String::new()));
+        let seen = Arc::new(Mutex::new(Observed::default()));
+        let watch = tokio::spawn(observe(admin.clone(), label, wanted.clone(), seen.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let args: &[&str] = if who == "slipway" {
+            &["run", "--metrics-addr", ""]
+        } else {
+            &[]
+        };
+        let contender = Contender {
+            who,
+            program: &program,
+            args,
+            plan_name,
+        };
+        lines.push(controller_run(cluster, admin, &contender, opts, &seen, &wanted).await?);
+        watch.abort();
+    }
+    print_lines(&lines, opts.nodes, opts.concurrency);
+    Ok(())
+}
+
+/// The node labels that make every churn Plan done already: each node is in one group, selected
+/// by one Plan, and carries that Plan's hash.
+async fn prepare_churn(admin: &Client, opts: &Options) -> Result<Vec<String>> {
+    let plans = Api::<Plan>::namespaced(admin.clone(), NS);
+    let mut hashes = Vec::new();
+    for g in 0..opts.plans {
+        let name = format!("churn-{g}");
+        let mut p = plan(
+            &name,
+            10,
+            json!({"matchLabels": {GROUP_LABEL: g.to_string()}}),
+        )?;
+        p = plans.create(&PostParams::default(), &p).await?;
+        let hash = slipway::hash::plan_latest_hash(&p, "v1.0.0", &BTreeMap::new())?;
+        hashes.push((name, hash));
+    }
+    let nodes: Vec<String> = Api::<Node>::all(admin.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let node_api = Api::<Node>::all(admin.clone());
+    futures::stream::iter(nodes.iter().enumerate())
+        .map(|(i, n)| {
+            let (plan, hash) = &hashes[i % hashes.len()];
+            let patch = json!({"metadata": {"labels": {
+                GROUP_LABEL: (i % hashes.len()).to_string(),
+                format!("plan.upgrade.cattle.io/{plan}"): hash,
+            }}});
+            let api = node_api.clone();
+            async move {
+                api.patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(nodes)
+}
+
+fn reconciles(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("slipway_reconciles_total "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn scrape(port: u16) -> Result<String> {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
+    let nodes = prepare_churn(admin, opts).await?;
+    let (kubeconfig, _) = cluster.service_account("slipway-churn")?;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let env = controller_env(&kubeconfig)?;
+    let process = Process::start(
+        &slipway_binary(),
+        &["run", "--metrics-addr", &addr],
+        &env,
+        cluster.dir().join("slipway-churn.log"),
+    )?;
+    // Settle: every Plan reconciled once (all complete), then quiet.
+    let plans = Api::<Plan>::namespaced(admin.clone(), NS);
+    for _ in 0..600 {
+        let complete = plans
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter())
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            })
+            .count();
+        if complete == opts.plans {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = reconciles(&scrape(port).await?).unwrap_or(0.0);
+    let cpu_before = process.cpu_seconds().unwrap_or(0.0);
+    let node_api = Api::<Node>::all(admin.clone());
+    let started = Instant::now();
+    let mut patched = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / opts.churn_rate.max(1)));
+    while started.elapsed() < Duration::from_secs(opts.churn_secs) {
+        tick.tick().await;
+        let node = &nodes[(patched as usize * 7919) % nodes.len()];
+        let patch = json!({"metadata": {"labels": {CHURN_LABEL: patched.to_string()}}});
+        node_api
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        patched += 1;
+    }
+    let window = started.elapsed().as_secs_f64();
+    let after = reconciles(&scrape(port).await?).unwrap_or(0.0);
+    let cpu = process.cpu_seconds().unwrap_or(0.0) - cpu_before;
+    println!(
+        "\nchurn: {} nodes, {} Plans (all done), {window:.0}s of kwok heartbeats plus {patched} patches of an unrelated label ({}/s), on {} cores",
+        opts.nodes,
+        opts.plans,
+        opts.churn_rate,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "slipway: {:.1} reconciles/min, {cpu:.2} CPU s in the window ({:.3} CPU s/min), peak RSS {}",
+        (after - before) * 60.0 / window,
+        cpu * 60.0 / window,
+        process
+            .peak_rss_mib()
+            .map_or("-".into(), |m| format!("{m:.1} MiB"))
+    );
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let opts = Options::from_env()?;
+    if !slipway_binary().is_file() {
+        bail!(
+            "{} is missing: run `cargo build --release` (just bench does)",
+            slipway_binary().display()
+        );
+    }
+    let cluster = LocalCluster::start(opts.nodes)?;
+    // deploy/ as installed, minus its Deployment: the controllers under test run here, with the
+    // Deployment's ServiceAccount and ConfigMap.
+    cluster.kubectl(&["apply", "-k", &repo().join("deploy").display().to_string()])?;
+    cluster.kubectl(&[
+        "-n",
+        NS,
+        "scale",
+        "deployment/system-upgrade-controller",
+        "--replicas=0",
+    ])?;
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/plans.upgrade.cattle.io",
+        "--timeout=60s",
+    ])?;
+    let admin = cluster.client(&cluster.kubeconfig).await?;
+    match opts.mode {
+        Mode::Rollout => rollout(&cluster, &admin, &opts).await,
+        Mode::Churn => churn(&cluster, &admin, &opts).await,
+    }
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds system-upgrade-controller from the pinned Go module under tests/compat/go/suc, once, into a
+# cache outside the repository keyed by version. Prints the binary's path.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
+bin="$cache_root/suc-$SUC_VERSION/bin/system-upgrade-controller"
+if [ ! -x "$bin" ]; then
+  command -v go >/dev/null 2>&1 || { echo "compat build: the Go toolchain is required (Go >= 1.26)" >&2; exit 1; }
+  echo "compat build: building system-upgrade-controller $SUC_VERSION (first use; cached in $(dirname "$bin"))" >&2
+  mkdir -p "$(dirname "$bin")"
+  start=$SECONDS
+  (cd "$here/go/suc" && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" GOMAXPROCS="${GOMAXPROCS:-2}" \
+    go build -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/rancher/system-upgrade-controller)
+  mv "$bin.tmp" "$bin"
+  echo "compat build: built in $((SECONDS - start))s" >&2
+fi
+echo "$bin"
