@@ -14,9 +14,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
-use crate::api::Plan;
+use crate::api::{Plan, labels};
 use crate::node::NodeInfo;
 use crate::node_index::PlanKey;
+use crate::reboot;
 use crate::rollout::NodePatch;
 
 /// How long a write is laid over a cache that does not show it. Past that, the cache is believed
@@ -35,10 +36,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The cached objects, plus the created ones the cache does not have yet.
+/// The cached objects of one Plan (their `label` names it), plus the ones created for it that the
+/// cache does not have yet.
 fn overlay<K: Resource + Clone>(
     cached: Vec<K>,
     created: &Mutex<HashMap<String, (Instant, K)>>,
+    label: &str,
+    plan: &str,
 ) -> Vec<K> {
     let mut created = lock(created);
     let now = Instant::now();
@@ -48,8 +52,22 @@ fn overlay<K: Resource + Clone>(
                 .iter()
                 .any(|c| c.meta().name.as_deref() == Some(name))
     });
+    let of_plan = |k: &K| {
+        k.meta()
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label))
+            .map(String::as_str)
+            == Some(plan)
+    };
     let mut all = cached;
-    all.extend(created.values().map(|(_, k)| k.clone()));
+    all.extend(
+        created
+            .values()
+            .map(|(_, k)| k)
+            .filter(|k| of_plan(k))
+            .cloned(),
+    );
     all
 }
 
@@ -74,12 +92,14 @@ impl Expectations {
         lock(&self.plans).insert(PlanKey::of(&plan), Arc::new(plan));
     }
 
-    pub fn jobs(&self, cached: Vec<Job>) -> Vec<Job> {
-        overlay(cached, &self.jobs)
+    /// `cached`: the cache's Jobs of `plan`.
+    pub fn jobs(&self, cached: Vec<Job>, plan: &str) -> Vec<Job> {
+        overlay(cached, &self.jobs, labels::PLAN, plan)
     }
 
-    pub fn pods(&self, cached: Vec<Pod>) -> Vec<Pod> {
-        overlay(cached, &self.pods)
+    /// `cached`: the cache's reboot pods of `plan`.
+    pub fn pods(&self, cached: Vec<Pod>, plan: &str) -> Vec<Pod> {
+        overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
     }
 
     /// The node with the labels and uncordon this process patched onto it, until the cache shows them.
@@ -149,10 +169,11 @@ mod tests {
     use super::*;
     use kube::api::ObjectMeta;
 
-    fn job(name: &str) -> Job {
+    fn job(name: &str, plan: &str) -> Job {
         Job {
             metadata: ObjectMeta {
                 name: Some(name.into()),
+                labels: Some([(labels::PLAN.to_string(), plan.to_string())].into()),
                 ..Default::default()
             },
             ..Default::default()
@@ -160,13 +181,17 @@ mod tests {
     }
 
     #[test]
-    fn a_created_job_counts_until_the_cache_has_it() {
+    fn a_created_job_counts_for_its_plan_until_the_cache_has_it() {
         let e = Expectations::default();
-        e.created_job(job("a"));
-        assert_eq!(e.jobs(vec![]).len(), 1);
-        assert_eq!(e.jobs(vec![job("a")]).len(), 1);
+        e.created_job(job("a", "p"));
+        assert_eq!(e.jobs(vec![], "p").len(), 1);
+        assert!(
+            e.jobs(vec![], "other").is_empty(),
+            "another Plan's Job is not this Plan's"
+        );
+        assert_eq!(e.jobs(vec![job("a", "p")], "p").len(), 1);
         // Seen once: forgotten, even if the cache loses it later (deleted by someone).
-        assert!(e.jobs(vec![]).is_empty());
+        assert!(e.jobs(vec![], "p").is_empty());
     }
 
     #[test]

@@ -407,7 +407,7 @@ fn owned_by(ctx: &Context, plan: &str) -> (Vec<Job>, Vec<Pod>) {
         .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
         .map(|p| p.as_ref().clone())
         .collect();
-    (ctx.expect.jobs(jobs), ctx.expect.pods(pods))
+    (ctx.expect.jobs(jobs, plan), ctx.expect.pods(pods, plan))
 }
 
 /// Gauges, index entries and remembered writes of deleted Plans go with the next reconcile.
