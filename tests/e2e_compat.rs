@@ -1,14 +1,19 @@
 //! The differential test against system-upgrade-controller v0.20.1 itself.
 //!
 //! SUC, built from the Go module proxy by `tests/compat/build.sh`, and slipway run in turn on the
-//! same local cluster, in the same namespace, over nodes with the same names, with the same Plans:
-//! every Plan in `examples/` and those in `tests/compat/plans/` (written to cover the fields). Each
-//! Plan's selector is narrowed to the test's nodes and a channel points at a loopback server. After
-//! each run the test takes the Jobs (metadata, spec, pod template), the node labels, and each
-//! Plan's `latestVersion`, `latestHash` and conditions; it removes what only wrangler writes
-//! (`objectset.rio.cattle.io/*`) and what differs between any two runs (uids, times, generated
-//! labels), and compares. Every difference that remains must be named in [`ALLOWED`] with the
-//! COMPATIBILITY.md line that explains it; anything else fails the test with a diff.
+//! same local cluster, in the same namespace, with the same environment, over nodes with the same
+//! names and labels, with the same Plans: every Plan in `examples/` and those in
+//! `tests/compat/plans/` (written to cover the fields and the states a rollout stops in). Each
+//! Plan's selector is narrowed to the test's nodes and a channel points at a loopback server. Once
+//! every Plan is in a state that lasts (see [`plan_settled`]), the test takes the Jobs (metadata,
+//! spec, pod template), the node labels, and each Plan's `latestVersion`, `latestHash`,
+//! `applying` and conditions; it removes what only wrangler writes (`objectset.rio.cattle.io/*`)
+//! and what differs between any two runs (uids, times), and compares. Every difference that
+//! remains must match an entry of [`ALLOWED`], which names its COMPATIBILITY.md row; anything
+//! else fails the test with a diff, and so does an entry that matched nothing.
+//!
+//! `SLIPWAY_SUC_BINARY` uses that SUC binary instead of building one; `SLIPWAY_COMPAT_DUMP=<dir>`
+//! writes both snapshots there as JSON.
 
 mod support;
 
@@ -414,10 +419,10 @@ fn normalize_job(mut job: Value) -> Value {
             }
         }
     }
-    if let Some(spec) = job["spec"].as_object_mut() {
-        spec.remove("selector");
-        // SUC creates Jobs paused and unpauses them: compare the unpaused Job.
-        spec.remove("suspend");
+    // The Job controller's selector names the Job's uid; the rest of the spec is compared
+    // (`parallelism` too: both settle at 1, SUC after unpausing).
+    if let Some(m) = job["spec"]["selector"]["matchLabels"].as_object_mut() {
+        m.retain(|k, _| !k.contains("controller-uid"));
     }
     if let Some(m) = job["spec"]["template"]["metadata"].as_object_mut() {
         m.remove("creationTimestamp");
