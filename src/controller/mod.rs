@@ -122,6 +122,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub guard: LeaseGuard,
     pub expect: Expectations,
+    pub templates: rollout::TemplateMemo,
 }
 
 /// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
@@ -174,6 +175,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         metrics: ops.metrics.clone(),
         guard: ops.guard.clone(),
         expect: Expectations::default(),
+        templates: rollout::TemplateMemo::default(),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     drive(ctx, streams, ops.shutdown).await;
@@ -373,6 +375,7 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         now: jiff::Timestamp::now(),
         controller_name: &ctx.settings.name,
         job_config: &ctx.settings.job,
+        templates: Some(&ctx.templates),
     };
     let decision = rollout::decide(&input);
     if let Some(after) = decision.requeue_after {

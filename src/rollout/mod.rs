@@ -74,6 +74,36 @@ pub struct RolloutInput<'a> {
     pub now: Timestamp,
     pub controller_name: &'a str,
     pub job_config: &'a JobConfig,
+    /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
+    /// without rendering them again; `None` renders every time. It changes no decision.
+    pub templates: Option<&'a TemplateMemo>,
+}
+
+/// The pod-template hash of a node's Job, remembered across decisions. The key holds everything a
+/// Job is rendered from besides the process's fixed settings: the Plan (uid, generation, labels
+/// and annotations, resolved version and hash) and the node (name, hostname, OS).
+#[derive(Debug, Default)]
+pub struct TemplateMemo(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl TemplateMemo {
+    /// A bound on remembered hashes: past it, the memo starts over.
+    const MAX: usize = 50_000;
+
+    fn get(&self, key: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    fn put(&self, key: String, hash: String) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= Self::MAX {
+            m.clear();
+        }
+        m.insert(key, hash);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,8 @@ struct Facts<'a> {
     /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
     rendered_from: crate::api::Plan,
     rendered: BTreeMap<String, Result<Job, String>>,
+    /// The part of a [`super::TemplateMemo`] key that is the Plan's.
+    memo_key: String,
 }
 
 impl<'a> Facts<'a> {
@@ -61,6 +63,7 @@ impl<'a> Facts<'a> {
                 cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
             },
             jobs: PlanJobs::new(input.jobs),
+            memo_key: plan_memo_key(plan, st),
             rendered_from,
             rendered: BTreeMap::new(),
         }
@@ -84,17 +87,36 @@ impl<'a> Facts<'a> {
             .map_err(Clone::clone)
     }
 
+    /// The pod-template hash the node's Job has when rendered now.
+    fn template_hash(&mut self, node: &NodeInfo) -> Option<String> {
+        let key = format!(
+            "{}|{}|{}|{}",
+            self.memo_key,
+            node.name,
+            node.hostname(),
+            node.labels.get(labels::OS).map_or("", String::as_str)
+        );
+        if let Some(hash) = self.input.templates.and_then(|m| m.get(&key)) {
+            return Some(hash);
+        }
+        let hash = self
+            .render(node)
+            .ok()
+            .and_then(job::pod_template_hash)
+            .map(str::to_string)?;
+        if let Some(memo) = self.input.templates {
+            memo.put(key, hash.clone());
+        }
+        Some(hash)
+    }
+
     /// One node's transition, from what is known of it and its Job.
     fn step(&mut self, node: &NodeInfo, state: NodeState) -> (NodeState, Vec<NodeAction>) {
         let job_name = self.job_name(node);
         // Only a live, unfinished or failed Job is compared with the template it should have.
         let wanted = match self.jobs.get(&job_name).map(|j| j.outcome.clone()) {
             Some(super::jobs::Outcome::Complete { .. }) | None => None,
-            Some(_) => self
-                .render(node)
-                .ok()
-                .and_then(job::pod_template_hash)
-                .map(str::to_string),
+            Some(_) => self.template_hash(node),
         };
         let seen = self
             .jobs
@@ -111,6 +133,25 @@ impl<'a> Facts<'a> {
         };
         node_state::transition(state, &obs, &self.ctx, self.input.now)
     }
+}
+
+/// What a Plan's Jobs are rendered from, besides the node and the process's settings.
+fn plan_memo_key(plan: &crate::api::Plan, st: &PlanStatus) -> String {
+    use sha2::{Digest, Sha256};
+    let meta = serde_json::to_string(&(&plan.metadata.labels, &plan.metadata.annotations))
+        .unwrap_or_default();
+    let digest: String = Sha256::digest(meta.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}|{:?}|{digest}|{}|{}",
+        plan.metadata.uid.as_deref().unwrap_or_default(),
+        plan.metadata.generation,
+        st.latest_version.as_deref().unwrap_or_default(),
+        st.latest_hash.as_deref().unwrap_or_default()
+    )
 }
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.

@@ -115,6 +115,7 @@ impl World {
             now: self.now,
             controller_name: CONTROLLER,
             job_config: &self.config,
+            templates: None,
         })
     }
 
