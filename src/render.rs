@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{Plan, PlanStatus, labels};
-use crate::conditions::{self as cond, LATEST_RESOLVED, TRUE, VALIDATED};
+use crate::conditions::{self as cond, COMPLETE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::config::JobConfig;
 use crate::node::NodeInfo;
 use crate::rollout::{self, ChannelAnswer, Rollout, RolloutInput};
@@ -24,6 +24,8 @@ pub enum RenderError {
     Invalid(String),
     #[error("the plan's version is not resolved: {0}")]
     Unresolved(String),
+    #[error("the controller would create no Job: {0}")]
+    Generate(String),
 }
 
 /// What render reads: the Plan and the world it would roll out in.
@@ -183,6 +185,14 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
     }
     if !cond::is(st, LATEST_RESOLVED, TRUE) {
         return Err(RenderError::Unresolved(message(st, LATEST_RESOLVED)));
+    }
+    if let Some(c) = cond::get(st, COMPLETE)
+        && matches!(
+            c.reason.as_deref(),
+            Some("SelectNodesFailed" | "ValidationFailed")
+        )
+    {
+        return Err(RenderError::Generate(c.message.clone().unwrap_or_default()));
     }
     let status = first.status.clone();
     let mut batches: Vec<Batch> = Vec::new();

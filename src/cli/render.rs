@@ -35,6 +35,10 @@ pub struct RenderArgs {
     /// A Secret the Plan references, as YAML or JSON; repeat for several.
     #[arg(long = "secret")]
     pub secrets: Vec<PathBuf>,
+    /// The Plan's metadata.uid, which orders nodes across batches and owns the Jobs. Default: the
+    /// file's, else the live Plan's (with --kubeconfig), else a stand-in (batches then may differ).
+    #[arg(long)]
+    pub uid: Option<String>,
     /// Print a table of nodes (batch, Job, or why not) instead of YAML.
     #[arg(long)]
     pub summary: bool,
@@ -46,6 +50,9 @@ pub struct RenderArgs {
     )]
     pub name: String,
 }
+
+/// The uid of a Plan that has none yet (it is only ever set by the API server).
+const STAND_IN_UID: &str = "00000000-0000-0000-0000-000000000000";
 
 pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
     let docs = read_documents(&args.plan)?;
@@ -85,6 +92,16 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
             runtime.block_on(live(args, &mut plan, &secrets))?
         }
     };
+    if let Some(uid) = &args.uid {
+        plan.metadata.uid = Some(uid.clone());
+    }
+    if plan.metadata.uid.is_none() {
+        eprintln!(
+            "note: plan/{} has no uid: which nodes go in which batch depends on it; give --uid",
+            plan.metadata.name.as_deref().unwrap_or_default()
+        );
+        plan.metadata.uid = Some(STAND_IN_UID.into());
+    }
     let channel = match (&args.version, plan.spec.version.as_deref()) {
         (Some(v), Some(_)) => {
             plan.spec.version = Some(v.clone());
@@ -259,7 +276,9 @@ async fn live(
     let name = plan.metadata.name.clone().unwrap_or_default();
     // The node order of a rollout depends on the Plan's uid: take the live one when the Plan exists.
     let plans: Api<Plan> = Api::namespaced(client.clone(), &namespace);
-    if let Ok(Some(live)) = plans.get_opt(&name).await {
+    if let Ok(Some(live)) = plans.get_opt(&name).await
+        && args.uid.is_none()
+    {
         plan.metadata.uid = live.metadata.uid;
         plan.metadata.generation = live.metadata.generation;
     }

@@ -1,0 +1,258 @@
+//! End-to-end tests of `slipway validate` and `slipway render` against the local cluster: what
+//! they say offline is what the API server and the controller then do.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::ListParams;
+use slipway::api::Plan;
+use support::controller::ControllerProcess;
+
+fn slipway(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(args)
+        .output()
+        .expect("run slipway");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lint/corpus");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("corpus")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// `api`, `controller` or `valid`, from validate's JSON: who would reject the Plan first.
+fn validate_verdict(file: &Path) -> String {
+    let (_, out, err) = slipway(&["validate", "-o", "json", &file.display().to_string()]);
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let sources: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .filter_map(|f| f["source"].as_str())
+        .collect();
+    if sources.contains(&"schema") {
+        "api".into()
+    } else if sources.contains(&"controller") {
+        "controller".into()
+    } else {
+        "valid".into()
+    }
+}
+
+#[tokio::test]
+async fn validate_agrees_with_the_api_server_and_the_controller() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    let ns = support::TestNamespace::create(&cluster, "cli-validate").await;
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let mut applied = Vec::new();
+    let mut verdicts: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    for file in corpus() {
+        let text = std::fs::read_to_string(&file).expect("read corpus file");
+        let expected = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .expect("first line: # expect: api|controller|valid")
+            .to_string();
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("name")
+            .to_string();
+        let offline = validate_verdict(&file);
+        // kubectl asks for strict field validation, as users apply Plans.
+        let cluster_verdict = match cluster
+            .kubectl_stdin(&["apply", "-n", ns.name(), "-f", "-"], Some(&text))
+            .await
+        {
+            Err(_) => "api".to_string(),
+            Ok(_) => {
+                applied.push(name.clone());
+                String::new()
+            }
+        };
+        verdicts.insert(name, (expected, offline, cluster_verdict));
+    }
+    for name in applied {
+        let validated = support::wait_for(
+            &format!("plan {name} to get a Validated condition"),
+            Duration::from_secs(60),
+            || async {
+                let plan = plans.get(&name).await?;
+                plan.status
+                    .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Validated"))
+                    .map(|c| c.status)
+                    .ok_or_else(|| anyhow::anyhow!("no Validated condition yet"))
+            },
+        )
+        .await;
+        let verdict = if validated == "True" {
+            "valid"
+        } else {
+            "controller"
+        };
+        if let Some(v) = verdicts.get_mut(&name) {
+            v.2 = verdict.into();
+        }
+    }
+    let disagreements: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, (e, o, c))| e != o || o != c)
+        .map(|(n, (e, o, c))| format!("{n}: expected {e}, validate {o}, cluster {c}"))
+        .collect();
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+    // Every CEL rule and every controller rule has a case.
+    let kinds: Vec<&str> = verdicts.values().map(|v| v.0.as_str()).collect();
+    assert!(kinds.iter().filter(|k| **k == "api").count() >= 19);
+    assert!(kinds.iter().filter(|k| **k == "controller").count() >= 3);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn render_equals_what_the_controller_creates() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-render", 3).await else {
+        return;
+    };
+    let client = ns.client();
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-render"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan_file = dir.join("plan.yaml");
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: up\n  namespace: {}\nspec:\n  concurrency: 3\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  version: v1.2.3+k3s1\n  cordon: true\n  upgrade:\n    image: busybox\n    command: [sh, -c, 'true']\n",
+        ns.name()
+    );
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let nodes_file = dir.join("nodes.yaml");
+    let dump = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            &format!("slipway.test/pool={pool}"),
+            "-o",
+            "yaml",
+        ])
+        .await
+        .expect("dump nodes");
+    std::fs::write(&nodes_file, dump).expect("write nodes");
+    let name = format!("slipway-{}", ns.name());
+    let plan_arg = plan_file.display().to_string();
+    let (code, offline, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        &name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, summary, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        &name,
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for n in &nodes {
+        assert!(summary.contains(n.as_str()), "{summary}");
+    }
+
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+    // Live: the nodes and the Plan's uid come from the cluster.
+    let (code, live, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--kubeconfig",
+        &cluster.kubeconfig_path().display().to_string(),
+        "--name",
+        &name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rendered = |text: &str| -> BTreeMap<String, (String, String)> {
+        serde_saphyr::from_multiple::<Job>(text)
+            .expect("rendered Jobs")
+            .into_iter()
+            .map(|j| {
+                let node = j
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("upgrade.cattle.io/node"))
+                    .cloned()
+                    .unwrap_or_default();
+                let hash = slipway::job::pod_template_hash(&j)
+                    .unwrap_or_default()
+                    .to_string();
+                (j.metadata.name.unwrap_or_default(), (node, hash))
+            })
+            .collect()
+    };
+    let offline = rendered(&offline);
+    let live_jobs = rendered(&live);
+    assert_eq!(offline.len(), 3);
+    assert_eq!(offline, live_jobs);
+
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let jobs = ns.api::<Job>();
+    let created = support::wait_for(
+        "the controller's 3 Jobs",
+        Duration::from_secs(60),
+        || async {
+            let list = jobs.list(&ListParams::default()).await?;
+            if list.items.len() < 3 {
+                anyhow::bail!("{} Jobs", list.items.len());
+            }
+            Ok(list.items)
+        },
+    )
+    .await;
+    let created: BTreeMap<String, (String, String)> = created
+        .into_iter()
+        .map(|j| {
+            let node = j
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("upgrade.cattle.io/node"))
+                .cloned()
+                .unwrap_or_default();
+            let hash = slipway::job::pod_template_hash(&j)
+                .unwrap_or_default()
+                .to_string();
+            (j.metadata.name.unwrap_or_default(), (node, hash))
+        })
+        .collect();
+    assert_eq!(created, live_jobs);
+    let _ = client;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
