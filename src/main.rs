@@ -52,6 +52,8 @@ enum Command {
     Validate(cli::validate::ValidateArgs),
     /// Print the reboot pods and Jobs the controller would create for a Plan, batch by batch.
     Render(cli::render::RenderArgs),
+    /// Ask a Plan's channel as the controller does; print the version and the latestHash.
+    Resolve(cli::resolve::ResolveArgs),
 }
 
 #[derive(clap::Args)]
@@ -146,6 +148,7 @@ fn main() -> std::process::ExitCode {
             Err(e) => Err(e),
         },
         Command::Render(args) => cli::render::run(&args),
+        Command::Resolve(args) => cli::resolve::run(&args),
     };
     match done {
         Ok(()) => std::process::ExitCode::SUCCESS,

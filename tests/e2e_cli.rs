@@ -256,3 +256,147 @@ async fn render_equals_what_the_controller_creates() {
     ns.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A kubeconfig for the cluster of `admin` that authenticates with `token`.
+fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": "reader", "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "reader"}}],
+        "current-context": "test",
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
+        .expect("write the token kubeconfig");
+}
+
+/// render and resolve work with a kubeconfig that may only get, list and watch, and resolve gives
+/// the latestHash the controller then writes.
+// Multi-threaded: the channel server must answer while the test blocks on the slipway process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_commands_work_under_a_read_only_service_account() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-readonly", 2).await else {
+        return;
+    };
+    let role = format!("slipway-reader-{}", ns.name());
+    let rbac = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: reader\n  namespace: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\nrules:\n- apiGroups: ['']\n  resources: [nodes, namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [upgrade.cattle.io]\n  resources: [plans]\n  verbs: [get, list, watch]\n- apiGroups: [batch]\n  resources: [jobs]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {role}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {role}\nsubjects:\n- kind: ServiceAccount\n  name: reader\n  namespace: {ns}\n",
+        ns = ns.name()
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&rbac))
+        .await
+        .expect("apply rbac");
+    let token = cluster
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "create",
+            "token",
+            "reader",
+            "--duration=1h",
+        ])
+        .await
+        .expect("create token");
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
+    let kc = kubeconfig.display().to_string();
+    // The token really cannot write.
+    let can = cluster
+        .kubectl(&[
+            "--kubeconfig",
+            &kc,
+            "auth",
+            "can-i",
+            "create",
+            "jobs",
+            "-n",
+            ns.name(),
+        ])
+        .await;
+    assert!(can.is_err(), "the reader may create Jobs: {can:?}");
+
+    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
+    let channel = support::channel_server(target).await;
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    let plan_file = dir.join("plan.yaml");
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let pf = plan_file.display().to_string();
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+
+    let (code, out, err) = slipway(&["resolve", &pf, "--kubeconfig", &kc]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("latestVersion: v1.31.2-k3s1"), "{out}");
+    let hash = out
+        .lines()
+        .find_map(|l| l.strip_prefix("latestHash:"))
+        .map(|h| h.trim().to_string())
+        .expect("latestHash line");
+    let (code, out, err) = slipway(&[
+        "render",
+        &pf,
+        "--kubeconfig",
+        &kc,
+        "--version",
+        "v1.31.2+k3s1",
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&hash), "{out}");
+    for n in &nodes {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(n.as_str()) && l.contains(" 1 ")),
+            "{out}"
+        );
+    }
+
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let written = support::wait_for(
+        "the controller's latestHash",
+        Duration::from_secs(60),
+        || async {
+            plans
+                .get("follow")
+                .await?
+                .status
+                .and_then(|s| s.latest_hash)
+                .ok_or_else(|| anyhow::anyhow!("no latestHash yet"))
+        },
+    )
+    .await;
+    assert_eq!(written, hash);
+
+    // A cluster object that is not there: one line, non-zero.
+    let missing = plan.replace(
+        "concurrency: 2",
+        "concurrency: 2\n  secrets:\n  - name: nope\n    path: /x",
+    );
+    std::fs::write(&plan_file, missing).expect("write plan");
+    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", &kc, "--version", "v1"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("nope"), "{err}");
+
+    let _ = cluster
+        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
+        .await;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

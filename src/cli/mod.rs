@@ -2,6 +2,7 @@
 //! and decisions they show live in the library.
 
 pub mod render;
+pub mod resolve;
 pub mod validate;
 
 /// A client from a kubeconfig path (empty: the usual lookup), as `slipway run` builds it.
