@@ -54,6 +54,8 @@ enum Command {
     Render(cli::render::RenderArgs),
     /// Ask a Plan's channel as the controller does; print the version and the latestHash.
     Resolve(cli::resolve::ResolveArgs),
+    /// Show each Plan's conditions and per-node progress from the cluster (read-only).
+    Status(cli::status::StatusArgs),
 }
 
 #[derive(clap::Args)]
@@ -149,6 +151,7 @@ fn main() -> std::process::ExitCode {
         },
         Command::Render(args) => cli::render::run(&args),
         Command::Resolve(args) => cli::resolve::run(&args),
+        Command::Status(args) => cli::status::run(&args),
     };
     match done {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -365,6 +365,36 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         );
     }
 
+    // status --watch under the reader, from before the rollout until it is done.
+    let watch_log = dir.join("watch.txt");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args([
+            "status",
+            "follow",
+            "-n",
+            ns.name(),
+            "--kubeconfig",
+            &kc,
+            "--watch",
+        ])
+        .stdout(std::fs::File::create(&watch_log).expect("watch log"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start status --watch");
+    // The first frame is drawn before the controller starts, so it shows the rollout not begun.
+    support::wait_for(
+        "the first status frame",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&watch_log)?;
+            if text.contains("plan/follow") {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("no frame yet"))
+            }
+        },
+    )
+    .await;
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     let plans = ns.api::<Plan>();
     let written = support::wait_for(
@@ -381,6 +411,41 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
     )
     .await;
     assert_eq!(written, hash);
+    let frames = support::wait_for(
+        "status --watch to show the rollout done",
+        Duration::from_secs(90),
+        || async {
+            let text = std::fs::read_to_string(&watch_log)?;
+            if text.contains("done 2  applying 0  remaining 0") {
+                Ok(text)
+            } else {
+                Err(anyhow::anyhow!("{text}"))
+            }
+        },
+    )
+    .await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    // It redrew as the rollout moved: an earlier frame had nodes still to do.
+    let first = frames.lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("plan/follow") && !first.contains("done 2"),
+        "{frames}"
+    );
+    let (code, out, err) = slipway(&[
+        "status",
+        "follow",
+        "-n",
+        ns.name(),
+        "--kubeconfig",
+        &kc,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report[0]["done"], 2, "{out}");
+    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
 
     // A cluster object that is not there: one line, non-zero.
     let missing = plan.replace(
@@ -398,5 +463,36 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         .await;
     support::delete_nodes(&ns.client(), &nodes).await;
     ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same binary works as a kubectl plugin when installed as `kubectl-slipway`.
+#[test]
+fn works_as_a_kubectl_plugin() {
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-plugin"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_slipway"), dir.join("kubectl-slipway"))
+        .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("kubectl")
+        .args([
+            "slipway",
+            "validate",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
+        ])
+        .env("PATH", path)
+        .output()
+        .expect("run kubectl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("0 errors"), "{stdout}");
     let _ = std::fs::remove_dir_all(dir);
 }

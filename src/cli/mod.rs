@@ -3,6 +3,7 @@
 
 pub mod render;
 pub mod resolve;
+pub mod status;
 pub mod validate;
 
 /// A client from a kubeconfig path (empty: the usual lookup), as `slipway run` builds it.
