@@ -20,7 +20,7 @@ pub const API_VERSION: &str = "upgrade.cattle.io/v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LintError {
-    #[error("line {line}: not YAML: {message}")]
+    #[error("{line}: not YAML: {message}")]
     Yaml { line: usize, message: String },
 }
 

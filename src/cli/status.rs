@@ -81,12 +81,15 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<()> {
 
 async fn gather(client: &kube::Client, args: &StatusArgs) -> anyhow::Result<Vec<PlanReport>> {
     let plans: Api<Plan> = Api::namespaced(client.clone(), &args.namespace);
-    let list = plans.list(&ListParams::default()).await.map_err(|e| {
-        anyhow::anyhow!(
+    let list = plans.list(&ListParams::default()).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!(
+            "the cluster has no Plan CRD (plans.upgrade.cattle.io): is slipway or SUC installed?"
+        ),
+        _ => anyhow::anyhow!(
             "cannot list plans in namespace {}: {}",
             args.namespace,
             super::kube_error(&e)
-        )
+        ),
     })?;
     let nodes: Vec<NodeInfo> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
