@@ -162,6 +162,7 @@ pub struct SchemaChecker {
     schema: Value,
     env: Arc<cel::Env>,
     rules: BTreeMap<String, Result<cel::Program, String>>,
+    patterns: BTreeMap<String, Result<regex::Regex, String>>,
 }
 
 impl Default for SchemaChecker {
@@ -189,8 +190,14 @@ impl SchemaChecker {
     pub fn from_schema(schema: Value) -> Self {
         let env = Arc::new(cel::Env::stdlib());
         let mut rules = BTreeMap::new();
-        collect_rules(&schema, &env, &mut rules);
-        SchemaChecker { schema, env, rules }
+        let mut patterns = BTreeMap::new();
+        collect_rules(&schema, &env, &mut rules, &mut patterns);
+        SchemaChecker {
+            schema,
+            env,
+            rules,
+            patterns,
+        }
     }
 
     /// The CEL rules of the schema, with whether the library could compile each.
@@ -324,7 +331,12 @@ impl SchemaChecker {
                     ));
                 }
                 if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                    match regex::Regex::new(pattern) {
+                    match self
+                        .patterns
+                        .get(pattern)
+                        .cloned()
+                        .unwrap_or_else(|| regex::Regex::new(pattern).map_err(|e| e.to_string()))
+                    {
                         Ok(re) if !re.is_match(s) => out.push(problem(
                             path,
                             &format!("Invalid value: {s:?}: should match '{pattern}'"),
@@ -392,9 +404,15 @@ fn collect_rules(
     schema: &Value,
     env: &Arc<cel::Env>,
     rules: &mut BTreeMap<String, Result<cel::Program, String>>,
+    patterns: &mut BTreeMap<String, Result<regex::Regex, String>>,
 ) {
     match schema {
         Value::Object(map) => {
+            if let Some(p) = map.get("pattern").and_then(Value::as_str) {
+                patterns
+                    .entry(p.to_string())
+                    .or_insert_with(|| regex::Regex::new(p).map_err(|e| e.to_string()));
+            }
             for rule in map
                 .get("x-kubernetes-validations")
                 .and_then(Value::as_array)
@@ -408,10 +426,12 @@ fn collect_rules(
                 }
             }
             for v in map.values() {
-                collect_rules(v, env, rules);
+                collect_rules(v, env, rules, patterns);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| collect_rules(v, env, rules)),
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| collect_rules(v, env, rules, patterns)),
         _ => {}
     }
 }
