@@ -1,5 +1,7 @@
 //! The `slipway` command line: the controller and offline tools for Plans.
 
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +47,15 @@ enum Command {
     /// Flags and environment variables are SUC's; SYSTEM_UPGRADE_JOB_* and
     /// SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL are read from the environment with SUC's defaults.
     Run(RunArgs),
+    /// Check Plans in files as the API server and the controller would, and warn about the usual
+    /// mistakes. Exit 0: no errors; 1: errors; 2: some input could not be read.
+    Validate(cli::validate::ValidateArgs),
+    /// Print the reboot pods and Jobs the controller would create for a Plan, batch by batch.
+    Render(cli::render::RenderArgs),
+    /// Ask a Plan's channel as the controller does; print the version and the latestHash.
+    Resolve(cli::resolve::ResolveArgs),
+    /// Show each Plan's conditions and per-node progress from the cluster (read-only).
+    Status(cli::status::StatusArgs),
 }
 
 #[derive(clap::Args)]
@@ -126,18 +137,29 @@ struct HashArgs {
     secrets: Vec<PathBuf>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Crd => {
-            print!("{}", slipway::api::crd::plan_crd_yaml()?);
-            Ok(())
-        }
-        Command::Hash(args) => {
-            println!("{}", hash(args)?);
-            Ok(())
-        }
+    let done = match cli.command {
+        Command::Crd => slipway::api::crd::plan_crd_yaml()
+            .map(|crd| print!("{crd}"))
+            .map_err(anyhow::Error::from),
+        Command::Hash(args) => hash(args).map(|h| println!("{h}")),
         Command::Run(args) => run(args),
+        Command::Validate(args) => match cli::validate::run(&args) {
+            Ok(code) => return std::process::ExitCode::from(code),
+            Err(e) => Err(e),
+        },
+        Command::Render(args) => cli::render::run(&args),
+        Command::Resolve(args) => cli::resolve::run(&args),
+        Command::Status(args) => cli::status::run(&args),
+    };
+    match done {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, with the causes: no backtrace for bad input.
+            eprintln!("slipway: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 

@@ -1,0 +1,86 @@
+//! The offline commands through the binary: exit codes, one line per problem, stdin, help.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn slipway(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run slipway");
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_examples_pass() {
+    let (code, out, err) = slipway(&["validate", "examples/"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("0 errors, 7 warnings\n"), "{out}");
+}
+
+#[test]
+fn every_broken_plan_of_the_corpus_gets_an_error_line_naming_it() {
+    let (code, out, _) = slipway(&["validate", "tests/lint/corpus"], None);
+    assert_eq!(code, 1);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lint/corpus");
+    for entry in std::fs::read_dir(dir).expect("corpus") {
+        let path = entry.expect("entry").path();
+        let name = path.file_stem().and_then(|s| s.to_str()).expect("name");
+        let errors = out
+            .lines()
+            .filter(|l| l.contains(&format!("plan/{name}: ")) && l.contains(": error: "))
+            .count();
+        if name.starts_with("valid") {
+            assert_eq!(errors, 0, "{name}: {out}");
+        } else {
+            assert!(errors >= 1, "{name}: {out}");
+        }
+    }
+}
+
+#[test]
+fn stdin_json_and_unreadable_input() {
+    let plan = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/lint/corpus/api-drain-both.yaml"),
+    )
+    .expect("corpus file");
+    let (code, out, _) = slipway(&["validate", "-o", "json", "-"], Some(&plan));
+    assert_eq!(code, 1);
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report["errors"], 1, "{out}");
+    assert_eq!(report["findings"][0]["field"], "spec.drain");
+    assert_eq!(report["findings"][0]["source"], "schema");
+    let (code, _, err) = slipway(&["validate", "-"], Some("a: [\n"));
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("<stdin>:1: not YAML"), "{err}");
+    let (code, _, err) = slipway(&["render", "no-such-file.yaml", "--nodes", "x"], None);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no-such-file.yaml"), "{err}");
+}
+
+#[test]
+fn every_tool_has_help_with_an_example() {
+    for command in ["validate", "render", "resolve", "status"] {
+        let (code, out, _) = slipway(&[command, "--help"], None);
+        assert_eq!(code, 0);
+        assert!(
+            out.contains(&format!("Examples:\n  slipway {command}")),
+            "{command}: {out}"
+        );
+    }
+}

@@ -1,0 +1,498 @@
+//! End-to-end tests of `slipway validate` and `slipway render` against the local cluster: what
+//! they say offline is what the API server and the controller then do.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::ListParams;
+use slipway::api::Plan;
+use support::controller::ControllerProcess;
+
+fn slipway(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(args)
+        .output()
+        .expect("run slipway");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lint/corpus");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("corpus")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// `api`, `controller` or `valid`, from validate's JSON: who would reject the Plan first.
+fn validate_verdict(file: &Path) -> String {
+    let (_, out, err) = slipway(&["validate", "-o", "json", &file.display().to_string()]);
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let sources: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .filter_map(|f| f["source"].as_str())
+        .collect();
+    if sources.contains(&"schema") {
+        "api".into()
+    } else if sources.contains(&"controller") {
+        "controller".into()
+    } else {
+        "valid".into()
+    }
+}
+
+#[tokio::test]
+async fn validate_agrees_with_the_api_server_and_the_controller() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    let ns = support::TestNamespace::create(&cluster, "cli-validate").await;
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let mut applied = Vec::new();
+    let mut verdicts: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    for file in corpus() {
+        let text = std::fs::read_to_string(&file).expect("read corpus file");
+        let expected = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .expect("first line: # expect: api|controller|valid")
+            .to_string();
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("name")
+            .to_string();
+        let offline = validate_verdict(&file);
+        // kubectl asks for strict field validation, as users apply Plans.
+        let cluster_verdict = match cluster
+            .kubectl_stdin(&["apply", "-n", ns.name(), "-f", "-"], Some(&text))
+            .await
+        {
+            Err(_) => "api".to_string(),
+            Ok(_) => {
+                applied.push(name.clone());
+                String::new()
+            }
+        };
+        verdicts.insert(name, (expected, offline, cluster_verdict));
+    }
+    for name in applied {
+        let validated = support::wait_for(
+            &format!("plan {name} to get a Validated condition"),
+            Duration::from_secs(60),
+            || async {
+                let plan = plans.get(&name).await?;
+                plan.status
+                    .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Validated"))
+                    .map(|c| c.status)
+                    .ok_or_else(|| anyhow::anyhow!("no Validated condition yet"))
+            },
+        )
+        .await;
+        let verdict = if validated == "True" {
+            "valid"
+        } else {
+            "controller"
+        };
+        if let Some(v) = verdicts.get_mut(&name) {
+            v.2 = verdict.into();
+        }
+    }
+    let disagreements: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, (e, o, c))| e != o || o != c)
+        .map(|(n, (e, o, c))| format!("{n}: expected {e}, validate {o}, cluster {c}"))
+        .collect();
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+    // Every CEL rule and every controller rule has a case.
+    let kinds: Vec<&str> = verdicts.values().map(|v| v.0.as_str()).collect();
+    assert!(kinds.iter().filter(|k| **k == "api").count() >= 19);
+    assert!(kinds.iter().filter(|k| **k == "controller").count() >= 3);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn render_equals_what_the_controller_creates() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-render", 3).await else {
+        return;
+    };
+    let client = ns.client();
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-render"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan_file = dir.join("plan.yaml");
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: up\n  namespace: {}\nspec:\n  concurrency: 3\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  version: v1.2.3+k3s1\n  cordon: true\n  upgrade:\n    image: busybox\n    command: [sh, -c, 'true']\n",
+        ns.name()
+    );
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let nodes_file = dir.join("nodes.yaml");
+    let dump = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            &format!("slipway.test/pool={pool}"),
+            "-o",
+            "yaml",
+        ])
+        .await
+        .expect("dump nodes");
+    std::fs::write(&nodes_file, dump).expect("write nodes");
+    let name = format!("slipway-{}", ns.name());
+    let plan_arg = plan_file.display().to_string();
+    let (code, offline, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        &name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, summary, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        &name,
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for n in &nodes {
+        assert!(summary.contains(n.as_str()), "{summary}");
+    }
+
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+    // Live: the nodes and the Plan's uid come from the cluster.
+    let (code, live, err) = slipway(&[
+        "render",
+        &plan_arg,
+        "--kubeconfig",
+        &cluster.kubeconfig_path().display().to_string(),
+        "--name",
+        &name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rendered = |text: &str| -> BTreeMap<String, (String, String)> {
+        serde_saphyr::from_multiple::<Job>(text)
+            .expect("rendered Jobs")
+            .into_iter()
+            .map(|j| {
+                let node = j
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("upgrade.cattle.io/node"))
+                    .cloned()
+                    .unwrap_or_default();
+                let hash = slipway::job::pod_template_hash(&j)
+                    .unwrap_or_default()
+                    .to_string();
+                (j.metadata.name.unwrap_or_default(), (node, hash))
+            })
+            .collect()
+    };
+    let offline = rendered(&offline);
+    let live_jobs = rendered(&live);
+    assert_eq!(offline.len(), 3);
+    assert_eq!(offline, live_jobs);
+
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let jobs = ns.api::<Job>();
+    let created = support::wait_for(
+        "the controller's 3 Jobs",
+        Duration::from_secs(60),
+        || async {
+            let list = jobs.list(&ListParams::default()).await?;
+            if list.items.len() < 3 {
+                anyhow::bail!("{} Jobs", list.items.len());
+            }
+            Ok(list.items)
+        },
+    )
+    .await;
+    let created: BTreeMap<String, (String, String)> = created
+        .into_iter()
+        .map(|j| {
+            let node = j
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("upgrade.cattle.io/node"))
+                .cloned()
+                .unwrap_or_default();
+            let hash = slipway::job::pod_template_hash(&j)
+                .unwrap_or_default()
+                .to_string();
+            (j.metadata.name.unwrap_or_default(), (node, hash))
+        })
+        .collect();
+    assert_eq!(created, live_jobs);
+    let _ = client;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A kubeconfig for the cluster of `admin` that authenticates with `token`.
+fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": "reader", "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "reader"}}],
+        "current-context": "test",
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
+        .expect("write the token kubeconfig");
+}
+
+/// render and resolve work with a kubeconfig that may only get, list and watch, and resolve gives
+/// the latestHash the controller then writes.
+// Multi-threaded: the channel server must answer while the test blocks on the slipway process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_commands_work_under_a_read_only_service_account() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-readonly", 2).await else {
+        return;
+    };
+    let role = format!("slipway-reader-{}", ns.name());
+    let rbac = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: reader\n  namespace: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\nrules:\n- apiGroups: ['']\n  resources: [nodes, namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [upgrade.cattle.io]\n  resources: [plans]\n  verbs: [get, list, watch]\n- apiGroups: [batch]\n  resources: [jobs]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {role}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {role}\nsubjects:\n- kind: ServiceAccount\n  name: reader\n  namespace: {ns}\n",
+        ns = ns.name()
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&rbac))
+        .await
+        .expect("apply rbac");
+    let token = cluster
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "create",
+            "token",
+            "reader",
+            "--duration=1h",
+        ])
+        .await
+        .expect("create token");
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
+    let kc = kubeconfig.display().to_string();
+    // The token really cannot write.
+    let can = cluster
+        .kubectl(&[
+            "--kubeconfig",
+            &kc,
+            "auth",
+            "can-i",
+            "create",
+            "jobs",
+            "-n",
+            ns.name(),
+        ])
+        .await;
+    assert!(can.is_err(), "the reader may create Jobs: {can:?}");
+
+    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
+    let channel = support::channel_server(target).await;
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    let plan_file = dir.join("plan.yaml");
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let pf = plan_file.display().to_string();
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+
+    let (code, out, err) = slipway(&["resolve", &pf, "--kubeconfig", &kc]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("latestVersion: v1.31.2-k3s1"), "{out}");
+    let hash = out
+        .lines()
+        .find_map(|l| l.strip_prefix("latestHash:"))
+        .map(|h| h.trim().to_string())
+        .expect("latestHash line");
+    let (code, out, err) = slipway(&[
+        "render",
+        &pf,
+        "--kubeconfig",
+        &kc,
+        "--version",
+        "v1.31.2+k3s1",
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&hash), "{out}");
+    for n in &nodes {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(n.as_str()) && l.contains(" 1 ")),
+            "{out}"
+        );
+    }
+
+    // status --watch under the reader, from before the rollout until it is done.
+    let watch_log = dir.join("watch.txt");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args([
+            "status",
+            "follow",
+            "-n",
+            ns.name(),
+            "--kubeconfig",
+            &kc,
+            "--watch",
+        ])
+        .stdout(std::fs::File::create(&watch_log).expect("watch log"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start status --watch");
+    // The first frame is drawn before the controller starts, so it shows the rollout not begun.
+    support::wait_for(
+        "the first status frame",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&watch_log)?;
+            if text.contains("plan/follow") {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("no frame yet"))
+            }
+        },
+    )
+    .await;
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let written = support::wait_for(
+        "the controller's latestHash",
+        Duration::from_secs(60),
+        || async {
+            plans
+                .get("follow")
+                .await?
+                .status
+                .and_then(|s| s.latest_hash)
+                .ok_or_else(|| anyhow::anyhow!("no latestHash yet"))
+        },
+    )
+    .await;
+    assert_eq!(written, hash);
+    let frames = support::wait_for(
+        "status --watch to show the rollout done",
+        Duration::from_secs(90),
+        || async {
+            let text = std::fs::read_to_string(&watch_log)?;
+            if text.contains("done 2  applying 0  remaining 0") {
+                Ok(text)
+            } else {
+                Err(anyhow::anyhow!("{text}"))
+            }
+        },
+    )
+    .await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    // It redrew as the rollout moved: an earlier frame had nodes still to do.
+    let first = frames.lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("plan/follow") && !first.contains("done 2"),
+        "{frames}"
+    );
+    let (code, out, err) = slipway(&[
+        "status",
+        "follow",
+        "-n",
+        ns.name(),
+        "--kubeconfig",
+        &kc,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report[0]["done"], 2, "{out}");
+    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+
+    // A cluster object that is not there: one line, non-zero.
+    let missing = plan.replace(
+        "concurrency: 2",
+        "concurrency: 2\n  secrets:\n  - name: nope\n    path: /x",
+    );
+    std::fs::write(&plan_file, missing).expect("write plan");
+    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", &kc, "--version", "v1"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("nope"), "{err}");
+
+    let _ = cluster
+        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
+        .await;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same binary works as a kubectl plugin when installed as `kubectl-slipway`.
+#[test]
+fn works_as_a_kubectl_plugin() {
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-plugin"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_slipway"), dir.join("kubectl-slipway"))
+        .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("kubectl")
+        .args([
+            "slipway",
+            "validate",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
+        ])
+        .env("PATH", path)
+        .output()
+        .expect("run kubectl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("0 errors"), "{stdout}");
+    let _ = std::fs::remove_dir_all(dir);
+}
