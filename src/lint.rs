@@ -237,126 +237,128 @@ impl SchemaChecker {
         if value.is_null() {
             return;
         }
-        let int_or_string = schema
-            .get("x-kubernetes-int-or-string")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let type_ok = match (schema.get("type").and_then(Value::as_str), value) {
-            _ if int_or_string => value.is_i64() || value.is_u64() || value.is_string(),
-            (None, _) => true,
-            (Some("object"), Value::Object(_)) => true,
-            (Some("array"), Value::Array(_)) => true,
-            (Some("string"), Value::String(_)) => true,
-            (Some("boolean"), Value::Bool(_)) => true,
-            (Some("integer"), Value::Number(n)) => n.is_i64() || n.is_u64(),
-            (Some("number"), Value::Number(_)) => true,
-            _ => false,
-        };
-        if !type_ok {
-            let want = if int_or_string {
-                "integer or string"
-            } else {
-                schema.get("type").and_then(Value::as_str).unwrap_or("?")
-            };
-            out.push(problem(
-                path,
-                &format!(
-                    "Invalid value: must be of type {want}, not {}",
-                    type_name(value)
-                ),
-            ));
+        if let Some(message) = type_mismatch(schema, value) {
+            out.push(problem(path, &message));
             return;
         }
         match value {
-            Value::Object(map) => {
-                let props = schema.get("properties").and_then(Value::as_object);
-                let preserve = schema
-                    .get("x-kubernetes-preserve-unknown-fields")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                for r in required(schema) {
-                    if map.get(r).is_none_or(Value::is_null) {
-                        path.push(r.to_string());
-                        out.push(problem(path, "Required value"));
-                        path.pop();
-                    }
-                }
-                for (k, v) in map {
-                    path.push(k.clone());
-                    match (
-                        props.and_then(|p| p.get(k)),
-                        schema.get("additionalProperties"),
-                    ) {
-                        (Some(s), _) => self.walk(s, v, path, out),
-                        (None, Some(extra)) if extra.is_object() => self.walk(extra, v, path, out),
-                        (None, _) if preserve => {}
-                        // kubectl asks for strict field validation by default: unknown fields fail.
-                        (None, _) => out.push(problem(path, "unknown field")),
-                    }
-                    path.pop();
-                }
-            }
-            Value::Array(items) => {
-                if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                    && (items.len() as u64) < min
-                {
-                    out.push(problem(
-                        path,
-                        &format!("Invalid value: must have at least {min} items"),
-                    ));
-                }
-                if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                    && (items.len() as u64) > max
-                {
-                    out.push(problem(
-                        path,
-                        &format!("Too many: {}: must have at most {max} items", items.len()),
-                    ));
-                }
-                if let Some(item_schema) = schema.get("items") {
-                    for (i, v) in items.iter().enumerate() {
-                        path.push(i.to_string());
-                        self.walk(item_schema, v, path, out);
-                        path.pop();
-                    }
-                }
-            }
-            Value::String(s) => {
-                if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                    && (s.chars().count() as u64) > max
-                {
-                    out.push(problem(
-                        path,
-                        &format!("Too long: may not be more than {max} bytes"),
-                    ));
-                }
-                if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                    match self
-                        .patterns
-                        .get(pattern)
-                        .cloned()
-                        .unwrap_or_else(|| regex::Regex::new(pattern).map_err(|e| e.to_string()))
-                    {
-                        Ok(re) if !re.is_match(s) => out.push(problem(
-                            path,
-                            &format!("Invalid value: {s:?}: should match '{pattern}'"),
-                        )),
-                        Ok(_) => {}
-                        Err(e) => out.push(SchemaProblem {
-                            severity: Severity::Warning,
-                            path: path.clone(),
-                            message: format!("pattern {pattern:?} cannot be checked locally: {e}"),
-                        }),
-                    }
-                }
-                if let Some(options) = schema.get("enum").and_then(Value::as_array)
-                    && !options.contains(value)
-                {
-                    out.push(problem(path, &format!("Unsupported value: {s:?}")));
-                }
-            }
+            Value::Object(map) => self.walk_object(schema, map, path, out),
+            Value::Array(items) => self.walk_array(schema, items, path, out),
+            Value::String(s) => self.check_string(schema, s, path, out),
             _ => {}
         }
+        self.check_rules(schema, value, path, out);
+    }
+
+    fn walk_object(
+        &self,
+        schema: &Value,
+        map: &serde_json::Map<String, Value>,
+        path: &mut Vec<String>,
+        out: &mut Vec<SchemaProblem>,
+    ) {
+        let props = schema.get("properties").and_then(Value::as_object);
+        let preserve = schema
+            .get("x-kubernetes-preserve-unknown-fields")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        for r in required(schema) {
+            if map.get(r).is_none_or(Value::is_null) {
+                path.push(r.to_string());
+                out.push(problem(path, "Required value"));
+                path.pop();
+            }
+        }
+        for (k, v) in map {
+            path.push(k.clone());
+            match (
+                props.and_then(|p| p.get(k)),
+                schema.get("additionalProperties"),
+            ) {
+                (Some(s), _) => self.walk(s, v, path, out),
+                (None, Some(extra)) if extra.is_object() => self.walk(extra, v, path, out),
+                (None, _) if preserve => {}
+                // kubectl asks for strict field validation by default: unknown fields fail.
+                (None, _) => out.push(problem(path, "unknown field")),
+            }
+            path.pop();
+        }
+    }
+
+    fn walk_array(
+        &self,
+        schema: &Value,
+        items: &[Value],
+        path: &mut Vec<String>,
+        out: &mut Vec<SchemaProblem>,
+    ) {
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < min
+        {
+            out.push(problem(
+                path,
+                &format!("Invalid value: must have at least {min} items"),
+            ));
+        }
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+            && (items.len() as u64) > max
+        {
+            out.push(problem(
+                path,
+                &format!("Too many: {}: must have at most {max} items", items.len()),
+            ));
+        }
+        if let Some(item_schema) = schema.get("items") {
+            for (i, v) in items.iter().enumerate() {
+                path.push(i.to_string());
+                self.walk(item_schema, v, path, out);
+                path.pop();
+            }
+        }
+    }
+
+    fn check_string(&self, schema: &Value, s: &str, path: &[String], out: &mut Vec<SchemaProblem>) {
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && (s.chars().count() as u64) > max
+        {
+            out.push(problem(
+                path,
+                &format!("Too long: may not be more than {max} bytes"),
+            ));
+        }
+        if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+            match self
+                .patterns
+                .get(pattern)
+                .cloned()
+                .unwrap_or_else(|| regex::Regex::new(pattern).map_err(|e| e.to_string()))
+            {
+                Ok(re) if !re.is_match(s) => out.push(problem(
+                    path,
+                    &format!("Invalid value: {s:?}: should match '{pattern}'"),
+                )),
+                Ok(_) => {}
+                Err(e) => out.push(SchemaProblem {
+                    severity: Severity::Warning,
+                    path: path.to_vec(),
+                    message: format!("pattern {pattern:?} cannot be checked locally: {e}"),
+                }),
+            }
+        }
+        if let Some(options) = schema.get("enum").and_then(Value::as_array)
+            && !options.iter().any(|o| o.as_str() == Some(s))
+        {
+            out.push(problem(path, &format!("Unsupported value: {s:?}")));
+        }
+    }
+
+    fn check_rules(
+        &self,
+        schema: &Value,
+        value: &Value,
+        path: &[String],
+        out: &mut Vec<SchemaProblem>,
+    ) {
         for rule in schema
             .get("x-kubernetes-validations")
             .and_then(Value::as_array)
@@ -374,7 +376,7 @@ impl SchemaChecker {
                 Ok(false) => out.push(problem(path, &format!("Invalid value: {message}"))),
                 Err(why) => out.push(SchemaProblem {
                     severity: Severity::Warning,
-                    path: path.clone(),
+                    path: path.to_vec(),
                     message: format!(
                         "not checked: the CEL rule {text:?} cannot be evaluated locally: {why}"
                     ),
@@ -445,6 +447,37 @@ fn required(schema: &Value) -> impl Iterator<Item = &str> {
         .filter_map(Value::as_str)
 }
 
+/// Why `value` does not have the schema's type, as the API server words it.
+fn type_mismatch(schema: &Value, value: &Value) -> Option<String> {
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let type_ok = match (schema.get("type").and_then(Value::as_str), value) {
+        _ if int_or_string => value.is_i64() || value.is_u64() || value.is_string(),
+        (None, _) => true,
+        (Some("object"), Value::Object(_)) => true,
+        (Some("array"), Value::Array(_)) => true,
+        (Some("string"), Value::String(_)) => true,
+        (Some("boolean"), Value::Bool(_)) => true,
+        (Some("integer"), Value::Number(n)) => n.is_i64() || n.is_u64(),
+        (Some("number"), Value::Number(_)) => true,
+        _ => false,
+    };
+    if type_ok {
+        return None;
+    }
+    let want = if int_or_string {
+        "integer or string"
+    } else {
+        schema.get("type").and_then(Value::as_str).unwrap_or("?")
+    };
+    Some(format!(
+        "Invalid value: must be of type {want}, not {}",
+        type_name(value)
+    ))
+}
+
 fn problem(path: &[String], message: &str) -> SchemaProblem {
     SchemaProblem {
         severity: Severity::Error,
@@ -482,8 +515,21 @@ pub struct FileFinding {
 /// Checks every Plan of the inputs; other kinds are skipped, Secrets are used for the controller's
 /// checks. `now` is when "a window that never opens" is judged.
 pub fn lint(checker: &SchemaChecker, inputs: &[Input<'_>], now: Timestamp) -> Vec<FileFinding> {
+    let secrets = secrets_of(inputs);
     let mut out = Vec::new();
-    let mut secrets: BTreeMap<(String, String), Secret> = BTreeMap::new();
+    let mut plans: Vec<(&Input<'_>, Plan)> = Vec::new();
+    for input in inputs {
+        let (found, plan) = lint_plan(checker, input, &secrets, now);
+        out.extend(found.into_iter().map(|f| in_file(input.file, f)));
+        plans.extend(plan.map(|p| (input, p)));
+    }
+    cross_plan_checks(&plans, &mut out);
+    out
+}
+
+/// The Secrets among the inputs, by namespace and name.
+fn secrets_of(inputs: &[Input<'_>]) -> BTreeMap<(String, String), Secret> {
+    let mut secrets = BTreeMap::new();
     for input in inputs {
         if input.doc.kind() == "Secret"
             && let Ok(secret) = serde_json::from_value::<Secret>(input.doc.value.clone())
@@ -493,94 +539,95 @@ pub fn lint(checker: &SchemaChecker, inputs: &[Input<'_>], now: Timestamp) -> Ve
             secrets.insert((ns, name), secret);
         }
     }
-    let mut plans: Vec<(&Input<'_>, Plan)> = Vec::new();
-    for input in inputs {
-        let doc = input.doc;
-        if doc.kind() != "Plan" {
-            continue;
-        }
-        let api_version = doc
-            .value
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let group = api_version.split('/').next().unwrap_or("");
-        if group != "upgrade.cattle.io" {
-            // A Plan of some other API group is not ours to check.
-            continue;
-        }
-        let object = if doc.name().is_empty() {
-            "plan".to_string()
-        } else {
-            format!("plan/{}", doc.name())
-        };
-        let mut found: Vec<Finding> = Vec::new();
-        let mk = |source: Source, severity, path: &[&str], message: String| Finding {
-            source,
-            severity,
-            line: doc.line_of(path),
-            object: object.clone(),
-            field: path.join("."),
-            message,
-        };
-        if api_version != API_VERSION {
-            found.push(mk(
-                Source::Schema,
-                Severity::Error,
-                &["apiVersion"],
-                format!("{api_version:?} is not served; Plans are {API_VERSION}"),
-            ));
-            out.extend(found.into_iter().map(|f| in_file(input.file, f)));
-            continue;
-        }
-        if doc.name().is_empty() && doc.value.pointer("/metadata/generateName").is_none() {
-            found.push(mk(
-                Source::Schema,
-                Severity::Error,
-                &["metadata", "name"],
-                "Required value".into(),
-            ));
-        }
-        for p in checker.check(&doc.value) {
-            let path: Vec<&str> = p.path.iter().map(String::as_str).collect();
-            let source = match p.severity {
-                Severity::Error => Source::Schema,
-                Severity::Warning => Source::Advice,
-            };
-            found.push(mk(source, p.severity, &path, p.message));
-        }
-        if found.iter().any(|f| f.severity == Severity::Error) {
-            out.extend(found.into_iter().map(|f| in_file(input.file, f)));
-            continue;
-        }
-        let plan: Plan = match serde_json::from_value(doc.value.clone()) {
-            Ok(p) => p,
-            Err(e) => {
-                found.push(mk(
-                    Source::Schema,
-                    Severity::Error,
-                    &["spec"],
-                    format!("cannot be read: {e}"),
-                ));
-                out.extend(found.into_iter().map(|f| in_file(input.file, f)));
-                continue;
-            }
-        };
-        controller_checks(&plan, &secrets, now, &mut |s, p, m| {
-            let source = match s {
-                Severity::Error => Source::Controller,
-                Severity::Warning => Source::Advice,
-            };
-            found.push(mk(source, s, p, m))
-        });
-        // The schema and the controller may both report the same rule; say it once.
-        let mut seen = std::collections::BTreeSet::new();
-        found.retain(|f| seen.insert((f.field.clone(), f.message.replace("Invalid value: ", ""))));
-        out.extend(found.into_iter().map(|f| in_file(input.file, f)));
-        plans.push((input, plan));
+    secrets
+}
+
+/// The findings of one document, and the Plan it holds when it is a Plan the controller would
+/// read (for the checks across Plans). Documents that are not SUC Plans have no findings.
+fn lint_plan(
+    checker: &SchemaChecker,
+    input: &Input<'_>,
+    secrets: &BTreeMap<(String, String), Secret>,
+    now: Timestamp,
+) -> (Vec<Finding>, Option<Plan>) {
+    let doc = input.doc;
+    let api_version = doc
+        .value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // A Plan of some other API group is not ours to check.
+    if doc.kind() != "Plan" || api_version.split('/').next() != Some("upgrade.cattle.io") {
+        return (Vec::new(), None);
     }
-    cross_plan_checks(&plans, &mut out);
-    out
+    let object = if doc.name().is_empty() {
+        "plan".to_string()
+    } else {
+        format!("plan/{}", doc.name())
+    };
+    let mut found: Vec<Finding> = Vec::new();
+    let mk = |source: Source, severity, path: &[&str], message: String| Finding {
+        source,
+        severity,
+        line: doc.line_of(path),
+        object: object.clone(),
+        field: path.join("."),
+        message,
+    };
+    if api_version != API_VERSION {
+        let message = format!("{api_version:?} is not served; Plans are {API_VERSION}");
+        found.push(mk(
+            Source::Schema,
+            Severity::Error,
+            &["apiVersion"],
+            message,
+        ));
+        return (found, None);
+    }
+    if doc.name().is_empty() && doc.value.pointer("/metadata/generateName").is_none() {
+        let message = "Required value".into();
+        found.push(mk(
+            Source::Schema,
+            Severity::Error,
+            &["metadata", "name"],
+            message,
+        ));
+    }
+    for p in checker.check(&doc.value) {
+        let path: Vec<&str> = p.path.iter().map(String::as_str).collect();
+        found.push(mk(
+            source_of(p.severity, Source::Schema),
+            p.severity,
+            &path,
+            p.message,
+        ));
+    }
+    if found.iter().any(|f| f.severity == Severity::Error) {
+        return (found, None);
+    }
+    let plan: Plan = match serde_json::from_value(doc.value.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            let message = format!("cannot be read: {e}");
+            found.push(mk(Source::Schema, Severity::Error, &["spec"], message));
+            return (found, None);
+        }
+    };
+    controller_checks(&plan, secrets, now, &mut |s, p, m| {
+        found.push(mk(source_of(s, Source::Controller), s, p, m))
+    });
+    // The schema and the controller may both report the same rule; say it once.
+    let mut seen = std::collections::BTreeSet::new();
+    found.retain(|f| seen.insert((f.field.clone(), f.message.replace("Invalid value: ", ""))));
+    (found, Some(plan))
+}
+
+/// Errors come from `source`; warnings are advice whoever gives them.
+fn source_of(severity: Severity, source: Source) -> Source {
+    match severity {
+        Severity::Error => source,
+        Severity::Warning => Source::Advice,
+    }
 }
 
 fn in_file(file: &str, finding: Finding) -> FileFinding {
@@ -597,34 +644,7 @@ fn controller_checks(
     push: &mut impl FnMut(Severity, &[&str], String),
 ) {
     let spec = &plan.spec;
-    let namespace = plan.metadata.namespace.clone().unwrap_or_default();
-    // A missing Secret is reported here with a clearer message; the controller's other checks run
-    // with a stand-in so that they are not hidden behind it.
-    let mut by_name = BTreeMap::new();
-    for s in spec.secrets.iter().flatten() {
-        let key = (namespace.clone(), s.name.clone());
-        match secrets
-            .get(&key)
-            .or_else(|| secrets.get(&(String::new(), s.name.clone())))
-        {
-            Some(secret) => {
-                by_name.insert(s.name.clone(), secret.clone());
-            }
-            None => {
-                if !s.ignore_updates.unwrap_or(false) {
-                    push(
-                        Severity::Error,
-                        &["spec", "secrets"],
-                        format!(
-                            "secret {:?} not found in the input: the controller does not validate a Plan whose Secret is missing, and the latestHash depends on its content",
-                            s.name
-                        ),
-                    );
-                }
-                by_name.insert(s.name.clone(), Secret::default());
-            }
-        }
-    }
+    let by_name = plan_secrets(plan, secrets, push);
     if let Err(e) = crate::rollout::validate(plan, &by_name) {
         let field = e
             .split_whitespace()
@@ -672,14 +692,64 @@ fn controller_checks(
             ),
         );
     }
+    image_checks(plan, version, push);
+    if let Some(w) = &spec.window
+        && let Ok(window) = TimeWindow::new(w)
+        && window.next_opening(now).is_none()
+        && !window.contains(now)
+    {
+        push(
+            Severity::Warning,
+            &["spec", "window"],
+            "the window never opens".into(),
+        );
+    }
+}
+
+/// The Plan's Secrets by name as the controller would read them. A missing Secret is reported
+/// here with a clearer message and stood in for by an empty one, so that the controller's other
+/// checks are not hidden behind it.
+fn plan_secrets(
+    plan: &Plan,
+    secrets: &BTreeMap<(String, String), Secret>,
+    push: &mut impl FnMut(Severity, &[&str], String),
+) -> BTreeMap<String, Secret> {
+    let namespace = plan.metadata.namespace.clone().unwrap_or_default();
+    let mut by_name = BTreeMap::new();
+    for s in plan.spec.secrets.iter().flatten() {
+        let key = (namespace.clone(), s.name.clone());
+        let found = secrets
+            .get(&key)
+            .or_else(|| secrets.get(&(String::new(), s.name.clone())));
+        if found.is_none() && !s.ignore_updates.unwrap_or(false) {
+            push(
+                Severity::Error,
+                &["spec", "secrets"],
+                format!(
+                    "secret {:?} not found in the input: the controller does not validate a Plan whose Secret is missing, and the latestHash depends on its content",
+                    s.name
+                ),
+            );
+        }
+        by_name.insert(s.name.clone(), found.cloned().unwrap_or_default());
+    }
+    by_name
+}
+
+/// Image references the kubelet cannot pull, and untagged images (the controller adds a tag).
+fn image_checks(
+    plan: &Plan,
+    version: Option<&str>,
+    push: &mut impl FnMut(Severity, &[&str], String),
+) {
+    let spec = &plan.spec;
     for (container, c) in [
         ("upgrade", Some(&spec.upgrade)),
         ("prepare", spec.prepare.as_ref()),
     ] {
-        let Some(c) = c else { continue };
-        if c.image.is_empty() {
+        let Some(c) = c.filter(|c| !c.image.is_empty()) else {
             continue;
-        }
+        };
         match crate::image::parse(&c.image) {
             None => push(
                 Severity::Warning,
@@ -704,17 +774,6 @@ fn controller_checks(
             }
             Some(_) => {}
         }
-    }
-    if let Some(w) = &spec.window
-        && let Ok(window) = TimeWindow::new(w)
-        && window.next_opening(now).is_none()
-        && !window.contains(now)
-    {
-        push(
-            Severity::Warning,
-            &["spec", "window"],
-            "the window never opens".into(),
-        );
     }
 }
 

@@ -242,67 +242,12 @@ async fn operate(
         shutdown: shutdown.clone(),
         guard: LeaseGuard::always(),
     };
-
     let result = match election {
         None => {
             metrics.set_leader(true);
             run_controller(client, settings, ops).await.map(|_| ())
         }
-        Some(config) => {
-            let identity = slipway::leader::identity(
-                |k| std::env::var(k).ok(),
-                slipway::leader::kernel_hostname(),
-            );
-            let mut elector = LeaderElector::new(
-                client.clone(),
-                &settings.namespace,
-                &settings.name,
-                identity,
-                config,
-            );
-            health.apply(Transition::WaitForLease);
-            if elector.acquire(&shutdown).await {
-                metrics.set_leader(true);
-                let ops = Operations {
-                    guard: elector.guard(),
-                    ..ops
-                };
-                let release = CancellationToken::new();
-                let mut hold = tokio::spawn(elector.hold(release.clone()));
-                tokio::select! {
-                    lost = &mut hold => {
-                        // Stop at once: a deposed leader must not write. The Deployment restarts
-                        // this replica, which then waits for the lease like any other.
-                        metrics.set_leader(false);
-                        match lost {
-                            Ok(Err(why)) => error!("lost the leader lease: {why}; exiting"),
-                            Ok(Ok(())) => error!("the leader lease task ended; exiting"),
-                            Err(e) => error!("the leader lease task failed: {e}; exiting"),
-                        }
-                        std::process::exit(1);
-                    }
-                    ran = run_controller(client, settings, ops) => {
-                        match ran {
-                            // Every reconcile finished (or none started): hand the lease over now.
-                            Ok(true) | Err(_) => release.cancel(),
-                            // Reconciles may still be writing: let the lease expire instead.
-                            Ok(false) => hold.abort(),
-                        }
-                        match hold.await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(why)) => warn!("lost the leader lease while stopping: {why}"),
-                            Err(e) if e.is_cancelled() => {}
-                            Err(e) => warn!("the leader lease task failed: {e}"),
-                        }
-                        metrics.set_leader(false);
-                        ran.map(|_| ())
-                    }
-                }
-            } else {
-                info!("stopped while waiting for the leader lease");
-                Ok(())
-            }
-        }
+        Some(config) => run_elected(client, settings, config, ops).await,
     };
     server_stop.cancel();
     if let Some(server) = server {
@@ -315,6 +260,72 @@ async fn operate(
     result?;
     info!("stopped");
     Ok(())
+}
+
+/// Runs the controller while this replica holds the leader lease, and only then.
+async fn run_elected(
+    client: kube::Client,
+    settings: slipway::controller::Settings,
+    config: ElectionConfig,
+    ops: Operations,
+) -> Result<(), slipway::controller::Error> {
+    let (metrics, health, shutdown) = (
+        ops.metrics.clone(),
+        ops.health.clone(),
+        ops.shutdown.clone(),
+    );
+    let identity = slipway::leader::identity(
+        |k| std::env::var(k).ok(),
+        slipway::leader::kernel_hostname(),
+    );
+    let mut elector = LeaderElector::new(
+        client.clone(),
+        &settings.namespace,
+        &settings.name,
+        identity,
+        config,
+    );
+    health.apply(Transition::WaitForLease);
+    if !elector.acquire(&shutdown).await {
+        info!("stopped while waiting for the leader lease");
+        return Ok(());
+    }
+    metrics.set_leader(true);
+    let ops = Operations {
+        guard: elector.guard(),
+        ..ops
+    };
+    let release = CancellationToken::new();
+    let mut hold = tokio::spawn(elector.hold(release.clone()));
+    tokio::select! {
+        lost = &mut hold => {
+            // Stop at once: a deposed leader must not write. The Deployment restarts
+            // this replica, which then waits for the lease like any other.
+            metrics.set_leader(false);
+            match lost {
+                Ok(Err(why)) => error!("lost the leader lease: {why}; exiting"),
+                Ok(Ok(())) => error!("the leader lease task ended; exiting"),
+                Err(e) => error!("the leader lease task failed: {e}; exiting"),
+            }
+            std::process::exit(1);
+        }
+        ran = run_controller(client, settings, ops) => {
+            match ran {
+                // Every reconcile finished (or none started): hand the lease over now.
+                Ok(true) | Err(_) => release.cancel(),
+                // Reconciles may still be writing: let the lease expire instead.
+                Ok(false) => hold.abort(),
+            }
+            match hold.await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => warn!("lost the leader lease while stopping: {why}"),
+                Err(e) if e.is_cancelled() => {}
+                Err(e) => warn!("the leader lease task failed: {e}"),
+            }
+            metrics.set_leader(false);
+            ran.map(|_| ())
+        }
+    }
 }
 
 /// Runs the controller until it stops after a shutdown signal; `Ok(false)` when in-flight

@@ -185,21 +185,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
     };
     let refs: Vec<&NodeInfo> = world.nodes.iter().collect();
     let first = rollout::decide(&rollout_input(&world, &refs, input));
-    let st = &first.status;
-    if !cond::is(st, VALIDATED, TRUE) {
-        return Err(RenderError::Invalid(message(st, VALIDATED)));
-    }
-    if !cond::is(st, LATEST_RESOLVED, TRUE) {
-        return Err(RenderError::Unresolved(message(st, LATEST_RESOLVED)));
-    }
-    if let Some(c) = cond::get(st, COMPLETE)
-        && matches!(
-            c.reason.as_deref(),
-            Some("SelectNodesFailed" | "ValidationFailed")
-        )
-    {
-        return Err(RenderError::Generate(c.message.clone().unwrap_or_default()));
-    }
+    renderable(&first.status)?;
     let status = first.status.clone();
     let mut batches: Vec<Batch> = Vec::new();
     let mut current = Batch::default();
@@ -247,6 +233,25 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         nodes,
         stopped,
     })
+}
+
+/// Whether the controller would roll the Plan out at all, and if not the condition that says why.
+fn renderable(st: &PlanStatus) -> Result<(), RenderError> {
+    if !cond::is(st, VALIDATED, TRUE) {
+        return Err(RenderError::Invalid(message(st, VALIDATED)));
+    }
+    if !cond::is(st, LATEST_RESOLVED, TRUE) {
+        return Err(RenderError::Unresolved(message(st, LATEST_RESOLVED)));
+    }
+    if let Some(c) = cond::get(st, COMPLETE)
+        && matches!(
+            c.reason.as_deref(),
+            Some("SelectNodesFailed" | "ValidationFailed")
+        )
+    {
+        return Err(RenderError::Generate(c.message.clone().unwrap_or_default()));
+    }
+    Ok(())
 }
 
 fn message(st: &PlanStatus, type_: &str) -> String {

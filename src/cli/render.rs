@@ -75,15 +75,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
     }
     let mut plan: Plan = serde_json::from_value(plan_doc.value.clone())
         .with_context(|| format!("{file}:{}: not a valid Plan", plan_doc.line))?;
-    let mut secrets: BTreeMap<String, Secret> = BTreeMap::new();
-    for d in docs.iter().filter(|d| d.kind() == "Secret") {
-        add_secret(&mut secrets, d, &file)?;
-    }
-    for p in &args.secrets {
-        for d in read_documents(p)?.iter().filter(|d| d.kind() == "Secret") {
-            add_secret(&mut secrets, d, &p.display().to_string())?;
-        }
-    }
+    let secrets = secrets_of(&docs, &file, &args.secrets)?;
     let nodes: Vec<NodeInfo> = match &args.nodes {
         Some(path) => read_nodes(path)?,
         None => {
@@ -102,19 +94,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
         );
         plan.metadata.uid = Some(STAND_IN_UID.into());
     }
-    let channel = match (&args.version, plan.spec.version.as_deref()) {
-        (Some(v), Some(_)) => {
-            plan.spec.version = Some(v.clone());
-            None
-        }
-        (Some(v), None) => Some(ChannelAnswer::Version(v.clone())),
-        (None, Some(v)) if !v.is_empty() => None,
-        (None, _) if plan.spec.channel.as_deref().is_some_and(|c| !c.is_empty()) => bail!(
-            "plan/{} follows a channel: give the version to render with --version (slipway resolve prints it)",
-            plan.metadata.name.as_deref().unwrap_or_default()
-        ),
-        (None, _) => None,
-    };
+    let channel = channel_answer(args, &mut plan)?;
     let env = slipway::config::EnvSettings::from_lookup(|k| std::env::var(k).ok());
     let input = RenderInput {
         plan,
@@ -137,6 +117,42 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
         eprintln!("note: {why}");
     }
     Ok(())
+}
+
+/// The Secrets in the Plan's file and in the files of `--secret`, by name.
+fn secrets_of(
+    docs: &[Document],
+    file: &str,
+    more: &[std::path::PathBuf],
+) -> anyhow::Result<BTreeMap<String, Secret>> {
+    let mut secrets: BTreeMap<String, Secret> = BTreeMap::new();
+    for d in docs.iter().filter(|d| d.kind() == "Secret") {
+        add_secret(&mut secrets, d, file)?;
+    }
+    for p in more {
+        for d in read_documents(p)?.iter().filter(|d| d.kind() == "Secret") {
+            add_secret(&mut secrets, d, &p.display().to_string())?;
+        }
+    }
+    Ok(secrets)
+}
+
+/// What to render with for the version: `--version` replaces a pinned version or stands in for
+/// the channel's answer; a Plan that follows a channel needs it.
+fn channel_answer(args: &RenderArgs, plan: &mut Plan) -> anyhow::Result<Option<ChannelAnswer>> {
+    Ok(match (&args.version, plan.spec.version.as_deref()) {
+        (Some(v), Some(_)) => {
+            plan.spec.version = Some(v.clone());
+            None
+        }
+        (Some(v), None) => Some(ChannelAnswer::Version(v.clone())),
+        (None, Some(v)) if !v.is_empty() => None,
+        (None, _) if plan.spec.channel.as_deref().is_some_and(|c| !c.is_empty()) => bail!(
+            "plan/{} follows a channel: give the version to render with --version (slipway resolve prints it)",
+            plan.metadata.name.as_deref().unwrap_or_default()
+        ),
+        (None, _) => None,
+    })
 }
 
 /// Every object of every batch as one multi-document YAML stream, reboot pods before Jobs.

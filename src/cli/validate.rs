@@ -44,40 +44,7 @@ struct Report<'a> {
 
 /// Runs the command and returns its exit code.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    let mut unreadable: Vec<String> = Vec::new();
-    for p in &args.paths {
-        if p.as_os_str() == "-" {
-            files.push(p.clone());
-        } else if p.is_dir() {
-            if let Err(e) = walk(p, &mut files) {
-                unreadable.push(format!("{}: cannot read: {e}", p.display()));
-            }
-        } else {
-            files.push(p.clone());
-        }
-    }
-    let mut docs: Vec<(String, Vec<Document>)> = Vec::new();
-    for f in &files {
-        let name = if f.as_os_str() == "-" {
-            "<stdin>".to_string()
-        } else {
-            f.display().to_string()
-        };
-        let text = if f.as_os_str() == "-" {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map(|_| s)
-        } else {
-            std::fs::read_to_string(f)
-        };
-        match text.map_err(|e| e.to_string()) {
-            Err(e) => unreadable.push(format!("{name}: cannot read: {e}")),
-            Ok(text) => match lint::parse_documents(&text) {
-                Ok(d) => docs.push((name, d)),
-                Err(e) => unreadable.push(format!("{name}:{e}")),
-            },
-        }
-    }
+    let (docs, unreadable) = read_all(&args.paths);
     let inputs: Vec<Input<'_>> = docs
         .iter()
         .flat_map(|(file, ds)| ds.iter().map(move |doc| Input { file, doc }))
@@ -132,6 +99,45 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
     } else {
         OK
     })
+}
+
+/// The documents of every file named (directories walked, `-` for stdin), and why the others
+/// cannot be read.
+fn read_all(paths: &[PathBuf]) -> (Vec<(String, Vec<Document>)>, Vec<String>) {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut unreadable: Vec<String> = Vec::new();
+    for p in paths {
+        if p.as_os_str() != "-" && p.is_dir() {
+            if let Err(e) = walk(p, &mut files) {
+                unreadable.push(format!("{}: cannot read: {e}", p.display()));
+            }
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut docs: Vec<(String, Vec<Document>)> = Vec::new();
+    for f in &files {
+        let stdin = f.as_os_str() == "-";
+        let name = if stdin {
+            "<stdin>".to_string()
+        } else {
+            f.display().to_string()
+        };
+        let text = if stdin {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map(|_| s)
+        } else {
+            std::fs::read_to_string(f)
+        };
+        match text.map_err(|e| e.to_string()) {
+            Err(e) => unreadable.push(format!("{name}: cannot read: {e}")),
+            Ok(text) => match lint::parse_documents(&text) {
+                Ok(d) => docs.push((name, d)),
+                Err(e) => unreadable.push(format!("{name}:{e}")),
+            },
+        }
+    }
+    (docs, unreadable)
 }
 
 /// `file:line: plan/name: spec.field: error: message`.
