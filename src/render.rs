@@ -78,25 +78,28 @@ struct World {
     now: Timestamp,
 }
 
-/// The one place that builds the controller's input from the simulated world.
-fn rollout_input<'a>(
-    w: &'a World,
-    nodes: &'a [&'a NodeInfo],
-    input: &'a RenderInput,
-) -> RolloutInput<'a> {
-    RolloutInput {
+/// `render` shows a Plan on its own: no node is held by another operation.
+static NO_HOLDS: BTreeMap<String, crate::budget::Holder> = BTreeMap::new();
+
+/// The controller's decision on the simulated world: the one place that builds its input.
+fn decide_on(w: &World, input: &RenderInput) -> Rollout {
+    let nodes: Vec<&NodeInfo> = w.nodes.iter().collect();
+    let jobs: Vec<&Job> = w.jobs.iter().collect();
+    let pods: Vec<&Pod> = w.pods.iter().collect();
+    rollout::decide(&RolloutInput {
         plan: &w.plan,
-        nodes,
-        jobs: &w.jobs,
-        reboot_pods: &w.pods,
+        nodes: &nodes,
+        jobs: &jobs,
+        reboot_pods: &pods,
         health: &w.health,
         secrets: &input.secrets,
         channel: input.channel.clone(),
         now: w.now,
         controller_name: &input.controller_name,
         job_config: &input.job_config,
+        held: &NO_HOLDS,
         templates: None,
-    }
+    })
 }
 
 impl World {
@@ -183,8 +186,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         health: BTreeMap::new(),
         now: input.now,
     };
-    let refs: Vec<&NodeInfo> = world.nodes.iter().collect();
-    let first = rollout::decide(&rollout_input(&world, &refs, input));
+    let first = decide_on(&world, input);
     renderable(&first.status)?;
     let status = first.status.clone();
     let mut batches: Vec<Batch> = Vec::new();
@@ -217,8 +219,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
                 .checked_add(delay + Duration::from_secs(1))
                 .unwrap_or(world.now);
         }
-        let refs: Vec<&NodeInfo> = world.nodes.iter().collect();
-        decision = rollout::decide(&rollout_input(&world, &refs, input));
+        decision = decide_on(&world, input);
     }
     if stopped.is_none() && decision.status_changed {
         stopped = Some(format!("stopped after {limit} decisions"));
@@ -374,8 +375,7 @@ mod tests {
             health: BTreeMap::new(),
             now: input.now,
         };
-        let refs: Vec<&NodeInfo> = w.nodes.iter().collect();
-        let first = rollout::decide(&rollout_input(&w, &refs, &input));
+        let first = decide_on(&w, &input);
         assert_eq!(first.create_jobs, r.batches[0].jobs);
         let rows: Vec<(&str, Option<usize>, &str)> = r
             .nodes

@@ -26,8 +26,8 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 pub struct Expectations {
-    jobs: Mutex<HashMap<String, (Instant, Job)>>,
-    pods: Mutex<HashMap<String, (Instant, Pod)>>,
+    jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
+    pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
     nodes: Mutex<HashMap<String, (Instant, NodePatch)>>,
     plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
@@ -38,20 +38,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The cached objects of one Plan (their `label` names it), plus the ones created for it that the
 /// cache does not have yet.
-fn overlay<K: Resource + Clone>(
-    cached: Vec<K>,
-    created: &Mutex<HashMap<String, (Instant, K)>>,
+fn overlay<K: Resource>(
+    cached: Vec<Arc<K>>,
+    created: &Mutex<HashMap<String, (Instant, Arc<K>)>>,
     label: &str,
     plan: &str,
-) -> Vec<K> {
+) -> Vec<Arc<K>> {
     let mut created = lock(created);
     let now = Instant::now();
-    created.retain(|name, (at, _)| {
-        now.duration_since(*at) < PATIENCE
-            && !cached
-                .iter()
-                .any(|c| c.meta().name.as_deref() == Some(name))
-    });
+    if !created.is_empty() {
+        let shown: std::collections::HashSet<&str> = cached
+            .iter()
+            .filter_map(|c| c.meta().name.as_deref())
+            .collect();
+        created.retain(|name, (at, _)| {
+            now.duration_since(*at) < PATIENCE && !shown.contains(name.as_str())
+        });
+    }
     let of_plan = |k: &K| {
         k.meta()
             .labels
@@ -74,13 +77,13 @@ fn overlay<K: Resource + Clone>(
 impl Expectations {
     pub fn created_job(&self, job: Job) {
         if let Some(name) = job.metadata.name.clone() {
-            lock(&self.jobs).insert(name, (Instant::now(), job));
+            lock(&self.jobs).insert(name, (Instant::now(), Arc::new(job)));
         }
     }
 
     pub fn created_pod(&self, pod: Pod) {
         if let Some(name) = pod.metadata.name.clone() {
-            lock(&self.pods).insert(name, (Instant::now(), pod));
+            lock(&self.pods).insert(name, (Instant::now(), Arc::new(pod)));
         }
     }
 
@@ -93,12 +96,12 @@ impl Expectations {
     }
 
     /// `cached`: the cache's Jobs of `plan`.
-    pub fn jobs(&self, cached: Vec<Job>, plan: &str) -> Vec<Job> {
+    pub fn jobs(&self, cached: Vec<Arc<Job>>, plan: &str) -> Vec<Arc<Job>> {
         overlay(cached, &self.jobs, labels::PLAN, plan)
     }
 
     /// `cached`: the cache's reboot pods of `plan`.
-    pub fn pods(&self, cached: Vec<Pod>, plan: &str) -> Vec<Pod> {
+    pub fn pods(&self, cached: Vec<Arc<Pod>>, plan: &str) -> Vec<Arc<Pod>> {
         overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
     }
 
@@ -189,7 +192,7 @@ mod tests {
             e.jobs(vec![], "other").is_empty(),
             "another Plan's Job is not this Plan's"
         );
-        assert_eq!(e.jobs(vec![job("a", "p")], "p").len(), 1);
+        assert_eq!(e.jobs(vec![Arc::new(job("a", "p"))], "p").len(), 1);
         // Seen once: forgotten, even if the cache loses it later (deleted by someone).
         assert!(e.jobs(vec![], "p").is_empty());
     }

@@ -356,6 +356,8 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .map(|n| overlaid.get(&n.name).unwrap_or(n))
         .collect();
     let (jobs, reboot_pods) = owned_by(ctx, &name);
+    let jobs: Vec<&Job> = jobs.iter().map(AsRef::as_ref).collect();
+    let reboot_pods: Vec<&Pod> = reboot_pods.iter().map(AsRef::as_ref).collect();
     let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
     let secrets: BTreeMap<String, Secret> = ctx
         .secrets
@@ -375,6 +377,7 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         now: jiff::Timestamp::now(),
         controller_name: &ctx.settings.name,
         job_config: &ctx.settings.job,
+        held: &BTreeMap::new(),
         templates: Some(&ctx.templates),
     };
     let decision = rollout::decide(&input);
@@ -392,23 +395,22 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
 }
 
 /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
-fn owned_by(ctx: &Context, plan: &str) -> (Vec<Job>, Vec<Pod>) {
+/// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
+fn owned_by(ctx: &Context, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
     let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
         labels.get(key).map(String::as_str) == Some(plan)
     };
     let jobs = ctx
         .jobs
         .state()
-        .iter()
+        .into_iter()
         .filter(|j| of_plan(j.labels(), labels::PLAN))
-        .map(|j| j.as_ref().clone())
         .collect();
     let pods = ctx
         .reboot_pods
         .state()
-        .iter()
+        .into_iter()
         .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
-        .map(|p| p.as_ref().clone())
         .collect();
     (ctx.expect.jobs(jobs, plan), ctx.expect.pods(pods, plan))
 }

@@ -111,9 +111,10 @@ pub struct PlanJobs<'a> {
 }
 
 impl<'a> PlanJobs<'a> {
-    pub fn new(jobs: &'a [Job]) -> PlanJobs<'a> {
+    pub fn new(jobs: &'a [&'a Job]) -> PlanJobs<'a> {
         let by_name: BTreeMap<&str, PlanJob<'_>> = jobs
             .iter()
+            .copied()
             .filter_map(PlanJob::read)
             .map(|j| (j.name, j))
             .collect();
