@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod budget;
 pub mod channel;
 pub mod conditions;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod image;
 pub mod job;
 pub mod leader;
 pub mod lint;
+pub mod maintenance;
 pub mod metrics;
 pub mod naming;
 pub mod node;

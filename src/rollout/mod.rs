@@ -29,6 +29,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use crate::api::{Plan, PlanStatus};
+use crate::budget::Holder;
 use crate::conditions::{self as cond, COMPLETE, FALSE};
 use crate::config::JobConfig;
 use crate::node::NodeInfo;
@@ -61,9 +62,9 @@ pub struct RolloutInput<'a> {
     /// gives exactly those); other nodes are ignored.
     pub nodes: &'a [&'a NodeInfo],
     /// The Jobs of this Plan made by this controller.
-    pub jobs: &'a [Job],
+    pub jobs: &'a [&'a Job],
     /// The reboot pods of this Plan made by this controller.
-    pub reboot_pods: &'a [Pod],
+    pub reboot_pods: &'a [&'a Pod],
     /// For Plans with a health gate: what the gate's pods look like on nodes that rebooted, by
     /// node name (see [`nodes_awaiting_health`]).
     pub health: &'a BTreeMap<String, HealthObservation>,
@@ -74,6 +75,9 @@ pub struct RolloutInput<'a> {
     pub now: Timestamp,
     pub controller_name: &'a str,
     pub job_config: &'a JobConfig,
+    /// Nodes that another slipway operation holds alone (a NodeMaintenance), by node name: the
+    /// Plan does not start them (nodes it already runs finish their step) and says it waits.
+    pub held: &'a BTreeMap<String, Holder>,
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
     /// without rendering them again; `None` renders every time. It changes no decision.
     pub templates: Option<&'a TemplateMemo>,

@@ -193,7 +193,12 @@ pub(super) fn roll(
     let mut steps = step_applying(&mut facts, old, &eligible);
     let window = closed_window(input, old);
     if window.is_none() {
-        fill_slots(&mut facts, &eligible, &mut steps);
+        let free: Vec<&NodeInfo> = eligible
+            .iter()
+            .copied()
+            .filter(|n| !input.held.contains_key(&n.name))
+            .collect();
+        fill_slots(&mut facts, &free, &mut steps);
     }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
         fail_complete(st, out, "ValidationFailed", message, &now, input);
@@ -444,6 +449,24 @@ fn report(
             &now,
             generation,
         );
+    } else if let Some(message) = st
+        .applying
+        .is_empty()
+        .then(|| held_message(facts.input, eligible))
+        .flatten()
+    {
+        if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
+            out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
+        }
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            WAITING_FOR_NODES,
+            &message,
+            &now,
+            generation,
+        );
     } else if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
@@ -471,6 +494,25 @@ fn report(
         cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
     }
     progress_event(facts, out);
+}
+
+/// The reason of `Complete=False` while the only nodes left are held by another operation.
+const WAITING_FOR_NODES: &str = "WaitingForNodes";
+
+/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
+fn held_message(input: &RolloutInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
+    let held: Vec<String> = eligible
+        .iter()
+        .filter_map(|n| {
+            let holder = input.held.get(&n.name)?;
+            Some(format!("node {} is held by {holder}", n.hostname()))
+        })
+        .collect();
+    let first = held.first()?;
+    Some(match held.len() {
+        1 => format!("waiting: {first}"),
+        n => format!("waiting: {first} (and {} more nodes)", n - 1),
+    })
 }
 
 fn is_rebooting_reason(reason: &str) -> bool {

@@ -85,6 +85,7 @@ struct World {
     channel: Option<ChannelAnswer>,
     now: Timestamp,
     config: JobConfig,
+    held: BTreeMap<String, crate::budget::Holder>,
 }
 
 impl World {
@@ -99,22 +100,26 @@ impl World {
             channel: None,
             now: now(),
             config: JobConfig::default(),
+            held: BTreeMap::new(),
         }
     }
 
     fn decide(&self) -> Rollout {
         let nodes: Vec<&NodeInfo> = self.nodes.iter().collect();
+        let jobs: Vec<&Job> = self.jobs.iter().collect();
+        let pods: Vec<&Pod> = self.pods.iter().collect();
         decide(&RolloutInput {
             plan: &self.plan,
             nodes: &nodes,
-            jobs: &self.jobs,
-            reboot_pods: &self.pods,
+            jobs: &jobs,
+            reboot_pods: &pods,
             health: &self.health,
             secrets: &self.secrets,
             channel: self.channel.clone(),
             now: self.now,
             controller_name: CONTROLLER,
             job_config: &self.config,
+            held: &self.held,
             templates: None,
         })
     }
@@ -968,3 +973,44 @@ fn finished_jobs_are_left_to_the_ttl_controller_unless_only_suc_annotates_a_ttl(
 
 #[cfg(test)]
 mod properties;
+
+#[test]
+fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {
+    let mut w = World::new(plan(1), nodes(2));
+    let maintenance = crate::budget::Holder::Maintenance {
+        name: "disk".into(),
+    };
+    w.held.insert("node-1".into(), maintenance.clone());
+    let r = w.step();
+    assert_eq!(w.status().applying, ["node-2"], "the free node goes first");
+    assert!(
+        r.create_jobs
+            .iter()
+            .all(|j| label(j, "upgrade.cattle.io/node") == Some("node-2"))
+    );
+    let job = w.job_names().pop().expect("a job for node-2");
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    let (status, reason, message) = complete(&r.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        (FALSE, "WaitingForNodes")
+    );
+    assert_eq!(
+        message,
+        "waiting: node node-1 is held by nodemaintenance disk"
+    );
+    assert!(reasons(&r).contains(&"WaitingForNodes"));
+    assert!(w.step().events.is_empty(), "said once");
+    // Held while its Job runs: the node finishes its step.
+    w.held.clear();
+    w.step();
+    assert_eq!(w.status().applying, ["node-1"]);
+    w.held.insert("node-1".into(), maintenance);
+    w.step();
+    assert_eq!(
+        w.status().applying,
+        ["node-1"],
+        "a started node is not dropped"
+    );
+}
