@@ -77,7 +77,7 @@ pub fn plan_crd_yaml() -> Result<String, crate::Error> {
     serde_saphyr::to_string(&plan_crd()).map_err(|e| crate::Error::Yaml(e.to_string()))
 }
 
-fn rule(rule: &str, message: &str) -> Value {
+pub(crate) fn rule(rule: &str, message: &str) -> Value {
     json!({ "rule": rule, "message": message })
 }
 
@@ -229,7 +229,7 @@ fn reboot_rules(root: &mut Value, reboot: &str) {
     });
 }
 
-fn extend(root: &mut Value, pointer: &str, f: impl FnOnce(&mut Value)) {
+pub(crate) fn extend(root: &mut Value, pointer: &str, f: impl FnOnce(&mut Value)) {
     match root.pointer_mut(pointer) {
         Some(schema) => f(schema),
         // The types and this list are edited together; a stale path must fail loudly in the CRD test.
@@ -237,7 +237,7 @@ fn extend(root: &mut Value, pointer: &str, f: impl FnOnce(&mut Value)) {
     }
 }
 
-fn push_rule(schema: &mut Value, rule: Value) {
+pub(crate) fn push_rule(schema: &mut Value, rule: Value) {
     let rules = &mut schema["x-kubernetes-validations"];
     if !rules.is_array() {
         *rules = json!([]);

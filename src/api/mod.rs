@@ -1,6 +1,7 @@
-//! The Plan API, `upgrade.cattle.io/v1`, and its CustomResourceDefinition.
+//! The Plan API, `upgrade.cattle.io/v1`, NMO's `NodeMaintenance`, and their CustomResourceDefinitions.
 
 pub mod crd;
+pub mod maintenance;
 pub mod plan;
 
 pub use plan::{
