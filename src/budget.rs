@@ -16,8 +16,16 @@ use std::fmt;
 /// Who holds a node.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Holder {
-    Plan { namespace: String, name: String },
-    Maintenance { name: String },
+    Plan {
+        namespace: String,
+        name: String,
+    },
+    Maintenance {
+        name: String,
+    },
+    /// A node tainted `medik8s.io/drain` by a maintenance slipway does not run (medik8s
+    /// node-maintenance-operator, or a slipway of another namespace).
+    MaintenanceTaint,
 }
 
 impl Holder {
@@ -31,6 +39,7 @@ impl fmt::Display for Holder {
         match self {
             Holder::Plan { namespace, name } => write!(f, "plan {namespace}/{name}"),
             Holder::Maintenance { name } => write!(f, "nodemaintenance {name}"),
+            Holder::MaintenanceTaint => write!(f, "a node maintenance (medik8s.io/drain taint)"),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod channel;
 pub mod conditions;
 pub mod config;
 pub mod controller;
+pub mod drain;
 pub mod duration;
 pub mod expansion;
 pub mod hash;

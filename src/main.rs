@@ -35,8 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the CustomResourceDefinition of plans.upgrade.cattle.io as YAML.
-    Crd,
+    /// Print a CustomResourceDefinition as YAML: plans.upgrade.cattle.io (the default) or
+    /// nodemaintenances.nodemaintenance.medik8s.io.
+    Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
     /// Either give the resolved version (and service account), or a Plan file (and the Secrets it
@@ -56,6 +57,18 @@ enum Command {
     Resolve(cli::resolve::ResolveArgs),
     /// Show each Plan's conditions and per-node progress from the cluster (read-only).
     Status(cli::status::StatusArgs),
+}
+
+#[derive(clap::Args)]
+struct CrdArgs {
+    #[arg(value_enum, default_value_t = CrdResource::Plans)]
+    resource: CrdResource,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum CrdResource {
+    Plans,
+    Nodemaintenances,
 }
 
 #[derive(clap::Args)]
@@ -111,6 +124,24 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "SLIPWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Also reconcile NodeMaintenances (nodemaintenance.medik8s.io, cluster-wide), in one budget
+    /// with the Plans. Do not enable it where medik8s node-maintenance-operator runs.
+    #[arg(long, env = "SLIPWAY_MAINTENANCE", default_value_t = false, action = clap::ArgAction::Set)]
+    maintenance: bool,
+    /// The namespace of the nodes' medik8s Leases (node-maintenance-operator's LEASE_NAMESPACE).
+    #[arg(
+        long,
+        env = "SLIPWAY_MAINTENANCE_LEASE_NAMESPACE",
+        default_value = "medik8s-leases"
+    )]
+    maintenance_lease_namespace: String,
+    /// The holder identity written in the nodes' medik8s Leases.
+    #[arg(
+        long,
+        env = "SLIPWAY_MAINTENANCE_LEASE_HOLDER",
+        default_value = "node-maintenance"
+    )]
+    maintenance_lease_holder: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -140,9 +171,12 @@ struct HashArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let done = match cli.command {
-        Command::Crd => slipway::api::crd::plan_crd_yaml()
-            .map(|crd| print!("{crd}"))
-            .map_err(anyhow::Error::from),
+        Command::Crd(args) => match args.resource {
+            CrdResource::Plans => slipway::api::crd::plan_crd_yaml(),
+            CrdResource::Nodemaintenances => slipway::api::maintenance::maintenance_crd_yaml(),
+        }
+        .map(|crd| print!("{crd}"))
+        .map_err(anyhow::Error::from),
         Command::Hash(args) => hash(args).map(|h| println!("{h}")),
         Command::Run(args) => run(args),
         Command::Validate(args) => match cli::validate::run(&args) {
@@ -199,6 +233,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         polling_interval: env.polling_interval,
         install_crd: args.install_crd,
         instance: args.node_name.or_else(|| std::env::var("HOSTNAME").ok()),
+        maintenance: args
+            .maintenance
+            .then(|| slipway::maintenance::LeaseSettings {
+                namespace: args.maintenance_lease_namespace,
+                holder: args.maintenance_lease_holder,
+                ..Default::default()
+            }),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {

@@ -20,6 +20,9 @@ pub struct NodeInfo {
     pub boot_id: String,
     /// The node's annotations whose keys the process keeps (see [`NodeInfo::from_node_keeping`]).
     pub annotations: BTreeMap<String, String>,
+    /// The node carries the `medik8s.io/drain` taint: it is in maintenance (slipway's or
+    /// node-maintenance-operator's), and no Plan starts it.
+    pub in_maintenance: bool,
 }
 
 impl NodeInfo {
@@ -57,6 +60,13 @@ impl NodeInfo {
                 .filter(|(k, _)| kept.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            in_maintenance: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|t| t.key == crate::maintenance::DRAIN_TAINT_KEY),
         }
     }
 

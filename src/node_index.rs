@@ -4,7 +4,7 @@
 //! It is pure data: the controller feeds it the Node watch and asks it which Plans a change
 //! concerns. A change concerns a Plan only if the node enters or leaves the Plan's selector, or a
 //! field a decision reads changes on a node the Plan matches (its hostname or OS label, the
-//! Plan's own label, `unschedulable`, Ready, the boot ID, a kept annotation). A kubelet heartbeat,
+//! Plan's own label, `unschedulable`, Ready, the boot ID, a kept annotation, the maintenance taint). A kubelet heartbeat,
 //! a new image list or a label no Plan reads concerns nobody.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -52,6 +52,7 @@ impl PlanEntry {
             &n.boot_id,
             &n.annotations,
             &n.uid,
+            n.in_maintenance,
         )
     }
 }

@@ -6,10 +6,11 @@
 
 mod apply;
 pub mod expect;
+mod maintenance;
 mod watch;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,7 +25,9 @@ use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::api::maintenance::NodeMaintenance;
 use crate::api::{Plan, labels};
+use crate::budget::{Holder, NodeClaims};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
 use crate::config::JobConfig;
 use crate::health::{Health, Transition};
@@ -50,7 +53,7 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("the namespace kube-system has no uid")]
     NoClusterId,
-    #[error("the CRD plans.upgrade.cattle.io did not become established: {0}")]
+    #[error("a CRD did not become established: {0}")]
     CrdNotEstablished(String),
     #[error("the {0} cache stopped")]
     CacheStopped(&'static str),
@@ -104,6 +107,8 @@ pub struct Settings {
     pub install_crd: bool,
     /// Who this process is, for events.
     pub instance: Option<String>,
+    /// Reconcile NodeMaintenances (cluster-wide), taking nodes' medik8s Leases as configured.
+    pub maintenance: Option<crate::maintenance::LeaseSettings>,
 }
 
 /// Shared by every reconcile.
@@ -123,6 +128,10 @@ pub struct Context {
     pub guard: LeaseGuard,
     pub expect: Expectations,
     pub templates: rollout::TemplateMemo,
+    /// Which operation holds which node: the one budget of every controller of the process.
+    pub claims: Mutex<NodeClaims>,
+    /// The NodeMaintenances, when this process reconciles them.
+    pub maintenances: Option<Store<NodeMaintenance>>,
 }
 
 /// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
@@ -140,9 +149,19 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         .uid
         .ok_or(Error::NoClusterId)?;
     if settings.install_crd {
-        install_crd(&client).await?;
+        install_crd(&client, crate::api::crd::plan_crd()).await?;
+        if settings.maintenance.is_some() {
+            install_crd(&client, crate::api::maintenance::maintenance_crd()).await?;
+        }
     }
     let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS);
+    let (maintenances, maintenance_changes) = match settings.maintenance {
+        Some(_) => {
+            let (store, changes) = watch::maintenances(&client);
+            (Some(store), Some(changes))
+        }
+        None => (None, None),
+    };
     spawn_sync_watch(
         [
             ("plan", ready(caches.plans.clone())),
@@ -176,9 +195,18 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         guard: ops.guard.clone(),
         expect: Expectations::default(),
         templates: rollout::TemplateMemo::default(),
+        claims: Mutex::new(NodeClaims::default()),
+        maintenances: maintenances.clone(),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
-    drive(ctx, streams, ops.shutdown).await;
+    match (maintenances, maintenance_changes) {
+        (Some(store), Some(changes)) => {
+            info!("reconciling NodeMaintenances");
+            let nm = maintenance::drive(ctx.clone(), store, changes, ops.shutdown.clone());
+            futures::join!(drive(ctx, streams, ops.shutdown), nm);
+        }
+        _ => drive(ctx, streams, ops.shutdown).await,
+    }
     info!("controller stopped");
     Ok(())
 }
@@ -227,10 +255,9 @@ async fn drive(ctx: Arc<Context>, streams: watch::Streams, shutdown: Cancellatio
         .await;
 }
 
-/// Creates or updates the Plan CRD and waits until the API server serves it.
-pub async fn install_crd(client: &Client) -> Result<(), Error> {
+/// Creates or updates a CRD and waits until the API server serves it.
+pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) -> Result<(), Error> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let crd = crate::api::crd::plan_crd();
     let name = crd.name_any();
     api.patch(
         &name,
@@ -366,21 +393,44 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .map(|s| (s.name_any(), s.as_ref().clone()))
         .collect();
     let (channel, mut requeue) = ask_channel(&plan, ctx).await;
-    let input = RolloutInput {
-        plan: &plan,
-        nodes: &nodes,
-        jobs: &jobs,
-        reboot_pods: &reboot_pods,
-        health: &health,
-        secrets: &secrets,
-        channel,
-        now: jiff::Timestamp::now(),
-        controller_name: &ctx.settings.name,
-        job_config: &ctx.settings.job,
-        held: &BTreeMap::new(),
-        templates: Some(&ctx.templates),
+    let decision = {
+        // Deciding and claiming the nodes it starts are one step in the process's one budget.
+        let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let held = held_against_plans(ctx, &claims);
+        let input = RolloutInput {
+            plan: &plan,
+            nodes: &nodes,
+            jobs: &jobs,
+            reboot_pods: &reboot_pods,
+            health: &health,
+            secrets: &secrets,
+            channel,
+            now: jiff::Timestamp::now(),
+            controller_name: &ctx.settings.name,
+            job_config: &ctx.settings.job,
+            held: &held,
+            templates: Some(&ctx.templates),
+        };
+        let decision = rollout::decide(&input);
+        let holder = Holder::Plan {
+            namespace: ctx.settings.namespace.clone(),
+            name: name.clone(),
+        };
+        let applying: std::collections::BTreeSet<&str> = decision
+            .status
+            .applying
+            .iter()
+            .map(String::as_str)
+            .collect();
+        claims.set_plan_nodes(
+            &holder,
+            nodes
+                .iter()
+                .filter(|n| applying.contains(n.hostname()))
+                .map(|n| n.name.as_str()),
+        );
+        decision
     };
-    let decision = rollout::decide(&input);
     if let Some(after) = decision.requeue_after {
         requeue = requeue.min(after);
     }
@@ -415,6 +465,26 @@ fn owned_by(ctx: &Context, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
     (ctx.expect.jobs(jobs, plan), ctx.expect.pods(pods, plan))
 }
 
+/// Nodes no Plan may start: held by a maintenance in the budget, or with a NodeMaintenance that
+/// has not reconciled yet (after a restart, before it claims its node again).
+fn held_against_plans(ctx: &Context, claims: &NodeClaims) -> BTreeMap<String, Holder> {
+    let mut held = claims.held_against_plans();
+    for nm in ctx.maintenances.iter().flat_map(Store::state) {
+        let failed = nm
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p == crate::api::maintenance::MaintenancePhase::Failed);
+        if !failed {
+            held.entry(nm.spec.node_name.clone())
+                .or_insert_with(|| Holder::Maintenance {
+                    name: nm.name_any(),
+                });
+        }
+    }
+    held
+}
+
 /// Gauges, index entries and remembered writes of deleted Plans go with the next reconcile.
 fn forget_gone_plans(ctx: &Context) {
     let exists = |ns: &str, name: &str| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some();
@@ -425,6 +495,19 @@ fn forget_gone_plans(ctx: &Context) {
         .retain_plans(|k| exists(&k.namespace, &k.name));
     ctx.expect
         .retain_plans(|k: &PlanKey| exists(&k.namespace, &k.name));
+    let maintained = |name: &str| {
+        ctx.maintenances
+            .as_ref()
+            .is_some_and(|m| m.get(&ObjectRef::new(name)).is_some())
+    };
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain_holders(|h| match h {
+            Holder::Plan { namespace, name } => exists(namespace, name),
+            Holder::Maintenance { name } => maintained(name),
+            Holder::MaintenanceTaint => false,
+        });
 }
 
 /// The channel's answer for a Plan that follows one, and when to ask again.

@@ -239,3 +239,22 @@ pub(super) fn prune_pod(pod: &mut Pod) {
     pod.spec = None;
     pod.status = None;
 }
+
+/// The NodeMaintenances of the cluster: a cache and the changes that trigger their reconciles.
+pub(super) fn maintenances(
+    client: &Client,
+) -> (
+    Store<crate::api::maintenance::NodeMaintenance>,
+    Changes<crate::api::maintenance::NodeMaintenance>,
+) {
+    let (store, writer) = reflector::store();
+    let changes = watcher(
+        Api::<crate::api::maintenance::NodeMaintenance>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects()
+    .boxed();
+    (store, changes)
+}

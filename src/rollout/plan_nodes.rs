@@ -196,7 +196,7 @@ pub(super) fn roll(
         let free: Vec<&NodeInfo> = eligible
             .iter()
             .copied()
-            .filter(|n| !input.held.contains_key(&n.name))
+            .filter(|n| holder_of(input, n).is_none())
             .collect();
         fill_slots(&mut facts, &free, &mut steps);
     }
@@ -458,6 +458,8 @@ fn report(
         if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
             out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
         }
+        // A taint going away triggers a reconcile; a hold without one is looked at again.
+        out.requeue(HELD_RECHECK);
         cond::set(
             st,
             COMPLETE,
@@ -498,13 +500,24 @@ fn report(
 
 /// The reason of `Complete=False` while the only nodes left are held by another operation.
 const WAITING_FOR_NODES: &str = "WaitingForNodes";
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The operation other than a Plan that holds `node`, if any.
+fn holder_of(input: &RolloutInput<'_>, node: &NodeInfo) -> Option<crate::budget::Holder> {
+    match input.held.get(&node.name) {
+        Some(h) => Some(h.clone()),
+        None => node
+            .in_maintenance
+            .then_some(crate::budget::Holder::MaintenanceTaint),
+    }
+}
 
 /// What the Plan waits for when nodes it still has to upgrade are held by another operation.
 fn held_message(input: &RolloutInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
     let held: Vec<String> = eligible
         .iter()
         .filter_map(|n| {
-            let holder = input.held.get(&n.name)?;
+            let holder = holder_of(input, n)?;
             Some(format!("node {} is held by {holder}", n.hostname()))
         })
         .collect();

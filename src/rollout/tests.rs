@@ -1014,3 +1014,18 @@ fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {
         "a started node is not dropped"
     );
 }
+
+#[test]
+fn a_node_tainted_for_maintenance_by_anyone_is_not_started() {
+    let mut nodes = nodes(1);
+    nodes[0].in_maintenance = true;
+    let mut w = World::new(plan(1), nodes);
+    let r = w.step();
+    assert!(r.create_jobs.is_empty());
+    assert_eq!(
+        complete(&r.status).2,
+        "waiting: node node-1 is held by a node maintenance (medik8s.io/drain taint)"
+    );
+    w.nodes[0].in_maintenance = false;
+    assert_eq!(w.step().create_jobs.len(), 1);
+}
