@@ -11,10 +11,12 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --locked --all-targets -- -D warnings
 
-# Write the CRD to crds/ and its copy in the kustomize base deploy/ (tests check both).
+# Write the CRDs to crds/ and their copies in deploy/ (tests check both).
 crd:
     cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
     cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
+    cargo run --locked --quiet -- crd nodemaintenances > crds/nodemaintenances.nodemaintenance.medik8s.io.yaml
+    cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
 
 # Build the container image slipway:<version> from the Containerfile, with podman or docker.
 image TAG="":

@@ -245,3 +245,33 @@ fn every_subcommand_has_help() {
         assert!(out.contains("Usage"), "{sub:?}: {out}");
     }
 }
+
+#[test]
+fn committed_maintenance_crd_is_what_slipway_crd_prints() {
+    let path = "crds/nodemaintenances.nodemaintenance.medik8s.io.yaml";
+    let committed = std::fs::read_to_string(repo().join(path)).expect("read committed CRD");
+    let (ok, printed, stderr) = slipway(&["crd", "nodemaintenances"]);
+    assert!(ok, "slipway crd nodemaintenances failed: {stderr}");
+    assert!(
+        committed == printed,
+        "{path} is stale: run `just crd` and commit the result"
+    );
+}
+
+#[test]
+fn the_maintenance_examples_are_node_maintenances_that_round_trip() {
+    let dir = repo().join("examples/maintenance");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/maintenance") {
+        let path = entry.expect("entry").path();
+        for doc in documents(&path) {
+            let nm: slipway::api::maintenance::NodeMaintenance =
+                serde_json::from_value(doc.clone())
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!nm.spec.node_name.is_empty());
+            assert_eq!(serde_json::to_value(&nm).expect("serialize"), doc);
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no example in {}", dir.display());
+}

@@ -246,3 +246,45 @@ fn kustomize_builds_it_and_an_overlay_can_move_it_to_another_namespace() {
         "the Namespace is renamed"
     );
 }
+
+#[test]
+fn the_maintenance_component_carries_the_committed_crd() {
+    let name = "nodemaintenances.nodemaintenance.medik8s.io.yaml";
+    assert!(
+        read(&format!("deploy/components/maintenance/{name}")) == read(&format!("crds/{name}")),
+        "deploy/components/maintenance/{name} differs from crds/{name}: run `just crd`"
+    );
+}
+
+#[test]
+fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
+    let overlay = std::env::temp_dir().join(format!("slipway-maint-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).expect("overlay dir");
+    let overlay = overlay.canonicalize().expect("overlay path");
+    let up = "../".repeat(overlay.components().count() - 1);
+    let rel = |p: &str| {
+        let abs = repo().join(p).canonicalize().expect("path");
+        format!("{up}{}", abs.strip_prefix("/").expect("absolute").display())
+    };
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources:\n- {}\ncomponents:\n- {}\n",
+            rel("deploy"),
+            rel("deploy/components/maintenance")
+        ),
+    )
+    .expect("write overlay");
+    let out = kubectl_kustomize(&overlay);
+    let _ = std::fs::remove_dir_all(&overlay);
+    assert!(out.contains("SLIPWAY_MAINTENANCE: \"true\""), "{out}");
+    assert!(out.contains("name: nodemaintenances.nodemaintenance.medik8s.io"));
+    assert!(out.contains("resources:\n  - pods/eviction"), "{out}");
+    assert!(out.contains("namespace: medik8s-leases"));
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(
+        !base.contains("SLIPWAY_MAINTENANCE"),
+        "Plans alone do not change"
+    );
+    assert!(!base.contains("nodemaintenance"));
+}

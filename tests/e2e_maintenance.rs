@@ -1,0 +1,550 @@
+//! End-to-end tests of NodeMaintenance (medik8s node-maintenance-operator's API) on the local
+//! cluster, with real Deployments, PodDisruptionBudgets and the real Eviction API; kwok plays the
+//! kubelet (it runs the pods and deletes terminating ones).
+//!
+//! NodeMaintenances are cluster-scoped and a maintenance-enabled controller reconciles all of
+//! them, so every scenario runs in one test, one after the other, with one controller.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use slipway::api::Plan;
+use slipway::api::maintenance::{MaintenancePhase, NodeMaintenance};
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+
+const LEASES: &str = "medik8s-leases";
+
+fn maintenance(name: &str, node: &str, timeout: Option<&str>) -> NodeMaintenance {
+    let mut spec = json!({ "nodeName": node, "reason": "e2e" });
+    if let Some(t) = timeout {
+        spec["drainTimeout"] = json!(t);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))
+    .expect("a NodeMaintenance")
+}
+
+/// A Deployment of `replicas` pods pinned to `node`, labelled `app=<name>`.
+fn deployment(name: &str, node: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "nodeSelector": { "kubernetes.io/hostname": node },
+                    "containers": [{ "name": "app", "image": "nginx:1.27" }],
+                    "terminationGracePeriodSeconds": 1,
+                },
+            },
+        },
+    }))
+    .expect("a Deployment")
+}
+
+fn pdb(name: &str, min_available: i32) -> PodDisruptionBudget {
+    serde_json::from_value(json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": { "name": name },
+        "spec": {
+            "minAvailable": min_available,
+            "selector": { "matchLabels": { "app": name } },
+        },
+    }))
+    .expect("a PodDisruptionBudget")
+}
+
+async fn running_pods_on(ns: &TestNamespace, node: &str) -> Vec<String> {
+    ns.api::<Pod>()
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+async fn wait_running(ns: &TestNamespace, node: &str, n: usize) {
+    support::wait_for(
+        &format!("{n} running pods on {node}"),
+        Duration::from_secs(60),
+        || async {
+            let pods = running_pods_on(ns, node).await;
+            if pods.len() >= n {
+                Ok(())
+            } else {
+                bail!("running: {pods:?}")
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_phase(
+    api: &Api<NodeMaintenance>,
+    name: &str,
+    phase: MaintenancePhase,
+    timeout: Duration,
+) -> NodeMaintenance {
+    support::wait_for(&format!("{name} to be {phase:?}"), timeout, || async {
+        let nm = api.get(name).await?;
+        match nm.status.as_ref().and_then(|s| s.phase) {
+            Some(p) if p == phase => Ok(nm),
+            _ => Err(anyhow!("status: {}", serde_json::to_string(&nm.status)?)),
+        }
+    })
+    .await
+}
+
+fn drained_message(nm: &NodeMaintenance) -> String {
+    nm.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Drained")
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .unwrap_or_default()
+}
+
+struct NodeState {
+    unschedulable: bool,
+    drain_taint: bool,
+    excluded: bool,
+}
+
+async fn node_state(client: &kube::Client, node: &str) -> NodeState {
+    let n = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("get node");
+    let spec = n.spec.unwrap_or_default();
+    NodeState {
+        unschedulable: spec.unschedulable.unwrap_or(false),
+        drain_taint: spec
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "medik8s.io/drain"),
+        excluded: n
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("remediation.medik8s.io/exclude-from-remediation"),
+    }
+}
+
+async fn delete_and_wait_gone(api: &Api<NodeMaintenance>, name: &str) {
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the NodeMaintenance");
+    support::wait_for(
+        &format!("{name} to be gone"),
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt(name).await? {
+                None => Ok(()),
+                Some(nm) => bail!("still there: {:?}", nm.metadata.finalizers),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_maintenance_drains_respects_budgets_and_restores() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("maint", 6).await else {
+        return;
+    };
+    let client = ns.client();
+    let namespaces = Api::<Namespace>::all(client.clone());
+    if namespaces
+        .get_opt(LEASES)
+        .await
+        .expect("get namespace")
+        .is_none()
+    {
+        let lease_ns: Namespace =
+            serde_json::from_value(json!({ "metadata": { "name": LEASES } })).expect("namespace");
+        namespaces
+            .create(&PostParams::default(), &lease_ns)
+            .await
+            .expect("create the lease namespace");
+    }
+    let mut controller =
+        ControllerProcess::start(&cluster, ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let deployments = ns.api::<Deployment>();
+    let pdbs = ns.api::<PodDisruptionBudget>();
+    let pp = PostParams::default();
+    let prefix = ns.name().to_string();
+    let nm_name = |what: &str| format!("{prefix}-{what}");
+
+    // 1. A drain that succeeds, and a deletion that restores the node.
+    let node = &nodes[0];
+    deployments
+        .create(&pp, &deployment("web", node, 2))
+        .await
+        .expect("create deployment");
+    wait_running(&ns, node, 2).await;
+    nms.create(&pp, &maintenance(&nm_name("drain"), node, None))
+        .await
+        .expect("create NodeMaintenance");
+    let done = wait_phase(
+        &nms,
+        &nm_name("drain"),
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(status.drain_progress, Some(100));
+    assert_eq!(status.eviction_pods, Some(2), "{status:?}");
+    assert!(running_pods_on(&ns, node).await.is_empty());
+    let st = node_state(&client, node).await;
+    assert!(st.unschedulable && st.drain_taint && st.excluded);
+    let lease = Api::<Lease>::namespaced(client.clone(), LEASES)
+        .get(&format!("node-{node}"))
+        .await
+        .expect("the node's lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-maintenance")
+    );
+    delete_and_wait_gone(&nms, &nm_name("drain")).await;
+    let st = node_state(&client, node).await;
+    assert!(!st.unschedulable && !st.drain_taint && !st.excluded);
+    assert!(
+        Api::<Lease>::namespaced(client.clone(), LEASES)
+            .get_opt(&format!("node-{node}"))
+            .await
+            .expect("get lease")
+            .is_none(),
+        "the lease is released"
+    );
+
+    // 2. A PodDisruptionBudget holds the drain, says so, and then lets it through.
+    let node = &nodes[1];
+    deployments
+        .create(&pp, &deployment("db", node, 1))
+        .await
+        .expect("create deployment");
+    pdbs.create(&pp, &pdb("db", 1)).await.expect("create pdb");
+    wait_running(&ns, node, 1).await;
+    nms.create(&pp, &maintenance(&nm_name("pdb"), node, None))
+        .await
+        .expect("create NodeMaintenance");
+    let blocked = support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
+        let nm = nms.get(&nm_name("pdb")).await?;
+        let message = drained_message(&nm);
+        if message.contains("BlockedByDisruptionBudget") && message.contains("db") {
+            Ok(nm)
+        } else {
+            bail!("condition: {message}; status {:?}", nm.status)
+        }
+    })
+    .await;
+    let status = blocked.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(MaintenancePhase::Running));
+    assert_eq!(status.pending_pods.len(), 1, "{status:?}");
+    assert_eq!(status.pending_pods_refs[0].namespace, ns.name());
+    pdbs.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .expect("relax the pdb");
+    wait_phase(
+        &nms,
+        &nm_name("pdb"),
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+
+    // 3. A second maintenance for the same node is reported, and changes nothing.
+    nms.create(&pp, &maintenance(&nm_name("again"), node, None))
+        .await
+        .expect("create NodeMaintenance");
+    let dup = wait_phase(
+        &nms,
+        &nm_name("again"),
+        MaintenancePhase::Failed,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        drained_message(&dup).contains(&format!("already exists: {}", nm_name("pdb"))),
+        "{}",
+        drained_message(&dup)
+    );
+    delete_and_wait_gone(&nms, &nm_name("again")).await;
+    assert!(
+        node_state(&client, node).await.drain_taint,
+        "the first one still holds it"
+    );
+    delete_and_wait_gone(&nms, &nm_name("pdb")).await;
+
+    // 4. A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
+    let node = &nodes[2];
+    deployments
+        .create(&pp, &deployment("cache", node, 1))
+        .await
+        .expect("create deployment");
+    pdbs.create(&pp, &pdb("cache", 1))
+        .await
+        .expect("create pdb");
+    wait_running(&ns, node, 1).await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
+        )
+        .await
+        .expect("an admin cordons the node");
+    nms.create(&pp, &maintenance(&nm_name("timeout"), node, Some("5s")))
+        .await
+        .expect("create NodeMaintenance");
+    let failed = wait_phase(
+        &nms,
+        &nm_name("timeout"),
+        MaintenancePhase::Failed,
+        Duration::from_secs(60),
+    )
+    .await;
+    let error = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.last_error.clone())
+        .unwrap_or_default();
+    assert!(
+        error.starts_with("the drain did not finish within 5s") && error.contains("cache-"),
+        "{error}"
+    );
+    let st = node_state(&client, node).await;
+    assert!(st.unschedulable && st.drain_taint);
+    delete_and_wait_gone(&nms, &nm_name("timeout")).await;
+    let st = node_state(&client, node).await;
+    assert!(st.unschedulable, "the admin's cordon stays");
+    assert!(!st.drain_taint && !st.excluded);
+
+    // 5. A controller killed mid-drain resumes.
+    let node = &nodes[3];
+    deployments
+        .create(&pp, &deployment("queue", node, 1))
+        .await
+        .expect("create deployment");
+    pdbs.create(&pp, &pdb("queue", 1))
+        .await
+        .expect("create pdb");
+    wait_running(&ns, node, 1).await;
+    nms.create(&pp, &maintenance(&nm_name("crash"), node, None))
+        .await
+        .expect("create NodeMaintenance");
+    support::wait_for("the drain to start", Duration::from_secs(60), || async {
+        let nm = nms.get(&nm_name("crash")).await?;
+        if drained_message(&nm).contains("BlockedByDisruptionBudget") {
+            Ok(())
+        } else {
+            bail!("{}", drained_message(&nm))
+        }
+    })
+    .await;
+    controller.kill();
+    pdbs.patch(
+        "queue",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .expect("relax the pdb");
+    controller.spawn();
+    wait_phase(
+        &nms,
+        &nm_name("crash"),
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(90),
+    )
+    .await;
+    delete_and_wait_gone(&nms, &nm_name("crash")).await;
+
+    // 6. One budget: a Plan does not start a node in maintenance, and a maintenance waits for
+    // the node's current upgrade step.
+    let (busy, held) = (&nodes[4], &nodes[5]);
+    nms.create(&pp, &maintenance(&nm_name("held"), held, None))
+        .await
+        .expect("create NodeMaintenance");
+    wait_phase(
+        &nms,
+        &nm_name("held"),
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: os
+  annotations:
+    slipway.test/complete-delay: "15s"
+spec:
+  concurrency: 2
+  version: "2026-11-22"
+  nodeSelector:
+    matchExpressions:
+    - {{key: slipway.test/pool, operator: In, values: ["{pool}"]}}
+    - {{key: kubernetes.io/hostname, operator: In, values: ["{busy}", "{held}"]}}
+  upgrade:
+    image: debian:bookworm-slim
+"#
+    ))
+    .expect("test plan parses");
+    ns.api::<Plan>()
+        .create(&pp, &plan)
+        .await
+        .expect("create plan");
+    support::wait_for(
+        "the Plan to start the free node",
+        Duration::from_secs(60),
+        || async {
+            let p = ns.api::<Plan>().get("os").await?;
+            let applying = p
+                .status
+                .as_ref()
+                .map(|s| s.applying.clone())
+                .unwrap_or_default();
+            if applying == [busy.clone()] {
+                Ok(())
+            } else {
+                bail!("applying {applying:?}")
+            }
+        },
+    )
+    .await;
+    nms.create(&pp, &maintenance(&nm_name("busy"), busy, None))
+        .await
+        .expect("create NodeMaintenance");
+    let waiting = support::wait_for(
+        "the maintenance to wait",
+        Duration::from_secs(30),
+        || async {
+            let nm = nms.get(&nm_name("busy")).await?;
+            let message = drained_message(&nm);
+            if message.contains("WaitingForNode") {
+                Ok(message)
+            } else {
+                bail!("{message}")
+            }
+        },
+    )
+    .await;
+    assert!(
+        waiting.contains(&format!("plan {}/os", ns.name())),
+        "{waiting}"
+    );
+    assert!(
+        !node_state(&client, busy).await.unschedulable,
+        "not touched while upgrading"
+    );
+    wait_phase(
+        &nms,
+        &nm_name("busy"),
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(90),
+    )
+    .await;
+    let p = ns.api::<Plan>().get("os").await.expect("get plan");
+    let complete: BTreeMap<String, String> = p
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .filter(|c| c.type_ == "Complete")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        complete
+            .get("WaitingForNodes")
+            .is_some_and(|m| m.contains(held.as_str())),
+        "{complete:?}"
+    );
+    delete_and_wait_gone(&nms, &nm_name("held")).await;
+    delete_and_wait_gone(&nms, &nm_name("busy")).await;
+    support::wait_for("the Plan to finish", Duration::from_secs(90), || async {
+        let p = ns.api::<Plan>().get("os").await?;
+        let done = p
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        if done {
+            Ok(())
+        } else {
+            bail!("status {:?}", p.status)
+        }
+    })
+    .await;
+
+    // 7. A maintenance of a node that does not exist fails, saying so.
+    nms.create(&pp, &maintenance(&nm_name("ghost"), "no-such-node", None))
+        .await
+        .expect("create NodeMaintenance");
+    let ghost = wait_phase(
+        &nms,
+        &nm_name("ghost"),
+        MaintenancePhase::Failed,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(drained_message(&ghost).contains("no node with name no-such-node"));
+    delete_and_wait_gone(&nms, &nm_name("ghost")).await;
+
+    // nodeName is immutable (CEL).
+    nms.create(&pp, &maintenance(&nm_name("immutable"), held, None))
+        .await
+        .expect("create NodeMaintenance");
+    let refused = nms
+        .patch(
+            &nm_name("immutable"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "nodeName": busy } })),
+        )
+        .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("spec.nodeName is immutable")),
+        "{refused:?}"
+    );
+    delete_and_wait_gone(&nms, &nm_name("immutable")).await;
+    drop(controller);
+    ns.cleanup().await;
+}
