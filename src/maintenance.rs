@@ -543,6 +543,8 @@ fn finish(input: &MaintenanceInput<'_>, mut step: Step, old: &NodeMaintenanceSta
         (Stage::WaitingForNode { .. } | Stage::LeaseHeld { .. }, _) => {
             step.requeue_after = Some(WAIT_RECHECK)
         }
+        // Nothing else tells a maintenance that its node appeared.
+        (Stage::NodeMissing, _) => step.requeue_after = Some(WAIT_RECHECK * 6),
         // Keep the Lease while the node is held.
         (Stage::Drained | Stage::TimedOut { .. }, None) => {
             step.requeue_after = Some(LeaseSettings::default().duration / 4)

@@ -309,7 +309,7 @@ async fn apply(
     }
     maintenance::stamp(&mut step, nm.status.as_ref(), jiff::Timestamp::now());
     if !step.remove_finalizer && nm.status.as_ref() != Some(&step.status) {
-        let body = json!({ "status": step.status });
+        let body = json!({ "status": status_patch(nm.status.as_ref(), &step.status) });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await?;
     }
@@ -331,6 +331,24 @@ async fn apply(
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
+}
+
+/// The new status as a merge patch over the old one: fields the new status leaves out (an emptied
+/// list of pending pods, a cleared error) are set to null, so that they go.
+fn status_patch(
+    old: Option<&crate::api::maintenance::NodeMaintenanceStatus>,
+    new: &crate::api::maintenance::NodeMaintenanceStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(new).unwrap_or_else(|_| json!({}));
+    let old = old.and_then(|o| serde_json::to_value(o).ok());
+    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(map)) =
+        (old, &mut patch)
+    {
+        for key in old.keys() {
+            map.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 /// Cordon, taint, label and annotations in one merge patch. When it changes the taints (a
