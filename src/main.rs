@@ -243,8 +243,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let client = client(&args.kubeconfig, &args.master).await?;
-        operate(client, settings, election, metrics_addr).await
+        let config = client_config(&args.kubeconfig, &args.master).await?;
+        // Evictions answered 429 (a PodDisruptionBudget) must come back at once, to be reported
+        // and asked again on the next reconcile: kube's retry layer would wait minutes.
+        let mut no_retry = config.clone();
+        no_retry.default_retry = false;
+        let eviction =
+            kube::Client::try_from(no_retry).context("cannot build the Kubernetes client")?;
+        let client =
+            kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+        operate(client, eviction, settings, election, metrics_addr).await
     })
 }
 
@@ -252,6 +260,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 /// until SIGTERM or SIGINT, and releases the lease.
 async fn operate(
     client: kube::Client,
+    eviction: kube::Client,
     settings: slipway::controller::Settings,
     election: Option<ElectionConfig>,
     metrics_addr: Option<SocketAddr>,
@@ -282,6 +291,7 @@ async fn operate(
         health: health.clone(),
         shutdown: shutdown.clone(),
         guard: LeaseGuard::always(),
+        eviction: Some(eviction),
     };
     let result = match election {
         None => {
@@ -415,6 +425,11 @@ async fn on_signals(shutdown: CancellationToken, health: Health) {
 }
 
 async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> {
+    let config = client_config(kubeconfig, master).await?;
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+async fn client_config(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Config> {
     let mut config = if kubeconfig.is_empty() {
         kube::Config::infer()
             .await
@@ -431,7 +446,7 @@ async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> 
             .parse()
             .with_context(|| format!("bad --master URL {master}"))?;
     }
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    Ok(config)
 }
 
 fn hash(args: HashArgs) -> anyhow::Result<String> {

@@ -253,7 +253,11 @@ pub fn decide(input: &MaintenanceInput<'_>) -> Step {
         .any(|f| f == FINALIZER);
     if nm.metadata.deletion_timestamp.is_some() {
         if has_finalizer {
-            restore(input, &mut step);
+            // A duplicate never took the node: the node, its taint and its Lease are the
+            // older maintenance's.
+            if input.duplicate_of.is_none() {
+                restore(input, &mut step);
+            }
             step.remove_finalizer = true;
             step.events.push(normal(
                 "RemovedMaintenance",

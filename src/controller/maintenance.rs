@@ -496,7 +496,7 @@ async fn evict_all(ctx: &Context, pods: &[PodKey]) -> Vec<(PodKey, EvictionResul
             name: pod.name.clone(),
             uid: None,
         };
-        let outcome = drain::evict(&ctx.client, &reference, None).await;
+        let outcome = drain::evict(&ctx.eviction_client, &reference, None).await;
         let result = match outcome {
             drain::EvictionOutcome::Evicted | drain::EvictionOutcome::Gone => {
                 EvictionResult::Accepted

@@ -90,6 +90,8 @@ pub struct Operations {
     pub shutdown: CancellationToken,
     /// Whether this replica may write; checked before every write of a reconcile.
     pub guard: LeaseGuard,
+    /// A client without kube's retry layer, for evictions (`None`: the main client).
+    pub eviction: Option<Client>,
 }
 
 /// What the controller is told at start.
@@ -132,6 +134,8 @@ pub struct Context {
     pub claims: Mutex<NodeClaims>,
     /// The NodeMaintenances, when this process reconciles them.
     pub maintenances: Option<Store<NodeMaintenance>>,
+    /// Asks for evictions (no retry layer: a 429 comes back at once).
+    pub eviction_client: Client,
 }
 
 /// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
@@ -197,6 +201,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         templates: rollout::TemplateMemo::default(),
         claims: Mutex::new(NodeClaims::default()),
         maintenances: maintenances.clone(),
+        eviction_client: ops.eviction.clone().unwrap_or_else(|| client.clone()),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     match (maintenances, maintenance_changes) {

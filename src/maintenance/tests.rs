@@ -447,3 +447,15 @@ fn stamping_marks_only_changed_statuses() {
     stamp(&mut step, None, now());
     assert_eq!(step.status.last_update, Some(Time(now())));
 }
+
+#[test]
+fn deleting_a_duplicate_leaves_the_node_to_the_first() {
+    let mut m = nm(true);
+    m.metadata.deletion_timestamp = Some(Time(now()));
+    let n = taken();
+    let mut i = input(&m, Some(&n), None);
+    i.duplicate_of = Some("older");
+    let step = decide(&i);
+    assert!(step.node.is_empty() && step.lease.is_none());
+    assert!(step.remove_finalizer);
+}
