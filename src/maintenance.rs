@@ -252,20 +252,7 @@ pub fn decide(input: &MaintenanceInput<'_>) -> Step {
         .flatten()
         .any(|f| f == FINALIZER);
     if nm.metadata.deletion_timestamp.is_some() {
-        if has_finalizer {
-            // A duplicate never took the node: the node, its taint and its Lease are the
-            // older maintenance's.
-            if input.duplicate_of.is_none() {
-                restore(input, &mut step);
-            }
-            step.remove_finalizer = true;
-            step.events.push(normal(
-                "RemovedMaintenance",
-                format!("Removed the maintenance of node {}", nm.spec.node_name),
-            ));
-        }
-        step.stage = Stage::Restoring;
-        return step;
+        return deleting(input, step, has_finalizer);
     }
     if !has_finalizer {
         step.add_finalizer = true;
@@ -327,6 +314,25 @@ pub fn decide(input: &MaintenanceInput<'_>) -> Step {
     take_node(input, node, &mut step);
     drain(input, &mut step);
     finish(input, step, &old)
+}
+
+/// The resource is being deleted: restore the node (once, while the finalizer holds it).
+fn deleting(input: &MaintenanceInput<'_>, mut step: Step, has_finalizer: bool) -> Step {
+    let nm = input.maintenance;
+    if has_finalizer {
+        // A duplicate never took the node: the node, its taint and its Lease are the
+        // older maintenance's.
+        if input.duplicate_of.is_none() {
+            restore(input, &mut step);
+        }
+        step.remove_finalizer = true;
+        step.events.push(normal(
+            "RemovedMaintenance",
+            format!("Removed the maintenance of node {}", nm.spec.node_name),
+        ));
+    }
+    step.stage = Stage::Restoring;
+    step
 }
 
 /// A failure that only deleting the resource ends (not a missing node, which may appear).
@@ -454,51 +460,8 @@ fn finish(input: &MaintenanceInput<'_>, mut step: Step, old: &NodeMaintenanceSta
         .pods
         .map(|p| p.to_evict.keys().chain(p.blocked.keys()).cloned().collect())
         .unwrap_or_default();
-    let (phase, reason, message) = match &step.stage {
-        Stage::Restoring => return step,
-        Stage::NodeMissing => (
-            MaintenancePhase::Failed,
-            "NodeNotFound",
-            format!("invalid nodeName, no node with name {node} found"),
-        ),
-        Stage::Duplicate { of } => (
-            MaintenancePhase::Failed,
-            "Duplicate",
-            format!("a NodeMaintenance for node {node} already exists: {of}"),
-        ),
-        Stage::WaitingForNode { holder } => (
-            MaintenancePhase::Running,
-            "WaitingForNode",
-            format!("waiting for {holder} to finish its step on node {node}"),
-        ),
-        Stage::LeaseHeld { holder } => (
-            MaintenancePhase::Running,
-            "LeaseHeld",
-            format!("the lease of node {node} is held by {holder}"),
-        ),
-        Stage::LeaseLost { holder } => (
-            MaintenancePhase::Failed,
-            "LeaseLost",
-            format!("the lease of node {node} could not be extended: it is held by {holder}"),
-        ),
-        Stage::Draining => (
-            MaintenancePhase::Running,
-            "Draining",
-            draining_message(input.pods, &pending),
-        ),
-        Stage::Drained => (
-            MaintenancePhase::Succeeded,
-            "Drained",
-            format!("node {node} is drained"),
-        ),
-        Stage::TimedOut { after } => (
-            MaintenancePhase::Failed,
-            "DrainTimedOut",
-            format!(
-                "the drain did not finish within {after}: {}",
-                draining_message(input.pods, &pending)
-            ),
-        ),
+    let Some((phase, reason, message)) = describe(&step.stage, node, input.pods, &pending) else {
+        return step;
     };
     let failure = phase == MaintenancePhase::Failed;
     st.phase = Some(phase);
@@ -528,6 +491,75 @@ fn finish(input: &MaintenanceInput<'_>, mut step: Step, old: &NodeMaintenanceSta
         input.now,
         nm.metadata.generation,
     );
+    stage_events(&mut step, old, phase, reason, message);
+    step.requeue_after = requeue(&step);
+    step
+}
+
+/// The phase, the reason and the message of the `Drained` condition at `stage`; `None` while
+/// restoring (the resource is going).
+fn describe(
+    stage: &Stage,
+    node: &str,
+    pods: Option<&PodsView>,
+    pending: &[PodKey],
+) -> Option<(MaintenancePhase, &'static str, String)> {
+    Some(match stage {
+        Stage::Restoring => return None,
+        Stage::NodeMissing => (
+            MaintenancePhase::Failed,
+            "NodeNotFound",
+            format!("invalid nodeName, no node with name {node} found"),
+        ),
+        Stage::Duplicate { of } => (
+            MaintenancePhase::Failed,
+            "Duplicate",
+            format!("a NodeMaintenance for node {node} already exists: {of}"),
+        ),
+        Stage::WaitingForNode { holder } => (
+            MaintenancePhase::Running,
+            "WaitingForNode",
+            format!("waiting for {holder} to finish its step on node {node}"),
+        ),
+        Stage::LeaseHeld { holder } => (
+            MaintenancePhase::Running,
+            "LeaseHeld",
+            format!("the lease of node {node} is held by {holder}"),
+        ),
+        Stage::LeaseLost { holder } => (
+            MaintenancePhase::Failed,
+            "LeaseLost",
+            format!("the lease of node {node} could not be extended: it is held by {holder}"),
+        ),
+        Stage::Draining => (
+            MaintenancePhase::Running,
+            "Draining",
+            draining_message(pods, pending),
+        ),
+        Stage::Drained => (
+            MaintenancePhase::Succeeded,
+            "Drained",
+            format!("node {node} is drained"),
+        ),
+        Stage::TimedOut { after } => (
+            MaintenancePhase::Failed,
+            "DrainTimedOut",
+            format!(
+                "the drain did not finish within {after}: {}",
+                draining_message(pods, pending)
+            ),
+        ),
+    })
+}
+
+/// An event when the phase or the reason changes (draining itself is told by the status).
+fn stage_events(
+    step: &mut Step,
+    old: &NodeMaintenanceStatus,
+    phase: MaintenancePhase,
+    reason: &'static str,
+    message: String,
+) {
     let changed_phase = old.phase != Some(phase) || cond_reason(old) != Some(reason);
     if changed_phase {
         match phase {
@@ -543,19 +575,21 @@ fn finish(input: &MaintenanceInput<'_>, mut step: Step, old: &NodeMaintenanceSta
             MaintenancePhase::Running => {}
         }
     }
+}
+
+/// When to look again: soon while waiting or draining, and while the node is held, often
+/// enough to keep its Lease.
+fn requeue(step: &Step) -> Option<Duration> {
     match (&step.stage, step.requeue_after) {
-        (Stage::WaitingForNode { .. } | Stage::LeaseHeld { .. }, _) => {
-            step.requeue_after = Some(WAIT_RECHECK)
-        }
+        (Stage::WaitingForNode { .. } | Stage::LeaseHeld { .. }, _) => Some(WAIT_RECHECK),
         // Nothing else tells a maintenance that its node appeared.
-        (Stage::NodeMissing, _) => step.requeue_after = Some(WAIT_RECHECK * 6),
+        (Stage::NodeMissing, _) => Some(WAIT_RECHECK * 6),
         // Keep the Lease while the node is held.
         (Stage::Drained | Stage::TimedOut { .. }, None) => {
-            step.requeue_after = Some(LeaseSettings::default().duration / 4)
+            Some(LeaseSettings::default().duration / 4)
         }
-        _ => {}
+        (_, keep) => keep,
     }
-    step
 }
 
 /// Stamps `lastUpdate` when the status to write differs from the one read (call last).

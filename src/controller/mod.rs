@@ -398,11 +398,9 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .map(|s| (s.name_any(), s.as_ref().clone()))
         .collect();
     let (channel, mut requeue) = ask_channel(&plan, ctx).await;
-    let decision = {
-        // Deciding and claiming the nodes it starts are one step in the process's one budget.
-        let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let held = held_against_plans(ctx, &claims);
-        let input = RolloutInput {
+    let now = jiff::Timestamp::now();
+    let decision = decide_and_claim(ctx, &name, &nodes, |held| {
+        rollout::decide(&RolloutInput {
             plan: &plan,
             nodes: &nodes,
             jobs: &jobs,
@@ -410,32 +408,13 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
             health: &health,
             secrets: &secrets,
             channel,
-            now: jiff::Timestamp::now(),
+            now,
             controller_name: &ctx.settings.name,
             job_config: &ctx.settings.job,
-            held: &held,
+            held,
             templates: Some(&ctx.templates),
-        };
-        let decision = rollout::decide(&input);
-        let holder = Holder::Plan {
-            namespace: ctx.settings.namespace.clone(),
-            name: name.clone(),
-        };
-        let applying: std::collections::BTreeSet<&str> = decision
-            .status
-            .applying
-            .iter()
-            .map(String::as_str)
-            .collect();
-        claims.set_plan_nodes(
-            &holder,
-            nodes
-                .iter()
-                .filter(|n| applying.contains(n.hostname()))
-                .map(|n| n.name.as_str()),
-        );
-        decision
-    };
+        })
+    });
     if let Some(after) = decision.requeue_after {
         requeue = requeue.min(after);
     }
@@ -447,6 +426,37 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     apply::apply(ctx, &plan, decision).await?;
     ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
     Ok(Action::requeue(requeue))
+}
+
+/// Decides, and claims the nodes the decision applies, in one step of the process's one budget
+/// (under the claims' lock, so no other operation takes a node in between).
+fn decide_and_claim(
+    ctx: &Context,
+    plan: &str,
+    nodes: &[&NodeInfo],
+    decide: impl FnOnce(&BTreeMap<String, Holder>) -> rollout::Rollout,
+) -> rollout::Rollout {
+    let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+    let held = held_against_plans(ctx, &claims);
+    let decision = decide(&held);
+    let holder = Holder::Plan {
+        namespace: ctx.settings.namespace.clone(),
+        name: plan.to_string(),
+    };
+    let applying: std::collections::BTreeSet<&str> = decision
+        .status
+        .applying
+        .iter()
+        .map(String::as_str)
+        .collect();
+    claims.set_plan_nodes(
+        &holder,
+        nodes
+            .iter()
+            .filter(|n| applying.contains(n.hostname()))
+            .map(|n| n.name.as_str()),
+    );
+    decision
 }
 
 /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.

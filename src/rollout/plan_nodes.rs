@@ -449,26 +449,7 @@ fn report(
             &now,
             generation,
         );
-    } else if let Some(message) = st
-        .applying
-        .is_empty()
-        .then(|| held_message(facts.input, eligible))
-        .flatten()
-    {
-        if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
-            out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
-        }
-        // A taint going away triggers a reconcile; a hold without one is looked at again.
-        out.requeue(HELD_RECHECK);
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            WAITING_FOR_NODES,
-            &message,
-            &now,
-            generation,
-        );
+    } else if st.applying.is_empty() && wait_for_held(facts, st, out, eligible) {
     } else if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
@@ -501,6 +482,35 @@ fn report(
 /// The reason of `Complete=False` while the only nodes left are held by another operation.
 const WAITING_FOR_NODES: &str = "WaitingForNodes";
 const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes left that another operation holds: says so (once as an
+/// event) and looks again later. `false` when no node is held.
+fn wait_for_held(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let Some(message) = held_message(facts.input, eligible) else {
+        return false;
+    };
+    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
+        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
+    }
+    // A taint going away triggers a reconcile; a hold without one is looked at again.
+    out.requeue(HELD_RECHECK);
+    let now = rfc3339(facts.input.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        WAITING_FOR_NODES,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
 
 /// The operation other than a Plan that holds `node`, if any.
 fn holder_of(input: &RolloutInput<'_>, node: &NodeInfo) -> Option<crate::budget::Holder> {
