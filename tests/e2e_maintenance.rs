@@ -218,6 +218,13 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
     )
     .await;
     let status = done.status.clone().unwrap_or_default();
+    let owners = done.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == "Node" && &o.name == node && o.controller.is_none()),
+        "{owners:?}"
+    );
     assert_eq!(status.drain_progress, Some(100));
     assert_eq!(status.eviction_pods, Some(2), "{status:?}");
     assert!(running_pods_on(&ns, node).await.is_empty());

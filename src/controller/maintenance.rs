@@ -76,11 +76,19 @@ async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action
         (Some(_), false) => Some(pods_view(&ctx, &node_name).await?),
         _ => None,
     };
-    let duplicate_of = duplicate_of(&ctx, &nm);
     let me = Holder::Maintenance { name: name.clone() };
     let step = {
         // The decision and the claim on the node are one step in the process's one budget.
         let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+        // The maintenance that holds the node keeps it; else the oldest (creation times have
+        // one-second resolution, so two made in one second are told apart by the claim).
+        let duplicate_of = claims
+            .holders(&node_name)
+            .find_map(|h| match h {
+                Holder::Maintenance { name: other } if *other != name => Some(other.clone()),
+                _ => None,
+            })
+            .or_else(|| duplicate_of(&ctx, &nm));
         let hostname = facts.as_ref().map(|_| hostname_of(node.as_ref()));
         let busy = claims
             .holders(&node_name)
@@ -282,10 +290,34 @@ async fn apply(
 ) -> Result<Action, Error> {
     let name = nm.name_any();
     let api = Api::<NodeMaintenance>::all(ctx.client.clone());
-    if step.add_finalizer {
+    // As NMO: a (non-controller) owner reference to the Node, so deleting the Node deletes
+    // the maintenance (its finalizer still releases the Lease first).
+    let owner = node
+        .filter(|_| nm.metadata.deletion_timestamp.is_none())
+        .filter(|n| {
+            !nm.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == n.uid().as_ref())
+        })
+        .map(|n| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: n.name_any(),
+            uid: n.uid().unwrap_or_default(),
+            ..Default::default()
+        });
+    if step.add_finalizer || owner.is_some() {
         let mut finalizers = nm.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        let body = json!({ "metadata": { "finalizers": finalizers, "resourceVersion": nm.resource_version() } });
+        if step.add_finalizer {
+            finalizers.push(FINALIZER.to_string());
+        }
+        let mut owners = nm.owner_references().to_vec();
+        owners.extend(owner);
+        let body = json!({ "metadata": {
+            "finalizers": finalizers,
+            "ownerReferences": owners,
+            "resourceVersion": nm.resource_version(),
+        } });
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await?;
     }
