@@ -289,22 +289,7 @@ pub fn decide(input: &MaintenanceInput<'_>) -> Step {
             return finish(input, step, &old);
         }
         (LeaseView::Other { holder }, _) => {
-            let errors = old.error_on_lease_count.unwrap_or(0) + i64::from(started);
-            step.status.error_on_lease_count = Some(errors);
-            if !started {
-                step.stage = Stage::LeaseHeld {
-                    holder: holder.clone(),
-                };
-            } else if errors > MAX_LEASE_ERRORS {
-                restore(input, &mut step);
-                step.stage = Stage::LeaseLost {
-                    holder: holder.clone(),
-                };
-            } else {
-                // Keep draining while the Lease may come back (NMO counts, then gives up).
-                take_node(input, node, &mut step);
-                drain(input, &mut step);
-            }
+            lease_held_by(input, node, holder, started, &old, &mut step);
             return finish(input, step, &old);
         }
         _ => {}
@@ -314,6 +299,30 @@ pub fn decide(input: &MaintenanceInput<'_>) -> Step {
     take_node(input, node, &mut step);
     drain(input, &mut step);
     finish(input, step, &old)
+}
+
+/// Another medik8s operator holds the node's Lease: wait before the drain; once it started,
+/// count the failures and keep draining, and give the node back after too many (NMO's rule).
+fn lease_held_by(
+    input: &MaintenanceInput<'_>,
+    node: &NodeFacts,
+    holder: &str,
+    started: bool,
+    old: &NodeMaintenanceStatus,
+    step: &mut Step,
+) {
+    let errors = old.error_on_lease_count.unwrap_or(0) + i64::from(started);
+    step.status.error_on_lease_count = Some(errors);
+    let holder = holder.to_string();
+    if !started {
+        step.stage = Stage::LeaseHeld { holder };
+    } else if errors > MAX_LEASE_ERRORS {
+        restore(input, step);
+        step.stage = Stage::LeaseLost { holder };
+    } else {
+        take_node(input, node, step);
+        drain(input, step);
+    }
 }
 
 /// The resource is being deleted: restore the node (once, while the finalizer holds it).

@@ -55,7 +55,15 @@ pub const GO_DURATION_PATTERN: &str =
 
 /// The CRD that `slipway crd` prints and `slipway run` installs.
 pub fn plan_crd() -> CustomResourceDefinition {
-    let mut crd = Plan::crd();
+    with_rules(Plan::crd(), add_rules)
+}
+
+/// `crd` with its schema edited by `add`: what derive attributes cannot say (CEL rules, bounds,
+/// list-map keys).
+pub(crate) fn with_rules(
+    mut crd: CustomResourceDefinition,
+    add: impl Fn(&mut Value),
+) -> CustomResourceDefinition {
     for version in &mut crd.spec.versions {
         if let Some(schema) = version
             .schema
@@ -63,7 +71,7 @@ pub fn plan_crd() -> CustomResourceDefinition {
             .and_then(|s| s.open_api_v3_schema.as_mut())
         {
             let mut value = serde_json::to_value(&*schema).unwrap_or(Value::Null);
-            add_rules(&mut value);
+            add(&mut value);
             if let Ok(patched) = serde_json::from_value(value) {
                 *schema = patched;
             }

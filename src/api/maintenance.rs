@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::crd::{GO_DURATION_PATTERN, extend, push_rule, rule};
+use super::crd::{GO_DURATION_PATTERN, extend, push_rule, rule, with_rules};
 
 /// The API group of NMO, shared so that NMO's users and tools keep working.
 pub const GROUP: &str = "nodemaintenance.medik8s.io";
@@ -168,21 +168,7 @@ pub struct MaintenanceCondition {
 /// webhook checks on one object (an immutable `nodeName`). What CEL cannot see (the node exists,
 /// one maintenance per node) the controller reports in the status.
 pub fn maintenance_crd() -> CustomResourceDefinition {
-    let mut crd = NodeMaintenance::crd();
-    for version in &mut crd.spec.versions {
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-        {
-            let mut value = serde_json::to_value(&*schema).unwrap_or(Value::Null);
-            add_rules(&mut value);
-            if let Ok(patched) = serde_json::from_value(value) {
-                *schema = patched;
-            }
-        }
-    }
-    crd
+    with_rules(NodeMaintenance::crd(), add_rules)
 }
 
 /// The CRD as YAML, exactly as committed in `crds/`.

@@ -279,19 +279,15 @@ async fn daemonsets_of(
     Ok(found)
 }
 
-/// Applies a step: the finalizer before anything is changed, the node and the Lease, then the
-/// evictions, then the status; the finalizer goes last, after the node is restored.
-async fn apply(
-    ctx: &Context,
+/// The finalizer (before anything is changed) and, as NMO, a non-controller owner reference to
+/// the Node, so that deleting the Node deletes the maintenance (its finalizer still runs first).
+async fn own_and_finalize(
+    api: &Api<NodeMaintenance>,
     nm: &NodeMaintenance,
     node: Option<&Node>,
-    lease: LeaseRead,
-    mut step: Step,
-) -> Result<Action, Error> {
+    add_finalizer: bool,
+) -> Result<(), Error> {
     let name = nm.name_any();
-    let api = Api::<NodeMaintenance>::all(ctx.client.clone());
-    // As NMO: a (non-controller) owner reference to the Node, so deleting the Node deletes
-    // the maintenance (its finalizer still releases the Lease first).
     let owner = node
         .filter(|_| nm.metadata.deletion_timestamp.is_none())
         .filter(|n| {
@@ -306,9 +302,9 @@ async fn apply(
             uid: n.uid().unwrap_or_default(),
             ..Default::default()
         });
-    if step.add_finalizer || owner.is_some() {
+    if add_finalizer || owner.is_some() {
         let mut finalizers = nm.finalizers().to_vec();
-        if step.add_finalizer {
+        if add_finalizer {
             finalizers.push(FINALIZER.to_string());
         }
         let mut owners = nm.owner_references().to_vec();
@@ -321,6 +317,21 @@ async fn apply(
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await?;
     }
+    Ok(())
+}
+
+/// Applies a step: the finalizer before anything is changed, the node and the Lease, then the
+/// evictions, then the status; the finalizer goes last, after the node is restored.
+async fn apply(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node: Option<&Node>,
+    lease: LeaseRead,
+    mut step: Step,
+) -> Result<Action, Error> {
+    let name = nm.name_any();
+    let api = Api::<NodeMaintenance>::all(ctx.client.clone());
+    own_and_finalize(&api, nm, node, step.add_finalizer).await?;
     if step.lease == Some(LeaseAction::Hold) {
         hold_lease(ctx, nm, node, lease.lease.as_ref()).await?;
     }
