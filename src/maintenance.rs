@@ -67,6 +67,24 @@ pub fn lease_name(node: &str) -> String {
 pub const MAX_LEASE_ERRORS: i64 = 3;
 /// How soon a running drain is looked at again (NMO's requeue).
 pub const DRAIN_RECHECK: Duration = Duration::from_secs(5);
+/// The longest wait between evictions a PodDisruptionBudget keeps refusing.
+pub const REFUSAL_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The wait before asking again after an eviction was refused (429): `DRAIN_RECHECK` the first
+/// time, then twice the previous wait, up to `REFUSAL_BACKOFF_MAX`.
+pub fn refusal_backoff(previous: Option<Duration>) -> Duration {
+    previous.map_or(DRAIN_RECHECK, |d| {
+        d.saturating_mul(2)
+            .clamp(DRAIN_RECHECK, REFUSAL_BACKOFF_MAX)
+    })
+}
+
+/// Whether a PodDisruptionBudget refused one of the evictions.
+pub fn any_refused(results: &[(PodKey, EvictionResult)]) -> bool {
+    results
+        .iter()
+        .any(|(_, r)| matches!(r, EvictionResult::Refused(_)))
+}
 /// How soon a maintenance that waits for another holder looks again.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(10);
 

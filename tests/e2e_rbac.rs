@@ -34,13 +34,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::api::Plan;
+use slipway::api::maintenance::{MaintenancePhase, NodeMaintenance};
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";
@@ -48,6 +52,9 @@ const CONTROLLER: &str = "system-upgrade-controller";
 /// The role deploy/ binds to the ServiceAccount for the upgrade Jobs, not for the controller.
 const DRAINER_ROLE: &str = "system-upgrade-controller-drainer";
 const PLAN: &str = "rbac";
+/// The ClusterRole, Role and bindings of deploy/components/maintenance.
+const MAINTENANCE_ROLE: &str = "system-upgrade-controller-maintenance";
+const LEASES: &str = "medik8s-leases";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -159,11 +166,11 @@ const ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
 )];
 
 /// Problems with `grants` given the controller's `requests`; empty means least privilege, proven.
-/// `may_be_unused(group, resource, verb)` says which rights need not be used.
+/// `may_be_unused(grant, group, resource, verb)` says which rights need not be used.
 fn audit_rbac(
     grants: &[Grant],
     requests: &BTreeSet<Request>,
-    may_be_unused: &dyn Fn(&str, &str, &str) -> bool,
+    may_be_unused: &dyn Fn(&Grant, &str, &str, &str) -> bool,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     for r in requests {
@@ -205,7 +212,7 @@ fn audit_rbac(
             problems.push(format!("{} grants non-resource URLs", g.describe()));
         }
         for (group, resource, verb) in g.tuples() {
-            if may_be_unused(&group, &resource, &verb) {
+            if may_be_unused(g, &group, &resource, &verb) {
                 continue;
             }
             let single = Grant {
@@ -315,13 +322,19 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
             });
         }
     }
-    let rbs = Api::<RoleBinding>::namespaced(client.clone(), NS)
+    // Every namespace: the maintenance component binds a Role in the medik8s Lease namespace.
+    let rbs = Api::<RoleBinding>::all(client.clone())
         .list(&ListParams::default())
         .await
         .expect("list RoleBindings");
     for b in rbs.items.iter().filter(|b| is_sa(&b.subjects)) {
+        let ns = b
+            .metadata
+            .namespace
+            .clone()
+            .expect("a RoleBinding is namespaced");
         let rules = match b.role_ref.kind.as_str() {
-            "Role" => Api::<Role>::namespaced(client.clone(), NS)
+            "Role" => Api::<Role>::namespaced(client.clone(), &ns)
                 .get(&b.role_ref.name)
                 .await
                 .expect("bound Role")
@@ -337,7 +350,7 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
         for rule in rules {
             controller.push(Grant {
                 role: b.role_ref.name.clone(),
-                namespace: Some(NS.to_string()),
+                namespace: Some(ns.clone()),
                 rule,
             });
         }
@@ -878,10 +891,12 @@ spec:
 
     // The evidence.
     let (requests, refused, audited) = read_audit_log(&audit_log, &jti);
-    let (grants, drainer) = bound_rules(&client).await;
+    let (mut grants, drainer) = bound_rules(&client).await;
+    // A run that failed half-way may have left the maintenance component installed.
+    grants.retain(|g| g.role != MAINTENANCE_ROLE);
     let lease_unused_reason = (!leader_election)
         .then_some("this slipway has no --leader-elect yet, so the Lease rules are not exercised");
-    let may_be_unused = |group: &str, resource: &str, verb: &str| {
+    let may_be_unused = |_: &Grant, group: &str, resource: &str, verb: &str| {
         (lease_unused_reason.is_some() && group == "coordination.k8s.io")
             || ALLOWED_UNUSED
                 .iter()
@@ -961,18 +976,22 @@ spec:
     // allows is reported above as not granted.
     assert!(!drainer.is_empty(), "deploy/ binds {DRAINER_ROLE} to {SA}");
 
-    // Clean up, keeping the CRD (other tests share it).
+    // 5. The maintenance component on top, with a token of its own (so its requests are told
+    //    apart in the audit log).
+    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
+
+    // Clean up, keeping the CRDs (other tests share them).
     support::delete_nodes(&client, &nodes).await;
     support::delete_nodes(&client, &more).await;
     support::delete_nodes(&client, &rebooted).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(&controller.log);
-    for name in ["system-upgrade", "system-upgrade-drainer"] {
+    for name in ["system-upgrade", "system-upgrade-drainer", MAINTENANCE_ROLE] {
         let _ = Api::<ClusterRoleBinding>::all(client.clone())
             .delete(name, &DeleteParams::default())
             .await;
     }
-    for name in [CONTROLLER, DRAINER_ROLE] {
+    for name in [CONTROLLER, DRAINER_ROLE, MAINTENANCE_ROLE] {
         let _ = Api::<ClusterRole>::all(client.clone())
             .delete(name, &DeleteParams::default())
             .await;
@@ -980,4 +999,292 @@ spec:
     let _ = Api::<Namespace>::all(client.clone())
         .delete(NS, &DeleteParams::background())
         .await;
+}
+
+/// Rights of the maintenance component the run cannot exercise, each with the reason.
+const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
+    "events.k8s.io",
+    "events",
+    "patch",
+    "an Event of a NodeMaintenance repeated while the recorder remembers it becomes a series (a \
+     patch): a drain that goes from blocked to draining and back is blocked again with the same \
+     message. The run below publishes each of its Events once.",
+)];
+
+/// `deploy/` plus `deploy/components/maintenance`, applied as an overlay would, then one
+/// NodeMaintenance through every path that needs a right: a foreign Lease that expired (taken
+/// over: update), a drain blocked by a PodDisruptionBudget (pod get, PDB list, in the status), a
+/// DaemonSet pod skipped (DaemonSet get), the drain finishing, and the deletion that restores the
+/// node and releases the Lease. The component's rules must be used, each one; every request of
+/// the controller must be granted by deploy/ and the component together.
+async fn prove_maintenance_component(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    audit_log: &Path,
+    args: &[String],
+) {
+    let overlay = std::env::temp_dir().join(support::unique_name("slipway-rbac-overlay"));
+    std::fs::create_dir_all(&overlay).expect("overlay directory");
+    // kustomize takes a base and a component from anywhere by a relative path.
+    let up = "../".repeat(overlay.components().count().saturating_sub(1));
+    let rel = |p: &str| {
+        format!(
+            "{up}{}",
+            repo().join(p).display().to_string().trim_start_matches('/')
+        )
+    };
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
+            rel("deploy"),
+            rel("deploy/components/maintenance")
+        ),
+    )
+    .expect("write the overlay");
+    cluster
+        .kubectl(&["apply", "-k", &overlay.display().to_string()])
+        .await
+        .expect("kubectl apply -k deploy/ with the maintenance component");
+    let _ = std::fs::remove_dir_all(&overlay);
+
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("default-controller-env")
+        .await
+        .expect("the ConfigMap of the overlay");
+    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
+    assert_eq!(
+        env.get("SLIPWAY_MAINTENANCE").map(String::as_str),
+        Some("true"),
+        "the component turns the maintenance controller on"
+    );
+    let pool = support::unique_name("rbac-maint");
+    let nodes =
+        support::create_nodes(client, "rbac-maint", 2, &[("slipway.test/pool", &pool)]).await;
+    // The first node has workloads and a foreign Lease; the second neither (its Lease is created).
+    let (node, bare) = (&nodes[0], &nodes[1]);
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(), node.clone());
+    env.insert("POD_NAME".into(), "slipway-rbac-maintenance".into());
+
+    // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
+    let workloads = support::unique_name("rbac-maint");
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": workloads}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("create the workload namespace");
+    let pod_spec = json!({
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [{"name": "app", "image": "nginx:1.27"}],
+        "terminationGracePeriodSeconds": 1,
+    });
+    let workload = |kind: &str| {
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "selector": {"matchLabels": {"app": kind}},
+                "template": {"metadata": {"labels": {"app": kind}}, "spec": pod_spec.clone()},
+            },
+        })
+    };
+    let pp = PostParams::default();
+    Api::<Deployment>::namespaced(client.clone(), &workloads)
+        .create(
+            &pp,
+            &serde_json::from_value(workload("web")).expect("deployment"),
+        )
+        .await
+        .expect("create the Deployment");
+    Api::<DaemonSet>::namespaced(client.clone(), &workloads)
+        .create(
+            &pp,
+            &serde_json::from_value(workload("agent")).expect("daemonset"),
+        )
+        .await
+        .expect("create the DaemonSet");
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
+    pdbs.create(
+        &pp,
+        &serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        }))
+        .expect("pdb"),
+    )
+    .await
+    .expect("create the PDB");
+    let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
+    support::wait_for("both pods running", Duration::from_secs(60), || async {
+        let running = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == 2 {
+            Ok(())
+        } else {
+            Err(anyhow!("{running} running"))
+        }
+    })
+    .await;
+    // A Lease of another holder that expired an hour ago: taken over with an update.
+    let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
+    let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    let expired = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("node-{node}")),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("someone-else".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(MicroTime(hour_ago)),
+            ..Default::default()
+        }),
+    };
+    leases
+        .create(&pp, &expired)
+        .await
+        .expect("create the expired Lease");
+
+    let token = cluster
+        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
+        .await
+        .expect("kubectl create token")
+        .trim()
+        .to_string();
+    let jti = token_jti(&token);
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "{}.kubeconfig",
+        support::unique_name("slipway-rbac-maint")
+    ));
+    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    let mut controller = Controller::start(&kubeconfig, &env, args);
+
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let mut names = Vec::new();
+    for node in [node, bare] {
+        let name = support::unique_name("rbac-maint");
+        let nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "reason": "rbac"},
+        }))
+        .expect("a NodeMaintenance");
+        nms.create(&pp, &nm)
+            .await
+            .expect("create the NodeMaintenance");
+        names.push(name);
+    }
+    let name = &names[0];
+    let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
+    support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
+        controller.assert_not_refused();
+        let nm = nms.get(name).await?;
+        let error = nm.status.as_ref().and_then(|s| s.last_error.clone());
+        let blocker = format!("PodDisruptionBudget {workloads}/web");
+        if error.is_some_and(|e| e.contains(&blocker)) {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {}", status_of(&nm)))
+        }
+    })
+    .await;
+    pdbs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the PDB");
+    support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
+        controller.assert_not_refused();
+        for name in &names {
+            let nm = nms.get(name).await?;
+            if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
+                return Err(anyhow!("{name}: status: {}", status_of(&nm)));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    for name in &names {
+        nms.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the NodeMaintenance");
+    }
+    support::wait_for(
+        "the maintenances to be gone",
+        Duration::from_secs(60),
+        || async {
+            controller.assert_not_refused();
+            for name in &names {
+                if let Some(nm) = nms.get_opt(name).await? {
+                    return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    for node in &nodes {
+        assert!(
+            leases
+                .get_opt(&format!("node-{node}"))
+                .await
+                .expect("get lease")
+                .is_none(),
+            "the Lease of {node} is released"
+        );
+    }
+    controller.stop();
+
+    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
+    let (grants, _) = bound_rules(client).await;
+    // deploy/'s own rights were proven above; here only the component's must all be used.
+    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
+        g.role != MAINTENANCE_ROLE
+            || ALLOWED_UNUSED
+                .iter()
+                .chain(MAINTENANCE_ALLOWED_UNUSED)
+                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
+    };
+    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    eprintln!(
+        "e2e_rbac: maintenance component: {audited} audited requests, {} distinct:",
+        requests.len()
+    );
+    for r in &requests {
+        eprintln!("  {r}");
+    }
+    for (g, r, v, why) in MAINTENANCE_ALLOWED_UNUSED {
+        eprintln!("e2e_rbac: maintenance may leave unused: {v} {g}/{r}: {why}");
+    }
+    assert!(
+        refused.is_empty(),
+        "the API server refused requests of the maintenance controller:\n{}",
+        refused.join("\n")
+    );
+    assert!(
+        problems.is_empty(),
+        "deploy/components/maintenance's RBAC is not least privilege:\n{}",
+        problems.join("\n")
+    );
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(&controller.log);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&workloads, &DeleteParams::background())
+        .await;
+    for namespace in [LEASES, "default"] {
+        let _ = Api::<Role>::namespaced(client.clone(), namespace)
+            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
+            .await;
+        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
+            .await;
+    }
 }

@@ -341,8 +341,25 @@ async fn apply(
     if step.lease == Some(LeaseAction::Release) {
         release_lease(ctx, lease.lease.as_ref()).await?;
     }
-    if !step.evict.is_empty() {
-        let results = evict_all(ctx, &step.evict).await;
+    let results = if step.evict.is_empty() {
+        Vec::new()
+    } else {
+        evict_all(ctx, &step.evict).await
+    };
+    {
+        let mut backoff = ctx
+            .refusal_backoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if maintenance::any_refused(&results) {
+            let wait = maintenance::refusal_backoff(backoff.get(&name).copied());
+            backoff.insert(name.clone(), wait);
+            step.requeue_after = Some(wait);
+        } else {
+            backoff.remove(&name);
+        }
+    }
+    if !results.is_empty() {
         maintenance::record_evictions(
             &mut step,
             &results,

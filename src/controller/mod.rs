@@ -136,6 +136,9 @@ pub struct Context {
     pub maintenances: Option<Store<NodeMaintenance>>,
     /// Asks for evictions (no retry layer: a 429 comes back at once).
     pub eviction_client: Client,
+    /// How long each NodeMaintenance whose evictions a PodDisruptionBudget refuses waits before
+    /// asking again (doubling while refused; forgotten on a restart, which only asks sooner).
+    pub refusal_backoff: Mutex<std::collections::HashMap<String, std::time::Duration>>,
 }
 
 /// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
@@ -202,6 +205,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         claims: Mutex::new(NodeClaims::default()),
         maintenances: maintenances.clone(),
         eviction_client: ops.eviction.clone().unwrap_or_else(|| client.clone()),
+        refusal_backoff: Mutex::default(),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     match (maintenances, maintenance_changes) {

@@ -459,3 +459,38 @@ fn deleting_a_duplicate_leaves_the_node_to_the_first() {
     assert!(step.node.is_empty() && step.lease.is_none());
     assert!(step.remove_finalizer);
 }
+
+#[test]
+fn a_refused_eviction_is_asked_again_later_each_time_up_to_a_minute() {
+    let mut waits = Vec::new();
+    let mut previous = None;
+    for _ in 0..6 {
+        let wait = refusal_backoff(previous);
+        waits.push(wait.as_secs());
+        previous = Some(wait);
+    }
+    assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
+    assert_eq!(refusal_backoff(Some(Duration::MAX)), REFUSAL_BACKOFF_MAX);
+    assert_eq!(refusal_backoff(Some(Duration::ZERO)), DRAIN_RECHECK);
+}
+
+#[test]
+fn only_a_refusal_counts_for_the_backoff() {
+    let pod = PodKey {
+        namespace: "shop".into(),
+        name: "web-1".into(),
+    };
+    let accepted = [(pod.clone(), EvictionResult::Accepted)];
+    let failed = [(pod.clone(), EvictionResult::Failed("timeout".into()))];
+    let refused = [
+        (pod.clone(), EvictionResult::Accepted),
+        (
+            pod,
+            EvictionResult::Refused("PodDisruptionBudget shop/web".into()),
+        ),
+    ];
+    assert!(!any_refused(&accepted));
+    assert!(!any_refused(&failed));
+    assert!(any_refused(&refused));
+    assert!(!any_refused(&[]));
+}
