@@ -27,6 +27,13 @@ pub fn reason<'a>(status: &'a PlanStatus, type_: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// The message of the condition of `type_`, or "".
+pub fn message<'a>(status: &'a PlanStatus, type_: &str) -> &'a str {
+    get(status, type_)
+        .and_then(|c| c.message.as_deref())
+        .unwrap_or("")
+}
+
 /// Adds the condition as `Unknown` if it is missing, as SUC does on the first reconcile.
 pub fn ensure(status: &mut PlanStatus, type_: &str, now: &str, generation: Option<i64>) {
     if get(status, type_).is_none() {

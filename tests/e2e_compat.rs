@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::api::Plan;
 
@@ -88,6 +89,16 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "plans/invalid-time-zone/conditions/LatestResolved",
         "Invalid Plans",
         "SUC stops before creating LatestResolved; slipway creates it Unknown",
+    ),
+    (
+        "plans/concurrency-zero/conditions/Complete/**",
+        "`concurrency` 0 or unset",
+        "SUC reports Complete=True with nothing done; slipway Complete=False/NoConcurrency, saying why",
+    ),
+    (
+        "plans/selects-nothing/conditions/Complete/message",
+        "A selector that matches no node",
+        "both Complete=True; slipway's message names the selector that matches nothing",
     ),
     (
         "plans/invalid-time-zone/latestHash",
@@ -341,7 +352,7 @@ fn plan_settled(plan: &Plan, jobs: &[Job]) -> Result<(), String> {
         .is_some_and(|v| v == "true");
     let settled = if cstatus == "True" {
         true
-    } else if ["JobFailed", "Waiting", "NotReady"].contains(&reason) {
+    } else if ["JobFailed", "Waiting", "NotReady", "NoConcurrency"].contains(&reason) {
         own.iter().all(|j| finished(j))
     } else {
         hold_plan
@@ -482,6 +493,7 @@ fn normalize_job(mut job: Value) -> Value {
 
 async fn delete_crd(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    release_plans(client).await;
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     match api
         .delete("plans.upgrade.cattle.io", &DeleteParams::default())
@@ -702,4 +714,35 @@ async fn slipway_and_suc_make_the_same_jobs_labels_and_hashes() {
         stale.is_empty(),
         "allowed differences that no longer occur (remove them, and their COMPATIBILITY.md line if it is gone): {stale:?}"
     );
+}
+
+/// What the README asks before going back to SUC: slipway (stopped) leaves its finalizer on every
+/// Plan, which would keep the CRD from going.
+async fn release_plans(client: &kube::Client) {
+    let plans = Api::<Plan>::all(client.clone());
+    let list = match plans.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 404 => return,
+        Err(e) => panic!("list Plans: {e}"),
+    };
+    for p in list.items {
+        let kept: Vec<&String> = p
+            .finalizers()
+            .iter()
+            .filter(|f| f.as_str() != "slipway.dev/plan-cleanup")
+            .collect();
+        if kept.len() == p.finalizers().len() {
+            continue;
+        }
+        let api = Api::<Plan>::namespaced(client.clone(), &p.namespace().unwrap_or_default());
+        let body = json!({"metadata": {"finalizers": kept}});
+        match api
+            .patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => panic!("release Plan {}: {e}", p.name_any()),
+        }
+    }
 }

@@ -473,3 +473,127 @@ async fn condition_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String
     let p = ns.api::<Plan>().get(plan).await.expect("plan");
     condition(&p, type_).map(|(_, r, _)| r).unwrap_or_default()
 }
+
+const UPGRADE_CORDON: &str = "slipway.dev/upgrade-cordon";
+
+async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>) {
+    let node = Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .expect("get node");
+    let unschedulable = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let record = node
+        .metadata
+        .annotations
+        .and_then(|a| a.get(UPGRADE_CORDON).cloned());
+    (unschedulable, record)
+}
+
+async fn set_unschedulable(client: &kube::Client, name: &str, value: bool) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": value}})),
+        )
+        .await
+        .expect("cordon node");
+}
+
+/// SUC #71 and #341: deleting a Plan whose Jobs failed uncordons the node its Job cordoned (and
+/// deletes its Jobs), but never a node an admin cordoned before the Plan; and a Plan with
+/// `concurrency: 0` says why nothing happens instead of claiming it is complete (SUC #217).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("delete", 2).await else {
+        return;
+    };
+    let client = ns.client();
+    let (mine, admins) = (&nodes[0], &nodes[1]);
+    set_unschedulable(&client, admins, true).await;
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+
+    let idle = rollout_plan("idle", &pool, 0, "");
+    create_plan(&ns, &idle).await;
+    let idle = wait_plan(&ns, "idle", "NoConcurrency", Duration::from_secs(60), |p| {
+        condition(p, "Complete").is_some_and(|(_, r, _)| r == "NoConcurrency")
+    })
+    .await;
+    let (status, _, message) = condition(&idle, "Complete").expect("Complete");
+    assert_eq!(status, "False");
+    assert!(message.starts_with("spec.concurrency is 0"), "{message}");
+    ns.api::<Plan>()
+        .delete("idle", &Default::default())
+        .await
+        .expect("delete the idle Plan");
+
+    let mut plan = rollout_plan("failing", &pool, 2, "");
+    plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
+    create_plan(&ns, &plan).await;
+    let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
+        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+            && p.status.as_ref().is_some_and(|s| s.applying.len() == 2)
+    })
+    .await;
+    assert!(
+        failed
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"slipway.dev/plan-cleanup".to_string())
+    );
+    // Recorded before the Jobs were created.
+    assert_eq!(
+        node_cordon(&client, mine).await,
+        (false, Some("slipway".into()))
+    );
+    assert_eq!(
+        node_cordon(&client, admins).await,
+        (true, Some("admin".into()))
+    );
+    // What the Job's cordon container does on a real node (kwok runs no process).
+    set_unschedulable(&client, mine, true).await;
+
+    ns.api::<Plan>()
+        .delete("failing", &Default::default())
+        .await
+        .expect("delete the failing Plan");
+    support::wait_for("the Plan to go", Duration::from_secs(60), || async {
+        match ns.api::<Plan>().get_opt("failing").await? {
+            None => Ok(()),
+            Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
+        }
+    })
+    .await;
+    assert_eq!(
+        node_cordon(&client, mine).await,
+        (false, None),
+        "the Job's cordon is undone, the record forgotten"
+    );
+    assert_eq!(
+        node_cordon(&client, admins).await,
+        (true, Some("admin".into())),
+        "the admin's cordon stays"
+    );
+    let jobs = ns
+        .api::<Job>()
+        .list(&ListParams::default().labels("upgrade.cattle.io/plan=failing"))
+        .await
+        .expect("list jobs");
+    assert!(
+        jobs.items
+            .iter()
+            .all(|j| j.metadata.deletion_timestamp.is_some()),
+        "its Jobs are deleted: {:?}",
+        jobs.items
+            .iter()
+            .map(|j| &j.metadata.name)
+            .collect::<Vec<_>>()
+    );
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}

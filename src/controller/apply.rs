@@ -54,15 +54,41 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, decision: Rollout) -> Resu
     Ok(())
 }
 
+/// The cleanup of a deleted Plan: its Jobs and reboot pods first (nothing starts on a node about
+/// to be uncordoned), then the uncordons.
+pub(super) async fn clean_up(
+    ctx: &Context,
+    plan: &str,
+    cleanup: &rollout::deletion::Cleanup,
+) -> Result<(), Error> {
+    let ns = &ctx.settings.namespace;
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), ns);
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    for job in &cleanup.delete_jobs {
+        info!(plan = %plan, job = %job, "deleting job: its Plan is deleted");
+        if gone_or_done(jobs.delete(job, &DeleteParams::background()).await)? {
+            ctx.metrics.job_deleted();
+        }
+    }
+    for pod in &cleanup.delete_pods {
+        info!(plan = %plan, pod = %pod, "deleting reboot pod: its Plan is deleted");
+        gone_or_done(pods.delete(pod, &DeleteParams::default()).await)?;
+    }
+    patch_nodes(ctx, plan, &cleanup.node_patches).await
+}
+
 /// Labels done nodes and uncordons them: only ever releases nodes.
 async fn patch_nodes(ctx: &Context, plan: &str, patches: &[NodePatch]) -> Result<(), Error> {
     let nodes = Api::<Node>::all(ctx.client.clone());
     for patch in patches {
         let mut body = json!({ "metadata": { "labels": patch.labels } });
+        if !patch.annotations.is_empty() {
+            body["metadata"]["annotations"] = json!(patch.annotations);
+        }
         if patch.uncordon {
             body["spec"] = json!({ "unschedulable": false });
         }
-        info!(plan = %plan, node = %patch.node, labels = ?patch.labels, uncordon = patch.uncordon, "patching node");
+        info!(plan = %plan, node = %patch.node, labels = ?patch.labels, annotations = ?patch.annotations, uncordon = patch.uncordon, "patching node");
         let patched = nodes
             .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
             .await;

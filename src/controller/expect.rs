@@ -105,7 +105,8 @@ impl Expectations {
         overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
     }
 
-    /// The node with the labels and uncordon this process patched onto it, until the cache shows them.
+    /// The node with the labels, annotations and uncordon this process patched onto it, until the
+    /// cache shows them.
     pub fn node(&self, cached: &NodeInfo) -> Option<NodeInfo> {
         let mut nodes = lock(&self.nodes);
         let (at, patch) = nodes.get(&cached.name)?;
@@ -113,6 +114,10 @@ impl Expectations {
             .labels
             .iter()
             .all(|(k, v)| cached.labels.get(k) == Some(v))
+            && patch
+                .annotations
+                .iter()
+                .all(|(k, v)| cached.annotations.get(k) == v.as_ref())
             && !(patch.uncordon && cached.unschedulable);
         if shown || at.elapsed() >= PATIENCE {
             nodes.remove(&cached.name);
@@ -121,6 +126,12 @@ impl Expectations {
         let mut node = cached.clone();
         node.labels
             .extend(patch.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (k, v) in &patch.annotations {
+            match v {
+                Some(v) => node.annotations.insert(k.clone(), v.clone()),
+                None => node.annotations.remove(k),
+            };
+        }
         node.unschedulable &= !patch.uncordon;
         Some(node)
     }
@@ -209,6 +220,7 @@ mod tests {
             node: "n".into(),
             labels: BTreeMap::from([("k".to_string(), "v".to_string())]),
             uncordon: true,
+            ..NodePatch::default()
         });
         let seen = e.node(&cached).expect("overlaid");
         assert_eq!(seen.labels["k"], "v");

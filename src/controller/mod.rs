@@ -36,9 +36,10 @@ use crate::metrics::Metrics;
 use crate::node::NodeInfo;
 use crate::node_index::{NodeIndex, PlanKey};
 use crate::reboot::{self, HealthObservation};
-use crate::rollout::{self, ChannelAnswer, RolloutInput};
+use crate::rollout::{self, ChannelAnswer, RolloutInput, deletion};
 use crate::selection;
 use expect::Expectations;
+use serde_json::json;
 
 /// The field manager slipway writes with.
 pub const FIELD_MANAGER: &str = "slipway";
@@ -141,8 +142,8 @@ pub struct Context {
     pub refusal_backoff: Mutex<std::collections::HashMap<String, std::time::Duration>>,
 }
 
-/// Node annotations the index keeps (none yet: node operations that read a node's own signals add theirs).
-const KEPT_ANNOTATIONS: &[&str] = &[];
+/// Node annotations the index keeps: a few small ones that decisions read.
+const KEPT_ANNOTATIONS: &[&str] = &[crate::rollout::cordon::UPGRADE_CORDON];
 
 /// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.
 ///
@@ -372,15 +373,23 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     ] {
         store.map_err(|_| Error::CacheStopped(what))?;
     }
-    if plan.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     let plan = ctx.expect.plan(plan);
     let name = plan
         .metadata
         .name
         .clone()
         .ok_or(Error::IncompletePlan("name"))?;
+    if plan.metadata.deletion_timestamp.is_some() {
+        if deletion::has_finalizer(&plan) {
+            clean_up_deleted(ctx, &plan, &name).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !deletion::has_finalizer(&plan) {
+        // The status is written with the Plan's resourceVersion: decide on the Plan with it.
+        set_finalizer(ctx, &plan, &name, true).await?;
+        return Ok(Action::await_change());
+    }
     let candidates = ctx
         .nodes
         .write()
@@ -430,6 +439,64 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     apply::apply(ctx, &plan, decision).await?;
     ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
     Ok(Action::requeue(requeue))
+}
+
+/// Undoes what the deleted Plan was doing (see [`deletion`]), then lets it go.
+async fn clean_up_deleted(ctx: &Context, plan: &Plan, name: &str) -> Result<(), Error> {
+    let candidates = ctx
+        .nodes
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .candidates(plan);
+    let nodes: Vec<&NodeInfo> = candidates.iter().map(AsRef::as_ref).collect();
+    let (jobs, reboot_pods) = owned_by(ctx, name);
+    let jobs: Vec<&Job> = jobs.iter().map(AsRef::as_ref).collect();
+    let reboot_pods: Vec<&Pod> = reboot_pods.iter().map(AsRef::as_ref).collect();
+    let holder = Holder::Plan {
+        namespace: ctx.settings.namespace.clone(),
+        name: name.to_string(),
+    };
+    let cleanup = {
+        let claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+        deletion::cleanup(plan, &nodes, &jobs, &reboot_pods, |node| {
+            claims
+                .holders(node)
+                .any(|h| *h != holder && matches!(h, Holder::Plan { .. }))
+        })
+    };
+    apply::clean_up(ctx, name, &cleanup).await?;
+    set_finalizer(ctx, plan, name, false).await?;
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .release_all(&holder);
+    info!(plan = %name, uncordoned = cleanup.node_patches.len(), jobs = cleanup.delete_jobs.len(), "plan deleted: cleaned up");
+    Ok(())
+}
+
+/// Adds or removes slipway's finalizer, keeping the others, guarded by the resourceVersion.
+async fn set_finalizer(ctx: &Context, plan: &Plan, name: &str, present: bool) -> Result<(), Error> {
+    let mut finalizers: Vec<&str> = plan
+        .finalizers()
+        .iter()
+        .map(String::as_str)
+        .filter(|f| *f != deletion::FINALIZER)
+        .collect();
+    if present {
+        finalizers.push(deletion::FINALIZER);
+    }
+    let body = json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": plan.resource_version() }
+    });
+    let api = Api::<Plan>::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Decides, and claims the nodes the decision applies, in one step of the process's one budget

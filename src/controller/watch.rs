@@ -183,7 +183,8 @@ fn digest(parts: impl Hash) -> u64 {
     h.finish()
 }
 
-/// What a decision reads of a Plan, besides its status (which only slipway writes).
+/// What a decision reads of a Plan, besides its status (which only slipway writes); its
+/// finalizers too, so that a Plan is decided on once slipway's finalizer is on it.
 pub(super) fn plan_view(p: &Plan) -> u64 {
     let m = &p.metadata;
     digest((
@@ -191,6 +192,7 @@ pub(super) fn plan_view(p: &Plan) -> u64 {
         m.generation,
         &m.labels,
         &m.annotations,
+        &m.finalizers,
         m.deletion_timestamp.is_some(),
     ))
 }
@@ -257,4 +259,30 @@ pub(super) fn maintenances(
     .touched_objects()
     .boxed();
     (store, changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_looked_at_again_when_its_finalizers_or_spec_change_not_its_status() {
+        let plan: Plan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "upgrade.cattle.io/v1",
+            "kind": "Plan",
+            "metadata": {"name": "k3s", "uid": "u1", "generation": 1},
+            "spec": {"concurrency": 1},
+        }))
+        .expect("a Plan");
+        let mut finalized = plan.clone();
+        finalized.metadata.finalizers = Some(vec!["slipway.dev/plan-cleanup".into()]);
+        assert_ne!(plan_view(&plan), plan_view(&finalized));
+        let mut edited = plan.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(plan_view(&plan), plan_view(&edited));
+        let mut with_status = plan.clone();
+        with_status.status = Some(Default::default());
+        with_status.metadata.resource_version = Some("42".into());
+        assert_eq!(plan_view(&plan), plan_view(&with_status));
+    }
 }

@@ -16,6 +16,8 @@
 //! `status.nodes[].name`, because SUC writes hostnames there; it is translated when the status is
 //! read and written, nowhere else.
 
+pub mod cordon;
+pub mod deletion;
 mod jobs;
 pub mod node_state;
 mod plan_nodes;
@@ -131,11 +133,13 @@ pub struct JobDeletion {
     pub reason: String,
 }
 
-/// Labels to set on a node and whether to uncordon it; applied as a patch.
+/// Labels to set on a node, annotations to set (`Some`) or remove (`None`), and whether to
+/// uncordon it; applied as a patch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodePatch {
     pub node: String,
     pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, Option<String>>,
     pub uncordon: bool,
 }
 

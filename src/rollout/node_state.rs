@@ -479,7 +479,8 @@ fn rebooting(
 }
 
 /// Done with its Job (and reboot): labelled once `postCompleteDelay` has passed since `since`.
-/// Like SUC, the node is uncordoned as soon as its Job is over, during the delay too.
+/// Like SUC, the node is uncordoned as soon as its Job is over, during the delay too; unlike SUC,
+/// not if an admin cordoned it before the Job (see [`super::cordon`]).
 fn waiting(
     job: String,
     since: Timestamp,
@@ -488,7 +489,7 @@ fn waiting(
     now: Timestamp,
     actions: &mut Vec<NodeAction>,
 ) -> NodeState {
-    let uncordon = ctx.cordons && obs.node.unschedulable;
+    let uncordon = ctx.cordons && super::cordon::may_uncordon(obs.node);
     let waited: Duration = now.duration_since(since).try_into().unwrap_or_default();
     if waited >= ctx.post_complete_delay {
         actions.push(NodeAction::MarkDone { uncordon });

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
 
+use super::cordon;
 use super::jobs::PlanJobs;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
 use super::{
@@ -292,6 +293,7 @@ fn apply_actions(
             match action {
                 NodeAction::CreateJob => match facts.render(node).cloned() {
                     Ok(job) => {
+                        record_cordon(facts, node, out);
                         create_reboot_pod(facts, node, &job, out);
                         out.create_jobs.push(job);
                     }
@@ -307,11 +309,13 @@ fn apply_actions(
                 NodeAction::MarkDone { uncordon } => out.node_patches.push(NodePatch {
                     node: node.name.clone(),
                     labels: done_labels(facts),
+                    annotations: forget_cordon(node, uncordon),
                     uncordon,
                 }),
                 NodeAction::Uncordon => out.node_patches.push(NodePatch {
                     node: node.name.clone(),
                     labels: BTreeMap::new(),
+                    annotations: forget_cordon(node, true),
                     uncordon: true,
                 }),
                 NodeAction::Warn { reason, message } => {
@@ -322,6 +326,29 @@ fn apply_actions(
         }
     }
     error
+}
+
+/// Before a Job that cordons its node: who the cordon belongs to (patched before the Job exists).
+fn record_cordon(facts: &Facts<'_>, node: &NodeInfo, out: &mut Rollout) {
+    let Some(owner) = cordon::record_at_start(node).filter(|_| facts.ctx.cordons) else {
+        return;
+    };
+    out.node_patches.push(NodePatch {
+        node: node.name.clone(),
+        annotations: BTreeMap::from([(
+            cordon::UPGRADE_CORDON.to_string(),
+            Some(owner.as_str().to_string()),
+        )]),
+        ..NodePatch::default()
+    });
+}
+
+fn forget_cordon(node: &NodeInfo, uncordon: bool) -> BTreeMap<String, Option<String>> {
+    if cordon::forget_after_done(node, uncordon) {
+        BTreeMap::from([(cordon::UPGRADE_CORDON.to_string(), None)])
+    } else {
+        BTreeMap::new()
+    }
 }
 
 fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
@@ -449,7 +476,10 @@ fn report(
             &now,
             generation,
         );
-    } else if st.applying.is_empty() && wait_for_held(facts, st, out, eligible) {
+    } else if st.applying.is_empty()
+        && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
+    {
+        // Nodes wait for something that is not the Plan's; the function that found it said so.
     } else if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
@@ -458,7 +488,11 @@ fn report(
                 format!("Jobs complete for version {version}. Hash: {hash}"),
             );
         }
-        cond::set(st, COMPLETE, TRUE, "Complete", "", &now, generation);
+        let message = selects_nothing(facts.input).unwrap_or_default();
+        if !message.is_empty() && cond::message(st, COMPLETE) != message {
+            out.event(EventType::Normal, NO_NODES, message.clone());
+        }
+        cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
     } else if st.applying != old.applying
         || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
         || is_rebooting_reason(cond::reason(st, COMPLETE))
@@ -477,6 +511,62 @@ fn report(
         cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
     }
     progress_event(facts, out);
+}
+
+/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
+const NO_CONCURRENCY: &str = "NoConcurrency";
+/// The event of a Plan whose selector matches no node.
+const NO_NODES: &str = "NoNodes";
+
+/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
+/// (SUC reports the Plan complete, a trap of its issues #217 and #285). `false` otherwise.
+fn no_concurrency(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    if concurrency > 0 || eligible.is_empty() {
+        return false;
+    }
+    let message = format!(
+        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
+        eligible.len()
+    );
+    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
+        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
+    }
+    let now = rfc3339(facts.input.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        NO_CONCURRENCY,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
+/// nothing done, which deserves a word (SUC issues #217, #285).
+fn selects_nothing(input: &RolloutInput<'_>) -> Option<String> {
+    let selector = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()).ok()?;
+    let any = input
+        .nodes
+        .iter()
+        .any(|n| selector.matches(&n.labels) && n.labels.contains_key(labels::HOSTNAME));
+    (!any).then(|| match selector {
+        Selector::Nothing => {
+            "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".to_string()
+        }
+        selector if selector.to_string().is_empty() => {
+            "no node with a kubernetes.io/hostname label".to_string()
+        }
+        selector => format!("no node matches spec.nodeSelector {selector}"),
+    })
 }
 
 /// The reason of `Complete=False` while the only nodes left are held by another operation.

@@ -152,6 +152,12 @@ impl World {
                 .find(|n| n.name == p.node)
                 .expect("patched node exists");
             n.labels.extend(p.labels.clone());
+            for (k, v) in &p.annotations {
+                match v {
+                    Some(v) => n.annotations.insert(k.clone(), v.clone()),
+                    None => n.annotations.remove(k),
+                };
+            }
             if p.uncordon {
                 n.unschedulable = false;
             }
@@ -294,11 +300,57 @@ fn nothing_is_selected_without_a_selector_or_concurrency() {
     let mut p = plan(2);
     p.spec.node_selector = None;
     let r = World::new(p, nodes(3)).decide();
-    assert_eq!(complete(&r.status).0, TRUE);
+    assert_eq!(
+        complete(&r.status),
+        (
+            TRUE.into(),
+            "Complete".into(),
+            "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".into()
+        )
+    );
     assert!(r.create_jobs.is_empty());
-    let r = World::new(plan(0), nodes(3)).decide();
-    assert_eq!(complete(&r.status).1, "Complete");
+    assert!(reasons(&r).contains(&"NoNodes"));
+    let mut p = plan(2);
+    p.spec.node_selector = Some(LabelSelector {
+        match_labels: Some([("pool".to_string(), "gpu".to_string())].into()),
+        ..Default::default()
+    });
+    let r = World::new(p, nodes(3)).decide();
+    assert_eq!(
+        complete(&r.status).2,
+        "no node matches spec.nodeSelector pool=gpu"
+    );
+    // SUC says Complete here, with nothing done (its issues #217, #285): slipway says why.
+    let mut w = World::new(plan(0), nodes(3));
+    let r = w.step();
+    assert_eq!(
+        complete(&r.status),
+        (
+            FALSE.into(),
+            "NoConcurrency".into(),
+            "spec.concurrency is 0: none of the 3 nodes to upgrade starts; set it to 1 or more"
+                .into()
+        )
+    );
     assert!(r.create_jobs.is_empty());
+    assert_eq!(reasons(&r), vec!["Validated", "Resolved", "NoConcurrency"]);
+    assert!(w.step().events.is_empty(), "said once");
+}
+
+#[test]
+fn a_plan_whose_nodes_are_all_done_says_nothing_more() {
+    let mut w = World::new(plan(1), nodes(1));
+    let hash = w.step().status.latest_hash.expect("hash");
+    w.nodes[0]
+        .labels
+        .insert("plan.upgrade.cattle.io/p".into(), hash);
+    w.jobs.clear();
+    w.plan.status = None;
+    let r = w.step();
+    assert_eq!(
+        complete(&r.status),
+        (TRUE.into(), "Complete".into(), String::new())
+    );
 }
 
 #[test]
@@ -519,7 +571,7 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     w.now = now() + jiff::SignedDuration::from_secs(301);
     let r = w.step();
     assert_eq!(reasons(&r), vec!["Progress"], "half of the nodes are done");
-    let labels = &r.node_patches[0].labels;
+    let labels = &done_patch(&r).labels;
     assert_eq!(
         labels.get("upgraded-to").map(String::as_str),
         Some("v1.30.1-k3s1")
@@ -781,9 +833,9 @@ fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
     reboot(&mut w, &node);
     let r = w.step();
     assert_eq!(reasons(&r), vec!["Progress"]);
-    assert!(r.node_patches[0].uncordon);
+    assert!(done_patch(&r).uncordon);
     assert_eq!(
-        r.node_patches[0].labels.get("plan.upgrade.cattle.io/p"),
+        done_patch(&r).labels.get("plan.upgrade.cattle.io/p"),
         w.status().latest_hash.as_ref()
     );
     assert_eq!(r.delete_pods.len(), 1, "the reboot pod goes");
@@ -1028,4 +1080,84 @@ fn a_node_tainted_for_maintenance_by_anyone_is_not_started() {
     );
     w.nodes[0].in_maintenance = false;
     assert_eq!(w.step().create_jobs.len(), 1);
+}
+
+/// Cordons the node of the Plan's only Job, as its drain container would.
+fn cordon_node_of_job(w: &mut World) -> String {
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.nodes
+        .iter_mut()
+        .find(|n| n.name == node)
+        .expect("node")
+        .unschedulable = true;
+    node
+}
+
+fn cordon_record(w: &World, node: &str) -> Option<String> {
+    let n = w.nodes.iter().find(|n| n.name == node).expect("node");
+    n.annotations.get(cordon::UPGRADE_CORDON).cloned()
+}
+
+#[test]
+fn slipways_own_cordon_is_recorded_before_the_job_and_undone_after() {
+    let mut p = plan(1);
+    p.spec.cordon = Some(true);
+    let mut w = World::new(p, nodes(1));
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_eq!(r.node_patches.len(), 1, "the record, before the Job");
+    let node = cordon_node_of_job(&mut w);
+    assert_eq!(cordon_record(&w, &node).as_deref(), Some("slipway"));
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(r.node_patches.iter().any(|p| p.uncordon));
+    assert!(!w.nodes[0].unschedulable);
+    assert_eq!(cordon_record(&w, &node), None, "forgotten with the cordon");
+}
+
+#[test]
+fn an_admins_cordon_stays_after_the_upgrade() {
+    let mut p = plan(1);
+    p.spec.drain = Some(Default::default());
+    let mut n = nodes(1);
+    n[0].unschedulable = true;
+    let mut w = World::new(p, n);
+    w.step();
+    let node = w.nodes[0].name.clone();
+    assert_eq!(cordon_record(&w, &node).as_deref(), Some("admin"));
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(
+        r.node_patches.iter().all(|p| !p.uncordon),
+        "{:?}",
+        r.node_patches
+    );
+    assert!(
+        w.nodes[0].unschedulable,
+        "the admin's cordon stays (SUC #341)"
+    );
+    assert_eq!(complete(&r.status).0, TRUE);
+    assert_eq!(
+        cordon_record(&w, &node).as_deref(),
+        Some("admin"),
+        "kept while the cordon lasts, for other Plans on the node"
+    );
+}
+
+#[test]
+fn a_plan_that_does_not_cordon_records_nothing() {
+    let mut w = World::new(plan(1), nodes(1));
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert!(r.node_patches.is_empty());
+}
+
+/// The patch that labels a node done.
+fn done_patch(r: &Rollout) -> &NodePatch {
+    r.node_patches
+        .iter()
+        .find(|p| p.labels.contains_key("plan.upgrade.cattle.io/p"))
+        .expect("a node labelled done")
 }
