@@ -379,16 +379,8 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
         .name
         .clone()
         .ok_or(Error::IncompletePlan("name"))?;
-    if plan.metadata.deletion_timestamp.is_some() {
-        if deletion::has_finalizer(&plan) {
-            clean_up_deleted(ctx, &plan, &name).await?;
-        }
-        return Ok(Action::await_change());
-    }
-    if !deletion::has_finalizer(&plan) {
-        // The status is written with the Plan's resourceVersion: decide on the Plan with it.
-        set_finalizer(ctx, &plan, &name, true).await?;
-        return Ok(Action::await_change());
+    if plan.metadata.deletion_timestamp.is_some() || !deletion::has_finalizer(&plan) {
+        return finalize(ctx, &plan, &name).await;
     }
     let candidates = ctx
         .nodes
@@ -439,6 +431,17 @@ async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error>
     apply::apply(ctx, &plan, decision).await?;
     ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
     Ok(Action::requeue(requeue))
+}
+
+/// A Plan being deleted is cleaned up and let go; a Plan without slipway's finalizer gets it
+/// first (its status is written with its resourceVersion: it is decided on with the finalizer).
+async fn finalize(ctx: &Context, plan: &Plan, name: &str) -> Result<Action, Error> {
+    if plan.metadata.deletion_timestamp.is_none() {
+        set_finalizer(ctx, plan, name, true).await?;
+    } else if deletion::has_finalizer(plan) {
+        clean_up_deleted(ctx, plan, name).await?;
+    }
+    Ok(Action::await_change())
 }
 
 /// Undoes what the deleted Plan was doing (see [`deletion`]), then lets it go.

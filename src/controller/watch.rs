@@ -271,7 +271,7 @@ mod tests {
             "apiVersion": "upgrade.cattle.io/v1",
             "kind": "Plan",
             "metadata": {"name": "k3s", "uid": "u1", "generation": 1},
-            "spec": {"concurrency": 1},
+            "spec": {"concurrency": 1, "upgrade": {"image": "rancher/k3s-upgrade"}},
         }))
         .expect("a Plan");
         let mut finalized = plan.clone();
