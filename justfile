@@ -10,6 +10,10 @@ build:
 lint:
     cargo fmt --all -- --check
     cargo clippy --locked --all-targets -- -D warnings
+    # The fuzz targets (a crate of their own) keep building; `just fuzz` runs them.
+    cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+    CARGO_TARGET_DIR=target cargo clippy --locked --manifest-path fuzz/Cargo.toml --bins -- -D warnings
+    CARGO_TARGET_DIR=target cargo build --locked --manifest-path fuzz/Cargo.toml --bins
 
 # Write the CRDs to crds/ and their copies in deploy/ (tests check both).
 crd:
@@ -72,6 +76,11 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     tests/cluster/build.sh >/dev/null
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
       SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
+
+# Fuzz every target of fuzz/ (or those named) for SECONDS each with libFuzzer; prints executions,
+# corpus size and crashes per target, fails on a crash (the input is kept in fuzz/artifacts/).
+fuzz SECONDS="60" *TARGETS:
+    scripts/fuzz.sh {{SECONDS}} {{TARGETS}}
 
 # Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
 demo:

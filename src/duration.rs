@@ -90,7 +90,9 @@ impl FromStr for GoDuration {
             };
             let mut value = whole.checked_mul(scale).ok_or_else(err)?;
             if !frac_part.is_empty() {
-                let digits = &frac_part[..frac_part.len().min(30)];
+                // Go reads at most the digits that fit an int64 (18 always do); more cannot
+                // change a nanosecond count, and would overflow `frac * scale`.
+                let digits = &frac_part[..frac_part.len().min(18)];
                 let frac: u128 = digits.parse().map_err(|_| err())?;
                 let denom = 10u128.pow(digits.len() as u32);
                 value += frac * scale / denom;
@@ -175,6 +177,14 @@ mod tests {
         assert_eq!(d("1.s"), 1_000_000_000);
         assert_eq!(d("300ms"), 300_000_000);
         assert_eq!(d("1µs1us1μs1ns"), 3_001);
+    }
+
+    #[test]
+    fn long_fractions_do_not_overflow() {
+        // Found by `just fuzz` (target duration): 30 fraction digits times an hour overflowed.
+        assert_eq!(d("267.39166933939166933991366999933339s"), 267_391_669_339);
+        let fuzzed = ".3s3s267.39166933939166933991366999933339s267.3w267.3s26";
+        assert!(fuzzed.parse::<GoDuration>().is_err(), "w is no unit");
     }
 
     #[test]
