@@ -4,6 +4,7 @@
 #![no_main]
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use slipway::api::Plan;
@@ -46,7 +47,9 @@ fuzz_target!(|data: &[u8]| {
             doc,
         })
         .collect();
-    let _ = lint::lint(&SchemaChecker::new(), &inputs, now);
+    // The checker compiles the CRD's schema and CEL rules: once, not per input.
+    static CHECKER: OnceLock<SchemaChecker> = OnceLock::new();
+    let _ = lint::lint(CHECKER.get_or_init(SchemaChecker::new), &inputs, now);
     for doc in &docs {
         let Ok(plan) = serde_json::from_value::<Plan>(doc.value.clone()) else {
             continue;
