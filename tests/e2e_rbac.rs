@@ -643,18 +643,7 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     }
 
     // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
-    let token = cluster
-        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
-        .await
-        .expect("kubectl create token")
-        .trim()
-        .to_string();
-    let jti = token_jti(&token);
-    let kubeconfig = std::env::temp_dir().join(format!(
-        "{}.kubeconfig",
-        support::unique_name("slipway-rbac")
-    ));
-    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
 
     let pool = support::unique_name("rbac");
     let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
@@ -1152,18 +1141,7 @@ async fn prove_maintenance_component(
         .await
         .expect("create the expired Lease");
 
-    let token = cluster
-        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
-        .await
-        .expect("kubectl create token")
-        .trim()
-        .to_string();
-    let jti = token_jti(&token);
-    let kubeconfig = std::env::temp_dir().join(format!(
-        "{}.kubeconfig",
-        support::unique_name("slipway-rbac-maint")
-    ));
-    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
     let mut controller = Controller::start(&kubeconfig, &env, args);
 
     let nms = Api::<NodeMaintenance>::all(client.clone());
@@ -1287,4 +1265,19 @@ async fn prove_maintenance_component(
             .delete(MAINTENANCE_ROLE, &DeleteParams::default())
             .await;
     }
+}
+
+/// A kubeconfig that authenticates as deploy/'s ServiceAccount with a fresh token, and the token's
+/// ID, which marks its requests in the audit log.
+async fn service_account_kubeconfig(cluster: &support::Cluster, name: &str) -> (String, PathBuf) {
+    let token = cluster
+        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
+        .await
+        .expect("kubectl create token")
+        .trim()
+        .to_string();
+    let kubeconfig =
+        std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name(name)));
+    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    (token_jti(&token), kubeconfig)
 }

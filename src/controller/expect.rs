@@ -124,15 +124,7 @@ impl Expectations {
             return None;
         }
         let mut node = cached.clone();
-        node.labels
-            .extend(patch.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for (k, v) in &patch.annotations {
-            match v {
-                Some(v) => node.annotations.insert(k.clone(), v.clone()),
-                None => node.annotations.remove(k),
-            };
-        }
-        node.unschedulable &= !patch.uncordon;
+        patch.apply_to(&mut node);
         Some(node)
     }
 

@@ -143,6 +143,21 @@ pub struct NodePatch {
     pub uncordon: bool,
 }
 
+impl NodePatch {
+    /// The node as it is once the patch is applied.
+    pub fn apply_to(&self, node: &mut NodeInfo) {
+        node.labels
+            .extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (k, v) in &self.annotations {
+            match v {
+                Some(v) => node.annotations.insert(k.clone(), v.clone()),
+                None => node.annotations.remove(k),
+            };
+        }
+        node.unschedulable &= !self.uncordon;
+    }
+}
+
 /// What the Plan's gauges show after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PlanSummary {

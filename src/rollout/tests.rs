@@ -151,16 +151,7 @@ impl World {
                 .iter_mut()
                 .find(|n| n.name == p.node)
                 .expect("patched node exists");
-            n.labels.extend(p.labels.clone());
-            for (k, v) in &p.annotations {
-                match v {
-                    Some(v) => n.annotations.insert(k.clone(), v.clone()),
-                    None => n.annotations.remove(k),
-                };
-            }
-            if p.uncordon {
-                n.unschedulable = false;
-            }
+            p.apply_to(n);
         }
     }
 
@@ -549,12 +540,7 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     let mut w = World::new(p, nodes(2));
     w.step();
     let job = w.job_names()[0].clone();
-    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
-    w.nodes
-        .iter_mut()
-        .find(|n| n.name == node)
-        .expect("node")
-        .unschedulable = true;
+    let node = cordon_node_of_job(&mut w);
     w.finish(&job, "Complete", now(), "", "");
     w.now = now() + jiff::SignedDuration::from_secs(60);
     let r = w.step();
