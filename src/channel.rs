@@ -275,15 +275,31 @@ impl ChannelClient {
             .extensions()
             .get::<hyper::ext::ReasonPhrase>()
             .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
-        let location = response
+        let status = response.status().as_u16();
+        let location_bytes = response
             .headers()
             .get(LOCATION)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            .map(|v| v.as_bytes().to_vec());
+        // Go would take the bytes as they are; a version is text, so a `302` whose Location is
+        // not UTF-8 is an error here rather than a version with replacement characters.
+        let location = match location_bytes.as_deref().map(std::str::from_utf8) {
+            Some(Ok(text)) => Some(text),
+            Some(Err(_)) if status == 302 => {
+                return Err(ChannelError::InvalidLocation {
+                    location: String::from_utf8_lossy(
+                        location_bytes.as_deref().unwrap_or_default(),
+                    )
+                    .into_owned(),
+                    reason: "not UTF-8".into(),
+                });
+            }
+            _ => None,
+        };
         let head = ResponseHead {
             proto: &proto,
-            status: response.status().as_u16(),
+            status,
             reason: reason.as_deref(),
-            location: location.as_deref(),
+            location,
         };
         let result = interpret_response(channel_url, &head);
         self.drain(&mut response).await;

@@ -152,8 +152,10 @@ fn other_statuses_are_errors_with_suc_text() {
 /// What the loopback server does with each request it reads.
 #[derive(Clone)]
 enum Reply {
-    /// Send these bytes, then close.
+    /// Send this text, then close.
     Raw(String),
+    /// Send these bytes, then close.
+    Bytes(Vec<u8>),
     /// Wait, then send the bytes and close.
     Delayed(Duration, String),
     /// Read the request and never answer.
@@ -217,7 +219,8 @@ async fn answer(
 ) {
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+    // A TLS ClientHello (first byte 0x16) gets the plain-text answer at once.
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.first() != Some(&0x16) {
         match sock.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => request.extend_from_slice(&buf[..n]),
@@ -229,6 +232,9 @@ async fn answer(
     match reply {
         Reply::Raw(text) => {
             let _ = sock.write_all(text.as_bytes()).await;
+        }
+        Reply::Bytes(bytes) => {
+            let _ = sock.write_all(&bytes).await;
         }
         Reply::Delayed(delay, text) => {
             tokio::time::sleep(delay).await;
@@ -344,6 +350,47 @@ async fn other_answers_over_http() {
     assert_eq!(
         c.fetch(&no_location.url("/x"), "").await,
         Err(ChannelError::NoLocation)
+    );
+}
+
+#[tokio::test]
+async fn hostile_answers_are_errors_that_say_what_was_wrong() {
+    let c = client(ChannelConfig::default());
+    let garbage = serve(Reply::Raw(response("302 Found", &["Location: /tags/%zz"]))).await;
+    let e = c.fetch(&garbage.url("/x"), "").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        r#"invalid Location "/tags/%zz": invalid URL escape "%zz""#
+    );
+    let mut bytes = b"HTTP/1.1 302 Found\r\nLocation: /tags/v1.2.3-".to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    bytes.extend_from_slice(b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let not_utf8 = serve(Reply::Bytes(bytes)).await;
+    let e = c.fetch(&not_utf8.url("/x"), "").await.unwrap_err();
+    assert!(
+        matches!(&e, ChannelError::InvalidLocation { reason, .. } if reason == "not UTF-8"),
+        "{e}"
+    );
+    // A redirect to itself is not followed, so it cannot loop.
+    let to_itself = serve(Reply::Raw(response(
+        "302 Found",
+        &["Location: /channels/stable"],
+    )))
+    .await;
+    assert_eq!(
+        c.fetch(&to_itself.url("/channels/stable"), "")
+            .await
+            .as_deref(),
+        Ok("stable")
+    );
+    assert_eq!(to_itself.requests().len(), 1);
+    // TLS to a server that speaks plain HTTP.
+    let plain = serve(Reply::Raw(response("200 OK", &[]))).await;
+    let url = plain.url("/channels/stable").replace("http://", "https://");
+    let e = c.fetch(&url, "").await.unwrap_err();
+    assert!(
+        matches!(&e, ChannelError::Request { url: u, .. } if *u == url),
+        "{e}"
     );
 }
 

@@ -47,6 +47,11 @@ pub const FIELD_MANAGER: &str = "slipway";
 /// How often every Plan is looked at even when nothing changes.
 const RESYNC: Duration = Duration::from_secs(10 * 60);
 
+/// How long a reconcile waits for a channel server. A slower answer arrives in the background and
+/// triggers the Plan again, so a slow or hanging server never holds a reconcile slot (there are
+/// only `threads` of them) that other Plans need.
+const CHANNEL_WAIT: Duration = Duration::from_millis(250);
+
 /// Errors of the controller shell.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -123,7 +128,9 @@ pub struct Context {
     pub jobs: Store<Job>,
     pub secrets: Store<Secret>,
     pub reboot_pods: Store<Pod>,
-    pub channels: ChannelCache<ChannelClient>,
+    pub channels: Arc<ChannelCache<ChannelClient>>,
+    /// Plans whose channel answered after their reconcile stopped waiting for it.
+    pub channel_answered: futures::channel::mpsc::UnboundedSender<ObjectRef<Plan>>,
     pub cluster_id: String,
     pub recorder: Recorder,
     pub plans: Store<Plan>,
@@ -181,6 +188,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         ops.health.clone(),
         ops.shutdown.clone(),
     );
+    let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
     let reporter = Reporter {
         controller: settings.name.clone(),
         instance: settings.instance.clone(),
@@ -188,10 +196,11 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
-        channels: ChannelCache::new(
+        channels: Arc::new(ChannelCache::new(
             ChannelClient::new(cluster_id.clone(), &ChannelConfig::default())?,
             settings.polling_interval,
-        ),
+        )),
+        channel_answered,
         settings: settings.clone(),
         nodes: caches.nodes,
         jobs: caches.jobs,
@@ -213,9 +222,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         (Some(store), Some(changes)) => {
             info!("reconciling NodeMaintenances");
             let nm = maintenance::drive(ctx.clone(), store, changes, ops.shutdown.clone());
-            futures::join!(drive(ctx, streams, ops.shutdown), nm);
+            futures::join!(drive(ctx, streams, channel_answers, ops.shutdown), nm);
         }
-        _ => drive(ctx, streams, ops.shutdown).await,
+        _ => drive(ctx, streams, channel_answers, ops.shutdown).await,
     }
     info!("controller stopped");
     Ok(())
@@ -223,7 +232,12 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
 
 /// Reconciles Plans on their own changes and on the changes of what they own or read, until
 /// `shutdown`.
-async fn drive(ctx: Arc<Context>, streams: watch::Streams, shutdown: CancellationToken) {
+async fn drive(
+    ctx: Arc<Context>,
+    streams: watch::Streams,
+    channel_answers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Plan>>,
+    shutdown: CancellationToken,
+) {
     let ns = ctx.settings.namespace.clone();
     let (job_ns, pod_ns) = (ns.clone(), ns);
     let by_secret = ctx.plans.clone();
@@ -240,6 +254,7 @@ async fn drive(ctx: Arc<Context>, streams: watch::Streams, shutdown: Cancellatio
                 .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
         .reconcile_on(streams.node_triggers)
+        .reconcile_on(channel_answers)
         .watches_stream(streams.secrets, move |secret: Secret| {
             let name = secret.name_any();
             by_secret
@@ -599,7 +614,8 @@ fn forget_gone_plans(ctx: &Context) {
         });
 }
 
-/// The channel's answer for a Plan that follows one, and when to ask again.
+/// The channel's answer for a Plan that follows one, and when to ask again. `None` while the
+/// channel has not answered: the Plan goes on as it is and is triggered again once it does.
 async fn ask_channel(plan: &Plan, ctx: &Context) -> (Option<ChannelAnswer>, Duration) {
     let (None, Some(url)) = (
         plan.spec.version.as_deref().filter(|v| !v.is_empty()),
@@ -612,14 +628,35 @@ async fn ask_channel(plan: &Plan, ctx: &Context) -> (Option<ChannelAnswer>, Dura
         .as_ref()
         .and_then(|s| s.latest_version.clone())
         .unwrap_or_default();
-    let asked = std::time::Instant::now();
-    let outcome = ctx.channels.resolve(url, &latest).await;
-    if outcome.fresh {
-        ctx.metrics
-            .channel_request(asked.elapsed(), outcome.result.is_ok());
-    } else {
-        ctx.metrics.channel_cache_hit();
-    }
+    let (cache, metrics, url) = (ctx.channels.clone(), ctx.metrics.clone(), url.to_string());
+    // Spawned, so that giving up the wait does not cancel the request.
+    let mut asking = tokio::spawn(async move {
+        let asked = std::time::Instant::now();
+        let outcome = cache.resolve(&url, &latest).await;
+        if outcome.fresh {
+            metrics.channel_request(asked.elapsed(), outcome.result.is_ok());
+        } else {
+            metrics.channel_cache_hit();
+        }
+        outcome
+    });
+    let outcome = match tokio::time::timeout(CHANNEL_WAIT, &mut asking).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => {
+            warn!(plan = %plan.name_any(), "channel request task failed: {e}");
+            return (None, RESYNC);
+        }
+        Err(_) => {
+            let (answered, plan) = (ctx.channel_answered.clone(), ObjectRef::from_obj(plan));
+            tokio::spawn(async move {
+                if asking.await.is_ok() {
+                    // The controller is gone when this fails; nothing is left to trigger.
+                    let _ = answered.unbounded_send(plan);
+                }
+            });
+            return (None, RESYNC);
+        }
+    };
     let answer = match outcome.result {
         Ok(v) => ChannelAnswer::Version(v),
         Err(e) => ChannelAnswer::Failed(e.to_string()),

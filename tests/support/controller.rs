@@ -15,30 +15,67 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     pub fn start(cluster: &Cluster, ns: &str, env: &[(&str, &str)]) -> Self {
-        let log = std::env::temp_dir().join(format!("slipway-{ns}.log"));
-        let args = vec![
+        Self::start_replica(cluster.kubeconfig_path(), ns, None, env, &[])
+    }
+
+    /// One replica (`id` becomes its `POD_NAME` and names its log) with its own kubeconfig and
+    /// extra arguments, such as `--leader-elect`.
+    pub fn start_replica(
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        id: Option<&str>,
+        env: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> Self {
+        let log = match id {
+            Some(id) => std::env::temp_dir().join(format!("slipway-{ns}-{id}.log")),
+            None => std::env::temp_dir().join(format!("slipway-{ns}.log")),
+        };
+        let mut args = vec![
             "run".to_string(),
             "--kubeconfig".into(),
-            cluster.kubeconfig_path().display().to_string(),
+            kubeconfig.display().to_string(),
             "--namespace".into(),
             ns.into(),
             "--name".into(),
             format!("slipway-{ns}"),
         ];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Some(id) = id {
+            env.push(("POD_NAME".into(), id.into()));
+        }
         let mut p = ControllerProcess {
             child: None,
             log,
             args,
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            env,
         };
         p.spawn();
         p
     }
 
+    /// Starts the process again if it has exited (as the kubelet restarts a container); true if
+    /// it did.
+    pub fn respawn_if_exited(&mut self) -> bool {
+        let exited = match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+            None => false,
+        };
+        if exited {
+            self.child = None;
+            self.spawn();
+        }
+        exited
+    }
+
+    /// Starts the process; one that is still running is killed first, so that there is never
+    /// more than one.
     pub fn spawn(&mut self) {
+        self.kill();
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -55,6 +92,11 @@ impl ControllerProcess {
             .spawn()
             .expect("start slipway run");
         self.child = Some(child);
+    }
+
+    /// The process ID of the running process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL, as a crash would.
