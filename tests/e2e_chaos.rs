@@ -1,0 +1,1401 @@
+//! Fault injection on the local cluster: rollouts under controller kills, leader failovers, an API
+//! server restart, a paused etcd, a cut connection, Job and node churn, Plan edits and deletion,
+//! and a soak of Plan changes. An invariant checker watches Jobs and Nodes on its own (it knows
+//! nothing of slipway's state) and records every violation; the suite prints a table and fails on
+//! any violation.
+//!
+//! `just test` runs it small; `just chaos` at full size. Environment:
+//!   SLIPWAY_CHAOS_NODES (20)        nodes per rollout
+//!   SLIPWAY_CHAOS_CONCURRENCY (3)   the Plans' concurrency
+//!   SLIPWAY_CHAOS_KILLS (20)        controller kills in `controller-kills`
+//!   SLIPWAY_CHAOS_SOAK_CYCLES (20)  Plan create/update/delete cycles in `soak`
+//!   SLIPWAY_CHAOS_SOAK_SECS (0)     spread the soak's cycles over this long
+//!   SLIPWAY_CHAOS_RUNS (1)          runs of each scenario
+//!   SLIPWAY_CHAOS_SCENARIOS (all)   comma-separated names to run
+//!   SLIPWAY_CHAOS_SEED (random)     for the random choices, printed to repeat a run
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use slipway::api::Plan;
+use support::controller::ControllerProcess;
+use support::{Cluster, TestNamespace};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const POOL_LABEL: &str = "slipway.test/pool";
+const PLAN_NODE_PREFIX: &str = "plan.upgrade.cattle.io/";
+
+/// Leader election timing of the multi-replica scenarios (lease 10 s, renew deadline 6 s).
+const FAST_ELECTION: [(&str, &str); 3] = [
+    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
+    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
+    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
+];
+
+/// The lease duration of [`FAST_ELECTION`].
+const LEASE: Duration = Duration::from_secs(10);
+
+/// A node labelled done must have a completed Job of that hash within this long (the checker's
+/// Job and Node watches are not ordered with each other).
+const MATCH_GRACE: Duration = Duration::from_secs(20);
+
+/// A new Plan after the soak must be picked up within this long.
+const PICKUP_LIMIT: Duration = Duration::from_secs(20);
+
+struct Sizes {
+    nodes: usize,
+    concurrency: usize,
+    kills: usize,
+    soak_cycles: usize,
+    soak: Duration,
+    runs: usize,
+    scenarios: Option<BTreeSet<String>>,
+}
+
+impl Sizes {
+    fn from_env() -> Sizes {
+        let number = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        Sizes {
+            nodes: number("SLIPWAY_CHAOS_NODES", 20).max(2),
+            concurrency: number("SLIPWAY_CHAOS_CONCURRENCY", 3).max(1),
+            kills: number("SLIPWAY_CHAOS_KILLS", 20),
+            soak_cycles: number("SLIPWAY_CHAOS_SOAK_CYCLES", 20),
+            soak: Duration::from_secs(number("SLIPWAY_CHAOS_SOAK_SECS", 0) as u64),
+            runs: number("SLIPWAY_CHAOS_RUNS", 1).max(1),
+            scenarios: std::env::var("SLIPWAY_CHAOS_SCENARIOS")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect()),
+        }
+    }
+}
+
+/// xorshift64*: reproducible from the printed seed.
+struct Random(u64);
+
+impl Random {
+    fn new() -> Random {
+        let seed = std::env::var("SLIPWAY_CHAOS_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        eprintln!("chaos: SLIPWAY_CHAOS_SEED={seed}");
+        Random(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.next() % (to - from).max(1))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The invariant checker
+
+#[derive(Debug)]
+struct SeenJob {
+    plan: String,
+    node: String,
+    live: bool,
+}
+
+/// What the checker knows, from its own watches only.
+#[derive(Default)]
+struct Observed {
+    jobs: BTreeMap<String, SeenJob>,
+    /// (plan, node, hash) of every Job seen complete.
+    completed: BTreeSet<(String, String, String)>,
+    /// Per node: whether it is cordoned, and its `plan.upgrade.cattle.io/<plan>` labels.
+    nodes: BTreeMap<String, (bool, BTreeMap<String, String>)>,
+    /// Done labels not yet matched to a completed Job.
+    unmatched: Vec<(String, String, String, Instant)>,
+    /// Names listed since the last watch (re)start, to drop what went away meanwhile.
+    relisting_jobs: Option<BTreeSet<String>>,
+    relisting_nodes: Option<BTreeSet<String>>,
+    violations: Vec<String>,
+    reported: BTreeSet<String>,
+    last_progress: Option<Instant>,
+    longest_stall: Duration,
+}
+
+/// What the checker holds the cluster to.
+#[derive(Default, Clone)]
+struct Limits {
+    /// Plan name -> concurrency.
+    concurrency: BTreeMap<String, usize>,
+    /// Cordoned nodes allowed in the pool at once (the concurrency of the Plans that cordon).
+    cordons: usize,
+}
+
+impl Observed {
+    fn violation(&mut self, key: String, text: String) {
+        if self.reported.insert(key) {
+            eprintln!("chaos: VIOLATION: {text}");
+            self.violations.push(text);
+        }
+    }
+
+    fn progress(&mut self, now: Instant) {
+        if let Some(last) = self.last_progress {
+            self.longest_stall = self.longest_stall.max(now - last);
+        }
+        self.last_progress = Some(now);
+    }
+
+    fn apply_job(&mut self, job: &Job, limits: &Limits) {
+        let labels = job.labels();
+        let (Some(plan), Some(node)) = (
+            labels.get("upgrade.cattle.io/plan"),
+            labels.get("upgrade.cattle.io/node"),
+        ) else {
+            return;
+        };
+        let hash = labels
+            .get(&format!("{PLAN_NODE_PREFIX}{plan}"))
+            .cloned()
+            .unwrap_or_default();
+        let conditions = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let is = |t: &str| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        if is("Complete") {
+            self.completed.insert((plan.clone(), node.clone(), hash));
+        }
+        let live = !is("Complete") && !is("Failed") && job.metadata.deletion_timestamp.is_none();
+        let name = job.name_any();
+        if let Some(seen) = &mut self.relisting_jobs {
+            seen.insert(name.clone());
+        }
+        self.jobs.insert(
+            name,
+            SeenJob {
+                plan: plan.clone(),
+                node: node.clone(),
+                live,
+            },
+        );
+        self.check_jobs(limits);
+    }
+
+    fn check_jobs(&mut self, limits: &Limits) {
+        let mut per_plan: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut per_node: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+        for (name, j) in self.jobs.iter().filter(|(_, j)| j.live) {
+            *per_plan.entry(&j.plan).or_default() += 1;
+            per_node.entry((&j.plan, &j.node)).or_default().push(name);
+        }
+        let mut found = Vec::new();
+        for (plan, live) in per_plan {
+            let allowed = limits.concurrency.get(plan).copied().unwrap_or(usize::MAX);
+            if live > allowed {
+                found.push((
+                    format!("jobs/{plan}/{live}"),
+                    format!("Plan {plan}: {live} live Jobs, concurrency {allowed}"),
+                ));
+            }
+        }
+        for ((plan, node), jobs) in per_node {
+            if jobs.len() > 1 {
+                found.push((
+                    format!("twice/{plan}/{node}/{jobs:?}"),
+                    format!("Plan {plan}: live Jobs {jobs:?} on one node {node}"),
+                ));
+            }
+        }
+        for (key, text) in found {
+            self.violation(key, text);
+        }
+    }
+
+    fn apply_node(&mut self, node: &Node, limits: &Limits, now: Instant) {
+        let name = node.name_any();
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let done: BTreeMap<String, String> = node
+            .labels()
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(PLAN_NODE_PREFIX)?.to_string(), v.clone())))
+            .collect();
+        let before = self
+            .nodes
+            .get(&name)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default();
+        for (plan, hash) in &done {
+            if before.get(plan) != Some(hash) && !hash.is_empty() && hash != "disabled" {
+                self.progress(now);
+                self.unmatched
+                    .push((plan.clone(), name.clone(), hash.clone(), now));
+            }
+        }
+        if let Some(seen) = &mut self.relisting_nodes {
+            seen.insert(name.clone());
+        }
+        self.nodes.insert(name, (cordoned, done));
+        let cordons = self.nodes.values().filter(|(c, _)| *c).count();
+        if cordons > limits.cordons {
+            self.violation(
+                format!("cordons/{cordons}"),
+                format!(
+                    "{cordons} cordoned nodes, at most {} allowed",
+                    limits.cordons
+                ),
+            );
+        }
+    }
+
+    fn see(&mut self, seen: Seen, limits: &Limits, now: Instant) {
+        match seen {
+            Seen::Job(event) => match *event {
+                Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) => {
+                    self.apply_job(&j, limits)
+                }
+                Ok(watcher::Event::Delete(j)) => {
+                    self.jobs.remove(&j.name_any());
+                }
+                Ok(watcher::Event::Init) => self.relisting_jobs = Some(BTreeSet::new()),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(seen) = self.relisting_jobs.take() {
+                        self.jobs.retain(|name, _| seen.contains(name));
+                    }
+                }
+                // Watch errors (the API server away) are retried with backoff.
+                Err(_) => {}
+            },
+            Seen::Node(event) => match *event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    self.apply_node(&n, limits, now)
+                }
+                Ok(watcher::Event::Delete(n)) => {
+                    self.nodes.remove(&n.name_any());
+                }
+                Ok(watcher::Event::Init) => self.relisting_nodes = Some(BTreeSet::new()),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(seen) = self.relisting_nodes.take() {
+                        self.nodes.retain(|name, _| seen.contains(name));
+                    }
+                }
+                Err(_) => {}
+            },
+            Seen::Tick => self.settle(now, MATCH_GRACE),
+        }
+    }
+
+    /// Done labels whose Job completed are settled; those without one after the grace are
+    /// violations.
+    fn settle(&mut self, now: Instant, grace: Duration) {
+        let unmatched = std::mem::take(&mut self.unmatched);
+        for (plan, node, hash, at) in unmatched {
+            if self
+                .completed
+                .contains(&(plan.clone(), node.clone(), hash.clone()))
+            {
+                continue;
+            }
+            if now - at >= grace {
+                self.violation(
+                    format!("done/{plan}/{node}/{hash}"),
+                    format!("node {node} labelled done for Plan {plan} ({hash}) but no Job of it completed"),
+                );
+            } else {
+                self.unmatched.push((plan, node, hash, at));
+            }
+        }
+    }
+}
+
+enum Seen {
+    Job(Box<Result<watcher::Event<Job>, watcher::Error>>),
+    Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
+    Tick,
+}
+
+/// Watches the Jobs of a namespace and the Nodes of a pool on its own connection.
+struct Checker {
+    observed: Arc<Mutex<Observed>>,
+    task: JoinHandle<()>,
+    started: Instant,
+}
+
+impl Checker {
+    fn start(client: &Client, ns: &str, pool: &str, limits: Limits) -> Checker {
+        let observed = Arc::new(Mutex::new(Observed::default()));
+        let jobs = watcher(
+            Api::<Job>::namespaced(client.clone(), ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|e| Seen::Job(Box::new(e)));
+        let nodes = watcher(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default().labels(&format!("{POOL_LABEL}={pool}")),
+        )
+        .default_backoff()
+        .map(|e| Seen::Node(Box::new(e)));
+        let ticks = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Some((Seen::Tick, ()))
+        });
+        let mut all = futures::stream::select(futures::stream::select(jobs, nodes), ticks).boxed();
+        let o = observed.clone();
+        let task = tokio::spawn(async move {
+            while let Some(seen) = all.next().await {
+                let mut o = o.lock().expect("observed");
+                let now = Instant::now();
+                o.see(seen, &limits, now);
+            }
+        });
+        Checker {
+            observed,
+            task,
+            started: Instant::now(),
+        }
+    }
+
+    fn violation(&self, text: String) {
+        let mut o = self.observed.lock().expect("observed");
+        o.violation(text.clone(), text);
+    }
+
+    /// Stops watching: the violations and the longest stall (from the start to the first node
+    /// done, between two, or from the last to `finished`).
+    async fn finish(self, finished: Instant) -> (Vec<String>, Duration) {
+        // Let the watches catch up with the last Job completions before matching done labels.
+        let deadline = Instant::now() + MATCH_GRACE;
+        loop {
+            let pending = {
+                let mut o = self.observed.lock().expect("observed");
+                o.settle(Instant::now(), Duration::MAX);
+                o.unmatched.len()
+            };
+            if pending == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.task.abort();
+        let mut o = self.observed.lock().expect("observed");
+        o.settle(Instant::now(), Duration::ZERO);
+        let first = o
+            .last_progress
+            .map_or(finished - self.started, |_| Duration::ZERO);
+        let last = o
+            .last_progress
+            .map_or(Duration::ZERO, |l| finished.saturating_duration_since(l));
+        let stall = o.longest_stall.max(first).max(last);
+        (std::mem::take(&mut o.violations), stall)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controllers, the cluster's processes, and a proxy that can be cut
+
+/// Controller replicas, restarted when they exit as a Deployment's pods would be.
+#[derive(Clone)]
+struct Replicas {
+    procs: Arc<Mutex<Vec<(String, ControllerProcess)>>>,
+    stopped: Arc<AtomicBool>,
+    supervisor: Arc<JoinHandle<()>>,
+}
+
+impl Replicas {
+    /// `ids` with their kubeconfigs; with more than one, or `elect`, under leader election.
+    fn start(ns: &str, replicas: &[(&str, &Path)], elect: bool) -> Replicas {
+        let mut env: Vec<(&str, &str)> = vec![("SYSTEM_UPGRADE_CONTROLLER_THREADS", "4")];
+        let mut args: Vec<&str> = Vec::new();
+        if elect {
+            env.extend(FAST_ELECTION);
+            args.push("--leader-elect");
+        }
+        let procs: Vec<(String, ControllerProcess)> = replicas
+            .iter()
+            .map(|(id, kubeconfig)| {
+                (
+                    id.to_string(),
+                    ControllerProcess::start_replica(kubeconfig, ns, Some(id), &env, &args),
+                )
+            })
+            .collect();
+        let procs = Arc::new(Mutex::new(procs));
+        let watched = procs.clone();
+        let supervisor = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                for (_, p) in watched.lock().expect("replicas").iter_mut() {
+                    p.respawn_if_exited();
+                }
+            }
+        });
+        Replicas {
+            procs,
+            stopped: Arc::default(),
+            supervisor: Arc::new(supervisor),
+        }
+    }
+
+    /// SIGKILL and start again, as a crash and the kubelet would.
+    fn crash(&self, id: &str) {
+        for (_, p) in self
+            .procs
+            .lock()
+            .expect("replicas")
+            .iter_mut()
+            .filter(|(i, _)| i == id)
+        {
+            p.restart();
+        }
+    }
+
+    /// SIGKILL, and start again only after `down` (a pod that takes a while to come back), so
+    /// that a standby has to take over.
+    fn crash_for(&self, id: &str, down: Duration) {
+        for (_, p) in self
+            .procs
+            .lock()
+            .expect("replicas")
+            .iter_mut()
+            .filter(|(i, _)| i == id)
+        {
+            p.kill();
+        }
+        let (procs, stopped, id) = (self.procs.clone(), self.stopped.clone(), id.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(down).await;
+            if stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            for (i, p) in procs.lock().expect("replicas").iter_mut() {
+                if *i == id {
+                    p.spawn();
+                }
+            }
+        });
+    }
+
+    fn stop(self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.supervisor.abort();
+        for (_, p) in self.procs.lock().expect("replicas").iter_mut() {
+            p.kill();
+        }
+    }
+}
+
+async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt(&format!("slipway-{ns}"))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// The directory `tests/cluster/up.sh` made: its kubeconfig's directory.
+fn cluster_dir(cluster: &Cluster) -> PathBuf {
+    cluster
+        .kubeconfig_path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn component_pid(cluster: &Cluster, name: &str) -> anyhow::Result<u32> {
+    let file = cluster_dir(cluster)
+        .join("pids")
+        .join(format!("{name}.pid"));
+    Ok(std::fs::read_to_string(&file)?.trim().parse()?)
+}
+
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(anyhow!("kill -{sig} {pid} failed"))
+    }
+}
+
+/// Stops kube-apiserver (SIGTERM), waits `down`, and starts it again with the same command line,
+/// recording the new PID where `tests/cluster/down.sh` looks for it.
+async fn restart_apiserver(cluster: &Cluster, down: Duration) -> anyhow::Result<()> {
+    let dir = cluster_dir(cluster);
+    let pid = component_pid(cluster, "kube-apiserver")?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+    let argv: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let (program, args) = argv.split_first().ok_or(anyhow!("empty command line"))?;
+    signal(pid, "TERM")?;
+    let gone = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if gone.elapsed() > Duration::from_secs(30) {
+            signal(pid, "KILL")?;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(down).await;
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join("logs").join("kube-apiserver.log"))?;
+    let child = {
+        use std::os::unix::process::CommandExt;
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()?
+    };
+    std::fs::write(
+        dir.join("pids").join("kube-apiserver.pid"),
+        format!("{}\n", child.id()),
+    )?;
+    // Reaped by a thread, so that it never lingers as a zombie of the test process.
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = child.wait();
+    });
+    let client = cluster.try_client().await?;
+    support::wait_for(
+        "the API server to serve again",
+        Duration::from_secs(90),
+        || async { client.apiserver_version().await.map(|_| ()) },
+    )
+    .await;
+    Ok(())
+}
+
+/// A TCP proxy on loopback in front of the API server that the test can cut: while cut, open
+/// connections are dropped and new ones are accepted and left silent (a partition, not a refusal).
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> anyhow::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (c, k) = (cut.clone(), conns.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                let cut = c.clone();
+                let upstream = upstream.clone();
+                let conn = tokio::spawn(async move {
+                    if cut.load(Ordering::SeqCst) {
+                        // Held silently until the proxy drops it.
+                        std::future::pending::<()>().await;
+                    }
+                    if let Ok(mut up) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                    }
+                });
+                k.lock().expect("proxy").push(conn);
+            }
+        });
+        Ok(Proxy {
+            port,
+            cut,
+            conns,
+            task,
+        })
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().expect("proxy").drain(..) {
+            c.abort();
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().expect("proxy").drain(..) {
+            c.abort();
+        }
+    }
+
+    /// A copy of the cluster's kubeconfig that goes through this proxy.
+    fn kubeconfig(&self, cluster: &Cluster, path: &Path) -> anyhow::Result<PathBuf> {
+        let text = std::fs::read_to_string(cluster.kubeconfig_path())?;
+        let proxied: Vec<String> = text
+            .lines()
+            .map(|l| match l.trim_start().strip_prefix("server: ") {
+                Some(_) => format!("    server: https://127.0.0.1:{}", self.port),
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(path, proxied.join("\n") + "\n")?;
+        Ok(path.to_path_buf())
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.heal();
+    }
+}
+
+fn apiserver_address(cluster: &Cluster) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(cluster.kubeconfig_path())?;
+    let server = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("server: "))
+        .ok_or(anyhow!("no server in the kubeconfig"))?;
+    Ok(server.trim().trim_start_matches("https://").to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollouts
+
+fn rollout_plan(name: &str, pool: &str, concurrency: usize, version: &str, extra: &str) -> Plan {
+    serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+  annotations:
+    slipway.test/complete-delay: "2s"
+spec:
+  concurrency: {concurrency}
+  cordon: true
+  version: {version}
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      {POOL_LABEL}: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+    command: [sh, -c]
+    args: ["echo upgrading"]
+{extra}"#
+    ))
+    .expect("chaos plan parses")
+}
+
+/// One scenario's namespace, nodes and checker.
+struct Stage {
+    ns: TestNamespace,
+    pool: String,
+    nodes: Vec<String>,
+    checker: Checker,
+    started: Instant,
+}
+
+impl Stage {
+    async fn new(cluster: &Cluster, name: &str, sizes: &Sizes, limits: Limits) -> Stage {
+        let ns = TestNamespace::create(cluster, name).await;
+        let pool = ns.name().to_string();
+        let nodes =
+            support::create_nodes(&ns.client(), name, sizes.nodes, &[(POOL_LABEL, &pool)]).await;
+        let checker = Checker::start(&ns.client(), ns.name(), &pool, limits);
+        Stage {
+            ns,
+            pool,
+            nodes,
+            checker,
+            started: Instant::now(),
+        }
+    }
+
+    fn one_plan(name: &str, concurrency: usize) -> Limits {
+        Limits {
+            concurrency: BTreeMap::from([(name.to_string(), concurrency)]),
+            cordons: concurrency,
+        }
+    }
+
+    async fn create_plan(&self, plan: &Plan) {
+        self.ns
+            .api::<Plan>()
+            .create(&PostParams::default(), plan)
+            .await
+            .expect("create plan");
+    }
+
+    /// Nodes of the pool done with the Plan's current hash, out of all of them.
+    async fn done(&self, plan: &str) -> anyhow::Result<(usize, usize)> {
+        let p = self.ns.api::<Plan>().get(plan).await?;
+        let hash = p.status.and_then(|s| s.latest_hash).unwrap_or_default();
+        let nodes = Api::<Node>::all(self.ns.client())
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}={}", self.pool)))
+            .await?;
+        let done = nodes
+            .items
+            .iter()
+            .filter(|n| {
+                !hash.is_empty()
+                    && n.labels().get(&format!("{PLAN_NODE_PREFIX}{plan}")) == Some(&hash)
+                    && !n
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.unschedulable)
+                        .unwrap_or(false)
+            })
+            .count();
+        Ok((done, nodes.items.len()))
+    }
+
+    /// Waits until `fraction` of the nodes are done (a point to strike at).
+    async fn until_done(&self, plan: &str, fraction: f64) {
+        let want = ((self.nodes.len() as f64) * fraction).ceil() as usize;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok((done, _)) = self.done(plan).await
+                && done >= want
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn is_rolled_out(&self, plan: &str) -> bool {
+        matches!(self.done(plan).await, Ok((done, all)) if done == all && all > 0)
+    }
+
+    /// Waits for the rollout to finish (every node done with the current hash, none cordoned);
+    /// a rollout that does not is a violation.
+    async fn finish_rollout(&self, plan: &str, within: Duration) -> Instant {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.is_rolled_out(plan).await {
+                return Instant::now();
+            }
+            if Instant::now() >= deadline {
+                let state = self.done(plan).await.map_err(|e| e.to_string());
+                self.checker.violation(format!(
+                    "Plan {plan} did not finish within {within:?} ({state:?} nodes done)"
+                ));
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// No node of the pool is left cordoned.
+    async fn check_no_cordons(&self) {
+        let nodes = Api::<Node>::all(self.ns.client())
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}={}", self.pool)))
+            .await;
+        for n in nodes.map(|l| l.items).unwrap_or_default() {
+            if n.spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+            {
+                self.checker
+                    .violation(format!("node {} left cordoned", n.name_any()));
+            }
+        }
+    }
+
+    async fn end(self, finished: Instant, faults: usize) -> Row {
+        self.check_no_cordons().await;
+        let took = self.started.elapsed();
+        let (violations, stall) = self.checker.finish(finished).await;
+        let client = self.ns.client();
+        let pool = self.pool.clone();
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_else(|_| self.nodes.clone());
+        support::delete_nodes(&client, &nodes).await;
+        self.ns.cleanup().await;
+        Row {
+            faults,
+            violations,
+            stall,
+            took,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    faults: usize,
+    violations: Vec<String>,
+    stall: Duration,
+    took: Duration,
+}
+
+const ROLLOUT_LIMIT: Duration = Duration::from_secs(240);
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+async fn controller_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-kills", sizes, Stage::one_plan("up", c)).await;
+    let replicas = Replicas::start(stage.ns.name(), &[("a", cluster.kubeconfig_path())], false);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    let mut kills = 0;
+    while kills < sizes.kills && !stage.is_rolled_out("up").await {
+        tokio::time::sleep(rng.millis(100, 1500)).await;
+        replicas.crash("a");
+        kills += 1;
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, kills).await
+}
+
+async fn leader_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-leader", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let kubeconfig = cluster.kubeconfig_path();
+    let replicas = Replicas::start(&ns, &[("a", kubeconfig), ("b", kubeconfig)], true);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    let client = stage.ns.client();
+    let mut kills = 0;
+    // The leader, the standby, both; again while the rollout lasts.
+    for round in 0..3 * 3 {
+        if stage.is_rolled_out("up").await {
+            break;
+        }
+        tokio::time::sleep(rng.millis(1000, 3000)).await;
+        let Some(leader) = lease_holder(&client, &ns).await else {
+            continue;
+        };
+        let standby = if leader == "a" { "b" } else { "a" };
+        match round % 3 {
+            // Back after the lease expired: the standby must have taken over.
+            0 => {
+                replicas.crash_for(&leader, LEASE + Duration::from_secs(5));
+                let until = Instant::now() + LEASE + Duration::from_secs(5);
+                while lease_holder(&client, &ns).await.as_deref() == Some(leader.as_str()) {
+                    if Instant::now() >= until {
+                        stage
+                            .checker
+                            .violation(format!("the standby did not take over from {leader}"));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            1 => replicas.crash(standby),
+            _ => {
+                replicas.crash(&leader);
+                replicas.crash(standby);
+            }
+        }
+        kills += 1 + usize::from(round % 3 == 2);
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, kills).await
+}
+
+async fn apiserver_restart(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-apiserver", sizes, Stage::one_plan("up", c)).await;
+    let replicas = Replicas::start(stage.ns.name(), &[("a", cluster.kubeconfig_path())], true);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    stage.until_done("up", 0.3).await;
+    let mut faults = 0;
+    match restart_apiserver(cluster, Duration::from_secs(3)).await {
+        Ok(()) => faults += 1,
+        Err(e) => stage
+            .checker
+            .violation(format!("could not restart kube-apiserver: {e}")),
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, faults).await
+}
+
+async fn etcd_pause(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-etcd", sizes, Stage::one_plan("up", c)).await;
+    let kubeconfig = cluster.kubeconfig_path();
+    let replicas = Replicas::start(
+        stage.ns.name(),
+        &[("a", kubeconfig), ("b", kubeconfig)],
+        true,
+    );
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    stage.until_done("up", 0.3).await;
+    let mut faults = 0;
+    match component_pid(cluster, "etcd") {
+        Ok(pid) => {
+            // Longer than the 10 s lease.
+            if signal(pid, "STOP").is_ok() {
+                tokio::time::sleep(Duration::from_secs(13)).await;
+                faults += 1;
+            }
+            if let Err(e) = signal(pid, "CONT") {
+                panic!("etcd stays stopped: {e}");
+            }
+        }
+        Err(e) => stage.checker.violation(format!("no etcd PID: {e}")),
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, faults).await
+}
+
+async fn connection_cut(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-cut", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let proxy = match apiserver_address(cluster) {
+        Ok(upstream) => Proxy::start(upstream).await.ok(),
+        Err(_) => None,
+    };
+    let Some(proxy) = proxy else {
+        stage
+            .checker
+            .violation("could not start the proxy".to_string());
+        return stage.end(Instant::now(), 0).await;
+    };
+    let proxied = proxy
+        .kubeconfig(
+            cluster,
+            &std::env::temp_dir().join(format!("{ns}.kubeconfig")),
+        )
+        .expect("write the proxied kubeconfig");
+    // "a" talks through the proxy and leads; "b" talks directly and stands by.
+    let a = Replicas::start(&ns, &[("a", &proxied)], true);
+    let client = stage.ns.client();
+    support::wait_for("replica a to lead", Duration::from_secs(60), || async {
+        match lease_holder(&client, &ns).await {
+            Some(h) if h == "a" => Ok(()),
+            other => Err(anyhow!("holder {other:?}")),
+        }
+    })
+    .await;
+    let b = Replicas::start(&ns, &[("b", cluster.kubeconfig_path())], true);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    stage.until_done("up", 0.3).await;
+    // Longer than the 6 s renew deadline and the 10 s lease.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    proxy.heal();
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    a.stop();
+    b.stop();
+    stage.end(finished, 1).await
+}
+
+async fn job_and_node_churn(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-churn", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    let client = stage.ns.client();
+    let (jobs, pods) = (
+        Api::<Job>::namespaced(client.clone(), &ns),
+        Api::<Pod>::namespaced(client.clone(), &ns),
+    );
+    let mut faults = 0;
+    while !stage.is_rolled_out("up").await && stage.started.elapsed() < ROLLOUT_LIMIT {
+        tokio::time::sleep(rng.millis(300, 1200)).await;
+        let live: Vec<Job> = jobs
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+            .collect();
+        match rng.below(3) {
+            // A pod fails: the Job runs another.
+            0 => {
+                let running = pods
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                if !running.is_empty() {
+                    let pod = &running[rng.below(running.len())];
+                    if pods
+                        .delete(&pod.name_any(), &DeleteParams::default())
+                        .await
+                        .is_ok()
+                    {
+                        faults += 1;
+                    }
+                }
+            }
+            // A Job goes away.
+            1 => {
+                if !live.is_empty() {
+                    let job = &live[rng.below(live.len())];
+                    if jobs
+                        .delete(&job.name_any(), &DeleteParams::background())
+                        .await
+                        .is_ok()
+                    {
+                        faults += 1;
+                    }
+                }
+            }
+            // A node goes away and comes back as a new machine of the same name.
+            _ => {
+                let node = stage.nodes[rng.below(stage.nodes.len())].clone();
+                support::delete_nodes(&client, std::slice::from_ref(&node)).await;
+                let fresh = support::fake_node(&node, &[(POOL_LABEL, &stage.pool)]);
+                support::create_node_objects(&client, &[fresh]).await;
+                faults += 1;
+            }
+        }
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, faults).await
+}
+
+async fn plan_edits(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-edit", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let client = stage.ns.client();
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "config"},
+        "stringData": {"setting": "one"},
+    }))
+    .expect("secret literal");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
+    let extra = "  secrets:\n  - name: config\n    path: /host/run/config\n";
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", extra))
+        .await;
+    let plans = stage.ns.api::<Plan>();
+    stage.until_done("up", 0.3).await;
+    plans
+        .patch(
+            "up",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "v2"}})),
+        )
+        .await
+        .expect("edit the plan");
+    stage.until_done("up", 0.3).await;
+    secrets
+        .patch(
+            "config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"setting": "two"}})),
+        )
+        .await
+        .expect("change the secret");
+    // The hash moves with the Secret: wait for the Plan to show it before judging the rollout.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, 2).await
+}
+
+async fn plan_deletion(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-delete", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    stage.until_done("up", 0.3).await;
+    let plans = stage.ns.api::<Plan>();
+    plans
+        .delete("up", &DeleteParams::default())
+        .await
+        .expect("delete the plan");
+    let gone = support::wait_for("the Plan to be gone", Duration::from_secs(60), || async {
+        match plans.get_opt("up").await? {
+            None => Ok(Instant::now()),
+            Some(_) => Err(anyhow!("still there")),
+        }
+    })
+    .await;
+    replicas.stop();
+    // `end` finds any cordon the deletion left behind.
+    stage.end(gone, 1).await
+}
+
+async fn soak(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let mut limits = Limits::default();
+    for i in 0..sizes.soak_cycles {
+        limits.concurrency.insert(format!("soak-{i}"), c);
+    }
+    limits.concurrency.insert("last".into(), c);
+    // Several Plans may cordon at once while they come and go.
+    limits.cordons = usize::MAX;
+    let stage = Stage::new(cluster, "chaos-soak", sizes, limits).await;
+    let ns = stage.ns.name().to_string();
+    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
+    let plans = stage.ns.api::<Plan>();
+    let mut cycles = 0;
+    let soak_started = Instant::now();
+    for i in 0..sizes.soak_cycles {
+        // Evenly over the soak's duration, if it has one.
+        let due = sizes
+            .soak
+            .mul_f64(i as f64 / sizes.soak_cycles.max(1) as f64);
+        tokio::time::sleep(due.saturating_sub(soak_started.elapsed())).await;
+        let name = format!("soak-{i}");
+        stage
+            .create_plan(&rollout_plan(&name, &stage.pool, c, "v1", ""))
+            .await;
+        tokio::time::sleep(rng.millis(50, 600)).await;
+        let _ = plans
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"version": "v2"}})),
+            )
+            .await;
+        tokio::time::sleep(rng.millis(50, 600)).await;
+        let _ = plans.delete(&name, &DeleteParams::default()).await;
+        cycles += 1;
+    }
+    let asked = Instant::now();
+    stage
+        .create_plan(&rollout_plan("last", &stage.pool, c, "v1", ""))
+        .await;
+    let picked = support::wait_for(
+        "the last Plan to be picked up",
+        Duration::from_secs(120),
+        || async {
+            let p = plans.get("last").await?;
+            match p.status.and_then(|s| s.latest_hash) {
+                Some(_) => Ok(asked.elapsed()),
+                None => Err(anyhow!("no status yet")),
+            }
+        },
+    )
+    .await;
+    eprintln!("chaos: soak: a new Plan was picked up after {picked:?}");
+    if picked > PICKUP_LIMIT {
+        stage.checker.violation(format!(
+            "after {cycles} Plan cycles a new Plan was picked up only after {picked:?}"
+        ));
+    }
+    let finished = stage.finish_rollout("last", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    stage.end(finished, cycles).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_suite() {
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    support::install_crd(&cluster.client().await).await;
+    let sizes = Sizes::from_env();
+    let mut rng = Random::new();
+    eprintln!(
+        "chaos: {} nodes per rollout, concurrency {}, {} run(s) each",
+        sizes.nodes, sizes.concurrency, sizes.runs
+    );
+    let mut table: Vec<(&str, Row)> = Vec::new();
+    macro_rules! scenario {
+        ($name:literal, $f:ident) => {
+            if sizes.scenarios.as_ref().is_none_or(|s| s.contains($name)) {
+                let mut total = Row::default();
+                for run in 0..sizes.runs {
+                    eprintln!("chaos: {} run {}", $name, run + 1);
+                    let row = $f(&cluster, &sizes, &mut rng).await;
+                    total.faults += row.faults;
+                    total.violations.extend(row.violations);
+                    total.stall = total.stall.max(row.stall);
+                    total.took += row.took;
+                }
+                table.push(($name, total));
+            }
+        };
+    }
+    scenario!("controller-kills", controller_kills);
+    scenario!("leader-kills", leader_kills);
+    scenario!("apiserver-restart", apiserver_restart);
+    scenario!("etcd-pause", etcd_pause);
+    scenario!("connection-cut", connection_cut);
+    scenario!("job-and-node-churn", job_and_node_churn);
+    scenario!("plan-edits", plan_edits);
+    scenario!("plan-deletion", plan_deletion);
+    scenario!("soak", soak);
+
+    println!(
+        "\n{:<20} {:>5} {:>7} {:>11} {:>14} {:>9}",
+        "scenario", "runs", "faults", "violations", "longest stall", "took"
+    );
+    for (name, row) in &table {
+        println!(
+            "{:<20} {:>5} {:>7} {:>11} {:>13.1}s {:>8.0}s",
+            name,
+            sizes.runs,
+            row.faults,
+            row.violations.len(),
+            row.stall.as_secs_f64(),
+            row.took.as_secs_f64()
+        );
+    }
+    let all: Vec<String> = table
+        .iter()
+        .flat_map(|(name, row)| row.violations.iter().map(move |v| format!("{name}: {v}")))
+        .collect();
+    assert!(all.is_empty(), "invariant violations:\n{}", all.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker itself, on made-up objects: each invariant can fail.
+
+fn job(name: &str, plan: &str, node: &str, hash: &str, condition: Option<&str>) -> Job {
+    let conditions: Vec<serde_json::Value> = condition
+        .map(|c| json!({"type": c, "status": "True"}))
+        .into_iter()
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "upgrade.cattle.io/plan": plan,
+            "upgrade.cattle.io/node": node,
+            format!("{PLAN_NODE_PREFIX}{plan}"): hash,
+        }},
+        "status": {"conditions": conditions},
+    }))
+    .expect("job literal")
+}
+
+fn node(name: &str, cordoned: bool, done: &[(&str, &str)]) -> Node {
+    let labels: BTreeMap<String, String> = done
+        .iter()
+        .map(|(plan, hash)| (format!("{PLAN_NODE_PREFIX}{plan}"), hash.to_string()))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": cordoned},
+    }))
+    .expect("node literal")
+}
+
+#[test]
+fn the_checker_counts_live_jobs_per_plan_and_per_node() {
+    let limits = Stage::one_plan("up", 2);
+    let mut o = Observed::default();
+    o.apply_job(&job("j1", "up", "n1", "h", None), &limits);
+    o.apply_job(&job("j2", "up", "n2", "h", None), &limits);
+    assert!(o.violations.is_empty());
+    o.apply_job(&job("j3", "up", "n3", "h", None), &limits);
+    assert_eq!(o.violations, ["Plan up: 3 live Jobs, concurrency 2"]);
+    // A finished Job frees its slot; a second live one on a node is a violation of its own.
+    o.apply_job(&job("j3", "up", "n3", "h", Some("Complete")), &limits);
+    o.apply_job(&job("j4", "up", "n1", "h", None), &limits);
+    assert_eq!(o.violations.len(), 2, "{:?}", o.violations);
+    assert!(
+        o.violations[1].contains("on one node n1"),
+        "{:?}",
+        o.violations
+    );
+}
+
+#[test]
+fn the_checker_wants_a_completed_job_behind_every_done_label_and_few_cordons() {
+    let limits = Stage::one_plan("up", 1);
+    let start = Instant::now();
+    let mut o = Observed::default();
+    o.apply_job(&job("j1", "up", "n1", "h1", Some("Complete")), &limits);
+    o.apply_node(&node("n1", false, &[("up", "h1")]), &limits, start);
+    o.apply_job(&job("j2", "up", "n2", "h1", Some("Failed")), &limits);
+    o.apply_node(&node("n2", false, &[("up", "h1")]), &limits, start);
+    o.settle(start, MATCH_GRACE);
+    assert!(
+        o.violations.is_empty(),
+        "within the grace: {:?}",
+        o.violations
+    );
+    o.settle(start + MATCH_GRACE, MATCH_GRACE);
+    assert_eq!(
+        o.violations,
+        ["node n2 labelled done for Plan up (h1) but no Job of it completed"]
+    );
+    o.apply_node(&node("n3", true, &[]), &limits, start);
+    o.apply_node(&node("n4", true, &[]), &limits, start);
+    assert_eq!(o.violations[1], "2 cordoned nodes, at most 1 allowed");
+    assert_eq!(o.longest_stall, Duration::ZERO);
+}
