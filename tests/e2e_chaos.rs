@@ -166,7 +166,6 @@ struct Limits {
 impl Observed {
     fn violation(&mut self, key: String, text: String) {
         if self.reported.insert(key) {
-            eprintln!("chaos: VIOLATION: {text}");
             self.violations.push(text);
         }
     }
@@ -387,7 +386,11 @@ impl Checker {
             while let Some(seen) = all.next().await {
                 let mut o = o.lock().expect("observed");
                 let now = Instant::now();
+                let before = o.violations.len();
                 o.see(seen, &limits, now);
+                for v in &o.violations[before..] {
+                    eprintln!("chaos: VIOLATION: {v}");
+                }
             }
         });
         Checker {

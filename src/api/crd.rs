@@ -91,6 +91,13 @@ pub(crate) fn rule(rule: &str, message: &str) -> Value {
 
 fn add_rules(root: &mut Value) {
     let spec = "/properties/spec";
+    push_rule(
+        root,
+        rule(
+            "size(self.metadata.name) <= 63",
+            "metadata.name must be at most 63 characters: it becomes the node label plan.upgrade.cattle.io/<name>",
+        ),
+    );
     spec_rules(root, spec);
     window_rules(root, &format!("{spec}/properties/window"));
     reboot_rules(root, &format!("{spec}/properties/reboot"));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::{ChannelAnswer, ERR_UNRESOLVABLE, EventType, Rollout, RolloutInput};
-use crate::api::{Plan, PlanStatus};
+use crate::api::{Plan, PlanStatus, labels};
 use crate::conditions::{self as cond, COMPLETE, FALSE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::duration::GoDuration;
 use crate::hash;
@@ -51,9 +51,30 @@ pub(super) fn handle(
     cond::is(st, VALIDATED, TRUE) && cond::is(st, LATEST_RESOLVED, TRUE)
 }
 
+/// etcd's default `--max-request-bytes`, which bounds every object the API server stores.
+const MAX_OBJECT_BYTES: usize = 1_572_864;
+/// What a Job adds to what it copies from the Plan: labels, environment, volumes, affinity.
+const JOB_OVERHEAD_BYTES: usize = 16 * 1024;
+
 /// SUC's `Validate()`, plus the checks slipway makes before touching nodes.
 pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), String> {
     let spec = &plan.spec;
+    // The name becomes a node label key and a Job label value: a longer one would fail at the
+    // first node, after its status says it started.
+    let name = plan.metadata.name.as_deref().unwrap_or_default();
+    let key = labels::plan_node_label(name);
+    let errors = selection::label_key_errors(&key);
+    if !errors.is_empty() {
+        return Err(format!(
+            "metadata.name {name:?} cannot name the node label {key}: {}",
+            errors.join("; ")
+        ));
+    }
+    selection::Selector::from_label_selector(spec.node_selector.as_ref())
+        .map_err(|e| format!("spec.nodeSelector: {e}"))?;
+    if let Some(version) = spec.version.as_deref().filter(|v| !v.is_empty()) {
+        version_label(version).map_err(|e| format!("spec.version {e}"))?;
+    }
     if let Some(drain) = &spec.drain {
         if drain.delete_emptydir_data.is_some() && drain.delete_local_data.is_some() {
             return Err(
@@ -74,6 +95,13 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
             Ok(_) => {}
             Err(e) => return Err(format!("spec.postCompleteDelay is invalid: {e}")),
         }
+    }
+    // A Job carries the containers and tolerations verbatim; past this it would not be stored.
+    let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
+    if size + JOB_OVERHEAD_BYTES > MAX_OBJECT_BYTES {
+        return Err(format!(
+            "spec is {size} bytes: its Jobs would be over the {MAX_OBJECT_BYTES} bytes the API server stores in one object"
+        ));
     }
     let missing: Vec<String> = spec
         .secrets
@@ -97,7 +125,21 @@ pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut R
     let (latest, reason) = match (spec_version, channel) {
         (Some(v), _) => (munge_version(v), "Version"),
         (None, Some(url)) => match &input.channel {
-            Some(ChannelAnswer::Version(v)) => (munge_version(v), "Channel"),
+            Some(ChannelAnswer::Version(v)) => match version_label(v) {
+                Ok(()) => (munge_version(v), "Channel"),
+                Err(e) => {
+                    channel_failed(
+                        st,
+                        out,
+                        url,
+                        &format!("the channel's version {e}"),
+                        now,
+                        generation,
+                    );
+                    digest(input, st);
+                    return;
+                }
+            },
             Some(ChannelAnswer::Failed(e)) => {
                 channel_failed(st, out, url, e, now, generation);
                 digest(input, st);
@@ -143,6 +185,21 @@ pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut R
     st.latest_version = Some(latest);
     cond::set(st, LATEST_RESOLVED, TRUE, reason, "", now, generation);
     digest(input, st);
+}
+
+/// A version (before `+` becomes `-`) is the Jobs' `upgrade.cattle.io/version` label: one that
+/// cannot be would fail every Job.
+fn version_label(version: &str) -> Result<(), String> {
+    let errors = selection::label_value_errors(&munge_version(version));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{version:?} cannot be the Jobs' label {}: {}",
+            labels::VERSION,
+            errors.join("; ")
+        ))
+    }
 }
 
 /// The channel could not be asked: keep rolling out the last version it gave, and say so.

@@ -409,6 +409,53 @@ fn invalid_plans_say_which_field() {
             .as_deref(),
         Some("secret \"creds\" not found")
     );
+
+    let validated = |p: Plan| {
+        let r = World::new(p, nodes(1)).decide();
+        assert!(r.create_jobs.is_empty());
+        cond::get(&r.status, VALIDATED)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let mut p = plan(1);
+    p.metadata.name = Some("p".repeat(64));
+    assert!(validated(p).starts_with(&format!(
+        "metadata.name {:?} cannot name the node label plan.upgrade.cattle.io/",
+        "p".repeat(64)
+    )),);
+    let mut p = plan(1);
+    p.spec.node_selector = Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([("bad key!".to_string(), "x".to_string())])),
+        ..Default::default()
+    });
+    assert!(validated(p).starts_with("spec.nodeSelector: "));
+    let mut p = plan(1);
+    p.spec.upgrade.args = Some(vec!["x".repeat(1_560_000)]);
+    assert!(validated(p).contains("bytes: its Jobs would be over the 1572864 bytes"));
+    let mut p = plan(1);
+    p.spec.version = Some("v1.2.3 ✓".into());
+    assert!(validated(p).starts_with(
+        "spec.version \"v1.2.3 ✓\" cannot be the Jobs' label upgrade.cattle.io/version: "
+    ),);
+}
+
+#[test]
+fn a_channel_version_that_cannot_be_a_label_is_a_resolve_failure() {
+    let mut p = plan(1);
+    p.spec.version = None;
+    p.spec.channel = Some("https://example.com/channels/latest".into());
+    let mut w = World::new(p, nodes(1));
+    w.channel = Some(ChannelAnswer::Version("latest?arch=arm64".into()));
+    let r = w.decide();
+    let c = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+    assert_eq!(c.status, FALSE);
+    assert!(
+        c.message.as_deref().is_some_and(|m| m.starts_with(
+            "cannot resolve the channel https://example.com/channels/latest: the channel's version \"latest?arch=arm64\" cannot be"
+        )),
+        "{c:?}"
+    );
+    assert!(r.create_jobs.is_empty());
 }
 
 #[test]

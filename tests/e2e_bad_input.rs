@@ -1,0 +1,283 @@
+//! A catalogue of hostile Plans against the real API server and `slipway run`: each is rejected by
+//! the CRD with the field named, reported in `Validated` with nothing done to its nodes, or rolled
+//! out as any other Plan. The controller never restarts and never panics on any of them.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+use slipway::api::Plan;
+use support::controller::ControllerProcess;
+
+/// What becomes of a Plan.
+enum Outcome {
+    /// The API server refuses it; its message holds this.
+    Rejected(&'static str),
+    /// `Validated` is `False` with a message starting with this; no Job, no node touched.
+    Invalid(&'static str),
+    /// It rolls out on its node.
+    RollsOut,
+}
+
+struct Case {
+    what: &'static str,
+    name: String,
+    /// The Plan's `spec`; the node selector of its own node is added unless it has one.
+    spec: Value,
+    outcome: Outcome,
+}
+
+fn upgrade() -> Value {
+    json!({"image": "rancher/k3s-upgrade", "command": ["sh", "-c"], "args": ["echo upgrading"]})
+}
+
+fn catalogue() -> Vec<Case> {
+    let spec = |extra: Value| {
+        let mut s = json!({
+            "concurrency": 1,
+            "version": "v1.30.1+k3s1",
+            "serviceAccountName": "default",
+            "upgrade": upgrade(),
+        });
+        if let (Some(s), Some(extra)) = (s.as_object_mut(), extra.as_object()) {
+            s.extend(extra.clone());
+        }
+        s
+    };
+    let tolerations: Vec<Value> = (0..10_000)
+        .map(|i| json!({"key": format!("example.com/taint-{i}"), "operator": "Exists"}))
+        .collect();
+    let many_values: Vec<String> = (0..20_000).map(|i| format!("value-{i}")).collect();
+    vec![
+        Case {
+            what: "a name of 63 characters, the longest a label key allows",
+            name: format!("n{}", "x".repeat(62)),
+            spec: spec(json!({})),
+            outcome: Outcome::RollsOut,
+        },
+        Case {
+            what: "a name of 64 characters",
+            name: format!("n{}", "x".repeat(63)),
+            spec: spec(json!({})),
+            outcome: Outcome::Rejected("metadata.name must be at most 63 characters"),
+        },
+        Case {
+            what: "a selector with 20,000 values",
+            name: "huge-selector".into(),
+            spec: spec(json!({"nodeSelector": {"matchExpressions": [
+                {"key": "slipway.test/extra", "operator": "NotIn", "values": many_values},
+            ]}})),
+            outcome: Outcome::RollsOut,
+        },
+        Case {
+            what: "a selector with an invalid key",
+            name: "bad-selector".into(),
+            spec: spec(json!({"nodeSelector": {"matchLabels": {"bad key!": "x"}}})),
+            outcome: Outcome::Invalid("spec.nodeSelector: "),
+        },
+        Case {
+            what: "10,000 tolerations",
+            name: "tolerations".into(),
+            spec: spec(json!({"tolerations": tolerations})),
+            outcome: Outcome::RollsOut,
+        },
+        Case {
+            what: "unicode in every free-text field",
+            name: "unicode".into(),
+            spec: spec(json!({
+                "upgrade": {
+                    "image": "rancher/k3s-upgrade",
+                    "command": ["sh", "-c"],
+                    "args": ["echo ünïcødé ✓ 升级 🚀"],
+                    "envs": [{"name": "GREETING", "value": "grüße ✓ 你好"}],
+                },
+            })),
+            outcome: Outcome::RollsOut,
+        },
+        Case {
+            what: "unicode in the version",
+            name: "unicode-version".into(),
+            spec: spec(json!({"version": "v1.2.3-✓"})),
+            outcome: Outcome::Invalid("spec.version \"v1.2.3-✓\" cannot be the Jobs' label"),
+        },
+        Case {
+            what: "a Secret of 1 MiB",
+            name: "big-secret".into(),
+            spec: spec(json!({"secrets": [{"name": "big", "path": "/host/run/big"}]})),
+            outcome: Outcome::RollsOut,
+        },
+        Case {
+            what: "a Plan just under the object size limit, whose Job would be over it",
+            name: "too-big-for-a-job".into(),
+            spec: spec(json!({"upgrade": {
+                "image": "rancher/k3s-upgrade",
+                "args": ["x".repeat(1_560_000)],
+            }})),
+            outcome: Outcome::Invalid("spec is "),
+        },
+        Case {
+            what: "a negative concurrency",
+            name: "negative".into(),
+            spec: spec(json!({"concurrency": -1})),
+            outcome: Outcome::Rejected("spec.concurrency must not be negative"),
+        },
+        Case {
+            what: "a Secret that does not exist",
+            name: "missing-secret".into(),
+            spec: spec(json!({"secrets": [{"name": "nowhere", "path": "/host/run/x"}]})),
+            outcome: Outcome::Invalid("secret \"nowhere\" not found"),
+        },
+    ]
+}
+
+fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
+    plan.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_plans_are_rejected_reported_or_rolled_out() {
+    let Some((cluster, ns, _, _)) = support::setup_pool("bad-input", 0).await else {
+        return;
+    };
+    let client = ns.client();
+    let big: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "big"},
+        "stringData": {"blob": "x".repeat(1 << 20)},
+    }))
+    .expect("secret literal");
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &big)
+        .await
+        .expect("a Secret of 1 MiB");
+    let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let cases = catalogue();
+    // One node per case, selected only by its Plan.
+    let mut nodes = BTreeMap::new();
+    for (i, case) in cases.iter().enumerate() {
+        let pool = format!("{}-{i}", ns.name());
+        let names =
+            support::create_nodes(&client, "bad-input", 1, &[("slipway.test/pool", &pool)]).await;
+        nodes.insert(case.name.clone(), names[0].clone());
+        let mut spec = case.spec.clone();
+        let own = json!({"matchLabels": {"slipway.test/pool": pool}});
+        match spec.get_mut("nodeSelector") {
+            Some(selector) if selector.get("matchLabels").is_none() => {
+                selector["matchLabels"] = own["matchLabels"].clone();
+            }
+            Some(_) => {}
+            None => spec["nodeSelector"] = own,
+        }
+        let plan: Plan = serde_json::from_value(json!({
+            "apiVersion": "upgrade.cattle.io/v1",
+            "kind": "Plan",
+            "metadata": {"name": case.name},
+            "spec": spec,
+        }))
+        .expect("the case decodes as a Plan");
+        let created = plans.create(&PostParams::default(), &plan).await;
+        match (&case.outcome, created) {
+            (Outcome::Rejected(fragment), Err(kube::Error::Api(s))) => assert!(
+                s.message.contains(fragment),
+                "{}: rejected, but not naming the field: {}",
+                case.what,
+                s.message
+            ),
+            (Outcome::Rejected(_), other) => {
+                panic!("{}: expected a rejection, got {other:?}", case.what)
+            }
+            (_, Err(e)) => panic!("{}: rejected: {e}", case.what),
+            (_, Ok(_)) => {}
+        }
+    }
+
+    let jobs = ns.api::<Job>();
+    let node_api = Api::<Node>::all(client.clone());
+    for case in &cases {
+        let node = &nodes[&case.name];
+        match case.outcome {
+            Outcome::Rejected(_) => {}
+            Outcome::Invalid(fragment) => {
+                let message = support::wait_for(
+                    &format!("{}: Validated False", case.what),
+                    Duration::from_secs(60),
+                    || async {
+                        let plan = plans.get(&case.name).await?;
+                        match condition(&plan, "Validated") {
+                            Some((s, m)) if s == "False" => Ok(m),
+                            other => Err(anyhow!("Validated: {other:?}")),
+                        }
+                    },
+                )
+                .await;
+                assert!(
+                    message.starts_with(fragment),
+                    "{}: Validated says {message:?}",
+                    case.what
+                );
+            }
+            Outcome::RollsOut => {
+                support::wait_for(
+                    &format!("{}: rolled out", case.what),
+                    Duration::from_secs(120),
+                    || async {
+                        let plan = plans.get(&case.name).await?;
+                        let hash = plan.status.and_then(|s| s.latest_hash).unwrap_or_default();
+                        let n = node_api.get(node).await?;
+                        let label = n
+                            .labels()
+                            .get(&format!("plan.upgrade.cattle.io/{}", case.name))
+                            .cloned();
+                        if !hash.is_empty() && label.as_deref() == Some(hash.as_str()) {
+                            Ok(())
+                        } else {
+                            Err(anyhow!("hash {hash:?}, node label {label:?}"))
+                        }
+                    },
+                )
+                .await;
+            }
+        }
+    }
+    // Nothing was done for an invalid Plan: no Job, its node untouched.
+    for case in &cases {
+        if !matches!(case.outcome, Outcome::Invalid(_)) {
+            continue;
+        }
+        let made = jobs
+            .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={}", case.name)))
+            .await
+            .expect("list jobs");
+        assert!(made.items.is_empty(), "{}: Jobs were created", case.what);
+        let n = node_api.get(&nodes[&case.name]).await.expect("node");
+        let touched = n
+            .labels()
+            .keys()
+            .any(|k| k.starts_with("plan.upgrade.cattle.io/"))
+            || n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        assert!(!touched, "{}: its node was labelled or cordoned", case.what);
+    }
+    assert!(
+        !controller.respawn_if_exited(),
+        "the controller exited:\n{}",
+        controller.log_tail()
+    );
+    let log = controller.log_tail();
+    assert!(!log.contains("panicked"), "the controller panicked:\n{log}");
+    drop(controller);
+    let names: Vec<String> = nodes.into_values().collect();
+    support::delete_nodes(&client, &names).await;
+    ns.cleanup().await;
+}
