@@ -1,8 +1,8 @@
-//! Fault injection on the local cluster: rollouts under controller kills, leader failovers, an API
-//! server restart, a paused etcd, a cut connection, Job and node churn, Plan edits and deletion,
-//! and a soak of Plan changes. An invariant checker watches Jobs and Nodes on its own (it knows
-//! nothing of slipway's state) and records every violation; the suite prints a table and fails on
-//! any violation.
+//! Fault injection on the local cluster: rollouts under controller kills, leader failovers, kills
+//! while nodes reboot, an API server restart, a paused etcd, a cut connection, Job and node churn,
+//! Plan edits and deletion, and a soak of Plan changes. An invariant checker watches Jobs, reboot
+//! pods and Nodes on its own (it knows nothing of slipway's state) and records every violation; the
+//! suite prints a table and fails on any violation.
 //!
 //! `just test` runs it small; `just chaos` at full size. Environment:
 //!   SLIPWAY_CHAOS_NODES (20)        nodes per rollout
@@ -33,6 +33,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::api::Plan;
+use slipway::api::maintenance::NodeMaintenance;
 use support::controller::ControllerProcess;
 use support::{Cluster, TestNamespace};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,6 +41,10 @@ use tokio::task::JoinHandle;
 
 const POOL_LABEL: &str = "slipway.test/pool";
 const PLAN_NODE_PREFIX: &str = "plan.upgrade.cattle.io/";
+const REBOOT_LABEL: &str = "slipway.dev/reboot";
+/// The taint of a node in maintenance (medik8s node-maintenance-operator's).
+const DRAIN_TAINT: &str = "medik8s.io/drain";
+const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
 
 /// Leader election timing of the multi-replica scenarios (lease 10 s, renew deadline 6 s).
 const FAST_ELECTION: [(&str, &str); 3] = [
@@ -141,13 +146,19 @@ struct Observed {
     jobs: BTreeMap<String, SeenJob>,
     /// (plan, node, hash) of every Job seen complete.
     completed: BTreeSet<(String, String, String)>,
+    /// Reboot pods: name -> (plan, node), while not being deleted.
+    reboot_pods: BTreeMap<String, (String, String)>,
     /// Per node: whether it is cordoned, and its `plan.upgrade.cattle.io/<plan>` labels.
     nodes: BTreeMap<String, (bool, BTreeMap<String, String>)>,
+    /// Nodes carrying the maintenance taint, now and ever.
+    in_maintenance: BTreeSet<String>,
+    ever_in_maintenance: BTreeSet<String>,
     /// Done labels not yet matched to a completed Job.
     unmatched: Vec<(String, String, String, Instant)>,
     /// Names listed since the last watch (re)start, to drop what went away meanwhile.
     relisting_jobs: Option<BTreeSet<String>>,
     relisting_nodes: Option<BTreeSet<String>>,
+    relisting_pods: Option<BTreeSet<String>>,
     violations: Vec<String>,
     reported: BTreeSet<String>,
     last_progress: Option<Instant>,
@@ -216,6 +227,28 @@ impl Observed {
             },
         );
         self.check_jobs(limits);
+        self.check_maintenance();
+    }
+
+    /// One budget: a node that maintenance took (it carries the drain taint) runs no Plan's Job.
+    fn check_maintenance(&mut self) {
+        let found: Vec<(String, String)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.live && self.in_maintenance.contains(&j.node))
+            .map(|(name, j)| {
+                (
+                    format!("maintenance/{name}"),
+                    format!(
+                        "Job {name} of Plan {} is live on node {} under maintenance",
+                        j.plan, j.node
+                    ),
+                )
+            })
+            .collect();
+        for (key, text) in found {
+            self.violation(key, text);
+        }
     }
 
     fn check_jobs(&mut self, limits: &Limits) {
@@ -240,6 +273,59 @@ impl Observed {
                 found.push((
                     format!("twice/{plan}/{node}/{jobs:?}"),
                     format!("Plan {plan}: live Jobs {jobs:?} on one node {node}"),
+                ));
+            }
+        }
+        for (key, text) in found {
+            self.violation(key, text);
+        }
+    }
+
+    /// Nodes with a reboot pod (rebooting, or about to) count against the Plan's concurrency.
+    fn apply_reboot_pod(&mut self, pod: &Pod, limits: &Limits) {
+        let name = pod.name_any();
+        if let Some(seen) = &mut self.relisting_pods {
+            seen.insert(name.clone());
+        }
+        let plan = pod
+            .labels()
+            .get(REBOOT_PLAN_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.reboot_pods.remove(&name);
+        } else {
+            self.reboot_pods.insert(name, (plan, node));
+        }
+        let mut per_plan: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        let mut per_node: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for (plan, node) in self.reboot_pods.values() {
+            per_plan.entry(plan).or_default().insert(node);
+            *per_node.entry((plan, node)).or_default() += 1;
+        }
+        let mut found = Vec::new();
+        for (plan, nodes) in per_plan {
+            let allowed = limits.concurrency.get(plan).copied().unwrap_or(usize::MAX);
+            if nodes.len() > allowed {
+                found.push((
+                    format!("rebooting/{plan}/{}", nodes.len()),
+                    format!(
+                        "Plan {plan}: reboot pods on {} nodes, concurrency {allowed}",
+                        nodes.len()
+                    ),
+                ));
+            }
+        }
+        for ((plan, node), n) in per_node {
+            if n > 1 {
+                found.push((
+                    format!("reboot-twice/{plan}/{node}"),
+                    format!("Plan {plan}: {n} reboot pods on node {node}"),
                 ));
             }
         }
@@ -275,7 +361,19 @@ impl Observed {
         if let Some(seen) = &mut self.relisting_nodes {
             seen.insert(name.clone());
         }
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == DRAIN_TAINT));
+        if tainted {
+            self.in_maintenance.insert(name.clone());
+            self.ever_in_maintenance.insert(name.clone());
+        } else {
+            self.in_maintenance.remove(&name);
+        }
         self.nodes.insert(name, (cordoned, done));
+        self.check_maintenance();
         let cordons = self.nodes.values().filter(|(c, _)| *c).count();
         if cordons > limits.cordons {
             self.violation(
@@ -321,6 +419,21 @@ impl Observed {
                 }
                 Err(_) => {}
             },
+            Seen::Pod(event) => match *event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    self.apply_reboot_pod(&p, limits)
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    self.reboot_pods.remove(&p.name_any());
+                }
+                Ok(watcher::Event::Init) => self.relisting_pods = Some(BTreeSet::new()),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(seen) = self.relisting_pods.take() {
+                        self.reboot_pods.retain(|name, _| seen.contains(name));
+                    }
+                }
+                Err(_) => {}
+            },
             Seen::Tick => self.settle(now, MATCH_GRACE),
         }
     }
@@ -351,6 +464,7 @@ impl Observed {
 enum Seen {
     Job(Box<Result<watcher::Event<Job>, watcher::Error>>),
     Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
+    Pod(Box<Result<watcher::Event<Pod>, watcher::Error>>),
     Tick,
 }
 
@@ -376,11 +490,21 @@ impl Checker {
         )
         .default_backoff()
         .map(|e| Seen::Node(Box::new(e)));
+        let pods = watcher(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            watcher::Config::default().labels(&format!("{REBOOT_LABEL}=true")),
+        )
+        .default_backoff()
+        .map(|e| Seen::Pod(Box::new(e)));
         let ticks = futures::stream::unfold((), |()| async {
             tokio::time::sleep(Duration::from_millis(500)).await;
             Some((Seen::Tick, ()))
         });
-        let mut all = futures::stream::select(futures::stream::select(jobs, nodes), ticks).boxed();
+        let mut all = futures::stream::select(
+            futures::stream::select(futures::stream::select(jobs, nodes), pods),
+            ticks,
+        )
+        .boxed();
         let o = observed.clone();
         let task = tokio::spawn(async move {
             while let Some(seen) = all.next().await {
@@ -447,9 +571,19 @@ struct Replicas {
 }
 
 impl Replicas {
-    /// `ids` with their kubeconfigs; with more than one, or `elect`, under leader election.
+    /// `ids` with their kubeconfigs; with `elect`, under leader election.
     fn start(ns: &str, replicas: &[(&str, &Path)], elect: bool) -> Replicas {
+        Replicas::start_with(ns, replicas, elect, &[])
+    }
+
+    fn start_with(
+        ns: &str,
+        replicas: &[(&str, &Path)],
+        elect: bool,
+        extra_env: &[(&str, &str)],
+    ) -> Replicas {
         let mut env: Vec<(&str, &str)> = vec![("SYSTEM_UPGRADE_CONTROLLER_THREADS", "4")];
+        env.extend(extra_env);
         let mut args: Vec<&str> = Vec::new();
         if elect {
             env.extend(FAST_ELECTION);
@@ -1201,6 +1335,178 @@ async fn plan_deletion(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> R
     stage.end(gone, 1).await
 }
 
+/// Plays the nodes of a Plan with `spec.reboot`: a node the Plan reports `Rebooting` comes back
+/// with a new boot ID a moment later, once.
+fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let (plans, nodes) = (
+            Api::<Plan>::namespaced(client.clone(), &ns),
+            Api::<Node>::all(client),
+        );
+        let mut rebooted = BTreeSet::new();
+        loop {
+            tokio::time::sleep(rng.millis(200, 1000)).await;
+            let Ok(p) = plans.get(&plan).await else {
+                continue;
+            };
+            let rebooting: Vec<String> = p
+                .status
+                .iter()
+                .flat_map(|s| s.nodes.iter())
+                .filter(|n| n.phase == "Rebooting")
+                .map(|n| n.name.clone())
+                .collect();
+            for node in rebooting {
+                if rebooted.contains(&node) {
+                    continue;
+                }
+                let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
+                if nodes
+                    .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .is_ok()
+                {
+                    rebooted.insert(node);
+                }
+            }
+        }
+    })
+}
+
+async fn reboot_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-reboot", sizes, Stage::one_plan("up", c)).await;
+    let ns = stage.ns.name().to_string();
+    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
+    stage
+        .create_plan(&rollout_plan(
+            "up",
+            &stage.pool,
+            c,
+            "v1",
+            "  reboot:\n    timeout: 5m\n",
+        ))
+        .await;
+    let nodes = simulate_reboots(
+        stage.ns.client(),
+        ns.clone(),
+        "up".into(),
+        Random(rng.next().max(1)),
+    );
+    let mut kills = 0;
+    while kills < sizes.kills && !stage.is_rolled_out("up").await {
+        tokio::time::sleep(rng.millis(300, 2000)).await;
+        replicas.crash("a");
+        kills += 1;
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    nodes.abort();
+    replicas.stop();
+    stage.end(finished, kills).await
+}
+
+async fn maintenance_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    let maintained = 3.min(sizes.nodes);
+    let mut limits = Stage::one_plan("up", c);
+    limits.cordons = c + maintained;
+    let stage = Stage::new(cluster, "chaos-maintenance", sizes, limits).await;
+    let ns = stage.ns.name().to_string();
+    let replicas_env = Replicas::start_with(
+        &ns,
+        &[("a", cluster.kubeconfig_path())],
+        false,
+        &[("SLIPWAY_MAINTENANCE", "true")],
+    );
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    let api = Api::<NodeMaintenance>::all(stage.ns.client());
+    // Where slipway keeps the nodes' medik8s Leases.
+    let leases: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "medik8s-leases"}}))
+            .expect("namespace literal");
+    let _ = Api::all(stage.ns.client())
+        .create(&PostParams::default(), &leases)
+        .await;
+    let mut faults = 0;
+    let mut created = Vec::new();
+    for i in 0..maintained {
+        tokio::time::sleep(rng.millis(500, 2500)).await;
+        let node = stage.nodes[rng.below(stage.nodes.len())].clone();
+        let name = format!("{ns}-{i}");
+        let nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "reason": "chaos"},
+        }))
+        .expect("a NodeMaintenance");
+        // The controller installs the CRD when it starts.
+        support::wait_for("a NodeMaintenance", Duration::from_secs(60), || async {
+            match api.create(&PostParams::default(), &nm).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+        created.push(name);
+        replicas_env.crash("a");
+        faults += 2;
+    }
+    // Maintenance holds its nodes for a while, through another crash, then ends.
+    tokio::time::sleep(rng.millis(2000, 5000)).await;
+    let taken = support::wait_for(
+        "maintenance to take a node",
+        Duration::from_secs(60),
+        || {
+            let taken = stage
+                .checker
+                .observed
+                .lock()
+                .expect("observed")
+                .ever_in_maintenance
+                .len();
+            async move {
+                if taken > 0 {
+                    Ok(taken)
+                } else {
+                    Err(anyhow!("none yet"))
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!("chaos: maintenance took {taken} node(s)");
+    replicas_env.crash("a");
+    faults += 1;
+    for name in &created {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    // Every NodeMaintenance is gone (its finalizer released) before the controller stops.
+    support::wait_for(
+        "the NodeMaintenances to go",
+        Duration::from_secs(60),
+        || async {
+            let left = api.list(&ListParams::default()).await?.items;
+            let mine = left
+                .iter()
+                .filter(|m| created.contains(&m.name_any()))
+                .count();
+            if mine == 0 {
+                Ok(())
+            } else {
+                Err(anyhow!("{mine} left"))
+            }
+        },
+    )
+    .await;
+    replicas_env.stop();
+    stage.end(finished, faults).await
+}
+
 async fn soak(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
     let c = sizes.concurrency;
     let mut limits = Limits::default();
@@ -1296,6 +1602,8 @@ async fn chaos_suite() {
     }
     scenario!("controller-kills", controller_kills);
     scenario!("leader-kills", leader_kills);
+    scenario!("reboot-kills", reboot_kills);
+    scenario!("maintenance-kills", maintenance_kills);
     scenario!("apiserver-restart", apiserver_restart);
     scenario!("etcd-pause", etcd_pause);
     scenario!("connection-cut", connection_cut);
@@ -1401,4 +1709,47 @@ fn the_checker_wants_a_completed_job_behind_every_done_label_and_few_cordons() {
     o.apply_node(&node("n4", true, &[]), &limits, start);
     assert_eq!(o.violations[1], "2 cordoned nodes, at most 1 allowed");
     assert_eq!(o.longest_stall, Duration::ZERO);
+}
+
+#[test]
+fn the_checker_counts_nodes_with_reboot_pods() {
+    let limits = Stage::one_plan("up", 1);
+    let pod = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {REBOOT_LABEL: "true", REBOOT_PLAN_LABEL: "up"}},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .expect("pod literal")
+    };
+    let mut o = Observed::default();
+    o.apply_reboot_pod(&pod("r1", "n1"), &limits);
+    assert!(o.violations.is_empty());
+    o.apply_reboot_pod(&pod("r2", "n1"), &limits);
+    assert_eq!(o.violations, ["Plan up: 2 reboot pods on node n1"]);
+    o.apply_reboot_pod(&pod("r3", "n2"), &limits);
+    assert_eq!(
+        o.violations[1],
+        "Plan up: reboot pods on 2 nodes, concurrency 1"
+    );
+}
+
+#[test]
+fn the_checker_wants_no_job_on_a_node_in_maintenance() {
+    let limits = Stage::one_plan("up", 1);
+    let mut tainted = node("n1", true, &[]);
+    if let Some(spec) = tainted.spec.as_mut() {
+        spec.taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: DRAIN_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+    }
+    let mut o = Observed::default();
+    o.apply_node(&tainted, &limits, Instant::now());
+    assert!(o.violations.is_empty());
+    o.apply_job(&job("j1", "up", "n1", "h", None), &limits);
+    assert_eq!(
+        o.violations,
+        ["Job j1 of Plan up is live on node n1 under maintenance"]
+    );
 }
