@@ -276,30 +276,12 @@ impl ChannelClient {
             .get::<hyper::ext::ReasonPhrase>()
             .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
         let status = response.status().as_u16();
-        let location_bytes = response
-            .headers()
-            .get(LOCATION)
-            .map(|v| v.as_bytes().to_vec());
-        // Go would take the bytes as they are; a version is text, so a `302` whose Location is
-        // not UTF-8 is an error here rather than a version with replacement characters.
-        let location = match location_bytes.as_deref().map(std::str::from_utf8) {
-            Some(Ok(text)) => Some(text),
-            Some(Err(_)) if status == 302 => {
-                return Err(ChannelError::InvalidLocation {
-                    location: String::from_utf8_lossy(
-                        location_bytes.as_deref().unwrap_or_default(),
-                    )
-                    .into_owned(),
-                    reason: "not UTF-8".into(),
-                });
-            }
-            _ => None,
-        };
+        let location = location_text(&response, status)?;
         let head = ResponseHead {
             proto: &proto,
             status,
             reason: reason.as_deref(),
-            location,
+            location: location.as_deref(),
         };
         let result = interpret_response(channel_url, &head);
         self.drain(&mut response).await;
@@ -331,6 +313,26 @@ impl ChannelFetch for ChannelClient {
         latest_version: &str,
     ) -> impl Future<Output = Result<String, ChannelError>> + Send {
         ChannelClient::fetch(self, channel_url, latest_version)
+    }
+}
+
+/// The `Location` header as text. Go would take the bytes as they are; a version is text, so a
+/// `302` whose `Location` is not UTF-8 is an error here rather than a version with replacement
+/// characters (for other statuses the header is not read).
+fn location_text(
+    response: &reqwest::Response,
+    status: u16,
+) -> Result<Option<String>, ChannelError> {
+    let Some(bytes) = response.headers().get(LOCATION).map(HeaderValue::as_bytes) else {
+        return Ok(None);
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(Some(text.to_string())),
+        Err(_) if status == 302 => Err(ChannelError::InvalidLocation {
+            location: String::from_utf8_lossy(bytes).into_owned(),
+            reason: "not UTF-8".into(),
+        }),
+        Err(_) => Ok(None),
     }
 }
 

@@ -146,6 +146,56 @@ fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
 }
 
+/// Creates the case's Plan, selecting the nodes of `pool`, and checks a rejection.
+async fn create_case(plans: &Api<Plan>, case: &Case, pool: &str) {
+    let mut spec = case.spec.clone();
+    let own = json!({"matchLabels": {"slipway.test/pool": pool}});
+    match spec.get_mut("nodeSelector") {
+        Some(selector) if selector.get("matchLabels").is_none() => {
+            selector["matchLabels"] = own["matchLabels"].clone();
+        }
+        Some(_) => {}
+        None => spec["nodeSelector"] = own,
+    }
+    let plan: Plan = serde_json::from_value(json!({
+        "apiVersion": "upgrade.cattle.io/v1",
+        "kind": "Plan",
+        "metadata": {"name": case.name},
+        "spec": spec,
+    }))
+    .expect("the case decodes as a Plan");
+    let created = plans.create(&PostParams::default(), &plan).await;
+    match (&case.outcome, created) {
+        (Outcome::Rejected(fragment), Err(kube::Error::Api(s))) => assert!(
+            s.message.contains(fragment),
+            "{}: rejected, but not naming the field: {}",
+            case.what,
+            s.message
+        ),
+        (Outcome::Rejected(_), other) => {
+            panic!("{}: expected a rejection, got {other:?}", case.what)
+        }
+        (_, Err(e)) => panic!("{}: rejected: {e}", case.what),
+        (_, Ok(_)) => {}
+    }
+}
+
+/// Nothing was done for an invalid Plan: no Job, its node neither labelled nor cordoned.
+async fn assert_untouched(jobs: &Api<Job>, nodes: &Api<Node>, case: &Case, node: &str) {
+    let made = jobs
+        .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={}", case.name)))
+        .await
+        .expect("list jobs");
+    assert!(made.items.is_empty(), "{}: Jobs were created", case.what);
+    let n = nodes.get(node).await.expect("node");
+    let touched = n
+        .labels()
+        .keys()
+        .any(|k| k.starts_with("plan.upgrade.cattle.io/"))
+        || n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    assert!(!touched, "{}: its node was labelled or cordoned", case.what);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_plans_are_rejected_reported_or_rolled_out() {
     let Some((cluster, ns, _, _)) = support::setup_pool("bad-input", 0).await else {
@@ -171,36 +221,7 @@ async fn hostile_plans_are_rejected_reported_or_rolled_out() {
         let names =
             support::create_nodes(&client, "bad-input", 1, &[("slipway.test/pool", &pool)]).await;
         nodes.insert(case.name.clone(), names[0].clone());
-        let mut spec = case.spec.clone();
-        let own = json!({"matchLabels": {"slipway.test/pool": pool}});
-        match spec.get_mut("nodeSelector") {
-            Some(selector) if selector.get("matchLabels").is_none() => {
-                selector["matchLabels"] = own["matchLabels"].clone();
-            }
-            Some(_) => {}
-            None => spec["nodeSelector"] = own,
-        }
-        let plan: Plan = serde_json::from_value(json!({
-            "apiVersion": "upgrade.cattle.io/v1",
-            "kind": "Plan",
-            "metadata": {"name": case.name},
-            "spec": spec,
-        }))
-        .expect("the case decodes as a Plan");
-        let created = plans.create(&PostParams::default(), &plan).await;
-        match (&case.outcome, created) {
-            (Outcome::Rejected(fragment), Err(kube::Error::Api(s))) => assert!(
-                s.message.contains(fragment),
-                "{}: rejected, but not naming the field: {}",
-                case.what,
-                s.message
-            ),
-            (Outcome::Rejected(_), other) => {
-                panic!("{}: expected a rejection, got {other:?}", case.what)
-            }
-            (_, Err(e)) => panic!("{}: rejected: {e}", case.what),
-            (_, Ok(_)) => {}
-        }
+        create_case(&plans, case, &pool).await;
     }
 
     let jobs = ns.api::<Job>();
@@ -251,23 +272,10 @@ async fn hostile_plans_are_rejected_reported_or_rolled_out() {
             }
         }
     }
-    // Nothing was done for an invalid Plan: no Job, its node untouched.
     for case in &cases {
-        if !matches!(case.outcome, Outcome::Invalid(_)) {
-            continue;
+        if matches!(case.outcome, Outcome::Invalid(_)) {
+            assert_untouched(&jobs, &node_api, case, &nodes[&case.name]).await;
         }
-        let made = jobs
-            .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={}", case.name)))
-            .await
-            .expect("list jobs");
-        assert!(made.items.is_empty(), "{}: Jobs were created", case.what);
-        let n = node_api.get(&nodes[&case.name]).await.expect("node");
-        let touched = n
-            .labels()
-            .keys()
-            .any(|k| k.starts_with("plan.upgrade.cattle.io/"))
-            || n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        assert!(!touched, "{}: its node was labelled or cordoned", case.what);
     }
     assert!(
         !controller.respawn_if_exited(),

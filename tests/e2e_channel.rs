@@ -190,6 +190,57 @@ fn allowed_requests(elapsed: Duration) -> usize {
     n + 1
 }
 
+/// Waits for the Plan's `LatestResolved` to settle and checks it against `expect`.
+async fn assert_outcome(api: &kube::Api<Plan>, name: &str, url: &str, expect: &Expect) {
+    let outcome = support::wait_for(
+        &format!("LatestResolved of {name}"),
+        Duration::from_secs(90),
+        || async {
+            let plan = api.get(name).await?;
+            resolved(&plan)
+                .filter(|(s, _, _)| s != "Unknown")
+                .ok_or_else(|| anyhow!("no LatestResolved yet"))
+        },
+    )
+    .await;
+    match expect {
+        Expect::Version(v) => assert_eq!(
+            (outcome.0.as_str(), outcome.2.as_deref()),
+            ("True", Some(*v)),
+            "{name}: {outcome:?}"
+        ),
+        Expect::Error(fragment) => {
+            let (status, message, _) = &outcome;
+            assert_eq!(status, "False", "{name}: {outcome:?}");
+            assert!(
+                message.contains(url) && message.contains(fragment),
+                "{name}: the message names neither {url} nor {fragment:?}: {message}"
+            );
+        }
+    }
+}
+
+/// Failing channels were asked no more often than the backoff allows; the good one once.
+fn assert_within_backoff(record: &Record) {
+    let first = record
+        .first_request
+        .lock()
+        .expect("record lock")
+        .unwrap_or_else(Instant::now);
+    let allowed = allowed_requests(first.elapsed());
+    for kind in ["garbage", "binary", "error", "reset", "tls"] {
+        let made = record.requests(kind);
+        assert!(
+            (1..=allowed).contains(&made),
+            "{kind}: {made} requests in {:?}, the backoff allows {allowed}",
+            first.elapsed()
+        );
+    }
+    // Three Plans, one URL each, a request of 15 s before each retry.
+    assert!(record.requests("hang") <= 3 * allowed);
+    assert_eq!(record.requests("ok"), 1, "the good channel was asked again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
     let Some(cluster) = support::cluster().await else {
@@ -282,51 +333,9 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
     );
 
     for (name, url, expect) in &plans {
-        let outcome = support::wait_for(
-            &format!("LatestResolved of {name}"),
-            Duration::from_secs(90),
-            || async {
-                let plan = api.get(name).await?;
-                resolved(&plan)
-                    .filter(|(s, _, _)| s != "Unknown")
-                    .ok_or_else(|| anyhow!("no LatestResolved yet"))
-            },
-        )
-        .await;
-        match expect {
-            Expect::Version(v) => assert_eq!(
-                (outcome.0.as_str(), outcome.2.as_deref()),
-                ("True", Some(*v)),
-                "{name}: {outcome:?}"
-            ),
-            Expect::Error(fragment) => {
-                let (status, message, _) = &outcome;
-                assert_eq!(status, "False", "{name}: {outcome:?}");
-                assert!(
-                    message.contains(url.as_str()) && message.contains(fragment),
-                    "{name}: the message names neither {url} nor {fragment:?}: {message}"
-                );
-            }
-        }
+        assert_outcome(&api, name, url, expect).await;
     }
-
-    let first = record
-        .first_request
-        .lock()
-        .expect("record lock")
-        .unwrap_or_else(Instant::now);
-    let allowed = allowed_requests(first.elapsed());
-    for kind in ["garbage", "binary", "error", "reset", "tls"] {
-        let made = record.requests(kind);
-        assert!(
-            (1..=allowed).contains(&made),
-            "{kind}: {made} requests in {:?}, the backoff allows {allowed}",
-            first.elapsed()
-        );
-    }
-    // Three Plans, one URL each, a request of 15 s before each retry.
-    assert!(record.requests("hang") <= 3 * allowed);
-    assert_eq!(record.requests("ok"), 1, "the good channel was asked again");
+    assert_within_backoff(&record);
 
     let sent = record.body_bytes.load(Ordering::Relaxed);
     assert!(

@@ -1405,6 +1405,25 @@ async fn reboot_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
     stage.end(finished, kills).await
 }
 
+/// A NodeMaintenance of `node`; retried until the controller has installed the CRD.
+async fn create_maintenance(api: &Api<NodeMaintenance>, name: &str, node: &str) {
+    let nm: NodeMaintenance = serde_json::from_value(json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "reason": "chaos"},
+    }))
+    .expect("a NodeMaintenance");
+    support::wait_for("a NodeMaintenance", Duration::from_secs(60), || async {
+        match api.create(&PostParams::default(), &nm).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+}
+
 async fn maintenance_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
     let c = sizes.concurrency;
     let maintained = 3.min(sizes.nodes);
@@ -1435,22 +1454,7 @@ async fn maintenance_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -
         tokio::time::sleep(rng.millis(500, 2500)).await;
         let node = stage.nodes[rng.below(stage.nodes.len())].clone();
         let name = format!("{ns}-{i}");
-        let nm: NodeMaintenance = serde_json::from_value(json!({
-            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
-            "kind": "NodeMaintenance",
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "reason": "chaos"},
-        }))
-        .expect("a NodeMaintenance");
-        // The controller installs the CRD when it starts.
-        support::wait_for("a NodeMaintenance", Duration::from_secs(60), || async {
-            match api.create(&PostParams::default(), &nm).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(e),
-            }
-        })
-        .await;
+        create_maintenance(&api, &name, &node).await;
         created.push(name);
         replicas_env.crash("a");
         faults += 2;
