@@ -57,6 +57,10 @@ enum Command {
     Resolve(cli::resolve::ResolveArgs),
     /// Show each Plan's conditions and per-node progress from the cluster (read-only).
     Status(cli::status::StatusArgs),
+    /// Run on a node (a DaemonSet): mark the node's own Node with slipway.dev/reboot-required
+    /// while its sentinel (kured's /var/run/reboot-required, or a command) says it needs a
+    /// reboot, and clear the mark once it no longer does.
+    Agent(cli::agent::AgentArgs),
 }
 
 #[derive(clap::Args)]
@@ -186,6 +190,7 @@ fn main() -> std::process::ExitCode {
         Command::Render(args) => cli::render::run(&args),
         Command::Resolve(args) => cli::resolve::run(&args),
         Command::Status(args) => cli::status::run(&args),
+        Command::Agent(args) => cli::agent::run(&args),
     };
     match done {
         Ok(()) => std::process::ExitCode::SUCCESS,

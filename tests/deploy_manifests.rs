@@ -33,15 +33,21 @@ fn deploy_carries_the_committed_crd() {
 
 #[test]
 fn the_image_tag_is_the_crate_version() {
-    let k: Value = yaml("deploy/kustomization.yaml");
-    let images = k["images"].as_array().expect("images");
-    assert_eq!(images.len(), 1);
-    assert_eq!(images[0]["name"], "slipway");
-    assert_eq!(
-        images[0]["newTag"].as_str(),
-        Some(env!("CARGO_PKG_VERSION")),
-        "deploy/kustomization.yaml's image tag is the version in Cargo.toml"
-    );
+    // A base's `images` do not reach the resources of a component, so the agent's has its own.
+    for file in [
+        "deploy/kustomization.yaml",
+        "deploy/components/reboot-agent/kustomization.yaml",
+    ] {
+        let k: Value = yaml(file);
+        let images = k["images"].as_array().expect("images");
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0]["name"], "slipway");
+        assert_eq!(
+            images[0]["newTag"].as_str(),
+            Some(env!("CARGO_PKG_VERSION")),
+            "{file}'s image tag is the version in Cargo.toml"
+        );
+    }
 }
 
 fn run_help() -> String {
@@ -256,9 +262,13 @@ fn the_maintenance_component_carries_the_committed_crd() {
     );
 }
 
-#[test]
-fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
-    let overlay = std::env::temp_dir().join(format!("slipway-maint-{}", std::process::id()));
+/// `kubectl kustomize` of an overlay of deploy/ with one component.
+fn with_component(component: &str) -> String {
+    let overlay = std::env::temp_dir().join(format!(
+        "slipway-overlay-{}-{}",
+        component.replace('/', "-"),
+        std::process::id()
+    ));
     std::fs::create_dir_all(&overlay).expect("overlay dir");
     let overlay = overlay.canonicalize().expect("overlay path");
     let up = "../".repeat(overlay.components().count() - 1);
@@ -271,12 +281,18 @@ fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
         format!(
             "resources:\n- {}\ncomponents:\n- {}\n",
             rel("deploy"),
-            rel("deploy/components/maintenance")
+            rel(component)
         ),
     )
     .expect("write overlay");
     let out = kubectl_kustomize(&overlay);
     let _ = std::fs::remove_dir_all(&overlay);
+    out
+}
+
+#[test]
+fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
+    let out = with_component("deploy/components/maintenance");
     assert!(out.contains("SLIPWAY_MAINTENANCE: \"true\""), "{out}");
     assert!(out.contains("name: nodemaintenances.nodemaintenance.medik8s.io"));
     assert!(out.contains("resources:\n  - pods/eviction"), "{out}");
@@ -287,4 +303,43 @@ fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
         "Plans alone do not change"
     );
     assert!(!base.contains("nodemaintenance"));
+}
+
+#[test]
+fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
+    let out = with_component("deploy/components/reboot-agent");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&out).expect("kustomize output parses");
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "slipway:0.1.0", "the base's image tag");
+    assert_eq!(container["args"][0], "agent");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert!(pod["hostPID"].is_null() && pod["hostNetwork"].is_null());
+    assert_eq!(container["volumeMounts"][0]["readOnly"], true);
+    assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/var/run");
+    assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "slipway-agent")
+        .expect("the agent's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+    );
+    assert!(
+        docs.iter()
+            .any(|d| d["kind"] == "ValidatingAdmissionPolicy")
+    );
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(!base.contains("slipway-agent"), "Plans alone do not change");
 }

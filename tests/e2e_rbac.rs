@@ -367,6 +367,23 @@ async fn remove_namespace(client: &kube::Client) {
         Err(kube::Error::Api(s)) if s.code == 404 => return,
         Err(e) => panic!("deleting namespace {NS}: {e}"),
     }
+    // A run that failed may have left Plans whose controller is gone: nobody releases their
+    // finalizer, so the namespace would stay Terminating.
+    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+    for plan in plans
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = plans
+            .patch(
+                &plan.metadata.name.unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
     support::wait_for(
         &format!("namespace {NS} to be gone"),
         Duration::from_secs(120),
@@ -969,6 +986,9 @@ spec:
     //    apart in the audit log).
     prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
 
+    // 6. The reboot agent's component.
+    prove_agent_component(&cluster, &client).await;
+
     // Clean up, keeping the CRDs (other tests share them).
     support::delete_nodes(&client, &nodes).await;
     support::delete_nodes(&client, &more).await;
@@ -1000,18 +1020,8 @@ const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
      message. The run below publishes each of its Events once.",
 )];
 
-/// `deploy/` plus `deploy/components/maintenance`, applied as an overlay would, then one
-/// NodeMaintenance through every path that needs a right: a foreign Lease that expired (taken
-/// over: update), a drain blocked by a PodDisruptionBudget (pod get, PDB list, in the status), a
-/// DaemonSet pod skipped (DaemonSet get), the drain finishing, and the deletion that restores the
-/// node and releases the Lease. The component's rules must be used, each one; every request of
-/// the controller must be granted by deploy/ and the component together.
-async fn prove_maintenance_component(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-    audit_log: &Path,
-    args: &[String],
-) {
+/// `kubectl apply -k` of an overlay of deploy/ with one of its components, as a user would write it.
+async fn apply_with_component(cluster: &support::Cluster, component: &str) {
     let overlay = std::env::temp_dir().join(support::unique_name("slipway-rbac-overlay"));
     std::fs::create_dir_all(&overlay).expect("overlay directory");
     // kustomize takes a base and a component from anywhere by a relative path.
@@ -1027,15 +1037,187 @@ async fn prove_maintenance_component(
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
             rel("deploy"),
-            rel("deploy/components/maintenance")
+            rel(component)
         ),
     )
     .expect("write the overlay");
     cluster
         .kubectl(&["apply", "-k", &overlay.display().to_string()])
         .await
-        .expect("kubectl apply -k deploy/ with the maintenance component");
+        .unwrap_or_else(|e| panic!("kubectl apply -k deploy/ with {component}: {e}"));
     let _ = std::fs::remove_dir_all(&overlay);
+}
+
+/// deploy/components/reboot-agent: its ServiceAccount may read Nodes and patch them, and nothing
+/// else; the admission policy narrows the patch to the Node of the pod the token is bound to, and
+/// to annotations. The agent runs with a token bound to the DaemonSet's pod on one node.
+async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client) {
+    apply_with_component(cluster, "deploy/components/reboot-agent").await;
+    let agent_sa = format!("system:serviceaccount:{NS}:slipway-agent");
+    for (verb, resource, subresource, allowed) in [
+        ("get", "nodes", "", true),
+        ("patch", "nodes", "", true),
+        ("list", "nodes", "", false),
+        ("update", "nodes", "", false),
+        ("delete", "nodes", "", false),
+        ("patch", "nodes", "status", false),
+        ("get", "pods", "", false),
+        ("create", "pods", "eviction", false),
+    ] {
+        let subresource = format!("--subresource={subresource}");
+        let answer = cluster
+            .kubectl(&[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                &subresource,
+                "--as",
+                &agent_sa,
+            ])
+            .await;
+        assert_eq!(
+            answer.is_ok(),
+            allowed,
+            "can the agent {verb} {resource} {subresource}? {answer:?}"
+        );
+    }
+    // The DaemonSet runs a pod on every node (kwok plays the kubelet); take two of them.
+    let pool = support::unique_name("rbac-agent");
+    let nodes =
+        support::create_nodes(client, "rbac-agent", 2, &[("slipway.test/pool", &pool)]).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let pod_on = |node: String| {
+        let pods = pods.clone();
+        async move {
+            support::wait_for(
+                &format!("the agent pod on {node}"),
+                Duration::from_secs(60),
+                || async {
+                    pods.list(&ListParams::default().labels("app.kubernetes.io/component=agent"))
+                        .await?
+                        .items
+                        .into_iter()
+                        .find(|p| {
+                            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
+                        })
+                        .and_then(|p| p.metadata.name)
+                        .ok_or_else(|| anyhow!("not yet"))
+                },
+            )
+            .await
+        }
+    };
+    let pod = pod_on(nodes[0].clone()).await;
+    let token = cluster
+        .kubectl(&[
+            "-n",
+            NS,
+            "create",
+            "token",
+            "slipway-agent",
+            "--duration=1h",
+            "--bound-object-kind=Pod",
+            &format!("--bound-object-name={pod}"),
+        ])
+        .await
+        .expect("a token bound to the agent's pod")
+        .trim()
+        .to_string();
+    let kubeconfig =
+        std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
+    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    let agent = |node: &str| {
+        Command::new(env!("CARGO_BIN_EXE_slipway"))
+            .args([
+                "agent",
+                "--once",
+                "--sentinel-command",
+                "true",
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .args(["--node", node])
+            .output()
+            .expect("run slipway agent")
+    };
+    let own = agent(&nodes[0]);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let annotated = Api::<Node>::all(client.clone())
+        .get(&nodes[0])
+        .await
+        .expect("node")
+        .metadata
+        .annotations
+        .is_some_and(|a| a.contains_key("slipway.dev/reboot-required"));
+    assert!(annotated, "the agent marked its own node");
+    let foreign = agent(&nodes[1]);
+    assert!(!foreign.status.success(), "the agent changed another node");
+    assert!(
+        String::from_utf8_lossy(&foreign.stderr).contains("may change only the Node it runs on"),
+        "{}",
+        String::from_utf8_lossy(&foreign.stderr)
+    );
+    let as_agent = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("agent config"),
+    )
+    .expect("agent client");
+    let label = Api::<Node>::all(as_agent)
+        .patch(
+            &nodes[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"example.com/chosen": "yes"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
+        "{label:?}"
+    );
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = cluster
+        .kubectl(&[
+            "delete",
+            "-n",
+            NS,
+            "daemonset/slipway-agent",
+            "--wait=false",
+        ])
+        .await;
+    for what in [
+        "validatingadmissionpolicybinding/slipway-agent-own-node",
+        "validatingadmissionpolicy/slipway-agent-own-node",
+        "clusterrolebinding/slipway-agent",
+        "clusterrole/slipway-agent",
+    ] {
+        let _ = cluster
+            .kubectl(&["delete", what, "--ignore-not-found"])
+            .await;
+    }
+    support::delete_nodes(client, &nodes).await;
+}
+
+/// `deploy/` plus `deploy/components/maintenance`, applied as an overlay would, then one
+/// NodeMaintenance through every path that needs a right: a foreign Lease that expired (taken
+/// over: update), a drain blocked by a PodDisruptionBudget (pod get, PDB list, in the status), a
+/// DaemonSet pod skipped (DaemonSet get), the drain finishing, and the deletion that restores the
+/// node and releases the Lease. The component's rules must be used, each one; every request of
+/// the controller must be granted by deploy/ and the component together.
+async fn prove_maintenance_component(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    audit_log: &Path,
+    args: &[String],
+) {
+    apply_with_component(cluster, "deploy/components/maintenance").await;
 
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
         .get("default-controller-env")

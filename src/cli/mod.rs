@@ -1,6 +1,7 @@
 //! The offline and read-only tools of the `slipway` command: wiring and printing only; the checks
 //! and decisions they show live in the library.
 
+pub mod agent;
 pub mod render;
 pub mod resolve;
 pub mod status;

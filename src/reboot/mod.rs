@@ -8,6 +8,7 @@
 //! it is Ready again, optionally waits for selected pods on it to be Ready, and only then frees the slot.
 
 pub mod handoff;
+pub mod request;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
