@@ -215,9 +215,6 @@ impl Observed {
         }
         let live = !is("Complete") && !is("Failed") && job.metadata.deletion_timestamp.is_none();
         let name = job.name_any();
-        if let Some(seen) = &mut self.relisting_jobs {
-            seen.insert(name.clone());
-        }
         self.jobs.insert(
             name,
             SeenJob {
@@ -284,9 +281,6 @@ impl Observed {
     /// Nodes with a reboot pod (rebooting, or about to) count against the Plan's concurrency.
     fn apply_reboot_pod(&mut self, pod: &Pod, limits: &Limits) {
         let name = pod.name_any();
-        if let Some(seen) = &mut self.relisting_pods {
-            seen.insert(name.clone());
-        }
         let plan = pod
             .labels()
             .get(REBOOT_PLAN_LABEL)
@@ -358,9 +352,6 @@ impl Observed {
                     .push((plan.clone(), name.clone(), hash.clone(), now));
             }
         }
-        if let Some(seen) = &mut self.relisting_nodes {
-            seen.insert(name.clone());
-        }
         let tainted = node
             .spec
             .as_ref()
@@ -388,52 +379,21 @@ impl Observed {
 
     fn see(&mut self, seen: Seen, limits: &Limits, now: Instant) {
         match seen {
-            Seen::Job(event) => match *event {
-                Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) => {
-                    self.apply_job(&j, limits)
+            Seen::Job(event) => {
+                if let Some(j) = fold(*event, &mut self.relisting_jobs, &mut self.jobs) {
+                    self.apply_job(&j, limits);
                 }
-                Ok(watcher::Event::Delete(j)) => {
-                    self.jobs.remove(&j.name_any());
+            }
+            Seen::Node(event) => {
+                if let Some(n) = fold(*event, &mut self.relisting_nodes, &mut self.nodes) {
+                    self.apply_node(&n, limits, now);
                 }
-                Ok(watcher::Event::Init) => self.relisting_jobs = Some(BTreeSet::new()),
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(seen) = self.relisting_jobs.take() {
-                        self.jobs.retain(|name, _| seen.contains(name));
-                    }
+            }
+            Seen::Pod(event) => {
+                if let Some(p) = fold(*event, &mut self.relisting_pods, &mut self.reboot_pods) {
+                    self.apply_reboot_pod(&p, limits);
                 }
-                // Watch errors (the API server away) are retried with backoff.
-                Err(_) => {}
-            },
-            Seen::Node(event) => match *event {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                    self.apply_node(&n, limits, now)
-                }
-                Ok(watcher::Event::Delete(n)) => {
-                    self.nodes.remove(&n.name_any());
-                }
-                Ok(watcher::Event::Init) => self.relisting_nodes = Some(BTreeSet::new()),
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(seen) = self.relisting_nodes.take() {
-                        self.nodes.retain(|name, _| seen.contains(name));
-                    }
-                }
-                Err(_) => {}
-            },
-            Seen::Pod(event) => match *event {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    self.apply_reboot_pod(&p, limits)
-                }
-                Ok(watcher::Event::Delete(p)) => {
-                    self.reboot_pods.remove(&p.name_any());
-                }
-                Ok(watcher::Event::Init) => self.relisting_pods = Some(BTreeSet::new()),
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(seen) = self.relisting_pods.take() {
-                        self.reboot_pods.retain(|name, _| seen.contains(name));
-                    }
-                }
-                Err(_) => {}
-            },
+            }
             Seen::Tick => self.settle(now, MATCH_GRACE),
         }
     }
@@ -458,6 +418,40 @@ impl Observed {
                 self.unmatched.push((plan, node, hash, at));
             }
         }
+    }
+}
+
+/// Folds one watch event into `items` (keyed by name): a deletion removes, and a relist (after
+/// the watch restarted) drops what it no longer lists. Returns the object of an event that shows
+/// one, for the invariants to look at. Watch errors (the API server away) are retried with backoff.
+fn fold<K: kube::Resource, T>(
+    event: Result<watcher::Event<K>, watcher::Error>,
+    relisting: &mut Option<BTreeSet<String>>,
+    items: &mut BTreeMap<String, T>,
+) -> Option<K> {
+    match event {
+        Ok(watcher::Event::Apply(k)) => Some(k),
+        Ok(watcher::Event::InitApply(k)) => {
+            if let Some(seen) = relisting {
+                seen.insert(k.name_any());
+            }
+            Some(k)
+        }
+        Ok(watcher::Event::Delete(k)) => {
+            items.remove(&k.name_any());
+            None
+        }
+        Ok(watcher::Event::Init) => {
+            *relisting = Some(BTreeSet::new());
+            None
+        }
+        Ok(watcher::Event::InitDone) => {
+            if let Some(seen) = relisting.take() {
+                items.retain(|name, _| seen.contains(name));
+            }
+            None
+        }
+        Err(_) => None,
     }
 }
 
