@@ -229,6 +229,9 @@ impl Observed {
 
     /// One budget: a node that maintenance took (it carries the drain taint) runs no Plan's Job.
     fn check_maintenance(&mut self) {
+        if self.relisting_jobs.is_some() || self.relisting_nodes.is_some() {
+            return;
+        }
         let found: Vec<(String, String)> = self
             .jobs
             .iter()
@@ -249,6 +252,11 @@ impl Observed {
     }
 
     fn check_jobs(&mut self, limits: &Limits) {
+        // Mid-relist (the watch restarted) the map mixes fresh and stale objects: judge only
+        // once the relist is complete.
+        if self.relisting_jobs.is_some() {
+            return;
+        }
         let mut per_plan: BTreeMap<&str, usize> = BTreeMap::new();
         let mut per_node: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
         for (name, j) in self.jobs.iter().filter(|(_, j)| j.live) {
@@ -295,6 +303,13 @@ impl Observed {
             self.reboot_pods.remove(&name);
         } else {
             self.reboot_pods.insert(name, (plan, node));
+        }
+        self.check_reboot_pods(limits);
+    }
+
+    fn check_reboot_pods(&mut self, limits: &Limits) {
+        if self.relisting_pods.is_some() {
+            return;
         }
         let mut per_plan: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         let mut per_node: BTreeMap<(&str, &str), usize> = BTreeMap::new();
@@ -364,7 +379,14 @@ impl Observed {
             self.in_maintenance.remove(&name);
         }
         self.nodes.insert(name, (cordoned, done));
+        self.check_cordons(limits);
         self.check_maintenance();
+    }
+
+    fn check_cordons(&mut self, limits: &Limits) {
+        if self.relisting_nodes.is_some() {
+            return;
+        }
         let cordons = self.nodes.values().filter(|(c, _)| *c).count();
         if cordons > limits.cordons {
             self.violation(
@@ -378,6 +400,12 @@ impl Observed {
     }
 
     fn see(&mut self, seen: Seen, limits: &Limits, now: Instant) {
+        let relisted = match &seen {
+            Seen::Job(e) => matches!(**e, Ok(watcher::Event::InitDone)),
+            Seen::Node(e) => matches!(**e, Ok(watcher::Event::InitDone)),
+            Seen::Pod(e) => matches!(**e, Ok(watcher::Event::InitDone)),
+            Seen::Tick => false,
+        };
         match seen {
             Seen::Job(event) => {
                 if let Some(j) = fold(*event, &mut self.relisting_jobs, &mut self.jobs) {
@@ -395,6 +423,13 @@ impl Observed {
                 }
             }
             Seen::Tick => self.settle(now, MATCH_GRACE),
+        }
+        // A relist is judged once it is complete.
+        if relisted {
+            self.check_jobs(limits);
+            self.check_reboot_pods(limits);
+            self.check_cordons(limits);
+            self.check_maintenance();
         }
     }
 
