@@ -1056,13 +1056,25 @@ const ROLLOUT_LIMIT: Duration = Duration::from_secs(240);
 // ---------------------------------------------------------------------------------------------
 // Scenarios
 
-async fn controller_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+/// The usual scenario: a Stage, one replica without leader election, and Plan `up` over the pool
+/// (with `extra` spec lines).
+async fn one_rollout(
+    cluster: &Cluster,
+    name: &str,
+    sizes: &Sizes,
+    extra: &str,
+) -> (Stage, Replicas) {
     let c = sizes.concurrency;
-    let stage = Stage::new(cluster, "chaos-kills", sizes, Stage::one_plan("up", c)).await;
+    let stage = Stage::new(cluster, name, sizes, Stage::one_plan("up", c)).await;
     let replicas = Replicas::start(stage.ns.name(), &[("a", cluster.kubeconfig_path())], false);
     stage
-        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", extra))
         .await;
+    (stage, replicas)
+}
+
+async fn controller_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let (stage, replicas) = one_rollout(cluster, "chaos-kills", sizes, "").await;
     let mut kills = 0;
     while kills < sizes.kills && !stage.is_rolled_out("up").await {
         tokio::time::sleep(rng.millis(100, 1500)).await;
@@ -1221,13 +1233,8 @@ async fn connection_cut(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> 
 }
 
 async fn job_and_node_churn(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
-    let c = sizes.concurrency;
-    let stage = Stage::new(cluster, "chaos-churn", sizes, Stage::one_plan("up", c)).await;
+    let (stage, replicas) = one_rollout(cluster, "chaos-churn", sizes, "").await;
     let ns = stage.ns.name().to_string();
-    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
-    stage
-        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
-        .await;
     let client = stage.ns.client();
     let (jobs, pods) = (
         Api::<Job>::namespaced(client.clone(), &ns),
@@ -1339,13 +1346,7 @@ async fn plan_edits(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row 
 }
 
 async fn plan_deletion(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> Row {
-    let c = sizes.concurrency;
-    let stage = Stage::new(cluster, "chaos-delete", sizes, Stage::one_plan("up", c)).await;
-    let ns = stage.ns.name().to_string();
-    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
-    stage
-        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
-        .await;
+    let (stage, replicas) = one_rollout(cluster, "chaos-delete", sizes, "").await;
     stage.until_done("up", 0.3).await;
     let plans = stage.ns.api::<Plan>();
     plans
@@ -1403,19 +1404,14 @@ fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -
 }
 
 async fn reboot_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
-    let c = sizes.concurrency;
-    let stage = Stage::new(cluster, "chaos-reboot", sizes, Stage::one_plan("up", c)).await;
+    let (stage, replicas) = one_rollout(
+        cluster,
+        "chaos-reboot",
+        sizes,
+        "  reboot:\n    timeout: 5m\n",
+    )
+    .await;
     let ns = stage.ns.name().to_string();
-    let replicas = Replicas::start(&ns, &[("a", cluster.kubeconfig_path())], false);
-    stage
-        .create_plan(&rollout_plan(
-            "up",
-            &stage.pool,
-            c,
-            "v1",
-            "  reboot:\n    timeout: 5m\n",
-        ))
-        .await;
     let nodes = simulate_reboots(
         stage.ns.client(),
         ns.clone(),
