@@ -21,6 +21,8 @@ crd:
     cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
     cargo run --locked --quiet -- crd nodemaintenances > crds/nodemaintenances.nodemaintenance.medik8s.io.yaml
     cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
+    cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
+    cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
 
 # Build the container image slipway:<version> from the Containerfile, with podman or docker.
 image TAG="":

@@ -1,7 +1,8 @@
 //! One budget for every disruption of a node: which slipway operation holds which node.
 //!
 //! Plans may share a node (system-upgrade-controller lets two Plans upgrade one node, and Plans
-//! written for it rely on that); any other operation (a NodeMaintenance) holds a node alone: it
+//! written for it rely on that); any other operation (a NodeMaintenance, a RebootPolicy's reboot)
+//! holds a node alone: it
 //! takes a node only when nothing else holds it, and while it holds it no Plan picks it.
 //!
 //! The claims live in the process (every controller of the leader shares them), and every
@@ -23,6 +24,10 @@ pub enum Holder {
     Maintenance {
         name: String,
     },
+    /// A RebootPolicy rebooting the node because the node asked for it.
+    Reboot {
+        policy: String,
+    },
     /// A node tainted `medik8s.io/drain` by a maintenance slipway does not run (medik8s
     /// node-maintenance-operator, or a slipway of another namespace).
     MaintenanceTaint,
@@ -39,6 +44,7 @@ impl fmt::Display for Holder {
         match self {
             Holder::Plan { namespace, name } => write!(f, "plan {namespace}/{name}"),
             Holder::Maintenance { name } => write!(f, "nodemaintenance {name}"),
+            Holder::Reboot { policy } => write!(f, "rebootpolicy {policy}"),
             Holder::MaintenanceTaint => write!(f, "a node maintenance (medik8s.io/drain taint)"),
         }
     }
@@ -160,6 +166,26 @@ mod tests {
         c.retain_holders(|h| *h != plan("gone"));
         assert_eq!(c.holders("n1").count(), 0);
         assert_eq!(c.holders("n2").count(), 1);
+    }
+
+    #[test]
+    fn a_reboot_holds_its_node_against_plans_maintenance_and_other_policies() {
+        let mut c = NodeClaims::default();
+        let reboot = Holder::Reboot {
+            policy: "kured".into(),
+        };
+        assert_eq!(c.try_hold_alone(&reboot, "n1"), Ok(()));
+        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Err(reboot.clone()));
+        let other = Holder::Reboot {
+            policy: "flatcar".into(),
+        };
+        assert_eq!(c.try_hold_alone(&other, "n1"), Err(reboot.clone()));
+        assert_eq!(
+            c.held_against_plans(),
+            BTreeMap::from([("n1".to_string(), reboot.clone())])
+        );
+        c.set_plan_nodes(&plan("k3s"), ["n2"]);
+        assert_eq!(c.try_hold_alone(&reboot, "n2"), Err(plan("k3s")));
     }
 
     #[test]

@@ -35,8 +35,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a CustomResourceDefinition as YAML: plans.upgrade.cattle.io (the default) or
-    /// nodemaintenances.nodemaintenance.medik8s.io.
+    /// Print a CustomResourceDefinition as YAML: plans.upgrade.cattle.io (the default),
+    /// nodemaintenances.nodemaintenance.medik8s.io or rebootpolicies.slipway.dev.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
@@ -73,6 +73,7 @@ struct CrdArgs {
 enum CrdResource {
     Plans,
     Nodemaintenances,
+    Rebootpolicies,
 }
 
 #[derive(clap::Args)]
@@ -146,6 +147,11 @@ struct RunArgs {
         default_value = "node-maintenance"
     )]
     maintenance_lease_holder: String,
+    /// Also reconcile RebootPolicies (slipway.dev, cluster-wide): reboot the nodes that ask for
+    /// it (slipway agent, Flatcar's or Container Linux's update-agent), in one budget with the
+    /// Plans and NodeMaintenances. Do not enable it where kured or FLUO's operator runs.
+    #[arg(long, env = "SLIPWAY_REBOOT_POLICIES", default_value_t = false, action = clap::ArgAction::Set)]
+    reboot_policies: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -178,6 +184,7 @@ fn main() -> std::process::ExitCode {
         Command::Crd(args) => match args.resource {
             CrdResource::Plans => slipway::api::crd::plan_crd_yaml(),
             CrdResource::Nodemaintenances => slipway::api::maintenance::maintenance_crd_yaml(),
+            CrdResource::Rebootpolicies => slipway::api::reboot_policy::reboot_policy_crd_yaml(),
         }
         .map(|crd| print!("{crd}"))
         .map_err(anyhow::Error::from),
@@ -245,6 +252,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 holder: args.maintenance_lease_holder,
                 ..Default::default()
             }),
+        reboot_policies: args.reboot_policies,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {

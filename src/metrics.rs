@@ -40,6 +40,11 @@ pub struct PlanNodeLabels {
     pub state: NodeState,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub category: String,
@@ -62,6 +67,9 @@ pub struct Metrics {
     channel_duration: Histogram,
     leader: Gauge,
     plans: Mutex<BTreeSet<PlanLabels>>,
+    reboot_wanting: Family<PolicyLabels, Gauge>,
+    reboot_rebooting: Family<PolicyLabels, Gauge>,
+    policies: Mutex<BTreeSet<PolicyLabels>>,
 }
 
 impl Default for Metrics {
@@ -91,6 +99,9 @@ impl Metrics {
             channel_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             leader: Gauge::default(),
             plans: Mutex::default(),
+            reboot_wanting: Family::default(),
+            reboot_rebooting: Family::default(),
+            policies: Mutex::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -161,6 +172,16 @@ impl Metrics {
             "leader",
             "1 while this replica may write (holds the leader lease, or runs without leader election), else 0",
             m.leader.clone(),
+        );
+        registry.register(
+            "reboot_wanting_nodes",
+            "Nodes of a RebootPolicy that want a reboot and have not started it",
+            m.reboot_wanting.clone(),
+        );
+        registry.register(
+            "reboot_rebooting_nodes",
+            "Nodes of a RebootPolicy from the start of their drain to the end of their health gate (failed ones included: they hold their slot)",
+            m.reboot_rebooting.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -252,6 +273,37 @@ impl Metrics {
             for state in [NodeState::applying, NodeState::failed, NodeState::complete] {
                 self.plan_nodes.remove(&node_key(key, state));
             }
+            false
+        });
+    }
+}
+
+impl Metrics {
+    /// Sets a RebootPolicy's gauges.
+    pub fn reboot_policy(&self, policy: &str, wanting: usize, rebooting: usize) {
+        let key = PolicyLabels {
+            policy: policy.to_string(),
+        };
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.reboot_wanting.get_or_create(&key).set(count(wanting));
+        self.reboot_rebooting
+            .get_or_create(&key)
+            .set(count(rebooting));
+        self.policies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key);
+    }
+
+    /// Drops the gauges of RebootPolicies for which `exists` is false.
+    pub fn retain_policies(&self, mut exists: impl FnMut(&str) -> bool) {
+        let mut policies = self.policies.lock().unwrap_or_else(PoisonError::into_inner);
+        policies.retain(|key| {
+            if exists(&key.policy) {
+                return true;
+            }
+            self.reboot_wanting.remove(key);
+            self.reboot_rebooting.remove(key);
             false
         });
     }

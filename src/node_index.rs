@@ -89,6 +89,11 @@ impl NodeIndex {
         self.nodes.get(name).cloned()
     }
 
+    /// Every node, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.nodes.values()
+    }
+
     /// A node was added or changed; returns the Plans it concerns.
     pub fn apply(&mut self, node: NodeInfo) -> Vec<PlanKey> {
         let node = Arc::new(node);

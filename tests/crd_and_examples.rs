@@ -259,6 +259,37 @@ fn committed_maintenance_crd_is_what_slipway_crd_prints() {
 }
 
 #[test]
+fn committed_reboot_policy_crd_is_what_slipway_crd_prints() {
+    let path = "crds/rebootpolicies.slipway.dev.yaml";
+    let committed = std::fs::read_to_string(repo().join(path)).expect("read committed CRD");
+    let (ok, printed, stderr) = slipway(&["crd", "rebootpolicies"]);
+    assert!(ok, "slipway crd rebootpolicies failed: {stderr}");
+    assert!(
+        committed == printed,
+        "{path} is stale: run `just crd` and commit the result"
+    );
+}
+
+#[test]
+fn the_reboot_examples_are_valid_reboot_policies_that_round_trip() {
+    let dir = repo().join("examples/reboot");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/reboot") {
+        let path = entry.expect("entry").path();
+        for doc in documents(&path) {
+            let p: slipway::api::reboot_policy::RebootPolicy = serde_json::from_value(doc.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if let Err(e) = slipway::reboot::policy::read_spec(&p.spec, "busybox") {
+                panic!("{}: {e}", path.display());
+            }
+            assert_eq!(serde_json::to_value(&p).expect("serialize"), doc);
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "examples in {}", dir.display());
+}
+
+#[test]
 fn the_maintenance_examples_are_node_maintenances_that_round_trip() {
     let dir = repo().join("examples/maintenance");
     let mut seen = 0;

@@ -306,6 +306,29 @@ fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
 }
 
 #[test]
+fn the_reboot_policy_component_carries_the_committed_crd_and_enables_it() {
+    let name = "rebootpolicies.slipway.dev.yaml";
+    assert!(
+        read(&format!("deploy/components/reboot-policy/{name}")) == read(&format!("crds/{name}")),
+        "deploy/components/reboot-policy/{name} differs from crds/{name}: run `just crd`"
+    );
+    let out = with_component("deploy/components/reboot-policy");
+    assert!(out.contains("SLIPWAY_REBOOT_POLICIES: \"true\""), "{out}");
+    assert!(out.contains("name: rebootpolicies.slipway.dev"));
+    assert!(
+        out.contains("resources:\n  - rebootpolicies/status"),
+        "{out}"
+    );
+    assert!(out.contains("resources:\n  - pods/eviction"), "{out}");
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(
+        !base.contains("SLIPWAY_REBOOT_POLICIES"),
+        "Plans alone do not change"
+    );
+    assert!(!base.contains("rebootpolicies"));
+}
+
+#[test]
 fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
     let out = with_component("deploy/components/reboot-agent");
     let docs: Vec<serde_json::Value> =

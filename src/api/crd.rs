@@ -155,7 +155,7 @@ fn spec_rules(root: &mut Value, spec: &str) {
 }
 
 /// `window`: days and times in kured's formats.
-fn window_rules(root: &mut Value, window: &str) {
+pub(crate) fn window_rules(root: &mut Value, window: &str) {
     extend(root, window, |s| {
         push_rule(
             s,

@@ -3,6 +3,7 @@
 pub mod crd;
 pub mod maintenance;
 pub mod plan;
+pub mod reboot_policy;
 
 pub use plan::{
     ContainerSpec, DrainSpec, DrainTimeout, HealthGateSpec, NodeProgress, Plan, PlanCondition,

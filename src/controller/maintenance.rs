@@ -73,7 +73,9 @@ async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action
     let deleting = nm.metadata.deletion_timestamp.is_some();
     let lease = read_lease(&ctx, &node_name).await?;
     let pods = match (&node, deleting) {
-        (Some(_), false) => Some(pods_view(&ctx, &node_name).await?),
+        (Some(_), false) => {
+            Some(pods_view(&ctx, &node_name, &drain::DrainOptions::default()).await?)
+        }
         _ => None,
     };
     let me = Holder::Maintenance { name: name.clone() };
@@ -92,9 +94,15 @@ async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action
         let hostname = facts.as_ref().map(|_| hostname_of(node.as_ref()));
         let busy = claims
             .holders(&node_name)
-            .find(|h| matches!(h, Holder::Plan { .. }))
+            .find(|h| matches!(h, Holder::Plan { .. } | Holder::Reboot { .. }))
             .cloned()
-            .or_else(|| hostname.and_then(|h| plan_applying(&ctx, &h)));
+            .or_else(|| hostname.and_then(|h| plan_applying(&ctx, &h)))
+            .or_else(|| {
+                super::policies_rebooting(&ctx)
+                    .into_iter()
+                    .find(|(node, _)| *node == node_name)
+                    .map(|(_, policy)| Holder::Reboot { policy })
+            });
         let input = MaintenanceInput {
             maintenance: &nm,
             node: facts.as_ref(),
@@ -215,14 +223,18 @@ async fn read_lease(ctx: &Context, node: &str) -> Result<LeaseRead, Error> {
     Ok(LeaseRead { lease, view })
 }
 
-/// The node's pods, classified as `kubectl drain` with NMO's options would.
-async fn pods_view(ctx: &Context, node: &str) -> Result<PodsView, Error> {
+/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults).
+pub(super) async fn pods_view(
+    ctx: &Context,
+    node: &str,
+    options: &drain::DrainOptions,
+) -> Result<PodsView, Error> {
     let pods = drain::pods_on_node(&ctx.client, node).await?;
     let daemonsets = daemonsets_of(ctx, &pods).await?;
     let plan = drain::plan(
         &pods,
         |ns, name| daemonsets.contains(&(ns.to_string(), name.to_string())),
-        &drain::DrainOptions::default(),
+        options,
         jiff::Timestamp::now(),
     );
     let terminating: std::collections::BTreeSet<(String, String)> = pods
@@ -344,7 +356,7 @@ async fn apply(
     let results = if step.evict.is_empty() {
         Vec::new()
     } else {
-        evict_all(ctx, &step.evict).await
+        evict_all(ctx, &step.evict, None).await
     };
     {
         let mut backoff = ctx
@@ -548,7 +560,11 @@ async fn release_lease(ctx: &Context, current: Option<&Lease>) -> Result<(), Err
 }
 
 /// Asks the Eviction API once for each pod; the answers go into the status.
-async fn evict_all(ctx: &Context, pods: &[PodKey]) -> Vec<(PodKey, EvictionResult)> {
+pub(super) async fn evict_all(
+    ctx: &Context,
+    pods: &[PodKey],
+    grace_period_seconds: Option<i64>,
+) -> Vec<(PodKey, EvictionResult)> {
     let mut results = Vec::new();
     for pod in pods {
         let reference = drain::PodRef {
@@ -556,7 +572,7 @@ async fn evict_all(ctx: &Context, pods: &[PodKey]) -> Vec<(PodKey, EvictionResul
             name: pod.name.clone(),
             uid: None,
         };
-        let outcome = drain::evict(&ctx.eviction_client, &reference, None).await;
+        let outcome = drain::evict(&ctx.eviction_client, &reference, grace_period_seconds).await;
         let result = match outcome {
             drain::EvictionOutcome::Evicted | drain::EvictionOutcome::Gone => {
                 EvictionResult::Accepted

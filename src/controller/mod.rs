@@ -7,6 +7,7 @@
 mod apply;
 pub mod expect;
 mod maintenance;
+mod reboot_policy;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::maintenance::NodeMaintenance;
+use crate::api::reboot_policy::RebootPolicy;
 use crate::api::{Plan, labels};
 use crate::budget::{Holder, NodeClaims};
 use crate::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
@@ -117,6 +119,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Reconcile NodeMaintenances (cluster-wide), taking nodes' medik8s Leases as configured.
     pub maintenance: Option<crate::maintenance::LeaseSettings>,
+    /// Reconcile RebootPolicies (cluster-wide): reboot the nodes that ask for it.
+    pub reboot_policies: bool,
 }
 
 /// Shared by every reconcile.
@@ -147,10 +151,25 @@ pub struct Context {
     /// How long each NodeMaintenance whose evictions a PodDisruptionBudget refuses waits before
     /// asking again (doubling while refused; forgotten on a restart, which only asks sooner).
     pub refusal_backoff: Mutex<std::collections::HashMap<String, std::time::Duration>>,
+    /// The RebootPolicies, when this process reconciles them.
+    pub reboot_policies: Option<Store<RebootPolicy>>,
+    /// Asks Prometheus for the policies' alert blockers (`None`: it could not be built).
+    pub http: Option<reqwest::Client>,
 }
 
 /// Node annotations the index keeps: a few small ones that decisions read.
-const KEPT_ANNOTATIONS: &[&str] = &[crate::rollout::cordon::UPGRADE_CORDON];
+const KEPT_ANNOTATIONS: &[&str] = &[
+    crate::rollout::cordon::UPGRADE_CORDON,
+    reboot::policy::SIGNAL_ANNOTATIONS[0],
+    reboot::policy::SIGNAL_ANNOTATIONS[1],
+    reboot::policy::SIGNAL_ANNOTATIONS[2],
+    reboot::policy::SIGNAL_ANNOTATIONS[3],
+    reboot::policy::SIGNAL_ANNOTATIONS[4],
+    reboot::policy::SIGNAL_ANNOTATIONS[5],
+    reboot::policy::SIGNAL_ANNOTATIONS[6],
+    reboot::policy::SIGNAL_ANNOTATIONS[7],
+    reboot::policy::SIGNAL_ANNOTATIONS[8],
+];
 
 /// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.
 ///
@@ -168,8 +187,18 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         if settings.maintenance.is_some() {
             install_crd(&client, crate::api::maintenance::maintenance_crd()).await?;
         }
+        if settings.reboot_policies {
+            install_crd(&client, crate::api::reboot_policy::reboot_policy_crd()).await?;
+        }
     }
-    let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS);
+    let (node_changed, node_changes) = futures::channel::mpsc::unbounded();
+    let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS, node_changed);
+    let (reboot_policies, policy_changes) = if settings.reboot_policies {
+        let (store, changes) = watch::reboot_policies(&client);
+        (Some(store), Some(changes))
+    } else {
+        (None, None)
+    };
     let (maintenances, maintenance_changes) = match settings.maintenance {
         Some(_) => {
             let (store, changes) = watch::maintenances(&client);
@@ -216,16 +245,25 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         maintenances: maintenances.clone(),
         eviction_client: ops.eviction.clone().unwrap_or_else(|| client.clone()),
         refusal_backoff: Mutex::default(),
+        reboot_policies: reboot_policies.clone(),
+        http: reqwest::Client::builder().build().ok(),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
-    match (maintenances, maintenance_changes) {
-        (Some(store), Some(changes)) => {
+    let plans = drive(ctx.clone(), streams, channel_answers, ops.shutdown.clone());
+    let nm = async {
+        if let (Some(store), Some(changes)) = (maintenances, maintenance_changes) {
             info!("reconciling NodeMaintenances");
-            let nm = maintenance::drive(ctx.clone(), store, changes, ops.shutdown.clone());
-            futures::join!(drive(ctx, streams, channel_answers, ops.shutdown), nm);
+            maintenance::drive(ctx.clone(), store, changes, ops.shutdown.clone()).await;
         }
-        _ => drive(ctx, streams, channel_answers, ops.shutdown).await,
-    }
+    };
+    let rp = async {
+        if let (Some(store), Some(changes)) = (reboot_policies, policy_changes) {
+            info!("reconciling RebootPolicies");
+            let triggers = node_changes.boxed();
+            reboot_policy::drive(ctx.clone(), store, changes, triggers, ops.shutdown.clone()).await;
+        }
+    };
+    futures::join!(plans, nm, rp);
     info!("controller stopped");
     Ok(())
 }
@@ -586,6 +624,78 @@ fn held_against_plans(ctx: &Context, claims: &NodeClaims) -> BTreeMap<String, Ho
                 });
         }
     }
+    for (node, policy) in policies_rebooting(ctx) {
+        held.entry(node).or_insert(Holder::Reboot { policy });
+    }
+    held
+}
+
+/// Nodes the RebootPolicies' statuses say are rebooting (what survives a restart, before each
+/// policy's first reconcile claims its nodes again), with their policy.
+fn policies_rebooting(ctx: &Context) -> Vec<(String, String)> {
+    let now = jiff::Timestamp::now();
+    ctx.reboot_policies
+        .iter()
+        .flat_map(Store::state)
+        .flat_map(|p| {
+            let name = p.name_any();
+            p.status
+                .iter()
+                .flat_map(|s| s.nodes.iter())
+                .filter(|n| {
+                    reboot::policy::RebootState::from_status(n, now).is_some_and(|s| s.holds_slot())
+                })
+                .map(|n| (n.name.clone(), name.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Who holds each node, as a RebootPolicy `me` must see it: every other holder in the budget,
+/// the Plans' `status.applying` and the NodeMaintenances and policies not reconciled yet, and
+/// nodes in a maintenance slipway does not run (the `medik8s.io/drain` taint).
+fn held_against_reboots(
+    ctx: &Context,
+    claims: &NodeClaims,
+    me: &Holder,
+) -> BTreeMap<String, Holder> {
+    let mut held = held_against_plans(ctx, claims);
+    held.retain(|_, h| h != me);
+    let index = ctx.nodes.read().unwrap_or_else(|e| e.into_inner());
+    for node in index.all() {
+        if let Some(h) = claims.holders(&node.name).find(|h| *h != me) {
+            held.entry(node.name.clone()).or_insert_with(|| h.clone());
+        }
+        if node.in_maintenance {
+            held.entry(node.name.clone())
+                .or_insert(Holder::MaintenanceTaint);
+        }
+    }
+    let by_hostname: BTreeMap<&str, &str> = index
+        .all()
+        .map(|n| (n.hostname(), n.name.as_str()))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
+    let mut from_plans = Vec::new();
+    for p in ctx.plans.state() {
+        for host in p.status.iter().flat_map(|s| s.applying.iter()) {
+            if let Some(node) = by_hostname.get(host.as_str()) {
+                from_plans.push((
+                    node.to_string(),
+                    Holder::Plan {
+                        namespace: p.namespace().unwrap_or_default(),
+                        name: p.name_any(),
+                    },
+                ));
+            }
+        }
+    }
+    drop(index);
+    for (node, h) in from_plans {
+        held.entry(node).or_insert(h);
+    }
+    held.retain(|_, h| h != me);
     held
 }
 
@@ -610,6 +720,10 @@ fn forget_gone_plans(ctx: &Context) {
         .retain_holders(|h| match h {
             Holder::Plan { namespace, name } => exists(namespace, name),
             Holder::Maintenance { name } => maintained(name),
+            Holder::Reboot { policy } => ctx
+                .reboot_policies
+                .as_ref()
+                .is_some_and(|p| p.get(&ObjectRef::new(policy)).is_some()),
             Holder::MaintenanceTaint => false,
         });
 }
@@ -676,21 +790,35 @@ async fn observe_health(
     let Some(gate) = reboot::policy(plan, job_config).and_then(|p| p.health_gate) else {
         return Ok(observed);
     };
-    let Ok(selector) = selection::Selector::from_label_selector(Some(&gate.pod_selector)) else {
+    if selection::Selector::from_label_selector(Some(&gate.pod_selector)).is_err() {
         return Ok(observed);
-    };
+    }
+    for node in rollout::nodes_awaiting_health(plan, nodes) {
+        observed.insert(
+            node.name.clone(),
+            gate_pods(client, &gate, &node.name).await?,
+        );
+    }
+    Ok(observed)
+}
+
+/// The health gate's pods on one node.
+async fn gate_pods(
+    client: &Client,
+    gate: &reboot::HealthGate,
+    node: &str,
+) -> Result<HealthObservation, Error> {
+    let selector = selection::Selector::from_label_selector(Some(&gate.pod_selector))
+        .unwrap_or(selection::Selector::Nothing);
     let api: Api<Pod> = match &gate.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    for node in rollout::nodes_awaiting_health(plan, nodes) {
-        let params = ListParams::default()
-            .fields(&format!("spec.nodeName={}", node.name))
-            .labels(&selector.to_string());
-        let pods = api.list(&params).await?;
-        observed.insert(node.name.clone(), HealthObservation::of_pods(&pods.items));
-    }
-    Ok(observed)
+    let params = ListParams::default()
+        .fields(&format!("spec.nodeName={node}"))
+        .labels(&selector.to_string());
+    let pods = api.list(&params).await?;
+    Ok(HealthObservation::of_pods(&pods.items))
 }
 
 fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {

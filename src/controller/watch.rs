@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
+use futures::channel::mpsc::UnboundedSender;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::batch::v1::Job;
@@ -46,6 +47,7 @@ pub(super) fn start(
     client: &Client,
     settings: &Settings,
     kept: &'static [&'static str],
+    node_changed: UnboundedSender<()>,
 ) -> (Caches, Streams) {
     let ns = &settings.namespace;
     let mine = format!("{}={}", labels::CONTROLLER, settings.name);
@@ -54,6 +56,7 @@ pub(super) fn start(
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
         nodes.clone(),
         kept,
+        node_changed,
     );
     let (jobs, job_writer) = reflector::store();
     let job_events = watcher(
@@ -104,22 +107,33 @@ pub(super) fn start(
     (caches, streams)
 }
 
-/// The one Node watch of the process: keeps the index and yields the Plans a change concerns.
+/// The one Node watch of the process: keeps the index and yields the Plans a change concerns;
+/// `node_changed` hears of every change of a node's pruned view (the RebootPolicies read them all).
 pub(super) fn node_triggers(
     events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
     index: Arc<RwLock<NodeIndex>>,
     kept_annotations: &'static [&'static str],
+    node_changed: UnboundedSender<()>,
 ) -> impl Stream<Item = ObjectRef<Plan>> + Send + 'static {
     events
         .filter_map(move |event| {
             let concerned = match event {
                 Ok(event) => {
                     let mut index = index.write().unwrap_or_else(|e| e.into_inner());
+                    // Nobody listening (no RebootPolicies) is fine.
+                    let changed = || {
+                        let _ = node_changed.unbounded_send(());
+                    };
                     match event {
                         watcher::Event::Apply(n) => {
-                            index.apply(NodeInfo::from_node_keeping(&n, kept_annotations))
+                            let info = NodeInfo::from_node_keeping(&n, kept_annotations);
+                            if index.get(&info.name).as_deref() != Some(&info) {
+                                changed();
+                            }
+                            index.apply(info)
                         }
                         watcher::Event::Delete(n) => {
+                            changed();
                             index.delete(n.metadata.name.as_deref().unwrap_or_default())
                         }
                         watcher::Event::Init => {
@@ -130,7 +144,10 @@ pub(super) fn node_triggers(
                             index.relisted(NodeInfo::from_node_keeping(&n, kept_annotations));
                             Vec::new()
                         }
-                        watcher::Event::InitDone => index.relist_done(),
+                        watcher::Event::InitDone => {
+                            changed();
+                            index.relist_done()
+                        }
                     }
                 }
                 Err(e) => {
@@ -259,6 +276,30 @@ pub(super) fn maintenances(
     .touched_objects()
     .boxed();
     (store, changes)
+}
+
+/// The RebootPolicies of the cluster: a cache and the changes that trigger their reconciles
+/// (their own status writes included: a reconcile that finds nothing to change writes nothing).
+pub(super) fn reboot_policies(
+    client: &Client,
+) -> (
+    Store<crate::api::reboot_policy::RebootPolicy>,
+    Changes<crate::api::reboot_policy::RebootPolicy>,
+) {
+    let (store, writer) = reflector::store();
+    let events = watcher(
+        Api::<crate::api::reboot_policy::RebootPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer);
+    (store, changes(events, policy_view).map(Ok).boxed())
+}
+
+/// What triggers a RebootPolicy: its spec and deletion, not its status.
+pub(super) fn policy_view(p: &crate::api::reboot_policy::RebootPolicy) -> u64 {
+    let m = &p.metadata;
+    digest((&m.uid, m.generation, m.deletion_timestamp.is_some()))
 }
 
 #[cfg(test)]
