@@ -34,6 +34,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::api::Plan;
 use slipway::api::maintenance::NodeMaintenance;
+use slipway::api::reboot_policy::RebootPolicy;
 use support::controller::ControllerProcess;
 use support::{Cluster, TestNamespace};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,6 +46,7 @@ const REBOOT_LABEL: &str = "slipway.dev/reboot";
 /// The taint of a node in maintenance (medik8s node-maintenance-operator's).
 const DRAIN_TAINT: &str = "medik8s.io/drain";
 const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
+const REBOOT_POLICY_LABEL: &str = "slipway.dev/reboot-policy";
 
 /// Leader election timing of the multi-replica scenarios (lease 10 s, renew deadline 6 s).
 const FAST_ELECTION: [(&str, &str); 3] = [
@@ -289,11 +291,16 @@ impl Observed {
     /// Nodes with a reboot pod (rebooting, or about to) count against the Plan's concurrency.
     fn apply_reboot_pod(&mut self, pod: &Pod, limits: &Limits) {
         let name = pod.name_any();
-        let plan = pod
-            .labels()
-            .get(REBOOT_PLAN_LABEL)
-            .cloned()
-            .unwrap_or_default();
+        // A RebootPolicy's reboot pods count against the policy's concurrency, keyed
+        // `policy:<name>` in the limits.
+        let plan = match pod.labels().get(REBOOT_POLICY_LABEL) {
+            Some(policy) => format!("policy:{policy}"),
+            None => pod
+                .labels()
+                .get(REBOOT_PLAN_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        };
         let node = pod
             .spec
             .as_ref()
@@ -962,6 +969,30 @@ impl Stage {
         Ok((done, nodes.items.len()))
     }
 
+    /// What the Plan's status says of each node it has not finished, for a stall's report.
+    async fn unfinished(&self, plan: &str) -> String {
+        let Ok(p) = self.ns.api::<Plan>().get(plan).await else {
+            return "unreadable".into();
+        };
+        let nodes = p.status.map(|s| s.nodes).unwrap_or_default();
+        if nodes.is_empty() {
+            return "none".into();
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} {} {} {}",
+                    n.name,
+                    n.phase,
+                    n.reason.as_deref().unwrap_or("-"),
+                    n.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// Waits until `fraction` of the nodes are done (a point to strike at).
     async fn until_done(&self, plan: &str, fraction: f64) {
         let want = ((self.nodes.len() as f64) * fraction).ceil() as usize;
@@ -990,8 +1021,10 @@ impl Stage {
             }
             if Instant::now() >= deadline {
                 let state = self.done(plan).await.map_err(|e| e.to_string());
+                let waiting = self.unfinished(plan).await;
                 self.checker.violation(format!(
-                    "Plan {plan} did not finish within {within:?} ({state:?} nodes done)"
+                    "Plan {plan} did not finish within {within:?} ({state:?} nodes done; \
+                     status.nodes: {waiting})"
                 ));
                 return Instant::now();
             }
@@ -1233,7 +1266,20 @@ async fn connection_cut(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> 
 }
 
 async fn job_and_node_churn(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
-    let (stage, replicas) = one_rollout(cluster, "chaos-churn", sizes, "").await;
+    let c = sizes.concurrency;
+    let stage = Stage::new(cluster, "chaos-churn", sizes, Stage::one_plan("up", c)).await;
+    // Every pod deleted here counts against its Job's backoff limit (2 by default), and a Job
+    // that exceeds it fails and holds its node by design (SUC's rule, kept): the scenario is about
+    // losing no node under deletions, so its Jobs may lose many pods.
+    let replicas = Replicas::start_with(
+        stage.ns.name(),
+        &[("a", cluster.kubeconfig_path())],
+        false,
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "1000")],
+    );
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
     let ns = stage.ns.name().to_string();
     let client = stage.ns.client();
     let (jobs, pods) = (
@@ -1427,6 +1473,137 @@ async fn reboot_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
     let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
     nodes.abort();
     replicas.stop();
+    stage.end(finished, kills).await
+}
+
+/// Every node of the pool asks for a reboot (the agent's annotation); a RebootPolicy reboots them
+/// `concurrency` at a time while the controller is SIGKILLed; the test plays each node once its
+/// reboot pod is there. The checker counts the policy's reboot pods and the pool's cordons.
+async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency;
+    // Cluster-scoped: a name of its own.
+    let name = support::unique_name("chaos-policy");
+    let limits = Limits {
+        concurrency: BTreeMap::from([(format!("policy:{name}"), c)]),
+        cordons: c,
+    };
+    let stage = Stage::new(cluster, "chaos-policy", sizes, limits).await;
+    let client = stage.ns.client();
+    let replicas = Replicas::start_with(
+        stage.ns.name(),
+        &[("a", cluster.kubeconfig_path())],
+        false,
+        &[("SLIPWAY_REBOOT_POLICIES", "true")],
+    );
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {"concurrency": c, "timeout": "5m",
+                 "nodeSelector": {"matchLabels": {POOL_LABEL: stage.pool}}},
+    }))
+    .expect("policy literal");
+    support::wait_for("a RebootPolicy", Duration::from_secs(60), || async {
+        policies.create(&PostParams::default(), &policy).await
+    })
+    .await;
+    let nodes = Api::<Node>::all(client.clone());
+    let mut before = BTreeMap::new();
+    for n in &stage.nodes {
+        let node = nodes.get(n).await.expect("node");
+        let boot = node
+            .status
+            .and_then(|s| s.node_info)
+            .map(|i| i.boot_id)
+            .unwrap_or_default();
+        let ask = json!({"metadata": {"annotations": {"slipway.dev/reboot-required": boot}}});
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(ask))
+            .await
+            .expect("ask for a reboot");
+        before.insert(n.clone(), boot);
+    }
+    let player = {
+        let (pods, nodes) = (
+            Api::<Pod>::namespaced(client.clone(), stage.ns.name()),
+            nodes.clone(),
+        );
+        let label = format!("{REBOOT_POLICY_LABEL}={name}");
+        let mut rng = Random(rng.next().max(1));
+        tokio::spawn(async move {
+            let mut rebooted = BTreeSet::new();
+            loop {
+                tokio::time::sleep(rng.millis(200, 1000)).await;
+                let Ok(list) = pods.list(&ListParams::default().labels(&label)).await else {
+                    continue;
+                };
+                for p in list.items {
+                    let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
+                    if rebooted.contains(&node) {
+                        continue;
+                    }
+                    let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
+                    if nodes
+                        .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .is_ok()
+                    {
+                        rebooted.insert(node);
+                    }
+                }
+            }
+        })
+    };
+    let all_back = || async {
+        let status = policies
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .unwrap_or_default();
+        if !status.nodes.is_empty() {
+            return false;
+        }
+        for (n, boot) in &before {
+            match nodes.get(n).await {
+                Ok(node)
+                    if node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.node_info.as_ref())
+                        .map(|i| &i.boot_id)
+                        != Some(boot)
+                        && !node
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.unschedulable)
+                            .unwrap_or(false) => {}
+                _ => return false,
+            }
+        }
+        true
+    };
+    let mut kills = 0;
+    while kills < sizes.kills && !all_back().await {
+        tokio::time::sleep(rng.millis(300, 2000)).await;
+        replicas.crash("a");
+        kills += 1;
+    }
+    let deadline = Instant::now() + ROLLOUT_LIMIT;
+    while !all_back().await {
+        if Instant::now() >= deadline {
+            let status = policies.get(&name).await.map(|p| p.status);
+            stage.checker.violation(format!(
+                "RebootPolicy {name} did not reboot every node within {ROLLOUT_LIMIT:?}: {status:?}"
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let finished = Instant::now();
+    player.abort();
+    replicas.stop();
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
     stage.end(finished, kills).await
 }
 
@@ -1633,6 +1810,7 @@ async fn chaos_suite() {
     scenario!("leader-kills", leader_kills);
     scenario!("reboot-kills", reboot_kills);
     scenario!("maintenance-kills", maintenance_kills);
+    scenario!("policy-kills", policy_kills);
     scenario!("apiserver-restart", apiserver_restart);
     scenario!("etcd-pause", etcd_pause);
     scenario!("connection-cut", connection_cut);
@@ -1759,6 +1937,26 @@ fn the_checker_counts_nodes_with_reboot_pods() {
     assert_eq!(
         o.violations[1],
         "Plan up: reboot pods on 2 nodes, concurrency 1"
+    );
+    // A RebootPolicy's reboot pods count against the policy's own concurrency.
+    let limits = Limits {
+        concurrency: BTreeMap::from([("policy:nightly".to_string(), 1)]),
+        cordons: 1,
+    };
+    let policy_pod = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {REBOOT_LABEL: "true", REBOOT_POLICY_LABEL: "nightly"}},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .expect("pod literal")
+    };
+    let mut o = Observed::default();
+    o.apply_reboot_pod(&policy_pod("p1", "n1"), &limits);
+    assert!(o.violations.is_empty());
+    o.apply_reboot_pod(&policy_pod("p2", "n2"), &limits);
+    assert_eq!(
+        o.violations,
+        ["Plan policy:nightly: reboot pods on 2 nodes, concurrency 1"]
     );
 }
 
