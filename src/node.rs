@@ -23,6 +23,10 @@ pub struct NodeInfo {
     /// The node carries the `medik8s.io/drain` taint: it is in maintenance (slipway's or
     /// node-maintenance-operator's), and no Plan starts it.
     pub in_maintenance: bool,
+    /// Conditions other than Ready that are `True` (kubelet's pressure conditions are `False`
+    /// on a healthy node, so this is usually empty), with their `lastTransitionTime`: Node
+    /// Problem Detector's signals for reboot policies.
+    pub true_conditions: BTreeMap<String, String>,
 }
 
 impl NodeInfo {
@@ -59,6 +63,20 @@ impl NodeInfo {
                 .flatten()
                 .filter(|(k, _)| kept.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            true_conditions: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|c| c.type_ != "Ready" && c.status == "True")
+                .map(|c| {
+                    let since = c
+                        .last_transition_time
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default();
+                    (c.type_.clone(), since)
+                })
                 .collect(),
             in_maintenance: node
                 .spec

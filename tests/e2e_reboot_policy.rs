@@ -668,6 +668,61 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     assert!(!cordoned(&node(&client, &n4).await));
     delete_policy(&api, &alerts).await;
 
+    // 9. A Node Problem Detector condition asks once per occurrence: the node is rebooted, and
+    //    the same condition still True afterwards does not reboot it again.
+    let npd = pname("npd");
+    let n0 = nodes[0].clone();
+    create_policy(
+        &api,
+        &policy(
+            &npd,
+            &pool,
+            json!({"signals": {"agent": false, "nodeConditions": ["KernelDeadlock"]}}),
+        ),
+    )
+    .await;
+    let since = jiff::Timestamp::now().to_string();
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            &n0,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "KernelDeadlock", "status": "True", "reason": "DockerHung",
+                "message": "task docker:7 blocked for more than 300 seconds",
+                "lastTransitionTime": since, "lastHeartbeatTime": since}]}})),
+        )
+        .await
+        .expect("set the condition");
+    support::wait_for(
+        "the condition's reboot pod",
+        Duration::from_secs(60),
+        || async {
+            let p = reboot_pods(ns.name(), &client, &npd).await;
+            if p.iter().any(|p| pod_node(p) == n0) {
+                Ok(())
+            } else {
+                Err(anyhow!("status: {}", status_of(&api, &npd).await))
+            }
+        },
+    )
+    .await;
+    let handled = node(&client, &n0)
+        .await
+        .annotations()
+        .get("slipway.dev/reboot-conditions-handled")
+        .cloned()
+        .unwrap_or_default();
+    assert!(handled.starts_with("KernelDeadlock="), "{handled}");
+    simulate_reboot(&client, &n0).await;
+    wait_all_done(&client, &api, &npd, std::slice::from_ref(&n0)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        reboot_pods(ns.name(), &client, &npd).await.is_empty(),
+        "the same occurrence reboots once: {}",
+        status_of(&api, &npd).await
+    );
+    delete_policy(&api, &npd).await;
+
     drop(controller);
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;

@@ -169,6 +169,7 @@ const KEPT_ANNOTATIONS: &[&str] = &[
     reboot::policy::SIGNAL_ANNOTATIONS[6],
     reboot::policy::SIGNAL_ANNOTATIONS[7],
     reboot::policy::SIGNAL_ANNOTATIONS[8],
+    reboot::policy::SIGNAL_ANNOTATIONS[9],
 ];
 
 /// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.

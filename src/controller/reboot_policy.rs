@@ -447,7 +447,9 @@ async fn apply(
             return;
         }
         match action {
-            RebootAction::Cordon | RebootAction::Finish { .. } => {
+            RebootAction::Cordon
+            | RebootAction::Finish { .. }
+            | RebootAction::MarkConditions(_) => {
                 info!(rebootpolicy = %name, node = %node, "{action:?}");
             }
             // Asked again on every look until the node has rebooted.
@@ -455,6 +457,9 @@ async fn apply(
             RebootAction::Drain | RebootAction::Event { .. } => {}
         }
         let done = match action {
+            RebootAction::MarkConditions(marker) => {
+                set_annotation(ctx, node, policy::CONDITION_HANDLED, marker).await
+            }
             RebootAction::Cordon => set_unschedulable(ctx, node, true).await,
             RebootAction::Drain => {
                 if let (Some(pods), Some((_, options))) = (drains.get(node), &spec.drain) {

@@ -66,6 +66,8 @@ pub enum Signal {
     Flatcar,
     /// CLUO's update-agent, the same protocol under its own prefix.
     ContainerLinux,
+    /// A Node condition the policy names (Node Problem Detector) became `True`.
+    NodeCondition,
 }
 
 impl Signal {
@@ -74,20 +76,26 @@ impl Signal {
             Signal::Agent => "agent",
             Signal::Flatcar => "flatcar",
             Signal::ContainerLinux => "containerLinux",
+            Signal::NodeCondition => "nodeCondition",
         }
     }
 
     pub fn parse(name: &str) -> Option<Signal> {
-        [Signal::Agent, Signal::Flatcar, Signal::ContainerLinux]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Signal::Agent,
+            Signal::Flatcar,
+            Signal::ContainerLinux,
+            Signal::NodeCondition,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 
     /// The annotation prefix of the update-agent that reboots the node itself once granted;
     /// `None` when slipway's reboot pod does it.
     pub fn update_agent(self) -> Option<&'static str> {
         match self {
-            Signal::Agent => None,
+            Signal::Agent | Signal::NodeCondition => None,
             Signal::Flatcar => Some(FLATCAR_PREFIX),
             Signal::ContainerLinux => Some(CONTAINER_LINUX_PREFIX),
         }
@@ -100,6 +108,8 @@ pub struct Signals {
     pub agent: bool,
     pub flatcar: bool,
     pub container_linux: bool,
+    /// Node condition types that ask for a reboot when `True`.
+    pub node_conditions: Vec<String>,
 }
 
 impl Signals {
@@ -108,13 +118,20 @@ impl Signals {
             agent: spec.and_then(|s| s.agent).unwrap_or(true),
             flatcar: spec.and_then(|s| s.flatcar).unwrap_or(false),
             container_linux: spec.and_then(|s| s.container_linux).unwrap_or(false),
+            node_conditions: spec.map(|s| s.node_conditions.clone()).unwrap_or_default(),
         }
     }
 }
 
+/// On a Node: the conditions (`type=lastTransitionTime`, sorted, comma-separated) whose reboot a
+/// policy started. A condition asks again only once it changes (Node Problem Detector sets it
+/// anew), so a condition that stays `True` after the reboot does not reboot the node in a loop.
+pub const CONDITION_HANDLED: &str = "slipway.dev/reboot-conditions-handled";
+
 /// Every node annotation the policies read; the node index keeps these.
-pub const SIGNAL_ANNOTATIONS: [&str; 9] = [
+pub const SIGNAL_ANNOTATIONS: [&str; 10] = [
     "slipway.dev/reboot-required",
+    "slipway.dev/reboot-conditions-handled",
     "flatcar-linux-update.v1.flatcar-linux.org/reboot-needed",
     "flatcar-linux-update.v1.flatcar-linux.org/reboot-in-progress",
     "flatcar-linux-update.v1.flatcar-linux.org/reboot-ok",
@@ -131,6 +148,19 @@ fn annotation<'a>(node: &'a NodeInfo, prefix: &str, key: &str) -> Option<&'a str
         .map(String::as_str)
 }
 
+/// The node's `True` conditions among those the policy names, as [`CONDITION_HANDLED`] records
+/// them; `None` when none is `True`.
+pub fn condition_marker(node: &NodeInfo, signals: &Signals) -> Option<String> {
+    let mut seen: Vec<String> = signals
+        .node_conditions
+        .iter()
+        .filter_map(|t| node.true_conditions.get(t).map(|at| format!("{t}={at}")))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    (!seen.is_empty()).then(|| seen.join(","))
+}
+
 /// Which signal, if any, says the node wants a reboot now.
 ///
 /// The agent's annotation counts only when made at the node's current boot (a request from before
@@ -144,7 +174,7 @@ pub fn requested(node: &NodeInfo, signals: &Signals) -> Option<Signal> {
     {
         return Some(Signal::Agent);
     }
-    [
+    let agent = [
         (signals.flatcar, Signal::Flatcar),
         (signals.container_linux, Signal::ContainerLinux),
     ]
@@ -156,6 +186,10 @@ pub fn requested(node: &NodeInfo, signals: &Signals) -> Option<Signal> {
         annotation(node, prefix, REBOOT_NEEDED) == Some("true")
             && annotation(node, prefix, REBOOT_PAUSED) != Some("true")
             && annotation(node, prefix, REBOOT_IN_PROGRESS) != Some("true")
+    });
+    agent.or_else(|| {
+        let marker = condition_marker(node, signals)?;
+        (node.annotations.get(CONDITION_HANDLED) != Some(&marker)).then_some(Signal::NodeCondition)
     })
 }
 
@@ -348,6 +382,9 @@ pub struct NodeView<'a> {
 /// What the controller does for one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RebootAction {
+    /// Record on the node which occurrence of its conditions this reboot handles
+    /// ([`CONDITION_HANDLED`]).
+    MarkConditions(String),
     /// Cordon the node (it was schedulable).
     Cordon,
     /// Evict the pods the drain still has to move.
@@ -452,7 +489,7 @@ pub fn decide(
         let name = &view.node.name;
         let hold = hold_reason(settings, view, busy);
         let Some((waiting_phase, reason, message)) = hold else {
-            start(name, view.node, signal, now, &mut d);
+            start(name, view.node, signal, signals, now, &mut d);
             busy += 1;
             continue;
         };
@@ -528,7 +565,14 @@ fn hold_reason(
     None
 }
 
-fn start(name: &str, node: &NodeInfo, signal: Signal, now: Timestamp, d: &mut PolicyDecision) {
+fn start(
+    name: &str,
+    node: &NodeInfo,
+    signal: Signal,
+    signals: &Signals,
+    now: Timestamp,
+    d: &mut PolicyDecision,
+) {
     let state = RebootState::Draining {
         signal,
         before: node.boot_id.clone(),
@@ -538,6 +582,12 @@ fn start(name: &str, node: &NodeInfo, signal: Signal, now: Timestamp, d: &mut Po
     d.nodes
         .push(state.to_status(name, "cordoning and draining".into()));
     d.states.insert(name.to_string(), state);
+    if signal == Signal::NodeCondition
+        && let Some(marker) = condition_marker(node, signals)
+    {
+        // Recorded before anything else: this occurrence of the conditions is being handled.
+        d.act(name, RebootAction::MarkConditions(marker));
+    }
     if !node.unschedulable {
         d.act(name, RebootAction::Cordon);
     }

@@ -153,7 +153,7 @@ fn update_agents_count_when_enabled_and_not_paused_or_in_progress() {
     );
     let both = Signals {
         container_linux: true,
-        ..on
+        ..on.clone()
     };
     assert_eq!(requested(&cluo, &both), Some(Signal::ContainerLinux));
     assert_eq!(requested(&cluo, &on), None);
@@ -161,13 +161,71 @@ fn update_agents_count_when_enabled_and_not_paused_or_in_progress() {
 
 #[test]
 fn the_node_index_keeps_every_signal_annotation() {
-    let mut keys = vec![REBOOT_REQUIRED_ANNOTATION.to_string()];
+    let mut keys = vec![
+        REBOOT_REQUIRED_ANNOTATION.to_string(),
+        CONDITION_HANDLED.to_string(),
+    ];
     for prefix in [FLATCAR_PREFIX, CONTAINER_LINUX_PREFIX] {
         for key in [REBOOT_NEEDED, REBOOT_IN_PROGRESS, REBOOT_OK, REBOOT_PAUSED] {
             keys.push(format!("{prefix}{key}"));
         }
     }
     assert_eq!(SIGNAL_ANNOTATIONS.map(String::from).to_vec(), keys);
+}
+
+fn with_condition(name: &str, kind: &str, at: &str) -> NodeInfo {
+    let mut n = node(name);
+    n.true_conditions.insert(kind.into(), at.into());
+    n
+}
+
+#[test]
+fn a_named_condition_asks_once_per_occurrence() {
+    let npd = Signals {
+        node_conditions: vec!["KernelDeadlock".into(), "ReadonlyFilesystem".into()],
+        ..signals()
+    };
+    let n = with_condition("a", "KernelDeadlock", "2026-11-22T09:00:00Z");
+    assert_eq!(requested(&n, &signals()), None, "only named conditions");
+    assert_eq!(requested(&n, &npd), Some(Signal::NodeCondition));
+    assert_eq!(
+        condition_marker(&n, &npd).as_deref(),
+        Some("KernelDeadlock=2026-11-22T09:00:00Z")
+    );
+    // Starting the reboot records the occurrence first.
+    let d = decide(
+        &settings(1),
+        &npd,
+        &BTreeMap::new(),
+        &[view(&n)],
+        &BTreeMap::new(),
+        t(T0),
+    );
+    assert_eq!(
+        actions_of(&d, "a")[0],
+        &RebootAction::MarkConditions("KernelDeadlock=2026-11-22T09:00:00Z".into())
+    );
+    // Handled: the same occurrence, still True after the reboot, asks nothing.
+    let mut handled = n.clone();
+    handled.annotations.insert(
+        CONDITION_HANDLED.into(),
+        "KernelDeadlock=2026-11-22T09:00:00Z".into(),
+    );
+    assert_eq!(requested(&handled, &npd), None);
+    // Set anew (a later transition), or another named condition: asks again.
+    handled
+        .true_conditions
+        .insert("KernelDeadlock".into(), "2026-11-22T11:00:00Z".into());
+    assert_eq!(requested(&handled, &npd), Some(Signal::NodeCondition));
+    let mut other = n.clone();
+    other.annotations.insert(
+        CONDITION_HANDLED.into(),
+        "KernelDeadlock=2026-11-22T09:00:00Z".into(),
+    );
+    other
+        .true_conditions
+        .insert("ReadonlyFilesystem".into(), "2026-11-22T10:00:00Z".into());
+    assert_eq!(requested(&other, &npd), Some(Signal::NodeCondition));
 }
 
 #[test]
