@@ -45,6 +45,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::api::Plan;
 use slipway::api::maintenance::{MaintenancePhase, NodeMaintenance};
+use slipway::api::reboot_policy::RebootPolicy;
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";
@@ -55,6 +56,8 @@ const PLAN: &str = "rbac";
 /// The ClusterRole, Role and bindings of deploy/components/maintenance.
 const MAINTENANCE_ROLE: &str = "system-upgrade-controller-maintenance";
 const LEASES: &str = "medik8s-leases";
+/// The ClusterRole, Role and bindings of deploy/components/reboot-policy.
+const POLICY_ROLE: &str = "system-upgrade-controller-reboot-policy";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -989,18 +992,26 @@ spec:
     // 6. The reboot agent's component.
     prove_agent_component(&cluster, &client).await;
 
+    // 7. The RebootPolicy component, with a token of its own.
+    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
+
     // Clean up, keeping the CRDs (other tests share them).
     support::delete_nodes(&client, &nodes).await;
     support::delete_nodes(&client, &more).await;
     support::delete_nodes(&client, &rebooted).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(&controller.log);
-    for name in ["system-upgrade", "system-upgrade-drainer", MAINTENANCE_ROLE] {
+    for name in [
+        "system-upgrade",
+        "system-upgrade-drainer",
+        MAINTENANCE_ROLE,
+        POLICY_ROLE,
+    ] {
         let _ = Api::<ClusterRoleBinding>::all(client.clone())
             .delete(name, &DeleteParams::default())
             .await;
     }
-    for name in [CONTROLLER, DRAINER_ROLE, MAINTENANCE_ROLE] {
+    for name in [CONTROLLER, DRAINER_ROLE, MAINTENANCE_ROLE, POLICY_ROLE] {
         let _ = Api::<ClusterRole>::all(client.clone())
             .delete(name, &DeleteParams::default())
             .await;
@@ -1448,6 +1459,272 @@ async fn prove_maintenance_component(
             .await;
     }
 }
+
+/// deploy/components/reboot-policy: a RebootPolicy reboots a node that asks (the agent's
+/// annotation) with a Deployment's pod held by a PodDisruptionBudget and a DaemonSet's pod on it:
+/// the policy watched and finalized, its status patched, the node's pods listed, the DaemonSet
+/// read, evictions asked (a refusal names the PDB: pod get, PDB list), the node cordoned, a reboot
+/// pod created and deleted (deploy/'s rights), events, and the finalizer removed on deletion.
+/// Every rule of the component must be used, and every request granted by deploy/ and the
+/// component alone (not the maintenance component, whose rights overlap).
+async fn prove_reboot_policy_component(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    audit_log: &Path,
+    args: &[String],
+) {
+    apply_with_component(cluster, "deploy/components/reboot-policy").await;
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("default-controller-env")
+        .await
+        .expect("the ConfigMap of the overlay");
+    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
+    assert_eq!(
+        env.get("SLIPWAY_REBOOT_POLICIES").map(String::as_str),
+        Some("true"),
+        "the component turns the RebootPolicy controller on"
+    );
+    // Only the policies here (the maintenance component's setting stays in the ConfigMap).
+    env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
+    let pool = support::unique_name("rbac-rbp");
+    let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
+    let node = &nodes[0];
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert("POD_NAME".into(), "slipway-rbac-policy".into());
+
+    let workloads = support::unique_name("rbac-rbp");
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": workloads}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("create the workload namespace");
+    let pod_spec = json!({
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [{"name": "app", "image": "nginx:1.27"}],
+        "terminationGracePeriodSeconds": 1,
+    });
+    let workload = |kind: &str| {
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "selector": {"matchLabels": {"app": kind}},
+                "template": {"metadata": {"labels": {"app": kind}}, "spec": pod_spec.clone()},
+            },
+        })
+    };
+    let pp = PostParams::default();
+    Api::<Deployment>::namespaced(client.clone(), &workloads)
+        .create(
+            &pp,
+            &serde_json::from_value(workload("web")).expect("deployment"),
+        )
+        .await
+        .expect("create the Deployment");
+    Api::<DaemonSet>::namespaced(client.clone(), &workloads)
+        .create(
+            &pp,
+            &serde_json::from_value(workload("agent")).expect("daemonset"),
+        )
+        .await
+        .expect("create the DaemonSet");
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
+    pdbs.create(
+        &pp,
+        &serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        }))
+        .expect("pdb"),
+    )
+    .await
+    .expect("create the PDB");
+    let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
+    support::wait_for("both pods running", Duration::from_secs(60), || async {
+        let running = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == 2 {
+            Ok(())
+        } else {
+            Err(anyhow!("{running} running"))
+        }
+    })
+    .await;
+
+    let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
+    let mut controller = Controller::start(&kubeconfig, &env, args);
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let name = support::unique_name("rbac-rbp");
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}, "timeout": "5m"},
+    }))
+    .expect("a RebootPolicy");
+    support::wait_for("the RebootPolicy", Duration::from_secs(60), || async {
+        policies.create(&pp, &policy).await
+    })
+    .await;
+    let nodes_api = Api::<Node>::all(client.clone());
+    let boot = nodes_api
+        .get(node)
+        .await
+        .expect("node")
+        .status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .unwrap_or_default();
+    nodes_api
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"slipway.dev/reboot-required": boot}}}),
+            ),
+        )
+        .await
+        .expect("ask for a reboot");
+    let status_of = |p: &RebootPolicy| serde_json::to_string(&p.status).unwrap_or_default();
+    support::wait_for(
+        "the drain to wait for the PDB's pod",
+        Duration::from_secs(60),
+        || async {
+            controller.assert_not_refused();
+            let p = policies.get(&name).await?;
+            let draining = p
+                .status
+                .as_ref()
+                .and_then(|s| s.nodes.first())
+                .is_some_and(|n| {
+                    n.phase == "Draining" && n.message.as_deref().unwrap_or("").contains("web")
+                });
+            if draining {
+                Ok(())
+            } else {
+                Err(anyhow!("status: {}", status_of(&p)))
+            }
+        },
+    )
+    .await;
+    // Let a refused eviction be asked (and its PDB looked up) at least once more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    pdbs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the PDB");
+    let reboot_pods = Api::<Pod>::namespaced(client.clone(), NS);
+    support::wait_for("the reboot pod", Duration::from_secs(60), || async {
+        controller.assert_not_refused();
+        let list = reboot_pods
+            .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
+            .await?;
+        if list.items.is_empty() {
+            Err(anyhow!(
+                "status: {}",
+                status_of(&policies.get(&name).await?)
+            ))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    nodes_api
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
+        )
+        .await
+        .expect("change the boot ID");
+    support::wait_for(
+        "the node back and uncordoned",
+        Duration::from_secs(60),
+        || async {
+            controller.assert_not_refused();
+            let p = policies.get(&name).await?;
+            let n = nodes_api.get(node).await?;
+            let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+            if p.status.as_ref().is_some_and(|s| s.nodes.is_empty()) && !cordoned {
+                Ok(())
+            } else {
+                Err(anyhow!("cordoned {cordoned}, status: {}", status_of(&p)))
+            }
+        },
+    )
+    .await;
+    policies
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete the policy");
+    support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
+        controller.assert_not_refused();
+        match policies.get_opt(&name).await? {
+            None => Ok(()),
+            Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
+        }
+    })
+    .await;
+    controller.stop();
+
+    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
+    let (grants, _) = bound_rules(client).await;
+    let grants: Vec<Grant> = grants
+        .into_iter()
+        .filter(|g| g.role != MAINTENANCE_ROLE)
+        .collect();
+    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
+        g.role != POLICY_ROLE
+            || ALLOWED_UNUSED
+                .iter()
+                .chain(POLICY_ALLOWED_UNUSED)
+                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
+    };
+    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    eprintln!(
+        "e2e_rbac: reboot-policy component: {audited} audited requests, {} distinct:",
+        requests.len()
+    );
+    for r in &requests {
+        eprintln!("  {r}");
+    }
+    assert!(
+        refused.is_empty(),
+        "the API server refused requests of the RebootPolicy controller:\n{}",
+        refused.join("\n")
+    );
+    assert!(
+        problems.is_empty(),
+        "deploy/components/reboot-policy's RBAC is not least privilege:\n{}",
+        problems.join("\n")
+    );
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(&controller.log);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&workloads, &DeleteParams::background())
+        .await;
+    let _ = Api::<Role>::namespaced(client.clone(), "default")
+        .delete(POLICY_ROLE, &DeleteParams::default())
+        .await;
+    let _ = Api::<RoleBinding>::namespaced(client.clone(), "default")
+        .delete(POLICY_ROLE, &DeleteParams::default())
+        .await;
+}
+
+/// The RebootPolicy component's rights the run above need not use.
+const POLICY_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
+    "events.k8s.io",
+    "events",
+    "patch",
+    "an Event of a RebootPolicy repeated while the recorder remembers it becomes a series (a \
+     patch): a node that fails its reboot twice. The run above publishes each of its Events once.",
+)];
 
 /// A kubeconfig that authenticates as deploy/'s ServiceAccount with a fresh token, and the token's
 /// ID, which marks its requests in the audit log.
