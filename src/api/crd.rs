@@ -217,17 +217,7 @@ fn reboot_rules(root: &mut Value, reboot: &str) {
             "spec.reboot.healthGate.timeout",
         ),
     ] {
-        extend(root, &path, |s| {
-            s["pattern"] = json!(GO_DURATION_PATTERN);
-            s["maxLength"] = json!(64);
-            push_rule(
-                s,
-                rule(
-                    "!self.startsWith('-') && self.matches('[1-9]')",
-                    &format!("{field} must be a positive duration such as 15m"),
-                ),
-            );
-        });
+        positive_duration(root, &path, field);
     }
     extend(root, &format!("{reboot}/properties/sentinelPath"), |s| {
         s["maxLength"] = json!(1024);
@@ -241,6 +231,21 @@ fn reboot_rules(root: &mut Value, reboot: &str) {
     });
     extend(root, &format!("{reboot}/properties/image"), |s| {
         push_rule(s, rule("self != ''", "spec.reboot.image must not be empty"));
+    });
+}
+
+/// A Go duration field that must be positive, its message naming `field`.
+pub(crate) fn positive_duration(root: &mut Value, pointer: &str, field: &str) {
+    extend(root, pointer, |s| {
+        s["pattern"] = json!(GO_DURATION_PATTERN);
+        s["maxLength"] = json!(64);
+        push_rule(
+            s,
+            rule(
+                "!self.startsWith('-') && self.matches('[1-9]')",
+                &format!("{field} must be a positive duration such as 15m"),
+            ),
+        );
     });
 }
 

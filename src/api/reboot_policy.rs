@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::crd::{GO_DURATION_PATTERN, extend, push_rule, rule, window_rules, with_rules};
+use super::crd::{extend, positive_duration, push_rule, rule, window_rules, with_rules};
 use super::{HealthGateSpec, TimeWindowSpec};
 use crate::api::maintenance::MaintenanceCondition;
 
@@ -217,20 +217,6 @@ pub fn reboot_policy_crd() -> CustomResourceDefinition {
 /// The CRD as YAML, exactly as committed in `crds/`.
 pub fn reboot_policy_crd_yaml() -> Result<String, crate::Error> {
     serde_saphyr::to_string(&reboot_policy_crd()).map_err(|e| crate::Error::Yaml(e.to_string()))
-}
-
-fn positive_duration(root: &mut Value, pointer: &str, field: &str) {
-    extend(root, pointer, |s| {
-        s["pattern"] = json!(GO_DURATION_PATTERN);
-        s["maxLength"] = json!(64);
-        push_rule(
-            s,
-            rule(
-                "!self.startsWith('-') && self.matches('[1-9]')",
-                &format!("{field} must be a positive duration such as 15m"),
-            ),
-        );
-    });
 }
 
 fn add_rules(root: &mut Value) {

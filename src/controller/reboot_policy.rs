@@ -532,22 +532,22 @@ async fn finish(
 }
 
 async fn set_unschedulable(ctx: &Context, node: &str, on: bool) -> Result<(), Error> {
-    let nodes = Api::<Node>::all(ctx.client.clone());
-    let body = json!({ "spec": { "unschedulable": if on { json!(true) } else { json!(null) } } });
-    match nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    let value = if on { json!(true) } else { json!(null) };
+    patch_node(ctx, node, json!({ "spec": { "unschedulable": value } })).await
 }
 
 async fn set_annotation(ctx: &Context, node: &str, key: &str, value: &str) -> Result<(), Error> {
-    let nodes = Api::<Node>::all(ctx.client.clone());
-    let body = json!({ "metadata": { "annotations": { key: value } } });
-    match nodes
+    patch_node(
+        ctx,
+        node,
+        json!({ "metadata": { "annotations": { key: value } } }),
+    )
+    .await
+}
+
+/// A merge patch of the node; a node that is gone has nothing left to change.
+async fn patch_node(ctx: &Context, node: &str, body: serde_json::Value) -> Result<(), Error> {
+    match Api::<Node>::all(ctx.client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&body))
         .await
     {

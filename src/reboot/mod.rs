@@ -194,33 +194,50 @@ pub fn render_reboot_pod(
             ..Default::default()
         },
         spec: Some(PodSpec {
-            // Pinned by name: it must land on this node even once it is cordoned.
-            node_name: Some(node.name.clone()),
-            host_pid: Some(true),
-            restart_policy: Some("OnFailure".to_string()),
-            automount_service_account_token: Some(false),
-            termination_grace_period_seconds: Some(5),
-            tolerations: Some(vec![Toleration {
-                operator: Some("Exists".to_string()),
-                ..Default::default()
-            }]),
-            containers: vec![Container {
-                name: "reboot".to_string(),
-                image: Some(policy.image.clone()),
-                command: Some(vec!["sh".into(), "-c".into(), reboot_script(job_name)]),
-                security_context: Some(SecurityContext {
-                    privileged: Some(true),
-                    run_as_user: Some(0),
-                    ..Default::default()
-                }),
-                volume_mounts: Some(vec![sentinel_mount()]),
-                ..Default::default()
-            }],
             volumes: Some(vec![sentinel_volume(policy)]),
-            ..Default::default()
+            ..reboot_pod_spec(
+                &node.name,
+                &policy.image,
+                reboot_script(job_name),
+                Some(vec![sentinel_mount()]),
+            )
         }),
         status: None,
     })
+}
+
+/// A reboot pod's spec: pinned to `node` by name (it must land there even once the node is
+/// cordoned), privileged in the host's PID namespace, running `script`.
+fn reboot_pod_spec(
+    node: &str,
+    image: &str,
+    script: String,
+    volume_mounts: Option<Vec<VolumeMount>>,
+) -> PodSpec {
+    PodSpec {
+        node_name: Some(node.to_string()),
+        host_pid: Some(true),
+        restart_policy: Some("OnFailure".to_string()),
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(5),
+        tolerations: Some(vec![Toleration {
+            operator: Some("Exists".to_string()),
+            ..Default::default()
+        }]),
+        containers: vec![Container {
+            name: "reboot".to_string(),
+            image: Some(image.to_string()),
+            command: Some(vec!["sh".into(), "-c".into(), script]),
+            security_context: Some(SecurityContext {
+                privileged: Some(true),
+                run_as_user: Some(0),
+                ..Default::default()
+            }),
+            volume_mounts,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 /// On a RebootPolicy's reboot pods: the policy.
@@ -298,33 +315,12 @@ pub fn render_policy_reboot_pod(owner: &PolicyPod<'_>, node: &str, before: &str)
             ]),
             ..Default::default()
         },
-        spec: Some(PodSpec {
-            node_name: Some(node.to_string()),
-            host_pid: Some(true),
-            restart_policy: Some("OnFailure".to_string()),
-            automount_service_account_token: Some(false),
-            termination_grace_period_seconds: Some(5),
-            tolerations: Some(vec![Toleration {
-                operator: Some("Exists".to_string()),
-                ..Default::default()
-            }]),
-            containers: vec![Container {
-                name: "reboot".to_string(),
-                image: Some(owner.image.to_string()),
-                command: Some(vec![
-                    "sh".into(),
-                    "-c".into(),
-                    policy_reboot_script(&boot_id),
-                ]),
-                security_context: Some(SecurityContext {
-                    privileged: Some(true),
-                    run_as_user: Some(0),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
+        spec: Some(reboot_pod_spec(
+            node,
+            owner.image,
+            policy_reboot_script(&boot_id),
+            None,
+        )),
         status: None,
     }
 }

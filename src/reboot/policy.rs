@@ -425,6 +425,12 @@ impl PolicyDecision {
         self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
     }
 
+    /// `node` stays in progress in `state`; `message` says what it waits for.
+    fn keep(&mut self, node: &str, state: RebootState, message: String) {
+        self.nodes.push(state.to_status(node, message));
+        self.states.insert(node.to_string(), state);
+    }
+
     fn act(&mut self, node: &str, action: RebootAction) {
         self.actions.push((node.to_string(), action));
     }
@@ -659,8 +665,7 @@ fn advance(
                     message: message.clone(),
                     since: now,
                 };
-                d.nodes.push(next.to_status(name, message));
-                d.states.insert(name.to_string(), next);
+                d.keep(name, next, message);
                 d.recheck(DRAIN_RETRY);
                 return;
             }
@@ -680,8 +685,7 @@ fn advance(
                 cordoned,
                 since,
             };
-            d.nodes.push(next.to_status(name, message));
-            d.states.insert(name.to_string(), next);
+            d.keep(name, next, message);
             d.recheck(DRAIN_RECHECK);
         }
         s @ RebootState::Rebooting { .. } => rebooting(settings, name, s, view, now, d),
@@ -698,8 +702,7 @@ fn advance(
                 message: message.clone(),
                 since,
             };
-            d.nodes.push(next.to_status(name, message));
-            d.states.insert(name.to_string(), next);
+            d.keep(name, next, message);
             d.recheck(DRAIN_RETRY - elapsed(since, now));
         }
     }
@@ -767,8 +770,7 @@ fn rebooting(
         cordoned,
         handoff: step.state,
     };
-    d.nodes.push(next.to_status(name, message));
-    d.states.insert(name.to_string(), next);
+    d.keep(name, next, message);
 }
 
 /// The `Progressing` message: what the policy does, or why it waits.
