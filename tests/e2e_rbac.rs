@@ -1251,69 +1251,9 @@ async fn prove_maintenance_component(
     env.insert("POD_NAME".into(), "slipway-rbac-maintenance".into());
 
     // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
-    let workloads = support::unique_name("rbac-maint");
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": workloads}})).expect("namespace");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create the workload namespace");
-    let pod_spec = json!({
-        "nodeSelector": {"kubernetes.io/hostname": node},
-        "containers": [{"name": "app", "image": "nginx:1.27"}],
-        "terminationGracePeriodSeconds": 1,
-    });
-    let workload = |kind: &str| {
-        json!({
-            "metadata": {"name": "web"},
-            "spec": {
-                "selector": {"matchLabels": {"app": kind}},
-                "template": {"metadata": {"labels": {"app": kind}}, "spec": pod_spec.clone()},
-            },
-        })
-    };
-    let pp = PostParams::default();
-    Api::<Deployment>::namespaced(client.clone(), &workloads)
-        .create(
-            &pp,
-            &serde_json::from_value(workload("web")).expect("deployment"),
-        )
-        .await
-        .expect("create the Deployment");
-    Api::<DaemonSet>::namespaced(client.clone(), &workloads)
-        .create(
-            &pp,
-            &serde_json::from_value(workload("agent")).expect("daemonset"),
-        )
-        .await
-        .expect("create the DaemonSet");
+    let workloads = workloads_on(client, node, "rbac-maint").await;
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
-    pdbs.create(
-        &pp,
-        &serde_json::from_value(json!({
-            "metadata": {"name": "web"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-        }))
-        .expect("pdb"),
-    )
-    .await
-    .expect("create the PDB");
-    let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
-    support::wait_for("both pods running", Duration::from_secs(60), || async {
-        let running = pods
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if running == 2 {
-            Ok(())
-        } else {
-            Err(anyhow!("{running} running"))
-        }
-    })
-    .await;
+    let pp = PostParams::default();
     // A Lease of another holder that expired an hour ago: taken over with an update.
     let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
     let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
@@ -1423,26 +1363,10 @@ async fn prove_maintenance_component(
                 .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
     };
     let problems = audit_rbac(&grants, &requests, &may_be_unused);
-    eprintln!(
-        "e2e_rbac: maintenance component: {audited} audited requests, {} distinct:",
-        requests.len()
-    );
-    for r in &requests {
-        eprintln!("  {r}");
-    }
     for (g, r, v, why) in MAINTENANCE_ALLOWED_UNUSED {
         eprintln!("e2e_rbac: maintenance may leave unused: {v} {g}/{r}: {why}");
     }
-    assert!(
-        refused.is_empty(),
-        "the API server refused requests of the maintenance controller:\n{}",
-        refused.join("\n")
-    );
-    assert!(
-        problems.is_empty(),
-        "deploy/components/maintenance's RBAC is not least privilege:\n{}",
-        problems.join("\n")
-    );
+    assert_component_proven("maintenance", audited, &requests, &refused, &problems);
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
@@ -1460,40 +1384,10 @@ async fn prove_maintenance_component(
     }
 }
 
-/// deploy/components/reboot-policy: a RebootPolicy reboots a node that asks (the agent's
-/// annotation) with a Deployment's pod held by a PodDisruptionBudget and a DaemonSet's pod on it:
-/// the policy watched and finalized, its status patched, the node's pods listed, the DaemonSet
-/// read, evictions asked (a refusal names the PDB: pod get, PDB list), the node cordoned, a reboot
-/// pod created and deleted (deploy/'s rights), events, and the finalizer removed on deletion.
-/// Every rule of the component must be used, and every request granted by deploy/ and the
-/// component alone (not the maintenance component, whose rights overlap).
-async fn prove_reboot_policy_component(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-    audit_log: &Path,
-    args: &[String],
-) {
-    apply_with_component(cluster, "deploy/components/reboot-policy").await;
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .get("default-controller-env")
-        .await
-        .expect("the ConfigMap of the overlay");
-    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
-    assert_eq!(
-        env.get("SLIPWAY_REBOOT_POLICIES").map(String::as_str),
-        Some("true"),
-        "the component turns the RebootPolicy controller on"
-    );
-    // Only the policies here (the maintenance component's setting stays in the ConfigMap).
-    env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
-    let pool = support::unique_name("rbac-rbp");
-    let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
-    let node = &nodes[0];
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
-    env.insert("POD_NAME".into(), "slipway-rbac-policy".into());
-
-    let workloads = support::unique_name("rbac-rbp");
+/// Workloads on `node`, in a namespace of their own: a Deployment's pod held by a
+/// PodDisruptionBudget (both named `web`) and a DaemonSet's pod, running. Returns the namespace.
+async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
+    let workloads = support::unique_name(base);
     let namespace: Namespace =
         serde_json::from_value(json!({"metadata": {"name": workloads}})).expect("namespace");
     Api::<Namespace>::all(client.clone())
@@ -1529,17 +1423,17 @@ async fn prove_reboot_policy_component(
         )
         .await
         .expect("create the DaemonSet");
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
-    pdbs.create(
-        &pp,
-        &serde_json::from_value(json!({
-            "metadata": {"name": "web"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-        }))
-        .expect("pdb"),
-    )
-    .await
-    .expect("create the PDB");
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            }))
+            .expect("pdb"),
+        )
+        .await
+        .expect("create the PDB");
     let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
     support::wait_for("both pods running", Duration::from_secs(60), || async {
         let running = pods
@@ -1556,6 +1450,45 @@ async fn prove_reboot_policy_component(
         }
     })
     .await;
+    workloads
+}
+
+/// deploy/components/reboot-policy: a RebootPolicy reboots a node that asks (the agent's
+/// annotation) with a Deployment's pod held by a PodDisruptionBudget and a DaemonSet's pod on it:
+/// the policy watched and finalized, its status patched, the node's pods listed, the DaemonSet
+/// read, evictions asked (a refusal names the PDB: pod get, PDB list), the node cordoned, a reboot
+/// pod created and deleted (deploy/'s rights), events, and the finalizer removed on deletion.
+/// Every rule of the component must be used, and every request granted by deploy/ and the
+/// component alone (not the maintenance component, whose rights overlap).
+async fn prove_reboot_policy_component(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    audit_log: &Path,
+    args: &[String],
+) {
+    apply_with_component(cluster, "deploy/components/reboot-policy").await;
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("default-controller-env")
+        .await
+        .expect("the ConfigMap of the overlay");
+    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
+    assert_eq!(
+        env.get("SLIPWAY_REBOOT_POLICIES").map(String::as_str),
+        Some("true"),
+        "the component turns the RebootPolicy controller on"
+    );
+    // Only the policies here (the maintenance component's setting stays in the ConfigMap).
+    env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
+    let pool = support::unique_name("rbac-rbp");
+    let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
+    let node = &nodes[0];
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert("POD_NAME".into(), "slipway-rbac-policy".into());
+
+    let workloads = workloads_on(client, node, "rbac-rbp").await;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
+    let pp = PostParams::default();
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
     let mut controller = Controller::start(&kubeconfig, &env, args);
@@ -1685,23 +1618,7 @@ async fn prove_reboot_policy_component(
                 .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
     };
     let problems = audit_rbac(&grants, &requests, &may_be_unused);
-    eprintln!(
-        "e2e_rbac: reboot-policy component: {audited} audited requests, {} distinct:",
-        requests.len()
-    );
-    for r in &requests {
-        eprintln!("  {r}");
-    }
-    assert!(
-        refused.is_empty(),
-        "the API server refused requests of the RebootPolicy controller:\n{}",
-        refused.join("\n")
-    );
-    assert!(
-        problems.is_empty(),
-        "deploy/components/reboot-policy's RBAC is not least privilege:\n{}",
-        problems.join("\n")
-    );
+    assert_component_proven("reboot-policy", audited, &requests, &refused, &problems);
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
@@ -1715,6 +1632,34 @@ async fn prove_reboot_policy_component(
     let _ = Api::<RoleBinding>::namespaced(client.clone(), "default")
         .delete(POLICY_ROLE, &DeleteParams::default())
         .await;
+}
+
+/// Prints what the controller did with deploy/components/`component`'s rights, and fails on a
+/// refused request or a right that is missing or unused.
+fn assert_component_proven(
+    component: &str,
+    audited: usize,
+    requests: &BTreeSet<Request>,
+    refused: &[String],
+    problems: &[String],
+) {
+    eprintln!(
+        "e2e_rbac: {component} component: {audited} audited requests, {} distinct:",
+        requests.len()
+    );
+    for r in requests {
+        eprintln!("  {r}");
+    }
+    assert!(
+        refused.is_empty(),
+        "the API server refused requests of the controller with the {component} component:\n{}",
+        refused.join("\n")
+    );
+    assert!(
+        problems.is_empty(),
+        "deploy/components/{component}'s RBAC is not least privilege:\n{}",
+        problems.join("\n")
+    );
 }
 
 /// The RebootPolicy component's rights the run above need not use.
