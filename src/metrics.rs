@@ -374,6 +374,25 @@ mod tests {
     }
 
     #[test]
+    fn reboot_policies_have_gauges_until_they_are_gone() {
+        let m = Metrics::new();
+        m.reboot_policy("nightly", 3, 1);
+        m.reboot_policy("gone", 1, 0);
+        m.retain_policies(|p| p == "nightly");
+        let text = m.render();
+        for line in [
+            "slipway_reboot_wanting_nodes{policy=\"nightly\"} 3",
+            "slipway_reboot_rebooting_nodes{policy=\"nightly\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("policy=\"gone\""), "{text}");
+    }
+
+    #[test]
     fn gone_plans_lose_their_gauges() {
         let m = Metrics::new();
         m.plan("ns", "keep", &PlanSummary::default());
