@@ -723,6 +723,122 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     );
     delete_policy(&api, &npd).await;
 
+    // 10. One budget: a Plan upgrades the pool while every node asks for a reboot. No node ever
+    //     has a live Job of the Plan and the policy's reboot pod (or cordon) at once, and both
+    //     finish.
+    let shared = pname("shared");
+    let plan: slipway::api::Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: shared
+  annotations:
+    slipway.test/complete-delay: "2s"
+spec:
+  concurrency: 1
+  version: v1
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+    command: [sh, -c]
+    args: ["echo upgrading"]
+"#
+    ))
+    .expect("plan parses");
+    let overlap = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    // (polls that saw a live Job, polls that saw a reboot pod): the check is not vacuous.
+    let seen = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let watcher = {
+        let (client, ns_name, shared) = (client.clone(), ns.name().to_string(), shared.clone());
+        let (overlap, stop, seen) = (overlap.clone(), stop_watch.clone(), seen.clone());
+        tokio::spawn(async move {
+            let jobs =
+                Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &ns_name);
+            while !stop.load(Ordering::Relaxed) {
+                let live: BTreeSet<String> = jobs
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+                    .filter_map(|j| j.labels().get("upgrade.cattle.io/node").cloned())
+                    .collect();
+                let pods = reboot_pods(&ns_name, &client, &shared).await;
+                if !live.is_empty() {
+                    seen.0.fetch_add(1, Ordering::Relaxed);
+                }
+                if !pods.is_empty() {
+                    seen.1.fetch_add(1, Ordering::Relaxed);
+                }
+                for p in pods {
+                    let n = pod_node(&p);
+                    if live.contains(&n) {
+                        overlap.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    create_policy(&api, &policy(&shared, &pool, json!({}))).await;
+    ns.api::<slipway::api::Plan>()
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create the Plan");
+    for n in &nodes {
+        ask_reboot(&client, n).await;
+    }
+    let mut rebooted = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        for p in reboot_pods(ns.name(), &client, &shared).await {
+            let n = pod_node(&p);
+            if rebooted.insert(n.clone()) {
+                simulate_reboot(&client, &n).await;
+            }
+        }
+        let upgraded = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels(&format!("slipway.test/pool={pool}")))
+            .await
+            .expect("list nodes")
+            .items
+            .iter()
+            .filter(|n| n.labels().contains_key("plan.upgrade.cattle.io/shared"))
+            .count();
+        if rebooted.len() == nodes.len() && upgraded == nodes.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rebooted {rebooted:?}, {upgraded} upgraded; policy: {}",
+            status_of(&api, &shared).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_all_done(&client, &api, &shared, &nodes).await;
+    stop_watch.store(true, Ordering::Relaxed);
+    let _ = watcher.await;
+    let overlap = overlap.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(
+        overlap.is_empty(),
+        "nodes with a live Job and a reboot pod at once: {overlap:?}"
+    );
+    let (jobs_seen, pods_seen) = (
+        seen.0.load(Ordering::Relaxed),
+        seen.1.load(Ordering::Relaxed),
+    );
+    assert!(
+        jobs_seen > 0 && pods_seen > 0,
+        "the watch saw live Jobs {jobs_seen} times and reboot pods {pods_seen} times"
+    );
+    delete_policy(&api, &shared).await;
+
     drop(controller);
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
