@@ -312,6 +312,17 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         reboot_pods(ns.name(), &client, &wave).await.is_empty(),
         "reboot pods are removed once their node is back"
     );
+    let history: BTreeSet<String> = status_of(&api, &wave).await["rebooted"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        history,
+        nodes.iter().cloned().collect::<BTreeSet<_>>(),
+        "status.rebooted names every node"
+    );
     Api::<Node>::all(client.clone())
         .patch(
             &admin_cordoned,

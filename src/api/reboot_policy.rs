@@ -177,9 +177,26 @@ pub struct RebootPolicyStatus {
     /// Every node the policy is doing something about, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<RebootNodeStatus>,
+    /// The nodes rebooted most recently (back, Ready and healthy), newest first; at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rebooted: Vec<RebootRecord>,
     /// `Validated` and `Progressing`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<MaintenanceCondition>,
+}
+
+/// A node the policy rebooted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootRecord {
+    pub name: String,
+    /// When it was back (RFC 3339).
+    pub at: String,
+    /// Which signal asked for the reboot.
+    pub signal: String,
+    /// The boot it came back with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 /// One node of the policy.

@@ -415,6 +415,7 @@ async fn write_status(ctx: &Context, p: &RebootPolicy, d: &PolicyDecision) -> Re
         wanting: i64::try_from(d.wanting).unwrap_or(i64::MAX),
         rebooting: i64::try_from(d.rebooting).unwrap_or(i64::MAX),
         nodes: d.nodes.clone(),
+        rebooted: policy::rebooted_history(&previous.rebooted, &d.rebooted),
         conditions: merged(
             &previous.conditions,
             vec![

@@ -18,7 +18,7 @@ use super::alerts::AlertFilter;
 use super::handoff::{self, GatePolicy, Handoff, HandoffPolicy, Stage};
 use super::request::REBOOT_REQUIRED_ANNOTATION;
 use super::{HealthGate, HealthObservation};
-use crate::api::reboot_policy::{RebootNodeStatus, RebootPolicySpec, RebootSignals};
+use crate::api::reboot_policy::{RebootNodeStatus, RebootPolicySpec, RebootRecord, RebootSignals};
 use crate::drain::DrainOptions;
 use crate::duration::GoDuration;
 use crate::node::NodeInfo;
@@ -38,6 +38,20 @@ pub const REBOOT_IN_PROGRESS: &str = "reboot-in-progress";
 pub const REBOOT_OK: &str = "reboot-ok";
 /// Set `"true"` by an admin: the operator leaves the node alone.
 pub const REBOOT_PAUSED: &str = "reboot-paused";
+
+/// How many rebooted nodes `status.rebooted` remembers.
+pub const REBOOTED_KEPT: usize = 20;
+
+/// `status.rebooted` after this decision: the new records first, then the previous ones, at
+/// most [`REBOOTED_KEPT`].
+pub fn rebooted_history(previous: &[RebootRecord], new: &[RebootRecord]) -> Vec<RebootRecord> {
+    new.iter()
+        .rev()
+        .chain(previous)
+        .take(REBOOTED_KEPT)
+        .cloned()
+        .collect()
+}
 
 /// How soon a node whose drain timed out is tried again.
 pub const DRAIN_RETRY: Duration = Duration::from_secs(10 * 60);
@@ -412,6 +426,8 @@ pub struct PolicyDecision {
     pub actions: Vec<(String, RebootAction)>,
     /// `status.nodes`, by name.
     pub nodes: Vec<RebootNodeStatus>,
+    /// Nodes that came back in this decision, in the order they were looked at.
+    pub rebooted: Vec<RebootRecord>,
     pub wanting: usize,
     pub rebooting: usize,
     /// The `Progressing` condition's message.
@@ -751,6 +767,12 @@ fn rebooting(
             "Rebooted",
             format!("Node {name} rebooted and is back"),
         );
+        d.rebooted.push(RebootRecord {
+            name: name.to_string(),
+            at: rfc3339(now),
+            signal: signal.name().to_string(),
+            boot_id: Some(view.node.boot_id.clone()).filter(|b| !b.is_empty()),
+        });
         return;
     }
     if let Handoff::AwaitingBoot { before, .. } = &step.state

@@ -1,4 +1,5 @@
 use super::*;
+use crate::api::reboot_policy::RebootRecord;
 use crate::reboot::handoff::GatePolicy;
 
 fn t(s: &str) -> Timestamp {
@@ -450,6 +451,15 @@ fn the_health_gate_holds_the_slot_until_its_pods_are_ready() {
         vec!["b"],
         "the freed slot goes to the next node at once"
     );
+    assert_eq!(
+        d.rebooted,
+        vec![RebootRecord {
+            name: "a".into(),
+            at: "2026-11-22T10:01:10Z".into(),
+            signal: "agent".into(),
+            boot_id: Some("a-boot-2".into()),
+        }]
+    );
 }
 
 #[test]
@@ -637,4 +647,22 @@ fn the_summary_says_what_the_policy_does() {
     let views: Vec<_> = nodes.iter().map(view).collect();
     let d = run(&settings(1), &BTreeMap::new(), &views, t(T0));
     assert_eq!(d.summary, "1 rebooting; 1 waiting (1 of 1 slots taken)");
+}
+
+#[test]
+fn the_history_keeps_the_newest_twenty_newest_first() {
+    let record = |n: usize| RebootRecord {
+        name: format!("n{n}"),
+        at: T0.into(),
+        signal: "agent".into(),
+        boot_id: None,
+    };
+    let previous: Vec<RebootRecord> = (0..20).rev().map(record).collect();
+    let history = rebooted_history(&previous, &[record(20), record(21)]);
+    assert_eq!(history.len(), REBOOTED_KEPT);
+    assert_eq!(history[0].name, "n21");
+    assert_eq!(history[1].name, "n20");
+    assert_eq!(history[2].name, "n19");
+    assert_eq!(history[19].name, "n2", "the oldest go");
+    assert_eq!(rebooted_history(&[], &[]), vec![]);
 }
