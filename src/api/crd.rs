@@ -102,14 +102,8 @@ fn add_rules(root: &mut Value) {
     window_rules(root, &format!("{spec}/properties/window"));
     reboot_rules(root, &format!("{spec}/properties/reboot"));
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
-    extend(root, "/properties/status/properties/nodes", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["name"]);
-    });
-    extend(root, "/properties/status/properties/conditions", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["type"]);
-    });
+    map_list(root, "/properties/status/properties/nodes", "name");
+    map_list(root, "/properties/status/properties/conditions", "type");
 }
 
 /// `concurrency`, `postCompleteDelay`, `drain` and the containers' images.
@@ -231,6 +225,14 @@ fn reboot_rules(root: &mut Value, reboot: &str) {
     });
     extend(root, &format!("{reboot}/properties/image"), |s| {
         push_rule(s, rule("self != ''", "spec.reboot.image must not be empty"));
+    });
+}
+
+/// A list merged by `key`, so that server-side apply and strategic tools treat entries as a map.
+pub(crate) fn map_list(root: &mut Value, pointer: &str, key: &str) {
+    extend(root, pointer, |s| {
+        s["x-kubernetes-list-type"] = json!("map");
+        s["x-kubernetes-list-map-keys"] = json!([key]);
     });
 }
 

@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::crd::{extend, positive_duration, push_rule, rule, window_rules, with_rules};
+use super::crd::{extend, map_list, positive_duration, push_rule, rule, window_rules, with_rules};
 use super::{HealthGateSpec, TimeWindowSpec};
 use crate::api::maintenance::MaintenanceCondition;
 
@@ -299,12 +299,6 @@ fn add_rules(root: &mut Value) {
     extend(root, &format!("{spec}/properties/image"), |s| {
         push_rule(s, rule("self != ''", "spec.image must not be empty"));
     });
-    extend(root, "/properties/status/properties/nodes", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["name"]);
-    });
-    extend(root, "/properties/status/properties/conditions", |s| {
-        s["x-kubernetes-list-type"] = json!("map");
-        s["x-kubernetes-list-map-keys"] = json!(["type"]);
-    });
+    map_list(root, "/properties/status/properties/nodes", "name");
+    map_list(root, "/properties/status/properties/conditions", "type");
 }

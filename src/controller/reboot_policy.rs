@@ -79,15 +79,7 @@ async fn reconcile(p: Arc<RebootPolicy>, ctx: Arc<Context>) -> Result<Action, Er
     let name = p.name_any();
     let finalized = p.finalizers().iter().any(|f| f == FINALIZER);
     if p.metadata.deletion_timestamp.is_some() {
-        if finalized {
-            clean_up(&ctx, &p).await?;
-            set_finalizer(&ctx, &p, false).await?;
-        }
-        ctx.claims
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .release_all(&holder(&name));
-        return Ok(Action::await_change());
+        return finalize(&ctx, &p, finalized).await;
     }
     let p = match finalized {
         true => p,
@@ -101,34 +93,69 @@ async fn reconcile(p: Arc<RebootPolicy>, ctx: Arc<Context>) -> Result<Action, Er
     let spec = match policy::read_spec(&p.spec, &ctx.settings.job.reboot_image) {
         Ok(spec) => spec,
         Err(message) => {
-            ctx.claims
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .release_all(&holder(&name));
+            release(&ctx, &name);
             write_invalid(&ctx, &p, &message).await?;
             return Ok(Action::requeue(Duration::from_secs(300)));
         }
     };
     let now = Timestamp::now();
+    let seen = observe(&ctx, &p, &spec, now).await?;
+    let decision = decide_and_claim(&ctx, &name, &spec, &seen, now);
+    write_status(&ctx, &p, &decision).await?;
+    ctx.metrics
+        .reboot_policy(&name, decision.wanting, decision.rebooting);
+    apply(&ctx, &p, &spec, &decision, &seen.drains).await;
+    Ok(decision.recheck.map_or_else(
+        || Action::requeue(Duration::from_secs(300)),
+        Action::requeue,
+    ))
+}
+
+/// A deleted policy: give its nodes back, then let it go.
+async fn finalize(ctx: &Context, p: &RebootPolicy, finalized: bool) -> Result<Action, Error> {
+    if finalized {
+        clean_up(ctx, p).await?;
+        set_finalizer(ctx, p, false).await?;
+    }
+    release(ctx, &p.name_any());
+    Ok(Action::await_change())
+}
+
+fn release(ctx: &Context, policy: &str) {
+    ctx.claims
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .release_all(&holder(policy));
+}
+
+/// Everything the decision reads about the policy's nodes, read before the budget's lock.
+struct Observed {
+    states: BTreeMap<String, RebootState>,
+    wanting_since: BTreeMap<String, Timestamp>,
+    /// The governed nodes, and whether the selector matches each.
+    nodes: Vec<(Arc<NodeInfo>, bool)>,
+    alerts: Option<String>,
+    blocking: BTreeMap<String, Vec<String>>,
+    drains: BTreeMap<String, crate::maintenance::PodsView>,
+    health: BTreeMap<String, reboot::HealthObservation>,
+}
+
+async fn observe(
+    ctx: &Context,
+    p: &RebootPolicy,
+    spec: &PolicySpec,
+    now: Timestamp,
+) -> Result<Observed, Error> {
     let previous = p.status.clone().unwrap_or_default();
-    let states: BTreeMap<String, RebootState> = previous
-        .nodes
-        .iter()
-        .filter_map(|s| RebootState::from_status(s, now).map(|st| (s.name.clone(), st)))
-        .collect();
-    let wanting_since: BTreeMap<String, Timestamp> = previous
-        .nodes
-        .iter()
-        .filter(|s| !states.contains_key(&s.name))
-        .filter_map(|s| Some((s.name.clone(), s.since.as_deref()?.parse().ok()?)))
-        .collect();
-    let nodes = governed_nodes(&ctx, &spec, &states);
+    let (states, wanting_since) = policy::read_status(&previous.nodes, now);
+    let nodes = governed_nodes(ctx, spec, &states);
     let wanting: Vec<&NodeInfo> = nodes
         .iter()
         .filter(|(_, selected)| *selected)
         .map(|(n, _)| n.as_ref())
         .filter(|n| !states.contains_key(&n.name) && policy::requested(n, &spec.signals).is_some())
         .collect();
+    // Prometheus is asked only when a node waits for it.
     let alerts = match (&spec.alerts, wanting.is_empty()) {
         (Some(filter), false) => match ctx.http.as_ref() {
             Some(http) => filter.ask(http).await,
@@ -140,75 +167,80 @@ async fn reconcile(p: Arc<RebootPolicy>, ctx: Arc<Context>) -> Result<Action, Er
     for node in &wanting {
         blocking.insert(
             node.name.clone(),
-            blocking_pods(&ctx, &spec, &node.name).await?,
+            blocking_pods(ctx, spec, &node.name).await?,
         );
     }
     let mut drains = BTreeMap::new();
     let mut health = BTreeMap::new();
     for (name, state) in &states {
-        match state {
-            RebootState::Draining { .. } => {
-                if let Some((_, options)) = &spec.drain {
-                    let pods = super::maintenance::pods_view(&ctx, name, options).await?;
-                    drains.insert(name.clone(), pods);
-                }
+        match (state, &spec.drain, &spec.health_gate) {
+            (RebootState::Draining { .. }, Some((_, options)), _) => {
+                let pods = super::maintenance::pods_view(ctx, name, options).await?;
+                drains.insert(name.clone(), pods);
             }
-            RebootState::Rebooting { .. } => {
-                if let Some(gate) = &spec.health_gate {
-                    let pods = super::gate_pods(&ctx.client, gate, name).await?;
-                    health.insert(name.clone(), pods);
-                }
+            (RebootState::Rebooting { .. }, _, Some(gate)) => {
+                let pods = super::gate_pods(&ctx.client, gate, name).await?;
+                health.insert(name.clone(), pods);
             }
-            RebootState::DrainFailed { .. } => {}
+            _ => {}
         }
     }
-    let drain_views: BTreeMap<String, DrainView> = drains
-        .iter()
-        .map(|(n, v)| (n.clone(), drain_view(v)))
-        .collect();
+    Ok(Observed {
+        states,
+        wanting_since,
+        nodes,
+        alerts,
+        blocking,
+        drains,
+        health,
+    })
+}
 
-    let me = holder(&name);
-    let decision = {
-        // Decide and claim in one step of the process's one budget.
-        let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let held = super::held_against_reboots(&ctx, &claims, &me);
-        let views: Vec<NodeView<'_>> = nodes
-            .iter()
-            .map(|(n, selected)| NodeView {
-                node: n.as_ref(),
-                selected: *selected,
-                held_by: held.get(&n.name).map(ToString::to_string),
-                blocking_pods: blocking.get(&n.name).cloned().unwrap_or_default(),
-                drain: drain_views.get(&n.name).cloned(),
-                health: health.get(&n.name),
-            })
-            .collect();
-        let settings = spec.settings(now, alerts);
-        let decision = policy::decide(
-            &settings,
-            &spec.signals,
-            &states,
-            &views,
-            &wanting_since,
-            now,
-        );
-        claims.release_all(&me);
-        for (node, state) in &decision.states {
-            if state.holds_slot() {
-                // Cannot fail: a node another operation holds was not started.
-                let _ = claims.try_hold_alone(&me, node);
-            }
+/// Decides, and claims the nodes the decision holds, in one step of the process's one budget
+/// (under the claims' lock, so no other operation takes a node in between).
+fn decide_and_claim(
+    ctx: &Context,
+    name: &str,
+    spec: &PolicySpec,
+    seen: &Observed,
+    now: Timestamp,
+) -> PolicyDecision {
+    let me = holder(name);
+    let drain_views: BTreeMap<&str, DrainView> = seen
+        .drains
+        .iter()
+        .map(|(n, v)| (n.as_str(), drain_view(v)))
+        .collect();
+    let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
+    let held = super::held_against_reboots(ctx, &claims, &me);
+    let views: Vec<NodeView<'_>> = seen
+        .nodes
+        .iter()
+        .map(|(n, selected)| NodeView {
+            node: n.as_ref(),
+            selected: *selected,
+            held_by: held.get(&n.name).map(ToString::to_string),
+            blocking_pods: seen.blocking.get(&n.name).cloned().unwrap_or_default(),
+            drain: drain_views.get(n.name.as_str()).cloned(),
+            health: seen.health.get(&n.name),
+        })
+        .collect();
+    let decision = policy::decide(
+        &spec.settings(now, seen.alerts.clone()),
+        &spec.signals,
+        &seen.states,
+        &views,
+        &seen.wanting_since,
+        now,
+    );
+    claims.release_all(&me);
+    for (node, state) in &decision.states {
+        if state.holds_slot() {
+            // Cannot fail: a node another operation holds was not started.
+            let _ = claims.try_hold_alone(&me, node);
         }
-        decision
-    };
-    write_status(&ctx, &p, &decision).await?;
-    ctx.metrics
-        .reboot_policy(&name, decision.wanting, decision.rebooting);
-    apply(&ctx, &p, &spec, &decision, &drains).await;
-    Ok(decision.recheck.map_or_else(
-        || Action::requeue(Duration::from_secs(300)),
-        Action::requeue,
-    ))
+    }
+    decision
 }
 
 /// Held while the policy exists; released once the nodes it took are given back.
@@ -247,19 +279,21 @@ async fn set_finalizer(
 /// A deleted policy gives back every node it started: its cordon undone, an update-agent's grant
 /// withdrawn, its reboot pod removed. A node in the middle of its reboot comes back on its own.
 async fn clean_up(ctx: &Context, p: &RebootPolicy) -> Result<(), Error> {
-    let now = Timestamp::now();
     let name = p.name_any();
-    for entry in p.status.iter().flat_map(|s| s.nodes.iter()) {
-        let Some(state) = RebootState::from_status(entry, now) else {
-            continue;
-        };
+    let nodes = p
+        .status
+        .as_ref()
+        .map(|s| s.nodes.as_slice())
+        .unwrap_or_default();
+    let (states, _) = policy::read_status(nodes, Timestamp::now());
+    for (node, state) in states {
         let cordoned = match &state {
             RebootState::Draining { cordoned, .. } | RebootState::Rebooting { cordoned, .. } => {
                 *cordoned
             }
             RebootState::DrainFailed { .. } => false,
         };
-        finish(ctx, &name, &entry.name, state.signal(), cordoned).await?;
+        finish(ctx, &name, &node, state.signal(), cordoned).await?;
     }
     Ok(())
 }

@@ -350,6 +350,23 @@ impl RebootState {
     }
 }
 
+/// What `status.nodes` says: the nodes in progress, and since when each waiting node waits.
+pub fn read_status(
+    nodes: &[RebootNodeStatus],
+    now: Timestamp,
+) -> (BTreeMap<String, RebootState>, BTreeMap<String, Timestamp>) {
+    let states: BTreeMap<String, RebootState> = nodes
+        .iter()
+        .filter_map(|s| RebootState::from_status(s, now).map(|st| (s.name.clone(), st)))
+        .collect();
+    let wanting_since = nodes
+        .iter()
+        .filter(|s| !states.contains_key(&s.name))
+        .filter_map(|s| Some((s.name.clone(), s.since.as_deref()?.parse().ok()?)))
+        .collect();
+    (states, wanting_since)
+}
+
 /// The reason of a drain that did not finish within its timeout.
 pub const DRAIN_TIMED_OUT: &str = "DrainTimedOut";
 
@@ -636,74 +653,7 @@ fn advance(
     d: &mut PolicyDecision,
 ) {
     match state {
-        RebootState::Draining {
-            signal,
-            before,
-            cordoned,
-            since,
-        } => {
-            let drained = settings.drain_timeout.is_none()
-                || view.drain.as_ref().is_some_and(|v| v.remaining == 0)
-                || view.node.boot_id != before;
-            if drained {
-                let handoff = Handoff::start(before, now);
-                let next = RebootState::Rebooting {
-                    signal,
-                    cordoned,
-                    handoff,
-                };
-                // The hand-off asks for the reboot while the boot is unchanged.
-                d.event(name, false, "Rebooting", format!("Rebooting Node {name}"));
-                return rebooting(settings, name, next, view, now, d);
-            }
-            let timeout = settings.drain_timeout.unwrap_or_default();
-            if elapsed(since, now) >= timeout {
-                let left = view
-                    .drain
-                    .as_ref()
-                    .map(|v| v.waiting_for.join("; "))
-                    .unwrap_or_default();
-                let message = format!(
-                    "the drain of Node {name} did not finish within {}: {left}; retrying after {}",
-                    GoDuration::from_std(timeout),
-                    GoDuration::from_std(DRAIN_RETRY)
-                );
-                d.act(
-                    name,
-                    RebootAction::Finish {
-                        signal,
-                        uncordon: cordoned,
-                    },
-                );
-                d.event(name, true, DRAIN_TIMED_OUT, message.clone());
-                let next = RebootState::DrainFailed {
-                    signal,
-                    message: message.clone(),
-                    since: now,
-                };
-                d.keep(name, next, message);
-                d.recheck(DRAIN_RETRY);
-                return;
-            }
-            let message = match &view.drain {
-                Some(v) if !v.waiting_for.is_empty() => format!(
-                    "{} pods left to evict: {}",
-                    v.remaining,
-                    v.waiting_for.join("; ")
-                ),
-                Some(v) => format!("{} pods left to evict", v.remaining),
-                None => "draining".into(),
-            };
-            d.act(name, RebootAction::Drain);
-            let next = RebootState::Draining {
-                signal,
-                before,
-                cordoned,
-                since,
-            };
-            d.keep(name, next, message);
-            d.recheck(DRAIN_RECHECK);
-        }
+        s @ RebootState::Draining { .. } => draining(settings, name, s, view, now, d),
         s @ RebootState::Rebooting { .. } => rebooting(settings, name, s, view, now, d),
         RebootState::DrainFailed {
             signal,
@@ -722,6 +672,99 @@ fn advance(
             d.recheck(DRAIN_RETRY - elapsed(since, now));
         }
     }
+}
+
+/// Cordoned and draining: on to the reboot once drained (or rebooted meanwhile), given back
+/// once the drain's timeout passes, else evict again.
+fn draining(
+    settings: &PolicySettings,
+    name: &str,
+    state: RebootState,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut PolicyDecision,
+) {
+    let RebootState::Draining {
+        signal,
+        before,
+        cordoned,
+        since,
+    } = state
+    else {
+        return;
+    };
+    let drained = settings.drain_timeout.is_none()
+        || view.drain.as_ref().is_some_and(|v| v.remaining == 0)
+        || view.node.boot_id != before;
+    if drained {
+        let next = RebootState::Rebooting {
+            signal,
+            cordoned,
+            handoff: Handoff::start(before, now),
+        };
+        // The hand-off asks for the reboot while the boot is unchanged.
+        d.event(name, false, "Rebooting", format!("Rebooting Node {name}"));
+        return rebooting(settings, name, next, view, now, d);
+    }
+    let timeout = settings.drain_timeout.unwrap_or_default();
+    if elapsed(since, now) >= timeout {
+        return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
+    }
+    let message = match &view.drain {
+        Some(v) if !v.waiting_for.is_empty() => format!(
+            "{} pods left to evict: {}",
+            v.remaining,
+            v.waiting_for.join("; ")
+        ),
+        Some(v) => format!("{} pods left to evict", v.remaining),
+        None => "draining".into(),
+    };
+    d.act(name, RebootAction::Drain);
+    let next = RebootState::Draining {
+        signal,
+        before,
+        cordoned,
+        since,
+    };
+    d.keep(name, next, message);
+    d.recheck(DRAIN_RECHECK);
+}
+
+/// The drain took too long: the node is given back, named with what stayed, and retried later.
+fn drain_timed_out(
+    name: &str,
+    signal: Signal,
+    cordoned: bool,
+    timeout: Duration,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut PolicyDecision,
+) {
+    let left = view
+        .drain
+        .as_ref()
+        .map(|v| v.waiting_for.join("; "))
+        .unwrap_or_default();
+    let message = format!(
+        "the drain of Node {name} did not finish within {}: {left}; retrying after {}",
+        GoDuration::from_std(timeout),
+        GoDuration::from_std(DRAIN_RETRY)
+    );
+    d.act(
+        name,
+        RebootAction::Finish {
+            signal,
+            uncordon: cordoned,
+        },
+    );
+    d.event(name, true, DRAIN_TIMED_OUT, message.clone());
+    let next = RebootState::DrainFailed {
+        signal,
+        message: message.clone(),
+        since: now,
+    };
+    d.keep(name, next, message);
+    d.recheck(DRAIN_RETRY);
 }
 
 fn rebooting(

@@ -621,11 +621,8 @@ fn a_restarted_controller_continues_from_the_status_without_starting_more() {
     let views: Vec<_> = nodes.iter().map(view).collect();
     let first = run(&settings(2), &BTreeMap::new(), &views, t(T0));
     // A new process reads only status.nodes.
-    let restored: BTreeMap<String, RebootState> = first
-        .nodes
-        .iter()
-        .filter_map(|s| RebootState::from_status(s, at(5)).map(|st| (s.name.clone(), st)))
-        .collect();
+    let (restored, waiting) = read_status(&first.nodes, at(5));
+    assert_eq!(waiting.keys().collect::<Vec<_>>(), vec!["c"]);
     assert_eq!(restored, first.states);
     let again = run(&settings(2), &restored, &views, at(5));
     assert_eq!(started(&again), vec!["a", "b"]);
