@@ -184,29 +184,17 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         .uid
         .ok_or(Error::NoClusterId)?;
     if settings.install_crd {
-        install_crd(&client, crate::api::crd::plan_crd()).await?;
-        if settings.maintenance.is_some() {
-            install_crd(&client, crate::api::maintenance::maintenance_crd()).await?;
-        }
-        if settings.reboot_policies {
-            install_crd(&client, crate::api::reboot_policy::reboot_policy_crd()).await?;
-        }
+        install_crds(&client, &settings).await?;
     }
     let (node_changed, node_changes) = futures::channel::mpsc::unbounded();
     let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS, node_changed);
-    let (reboot_policies, policy_changes) = if settings.reboot_policies {
-        let (store, changes) = watch::reboot_policies(&client);
-        (Some(store), Some(changes))
-    } else {
-        (None, None)
-    };
-    let (maintenances, maintenance_changes) = match settings.maintenance {
-        Some(_) => {
-            let (store, changes) = watch::maintenances(&client);
-            (Some(store), Some(changes))
-        }
-        None => (None, None),
-    };
+    let maintenances = settings
+        .maintenance
+        .is_some()
+        .then(|| watch::maintenances(&client));
+    let reboot_policies = settings
+        .reboot_policies
+        .then(|| watch::reboot_policies(&client));
     spawn_sync_watch(
         [
             ("plan", ready(caches.plans.clone())),
@@ -243,22 +231,22 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         expect: Expectations::default(),
         templates: rollout::TemplateMemo::default(),
         claims: Mutex::new(NodeClaims::default()),
-        maintenances: maintenances.clone(),
+        maintenances: maintenances.as_ref().map(|(store, _)| store.clone()),
         eviction_client: ops.eviction.clone().unwrap_or_else(|| client.clone()),
         refusal_backoff: Mutex::default(),
-        reboot_policies: reboot_policies.clone(),
+        reboot_policies: reboot_policies.as_ref().map(|(store, _)| store.clone()),
         http: reqwest::Client::builder().build().ok(),
     });
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     let plans = drive(ctx.clone(), streams, channel_answers, ops.shutdown.clone());
     let nm = async {
-        if let (Some(store), Some(changes)) = (maintenances, maintenance_changes) {
+        if let Some((store, changes)) = maintenances {
             info!("reconciling NodeMaintenances");
             maintenance::drive(ctx.clone(), store, changes, ops.shutdown.clone()).await;
         }
     };
     let rp = async {
-        if let (Some(store), Some(changes)) = (reboot_policies, policy_changes) {
+        if let Some((store, changes)) = reboot_policies {
             info!("reconciling RebootPolicies");
             let triggers = node_changes.boxed();
             reboot_policy::drive(ctx.clone(), store, changes, triggers, ops.shutdown.clone()).await;
@@ -317,6 +305,18 @@ async fn drive(
             }
         })
         .await;
+}
+
+/// The Plan CRD, and the CRDs of the operations this process runs.
+async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error> {
+    install_crd(client, crate::api::crd::plan_crd()).await?;
+    if settings.maintenance.is_some() {
+        install_crd(client, crate::api::maintenance::maintenance_crd()).await?;
+    }
+    if settings.reboot_policies {
+        install_crd(client, crate::api::reboot_policy::reboot_policy_crd()).await?;
+    }
+    Ok(())
 }
 
 /// Creates or updates a CRD and waits until the API server serves it.

@@ -18,7 +18,10 @@ use super::alerts::AlertFilter;
 use super::handoff::{self, GatePolicy, Handoff, HandoffPolicy, Stage};
 use super::request::REBOOT_REQUIRED_ANNOTATION;
 use super::{HealthGate, HealthObservation};
-use crate::api::reboot_policy::{RebootNodeStatus, RebootPolicySpec, RebootRecord, RebootSignals};
+use crate::api::HealthGateSpec;
+use crate::api::reboot_policy::{
+    RebootBlockers, RebootDrain, RebootNodeStatus, RebootPolicySpec, RebootRecord, RebootSignals,
+};
 use crate::drain::DrainOptions;
 use crate::duration::GoDuration;
 use crate::node::NodeInfo;
@@ -924,55 +927,13 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         .map(TimeWindow::new)
         .transpose()
         .map_err(|e| format!("spec.window is invalid: {e}"))?;
-    let drain_spec = spec.drain.clone().unwrap_or_default();
-    let drain = match drain_spec.enabled {
-        Some(false) => None,
-        _ => Some((
-            duration_field(
-                drain_spec.timeout.as_deref(),
-                "spec.drain.timeout",
-                DEFAULT_DRAIN_TIMEOUT,
-            )?,
-            DrainOptions {
-                grace_period_seconds: drain_spec.grace_period_seconds,
-                delete_emptydir_data: drain_spec.delete_emptydir_data.unwrap_or(true),
-                force: drain_spec.force.unwrap_or(true),
-                ..DrainOptions::default()
-            },
-        )),
-    };
+    let drain = read_drain(spec.drain.clone().unwrap_or_default())?;
     let health_gate = spec
         .health_gate
         .as_ref()
-        .map(|g| {
-            Selector::from_label_selector(Some(&g.pod_selector))
-                .map_err(|e| format!("spec.healthGate.podSelector is invalid: {e}"))?;
-            Ok::<_, String>(HealthGate {
-                pod_selector: g.pod_selector.clone(),
-                namespace: g.namespace.clone().filter(|n| !n.is_empty()),
-                timeout: duration_field(
-                    g.timeout.as_deref(),
-                    "spec.healthGate.timeout",
-                    super::DEFAULT_HEALTH_TIMEOUT,
-                )?,
-            })
-        })
+        .map(read_health_gate)
         .transpose()?;
-    let blockers = spec.blocking.clone().unwrap_or_default();
-    let blocking_pods = blockers
-        .pod_selectors
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            Selector::from_label_selector(Some(s))
-                .map_err(|e| format!("spec.blocking.podSelectors[{i}] is invalid: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let alerts = blockers
-        .prometheus
-        .as_ref()
-        .map(AlertFilter::new)
-        .transpose()?;
+    let (blocking_pods, alerts) = read_blockers(&spec.blocking.clone().unwrap_or_default())?;
     Ok(PolicySpec {
         selector,
         concurrency,
@@ -994,6 +955,60 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
             .filter(|i| !i.is_empty())
             .unwrap_or_else(|| default_image.to_string()),
     })
+}
+
+/// `spec.drain`: `None` when disabled (cordon only), else the timeout and kured's options.
+fn read_drain(drain: RebootDrain) -> Result<Option<(Duration, DrainOptions)>, String> {
+    if drain.enabled == Some(false) {
+        return Ok(None);
+    }
+    let timeout = duration_field(
+        drain.timeout.as_deref(),
+        "spec.drain.timeout",
+        DEFAULT_DRAIN_TIMEOUT,
+    )?;
+    let options = DrainOptions {
+        grace_period_seconds: drain.grace_period_seconds,
+        delete_emptydir_data: drain.delete_emptydir_data.unwrap_or(true),
+        force: drain.force.unwrap_or(true),
+        ..DrainOptions::default()
+    };
+    Ok(Some((timeout, options)))
+}
+
+fn read_health_gate(gate: &HealthGateSpec) -> Result<HealthGate, String> {
+    Selector::from_label_selector(Some(&gate.pod_selector))
+        .map_err(|e| format!("spec.healthGate.podSelector is invalid: {e}"))?;
+    Ok(HealthGate {
+        pod_selector: gate.pod_selector.clone(),
+        namespace: gate.namespace.clone().filter(|n| !n.is_empty()),
+        timeout: duration_field(
+            gate.timeout.as_deref(),
+            "spec.healthGate.timeout",
+            super::DEFAULT_HEALTH_TIMEOUT,
+        )?,
+    })
+}
+
+/// `spec.blocking`: the pod selectors, and the Prometheus filter.
+fn read_blockers(
+    blockers: &RebootBlockers,
+) -> Result<(Vec<Selector>, Option<AlertFilter>), String> {
+    let pods = blockers
+        .pod_selectors
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            Selector::from_label_selector(Some(s))
+                .map_err(|e| format!("spec.blocking.podSelectors[{i}] is invalid: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let alerts = blockers
+        .prometheus
+        .as_ref()
+        .map(AlertFilter::new)
+        .transpose()?;
+    Ok((pods, alerts))
 }
 
 impl PolicySpec {
