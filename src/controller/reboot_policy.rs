@@ -101,6 +101,13 @@ async fn reconcile(p: Arc<RebootPolicy>, ctx: Arc<Context>) -> Result<Action, Er
     let now = Timestamp::now();
     let seen = observe(&ctx, &p, &spec, now).await?;
     let decision = decide_and_claim(&ctx, &name, &spec, &seen, now);
+    // A node leaves `status.nodes` only once it is given back: a crash in between finds it still
+    // there and gives it back again (every step of it is idempotent).
+    for (node, action) in &decision.actions {
+        if let RebootAction::Finish { signal, uncordon } = action {
+            finish(&ctx, &name, node, *signal, *uncordon).await?;
+        }
+    }
     write_status(&ctx, &p, &decision).await?;
     ctx.metrics
         .reboot_policy(&name, decision.wanting, decision.rebooting);
@@ -514,9 +521,8 @@ async fn apply(
                 }
                 None => create_reboot_pod(ctx, p, spec, node, before).await,
             },
-            RebootAction::Finish { signal, uncordon } => {
-                finish(ctx, &name, node, *signal, *uncordon).await
-            }
+            // Done before the status was written.
+            RebootAction::Finish { .. } => Ok(()),
             RebootAction::Event {
                 warning,
                 reason,
