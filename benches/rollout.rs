@@ -33,7 +33,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";
@@ -725,7 +725,7 @@ async fn prepare_churn(admin: &Client, opts: &Options) -> Result<Vec<String>> {
             json!({"matchLabels": {GROUP_LABEL: g.to_string()}}),
         )?;
         p = plans.create(&PostParams::default(), &p).await?;
-        let hash = slipway::hash::plan_latest_hash(&p, "v1.0.0", &BTreeMap::new())?;
+        let hash = slipway::plan::core::hash::plan_latest_hash(&p, "v1.0.0", &BTreeMap::new())?;
         hashes.push((name, hash));
     }
     let nodes: Vec<String> = Api::<Node>::all(admin.clone())

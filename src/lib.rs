@@ -1,35 +1,18 @@
 //! slipway: a drop-in, faster and safer replacement for rancher/system-upgrade-controller.
 //!
-//! The library is a functional core: the modules below decide from plain data, and the
-//! `controller` module (and the CLI) read the cluster and apply what they decide.
+//! One module per node operation ([`plan`], [`maintenance`], [`reboot_policy`]), each with the
+//! same three parts: `api` (the resource), `core` (the pure decision) and `shell` (reads the
+//! cluster and applies the decision). [`node`] holds what the operations share on a node,
+//! [`common`] the vocabulary of their specs, and [`runtime`] the controller process and its
+//! Kubernetes chores, written once.
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod budget;
-pub mod channel;
-pub mod conditions;
-pub mod config;
-pub mod controller;
-pub mod drain;
-pub mod duration;
-pub mod expansion;
-pub mod hash;
-pub mod health;
-pub mod image;
-pub mod job;
-pub mod leader;
-pub mod lint;
+pub mod common;
 pub mod maintenance;
-pub mod metrics;
-pub mod naming;
 pub mod node;
-pub mod node_index;
-pub mod reboot;
-pub mod render;
-pub mod rollout;
-pub mod selection;
-pub mod server;
-pub mod window;
+pub mod plan;
+pub mod reboot_policy;
+pub mod runtime;
 
 /// Errors of the slipway library.
 #[derive(Debug, thiserror::Error)]

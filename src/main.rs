@@ -10,11 +10,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
-use slipway::api::Plan;
-use slipway::controller::Operations;
-use slipway::health::{Health, Transition};
-use slipway::leader::{ElectionConfig, LeaderElector, LeaseGuard};
-use slipway::metrics::Metrics;
+use slipway::plan::api::Plan;
+use slipway::runtime::Operations;
+use slipway::runtime::health::{Health, Transition};
+use slipway::runtime::leader::{ElectionConfig, LeaderElector, LeaseGuard};
+use slipway::runtime::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -182,9 +182,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let done = match cli.command {
         Command::Crd(args) => match args.resource {
-            CrdResource::Plans => slipway::api::crd::plan_crd_yaml(),
-            CrdResource::Nodemaintenances => slipway::api::maintenance::maintenance_crd_yaml(),
-            CrdResource::Rebootpolicies => slipway::api::reboot_policy::reboot_policy_crd_yaml(),
+            CrdResource::Plans => slipway::plan::api::crd::plan_crd_yaml(),
+            CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd_yaml(),
+            CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd_yaml(),
         }
         .map(|crd| print!("{crd}"))
         .map_err(anyhow::Error::from),
@@ -221,7 +221,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // One rustls provider for kube and reqwest alike (see rust-stack.md, trap 4).
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let env = slipway::config::EnvSettings::from_lookup(|k| std::env::var(k).ok());
+    let env = slipway::plan::core::config::EnvSettings::from_lookup(|k| std::env::var(k).ok());
     for warning in &env.warnings {
         tracing::warn!("{warning}");
     }
@@ -237,7 +237,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("bad --metrics-addr {a:?} (want host:port)"))?,
         ),
     };
-    let settings = slipway::controller::Settings {
+    let settings = slipway::runtime::Settings {
         name: args.name,
         namespace: args.namespace,
         threads: args.threads.max(1),
@@ -247,7 +247,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: args.node_name.or_else(|| std::env::var("HOSTNAME").ok()),
         maintenance: args
             .maintenance
-            .then(|| slipway::maintenance::LeaseSettings {
+            .then(|| slipway::maintenance::core::LeaseSettings {
                 namespace: args.maintenance_lease_namespace,
                 holder: args.maintenance_lease_holder,
                 ..Default::default()
@@ -274,7 +274,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn operate(
     client: kube::Client,
     eviction: kube::Client,
-    settings: slipway::controller::Settings,
+    settings: slipway::runtime::Settings,
     election: Option<ElectionConfig>,
     metrics_addr: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -286,12 +286,12 @@ async fn operate(
     let server = match metrics_addr {
         None => None,
         Some(addr) => {
-            let listener = slipway::server::bind(addr)
+            let listener = slipway::runtime::server::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
             let bound = listener.local_addr().unwrap_or(addr);
             info!(addr = %bound, "serving /metrics, /healthz and /readyz");
-            Some(tokio::spawn(slipway::server::serve(
+            Some(tokio::spawn(slipway::runtime::server::serve(
                 listener,
                 metrics.clone(),
                 health.clone(),
@@ -329,18 +329,18 @@ async fn operate(
 /// Runs the controller while this replica holds the leader lease, and only then.
 async fn run_elected(
     client: kube::Client,
-    settings: slipway::controller::Settings,
+    settings: slipway::runtime::Settings,
     config: ElectionConfig,
     ops: Operations,
-) -> Result<(), slipway::controller::Error> {
+) -> Result<(), slipway::runtime::Error> {
     let (metrics, health, shutdown) = (
         ops.metrics.clone(),
         ops.health.clone(),
         ops.shutdown.clone(),
     );
-    let identity = slipway::leader::identity(
+    let identity = slipway::runtime::leader::identity(
         |k| std::env::var(k).ok(),
-        slipway::leader::kernel_hostname(),
+        slipway::runtime::leader::kernel_hostname(),
     );
     let mut elector = LeaderElector::new(
         client.clone(),
@@ -396,12 +396,12 @@ async fn run_elected(
 /// reconciles did not finish within [`SHUTDOWN_GRACE`] (they are aborted).
 async fn run_controller(
     client: kube::Client,
-    settings: slipway::controller::Settings,
+    settings: slipway::runtime::Settings,
     ops: Operations,
-) -> Result<bool, slipway::controller::Error> {
+) -> Result<bool, slipway::runtime::Error> {
     let shutdown = ops.shutdown.clone();
     tokio::select! {
-        ran = slipway::controller::run(client, settings, ops) => ran.map(|()| true),
+        ran = slipway::runtime::run(client, settings, ops) => ran.map(|()| true),
         _ = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -467,8 +467,8 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
         let Some(version) = args.version else {
             bail!("give --version (and --service-account), or --plan");
         };
-        return Ok(slipway::hash::latest_hash(
-            &slipway::image::munge_version(&version),
+        return Ok(slipway::plan::core::hash::latest_hash(
+            &slipway::plan::core::image::munge_version(&version),
             args.service_account.as_deref().unwrap_or(""),
             &[],
             &[],
@@ -493,9 +493,9 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
             .with_context(|| format!("{}: the Secret has no metadata.name", p.display()))?;
         secrets.insert(name, secret);
     }
-    Ok(slipway::hash::plan_latest_hash(
+    Ok(slipway::plan::core::hash::plan_latest_hash(
         &plan,
-        &slipway::image::munge_version(&version),
+        &slipway::plan::core::image::munge_version(&version),
         &secrets,
     )?)
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -36,7 +36,7 @@ fn committed_crd_is_what_slipway_crd_prints() {
 
 #[test]
 fn crd_has_suc_names_columns_and_status() {
-    let crd = slipway::api::crd::plan_crd();
+    let crd = slipway::plan::api::crd::plan_crd();
     assert_eq!(
         crd.metadata.name.as_deref(),
         Some("plans.upgrade.cattle.io")
@@ -81,7 +81,7 @@ fn crd_has_suc_names_columns_and_status() {
 
 #[test]
 fn crd_schema_carries_the_validation_rules() {
-    let crd = serde_json::to_value(slipway::api::crd::plan_crd()).expect("json");
+    let crd = serde_json::to_value(slipway::plan::api::crd::plan_crd()).expect("json");
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let spec = &schema["properties"]["spec"];
     let rules = |v: &Value| -> Vec<String> {
@@ -277,9 +277,9 @@ fn the_reboot_examples_are_valid_reboot_policies_that_round_trip() {
     for entry in std::fs::read_dir(&dir).expect("examples/reboot") {
         let path = entry.expect("entry").path();
         for doc in documents(&path) {
-            let p: slipway::api::reboot_policy::RebootPolicy = serde_json::from_value(doc.clone())
+            let p: slipway::reboot_policy::api::RebootPolicy = serde_json::from_value(doc.clone())
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if let Err(e) = slipway::reboot::policy::read_spec(&p.spec, "busybox") {
+            if let Err(e) = slipway::reboot_policy::core::read_spec(&p.spec, "busybox") {
                 panic!("{}: {e}", path.display());
             }
             assert_eq!(serde_json::to_value(&p).expect("serialize"), doc);
@@ -296,7 +296,7 @@ fn the_maintenance_examples_are_node_maintenances_that_round_trip() {
     for entry in std::fs::read_dir(&dir).expect("examples/maintenance") {
         let path = entry.expect("entry").path();
         for doc in documents(&path) {
-            let nm: slipway::api::maintenance::NodeMaintenance =
+            let nm: slipway::maintenance::api::NodeMaintenance =
                 serde_json::from_value(doc.clone())
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert!(!nm.spec.node_name.is_empty());

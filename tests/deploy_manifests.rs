@@ -81,7 +81,7 @@ fn the_config_map_has_suc_values_under_names_slipway_reads() {
     }
 
     // The job settings parse without a warning and mean what SUC's manifest means.
-    let env = slipway::config::EnvSettings::from_lookup(|k| data.get(k).cloned());
+    let env = slipway::plan::core::config::EnvSettings::from_lookup(|k| data.get(k).cloned());
     assert!(env.warnings.is_empty(), "{:?}", env.warnings);
     assert_eq!(env.job.active_deadline_seconds, 900);
     assert_eq!(env.job.backoff_limit, 99);

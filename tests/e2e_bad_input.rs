@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::controller::ControllerProcess;
 
 /// What becomes of a Plan.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use kube::api::PostParams;
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ListParams;
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::controller::ControllerProcess;
 
 fn slipway(args: &[&str]) -> (i32, String, String) {
@@ -208,7 +208,7 @@ async fn render_equals_what_the_controller_creates() {
                     .and_then(|l| l.get("upgrade.cattle.io/node"))
                     .cloned()
                     .unwrap_or_default();
-                let hash = slipway::job::pod_template_hash(&j)
+                let hash = slipway::plan::core::job::pod_template_hash(&j)
                     .unwrap_or_default()
                     .to_string();
                 (j.metadata.name.unwrap_or_default(), (node, hash))
@@ -244,7 +244,7 @@ async fn render_equals_what_the_controller_creates() {
                 .and_then(|l| l.get("upgrade.cattle.io/node"))
                 .cloned()
                 .unwrap_or_default();
-            let hash = slipway::job::pod_template_hash(&j)
+            let hash = slipway::plan::core::job::pod_template_hash(&j)
                 .unwrap_or_default()
                 .to_string();
             (j.metadata.name.unwrap_or_default(), (node, hash))

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 
 const NS: &str = "slipway-compat";
 const CONTROLLER: &str = "system-upgrade-controller";

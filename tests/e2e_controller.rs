@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 
@@ -126,7 +126,7 @@ async fn rolls_over_five_nodes_two_at_a_time() {
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
     assert_eq!(
         hash,
-        slipway::hash::latest_hash("v1.30.1-k3s1", "default", &[], &[]),
+        slipway::plan::core::hash::latest_hash("v1.30.1-k3s1", "default", &[], &[]),
         "latestHash is SUC's"
     );
     for (node, labels) in node_labels(&client, &nodes).await {

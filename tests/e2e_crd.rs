@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use kube::api::PostParams;
 use serde_json::{Value, json};
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::TestNamespace;
 
 fn minimal_plan(name: &str, spec: Value) -> Value {

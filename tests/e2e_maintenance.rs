@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use slipway::api::Plan;
-use slipway::api::maintenance::{MaintenancePhase, NodeMaintenance};
+use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 

@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::{Cluster, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

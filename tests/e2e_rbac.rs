@@ -43,9 +43,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use slipway::api::Plan;
-use slipway::api::maintenance::{MaintenancePhase, NodeMaintenance};
-use slipway::api::reboot_policy::RebootPolicy;
+use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::plan::api::Plan;
+use slipway::reboot_policy::api::RebootPolicy;
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";

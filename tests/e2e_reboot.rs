@@ -10,7 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use slipway::api::Plan;
+use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 
@@ -281,13 +281,14 @@ async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
         .expect("create pod");
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     let mut plan = reboot_plan("gated", &pool, "5m");
-    plan.spec.reboot.as_mut().expect("reboot").health_gate = Some(slipway::api::HealthGateSpec {
-        pod_selector: serde_json::from_value(json!({"matchLabels": {"app": "critical"}}))
-            .expect("selector"),
-        namespace: Some(ns.name().to_string()),
-        timeout: Some("5m".into()),
-        ..Default::default()
-    });
+    plan.spec.reboot.as_mut().expect("reboot").health_gate =
+        Some(slipway::plan::api::HealthGateSpec {
+            pod_selector: serde_json::from_value(json!({"matchLabels": {"app": "critical"}}))
+                .expect("selector"),
+            namespace: Some(ns.name().to_string()),
+            timeout: Some("5m".into()),
+            ..Default::default()
+        });
     ns.api::<Plan>()
         .create(&PostParams::default(), &plan)
         .await

@@ -21,7 +21,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use slipway::api::reboot_policy::RebootPolicy;
+use slipway::reboot_policy::api::RebootPolicy;
 use support::controller::ControllerProcess;
 
 const AGENT: &str = "slipway.dev/reboot-required";
@@ -738,7 +738,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     //     has a live Job of the Plan and the policy's reboot pod (or cordon) at once, and both
     //     finish.
     let shared = pname("shared");
-    let plan: slipway::api::Plan = serde_saphyr::from_str(&format!(
+    let plan: slipway::plan::api::Plan = serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
@@ -798,7 +798,7 @@ spec:
         })
     };
     create_policy(&api, &policy(&shared, &pool, json!({}))).await;
-    ns.api::<slipway::api::Plan>()
+    ns.api::<slipway::plan::api::Plan>()
         .create(&PostParams::default(), &plan)
         .await
         .expect("create the Plan");

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use slipway::api::{Plan, PlanStatus, labels};
-use slipway::config::JobConfig;
-use slipway::hash::plan_latest_hash;
-use slipway::job::{compute_pod_template_hash, pod_template_hash, render_job};
 use slipway::node::NodeInfo;
-use slipway::selection::select_concurrent_nodes;
+use slipway::plan::api::{Plan, PlanStatus, labels};
+use slipway::plan::core::config::JobConfig;
+use slipway::plan::core::hash::plan_latest_hash;
+use slipway::plan::core::job::{compute_pod_template_hash, pod_template_hash, render_job};
+use slipway::plan::core::selection::select_concurrent_nodes;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use slipway::api::Plan;
-use slipway::config::JobConfig;
-use slipway::lint::{self, Input, SchemaChecker};
 use slipway::node::NodeInfo;
-use slipway::render::{self, RenderInput};
-use slipway::rollout::ChannelAnswer;
+use slipway::plan::api::Plan;
+use slipway::plan::core::ChannelAnswer;
+use slipway::plan::core::config::JobConfig;
+use slipway::plan::core::lint::{self, Input, SchemaChecker};
+use slipway::plan::core::render::{self, RenderInput};
 
 fn nodes() -> Vec<NodeInfo> {
     ["cp", "w1", "w2"]

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use libfuzzer_sys::fuzz_target;
-use slipway::selection::{self, Selector};
+use slipway::common::selector::{self, Selector};
+use slipway::plan::core::selection;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(selector) = serde_json::from_slice::<LabelSelector>(data) else {
         if let Ok(text) = std::str::from_utf8(data) {
-            let _ = selection::label_key_errors(text);
-            let _ = selection::label_value_errors(text);
+            let _ = selector::label_key_errors(text);
+            let _ = selector::label_value_errors(text);
         }
         return;
     };

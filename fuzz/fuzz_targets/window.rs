@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slipway::api::TimeWindowSpec;
-use slipway::window::{self, TimeWindow};
+use slipway::common::window::{self, TimeWindow};
+use slipway::plan::api::TimeWindowSpec;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(spec) = serde_json::from_slice::<TimeWindowSpec>(data) else {

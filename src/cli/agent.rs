@@ -1,6 +1,6 @@
 //! `slipway agent`: runs on every node (a DaemonSet, `deploy/components/reboot-agent`) and keeps
 //! the `slipway.dev/reboot-required` annotation of its own Node in step with the node's sentinel;
-//! the decision is `slipway::reboot::request::agent_step`.
+//! the decision is `slipway::reboot_policy::core::request::agent_step`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,8 +9,10 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use slipway::duration::GoDuration;
-use slipway::reboot::request::{self, AnnotationChange, REBOOT_REQUIRED_ANNOTATION, Sentinel};
+use slipway::common::duration::GoDuration;
+use slipway::reboot_policy::core::request::{
+    self, AnnotationChange, REBOOT_REQUIRED_ANNOTATION, Sentinel,
+};
 use tracing::{info, warn};
 
 /// The field manager of the agent's patches.

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams};
-use slipway::api::Plan;
-use slipway::lint::{self, Document};
 use slipway::node::NodeInfo;
-use slipway::render::{RenderInput, Rendering};
-use slipway::rollout::ChannelAnswer;
+use slipway::plan::api::Plan;
+use slipway::plan::core::ChannelAnswer;
+use slipway::plan::core::lint::{self, Document};
+use slipway::plan::core::render::{RenderInput, Rendering};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -95,7 +95,7 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
         plan.metadata.uid = Some(STAND_IN_UID.into());
     }
     let channel = channel_answer(args, &mut plan)?;
-    let env = slipway::config::EnvSettings::from_lookup(|k| std::env::var(k).ok());
+    let env = slipway::plan::core::config::EnvSettings::from_lookup(|k| std::env::var(k).ok());
     let input = RenderInput {
         plan,
         nodes,
@@ -106,8 +106,8 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
         job_config: env.job,
     };
     let name = input.plan.metadata.name.clone().unwrap_or_default();
-    let rendering =
-        slipway::render::render(&input).with_context(|| format!("{file}: plan/{name}"))?;
+    let rendering = slipway::plan::core::render::render(&input)
+        .with_context(|| format!("{file}: plan/{name}"))?;
     if args.summary {
         print!("{}", summary(&rendering));
     } else {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::Api;
-use slipway::api::Plan;
-use slipway::channel::{ChannelClient, ChannelConfig};
+use slipway::plan::api::Plan;
+use slipway::plan::shell::channel::{ChannelClient, ChannelConfig};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -92,10 +92,10 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
             })?;
             (raw, format!("channel {url}"))
         }
-        (None, None) => bail!("plan/{name}: {}", slipway::rollout::ERR_UNRESOLVABLE),
+        (None, None) => bail!("plan/{name}: {}", slipway::plan::core::ERR_UNRESOLVABLE),
     };
-    let latest = slipway::image::munge_version(&raw);
-    let hash = slipway::hash::plan_latest_hash(&plan, &latest, &secrets)
+    let latest = slipway::plan::core::image::munge_version(&raw);
+    let hash = slipway::plan::core::hash::plan_latest_hash(&plan, &latest, &secrets)
         .with_context(|| format!("plan/{name}: cannot compute the latestHash"))?;
     println!("plan:          {name}");
     println!("from:          {source}");

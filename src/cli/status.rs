@@ -6,9 +6,9 @@ use anyhow::Context;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use slipway::api::{Plan, labels};
+use slipway::common::selector::Selector;
 use slipway::node::NodeInfo;
-use slipway::selection::Selector;
+use slipway::plan::api::{Plan, labels};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -37,7 +37,7 @@ struct PlanReport {
     name: String,
     latest_version: Option<String>,
     latest_hash: Option<String>,
-    conditions: Vec<slipway::api::PlanCondition>,
+    conditions: Vec<slipway::plan::api::PlanCondition>,
     done: usize,
     applying: usize,
     remaining: usize,

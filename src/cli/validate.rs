@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use slipway::lint::{self, Document, FileFinding, Input, SchemaChecker, Severity};
+use slipway::plan::core::lint::{self, Document, FileFinding, Input, SchemaChecker, Severity};
 
 /// Exit codes: no errors, errors found, some input could not be read.
 pub const OK: u8 = 0;

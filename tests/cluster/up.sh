@@ -251,8 +251,9 @@ if [ "$nodes" -gt 0 ]; then
     local ready
     ready=$(awk -v p="$prefix" -v n="$nodes" '
       $2 == "True" && $3 == "0" && index($1, p) == 1 {
-        i = substr($1, length(p) + 1)
-        if (i ~ /^[0-9]+$/ && i >= 1 && i <= n) c++
+        s = substr($1, length(p) + 1)
+        # s + 0: mawk compares a substr() result as a string, and "31" <= "300" is false.
+        if (s ~ /^[0-9]+$/ && s + 0 >= 1 && s + 0 <= n) c++
       }
       END { print c + 0 }' <<<"$out")
     if [ "$ready" -ne "$nodes" ]; then

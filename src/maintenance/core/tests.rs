@@ -1,0 +1,496 @@
+use super::*;
+use crate::maintenance::api::NodeMaintenanceSpec;
+use kube::api::ObjectMeta;
+
+fn t(s: &str) -> Timestamp {
+    s.parse().expect("a timestamp")
+}
+
+fn now() -> Timestamp {
+    t("2026-11-22T10:00:00Z")
+}
+
+fn nm(finalized: bool) -> NodeMaintenance {
+    NodeMaintenance {
+        metadata: ObjectMeta {
+            name: Some("disk".into()),
+            generation: Some(1),
+            finalizers: finalized.then(|| vec![FINALIZER.to_string()]),
+            ..Default::default()
+        },
+        spec: NodeMaintenanceSpec {
+            node_name: "n1".into(),
+            reason: Some("disk".into()),
+            drain_timeout: None,
+        },
+        status: None,
+    }
+}
+
+fn node() -> NodeFacts {
+    NodeFacts {
+        name: "n1".into(),
+        uid: "uid-n1".into(),
+        ..Default::default()
+    }
+}
+
+/// The node as the maintenance leaves it after taking it.
+fn taken() -> NodeFacts {
+    NodeFacts {
+        unschedulable: true,
+        drain_taint: true,
+        excluded: true,
+        cordoned_by: Some("nodemaintenance/disk".into()),
+        excluded_by: Some("nodemaintenance/disk".into()),
+        ..node()
+    }
+}
+
+fn pod(name: &str) -> PodKey {
+    PodKey {
+        namespace: "shop".into(),
+        name: name.into(),
+    }
+}
+
+fn pods(evict: &[(&str, bool)]) -> PodsView {
+    PodsView {
+        total: evict.len() + 1,
+        to_evict: evict.iter().map(|(n, t)| (pod(n), *t)).collect(),
+        blocked: BTreeMap::new(),
+    }
+}
+
+fn input<'a>(
+    nm: &'a NodeMaintenance,
+    node: Option<&'a NodeFacts>,
+    pods: Option<&'a PodsView>,
+) -> MaintenanceInput<'a> {
+    MaintenanceInput {
+        maintenance: nm,
+        node,
+        duplicate_of: None,
+        busy: None,
+        lease: LeaseView::Free,
+        pods,
+        now: now(),
+    }
+}
+
+fn reasons(step: &Step) -> Vec<&'static str> {
+    step.events.iter().map(|e| e.reason).collect()
+}
+
+fn condition(step: &Step) -> &crate::common::condition::Condition {
+    step.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DRAINED)
+        .expect("the Drained condition")
+}
+
+#[test]
+fn a_new_maintenance_adds_the_finalizer_takes_the_node_and_evicts() {
+    let (m, n, p) = (
+        nm(false),
+        node(),
+        pods(&[("web-1", false), ("web-2", true)]),
+    );
+    let step = decide(&input(&m, Some(&n), Some(&p)));
+    assert!(step.add_finalizer);
+    assert!(step.hold_node);
+    assert_eq!(step.lease, Some(LeaseAction::Hold));
+    assert_eq!(step.node.unschedulable, Some(true));
+    assert_eq!(step.node.drain_taint, Some(true));
+    assert_eq!(step.node.exclude_label, Some(true));
+    assert_eq!(
+        step.node.annotations.get(CORDONED_BY),
+        Some(&Some("nodemaintenance/disk".to_string()))
+    );
+    assert_eq!(
+        step.evict,
+        [pod("web-1")],
+        "a terminating pod is not evicted again"
+    );
+    assert_eq!(step.stage, Stage::Draining);
+    let st = &step.status;
+    assert_eq!(st.phase, Some(MaintenancePhase::Running));
+    assert_eq!((st.total_pods, st.eviction_pods), (Some(3), Some(2)));
+    assert_eq!(st.drain_progress, Some(0));
+    assert_eq!(st.pending_pods, ["web-1", "web-2"]);
+    assert_eq!(st.pending_pods_refs[0].namespace, "shop");
+    assert_eq!(reasons(&step), ["BeginMaintenance"]);
+    assert_eq!(step.requeue_after, Some(DRAIN_RECHECK));
+    assert_eq!(
+        condition(&step).message,
+        "waiting for 2 pods to be evicted: shop/web-1 and 1 more"
+    );
+}
+
+#[test]
+fn an_admins_cordon_and_label_are_not_recorded_as_the_maintenances() {
+    let m = nm(true);
+    let n = NodeFacts {
+        unschedulable: true,
+        excluded: true,
+        ..node()
+    };
+    let step = decide(&input(&m, Some(&n), Some(&pods(&[]))));
+    assert_eq!(step.node.unschedulable, None);
+    assert_eq!(step.node.exclude_label, None);
+    assert_eq!(step.node.drain_taint, Some(true));
+    assert!(step.node.annotations.is_empty());
+    // And deleting the maintenance leaves them.
+    let mut gone = nm(true);
+    gone.metadata.deletion_timestamp = Some(Time(now()));
+    let n = NodeFacts {
+        drain_taint: true,
+        ..n
+    };
+    let step = decide(&input(&gone, Some(&n), None));
+    assert_eq!(step.node.unschedulable, None, "the admin's cordon stays");
+    assert_eq!(step.node.exclude_label, None);
+    assert_eq!(step.node.drain_taint, Some(false));
+    assert!(step.remove_finalizer);
+}
+
+#[test]
+fn progress_counts_from_the_pods_to_evict_at_the_start() {
+    let mut m = nm(true);
+    let first = decide(&input(
+        &m,
+        Some(&node()),
+        Some(&pods(&[
+            ("a", false),
+            ("b", false),
+            ("c", false),
+            ("d", false),
+        ])),
+    ));
+    m.status = Some(first.status);
+    let step = decide(&input(&m, Some(&taken()), Some(&pods(&[("d", true)]))));
+    assert_eq!(step.status.eviction_pods, Some(4), "kept from the start");
+    assert_eq!(step.status.drain_progress, Some(75));
+    assert_eq!(step.status.pending_pods, ["d"]);
+    assert!(step.node.is_empty(), "the node is already taken");
+}
+
+#[test]
+fn an_empty_drain_succeeds_once() {
+    let mut m = nm(true);
+    let step = decide(&input(&m, Some(&taken()), Some(&pods(&[]))));
+    assert_eq!(step.stage, Stage::Drained);
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Succeeded));
+    assert_eq!(step.status.drain_progress, Some(100));
+    assert_eq!(condition(&step).status, "True");
+    assert_eq!(reasons(&step), ["SucceedMaintenance"]);
+    assert_eq!(step.lease, Some(LeaseAction::Hold), "the node stays held");
+    assert!(step.requeue_after.is_some(), "to renew the lease");
+    m.status = Some(step.status);
+    let again = decide(&input(&m, Some(&taken()), Some(&pods(&[]))));
+    assert!(again.events.is_empty());
+    assert_eq!(again.status, m.status.clone().unwrap_or_default());
+}
+
+#[test]
+fn a_missing_node_fails_and_a_duplicate_fails_naming_the_first() {
+    let m = nm(true);
+    let step = decide(&input(&m, None, None));
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    assert_eq!(
+        step.status.last_error.as_deref(),
+        Some("invalid nodeName, no node with name n1 found")
+    );
+    assert_eq!(reasons(&step), ["FailedMaintenance"]);
+    assert!(!step.hold_node && step.node.is_empty() && step.lease.is_none());
+    let n = node();
+    let mut i = input(&m, Some(&n), None);
+    i.duplicate_of = Some("older");
+    let step = decide(&i);
+    assert_eq!(
+        condition(&step).message,
+        "a NodeMaintenance for node n1 already exists: older"
+    );
+    assert!(!step.hold_node && step.node.is_empty() && step.lease.is_none());
+}
+
+#[test]
+fn a_node_in_the_middle_of_an_upgrade_waits_untouched() {
+    let m = nm(true);
+    let n = node();
+    let plan = Holder::Plan {
+        namespace: "system-upgrade".into(),
+        name: "k3s".into(),
+    };
+    let mut i = input(&m, Some(&n), None);
+    i.busy = Some(&plan);
+    let step = decide(&i);
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Running));
+    assert_eq!(
+        condition(&step).message,
+        "waiting for plan system-upgrade/k3s to finish its step on node n1"
+    );
+    assert!(!step.hold_node && step.node.is_empty() && step.evict.is_empty());
+    assert_eq!(reasons(&step), ["WaitingForNode"]);
+    assert_eq!(step.requeue_after, Some(WAIT_RECHECK));
+}
+
+#[test]
+fn a_lease_held_by_another_operator_waits_before_the_drain_and_fails_after_too_many_errors() {
+    let m = nm(true);
+    let n = node();
+    let mut i = input(&m, Some(&n), None);
+    i.lease = LeaseView::Other {
+        holder: "node-healthcheck".into(),
+    };
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::LeaseHeld {
+            holder: "node-healthcheck".into()
+        }
+    );
+    assert!(step.node.is_empty() && step.lease.is_none());
+    // Once draining, errors are counted and the drain goes on, until more than three.
+    let mut m = nm(true);
+    let t = taken();
+    let p = pods(&[("a", false)]);
+    for count in 1..=3 {
+        let mut i = input(&m, Some(&t), Some(&p));
+        i.lease = LeaseView::Other {
+            holder: "nhc".into(),
+        };
+        let step = decide(&i);
+        assert_eq!(step.status.error_on_lease_count, Some(count));
+        assert_eq!(step.stage, Stage::Draining);
+        m.status = Some(step.status);
+    }
+    let mut i = input(&m, Some(&t), Some(&p));
+    i.lease = LeaseView::Other {
+        holder: "nhc".into(),
+    };
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::LeaseLost {
+            holder: "nhc".into()
+        }
+    );
+    assert_eq!(step.node.unschedulable, Some(false), "restored");
+    assert_eq!(step.node.drain_taint, Some(false));
+    assert_eq!(step.lease, Some(LeaseAction::Release));
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    // The failure stays.
+    m.status = Some(step.status);
+    let step = decide(&input(&m, Some(&node()), Some(&p)));
+    assert_eq!(step.status, m.status.clone().unwrap_or_default());
+    assert!(step.node.is_empty() && !step.hold_node);
+    // A lease that comes back in time resets the count.
+    let mut m = nm(true);
+    m.status = Some(NodeMaintenanceStatus {
+        error_on_lease_count: Some(2),
+        ..Default::default()
+    });
+    let step = decide(&input(&m, Some(&t), Some(&p)));
+    assert_eq!(step.status.error_on_lease_count, Some(0));
+}
+
+#[test]
+fn a_drain_past_its_timeout_fails_naming_the_pods_and_keeps_the_node() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let p = pods(&[("web-1", false)]);
+    let first = decide(&input(&m, Some(&node()), Some(&p)));
+    m.status = Some(first.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:09:59Z");
+    assert_eq!(decide(&i).stage, Stage::Draining);
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::TimedOut {
+            after: "10m".into()
+        }
+    );
+    assert!(step.evict.is_empty(), "evictions stop");
+    assert!(step.node.is_empty(), "the node stays cordoned");
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    assert_eq!(
+        step.status.last_error.as_deref(),
+        Some("the drain did not finish within 10m: waiting for pod shop/web-1 to be evicted")
+    );
+    assert_eq!(reasons(&step), ["FailedMaintenance"]);
+    m.status = Some(step.status);
+    let later = decide(&input(&m, Some(&taken()), Some(&p)));
+    assert!(later.hold_node && later.evict.is_empty() && later.events.is_empty());
+}
+
+#[test]
+fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let plan = Holder::Plan {
+        namespace: "ns".into(),
+        name: "p".into(),
+    };
+    let n = node();
+    let mut i = input(&m, Some(&n), None);
+    i.busy = Some(&plan);
+    m.status = Some(decide(&i).status);
+    let p = pods(&[("a", false)]);
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.now = t("2026-11-22T11:00:00Z");
+    let step = decide(&i);
+    assert_eq!(step.stage, Stage::Draining);
+    assert_eq!(
+        condition(&step).last_transition_time,
+        Some(Time(t("2026-11-22T11:00:00Z")))
+    );
+}
+
+#[test]
+fn deleting_restores_what_the_maintenance_did_and_releases_the_lease() {
+    let mut m = nm(true);
+    m.metadata.deletion_timestamp = Some(Time(now()));
+    let step = decide(&input(&m, Some(&taken()), None));
+    assert_eq!(step.stage, Stage::Restoring);
+    assert_eq!(step.node.unschedulable, Some(false));
+    assert_eq!(step.node.drain_taint, Some(false));
+    assert_eq!(step.node.exclude_label, Some(false));
+    assert_eq!(step.node.annotations.get(CORDONED_BY), Some(&None));
+    assert_eq!(step.node.annotations.get(EXCLUDED_BY), Some(&None));
+    assert_eq!(step.lease, Some(LeaseAction::Release));
+    assert!(step.remove_finalizer && !step.hold_node);
+    assert_eq!(reasons(&step), ["UncordonNode", "RemovedMaintenance"]);
+    // A node that is gone needs nothing but the lease released.
+    let step = decide(&input(&m, None, None));
+    assert!(step.node.is_empty() && step.remove_finalizer);
+    // Without the finalizer there is nothing left to do.
+    m.metadata.finalizers = None;
+    let step = decide(&input(&m, Some(&taken()), None));
+    assert!(step.node.is_empty() && !step.remove_finalizer && step.lease.is_none());
+}
+
+#[test]
+fn a_refused_eviction_names_the_budget_in_the_status() {
+    let m = nm(true);
+    let p = pods(&[("web-1", false), ("web-2", false)]);
+    let mut step = decide(&input(&m, Some(&taken()), Some(&p)));
+    record_evictions(
+        &mut step,
+        &[
+            (pod("web-1"), EvictionResult::Accepted),
+            (
+                pod("web-2"),
+                EvictionResult::Refused("PodDisruptionBudget shop/web allows no disruption".into()),
+            ),
+        ],
+        now(),
+        Some(1),
+    );
+    let c = condition(&step);
+    assert_eq!(c.reason, "BlockedByDisruptionBudget");
+    assert_eq!(
+        c.message,
+        "pod shop/web-2: PodDisruptionBudget shop/web allows no disruption"
+    );
+    let why: Vec<&str> = step
+        .status
+        .pending_pods_reasons
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert_eq!(
+        why,
+        [
+            "evicted, waiting for it to terminate",
+            "PodDisruptionBudget shop/web allows no disruption"
+        ]
+    );
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Running));
+}
+
+#[test]
+fn a_blocking_pod_stops_every_eviction_and_says_why() {
+    let m = nm(true);
+    let mut p = pods(&[("web-1", false)]);
+    p.blocked
+        .insert(pod("local"), "has local storage (emptyDir)".into());
+    let step = decide(&input(&m, Some(&taken()), Some(&p)));
+    assert!(step.evict.is_empty());
+    assert_eq!(
+        condition(&step).message,
+        "the drain cannot start: pod shop/local: has local storage (emptyDir)"
+    );
+    let why: Vec<&str> = step
+        .status
+        .pending_pods_reasons
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert_eq!(
+        why,
+        ["waiting for eviction", "has local storage (emptyDir)"]
+    );
+}
+
+#[test]
+fn stamping_marks_only_changed_statuses() {
+    let m = nm(true);
+    let mut step = decide(&input(&m, Some(&taken()), Some(&pods(&[]))));
+    let old = step.status.clone();
+    stamp(&mut step, Some(&old), now());
+    assert_eq!(step.status.last_update, None);
+    stamp(&mut step, None, now());
+    assert_eq!(step.status.last_update, Some(Time(now())));
+}
+
+#[test]
+fn deleting_a_duplicate_leaves_the_node_to_the_first() {
+    let mut m = nm(true);
+    m.metadata.deletion_timestamp = Some(Time(now()));
+    let n = taken();
+    let mut i = input(&m, Some(&n), None);
+    i.duplicate_of = Some("older");
+    let step = decide(&i);
+    assert!(step.node.is_empty() && step.lease.is_none());
+    assert!(step.remove_finalizer);
+}
+
+#[test]
+fn a_refused_eviction_is_asked_again_later_each_time_up_to_a_minute() {
+    let mut waits = Vec::new();
+    let mut previous = None;
+    for _ in 0..6 {
+        let wait = refusal_backoff(previous);
+        waits.push(wait.as_secs());
+        previous = Some(wait);
+    }
+    assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
+    assert_eq!(refusal_backoff(Some(Duration::MAX)), REFUSAL_BACKOFF_MAX);
+    assert_eq!(refusal_backoff(Some(Duration::ZERO)), DRAIN_RECHECK);
+}
+
+#[test]
+fn only_a_refusal_counts_for_the_backoff() {
+    let pod = PodKey {
+        namespace: "shop".into(),
+        name: "web-1".into(),
+    };
+    let accepted = [(pod.clone(), EvictionResult::Accepted)];
+    let failed = [(pod.clone(), EvictionResult::Failed("timeout".into()))];
+    let refused = [
+        (pod.clone(), EvictionResult::Accepted),
+        (
+            pod,
+            EvictionResult::Refused("PodDisruptionBudget shop/web".into()),
+        ),
+    ];
+    assert!(!any_refused(&accepted));
+    assert!(!any_refused(&failed));
+    assert!(any_refused(&refused));
+    assert!(!any_refused(&[]));
+}

@@ -1,0 +1,15 @@
+//! What every node operation shares on a node: how a node is seen ([`NodeInfo`], the node index),
+//! who holds it ([`holders`], the one budget), the record of who cordoned it ([`cordon`]), the
+//! drain, and the reboot hand-off with its reboot pod and health gate. The [`shell`] is the only
+//! part here that talks to the cluster.
+
+pub mod cordon;
+pub mod drain;
+pub mod handoff;
+pub mod holders;
+pub mod index;
+pub mod info;
+pub mod reboot;
+pub mod shell;
+
+pub use info::NodeInfo;

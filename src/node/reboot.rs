@@ -1,0 +1,150 @@
+//! What every reboot slipway asks for has in common: the pod that reboots a node (pinned to it,
+//! privileged in the host's PID namespace) and the health gate a rebooted node must pass before
+//! its slot is free again. The hand-off that waits for the new boot is [`super::handoff`].
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSpec, SecurityContext, Toleration, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::Extra;
+use crate::common::selector::Selector;
+
+/// How long a node may take to come back after its reboot, unless the operation says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long the health gate waits, unless the operation says otherwise.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Label on reboot pods (besides the controller and node labels).
+pub const REBOOT_LABEL: &str = "slipway.dev/reboot";
+
+/// Pods that must be Ready again on a rebooted node before the rollout moves on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthGateSpec {
+    /// Pods on the node that must all be Ready (every namespace unless `namespace` is set).
+    pub pod_selector: LabelSelector,
+    /// Only pods of this namespace count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// How long to wait for them (a Go duration; default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthGate {
+    pub pod_selector: LabelSelector,
+    pub namespace: Option<String>,
+    pub timeout: Duration,
+}
+
+impl HealthGate {
+    /// `app=x in namespace y`, for messages.
+    pub fn describe_pods(&self) -> String {
+        let selector = Selector::from_label_selector(Some(&self.pod_selector))
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        match &self.namespace {
+            Some(ns) => format!("{selector} in namespace {ns}"),
+            None => selector,
+        }
+    }
+}
+
+/// A reboot pod's spec: pinned to `node` by name (it must land there even once the node is
+/// cordoned), privileged in the host's PID namespace, running `script`.
+pub fn reboot_pod_spec(
+    node: &str,
+    image: &str,
+    script: String,
+    volume_mounts: Option<Vec<VolumeMount>>,
+) -> PodSpec {
+    PodSpec {
+        node_name: Some(node.to_string()),
+        host_pid: Some(true),
+        restart_policy: Some("OnFailure".to_string()),
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(5),
+        tolerations: Some(vec![Toleration {
+            operator: Some("Exists".to_string()),
+            ..Default::default()
+        }]),
+        containers: vec![Container {
+            name: "reboot".to_string(),
+            image: Some(image.to_string()),
+            command: Some(vec!["sh".into(), "-c".into(), script]),
+            security_context: Some(SecurityContext {
+                privileged: Some(true),
+                run_as_user: Some(0),
+                ..Default::default()
+            }),
+            volume_mounts,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// What the controller saw of the health gate's pods on a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthObservation {
+    /// Names (`namespace/name`) of matching pods that are not Ready.
+    pub not_ready: Vec<String>,
+    /// How many matching pods there are.
+    pub total: usize,
+}
+
+impl HealthObservation {
+    pub fn healthy(&self) -> bool {
+        self.not_ready.is_empty()
+    }
+
+    /// Reads the gate's pods on one node; pods being deleted do not count.
+    pub fn of_pods(pods: &[Pod]) -> HealthObservation {
+        let mut o = HealthObservation::default();
+        for pod in pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            o.total += 1;
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                o.not_ready.push(format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_is_all_matching_pods_ready() {
+        assert!(HealthObservation::default().healthy());
+        let o = HealthObservation {
+            not_ready: vec!["kube-system/cilium-x".into()],
+            total: 2,
+        };
+        assert!(!o.healthy());
+    }
+}

@@ -1,0 +1,403 @@
+//! The `Plan` resource, field for field as system-upgrade-controller v0.20.1 defines it.
+//!
+//! JSON names, types and meanings match SUC's `pkg/apis/upgrade.cattle.io/v1/types.go`. Optional scalars
+//! are `Option`s so that a Plan read from YAML serialises back exactly as written, and every struct keeps
+//! fields it does not know in `extra`, so that nothing is lost on a round trip through these types.
+
+// kube's `printcolumn(...)` repeats `type_ = ...`, which clippy mistakes for a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    EnvFromSource, EnvVar, LocalObjectReference, SecurityContext, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use crate::common::Extra;
+pub use crate::common::window::TimeWindowSpec;
+pub use crate::node::reboot::HealthGateSpec;
+
+pub mod crd;
+
+/// The API group shared with system-upgrade-controller.
+pub const GROUP: &str = "upgrade.cattle.io";
+
+/// The owner reference that ties a Job or reboot pod to its Plan, so deleting the Plan removes it.
+/// Like SUC: the Plan is the controller, and the owner does not block deletion.
+pub fn plan_owner_reference(
+    plan_name: &str,
+    plan_uid: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: format!("{GROUP}/v1"),
+        kind: "Plan".to_string(),
+        name: plan_name.to_string(),
+        uid: plan_uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
+
+/// Label and annotation keys of the SUC protocol.
+pub mod labels {
+    pub use crate::common::labels::{CONTROLLER, HOSTNAME, NODE, OS};
+
+    /// On Jobs and pods: `"true"` when the Plan is exclusive.
+    pub const EXCLUSIVE: &str = "upgrade.cattle.io/exclusive";
+    /// On Jobs and pods: the Plan name.
+    pub const PLAN: &str = "upgrade.cattle.io/plan";
+    /// On Jobs and pods: the resolved version.
+    pub const VERSION: &str = "upgrade.cattle.io/version";
+    /// Job annotation with the TTL after which the controller deletes a finished Job.
+    pub const TTL_SECONDS_AFTER_FINISHED: &str = "upgrade.cattle.io/ttl-seconds-after-finished";
+    /// Plan annotation naming dotted paths whose values are added to the hash.
+    pub const DIGEST: &str = "upgrade.cattle.io/digest";
+    /// Prefix of the per-Plan node label: `plan.upgrade.cattle.io/<plan>=<hash>` or `=disabled`.
+    pub const PLAN_NODE_PREFIX: &str = "plan.upgrade.cattle.io/";
+    /// The node label value that opts a node out of a Plan.
+    pub const DISABLED: &str = "disabled";
+
+    /// The node label key that records which hash of `plan` a node has completed.
+    pub fn plan_node_label(plan: &str) -> String {
+        format!("{PLAN_NODE_PREFIX}{plan}")
+    }
+}
+
+/// `Plan.spec`: what to run, where, and how many nodes at once.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "upgrade.cattle.io",
+    version = "v1",
+    kind = "Plan",
+    plural = "plans",
+    singular = "plan",
+    namespaced,
+    status = "PlanStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A Plan runs an upgrade Job on every node its selector matches, a few nodes at a time.",
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.upgrade.image"),
+    printcolumn(name = "Channel", type_ = "string", json_path = ".spec.channel"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(
+        name = "Complete",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Complete')].status"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.message!='')].message"
+    ),
+    printcolumn(
+        name = "Applying",
+        type_ = "string",
+        json_path = ".status.applying",
+        priority = 10
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSpec {
+    /// Maximum number of nodes that run the upgrade at once. 0 (the default) runs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i64>,
+
+    /// Deadline for each Job in seconds: >0 as is, 0 for none, <0 for the controller default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_active_deadline_secs: Option<i64>,
+
+    /// Nodes to upgrade. Absent selects no node; `{}` selects every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+
+    /// Service account of the Job pods; part of the hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
+    /// URL polled for the latest version; ignored when `version` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+
+    /// The version to upgrade to. `+` becomes `-` in `status.latestVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
+    /// Secrets mounted into every container; their content is part of the hash unless `ignoreUpdates`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<SecretSpec>>,
+
+    /// Tolerations added after the built-in `node.kubernetes.io/unschedulable` one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Never run this Plan's pods beside another exclusive Plan's pods on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
+
+    /// Only start a rollout inside this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<TimeWindowSpec>,
+
+    /// An init container that runs before cordon or drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<ContainerSpec>,
+
+    /// The upgrade container.
+    pub upgrade: ContainerSpec,
+
+    /// Cordon the node before the upgrade (implied by `drain`) and uncordon it after success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<bool>,
+
+    /// Drain the node before the upgrade and uncordon it after success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainSpec>,
+
+    /// Pull secrets of the Job pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+
+    /// How long to wait after a Job completes before the node counts as done (a Go duration, e.g. `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_complete_delay: Option<String>,
+
+    /// Priority class of the Job pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+
+    /// Node labels set when the upgrade succeeds; `$(LATEST_VERSION)` and `$(LATEST_HASH)` are expanded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_complete_labels: Option<BTreeMap<String, String>>,
+
+    /// slipway only: reboot each node after a successful upgrade, through a separate reboot pod,
+    /// and count the node as done only when it is back (and healthy). Absent: SUC's behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<RebootSpec>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// How slipway reboots a node after its upgrade (a slipway extension of the Plan).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootSpec {
+    /// Reboot after a successful upgrade (default true when `reboot` is present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long a node may take to come back Ready with a new boot ID (a Go duration; default 15m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Image of the reboot pod and the sentinel step; needs `sh`, `touch` and `nsenter`
+    /// (default: the controller's `SLIPWAY_REBOOT_IMAGE`, busybox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Host directory for the sentinel files (default /var/lib/slipway/reboot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_path: Option<String>,
+    /// Before the next node starts, wait until these pods on the rebooted node are Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<HealthGateSpec>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// A container of the Job: `prepare` or `upgrade`. Note the JSON name `envs`, not `env`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerSpec {
+    /// Image; without a tag or digest it gets `:<latestVersion>`.
+    pub image: String,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envs: Option<Vec<EnvVar>>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<EnvFromSource>>,
+
+    /// Host paths mounted into the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<VolumeSpec>>,
+
+    /// Replaces the default security context (privileged with `CAP_SYS_BOOT` for `upgrade`, none for `prepare`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// A host path mounted into a container.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpec {
+    pub name: String,
+    /// Path on the host.
+    pub source: String,
+    /// Path in the container.
+    pub destination: String,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// A Secret mounted into every container of the Job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretSpec {
+    pub name: String,
+    /// Mount path; a relative path goes under `/run/system-upgrade/secrets/`.
+    pub path: String,
+    /// Leave the Secret out of the hash, so that changing it does not re-run the Plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_updates: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_mode: Option<i32>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// How to drain the node; the flags of `kubectl drain`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSpec {
+    /// An integer is nanoseconds; a string is passed to kubectl as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DrainTimeout>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_local_data: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_emptydir_data: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_daemon_sets: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_eviction: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_wait_for_delete_timeout: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// `Plan.status`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PlanCondition>,
+    /// The resolved version, with `+` replaced by `-`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_version: Option<String>,
+    /// SHA-224 over the version, service account, digest values and Secrets; the value of the node label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_hash: Option<String>,
+    /// `kubernetes.io/hostname` values of the nodes being upgraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applying: Vec<String>,
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// What each node in `applying` is doing; only nodes in `applying`, so it stays small.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeProgress>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// The progress of one node of `status.applying`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProgress {
+    /// The node's `kubernetes.io/hostname`, as in `applying`.
+    pub name: String,
+    /// `Pending` (its Job waits for an older Job of the node), `Upgrading` (its Job was
+    /// created), `Rebooting`, `WaitingForHealth`, `Waiting` (postCompleteDelay) or `Failed`.
+    pub phase: String,
+    /// Why it failed: `JobFailed`, `RebootTimedOut` or `HealthGateTimedOut`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The node's boot ID when its Job was created; a different one means it rebooted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The node's Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the node entered this phase (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// For `Upgrading` and `Failed`: the Plan generation the node's Job was made at. A failed Job
+    /// is not retried until the Plan changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+/// A condition as SUC writes it (wrangler's GenericCondition), plus `observedGeneration`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// RFC 3339; changes only when status or message changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
+    /// RFC 3339; changes only when status changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// `drain.timeout`: nanoseconds as an integer (the pre-v0.16.3 form) or a duration string.
+///
+/// Unlike Kubernetes' `IntOrString` (and so SUC), the integer is 64-bit: `300000000000` (5m) is the
+/// documented way to write an integer timeout, and it does not fit in 32 bits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum DrainTimeout {
+    Nanoseconds(i64),
+    Text(String),
+}
+
+impl JsonSchema for DrainTimeout {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DrainTimeout".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "x-kubernetes-int-or-string": true })
+    }
+}

@@ -1,0 +1,192 @@
+//! What a Plan leaves behind when it is deleted (SUC #71: SUC leaves the nodes its Jobs cordoned
+//! cordoned, and its Jobs running until the garbage collector gets to them).
+//!
+//! The Plan carries a finalizer; on deletion slipway deletes its Jobs and reboot pods (no upgrade
+//! or reboot starts after the Plan is gone) and uncordons the nodes it was upgrading, the ones
+//! the Plan's own Jobs cordoned: never an admin's cordon (see [`super::cordon`]), never a node
+//! another Plan is still upgrading.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::NodePatch;
+use crate::node::NodeInfo;
+use crate::node::cordon;
+use crate::plan::api::Plan;
+
+/// The finalizer slipway puts on every Plan it reconciles.
+pub const FINALIZER: &str = "slipway.dev/plan-cleanup";
+
+/// What deleting the Plan undoes, before its finalizer goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cleanup {
+    pub delete_jobs: Vec<String>,
+    pub delete_pods: Vec<String>,
+    /// Uncordons, with the cordon record forgotten.
+    pub node_patches: Vec<NodePatch>,
+}
+
+/// The cleanup of `plan`, being deleted: `nodes` are its candidates, `jobs` and `reboot_pods`
+/// its own, `shared(node)` says whether another Plan is upgrading that node too.
+pub fn cleanup(
+    plan: &Plan,
+    nodes: &[&NodeInfo],
+    jobs: &[&Job],
+    reboot_pods: &[&Pod],
+    shared: impl Fn(&str) -> bool,
+) -> Cleanup {
+    let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
+    let applying = plan
+        .status
+        .as_ref()
+        .map(|s| s.applying.as_slice())
+        .unwrap_or_default();
+    let node_patches = nodes
+        .iter()
+        .filter(|n| cordons && applying.iter().any(|h| h == n.hostname()))
+        .filter(|n| cordon::may_uncordon(n) && !shared(&n.name))
+        .map(|n| NodePatch {
+            node: n.name.clone(),
+            annotations: [(cordon::UPGRADE_CORDON.to_string(), None)]
+                .into_iter()
+                .filter(|_| cordon::CordonOwner::of(n).is_some())
+                .collect(),
+            uncordon: true,
+            ..NodePatch::default()
+        })
+        .collect();
+    let names = |metas: Vec<Option<&String>>| metas.into_iter().flatten().cloned().collect();
+    Cleanup {
+        delete_jobs: names(jobs.iter().map(|j| j.metadata.name.as_ref()).collect()),
+        delete_pods: names(
+            reboot_pods
+                .iter()
+                .map(|p| p.metadata.name.as_ref())
+                .collect(),
+        ),
+        node_patches,
+    }
+}
+
+/// Whether the Plan carries slipway's finalizer.
+pub fn has_finalizer(plan: &Plan) -> bool {
+    plan.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::api::{PlanSpec, PlanStatus};
+    use kube::api::ObjectMeta;
+
+    fn plan(cordon: bool, applying: &[&str]) -> Plan {
+        Plan {
+            metadata: ObjectMeta {
+                name: Some("k3s".into()),
+                finalizers: Some(vec![FINALIZER.into()]),
+                ..Default::default()
+            },
+            spec: PlanSpec {
+                cordon: Some(cordon),
+                ..Default::default()
+            },
+            status: Some(PlanStatus {
+                applying: applying.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn node(name: &str, unschedulable: bool, record: Option<&str>) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            unschedulable,
+            annotations: record
+                .map(|r| [(cordon::UPGRADE_CORDON.to_string(), r.to_string())].into())
+                .unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    fn job(name: &str) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn uncordoned(c: &Cleanup) -> Vec<&str> {
+        c.node_patches
+            .iter()
+            .filter(|p| p.uncordon)
+            .map(|p| p.node.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn deleting_a_plan_uncordons_only_what_its_jobs_cordoned() {
+        let nodes = [
+            node("mine", true, Some("slipway")),
+            node("admins", true, Some("admin")),
+            node("sucs", true, None),
+            node("schedulable", false, Some("slipway")),
+            node("not-applying", true, Some("slipway")),
+            node("shared", true, Some("slipway")),
+        ];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let p = plan(true, &["mine", "admins", "sucs", "schedulable", "shared"]);
+        let c = cleanup(&p, &refs, &[], &[], |n| n == "shared");
+        assert_eq!(uncordoned(&c), ["mine", "sucs"]);
+        assert_eq!(
+            c.node_patches[0].annotations,
+            [(cordon::UPGRADE_CORDON.to_string(), None)].into()
+        );
+        assert!(
+            c.node_patches[1].annotations.is_empty(),
+            "no record to forget"
+        );
+    }
+
+    #[test]
+    fn a_plan_that_does_not_cordon_uncordons_nothing() {
+        let nodes = [node("n1", true, None)];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let c = cleanup(&plan(false, &["n1"]), &refs, &[], &[], |_| false);
+        assert!(c.node_patches.is_empty());
+    }
+
+    #[test]
+    fn its_jobs_and_reboot_pods_go() {
+        let jobs = [job("apply-k3s-on-n1"), job("apply-k3s-on-n2")];
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("reboot-k3s-on-n1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let c = cleanup(
+            &plan(false, &[]),
+            &[],
+            &jobs.iter().collect::<Vec<_>>(),
+            &[&pod],
+            |_| false,
+        );
+        assert_eq!(c.delete_jobs, ["apply-k3s-on-n1", "apply-k3s-on-n2"]);
+        assert_eq!(c.delete_pods, ["reboot-k3s-on-n1"]);
+    }
+
+    #[test]
+    fn the_finalizer_is_seen() {
+        assert!(has_finalizer(&plan(false, &[])));
+        let mut p = plan(false, &[]);
+        p.metadata.finalizers = None;
+        assert!(!has_finalizer(&p));
+    }
+}

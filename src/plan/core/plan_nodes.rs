@@ -1,0 +1,745 @@
+//! The Plan-level rules around the node state machines: which nodes hold a slot, how the states'
+//! actions become Jobs, pods and patches, which Jobs no node owns, and what the Plan reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::jobs::PlanJobs;
+use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
+use super::{
+    EventType, FAILURE_REASONS, JobDeletion, MSG_WAITING_FOR_WINDOW, NodePatch, PlanSummary,
+    Rollout, RolloutInput, rfc3339,
+};
+use crate::common::duration::GoDuration;
+use crate::common::naming;
+use crate::common::selector::Selector;
+use crate::common::window::TimeWindow;
+use crate::node::NodeInfo;
+use crate::node::cordon;
+use crate::plan::api::{PlanStatus, labels};
+use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
+use crate::plan::core::expansion::expand_post_complete_labels;
+use crate::plan::core::job;
+use crate::plan::core::reboot;
+use crate::plan::core::selection::{self, Eligibility};
+
+/// The Plan's facts for this decision, read once.
+struct Facts<'a> {
+    input: &'a RolloutInput<'a>,
+    name: &'a str,
+    uid: &'a str,
+    version: String,
+    hash: String,
+    ctx: PlanContext,
+    jobs: PlanJobs<'a>,
+    /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
+    rendered_from: crate::plan::api::Plan,
+    rendered: BTreeMap<String, Result<Job, String>>,
+    /// The part of a [`super::TemplateMemo`] key that is the Plan's.
+    memo_key: String,
+}
+
+impl<'a> Facts<'a> {
+    fn new(input: &'a RolloutInput<'a>, st: &PlanStatus) -> Facts<'a> {
+        let plan = input.plan;
+        let mut rendered_from = plan.clone();
+        rendered_from.status = Some(st.clone());
+        Facts {
+            input,
+            name: plan.metadata.name.as_deref().unwrap_or_default(),
+            uid: plan.metadata.uid.as_deref().unwrap_or_default(),
+            version: st.latest_version.clone().unwrap_or_default(),
+            hash: st.latest_hash.clone().unwrap_or_default(),
+            ctx: PlanContext {
+                namespace: plan.metadata.namespace.clone().unwrap_or_default(),
+                generation: plan.metadata.generation,
+                post_complete_delay: plan
+                    .spec
+                    .post_complete_delay
+                    .as_deref()
+                    .and_then(|d| d.parse::<GoDuration>().ok())
+                    .and_then(GoDuration::to_std)
+                    .unwrap_or_default(),
+                reboot: reboot::policy(plan, input.job_config).map(|p| p.handoff()),
+                cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
+            },
+            jobs: PlanJobs::new(input.jobs),
+            memo_key: plan_memo_key(plan, st),
+            rendered_from,
+            rendered: BTreeMap::new(),
+        }
+    }
+
+    fn job_name(&self, node: &NodeInfo) -> String {
+        naming::job_name(self.name, &node.name, &self.hash)
+    }
+
+    /// The node's Job as the Plan renders it now, rendered once per decision.
+    fn render(&mut self, node: &NodeInfo) -> Result<&Job, String> {
+        let input = self.input;
+        let plan = &self.rendered_from;
+        self.rendered
+            .entry(node.name.clone())
+            .or_insert_with(|| {
+                job::render_job(plan, node, input.controller_name, input.job_config)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The pod-template hash the node's Job has when rendered now.
+    fn template_hash(&mut self, node: &NodeInfo) -> Option<String> {
+        let key = format!(
+            "{}|{}|{}|{}",
+            self.memo_key,
+            node.name,
+            node.hostname(),
+            node.labels.get(labels::OS).map_or("", String::as_str)
+        );
+        if let Some(hash) = self.input.templates.and_then(|m| m.get(&key)) {
+            return Some(hash);
+        }
+        let hash = self
+            .render(node)
+            .ok()
+            .and_then(job::pod_template_hash)
+            .map(str::to_string)?;
+        if let Some(memo) = self.input.templates {
+            memo.put(key, hash.clone());
+        }
+        Some(hash)
+    }
+
+    /// One node's transition, from what is known of it and its Job.
+    fn step(&mut self, node: &NodeInfo, state: NodeState) -> (NodeState, Vec<NodeAction>) {
+        let job_name = self.job_name(node);
+        // Only a live, unfinished or failed Job is compared with the template it should have.
+        let wanted = match self.jobs.get(&job_name).map(|j| j.outcome.clone()) {
+            Some(super::jobs::Outcome::Complete { .. }) | None => None,
+            Some(_) => self.template_hash(node),
+        };
+        let seen = self
+            .jobs
+            .get(&job_name)
+            .map_or(JobSeen::Absent, |j| j.seen(wanted.as_deref()));
+        let obs = Observation {
+            node,
+            job_name: &job_name,
+            job: seen,
+            older_job_running: self
+                .jobs
+                .other_running(&node.name, &self.version, &job_name),
+            health: self.input.health.get(&node.name),
+        };
+        node_state::transition(state, &obs, &self.ctx, self.input.now)
+    }
+}
+
+/// What a Plan's Jobs are rendered from, besides the node and the process's settings.
+fn plan_memo_key(plan: &crate::plan::api::Plan, st: &PlanStatus) -> String {
+    use sha2::{Digest, Sha256};
+    let meta = serde_json::to_string(&(&plan.metadata.labels, &plan.metadata.annotations))
+        .unwrap_or_default();
+    let digest: String = Sha256::digest(meta.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}|{:?}|{digest}|{}|{}",
+        plan.metadata.uid.as_deref().unwrap_or_default(),
+        plan.metadata.generation,
+        st.latest_version.as_deref().unwrap_or_default(),
+        st.latest_hash.as_deref().unwrap_or_default()
+    )
+}
+
+/// The nodes of this decision: their states, in node-name order, and what they asked for.
+type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
+
+/// Steps the applying nodes, fills free slots, and turns the states into the decision.
+pub(super) fn roll(
+    input: &RolloutInput<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) {
+    let mut facts = Facts::new(input, st);
+    let now = rfc3339(input.now);
+    let eligibility = match Eligibility::new(
+        facts.name,
+        input.plan.spec.node_selector.as_ref(),
+        &facts.hash,
+        &old.applying,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            return fail_complete(
+                st,
+                out,
+                "SelectNodesFailed",
+                format!("Failed to select nodes: {e}"),
+                &now,
+                input,
+            );
+        }
+    };
+    let eligible: Vec<&NodeInfo> = input
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| eligibility.admits(n))
+        .collect();
+    let mut steps = step_applying(&mut facts, old, &eligible);
+    let window = closed_window(input, old);
+    if window.is_none() {
+        let free: Vec<&NodeInfo> = eligible
+            .iter()
+            .copied()
+            .filter(|n| holder_of(input, n).is_none())
+            .collect();
+        fill_slots(&mut facts, &free, &mut steps);
+    }
+    if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
+        fail_complete(st, out, "ValidationFailed", message, &now, input);
+    }
+    reconcile_reboot_pods(&facts, &steps, out);
+    let owned: BTreeSet<&str> = steps.values().filter_map(|(_, s, _)| s.job()).collect();
+    let applying_nodes: BTreeSet<&str> = steps.keys().copied().collect();
+    let (deletions, recheck) = facts
+        .jobs
+        .sweep(&facts.version, &applying_nodes, &owned, input.now);
+    out.delete_jobs.extend(deletions);
+    if let Some(after) = recheck {
+        out.requeue(after);
+    }
+    write_nodes(st, &steps);
+    report(&facts, old, st, out, &steps, window, &eligible);
+}
+
+/// The nodes of `status.applying` that are still eligible, stepped from their recorded state.
+fn step_applying<'a>(
+    facts: &mut Facts<'_>,
+    old: &PlanStatus,
+    eligible: &[&'a NodeInfo],
+) -> Steps<'a> {
+    let by_host: BTreeMap<&str, &NodeInfo> = eligible.iter().map(|n| (n.hostname(), *n)).collect();
+    let recorded: BTreeMap<&str, &crate::plan::api::NodeProgress> =
+        old.nodes.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut steps = Steps::new();
+    for host in &old.applying {
+        let Some(node) = by_host.get(host.as_str()).copied() else {
+            continue;
+        };
+        let state = recorded
+            .get(host.as_str())
+            .and_then(|p| NodeState::from_progress(p, &node.boot_id, facts.input.now))
+            .unwrap_or_else(|| NodeState::selected(&facts.job_name(node), facts.input.now));
+        let (next, actions) = facts.step(node, state);
+        steps.insert(node.name.as_str(), (node, next, actions));
+    }
+    steps
+}
+
+/// Gives free slots to eligible nodes in the Plan's order. A node picked whose Job already
+/// completed (a crash between its label and the status) is done at once, and its slot goes on.
+fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut Steps<'a>) {
+    let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
+    loop {
+        let holding = steps
+            .values()
+            .filter(|(_, s, _)| *s != NodeState::Done)
+            .count();
+        let free = concurrency.saturating_sub(holding);
+        let fresh = eligible
+            .iter()
+            .copied()
+            .filter(|n| !steps.contains_key(n.name.as_str()));
+        let picks = selection::first_in_order(free, facts.uid, &facts.hash, fresh);
+        if picks.is_empty() {
+            return;
+        }
+        let mut freed = false;
+        for node in picks {
+            let state = NodeState::selected(&facts.job_name(node), facts.input.now);
+            let (next, actions) = facts.step(node, state);
+            freed |= next == NodeState::Done;
+            steps.insert(node.name.as_str(), (node, next, actions));
+        }
+        if !freed {
+            return;
+        }
+    }
+}
+
+/// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.
+fn closed_window(input: &RolloutInput<'_>, old: &PlanStatus) -> Option<TimeWindow> {
+    let spec = input.plan.spec.window.as_ref()?;
+    let window = TimeWindow::new(spec).ok()?;
+    (old.applying.is_empty() && !window.contains(input.now)).then_some(window)
+}
+
+/// Turns the nodes' actions into Jobs, pods, patches, events and rechecks. A Job that cannot be
+/// rendered is not created; its node waits and the error is returned.
+fn apply_actions(
+    facts: &mut Facts<'_>,
+    steps: &mut Steps<'_>,
+    out: &mut Rollout,
+) -> Result<(), String> {
+    let mut error = Ok(());
+    for (node, state, actions) in steps.values_mut() {
+        for action in std::mem::take(actions) {
+            match action {
+                NodeAction::CreateJob => match facts.render(node).cloned() {
+                    Ok(job) => {
+                        record_cordon(facts, node, out);
+                        create_reboot_pod(facts, node, &job, out);
+                        out.create_jobs.push(job);
+                    }
+                    Err(e) => {
+                        *state = NodeState::selected(&facts.job_name(node), facts.input.now);
+                        error = Err(format!("Failed to create job for node {}: {e}", node.name));
+                    }
+                },
+                NodeAction::DeleteJob(reason) => out.delete_jobs.push(JobDeletion {
+                    name: facts.job_name(node),
+                    reason,
+                }),
+                NodeAction::MarkDone { uncordon } => out.node_patches.push(NodePatch {
+                    node: node.name.clone(),
+                    labels: done_labels(facts),
+                    annotations: forget_cordon(node, uncordon),
+                    uncordon,
+                }),
+                NodeAction::Uncordon => out.node_patches.push(NodePatch {
+                    node: node.name.clone(),
+                    labels: BTreeMap::new(),
+                    annotations: forget_cordon(node, true),
+                    uncordon: true,
+                }),
+                NodeAction::Warn { reason, message } => {
+                    out.event(EventType::Warning, reason, message)
+                }
+                NodeAction::Recheck(after) => out.requeue(after),
+            }
+        }
+    }
+    error
+}
+
+/// Before a Job that cordons its node: who the cordon belongs to (patched before the Job exists).
+fn record_cordon(facts: &Facts<'_>, node: &NodeInfo, out: &mut Rollout) {
+    let Some(owner) = cordon::record_at_start(node).filter(|_| facts.ctx.cordons) else {
+        return;
+    };
+    out.node_patches.push(NodePatch {
+        node: node.name.clone(),
+        annotations: BTreeMap::from([(
+            cordon::UPGRADE_CORDON.to_string(),
+            Some(owner.as_str().to_string()),
+        )]),
+        ..NodePatch::default()
+    });
+}
+
+fn forget_cordon(node: &NodeInfo, uncordon: bool) -> BTreeMap<String, Option<String>> {
+    if cordon::forget_after_done(node, uncordon) {
+        BTreeMap::from([(cordon::UPGRADE_CORDON.to_string(), None)])
+    } else {
+        BTreeMap::new()
+    }
+}
+
+fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
+    let post_complete = facts
+        .input
+        .plan
+        .spec
+        .post_complete_labels
+        .as_ref()
+        .map(|l| expand_post_complete_labels(l, &facts.version, &facts.hash))
+        .unwrap_or_default();
+    node_state::done_labels(
+        &labels::plan_node_label(facts.name),
+        &facts.hash,
+        post_complete,
+    )
+}
+
+/// The reboot pod waits on the node from before its Job starts until the node is back.
+fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job: &Job, out: &mut Rollout) {
+    let Some(policy) = reboot::policy(facts.input.plan, facts.input.job_config) else {
+        return;
+    };
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
+    let Some(pod) = reboot::render_reboot_pod(
+        &facts.rendered_from,
+        node,
+        job_name,
+        facts.input.controller_name,
+        &policy,
+    ) else {
+        return;
+    };
+    if !facts
+        .input
+        .reboot_pods
+        .iter()
+        .any(|p| p.metadata.name == pod.metadata.name)
+    {
+        out.create_pods.push(pod);
+    }
+}
+
+/// Reboot pods go once their node no longer needs one: done, failed by its Job, or no longer
+/// applying. A node in its hand-off keeps whichever of its pods exists.
+fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
+    let wanted: BTreeSet<String> = steps
+        .values()
+        .filter(|(_, s, _)| s.needs_reboot_pod() && facts.ctx.reboot.is_some())
+        .map(|(n, _, _)| reboot::reboot_pod_name(facts.name, &n.name, &facts.hash))
+        .collect();
+    let in_handoff: BTreeSet<&str> = steps
+        .iter()
+        .filter(|(_, (_, s, _))| matches!(s, NodeState::Rebooting { .. }))
+        .map(|(name, _)| *name)
+        .collect();
+    for pod in facts.input.reboot_pods {
+        let (Some(name), None) = (&pod.metadata.name, &pod.metadata.deletion_timestamp) else {
+            continue;
+        };
+        let node = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE));
+        if !wanted.contains(name) && !node.is_some_and(|n| in_handoff.contains(n.as_str())) {
+            out.delete_pods.push(name.clone());
+        }
+    }
+}
+
+/// `status.applying` (hostnames, in node-name order, as SUC lists them) and `status.nodes`.
+fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
+    let holding = steps.values().filter(|(_, s, _)| *s != NodeState::Done);
+    st.applying = holding
+        .clone()
+        .map(|(n, _, _)| n.hostname().to_string())
+        .collect();
+    let mut nodes: Vec<_> = holding
+        .filter_map(|(n, s, _)| s.to_progress(n.hostname()))
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    st.nodes = nodes;
+}
+
+/// The `Complete` condition and the Plan's events. Events stay bounded per Plan, whatever its
+/// size: a rollout's start, a progress event per tenth of the nodes, its end, and a warning per
+/// failed node (failed nodes keep their slot, so at most `concurrency` per hash).
+fn report(
+    facts: &Facts<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    steps: &Steps<'_>,
+    window: Option<TimeWindow>,
+    eligible: &[&NodeInfo],
+) {
+    let now = rfc3339(facts.input.now);
+    let generation = facts.ctx.generation;
+    let (version, hash) = (&facts.version, &facts.hash);
+    let failure = steps.values().find_map(|(_, s, _)| s.failure());
+    let rebooting = steps.values().find_map(|(n, s, _)| match s {
+        NodeState::Rebooting { message, .. } => {
+            Some((s.phase(), format!("node {}: {message}", n.hostname())))
+        }
+        _ => None,
+    });
+    if let Some((reason, message)) = failure {
+        cond::set(st, COMPLETE, FALSE, reason, message, &now, generation);
+    } else if let Some((reason, message)) = rebooting {
+        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
+    } else if st.applying.is_empty() && window.is_some() && !eligible.is_empty() {
+        if cond::reason(st, COMPLETE) != "Waiting" {
+            out.event(EventType::Normal, "Waiting", format!("Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"));
+        }
+        if let Some(w) = &window {
+            out.requeue(w.next_check(facts.input.now));
+        }
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            "Waiting",
+            MSG_WAITING_FOR_WINDOW,
+            &now,
+            generation,
+        );
+    } else if st.applying.is_empty()
+        && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
+    {
+        // Nodes wait for something that is not the Plan's; the function that found it said so.
+    } else if st.applying.is_empty() {
+        if !cond::is(st, COMPLETE, TRUE) {
+            out.event(
+                EventType::Normal,
+                "Complete",
+                format!("Jobs complete for version {version}. Hash: {hash}"),
+            );
+        }
+        let message = selects_nothing(facts.input).unwrap_or_default();
+        if !message.is_empty() && cond::message(st, COMPLETE) != message {
+            out.event(EventType::Normal, NO_NODES, message.clone());
+        }
+        cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
+    } else if st.applying != old.applying
+        || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
+        || is_rebooting_reason(cond::reason(st, COMPLETE))
+    {
+        if old.applying.is_empty() {
+            out.event(
+                EventType::Normal,
+                "SyncJob",
+                format!(
+                    "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
+                    eligible.len(),
+                    facts.input.plan.spec.concurrency.unwrap_or(0)
+                ),
+            );
+        }
+        cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
+    }
+    progress_event(facts, out);
+}
+
+/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
+const NO_CONCURRENCY: &str = "NoConcurrency";
+/// The event of a Plan whose selector matches no node.
+const NO_NODES: &str = "NoNodes";
+
+/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
+/// (SUC reports the Plan complete, a trap of its issues #217 and #285). `false` otherwise.
+fn no_concurrency(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    if concurrency > 0 || eligible.is_empty() {
+        return false;
+    }
+    let message = format!(
+        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
+        eligible.len()
+    );
+    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
+        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
+    }
+    let now = rfc3339(facts.input.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        NO_CONCURRENCY,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
+/// nothing done, which deserves a word (SUC issues #217, #285).
+fn selects_nothing(input: &RolloutInput<'_>) -> Option<String> {
+    let selector = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()).ok()?;
+    let any = input
+        .nodes
+        .iter()
+        .any(|n| selector.matches(&n.labels) && n.labels.contains_key(labels::HOSTNAME));
+    (!any).then(|| match selector {
+        Selector::Nothing => {
+            "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".to_string()
+        }
+        selector if selector.to_string().is_empty() => {
+            "no node with a kubernetes.io/hostname label".to_string()
+        }
+        selector => format!("no node matches spec.nodeSelector {selector}"),
+    })
+}
+
+/// The reason of `Complete=False` while the only nodes left are held by another operation.
+const WAITING_FOR_NODES: &str = "WaitingForNodes";
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes left that another operation holds: says so (once as an
+/// event) and looks again later. `false` when no node is held.
+fn wait_for_held(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let Some(message) = held_message(facts.input, eligible) else {
+        return false;
+    };
+    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
+        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
+    }
+    // A taint going away triggers a reconcile; a hold without one is looked at again.
+    out.requeue(HELD_RECHECK);
+    let now = rfc3339(facts.input.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        WAITING_FOR_NODES,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// The operation other than a Plan that holds `node`, if any.
+fn holder_of(input: &RolloutInput<'_>, node: &NodeInfo) -> Option<crate::node::holders::Holder> {
+    match input.held.get(&node.name) {
+        Some(h) => Some(h.clone()),
+        None => node
+            .in_maintenance
+            .then_some(crate::node::holders::Holder::MaintenanceTaint),
+    }
+}
+
+/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
+fn held_message(input: &RolloutInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
+    let held: Vec<String> = eligible
+        .iter()
+        .filter_map(|n| {
+            let holder = holder_of(input, n)?;
+            Some(format!("node {} is held by {holder}", n.hostname()))
+        })
+        .collect();
+    let first = held.first()?;
+    Some(match held.len() {
+        1 => format!("waiting: {first}"),
+        n => format!("waiting: {first} (and {} more nodes)", n - 1),
+    })
+}
+
+fn is_rebooting_reason(reason: &str) -> bool {
+    reason == node_state::phase::REBOOTING || reason == node_state::phase::WAITING_FOR_HEALTH
+}
+
+/// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
+fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
+    let labelled_now = out
+        .node_patches
+        .iter()
+        .filter(|p| !p.labels.is_empty())
+        .count();
+    let (targeted, upgraded) = upgraded(facts.input, &facts.hash, &out.node_patches);
+    if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
+        return;
+    }
+    let before = upgraded.saturating_sub(labelled_now);
+    if before * 10 / targeted != upgraded * 10 / targeted {
+        out.event(
+            EventType::Normal,
+            "Progress",
+            format!(
+                "Upgraded {} of {targeted} nodes to version {}",
+                upgraded, facts.version
+            ),
+        );
+    }
+}
+
+/// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
+/// and how many of them carry `hash`, counting this decision's labels.
+fn upgraded(input: &RolloutInput<'_>, hash: &str, patches: &[NodePatch]) -> (usize, usize) {
+    let Ok(selector) = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()) else {
+        return (0, 0);
+    };
+    let plan_label =
+        labels::plan_node_label(input.plan.metadata.name.as_deref().unwrap_or_default());
+    let patched: BTreeSet<&str> = patches
+        .iter()
+        .filter(|p| p.labels.get(&plan_label).map(String::as_str) == Some(hash))
+        .map(|p| p.node.as_str())
+        .collect();
+    let mut targeted = 0;
+    let mut upgraded = 0;
+    for n in input.nodes.iter().filter(|n| selector.matches(&n.labels)) {
+        let value = n.labels.get(&plan_label).map(String::as_str);
+        if !n.labels.contains_key(labels::HOSTNAME) || value == Some(labels::DISABLED) {
+            continue;
+        }
+        targeted += 1;
+        if !hash.is_empty() && (value == Some(hash) || patched.contains(n.name.as_str())) {
+            upgraded += 1;
+        }
+    }
+    (targeted, upgraded)
+}
+
+fn fail_complete(
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    reason: &'static str,
+    message: String,
+    now: &str,
+    input: &RolloutInput<'_>,
+) {
+    if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
+        out.event(EventType::Warning, reason, message.clone());
+    }
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        &message,
+        now,
+        input.plan.metadata.generation,
+    );
+}
+
+/// A Plan that is not valid or not resolved starts nothing; Jobs of another version still go.
+pub(super) fn sweep_only(input: &RolloutInput<'_>, st: &PlanStatus, out: &mut Rollout) {
+    let Some(version) = st.latest_version.as_deref() else {
+        return;
+    };
+    let jobs = PlanJobs::new(input.jobs);
+    let applying: BTreeSet<&str> = input
+        .nodes
+        .iter()
+        .filter(|n| st.applying.iter().any(|h| h == n.hostname()))
+        .map(|n| n.name.as_str())
+        .collect();
+    let owned: BTreeSet<&str> = jobs.by_name.keys().copied().collect();
+    let (deletions, _) = jobs.sweep(version, &applying, &owned, input.now);
+    out.delete_jobs.extend(deletions);
+}
+
+/// The gauges' view of the decision.
+pub(super) fn summary(input: &RolloutInput<'_>, st: &PlanStatus, out: &Rollout) -> PlanSummary {
+    let (targeted, upgraded) = upgraded(
+        input,
+        st.latest_hash.as_deref().unwrap_or_default(),
+        &out.node_patches,
+    );
+    PlanSummary {
+        complete: cond::is(st, COMPLETE, TRUE),
+        applying: st.applying.len(),
+        failed: st
+            .nodes
+            .iter()
+            .filter(|p| p.phase == node_state::phase::FAILED)
+            .count(),
+        upgraded,
+        targeted,
+    }
+}

@@ -1,0 +1,1198 @@
+use super::*;
+use std::collections::BTreeSet;
+
+use crate::plan::api::labels;
+use crate::plan::core::conditions::{LATEST_RESOLVED, TRUE, VALIDATED};
+use crate::plan::core::{job, reboot};
+
+fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+use crate::plan::api::PlanSpec;
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::ObjectMeta;
+
+const NS: &str = "system-upgrade";
+const CONTROLLER: &str = "system-upgrade-controller";
+
+fn t(s: &str) -> Timestamp {
+    s.parse().expect("timestamp")
+}
+
+fn now() -> Timestamp {
+    t("2026-11-22T10:00:00Z")
+}
+
+fn node(name: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        labels: [
+            (labels::HOSTNAME.to_string(), name.to_string()),
+            (labels::OS.to_string(), "linux".to_string()),
+            ("pool".to_string(), "a".to_string()),
+        ]
+        .into(),
+        ready: true,
+        boot_id: format!("boot-{name}"),
+        ..Default::default()
+    }
+}
+
+fn nodes(n: usize) -> Vec<NodeInfo> {
+    (1..=n).map(|i| node(&format!("node-{i}"))).collect()
+}
+
+fn plan(concurrency: i64) -> Plan {
+    Plan {
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some(NS.into()),
+            uid: Some("plan-uid".into()),
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec: PlanSpec {
+            concurrency: Some(concurrency),
+            version: Some("v1.30.1+k3s1".into()),
+            service_account_name: Some("system-upgrade".into()),
+            node_selector: Some(LabelSelector {
+                match_labels: Some([("pool".to_string(), "a".to_string())].into()),
+                ..Default::default()
+            }),
+            upgrade: crate::plan::api::ContainerSpec {
+                image: "rancher/k3s-upgrade".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+struct World {
+    plan: Plan,
+    nodes: Vec<NodeInfo>,
+    jobs: Vec<Job>,
+    pods: Vec<Pod>,
+    health: BTreeMap<String, HealthObservation>,
+    secrets: BTreeMap<String, Secret>,
+    channel: Option<ChannelAnswer>,
+    now: Timestamp,
+    config: JobConfig,
+    held: BTreeMap<String, crate::node::holders::Holder>,
+}
+
+impl World {
+    fn new(plan: Plan, nodes: Vec<NodeInfo>) -> Self {
+        World {
+            plan,
+            nodes,
+            jobs: Vec::new(),
+            pods: Vec::new(),
+            health: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            channel: None,
+            now: now(),
+            config: JobConfig::default(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    fn decide(&self) -> Rollout {
+        let nodes: Vec<&NodeInfo> = self.nodes.iter().collect();
+        let jobs: Vec<&Job> = self.jobs.iter().collect();
+        let pods: Vec<&Pod> = self.pods.iter().collect();
+        decide(&RolloutInput {
+            plan: &self.plan,
+            nodes: &nodes,
+            jobs: &jobs,
+            reboot_pods: &pods,
+            health: &self.health,
+            secrets: &self.secrets,
+            channel: self.channel.clone(),
+            now: self.now,
+            controller_name: CONTROLLER,
+            job_config: &self.config,
+            held: &self.held,
+            templates: None,
+        })
+    }
+
+    /// Applies a decision the way the controller and the cluster would: status written, Jobs
+    /// created (not yet finished), Jobs deleted, node patches applied.
+    fn apply(&mut self, r: &Rollout) {
+        self.plan.status = Some(r.status.clone());
+        let gone: BTreeSet<&str> = r.delete_jobs.iter().map(|d| d.name.as_str()).collect();
+        self.jobs
+            .retain(|j| !gone.contains(j.metadata.name.as_deref().unwrap_or_default()));
+        for j in &r.create_jobs {
+            if !self.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
+                self.jobs.push(j.clone());
+            }
+        }
+        self.pods.retain(|p| {
+            !r.delete_pods
+                .contains(p.metadata.name.as_ref().expect("pod name"))
+        });
+        for p in &r.create_pods {
+            if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
+                self.pods.push(p.clone());
+            }
+        }
+        for p in &r.node_patches {
+            let n = self
+                .nodes
+                .iter_mut()
+                .find(|n| n.name == p.node)
+                .expect("patched node exists");
+            p.apply_to(n);
+        }
+    }
+
+    fn step(&mut self) -> Rollout {
+        let r = self.decide();
+        self.apply(&r);
+        r
+    }
+
+    fn finish(&mut self, job: &str, type_: &str, at: Timestamp, reason: &str, message: &str) {
+        let j = self
+            .jobs
+            .iter_mut()
+            .find(|j| j.metadata.name.as_deref() == Some(job))
+            .expect("job to finish exists");
+        j.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: type_.into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_transition_time: Some(Time(at)),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+    }
+
+    fn job_names(&self) -> Vec<String> {
+        self.jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect()
+    }
+
+    fn status(&self) -> PlanStatus {
+        self.plan.status.clone().unwrap_or_default()
+    }
+}
+
+fn complete(st: &PlanStatus) -> (String, String, String) {
+    let c = cond::get(st, COMPLETE).expect("Complete condition");
+    (
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    )
+}
+
+fn reasons(r: &Rollout) -> Vec<&'static str> {
+    r.events.iter().map(|e| e.reason).collect()
+}
+
+#[test]
+fn first_decision_resolves_hashes_and_selects_without_exceeding_concurrency() {
+    let mut w = World::new(plan(2), nodes(5));
+    let r = w.step();
+    let st = &r.status;
+    assert!(r.status_changed);
+    assert_eq!(st.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+    assert_eq!(
+        st.latest_hash.as_deref(),
+        Some("a71d41ca3e2c6b5a1d92efcb9449397b0115d7e83e52a5c0055c484e")
+    );
+    assert!(cond::is(st, VALIDATED, TRUE));
+    assert_eq!(cond::reason(st, LATEST_RESOLVED), "Version");
+    assert_eq!(complete(st).1, "SyncJob");
+    assert_eq!(st.applying.len(), 2);
+    assert_eq!(r.create_jobs.len(), 2);
+    assert_eq!(reasons(&r), vec!["Validated", "Resolved", "SyncJob"]);
+    for j in &r.create_jobs {
+        let node = label(j, labels::NODE).expect("node label");
+        assert!(
+            st.applying.iter().any(|a| a == node),
+            "jobs only for applying nodes"
+        );
+    }
+    assert_eq!(st.observed_generation, Some(1));
+}
+
+#[test]
+fn a_second_identical_decision_changes_nothing() {
+    let mut w = World::new(plan(2), nodes(3));
+    w.step();
+    // The created Jobs show up: their nodes move from Pending to Upgrading.
+    let r = w.step();
+    assert!(r.status.nodes.iter().all(|n| n.phase == phase::UPGRADING));
+    let r = w.decide();
+    assert!(!r.status_changed, "{:#?}", r.status);
+    assert!(r.events.is_empty(), "{:?}", r.events);
+    assert!(r.delete_jobs.is_empty());
+}
+
+#[test]
+fn a_full_rollout_never_has_more_jobs_than_concurrency() {
+    let mut w = World::new(plan(2), nodes(5));
+    let mut clock = now();
+    for _ in 0..40 {
+        let r = w.step();
+        let unfinished = w.jobs.iter().filter(|j| j.status.is_none()).count();
+        assert!(unfinished <= 2, "{unfinished} unfinished jobs");
+        assert!(w.status().applying.len() <= 2);
+        if is_done(&w) {
+            break;
+        }
+        // The oldest unfinished job completes.
+        clock += jiff::SignedDuration::from_secs(30);
+        w.now = clock;
+        if let Some(name) = w
+            .jobs
+            .iter()
+            .find(|j| j.status.is_none())
+            .and_then(|j| j.metadata.name.clone())
+        {
+            w.finish(&name, "Complete", clock, "", "");
+        }
+        let _ = r;
+    }
+    assert!(is_done(&w), "{:#?}", w.status());
+    let hash = w.status().latest_hash.expect("hash");
+    for n in &w.nodes {
+        assert_eq!(
+            n.labels.get("plan.upgrade.cattle.io/p"),
+            Some(&hash),
+            "{}",
+            n.name
+        );
+    }
+}
+
+fn is_done(w: &World) -> bool {
+    cond::is(&w.status(), COMPLETE, TRUE)
+}
+
+#[test]
+fn nothing_is_selected_without_a_selector_or_concurrency() {
+    let mut p = plan(2);
+    p.spec.node_selector = None;
+    let r = World::new(p, nodes(3)).decide();
+    assert_eq!(
+        complete(&r.status),
+        (
+            TRUE.into(),
+            "Complete".into(),
+            "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".into()
+        )
+    );
+    assert!(r.create_jobs.is_empty());
+    assert!(reasons(&r).contains(&"NoNodes"));
+    let mut p = plan(2);
+    p.spec.node_selector = Some(LabelSelector {
+        match_labels: Some([("pool".to_string(), "gpu".to_string())].into()),
+        ..Default::default()
+    });
+    let r = World::new(p, nodes(3)).decide();
+    assert_eq!(
+        complete(&r.status).2,
+        "no node matches spec.nodeSelector pool=gpu"
+    );
+    // SUC says Complete here, with nothing done (its issues #217, #285): slipway says why.
+    let mut w = World::new(plan(0), nodes(3));
+    let r = w.step();
+    assert_eq!(
+        complete(&r.status),
+        (
+            FALSE.into(),
+            "NoConcurrency".into(),
+            "spec.concurrency is 0: none of the 3 nodes to upgrade starts; set it to 1 or more"
+                .into()
+        )
+    );
+    assert!(r.create_jobs.is_empty());
+    assert_eq!(reasons(&r), vec!["Validated", "Resolved", "NoConcurrency"]);
+    assert!(w.step().events.is_empty(), "said once");
+}
+
+#[test]
+fn a_plan_whose_nodes_are_all_done_says_nothing_more() {
+    let mut w = World::new(plan(1), nodes(1));
+    let hash = w.step().status.latest_hash.expect("hash");
+    w.nodes[0]
+        .labels
+        .insert("plan.upgrade.cattle.io/p".into(), hash);
+    w.jobs.clear();
+    w.plan.status = None;
+    let r = w.step();
+    assert_eq!(
+        complete(&r.status),
+        (TRUE.into(), "Complete".into(), String::new())
+    );
+}
+
+#[test]
+fn a_plan_without_version_or_channel_is_not_ready() {
+    let mut p = plan(1);
+    p.spec.version = None;
+    let mut w = World::new(p, nodes(1));
+    let r = w.step();
+    let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+    assert_eq!(
+        (lr.status.as_str(), lr.reason.as_deref()),
+        (FALSE, Some("Error"))
+    );
+    assert_eq!(lr.message.as_deref(), Some(ERR_UNRESOLVABLE));
+    assert_eq!(
+        complete(&r.status),
+        (FALSE.into(), "NotReady".into(), MSG_NOT_READY.into())
+    );
+    assert!(reasons(&r).contains(&"ResolveFailed"));
+    assert!(r.create_jobs.is_empty());
+    assert!(
+        !reasons(&w.decide()).contains(&"ResolveFailed"),
+        "reported once"
+    );
+}
+
+#[test]
+fn invalid_plans_say_which_field() {
+    let mut p = plan(1);
+    p.spec.post_complete_delay = Some("-30s".into());
+    let r = World::new(p, nodes(1)).decide();
+    let v = cond::get(&r.status, VALIDATED).expect("Validated");
+    assert_eq!(v.status, FALSE);
+    assert_eq!(
+        v.message.as_deref(),
+        Some("spec.postCompleteDelay is negative")
+    );
+    assert_eq!(reasons(&r), vec!["ValidateFailed"]);
+    assert!(r.create_jobs.is_empty());
+
+    let mut p = plan(1);
+    p.spec.drain = Some(crate::plan::api::DrainSpec {
+        delete_local_data: Some(true),
+        delete_emptydir_data: Some(true),
+        ..Default::default()
+    });
+    let r = World::new(p, nodes(1)).decide();
+    assert_eq!(
+        cond::get(&r.status, VALIDATED)
+            .and_then(|c| c.message.clone())
+            .as_deref(),
+        Some("spec.drain cannot specify both deleteEmptydirData and deleteLocalData")
+    );
+
+    let mut p = plan(1);
+    p.spec.secrets = Some(vec![crate::plan::api::SecretSpec {
+        name: "creds".into(),
+        path: "creds".into(),
+        ..Default::default()
+    }]);
+    let r = World::new(p, nodes(1)).decide();
+    assert_eq!(
+        cond::get(&r.status, VALIDATED)
+            .and_then(|c| c.message.clone())
+            .as_deref(),
+        Some("secret \"creds\" not found")
+    );
+
+    let validated = |p: Plan| {
+        let r = World::new(p, nodes(1)).decide();
+        assert!(r.create_jobs.is_empty());
+        cond::get(&r.status, VALIDATED)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let mut p = plan(1);
+    p.metadata.name = Some("p".repeat(64));
+    assert!(validated(p).starts_with(&format!(
+        "metadata.name {:?} cannot name the node label plan.upgrade.cattle.io/",
+        "p".repeat(64)
+    )),);
+    let mut p = plan(1);
+    p.spec.node_selector = Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([("bad key!".to_string(), "x".to_string())])),
+        ..Default::default()
+    });
+    assert!(validated(p).starts_with("spec.nodeSelector: "));
+    let mut p = plan(1);
+    p.spec.upgrade.args = Some(vec!["x".repeat(1_560_000)]);
+    assert!(validated(p).contains("bytes: its Jobs would be over the 1572864 bytes"));
+    let mut p = plan(1);
+    p.spec.version = Some("v1.2.3 ✓".into());
+    assert!(validated(p).starts_with(
+        "spec.version \"v1.2.3 ✓\" cannot be the Jobs' label upgrade.cattle.io/version: "
+    ),);
+}
+
+#[test]
+fn a_channel_version_that_cannot_be_a_label_is_a_resolve_failure() {
+    let mut p = plan(1);
+    p.spec.version = None;
+    p.spec.channel = Some("https://example.com/channels/latest".into());
+    let mut w = World::new(p, nodes(1));
+    w.channel = Some(ChannelAnswer::Version("latest?arch=arm64".into()));
+    let r = w.decide();
+    let c = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+    assert_eq!(c.status, FALSE);
+    assert!(
+        c.message.as_deref().is_some_and(|m| m.starts_with(
+            "cannot resolve the channel https://example.com/channels/latest: the channel's version \"latest?arch=arm64\" cannot be"
+        )),
+        "{c:?}"
+    );
+    assert!(r.create_jobs.is_empty());
+}
+
+#[test]
+fn outside_the_window_a_rollout_waits_but_one_started_goes_on() {
+    let mut p = plan(1);
+    p.spec.window = Some(crate::plan::api::TimeWindowSpec {
+        days: Some(vec![
+            "su".into(),
+            "mo".into(),
+            "tu".into(),
+            "we".into(),
+            "th".into(),
+            "fr".into(),
+            "sa".into(),
+        ]),
+        start_time: Some("01:00".into()),
+        end_time: Some("02:00".into()),
+        time_zone: Some("UTC".into()),
+        ..Default::default()
+    });
+    let mut w = World::new(p, nodes(2));
+    let r = w.step();
+    assert_eq!(
+        complete(&r.status),
+        (
+            FALSE.into(),
+            "Waiting".into(),
+            MSG_WAITING_FOR_WINDOW.into()
+        )
+    );
+    assert!(r.create_jobs.is_empty());
+    assert!(
+        r.requeue_after
+            .is_some_and(|d| d <= Duration::from_secs(60))
+    );
+    assert!(reasons(&r).contains(&"Waiting"));
+    assert!(!reasons(&w.step()).contains(&"Waiting"), "reported once");
+
+    w.now = t("2026-11-22T01:30:00Z");
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    // The window closes; the rollout that started keeps going.
+    w.now = t("2026-11-22T03:00:00Z");
+    let name = w.job_names()[0].clone();
+    w.finish(&name, "Complete", w.now, "", "");
+    // Labelled, and its slot goes to the next node in the same decision.
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1, "{:#?}", r.status);
+}
+
+#[test]
+fn a_failed_job_is_reported_and_not_retried_until_the_plan_changes() {
+    let mut w = World::new(plan(1), nodes(1));
+    w.step();
+    let job = w.job_names()[0].clone();
+    w.finish(
+        &job,
+        "Failed",
+        now(),
+        "DeadlineExceeded",
+        "Job was active longer than specified deadline",
+    );
+    let r = w.step();
+    let expected = format!(
+        "Job {NS}/{job} failed on Node node-1: DeadlineExceeded: Job was active longer than specified deadline"
+    );
+    assert_eq!(
+        complete(&r.status),
+        (FALSE.into(), "JobFailed".into(), expected.clone())
+    );
+    assert_eq!(reasons(&r), vec!["JobFailed"]);
+    assert_eq!(r.status.nodes[0].phase, phase::FAILED);
+    assert_eq!(
+        r.status.applying,
+        vec!["node-1".to_string()],
+        "the slot stays held"
+    );
+    // Reported once.
+    assert!(w.step().events.is_empty());
+    // The TTL controller deletes the Job (slipway leaves that to it); it is not created again.
+    w.now = now() + jiff::SignedDuration::from_secs(3600);
+    let r = w.step();
+    assert!(r.delete_jobs.is_empty());
+    w.jobs.clear();
+    let r = w.step();
+    assert!(r.create_jobs.is_empty(), "no automatic retry");
+    assert_eq!(complete(&r.status).1, "JobFailed");
+    // Editing the Plan retries: the Job is created with the status that lists it.
+    w.plan.metadata.generation = Some(2);
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_eq!(r.status.nodes[0].phase, phase::UPGRADING);
+}
+
+#[test]
+fn a_changed_pod_template_replaces_a_failed_job() {
+    let mut w = World::new(plan(1), nodes(1));
+    w.step();
+    let job = w.job_names()[0].clone();
+    w.finish(
+        &job,
+        "Failed",
+        now(),
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    );
+    w.step();
+    w.plan.spec.upgrade.args = Some(vec!["fixed".into()]);
+    let r = w.step();
+    assert_eq!(
+        r.delete_jobs
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        vec![job.as_str()]
+    );
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1, "recreated with the new template");
+    assert_ne!(complete(&r.status).1, "JobFailed");
+}
+
+#[test]
+fn post_complete_delay_holds_the_slot_and_labels_after_it() {
+    let mut p = plan(1);
+    p.spec.post_complete_delay = Some("5m".into());
+    p.spec.cordon = Some(true);
+    p.spec.post_complete_labels =
+        Some([("upgraded-to".to_string(), "$(LATEST_VERSION)".to_string())].into());
+    let mut w = World::new(p, nodes(2));
+    w.step();
+    let job = w.job_names()[0].clone();
+    let node = cordon_node_of_job(&mut w);
+    w.finish(&job, "Complete", now(), "", "");
+    w.now = now() + jiff::SignedDuration::from_secs(60);
+    let r = w.step();
+    assert!(r.events.is_empty(), "the per-node story is in status.nodes");
+    assert_eq!(r.requeue_after, Some(Duration::from_secs(240)));
+    assert_eq!(r.node_patches.len(), 1);
+    assert!(r.node_patches[0].uncordon && r.node_patches[0].labels.is_empty());
+    assert!(
+        r.create_jobs.is_empty(),
+        "the slot is held during the delay"
+    );
+    assert_eq!(r.status.nodes[0].phase, phase::WAITING);
+
+    w.now = now() + jiff::SignedDuration::from_secs(301);
+    let r = w.step();
+    assert_eq!(reasons(&r), vec!["Progress"], "half of the nodes are done");
+    let labels = &done_patch(&r).labels;
+    assert_eq!(
+        labels.get("upgraded-to").map(String::as_str),
+        Some("v1.30.1-k3s1")
+    );
+    assert_eq!(
+        labels.get("plan.upgrade.cattle.io/p"),
+        w.status().latest_hash.as_ref()
+    );
+    // The same decision gives the slot to the other node.
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_ne!(label(&r.create_jobs[0], labels::NODE), Some(node.as_str()));
+}
+
+#[test]
+fn a_new_version_deletes_jobs_of_the_old_one() {
+    let mut w = World::new(plan(1), nodes(1));
+    w.step();
+    let old = w.job_names()[0].clone();
+    w.plan.spec.version = Some("v1.31.0+k3s1".into());
+    let r = w.step();
+    assert!(r.delete_jobs.iter().any(|d| d.name == old));
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_ne!(
+        r.create_jobs[0].metadata.name.as_deref(),
+        Some(old.as_str())
+    );
+    assert!(reasons(&r).contains(&"Resolved"));
+}
+
+#[test]
+fn jobs_of_vanished_or_out_of_turn_nodes_are_deleted() {
+    let mut w = World::new(plan(1), nodes(2));
+    w.step();
+    let job = w.job_names()[0].clone();
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.nodes.retain(|n| n.name != node);
+    let r = w.step();
+    assert!(
+        r.delete_jobs.iter().any(|d| d.name == job),
+        "{:?}",
+        r.delete_jobs
+    );
+
+    // A running Job whose node is not applying runs out of turn.
+    let mut w = World::new(plan(1), nodes(2));
+    w.step();
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.nodes
+        .iter_mut()
+        .find(|n| n.name == node)
+        .expect("node")
+        .labels
+        .insert("plan.upgrade.cattle.io/p".into(), "disabled".into());
+    let r = w.step();
+    assert_eq!(r.delete_jobs.len(), 1, "{:?}", r.delete_jobs);
+}
+
+#[test]
+fn hostname_different_from_node_name_keeps_its_running_job() {
+    // SUC compares node names with hostnames here and deletes such Jobs; slipway does not.
+    let mut n = node("ip-10-0-0-1.ec2.internal");
+    n.labels.insert(labels::HOSTNAME.into(), "worker-a".into());
+    let mut w = World::new(plan(1), vec![n]);
+    w.step();
+    assert_eq!(w.status().applying, vec!["worker-a".to_string()]);
+    let r = w.step();
+    assert!(r.delete_jobs.is_empty(), "{:?}", r.delete_jobs);
+}
+
+#[test]
+fn channel_answers_set_latest_resolved() {
+    let mut p = plan(1);
+    p.spec.version = None;
+    p.spec.channel = Some("https://update.k3s.io/v1-release/channels/stable".into());
+    let mut w = World::new(p, nodes(1));
+    // Not asked yet: nothing resolved, nothing runs.
+    let r = w.step();
+    assert!(r.create_jobs.is_empty());
+    w.channel = Some(ChannelAnswer::Failed(
+        "unexpected response: HTTP/1.1 503 Service Unavailable".into(),
+    ));
+    let r = w.step();
+    let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+    assert_eq!(
+        (lr.status.as_str(), lr.reason.as_deref()),
+        (FALSE, Some("ResolveFailed"))
+    );
+    assert!(reasons(&r).contains(&"ResolveFailed"));
+    w.channel = Some(ChannelAnswer::Version("v1.30.1+k3s1".into()));
+    let r = w.step();
+    assert_eq!(cond::reason(&r.status, LATEST_RESOLVED), "Channel");
+    assert_eq!(r.status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+    assert_eq!(r.create_jobs.len(), 1);
+    // A later failure keeps the version it had and says so.
+    w.channel = Some(ChannelAnswer::Failed("timed out".into()));
+    let r = w.step();
+    let lr = cond::get(&r.status, LATEST_RESOLVED).expect("LatestResolved");
+    assert_eq!(lr.status, TRUE);
+    assert!(
+        lr.message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("keeping v1.30.1-k3s1")),
+        "{lr:?}"
+    );
+    assert_eq!(r.status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
+}
+
+#[test]
+fn lowering_concurrency_keeps_applying_nodes() {
+    let mut w = World::new(plan(3), nodes(4));
+    w.step();
+    assert_eq!(w.status().applying.len(), 3);
+    w.plan.spec.concurrency = Some(1);
+    let r = w.step();
+    assert_eq!(
+        r.status.applying.len(),
+        3,
+        "applying nodes are never dropped"
+    );
+    assert!(r.delete_jobs.is_empty());
+}
+
+#[test]
+fn a_new_hash_mid_job_waits_for_the_old_job_and_never_labels_backwards() {
+    let mut p = plan(1);
+    p.spec.secrets = Some(vec![crate::plan::api::SecretSpec {
+        name: "s".into(),
+        path: "s".into(),
+        ..Default::default()
+    }]);
+    let mut w = World::new(p, nodes(1));
+    let secret = |v: &str| Secret {
+        metadata: ObjectMeta {
+            name: Some("s".into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "k".to_string(),
+                k8s_openapi::ByteString(v.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    w.secrets.insert("s".into(), secret("1"));
+    w.step();
+    let old_job = w.job_names()[0].clone();
+    let old_hash = w.status().latest_hash.expect("hash");
+    // The Secret changes while the Job runs: no second Job for the busy node.
+    w.secrets.insert("s".into(), secret("2"));
+    let r = w.step();
+    let new_hash = r.status.latest_hash.clone().expect("hash");
+    assert_ne!(new_hash, old_hash);
+    assert!(r.create_jobs.is_empty(), "the node still runs the old Job");
+    assert!(
+        r.delete_jobs.is_empty(),
+        "same version: the old Job may finish"
+    );
+    // The old Job completes: it does not label the node with the old hash.
+    w.finish(&old_job, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(
+        r.node_patches.iter().all(|p| p.labels.is_empty()),
+        "{:?}",
+        r.node_patches
+    );
+    assert_eq!(r.create_jobs.len(), 1, "the new hash runs now");
+    let new_job = w
+        .job_names()
+        .into_iter()
+        .find(|n| *n != old_job)
+        .expect("new job");
+    w.finish(&new_job, "Complete", now(), "", "");
+    w.step();
+    let r = w.step();
+    assert_eq!(
+        w.nodes[0].labels.get("plan.upgrade.cattle.io/p"),
+        Some(&new_hash)
+    );
+    assert_eq!(complete(&r.status).0, TRUE);
+    // And stays there.
+    let r = w.step();
+    assert!(r.node_patches.is_empty());
+}
+
+fn rebooting_plan(concurrency: i64, gate: bool) -> Plan {
+    let mut p = plan(concurrency);
+    p.spec.cordon = Some(true);
+    p.spec.reboot = Some(crate::plan::api::RebootSpec {
+        timeout: Some("10m".into()),
+        health_gate: gate.then(|| crate::plan::api::HealthGateSpec {
+            pod_selector: LabelSelector {
+                match_labels: Some([("app".to_string(), "critical".to_string())].into()),
+                ..Default::default()
+            },
+            timeout: Some("5m".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    p
+}
+
+fn reboot(w: &mut World, node: &str) {
+    let n = w.nodes.iter_mut().find(|n| n.name == node).expect("node");
+    n.boot_id = format!("{}-after", n.boot_id);
+    n.ready = true;
+}
+
+#[test]
+fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
+    let mut w = World::new(rebooting_plan(1, false), nodes(2));
+    let r = w.step();
+    assert_eq!(r.create_pods.len(), 1, "the reboot pod comes with the Job");
+    assert_eq!(r.create_jobs.len(), 1);
+    let job = &r.create_jobs[0];
+    let spec = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    assert_eq!(spec.containers[0].name, reboot::SENTINEL_NAME);
+    assert!(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == "upgrade")
+    );
+    let node = label(job, labels::NODE).expect("node").to_string();
+    assert_eq!(
+        r.status.nodes[0].boot_id.as_deref(),
+        Some(format!("boot-{node}").as_str())
+    );
+    let job_name = w.job_names()[0].clone();
+    w.nodes
+        .iter_mut()
+        .find(|n| n.name == node)
+        .expect("node")
+        .unschedulable = true;
+    w.finish(&job_name, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(r.events.is_empty(), "the per-node story is in status.nodes");
+    assert_eq!(r.status.nodes[0].phase, phase::REBOOTING);
+    assert!(
+        r.node_patches.is_empty(),
+        "no label and no uncordon before the reboot"
+    );
+    assert!(r.create_jobs.is_empty(), "the slot is held");
+    assert!(r.delete_jobs.is_empty());
+    // The node goes down (NotReady) and comes back with a new boot ID.
+    w.now = now() + jiff::SignedDuration::from_secs(60);
+    w.nodes
+        .iter_mut()
+        .find(|n| n.name == node)
+        .expect("node")
+        .ready = false;
+    assert!(w.step().create_jobs.is_empty());
+    reboot(&mut w, &node);
+    let r = w.step();
+    assert_eq!(reasons(&r), vec!["Progress"]);
+    assert!(done_patch(&r).uncordon);
+    assert_eq!(
+        done_patch(&r).labels.get("plan.upgrade.cattle.io/p"),
+        w.status().latest_hash.as_ref()
+    );
+    assert_eq!(r.delete_pods.len(), 1, "the reboot pod goes");
+    assert_eq!(r.create_jobs.len(), 1, "the next node starts");
+}
+
+#[test]
+fn a_node_that_never_comes_back_fails_the_plan_and_keeps_its_slot() {
+    let mut w = World::new(rebooting_plan(1, false), nodes(2));
+    w.step();
+    let job_name = w.job_names()[0].clone();
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.finish(&job_name, "Complete", now(), "", "");
+    w.step();
+    w.now = now() + jiff::SignedDuration::from_secs(601);
+    let r = w.step();
+    let (status, reason, message) = complete(&r.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        (FALSE, "RebootTimedOut")
+    );
+    assert!(
+        message.contains(&format!("Node {node} did not come back")),
+        "{message}"
+    );
+    assert_eq!(reasons(&r), vec!["RebootTimedOut"]);
+    let r = w.step();
+    assert!(
+        r.events.is_empty() && r.create_jobs.is_empty(),
+        "reported once, slot held"
+    );
+    assert_eq!(r.status.applying.len(), 1);
+    // It comes back after all: the rollout goes on.
+    reboot(&mut w, &node);
+    let r = w.step();
+    assert!(r.node_patches.iter().any(|p| !p.labels.is_empty()));
+    assert_eq!(r.create_jobs.len(), 1);
+    assert!(!FAILURE_REASONS.contains(&complete(&r.status).1.as_str()));
+}
+
+#[test]
+fn the_health_gate_waits_for_ready_pods_and_says_which() {
+    let mut w = World::new(rebooting_plan(1, true), nodes(2));
+    w.step();
+    let job_name = w.job_names()[0].clone();
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.finish(&job_name, "Complete", now(), "", "");
+    w.step();
+    reboot(&mut w, &node);
+    w.health.insert(
+        node.clone(),
+        HealthObservation {
+            not_ready: vec!["kube-system/cilium-abc".into()],
+            total: 2,
+        },
+    );
+    let r = w.step();
+    let p = &r.status.nodes[0];
+    assert_eq!(p.phase, phase::WAITING_FOR_HEALTH);
+    let m = p.message.as_deref().expect("message");
+    assert!(
+        m.contains("1 of 2 pods matching app=critical") && m.contains("cilium-abc"),
+        "{m}"
+    );
+    assert!(r.node_patches.is_empty() && r.create_jobs.is_empty());
+    w.health.insert(
+        node.clone(),
+        HealthObservation {
+            not_ready: vec![],
+            total: 2,
+        },
+    );
+    let r = w.step();
+    assert!(r.status.nodes.iter().all(|p| p.name != node), "passed");
+    assert!(r.node_patches.iter().any(|p| !p.labels.is_empty()));
+}
+
+#[test]
+fn a_failed_health_gate_fails_the_plan_naming_the_node() {
+    let mut w = World::new(rebooting_plan(1, true), nodes(1));
+    w.step();
+    let job_name = w.job_names()[0].clone();
+    w.finish(&job_name, "Complete", now(), "", "");
+    w.step();
+    reboot(&mut w, "node-1");
+    w.health.insert(
+        "node-1".into(),
+        HealthObservation {
+            not_ready: vec!["a/b".into()],
+            total: 1,
+        },
+    );
+    w.step();
+    w.now = now() + jiff::SignedDuration::from_secs(301);
+    let r = w.step();
+    assert_eq!(complete(&r.status).1, "HealthGateTimedOut");
+    assert!(
+        complete(&r.status)
+            .2
+            .contains("Node node-1 rebooted but its health gate did not pass")
+    );
+    // Reported once; the node stays failed while its pods are not Ready...
+    let r = w.step();
+    assert!(r.events.is_empty(), "{:?}", r.events);
+    assert_eq!(complete(&r.status).1, "HealthGateTimedOut");
+    // ...and the rollout goes on once they are.
+    w.health.insert(
+        "node-1".into(),
+        HealthObservation {
+            not_ready: vec![],
+            total: 1,
+        },
+    );
+    let r = w.step();
+    assert!(
+        r.node_patches.iter().any(|p| !p.labels.is_empty()),
+        "{:?}",
+        r.node_patches
+    );
+}
+
+#[test]
+fn a_failed_job_cancels_the_reboot() {
+    let mut w = World::new(rebooting_plan(1, false), nodes(1));
+    w.step();
+    assert_eq!(w.pods.len(), 1);
+    let job_name = w.job_names()[0].clone();
+    w.finish(&job_name, "Failed", now(), "BackoffLimitExceeded", "boom");
+    let r = w.step();
+    assert_eq!(r.delete_pods.len(), 1);
+    assert_eq!(complete(&r.status).1, "JobFailed");
+}
+
+#[test]
+fn without_reboot_there_are_no_reboot_pods() {
+    let mut w = World::new(plan(2), nodes(2));
+    let r = w.step();
+    assert!(r.create_pods.is_empty());
+    let spec = r.create_jobs[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("spec");
+    assert_eq!(spec.containers[0].name, "upgrade");
+}
+
+#[test]
+fn a_running_job_made_by_suc_is_adopted_not_restarted() {
+    let mut w = World::new(plan(1), nodes(1));
+    w.step();
+    // The same Job as SUC would have made it: no slipway annotation.
+    for j in &mut w.jobs {
+        if let Some(a) = j.metadata.annotations.as_mut() {
+            a.remove(job::POD_TEMPLATE_HASH_ANNOTATION);
+        }
+    }
+    let r = w.step();
+    assert!(r.delete_jobs.is_empty(), "{:?}", r.delete_jobs);
+    assert!(r.create_jobs.is_empty());
+}
+
+#[test]
+fn finished_jobs_are_left_to_the_ttl_controller_unless_only_suc_annotates_a_ttl() {
+    let mut w = World::new(plan(1), nodes(1));
+    w.step();
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Complete", now(), "", "");
+    w.step();
+    w.now = now() + jiff::SignedDuration::from_secs(900);
+    assert!(
+        w.step().delete_jobs.is_empty(),
+        "ttlSecondsAfterFinished is set"
+    );
+    // A Job with only SUC's annotation is deleted by slipway once that TTL has passed.
+    for j in &mut w.jobs {
+        if let Some(spec) = j.spec.as_mut() {
+            spec.ttl_seconds_after_finished = None;
+        }
+    }
+    w.now = now() + jiff::SignedDuration::from_secs(100);
+    let r = w.step();
+    assert!(r.delete_jobs.is_empty());
+    assert_eq!(r.requeue_after, Some(Duration::from_secs(800)));
+    w.now = now() + jiff::SignedDuration::from_secs(900);
+    assert_eq!(w.step().delete_jobs.len(), 1);
+}
+
+#[cfg(test)]
+mod properties;
+
+#[test]
+fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {
+    let mut w = World::new(plan(1), nodes(2));
+    let maintenance = crate::node::holders::Holder::Maintenance {
+        name: "disk".into(),
+    };
+    w.held.insert("node-1".into(), maintenance.clone());
+    let r = w.step();
+    assert_eq!(w.status().applying, ["node-2"], "the free node goes first");
+    assert!(
+        r.create_jobs
+            .iter()
+            .all(|j| label(j, "upgrade.cattle.io/node") == Some("node-2"))
+    );
+    let job = w.job_names().pop().expect("a job for node-2");
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    let (status, reason, message) = complete(&r.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        (FALSE, "WaitingForNodes")
+    );
+    assert_eq!(
+        message,
+        "waiting: node node-1 is held by nodemaintenance disk"
+    );
+    assert!(reasons(&r).contains(&"WaitingForNodes"));
+    assert!(w.step().events.is_empty(), "said once");
+    // Held while its Job runs: the node finishes its step.
+    w.held.clear();
+    w.step();
+    assert_eq!(w.status().applying, ["node-1"]);
+    w.held.insert("node-1".into(), maintenance);
+    w.step();
+    assert_eq!(
+        w.status().applying,
+        ["node-1"],
+        "a started node is not dropped"
+    );
+}
+
+#[test]
+fn a_node_tainted_for_maintenance_by_anyone_is_not_started() {
+    let mut nodes = nodes(1);
+    nodes[0].in_maintenance = true;
+    let mut w = World::new(plan(1), nodes);
+    let r = w.step();
+    assert!(r.create_jobs.is_empty());
+    assert_eq!(
+        complete(&r.status).2,
+        "waiting: node node-1 is held by a node maintenance (medik8s.io/drain taint)"
+    );
+    w.nodes[0].in_maintenance = false;
+    assert_eq!(w.step().create_jobs.len(), 1);
+}
+
+/// Cordons the node of the Plan's only Job, as its drain container would.
+fn cordon_node_of_job(w: &mut World) -> String {
+    let node = label(&w.jobs[0], labels::NODE).expect("node").to_string();
+    w.nodes
+        .iter_mut()
+        .find(|n| n.name == node)
+        .expect("node")
+        .unschedulable = true;
+    node
+}
+
+fn cordon_record(w: &World, node: &str) -> Option<String> {
+    let n = w.nodes.iter().find(|n| n.name == node).expect("node");
+    n.annotations
+        .get(crate::node::cordon::UPGRADE_CORDON)
+        .cloned()
+}
+
+#[test]
+fn slipways_own_cordon_is_recorded_before_the_job_and_undone_after() {
+    let mut p = plan(1);
+    p.spec.cordon = Some(true);
+    let mut w = World::new(p, nodes(1));
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_eq!(r.node_patches.len(), 1, "the record, before the Job");
+    let node = cordon_node_of_job(&mut w);
+    assert_eq!(cordon_record(&w, &node).as_deref(), Some("slipway"));
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(r.node_patches.iter().any(|p| p.uncordon));
+    assert!(!w.nodes[0].unschedulable);
+    assert_eq!(cordon_record(&w, &node), None, "forgotten with the cordon");
+}
+
+#[test]
+fn an_admins_cordon_stays_after_the_upgrade() {
+    let mut p = plan(1);
+    p.spec.drain = Some(Default::default());
+    let mut n = nodes(1);
+    n[0].unschedulable = true;
+    let mut w = World::new(p, n);
+    w.step();
+    let node = w.nodes[0].name.clone();
+    assert_eq!(cordon_record(&w, &node).as_deref(), Some("admin"));
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Complete", now(), "", "");
+    let r = w.step();
+    assert!(
+        r.node_patches.iter().all(|p| !p.uncordon),
+        "{:?}",
+        r.node_patches
+    );
+    assert!(
+        w.nodes[0].unschedulable,
+        "the admin's cordon stays (SUC #341)"
+    );
+    assert_eq!(complete(&r.status).0, TRUE);
+    assert_eq!(
+        cordon_record(&w, &node).as_deref(),
+        Some("admin"),
+        "kept while the cordon lasts, for other Plans on the node"
+    );
+}
+
+#[test]
+fn a_plan_that_does_not_cordon_records_nothing() {
+    let mut w = World::new(plan(1), nodes(1));
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert!(r.node_patches.is_empty());
+}
+
+/// The patch that labels a node done.
+fn done_patch(r: &Rollout) -> &NodePatch {
+    r.node_patches
+        .iter()
+        .find(|p| p.labels.contains_key("plan.upgrade.cattle.io/p"))
+        .expect("a node labelled done")
+}

@@ -1,0 +1,247 @@
+//! What this process wrote and its caches have not shown yet.
+//!
+//! A reconcile can run before the watch brings back the Job it created, the label it set or the
+//! status it wrote. Deciding from the stale cache would create the Job again, label the node again
+//! or write a status that the API server refuses as a conflict: wasted writes, and a slower
+//! rollout. So each write is remembered until the cache shows it (or for a short while at most)
+//! and laid over the cache when the next decision's inputs are gathered.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+
+use crate::node::NodeInfo;
+use crate::node::index::PlanKey;
+use crate::plan::api::{Plan, labels};
+use crate::plan::core::NodePatch;
+use crate::plan::core::reboot;
+
+/// How long a write is laid over a cache that does not show it. Past that, the cache is believed
+/// (the object may have been deleted or changed by someone else since).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub struct Expectations {
+    jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
+    pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
+    nodes: Mutex<HashMap<String, (Instant, NodePatch)>>,
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The cached objects of one Plan (their `label` names it), plus the ones created for it that the
+/// cache does not have yet.
+fn overlay<K: Resource>(
+    cached: Vec<Arc<K>>,
+    created: &Mutex<HashMap<String, (Instant, Arc<K>)>>,
+    label: &str,
+    plan: &str,
+) -> Vec<Arc<K>> {
+    let mut created = lock(created);
+    let now = Instant::now();
+    if !created.is_empty() {
+        let shown: std::collections::HashSet<&str> = cached
+            .iter()
+            .filter_map(|c| c.meta().name.as_deref())
+            .collect();
+        created.retain(|name, (at, _)| {
+            now.duration_since(*at) < PATIENCE && !shown.contains(name.as_str())
+        });
+    }
+    let of_plan = |k: &K| {
+        k.meta()
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label))
+            .map(String::as_str)
+            == Some(plan)
+    };
+    let mut all = cached;
+    all.extend(
+        created
+            .values()
+            .map(|(_, k)| k)
+            .filter(|k| of_plan(k))
+            .cloned(),
+    );
+    all
+}
+
+impl Expectations {
+    pub fn created_job(&self, job: Job) {
+        if let Some(name) = job.metadata.name.clone() {
+            lock(&self.jobs).insert(name, (Instant::now(), Arc::new(job)));
+        }
+    }
+
+    pub fn created_pod(&self, pod: Pod) {
+        if let Some(name) = pod.metadata.name.clone() {
+            lock(&self.pods).insert(name, (Instant::now(), Arc::new(pod)));
+        }
+    }
+
+    pub fn patched_node(&self, patch: &NodePatch) {
+        lock(&self.nodes).insert(patch.node.clone(), (Instant::now(), patch.clone()));
+    }
+
+    pub fn wrote_status(&self, plan: Plan) {
+        lock(&self.plans).insert(PlanKey::of(&plan), Arc::new(plan));
+    }
+
+    /// `cached`: the cache's Jobs of `plan`.
+    pub fn jobs(&self, cached: Vec<Arc<Job>>, plan: &str) -> Vec<Arc<Job>> {
+        overlay(cached, &self.jobs, labels::PLAN, plan)
+    }
+
+    /// `cached`: the cache's reboot pods of `plan`.
+    pub fn pods(&self, cached: Vec<Arc<Pod>>, plan: &str) -> Vec<Arc<Pod>> {
+        overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
+    }
+
+    /// The node with the labels, annotations and uncordon this process patched onto it, until the
+    /// cache shows them.
+    pub fn node(&self, cached: &NodeInfo) -> Option<NodeInfo> {
+        let mut nodes = lock(&self.nodes);
+        let (at, patch) = nodes.get(&cached.name)?;
+        let shown = patch
+            .labels
+            .iter()
+            .all(|(k, v)| cached.labels.get(k) == Some(v))
+            && patch
+                .annotations
+                .iter()
+                .all(|(k, v)| cached.annotations.get(k) == v.as_ref())
+            && !(patch.uncordon && cached.unschedulable);
+        if shown || at.elapsed() >= PATIENCE {
+            nodes.remove(&cached.name);
+            return None;
+        }
+        let mut node = cached.clone();
+        patch.apply_to(&mut node);
+        Some(node)
+    }
+
+    /// The newer of the cached Plan and the one this process last wrote the status of.
+    /// resourceVersions are etcd revisions; compared as numbers, and the cache wins when either is not one.
+    pub fn plan(&self, cached: Arc<Plan>) -> Arc<Plan> {
+        let mut plans = lock(&self.plans);
+        let key = PlanKey::of(&cached);
+        let Some(written) = plans.get(&key) else {
+            return cached;
+        };
+        let revision = |p: &Plan| {
+            p.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (revision(&cached), revision(written)) {
+            (Some(c), Some(w)) if w > c && written.metadata.uid == cached.metadata.uid => {
+                written.clone()
+            }
+            _ => {
+                plans.remove(&key);
+                cached
+            }
+        }
+    }
+
+    /// Drops what is remembered about Plans that are gone.
+    pub fn retain_plans(&self, mut exists: impl FnMut(&PlanKey) -> bool) {
+        lock(&self.plans).retain(|k, _| exists(k));
+    }
+}
+
+/// Nodes the overlay changed, as owned values next to the index's shared ones.
+pub fn overlay_nodes(
+    candidates: &[Arc<NodeInfo>],
+    expect: &Expectations,
+) -> BTreeMap<String, NodeInfo> {
+    candidates
+        .iter()
+        .filter_map(|n| expect.node(n).map(|o| (n.name.clone(), o)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn job(name: &str, plan: &str) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([(labels::PLAN.to_string(), plan.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_created_job_counts_for_its_plan_until_the_cache_has_it() {
+        let e = Expectations::default();
+        e.created_job(job("a", "p"));
+        assert_eq!(e.jobs(vec![], "p").len(), 1);
+        assert!(
+            e.jobs(vec![], "other").is_empty(),
+            "another Plan's Job is not this Plan's"
+        );
+        assert_eq!(e.jobs(vec![Arc::new(job("a", "p"))], "p").len(), 1);
+        // Seen once: forgotten, even if the cache loses it later (deleted by someone).
+        assert!(e.jobs(vec![], "p").is_empty());
+    }
+
+    #[test]
+    fn a_patched_label_shows_until_the_cache_has_it() {
+        let e = Expectations::default();
+        let cached = NodeInfo {
+            name: "n".into(),
+            unschedulable: true,
+            ..Default::default()
+        };
+        e.patched_node(&NodePatch {
+            node: "n".into(),
+            labels: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            uncordon: true,
+            ..NodePatch::default()
+        });
+        let seen = e.node(&cached).expect("overlaid");
+        assert_eq!(seen.labels["k"], "v");
+        assert!(!seen.unschedulable);
+        let mut caught_up = cached.clone();
+        caught_up.labels.insert("k".into(), "v".into());
+        caught_up.unschedulable = false;
+        assert!(e.node(&caught_up).is_none());
+        assert!(e.node(&cached).is_none());
+    }
+
+    #[test]
+    fn the_newer_plan_wins() {
+        let e = Expectations::default();
+        let plan = |rv: &str| {
+            let mut p = Plan::default();
+            p.metadata.name = Some("p".into());
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.uid = Some("u".into());
+            p.metadata.resource_version = Some(rv.into());
+            p
+        };
+        e.wrote_status(plan("11"));
+        let chosen = e.plan(Arc::new(plan("10")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("11"));
+        let chosen = e.plan(Arc::new(plan("12")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("12"));
+        // Forgotten once the cache moved past it.
+        let chosen = e.plan(Arc::new(plan("10")));
+        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("10"));
+    }
+}

@@ -1,0 +1,665 @@
+use super::*;
+use crate::node::handoff::GatePolicy;
+use crate::reboot_policy::api::RebootRecord;
+
+fn t(s: &str) -> Timestamp {
+    s.parse().expect("timestamp")
+}
+
+const T0: &str = "2026-11-22T10:00:00Z";
+
+fn at(secs: i64) -> Timestamp {
+    t(T0) + jiff::SignedDuration::from_secs(secs)
+}
+
+fn node(name: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        ready: true,
+        boot_id: format!("{name}-boot-1"),
+        ..Default::default()
+    }
+}
+
+/// A node whose agent asked for a reboot at its current boot.
+fn asking(name: &str) -> NodeInfo {
+    let mut n = node(name);
+    n.annotations
+        .insert(REBOOT_REQUIRED_ANNOTATION.into(), n.boot_id.clone());
+    n
+}
+
+fn flatcar(name: &str, extra: &[(&str, &str)]) -> NodeInfo {
+    let mut n = node(name);
+    n.annotations
+        .insert(format!("{FLATCAR_PREFIX}{REBOOT_NEEDED}"), "true".into());
+    for (k, v) in extra {
+        n.annotations
+            .insert(format!("{FLATCAR_PREFIX}{k}"), v.to_string());
+    }
+    n
+}
+
+fn settings(concurrency: usize) -> PolicySettings {
+    PolicySettings {
+        concurrency,
+        paused: false,
+        window_closed: None,
+        drain_timeout: Some(Duration::from_secs(600)),
+        handoff: HandoffPolicy {
+            timeout: Duration::from_secs(900),
+            health_gate: None,
+        },
+        alerts: None,
+    }
+}
+
+fn signals() -> Signals {
+    Signals::of(None)
+}
+
+fn view(n: &NodeInfo) -> NodeView<'_> {
+    NodeView {
+        node: n,
+        selected: true,
+        held_by: None,
+        blocking_pods: vec![],
+        drain: None,
+        health: None,
+    }
+}
+
+fn run(
+    s: &PolicySettings,
+    states: &BTreeMap<String, RebootState>,
+    views: &[NodeView<'_>],
+    now: Timestamp,
+) -> PolicyDecision {
+    decide(s, &signals(), states, views, &BTreeMap::new(), now)
+}
+
+fn started(d: &PolicyDecision) -> Vec<&str> {
+    d.states
+        .iter()
+        .filter(|(_, s)| matches!(s, RebootState::Draining { .. }))
+        .map(|(n, _)| n.as_str())
+        .collect()
+}
+
+fn actions_of<'a>(d: &'a PolicyDecision, name: &str) -> Vec<&'a RebootAction> {
+    d.actions
+        .iter()
+        .filter(|(n, a)| n == name && !matches!(a, RebootAction::Event { .. }))
+        .map(|(_, a)| a)
+        .collect()
+}
+
+fn draining(name: &str, since: Timestamp) -> RebootState {
+    RebootState::Draining {
+        signal: Signal::Agent,
+        before: format!("{name}-boot-1"),
+        cordoned: true,
+        since,
+    }
+}
+
+fn rebooting(name: &str, since: Timestamp) -> RebootState {
+    RebootState::Rebooting {
+        signal: Signal::Agent,
+        cordoned: true,
+        handoff: Handoff::start(format!("{name}-boot-1"), since),
+    }
+}
+
+#[test]
+fn the_agents_request_counts_only_at_the_boot_it_was_made() {
+    let n = asking("a");
+    assert_eq!(requested(&n, &signals()), Some(Signal::Agent));
+    let mut rebooted = n.clone();
+    rebooted.boot_id = "a-boot-2".into();
+    assert_eq!(requested(&rebooted, &signals()), None, "stale request");
+    let off = Signals {
+        agent: false,
+        ..signals()
+    };
+    assert_eq!(requested(&n, &off), None);
+    assert_eq!(requested(&node("b"), &signals()), None);
+}
+
+#[test]
+fn update_agents_count_when_enabled_and_not_paused_or_in_progress() {
+    let on = Signals {
+        flatcar: true,
+        ..signals()
+    };
+    assert_eq!(
+        requested(&flatcar("f", &[]), &signals()),
+        None,
+        "off by default"
+    );
+    assert_eq!(requested(&flatcar("f", &[]), &on), Some(Signal::Flatcar));
+    assert_eq!(
+        requested(&flatcar("f", &[(REBOOT_PAUSED, "true")]), &on),
+        None
+    );
+    assert_eq!(
+        requested(&flatcar("f", &[(REBOOT_IN_PROGRESS, "true")]), &on),
+        None,
+        "the agent has not reported back from its reboot yet"
+    );
+    let mut cluo = node("c");
+    cluo.annotations.insert(
+        format!("{CONTAINER_LINUX_PREFIX}{REBOOT_NEEDED}"),
+        "true".into(),
+    );
+    let both = Signals {
+        container_linux: true,
+        ..on.clone()
+    };
+    assert_eq!(requested(&cluo, &both), Some(Signal::ContainerLinux));
+    assert_eq!(requested(&cluo, &on), None);
+}
+
+#[test]
+fn the_node_index_keeps_every_signal_annotation() {
+    let mut keys = vec![
+        REBOOT_REQUIRED_ANNOTATION.to_string(),
+        CONDITION_HANDLED.to_string(),
+    ];
+    for prefix in [FLATCAR_PREFIX, CONTAINER_LINUX_PREFIX] {
+        for key in [REBOOT_NEEDED, REBOOT_IN_PROGRESS, REBOOT_OK, REBOOT_PAUSED] {
+            keys.push(format!("{prefix}{key}"));
+        }
+    }
+    assert_eq!(SIGNAL_ANNOTATIONS.map(String::from).to_vec(), keys);
+}
+
+fn with_condition(name: &str, kind: &str, at: &str) -> NodeInfo {
+    let mut n = node(name);
+    n.true_conditions.insert(kind.into(), at.into());
+    n
+}
+
+#[test]
+fn a_named_condition_asks_once_per_occurrence() {
+    let npd = Signals {
+        node_conditions: vec!["KernelDeadlock".into(), "ReadonlyFilesystem".into()],
+        ..signals()
+    };
+    let n = with_condition("a", "KernelDeadlock", "2026-11-22T09:00:00Z");
+    assert_eq!(requested(&n, &signals()), None, "only named conditions");
+    assert_eq!(requested(&n, &npd), Some(Signal::NodeCondition));
+    assert_eq!(
+        condition_marker(&n, &npd).as_deref(),
+        Some("KernelDeadlock=2026-11-22T09:00:00Z")
+    );
+    // Starting the reboot records the occurrence first.
+    let d = decide(
+        &settings(1),
+        &npd,
+        &BTreeMap::new(),
+        &[view(&n)],
+        &BTreeMap::new(),
+        t(T0),
+    );
+    assert_eq!(
+        actions_of(&d, "a")[0],
+        &RebootAction::MarkConditions("KernelDeadlock=2026-11-22T09:00:00Z".into())
+    );
+    // Handled: the same occurrence, still True after the reboot, asks nothing.
+    let mut handled = n.clone();
+    handled.annotations.insert(
+        CONDITION_HANDLED.into(),
+        "KernelDeadlock=2026-11-22T09:00:00Z".into(),
+    );
+    assert_eq!(requested(&handled, &npd), None);
+    // Set anew (a later transition), or another named condition: asks again.
+    handled
+        .true_conditions
+        .insert("KernelDeadlock".into(), "2026-11-22T11:00:00Z".into());
+    assert_eq!(requested(&handled, &npd), Some(Signal::NodeCondition));
+    let mut other = n.clone();
+    other.annotations.insert(
+        CONDITION_HANDLED.into(),
+        "KernelDeadlock=2026-11-22T09:00:00Z".into(),
+    );
+    other
+        .true_conditions
+        .insert("ReadonlyFilesystem".into(), "2026-11-22T10:00:00Z".into());
+    assert_eq!(requested(&other, &npd), Some(Signal::NodeCondition));
+}
+
+#[test]
+fn at_most_concurrency_nodes_start_in_name_order() {
+    let nodes = [asking("c"), asking("a"), asking("b"), node("d")];
+    let views: Vec<_> = nodes.iter().map(view).collect();
+    let d = run(&settings(2), &BTreeMap::new(), &views, t(T0));
+    assert_eq!(started(&d), vec!["a", "b"]);
+    assert_eq!(
+        actions_of(&d, "a"),
+        vec![&RebootAction::Cordon, &RebootAction::Drain]
+    );
+    assert_eq!((d.wanting, d.rebooting), (1, 2));
+    let c = d.nodes.iter().find(|n| n.name == "c").expect("c listed");
+    assert_eq!(c.phase, phase::WANTING);
+    assert_eq!(c.reason.as_deref(), Some("ConcurrencyReached"));
+    assert!(!d.nodes.iter().any(|n| n.name == "d"), "d wants nothing");
+}
+
+#[test]
+fn nodes_held_by_other_operations_use_the_same_budget() {
+    let nodes = [asking("a"), asking("b"), node("p")];
+    let mut views: Vec<_> = nodes.iter().map(view).collect();
+    views[2].held_by = Some("plan system-upgrade/k3s".into());
+    let d = run(&settings(2), &BTreeMap::new(), &views, t(T0));
+    assert_eq!(started(&d), vec!["a"], "the Plan's node takes one slot");
+
+    // A node that wants a reboot but is held elsewhere waits, naming the holder.
+    views[0].held_by = Some("nodemaintenance disk".into());
+    let d = run(&settings(3), &BTreeMap::new(), &views, t(T0));
+    assert_eq!(started(&d), vec!["b"]);
+    let a = &d.nodes[0];
+    assert_eq!(
+        (a.phase.as_str(), a.reason.as_deref()),
+        (phase::BLOCKED, Some("NodeBusy"))
+    );
+    assert!(
+        a.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("nodemaintenance disk")
+    );
+}
+
+#[test]
+fn an_already_cordoned_node_is_not_cordoned_nor_uncordoned() {
+    let mut n = asking("a");
+    n.unschedulable = true;
+    let d = run(&settings(1), &BTreeMap::new(), &[view(&n)], t(T0));
+    assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
+    let state = d.states["a"].clone();
+    assert!(matches!(
+        state,
+        RebootState::Draining {
+            cordoned: false,
+            ..
+        }
+    ));
+    // Drained, rebooted, back: finished without an uncordon.
+    let mut drained = view(&n);
+    drained.drain = Some(DrainView::default());
+    let d = run(&settings(1), &d.states, &[drained], at(10));
+    let mut back = n.clone();
+    back.boot_id = "a-boot-2".into();
+    let d = run(&settings(1), &d.states, &[view(&back)], at(60));
+    assert_eq!(
+        actions_of(&d, "a"),
+        vec![&RebootAction::Finish {
+            signal: Signal::Agent,
+            uncordon: false
+        }]
+    );
+}
+
+#[test]
+fn window_pause_alerts_and_blocking_pods_hold_new_reboots_and_say_why() {
+    let n = asking("a");
+    let cases: Vec<(PolicySettings, Vec<String>, &str, &str)> = vec![
+        (
+            PolicySettings {
+                paused: true,
+                ..settings(1)
+            },
+            vec![],
+            phase::WANTING,
+            "Paused",
+        ),
+        (
+            PolicySettings {
+                window_closed: Some(Some(at(3600))),
+                ..settings(1)
+            },
+            vec![],
+            phase::WAITING_FOR_WINDOW,
+            "OutsideWindow",
+        ),
+        (
+            PolicySettings {
+                alerts: Some("Prometheus at http://p:9090 could not be asked: timeout".into()),
+                ..settings(1)
+            },
+            vec![],
+            phase::BLOCKED,
+            "AlertsFiring",
+        ),
+        (
+            settings(1),
+            vec!["db/primary".into()],
+            phase::BLOCKED,
+            "BlockingPods",
+        ),
+    ];
+    for (s, pods, want_phase, want_reason) in cases {
+        let mut v = view(&n);
+        v.blocking_pods = pods;
+        let d = run(&s, &BTreeMap::new(), &[v], t(T0));
+        assert!(d.states.is_empty(), "{want_reason}: nothing starts");
+        assert!(actions_of(&d, "a").is_empty());
+        assert_eq!(d.nodes[0].phase, want_phase);
+        assert_eq!(d.nodes[0].reason.as_deref(), Some(want_reason));
+        assert_eq!(d.wanting, 1);
+        assert!(d.recheck.is_some());
+    }
+}
+
+#[test]
+fn a_closed_window_or_a_pause_never_interrupts_a_reboot_under_way() {
+    let states = BTreeMap::from([("a".to_string(), rebooting("a", t(T0)))]);
+    let n = asking("a");
+    let s = PolicySettings {
+        paused: true,
+        window_closed: Some(None),
+        ..settings(1)
+    };
+    let d = run(&s, &states, &[view(&n)], at(10));
+    assert!(matches!(d.states["a"], RebootState::Rebooting { .. }));
+    assert_eq!(d.rebooting, 1);
+}
+
+#[test]
+fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
+    let n = asking("a");
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let mut v = view(&n);
+    v.drain = Some(DrainView {
+        remaining: 2,
+        waiting_for: vec!["shop/web-1: PodDisruptionBudget shop/web allows no disruption".into()],
+    });
+    let d = run(&settings(1), &states, &[v.clone()], at(30));
+    assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
+    assert!(
+        d.nodes[0]
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("PodDisruptionBudget")
+    );
+
+    v.drain = Some(DrainView::default());
+    let d = run(&settings(1), &states, &[v], at(40));
+    let reboot = RebootAction::Reboot {
+        signal: Signal::Agent,
+        before: "a-boot-1".into(),
+    };
+    assert_eq!(actions_of(&d, "a"), vec![&reboot]);
+    assert_eq!(d.nodes[0].phase, phase::REBOOTING);
+
+    // Asked again while the boot is unchanged (a crash may have lost the first ask).
+    let d2 = run(&settings(1), &d.states, &[view(&n)], at(50));
+    assert_eq!(actions_of(&d2, "a"), vec![&reboot]);
+
+    // Down (new boot, not Ready yet): nothing more to ask.
+    let mut down = n.clone();
+    down.boot_id = "a-boot-2".into();
+    down.ready = false;
+    let d3 = run(&settings(1), &d2.states, &[view(&down)], at(60));
+    assert!(actions_of(&d3, "a").is_empty());
+    assert_eq!(d3.rebooting, 1);
+}
+
+#[test]
+fn the_health_gate_holds_the_slot_until_its_pods_are_ready() {
+    let s = PolicySettings {
+        handoff: HandoffPolicy {
+            timeout: Duration::from_secs(900),
+            health_gate: Some(GatePolicy {
+                timeout: Duration::from_secs(600),
+                pods: "app=cni".into(),
+            }),
+        },
+        ..settings(1)
+    };
+    let states = BTreeMap::from([("a".to_string(), rebooting("a", t(T0)))]);
+    let mut back = asking("a");
+    back.boot_id = "a-boot-2".into();
+    let unhealthy = HealthObservation {
+        not_ready: vec!["kube-system/cni-x".into()],
+        total: 1,
+    };
+    let mut v = view(&back);
+    v.health = Some(&unhealthy);
+    // Another node wants a reboot: it must wait for the gate.
+    let other = asking("b");
+    let d = run(&s, &states, &[v.clone(), view(&other)], at(60));
+    assert_eq!(d.nodes[0].phase, phase::WAITING_FOR_HEALTH);
+    assert!(!d.states.contains_key("b"));
+    let healthy = HealthObservation {
+        not_ready: vec![],
+        total: 1,
+    };
+    v.health = Some(&healthy);
+    let d = run(&s, &d.states, &[v, view(&other)], at(70));
+    assert_eq!(
+        actions_of(&d, "a"),
+        vec![&RebootAction::Finish {
+            signal: Signal::Agent,
+            uncordon: true
+        }]
+    );
+    assert_eq!(
+        started(&d),
+        vec!["b"],
+        "the freed slot goes to the next node at once"
+    );
+    assert_eq!(
+        d.rebooted,
+        vec![RebootRecord {
+            name: "a".into(),
+            at: "2026-11-22T10:01:10Z".into(),
+            signal: "agent".into(),
+            boot_id: Some("a-boot-2".into()),
+        }]
+    );
+}
+
+#[test]
+fn a_node_that_never_comes_back_fails_holding_its_slot_and_may_recover() {
+    let states = BTreeMap::from([("a".to_string(), rebooting("a", t(T0)))]);
+    let n = asking("a");
+    let d = run(
+        &settings(1),
+        &states,
+        &[view(&n), view(&asking("b"))],
+        at(901),
+    );
+    assert_eq!(d.nodes[0].phase, phase::FAILED);
+    assert_eq!(d.nodes[0].reason.as_deref(), Some("RebootTimedOut"));
+    assert!(d.summary.contains("failed: a"), "{}", d.summary);
+    assert!(d.actions.iter().any(|(n, a)| n == "a"
+        && matches!(
+            a,
+            RebootAction::Event {
+                warning: true,
+                reason: "RebootTimedOut",
+                ..
+            }
+        )));
+    assert!(
+        !d.states.contains_key("b"),
+        "the failed node keeps its slot"
+    );
+    let mut back = n.clone();
+    back.boot_id = "a-boot-2".into();
+    let d = run(&settings(1), &d.states, &[view(&back)], at(2000));
+    assert!(matches!(
+        actions_of(&d, "a")[..],
+        [RebootAction::Finish { .. }]
+    ));
+}
+
+#[test]
+fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let n = asking("a");
+    let mut v = view(&n);
+    v.drain = Some(DrainView {
+        remaining: 1,
+        waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
+    });
+    let d = run(&settings(1), &states, &[v.clone()], at(600));
+    assert_eq!(
+        actions_of(&d, "a"),
+        vec![&RebootAction::Finish {
+            signal: Signal::Agent,
+            uncordon: true
+        }]
+    );
+    assert_eq!(d.nodes[0].reason.as_deref(), Some(DRAIN_TIMED_OUT));
+    assert!(
+        d.nodes[0]
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("db/primary")
+    );
+    assert_eq!(d.rebooting, 0, "a failed drain frees its slot");
+    let later = run(&settings(1), &d.states, &[v.clone()], at(700));
+    assert!(matches!(later.states["a"], RebootState::DrainFailed { .. }));
+    let retry = run(
+        &settings(1),
+        &d.states,
+        &[v],
+        at(600) + jiff::SignedDuration::from_secs(601),
+    );
+    assert_eq!(started(&retry), vec!["a"]);
+}
+
+#[test]
+fn a_node_that_rebooted_on_its_own_during_the_drain_goes_straight_to_its_hand_off() {
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let mut n = asking("a");
+    n.boot_id = "a-boot-2".into();
+    let d = run(&settings(1), &states, &[view(&n)], at(20));
+    assert!(matches!(
+        actions_of(&d, "a")[..],
+        [RebootAction::Finish { .. }]
+    ));
+    assert!(d.states.is_empty());
+}
+
+#[test]
+fn a_deleted_node_is_forgotten_with_a_warning() {
+    let states = BTreeMap::from([("gone".to_string(), rebooting("gone", t(T0)))]);
+    let d = run(&settings(1), &states, &[], at(10));
+    assert!(d.states.is_empty());
+    assert!(d.actions.iter().any(|(_, a)| matches!(
+        a,
+        RebootAction::Event {
+            reason: "NodeGone",
+            ..
+        }
+    )));
+}
+
+#[test]
+fn states_read_back_from_status_as_written() {
+    let cases = [
+        draining("a", t(T0)),
+        rebooting("a", t(T0)),
+        RebootState::Rebooting {
+            signal: Signal::Flatcar,
+            cordoned: false,
+            handoff: Handoff::AwaitingHealth {
+                before: "b1".into(),
+                since: t(T0),
+            },
+        },
+        RebootState::Rebooting {
+            signal: Signal::ContainerLinux,
+            cordoned: true,
+            handoff: Handoff::TimedOut {
+                stage: Stage::Health,
+                before: "b1".into(),
+                since: t(T0),
+                message: "pods not Ready".into(),
+            },
+        },
+        RebootState::DrainFailed {
+            signal: Signal::Agent,
+            message: "stuck".into(),
+            since: t(T0),
+        },
+    ];
+    for state in cases {
+        let message = match &state {
+            RebootState::Rebooting {
+                handoff: Handoff::TimedOut { message, .. },
+                ..
+            }
+            | RebootState::DrainFailed { message, .. } => message.clone(),
+            _ => String::new(),
+        };
+        let status = state.to_status("a", message);
+        assert_eq!(
+            RebootState::from_status(&status, at(99)),
+            Some(state.clone()),
+            "{status:?}"
+        );
+    }
+    let waiting = RebootNodeStatus {
+        name: "a".into(),
+        phase: phase::WANTING.into(),
+        signal: Some("agent".into()),
+        ..Default::default()
+    };
+    assert_eq!(RebootState::from_status(&waiting, t(T0)), None);
+}
+
+#[test]
+fn a_restarted_controller_continues_from_the_status_without_starting_more() {
+    let nodes = [asking("a"), asking("b"), asking("c")];
+    let views: Vec<_> = nodes.iter().map(view).collect();
+    let first = run(&settings(2), &BTreeMap::new(), &views, t(T0));
+    // A new process reads only status.nodes.
+    let (restored, waiting) = read_status(&first.nodes, at(5));
+    assert_eq!(waiting.keys().collect::<Vec<_>>(), vec!["c"]);
+    assert_eq!(restored, first.states);
+    let again = run(&settings(2), &restored, &views, at(5));
+    assert_eq!(started(&again), vec!["a", "b"]);
+    assert!(!again.states.contains_key("c"));
+    assert!(
+        !again
+            .actions
+            .iter()
+            .any(|(_, a)| matches!(a, RebootAction::Cordon)),
+        "no second cordon"
+    );
+}
+
+#[test]
+fn the_summary_says_what_the_policy_does() {
+    let d = run(&settings(1), &BTreeMap::new(), &[view(&node("a"))], t(T0));
+    assert_eq!(d.summary, "no node wants a reboot");
+    let nodes = [asking("a"), asking("b")];
+    let views: Vec<_> = nodes.iter().map(view).collect();
+    let d = run(&settings(1), &BTreeMap::new(), &views, t(T0));
+    assert_eq!(d.summary, "1 rebooting; 1 waiting (1 of 1 slots taken)");
+}
+
+#[test]
+fn the_history_keeps_the_newest_twenty_newest_first() {
+    let record = |n: usize| RebootRecord {
+        name: format!("n{n}"),
+        at: T0.into(),
+        signal: "agent".into(),
+        boot_id: None,
+    };
+    let previous: Vec<RebootRecord> = (0..20).rev().map(record).collect();
+    let history = rebooted_history(&previous, &[record(20), record(21)]);
+    assert_eq!(history.len(), REBOOTED_KEPT);
+    assert_eq!(history[0].name, "n21");
+    assert_eq!(history[1].name, "n20");
+    assert_eq!(history[2].name, "n19");
+    assert_eq!(history[19].name, "n2", "the oldest go");
+    assert_eq!(rebooted_history(&[], &[]), vec![]);
+}

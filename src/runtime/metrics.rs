@@ -1,0 +1,405 @@
+//! Prometheus metrics (prometheus-client, OpenMetrics text), served on `/metrics`.
+//!
+//! Every family is prefixed `slipway_`. Per-Plan gauges are set after each successful reconcile
+//! from the decision that was applied, and removed when the Plan is gone.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::plan::core::PlanSummary;
+
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PlanLabels {
+    pub namespace: String,
+    pub plan: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are lower case
+pub enum NodeState {
+    applying,
+    failed,
+    complete,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PlanNodeLabels {
+    pub namespace: String,
+    pub plan: String,
+    pub state: NodeState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub category: String,
+}
+
+/// All of slipway's metrics.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Histogram,
+    plan_complete: Family<PlanLabels, Gauge>,
+    plan_nodes: Family<PlanNodeLabels, Gauge>,
+    jobs_created: Counter,
+    jobs_deleted: Counter,
+    node_patches: Counter,
+    channel_requests: Counter,
+    channel_errors: Counter,
+    channel_cache_hits: Counter,
+    channel_duration: Histogram,
+    leader: Gauge,
+    plans: Mutex<BTreeSet<PlanLabels>>,
+    reboot_wanting: Family<PolicyLabels, Gauge>,
+    reboot_rebooting: Family<PolicyLabels, Gauge>,
+    policies: Mutex<BTreeSet<PolicyLabels>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    // Long but flat: one registration per family, so every exported name is in one place.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("slipway");
+        let m = Metrics {
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            // 1 ms .. ~32 s
+            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            plan_complete: Family::default(),
+            plan_nodes: Family::default(),
+            jobs_created: Counter::default(),
+            jobs_deleted: Counter::default(),
+            node_patches: Counter::default(),
+            channel_requests: Counter::default(),
+            channel_errors: Counter::default(),
+            channel_cache_hits: Counter::default(),
+            // 5 ms .. ~41 s
+            channel_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            leader: Gauge::default(),
+            plans: Mutex::default(),
+            reboot_wanting: Family::default(),
+            reboot_rebooting: Family::default(),
+            policies: Mutex::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "reconciles",
+            "Plan reconciles started",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Plan reconciles that failed, by error category (conflict, api, transport, cache, plan, channel, not_leader)",
+            m.reconcile_errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Time a Plan reconcile took, from the caches to the last write",
+            Unit::Seconds,
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "plan_complete",
+            "1 when the Plan's Complete condition is True, else 0",
+            m.plan_complete.clone(),
+        );
+        registry.register(
+            "plan_nodes",
+            "Nodes of a Plan by state: applying = len(status.applying) (nodes holding a concurrency slot); \
+             failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
+             spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
+            m.plan_nodes.clone(),
+        );
+        registry.register(
+            "jobs_created",
+            "Upgrade Jobs created",
+            m.jobs_created.clone(),
+        );
+        registry.register(
+            "jobs_deleted",
+            "Upgrade Jobs deleted (finished past their TTL, outdated, replaced or out of turn)",
+            m.jobs_deleted.clone(),
+        );
+        registry.register(
+            "node_patches",
+            "Node label/uncordon patches applied",
+            m.node_patches.clone(),
+        );
+        registry.register(
+            "channel_requests",
+            "Requests made to channel servers (answers served from the cache are not counted)",
+            m.channel_requests.clone(),
+        );
+        registry.register(
+            "channel_request_errors",
+            "Channel requests that gave no version",
+            m.channel_errors.clone(),
+        );
+        registry.register(
+            "channel_cache_hits",
+            "Channel resolutions answered from the cache",
+            m.channel_cache_hits.clone(),
+        );
+        registry.register_with_unit(
+            "channel_request_duration",
+            "Time a channel request took",
+            Unit::Seconds,
+            m.channel_duration.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica may write (holds the leader lease, or runs without leader election), else 0",
+            m.leader.clone(),
+        );
+        registry.register(
+            "reboot_wanting_nodes",
+            "Nodes of a RebootPolicy that want a reboot and have not started it",
+            m.reboot_wanting.clone(),
+        );
+        registry.register(
+            "reboot_rebooting_nodes",
+            "Nodes of a RebootPolicy from the start of their drain to the end of their health gate (failed ones included: they hold their slot)",
+            m.reboot_rebooting.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition of every family.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn reconcile_started(&self) {
+        self.reconciles.inc();
+    }
+
+    pub fn reconcile_finished(&self, took: Duration, error_category: Option<&str>) {
+        self.reconcile_duration.observe(took.as_secs_f64());
+        if let Some(category) = error_category {
+            self.reconcile_errors
+                .get_or_create(&ErrorLabels {
+                    category: category.to_string(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn job_created(&self) {
+        self.jobs_created.inc();
+    }
+
+    pub fn job_deleted(&self) {
+        self.jobs_deleted.inc();
+    }
+
+    pub fn node_patched(&self) {
+        self.node_patches.inc();
+    }
+
+    /// A channel request was made: how long it took and whether it gave a version.
+    pub fn channel_request(&self, took: Duration, ok: bool) {
+        self.channel_requests.inc();
+        self.channel_duration.observe(took.as_secs_f64());
+        if !ok {
+            self.channel_errors.inc();
+        }
+    }
+
+    pub fn channel_cache_hit(&self) {
+        self.channel_cache_hits.inc();
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Sets the per-Plan gauges.
+    pub fn plan(&self, namespace: &str, plan: &str, s: &PlanSummary) {
+        let key = PlanLabels {
+            namespace: namespace.to_string(),
+            plan: plan.to_string(),
+        };
+        self.plan_complete
+            .get_or_create(&key)
+            .set(i64::from(s.complete));
+        for (state, n) in [
+            (NodeState::applying, s.applying),
+            (NodeState::failed, s.failed),
+            (NodeState::complete, s.upgraded),
+        ] {
+            self.plan_nodes
+                .get_or_create(&node_key(&key, state))
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key);
+    }
+
+    /// Drops the gauges of Plans for which `exists` is false.
+    pub fn retain_plans(&self, mut exists: impl FnMut(&str, &str) -> bool) {
+        let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        plans.retain(|key| {
+            if exists(&key.namespace, &key.plan) {
+                return true;
+            }
+            self.plan_complete.remove(key);
+            for state in [NodeState::applying, NodeState::failed, NodeState::complete] {
+                self.plan_nodes.remove(&node_key(key, state));
+            }
+            false
+        });
+    }
+}
+
+impl Metrics {
+    /// Sets a RebootPolicy's gauges.
+    pub fn reboot_policy(&self, policy: &str, wanting: usize, rebooting: usize) {
+        let key = PolicyLabels {
+            policy: policy.to_string(),
+        };
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.reboot_wanting.get_or_create(&key).set(count(wanting));
+        self.reboot_rebooting
+            .get_or_create(&key)
+            .set(count(rebooting));
+        self.policies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key);
+    }
+
+    /// Drops the gauges of RebootPolicies for which `exists` is false.
+    pub fn retain_policies(&self, mut exists: impl FnMut(&str) -> bool) {
+        let mut policies = self.policies.lock().unwrap_or_else(PoisonError::into_inner);
+        policies.retain(|key| {
+            if exists(&key.policy) {
+                return true;
+            }
+            self.reboot_wanting.remove(key);
+            self.reboot_rebooting.remove(key);
+            false
+        });
+    }
+}
+
+fn node_key(key: &PlanLabels, state: NodeState) -> PlanNodeLabels {
+    PlanNodeLabels {
+        namespace: key.namespace.clone(),
+        plan: key.plan.clone(),
+        state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendering_shows_every_family() {
+        let m = Metrics::new();
+        m.reconcile_started();
+        m.reconcile_finished(Duration::from_millis(20), None);
+        m.reconcile_started();
+        m.reconcile_finished(Duration::from_millis(3), Some("conflict"));
+        m.job_created();
+        m.job_created();
+        m.job_deleted();
+        m.node_patched();
+        m.channel_request(Duration::from_millis(40), true);
+        m.channel_request(Duration::from_millis(40), false);
+        m.channel_cache_hit();
+        m.set_leader(true);
+        m.plan(
+            "ns",
+            "p",
+            &PlanSummary {
+                complete: true,
+                upgraded: 5,
+                targeted: 5,
+                ..Default::default()
+            },
+        );
+        let text = m.render();
+        for line in [
+            "slipway_reconciles_total 2",
+            "slipway_reconcile_errors_total{category=\"conflict\"} 1",
+            "slipway_reconcile_duration_seconds_count 2",
+            "slipway_plan_complete{namespace=\"ns\",plan=\"p\"} 1",
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"p\",state=\"complete\"} 5",
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"p\",state=\"applying\"} 0",
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"p\",state=\"failed\"} 0",
+            "slipway_jobs_created_total 2",
+            "slipway_jobs_deleted_total 1",
+            "slipway_node_patches_total 1",
+            "slipway_channel_requests_total 2",
+            "slipway_channel_request_errors_total 1",
+            "slipway_channel_cache_hits_total 1",
+            "slipway_channel_request_duration_seconds_count 2",
+            "slipway_leader 1",
+            "# TYPE slipway_reconcile_duration_seconds histogram",
+            "# EOF",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn reboot_policies_have_gauges_until_they_are_gone() {
+        let m = Metrics::new();
+        m.reboot_policy("nightly", 3, 1);
+        m.reboot_policy("gone", 1, 0);
+        m.retain_policies(|p| p == "nightly");
+        let text = m.render();
+        for line in [
+            "slipway_reboot_wanting_nodes{policy=\"nightly\"} 3",
+            "slipway_reboot_rebooting_nodes{policy=\"nightly\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("policy=\"gone\""), "{text}");
+    }
+
+    #[test]
+    fn gone_plans_lose_their_gauges() {
+        let m = Metrics::new();
+        m.plan("ns", "keep", &PlanSummary::default());
+        m.plan("ns", "gone", &PlanSummary::default());
+        m.retain_plans(|_, plan| plan == "keep");
+        let text = m.render();
+        assert!(text.contains("plan=\"keep\""), "{text}");
+        assert!(!text.contains("plan=\"gone\""), "{text}");
+    }
+}
