@@ -6,6 +6,9 @@
 //! [`common`] the vocabulary of their specs, and [`runtime`] the controller process and its
 //! Kubernetes chores, written once.
 #![forbid(unsafe_code)]
+// The functional core cannot reach the cluster, the clock, the network or the disk (clippy.toml);
+// only the shells and the runtime, which allow these two lints, can.
+#![deny(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod common;
 pub mod maintenance;

@@ -474,7 +474,8 @@ async fn condition_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String
     condition(&p, type_).map(|(_, r, _)| r).unwrap_or_default()
 }
 
-const UPGRADE_CORDON: &str = "slipway.dev/upgrade-cordon";
+/// Who cordoned a node, as slipway records it on the node.
+const CORDONED_BY: &str = "slipway.dev/cordoned-by";
 
 async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>) {
     let node = Api::<Node>::all(client.clone())
@@ -485,7 +486,7 @@ async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>
     let record = node
         .metadata
         .annotations
-        .and_then(|a| a.get(UPGRADE_CORDON).cloned());
+        .and_then(|a| a.get(CORDONED_BY).cloned());
     (unschedulable, record)
 }
 
@@ -549,7 +550,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     // Recorded before the Jobs were created.
     assert_eq!(
         node_cordon(&client, mine).await,
-        (false, Some("slipway".into()))
+        (false, Some(format!("plan/{}/failing", ns.name())))
     );
     assert_eq!(
         node_cordon(&client, admins).await,

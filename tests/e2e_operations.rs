@@ -306,8 +306,11 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         assert_eq!(sample(&metrics, &name), Some(want), "{name} in\n{metrics}");
     }
     for (name, at_least) in [
-        ("slipway_reconciles_total", 3.0),
-        ("slipway_reconcile_duration_seconds_count", 3.0),
+        ("slipway_reconciles_total{kind=\"plan\"}", 3.0),
+        (
+            "slipway_reconcile_duration_seconds_count{kind=\"plan\"}",
+            3.0,
+        ),
         ("slipway_channel_requests_total", 1.0),
         ("slipway_node_patches_total", 2.0),
         ("slipway_jobs_deleted_total", 0.0),
@@ -376,8 +379,9 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     let (_, standby_metrics) = second.get("/metrics").await.expect("standby metrics");
     assert_eq!(sample(&standby_metrics, "slipway_leader"), Some(0.0));
     assert_eq!(
-        sample(&standby_metrics, "slipway_reconciles_total"),
-        Some(0.0)
+        sample(&standby_metrics, "slipway_reconciles_total{kind=\"plan\"}"),
+        None,
+        "a standby reconciles nothing"
     );
 
     ns.api::<Plan>()

@@ -19,3 +19,33 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+/// Sets the condition `type_` in `conditions`, keeping its transition time while its status does
+/// not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let status = if ok { "True" } else { "False" };
+    let kept = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone());
+    let condition = Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: Some(kept.unwrap_or(Time(now))),
+        observed_generation: generation,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => *c = condition,
+        None => conditions.push(condition),
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod condition;
 pub mod crd;
+pub mod decision;
 pub mod duration;
 pub mod labels;
 pub mod naming;

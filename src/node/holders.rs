@@ -2,19 +2,24 @@
 //!
 //! Plans may share a node (system-upgrade-controller lets two Plans upgrade one node, and Plans
 //! written for it rely on that); any other operation (a NodeMaintenance, a RebootPolicy's reboot)
-//! holds a node alone: it
-//! takes a node only when nothing else holds it, and while it holds it no Plan picks it.
+//! holds a node alone: it takes a node only when nothing else holds it, and while it holds it no
+//! Plan picks it.
 //!
-//! The claims live in the process (every controller of the leader shares them), and every
-//! decision that takes nodes reads and updates them under one lock, so two controllers never
-//! take the same node in a race. They are rebuilt from the cluster after a restart: each Plan
-//! claims its `status.applying` on its first reconcile, and until then the callers also read the
-//! caches (Plans' `status.applying`, existing NodeMaintenances), which is what survives a crash.
+//! Two records say who holds a node. The claims ([`NodeClaims`]) live in the process: every
+//! decision that takes nodes reads and updates them under one lock, so two controllers never take
+//! the same node in a race. What survives a restart is in the objects themselves (a Plan's
+//! `status.applying`, a NodeMaintenance, a RebootPolicy's `status.nodes`): each kind says which
+//! nodes its objects hold ([`Hold`]), and until an object's first decision claims them again, those
+//! count too. [`held_against`] folds both, and the `medik8s.io/drain` taint of a maintenance slipway
+//! does not run, into what one holder must not take: the same function for every operation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// Who holds a node.
+/// NMO's taint: a node carrying it is in maintenance (slipway's or node-maintenance-operator's).
+pub const MAINTENANCE_TAINT: &str = "medik8s.io/drain";
+
+/// Who holds a node: an operation of slipway's, by kind and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Holder {
     Plan {
@@ -34,8 +39,42 @@ pub enum Holder {
 }
 
 impl Holder {
-    fn is_plan(&self) -> bool {
+    pub fn is_plan(&self) -> bool {
         matches!(self, Holder::Plan { .. })
+    }
+
+    /// Whether `self` and `other` may hold one node at once: only Plans share.
+    pub fn shares_with(&self, other: &Holder) -> bool {
+        self.is_plan() && other.is_plan()
+    }
+
+    /// The holder as a node annotation names it (`plan/<namespace>/<name>`,
+    /// `nodemaintenance/<name>`, `rebootpolicy/<name>`).
+    pub fn key(&self) -> String {
+        match self {
+            Holder::Plan { namespace, name } => format!("plan/{namespace}/{name}"),
+            Holder::Maintenance { name } => format!("nodemaintenance/{name}"),
+            Holder::Reboot { policy } => format!("rebootpolicy/{policy}"),
+            Holder::MaintenanceTaint => "medik8s.io/drain".to_string(),
+        }
+    }
+
+    /// Reads [`Holder::key`] back.
+    pub fn from_key(key: &str) -> Option<Holder> {
+        let mut parts = key.splitn(3, '/');
+        match (parts.next()?, parts.next()?, parts.next()) {
+            ("plan", namespace, Some(name)) => Some(Holder::Plan {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            ("nodemaintenance", name, None) => Some(Holder::Maintenance {
+                name: name.to_string(),
+            }),
+            ("rebootpolicy", policy, None) => Some(Holder::Reboot {
+                policy: policy.to_string(),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -50,7 +89,14 @@ impl fmt::Display for Holder {
     }
 }
 
-/// The nodes each operation holds, by node name.
+/// A node an object holds according to the object itself (what survives a restart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub node: String,
+    pub holder: Holder,
+}
+
+/// The nodes each operation holds in this process, by node name.
 #[derive(Debug, Default)]
 pub struct NodeClaims {
     by_node: BTreeMap<String, BTreeSet<Holder>>,
@@ -62,40 +108,38 @@ impl NodeClaims {
         self.by_node.get(node).into_iter().flatten()
     }
 
-    /// Nodes a Plan must not pick, and who holds them: every node held by an operation other
-    /// than a Plan.
-    pub fn held_against_plans(&self) -> BTreeMap<String, Holder> {
-        self.by_node
-            .iter()
-            .filter_map(|(node, hs)| {
-                hs.iter()
-                    .find(|h| !h.is_plan())
-                    .map(|h| (node.clone(), h.clone()))
-            })
-            .collect()
-    }
-
-    /// Makes `plan` hold exactly `nodes` (its `status.applying` after a decision).
-    pub fn set_plan_nodes<'a>(&mut self, plan: &Holder, nodes: impl IntoIterator<Item = &'a str>) {
-        self.release_all(plan);
+    /// Makes `holder` hold exactly `nodes`, unless a node is held by someone it does not share
+    /// with: then nothing changes and the first such node comes back, with its holder.
+    pub fn set(
+        &mut self,
+        holder: &Holder,
+        nodes: &BTreeSet<String>,
+    ) -> Result<(), (String, Holder)> {
+        for node in nodes {
+            if let Some(other) = self
+                .holders(node)
+                .find(|h| *h != holder && !h.shares_with(holder))
+            {
+                return Err((node.clone(), other.clone()));
+            }
+        }
+        self.release_all(holder);
         for node in nodes {
             self.by_node
-                .entry(node.to_string())
+                .entry(node.clone())
                 .or_default()
-                .insert(plan.clone());
+                .insert(holder.clone());
         }
+        Ok(())
     }
 
-    /// Takes `node` for an exclusive holder, or says who holds it.
-    pub fn try_hold_alone(&mut self, holder: &Holder, node: &str) -> Result<(), Holder> {
-        if let Some(other) = self.holders(node).find(|h| *h != holder) {
-            return Err(other.clone());
-        }
+    /// The nodes a holder that `which` picks holds.
+    pub fn nodes_held_by(&self, mut which: impl FnMut(&Holder) -> bool) -> BTreeSet<String> {
         self.by_node
-            .entry(node.to_string())
-            .or_default()
-            .insert(holder.clone());
-        Ok(())
+            .iter()
+            .filter(|(_, hs)| hs.iter().any(&mut which))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Lets go of every node `holder` holds.
@@ -115,6 +159,47 @@ impl NodeClaims {
     }
 }
 
+/// The nodes `me` must not start, each with the holder in its way.
+///
+/// A node's holders come in order: this process's claims first, then the objects' own records
+/// (`persisted`, in the order given: a kind lists its oldest first), then a maintenance taint
+/// (`tainted`: nodes carrying [`MAINTENANCE_TAINT`]), which counts only when no slipway
+/// maintenance holds the node. The first holder that does not share with `me` holds the node
+/// against it, unless `me` comes first: what an operation already holds stays its own.
+pub fn held_against<'a>(
+    me: &Holder,
+    claims: &NodeClaims,
+    persisted: impl IntoIterator<Item = &'a Hold>,
+    tainted: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, Holder> {
+    let mut order: BTreeMap<&str, Vec<&Holder>> = BTreeMap::new();
+    for (node, holders) in &claims.by_node {
+        order.entry(node).or_default().extend(holders);
+    }
+    for hold in persisted {
+        order.entry(&hold.node).or_default().push(&hold.holder);
+    }
+    let taint = Holder::MaintenanceTaint;
+    for node in tainted {
+        let holders = order.entry(node).or_default();
+        if !holders
+            .iter()
+            .any(|h| matches!(h, Holder::Maintenance { .. }))
+        {
+            holders.push(&taint);
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|(node, holders)| {
+            let first = holders
+                .into_iter()
+                .find(|h| *h == me || !h.shares_with(me))?;
+            (first != me).then(|| (node.to_string(), first.clone()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,67 +215,148 @@ mod tests {
         Holder::Maintenance { name: name.into() }
     }
 
-    #[test]
-    fn plans_share_a_node_and_maintenance_waits_for_them() {
-        let mut c = NodeClaims::default();
-        c.set_plan_nodes(&plan("server"), ["n1"]);
-        c.set_plan_nodes(&plan("agent"), ["n1", "n2"]);
-        assert_eq!(c.holders("n1").count(), 2);
-        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Err(plan("agent")));
-        assert!(c.held_against_plans().is_empty());
-        c.set_plan_nodes(&plan("agent"), ["n2"]);
-        c.set_plan_nodes(&plan("server"), []);
-        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Ok(()));
-        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Ok(()), "idempotent");
+    fn reboot(policy: &str) -> Holder {
+        Holder::Reboot {
+            policy: policy.into(),
+        }
+    }
+
+    fn nodes(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn hold(node: &str, holder: Holder) -> Hold {
+        Hold {
+            node: node.into(),
+            holder,
+        }
+    }
+
+    fn against(me: &Holder, c: &NodeClaims, persisted: &[Hold], tainted: &[&str]) -> Vec<String> {
+        held_against(me, c, persisted, tainted.iter().copied())
+            .into_iter()
+            .map(|(n, h)| format!("{n}:{}", h.key()))
+            .collect()
     }
 
     #[test]
-    fn a_maintained_node_is_held_against_plans_until_released() {
+    fn plans_share_a_node_and_maintenance_waits_for_them() {
         let mut c = NodeClaims::default();
-        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Ok(()));
-        assert_eq!(c.try_hold_alone(&nm("other"), "n1"), Err(nm("m")));
+        assert_eq!(c.set(&plan("server"), &nodes(&["n1"])), Ok(()));
+        assert_eq!(c.set(&plan("agent"), &nodes(&["n1", "n2"])), Ok(()));
+        assert_eq!(c.holders("n1").count(), 2);
+        assert!(against(&plan("server"), &c, &[], &[]).is_empty());
         assert_eq!(
-            c.held_against_plans(),
-            BTreeMap::from([("n1".to_string(), nm("m"))])
+            c.set(&nm("m"), &nodes(&["n1"])),
+            Err(("n1".into(), plan("agent")))
+        );
+        assert_eq!(
+            against(&nm("m"), &c, &[], &[]),
+            [
+                "n1:plan/system-upgrade/agent",
+                "n2:plan/system-upgrade/agent"
+            ]
+        );
+        c.set(&plan("agent"), &nodes(&["n2"])).ok();
+        c.set(&plan("server"), &nodes(&[])).ok();
+        assert_eq!(c.set(&nm("m"), &nodes(&["n1"])), Ok(()));
+        assert_eq!(c.set(&nm("m"), &nodes(&["n1"])), Ok(()), "idempotent");
+    }
+
+    #[test]
+    fn a_maintained_or_rebooting_node_is_held_against_everyone_else() {
+        let mut c = NodeClaims::default();
+        c.set(&nm("m"), &nodes(&["n1"])).ok();
+        c.set(&reboot("kured"), &nodes(&["n2"])).ok();
+        assert_eq!(
+            against(&plan("k3s"), &c, &[], &[]),
+            ["n1:nodemaintenance/m", "n2:rebootpolicy/kured"]
+        );
+        assert_eq!(
+            against(&nm("other"), &c, &[], &[])[0],
+            "n1:nodemaintenance/m"
+        );
+        assert_eq!(against(&reboot("flatcar"), &c, &[], &[]).len(), 2);
+        assert_eq!(
+            against(&reboot("kured"), &c, &[], &[]),
+            ["n1:nodemaintenance/m"]
         );
         c.release_all(&nm("m"));
-        assert!(c.held_against_plans().is_empty());
         assert_eq!(c.holders("n1").count(), 0);
+    }
+
+    #[test]
+    fn persisted_holds_count_until_claimed_and_the_first_holder_keeps_the_node() {
+        let c = NodeClaims::default();
+        // After a restart: a Plan's status.applying, then two maintenances of one node, oldest
+        // first. The Plan keeps its node; the older maintenance waits for it; the younger is
+        // behind both.
+        let persisted = [
+            hold("n1", plan("k3s")),
+            hold("n1", nm("old")),
+            hold("n1", nm("young")),
+            hold("n2", nm("young")),
+        ];
+        assert_eq!(
+            against(&plan("k3s"), &c, &persisted, &[]),
+            ["n2:nodemaintenance/young"]
+        );
+        assert_eq!(
+            against(&nm("old"), &c, &persisted, &[]),
+            ["n1:plan/system-upgrade/k3s", "n2:nodemaintenance/young"]
+        );
+        let without_plan = &persisted[1..];
+        assert_eq!(
+            against(&nm("young"), &c, without_plan, &[]),
+            ["n1:nodemaintenance/old"]
+        );
+        assert!(against(&nm("old"), &c, without_plan, &[]).len() == 1);
+    }
+
+    #[test]
+    fn a_claim_comes_before_what_the_objects_say() {
+        let mut c = NodeClaims::default();
+        c.set(&nm("young"), &nodes(&["n1"])).ok();
+        let persisted = [hold("n1", nm("old"))];
+        assert!(against(&nm("young"), &c, &persisted, &[]).is_empty());
+        assert_eq!(
+            against(&nm("old"), &c, &persisted, &[]),
+            ["n1:nodemaintenance/young"]
+        );
+    }
+
+    #[test]
+    fn a_maintenance_taint_holds_unless_a_slipway_maintenance_does() {
+        let c = NodeClaims::default();
+        let persisted = [hold("n2", nm("m"))];
+        assert_eq!(
+            against(&plan("k3s"), &c, &persisted, &["n1", "n2"]),
+            ["n1:medik8s.io/drain", "n2:nodemaintenance/m"]
+        );
+        assert_eq!(
+            against(&nm("m"), &c, &persisted, &["n1", "n2"]),
+            ["n1:medik8s.io/drain"]
+        );
     }
 
     #[test]
     fn gone_holders_release_their_nodes() {
         let mut c = NodeClaims::default();
-        c.set_plan_nodes(&plan("gone"), ["n1"]);
-        c.try_hold_alone(&nm("m"), "n2").ok();
+        c.set(&plan("gone"), &nodes(&["n1"])).ok();
+        c.set(&nm("m"), &nodes(&["n2"])).ok();
         c.retain_holders(|h| *h != plan("gone"));
         assert_eq!(c.holders("n1").count(), 0);
         assert_eq!(c.holders("n2").count(), 1);
     }
 
     #[test]
-    fn a_reboot_holds_its_node_against_plans_maintenance_and_other_policies() {
-        let mut c = NodeClaims::default();
-        let reboot = Holder::Reboot {
-            policy: "kured".into(),
-        };
-        assert_eq!(c.try_hold_alone(&reboot, "n1"), Ok(()));
-        assert_eq!(c.try_hold_alone(&nm("m"), "n1"), Err(reboot.clone()));
-        let other = Holder::Reboot {
-            policy: "flatcar".into(),
-        };
-        assert_eq!(c.try_hold_alone(&other, "n1"), Err(reboot.clone()));
-        assert_eq!(
-            c.held_against_plans(),
-            BTreeMap::from([("n1".to_string(), reboot.clone())])
-        );
-        c.set_plan_nodes(&plan("k3s"), ["n2"]);
-        assert_eq!(c.try_hold_alone(&reboot, "n2"), Err(plan("k3s")));
-    }
-
-    #[test]
-    fn holders_say_what_they_are() {
+    fn holders_say_what_they_are_and_read_back() {
         assert_eq!(plan("k3s").to_string(), "plan system-upgrade/k3s");
         assert_eq!(nm("disk").to_string(), "nodemaintenance disk");
+        for h in [plan("k3s"), nm("disk"), reboot("kured")] {
+            assert_eq!(Holder::from_key(&h.key()), Some(h));
+        }
+        assert_eq!(Holder::from_key("admin"), None);
+        assert_eq!(Holder::from_key("plan/only-namespace"), None);
     }
 }

@@ -1,52 +1,48 @@
 //! The one node index of the process: every Node as the decisions see it ([`NodeInfo`]), and for
-//! each Plan the nodes its selector matches, compiled once per Plan generation.
+//! each operation object that asked ([`NodeIndex::candidates`]) the nodes its selector matches,
+//! compiled once per object generation.
 //!
-//! It is pure data: the controller feeds it the Node watch and asks it which Plans a change
-//! concerns. A change concerns a Plan only if the node enters or leaves the Plan's selector, or a
-//! field a decision reads changes on a node the Plan matches (its hostname or OS label, the
-//! Plan's own label, `unschedulable`, Ready, the boot ID, a kept annotation, the maintenance taint). A kubelet heartbeat,
-//! a new image list or a label no Plan reads concerns nobody.
+//! It is pure data: the runtime feeds it the Node watch and asks it which objects a change
+//! concerns. A change concerns an object only if the node enters or leaves the object's selector,
+//! or a field a decision reads changes on a node the object matches (its hostname or OS label, the
+//! object's own label, `unschedulable`, Ready, the boot ID, a kept annotation, the maintenance
+//! taint). A kubelet heartbeat, a new image list or a label nobody reads concerns nobody.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::NodeInfo;
+use super::holders::Holder;
+use crate::common::labels;
 use crate::common::selector::Selector;
-use crate::node::NodeInfo;
-use crate::plan::api::{Plan, labels};
 
-/// A Plan, by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PlanKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl PlanKey {
-    pub fn of(plan: &Plan) -> PlanKey {
-        PlanKey {
-            namespace: plan.metadata.namespace.clone().unwrap_or_default(),
-            name: plan.metadata.name.clone().unwrap_or_default(),
-        }
-    }
+/// What an object reads of the nodes: the nodes its selector matches, and of those, besides what
+/// every decision reads, one label of its own (a Plan's `plan.upgrade.cattle.io/<plan>`).
+#[derive(Debug, Clone)]
+pub struct Interest {
+    pub selector: Selector,
+    pub label: Option<String>,
 }
 
 #[derive(Debug)]
-struct PlanEntry {
+struct Entry {
     uid: String,
     generation: Option<i64>,
-    /// The Plan's `nodeSelector`; an invalid one selects nothing (the decision reports it).
-    selector: Selector,
-    plan_label: String,
+    interest: Interest,
     candidates: BTreeSet<String>,
 }
 
-impl PlanEntry {
-    /// What a decision of this Plan reads of a node it matches.
+impl Entry {
+    /// What a decision of this object reads of a node it matches.
     fn view<'a>(&self, n: &'a NodeInfo) -> impl PartialEq + 'a {
         (
             n.labels.get(labels::HOSTNAME),
             n.labels.get(labels::OS),
-            n.labels.get(&self.plan_label).cloned(),
+            self.interest
+                .label
+                .as_ref()
+                .and_then(|l| n.labels.get(l))
+                .cloned(),
             n.unschedulable,
             n.ready,
             &n.boot_id,
@@ -57,11 +53,15 @@ impl PlanEntry {
     }
 }
 
-/// Every node, and the candidate nodes of every Plan that has been registered.
+/// Every node, and the candidate nodes of every object that has asked for them.
 #[derive(Debug, Default)]
 pub struct NodeIndex {
     nodes: HashMap<String, Arc<NodeInfo>>,
-    plans: BTreeMap<PlanKey, PlanEntry>,
+    /// Node names by `kubernetes.io/hostname` (Plans name nodes by hostname in their status).
+    hostnames: HashMap<String, String>,
+    /// Nodes carrying the maintenance taint.
+    tainted: BTreeSet<String>,
+    entries: BTreeMap<Holder, Entry>,
     /// Nodes seen since a (re-)list started; swapped in when it ends.
     relisting: Option<HashMap<String, Arc<NodeInfo>>>,
     synced: bool,
@@ -94,17 +94,43 @@ impl NodeIndex {
         self.nodes.values()
     }
 
-    /// A node was added or changed; returns the Plans it concerns.
-    pub fn apply(&mut self, node: NodeInfo) -> Vec<PlanKey> {
+    /// The name of the node whose `kubernetes.io/hostname` is `hostname`.
+    pub fn node_of_hostname(&self, hostname: &str) -> Option<&str> {
+        self.hostnames.get(hostname).map(String::as_str)
+    }
+
+    /// The nodes that carry the maintenance taint.
+    pub fn tainted(&self) -> impl Iterator<Item = &str> {
+        self.tainted.iter().map(String::as_str)
+    }
+
+    /// A node was added or changed; returns the objects it concerns.
+    pub fn apply(&mut self, node: NodeInfo) -> Vec<Holder> {
         let node = Arc::new(node);
         let old = self.nodes.insert(node.name.clone(), node.clone());
+        self.forget_lookups(old.as_deref());
+        self.hostnames
+            .insert(node.hostname().to_string(), node.name.clone());
+        if node.in_maintenance {
+            self.tainted.insert(node.name.clone());
+        }
         self.concerned(old.as_deref(), Some(&node))
     }
 
-    /// A node was deleted; returns the Plans it concerns.
-    pub fn delete(&mut self, name: &str) -> Vec<PlanKey> {
+    /// A node was deleted; returns the objects it concerns.
+    pub fn delete(&mut self, name: &str) -> Vec<Holder> {
         let old = self.nodes.remove(name);
+        self.forget_lookups(old.as_deref());
         self.concerned(old.as_deref(), None)
+    }
+
+    fn forget_lookups(&mut self, old: Option<&NodeInfo>) {
+        if let Some(old) = old {
+            if self.hostnames.get(old.hostname()) == Some(&old.name) {
+                self.hostnames.remove(old.hostname());
+            }
+            self.tainted.remove(&old.name);
+        }
     }
 
     /// The watch starts a (re-)list: nodes seen from now until [`NodeIndex::relist_done`] replace all.
@@ -118,8 +144,8 @@ impl NodeIndex {
             .insert(node.name.clone(), Arc::new(node));
     }
 
-    /// The (re-)list ended: nodes not seen are gone. Returns the Plans the differences concern.
-    pub fn relist_done(&mut self) -> Vec<PlanKey> {
+    /// The (re-)list ended: nodes not seen are gone. Returns the objects the differences concern.
+    pub fn relist_done(&mut self) -> Vec<Holder> {
         let fresh = self.relisting.take().unwrap_or_default();
         let mut concerned = BTreeSet::new();
         let gone: Vec<String> = self
@@ -140,53 +166,54 @@ impl NodeIndex {
         concerned.into_iter().collect()
     }
 
-    /// The Plan's candidate nodes (those its selector matches), in name order. The selector is
-    /// compiled, and the candidates found, once per Plan generation; after that the watch keeps
-    /// them current.
-    pub fn candidates(&mut self, plan: &Plan) -> Vec<Arc<NodeInfo>> {
-        let key = PlanKey::of(plan);
-        let uid = plan.metadata.uid.clone().unwrap_or_default();
-        let generation = plan.metadata.generation;
+    /// The candidate nodes of `who` (those its interest's selector matches), in name order. The
+    /// interest is built (`interest`), and the candidates found, once per object generation
+    /// (`uid`, `generation`); after that the watch keeps them current.
+    pub fn candidates(
+        &mut self,
+        who: &Holder,
+        uid: &str,
+        generation: Option<i64>,
+        interest: impl FnOnce() -> Interest,
+    ) -> Vec<Arc<NodeInfo>> {
         let current = self
-            .plans
-            .get(&key)
+            .entries
+            .get(who)
             .is_some_and(|e| e.uid == uid && e.generation == generation);
         if !current {
-            let selector = Selector::from_label_selector(plan.spec.node_selector.as_ref())
-                .unwrap_or(Selector::Nothing);
+            let interest = interest();
             let candidates = self
                 .nodes
                 .values()
-                .filter(|n| selector.matches(&n.labels))
+                .filter(|n| interest.selector.matches(&n.labels))
                 .map(|n| n.name.clone())
                 .collect();
-            let entry = PlanEntry {
-                uid,
+            let entry = Entry {
+                uid: uid.to_string(),
                 generation,
-                selector,
-                plan_label: labels::plan_node_label(&key.name),
+                interest,
                 candidates,
             };
-            self.plans.insert(key.clone(), entry);
+            self.entries.insert(who.clone(), entry);
         }
-        self.plans
-            .get(&key)
+        self.entries
+            .get(who)
             .into_iter()
             .flat_map(|e| e.candidates.iter())
             .filter_map(|n| self.nodes.get(n).cloned())
             .collect()
     }
 
-    /// Forgets the Plans for which `exists` is false.
-    pub fn retain_plans(&mut self, mut exists: impl FnMut(&PlanKey) -> bool) {
-        self.plans.retain(|k, _| exists(k));
+    /// Forgets the objects for which `exists` is false.
+    pub fn retain(&mut self, mut exists: impl FnMut(&Holder) -> bool) {
+        self.entries.retain(|k, _| exists(k));
     }
 
-    fn concerned(&mut self, old: Option<&NodeInfo>, new: Option<&NodeInfo>) -> Vec<PlanKey> {
+    fn concerned(&mut self, old: Option<&NodeInfo>, new: Option<&NodeInfo>) -> Vec<Holder> {
         let mut out = Vec::new();
-        for (key, entry) in &mut self.plans {
-            let was = old.is_some_and(|n| entry.selector.matches(&n.labels));
-            let is = new.is_some_and(|n| entry.selector.matches(&n.labels));
+        for (key, entry) in &mut self.entries {
+            let was = old.is_some_and(|n| entry.interest.selector.matches(&n.labels));
+            let is = new.is_some_and(|n| entry.interest.selector.matches(&n.labels));
             let changed = match (old.filter(|_| was), new.filter(|_| is)) {
                 (Some(o), Some(n)) => entry.view(o) != entry.view(n),
                 (None, None) => false,
@@ -210,6 +237,7 @@ impl NodeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn node(name: &str, pool: &str) -> NodeInfo {
         NodeInfo {
@@ -225,23 +253,30 @@ mod tests {
         }
     }
 
-    fn plan(name: &str, pool: &str, generation: i64) -> Plan {
-        let mut p: Plan = serde_json::from_value(serde_json::json!({
-            "apiVersion": "upgrade.cattle.io/v1",
-            "kind": "Plan",
-            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
-            "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "upgrade": {"image": "i"}}
-        }))
-        .expect("plan");
-        p.metadata.generation = Some(generation);
-        p
-    }
-
-    fn key(name: &str) -> PlanKey {
-        PlanKey {
+    fn key(name: &str) -> Holder {
+        Holder::Plan {
             namespace: "ns".into(),
             name: name.into(),
         }
+    }
+
+    /// The candidates of Plan `name` selecting `pool=<pool>`, at `generation`.
+    fn ask(i: &mut NodeIndex, name: &str, pool: &str, generation: i64) -> Vec<Arc<NodeInfo>> {
+        let selector = if pool.contains('!') {
+            Selector::Nothing
+        } else {
+            Selector::from_label_selector(Some(&LabelSelector {
+                match_labels: Some(BTreeMap::from([("pool".to_string(), pool.to_string())])),
+                ..Default::default()
+            }))
+            .unwrap_or(Selector::Nothing)
+        };
+        i.candidates(&key(name), &format!("uid-{name}"), Some(generation), || {
+            Interest {
+                selector,
+                label: Some(format!("plan.upgrade.cattle.io/{name}")),
+            }
+        })
     }
 
     fn names(v: &[Arc<NodeInfo>]) -> Vec<&str> {
@@ -262,15 +297,15 @@ mod tests {
     fn candidates_are_the_nodes_the_selector_matches() {
         let mut i = index();
         assert!(i.is_synced());
-        assert_eq!(names(&i.candidates(&plan("pa", "a", 1))), ["a1", "a2"]);
-        assert_eq!(names(&i.candidates(&plan("pb", "b", 1))), ["b1"]);
-        assert!(i.candidates(&plan("none", "z", 1)).is_empty());
+        assert_eq!(names(&ask(&mut i, "pa", "a", 1)), ["a1", "a2"]);
+        assert_eq!(names(&ask(&mut i, "pb", "b", 1)), ["b1"]);
+        assert!(ask(&mut i, "none", "z", 1).is_empty());
     }
 
     #[test]
     fn changes_no_decision_reads_concern_no_plan() {
         let mut i = index();
-        i.candidates(&plan("pa", "a", 1));
+        ask(&mut i, "pa", "a", 1);
         let mut n = node("a1", "a");
         n.labels.insert("churn".into(), "1".into());
         assert!(i.apply(n).is_empty(), "an unrelated label");
@@ -280,8 +315,8 @@ mod tests {
     #[test]
     fn changes_a_decision_reads_concern_the_plans_that_match() {
         let mut i = index();
-        i.candidates(&plan("pa", "a", 1));
-        i.candidates(&plan("pb", "b", 1));
+        ask(&mut i, "pa", "a", 1);
+        ask(&mut i, "pb", "b", 1);
         let mut n = node("a1", "a");
         n.boot_id = "b2".into();
         assert_eq!(i.apply(n.clone()), [key("pa")]);
@@ -301,52 +336,66 @@ mod tests {
     #[test]
     fn entering_and_leaving_a_selector_moves_candidates() {
         let mut i = index();
-        i.candidates(&plan("pa", "a", 1));
-        i.candidates(&plan("pb", "b", 1));
+        ask(&mut i, "pa", "a", 1);
+        ask(&mut i, "pb", "b", 1);
         assert_eq!(i.apply(node("a1", "b")), [key("pa"), key("pb")]);
-        assert_eq!(names(&i.candidates(&plan("pa", "a", 1))), ["a2"]);
-        assert_eq!(names(&i.candidates(&plan("pb", "b", 1))), ["a1", "b1"]);
+        assert_eq!(names(&ask(&mut i, "pa", "a", 1)), ["a2"]);
+        assert_eq!(names(&ask(&mut i, "pb", "b", 1)), ["a1", "b1"]);
         assert_eq!(i.apply(node("new", "a")), [key("pa")]);
         assert_eq!(i.delete("a2"), [key("pa")]);
-        assert_eq!(names(&i.candidates(&plan("pa", "a", 1))), ["new"]);
+        assert_eq!(names(&ask(&mut i, "pa", "a", 1)), ["new"]);
     }
 
     #[test]
     fn a_new_generation_compiles_the_selector_again() {
         let mut i = index();
-        assert_eq!(names(&i.candidates(&plan("p", "a", 1))), ["a1", "a2"]);
-        assert_eq!(names(&i.candidates(&plan("p", "b", 2))), ["b1"]);
+        assert_eq!(names(&ask(&mut i, "p", "a", 1)), ["a1", "a2"]);
+        assert_eq!(names(&ask(&mut i, "p", "b", 2)), ["b1"]);
     }
 
     #[test]
     fn a_relist_finds_deleted_and_changed_nodes() {
         let mut i = index();
-        i.candidates(&plan("pa", "a", 1));
+        ask(&mut i, "pa", "a", 1);
         i.relist_start();
         i.relisted(node("a1", "a"));
         let mut changed = node("b1", "a");
         changed.boot_id = "b9".into();
         i.relisted(changed);
         assert_eq!(i.relist_done(), [key("pa")]);
-        assert_eq!(names(&i.candidates(&plan("pa", "a", 1))), ["a1", "b1"]);
+        assert_eq!(names(&ask(&mut i, "pa", "a", 1)), ["a1", "b1"]);
         assert_eq!(i.len(), 2);
     }
 
     #[test]
-    fn an_invalid_selector_selects_nothing() {
+    fn a_selector_that_selects_nothing_has_no_candidates() {
         let mut i = index();
-        let mut p = plan("bad", "a", 1);
-        if let Some(s) = p.spec.node_selector.as_mut() {
-            s.match_labels = Some(BTreeMap::from([("bad key!".into(), "x".into())]));
-        }
-        assert!(i.candidates(&p).is_empty());
+        assert!(ask(&mut i, "bad", "!", 1).is_empty());
+    }
+
+    #[test]
+    fn hostnames_and_taints_are_looked_up_without_a_scan() {
+        let mut i = index();
+        assert_eq!(i.node_of_hostname("a1"), Some("a1"));
+        let mut renamed = node("a1", "a");
+        renamed
+            .labels
+            .insert(labels::HOSTNAME.into(), "host-a1".into());
+        renamed.in_maintenance = true;
+        i.apply(renamed);
+        assert_eq!(i.node_of_hostname("a1"), None);
+        assert_eq!(i.node_of_hostname("host-a1"), Some("a1"));
+        assert_eq!(i.tainted().collect::<Vec<_>>(), ["a1"]);
+        i.delete("a1");
+        assert_eq!(i.node_of_hostname("host-a1"), None);
+        assert_eq!(i.tainted().count(), 0);
     }
 
     #[test]
     fn forgotten_plans_are_not_concerned() {
         let mut i = index();
-        i.candidates(&plan("pa", "a", 1));
-        i.retain_plans(|_| false);
+        ask(&mut i, "pa", "a", 1);
+        i.retain(|_| false);
         let mut n = node("a1", "a");
         n.boot_id = "b2".into();
         assert!(i.apply(n).is_empty());

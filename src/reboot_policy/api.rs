@@ -219,7 +219,8 @@ pub struct RebootNodeStatus {
     /// The boot ID the node ran when its reboot started; a different one means it rebooted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
-    /// Whether slipway cordoned the node (it uncordons only then).
+    /// Written by slipway before the node annotation `slipway.dev/cordoned-by` recorded who
+    /// cordoned a node; read only to give back the nodes such a slipway cordoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cordoned: Option<bool>,
     /// Why the node waits, or why it failed.

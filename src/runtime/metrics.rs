@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::error::ErrorKind;
 use crate::plan::core::PlanSummary;
 
 /// The content type of [`Metrics::render`].
@@ -45,17 +46,45 @@ pub struct PolicyLabels {
     pub policy: String,
 }
 
+/// The kind of object a reconcile is about.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are lower case
+pub enum Kind {
+    plan,
+    nodemaintenance,
+    rebootpolicy,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: Kind,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
-    pub category: String,
+    pub kind: Kind,
+    pub category: ErrorKind,
+}
+
+type Histograms = Family<KindLabels, Histogram, fn() -> Histogram>;
+
+fn reconcile_histogram() -> Histogram {
+    // 1 ms .. ~32 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
 /// All of slipway's metrics.
 pub struct Metrics {
     registry: Registry,
-    reconciles: Counter,
+    reconciles: Family<KindLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
-    reconcile_duration: Histogram,
+    reconcile_duration: Histograms,
     plan_complete: Family<PlanLabels, Gauge>,
     plan_nodes: Family<PlanNodeLabels, Gauge>,
     jobs_created: Counter,
@@ -83,10 +112,9 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("slipway");
         let m = Metrics {
-            reconciles: Counter::default(),
+            reconciles: Family::default(),
             reconcile_errors: Family::default(),
-            // 1 ms .. ~32 s
-            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             plan_complete: Family::default(),
             plan_nodes: Family::default(),
             jobs_created: Counter::default(),
@@ -106,17 +134,17 @@ impl Metrics {
         };
         registry.register(
             "reconciles",
-            "Plan reconciles started",
+            "Reconciles started, by kind (plan, nodemaintenance, rebootpolicy)",
             m.reconciles.clone(),
         );
         registry.register(
             "reconcile_errors",
-            "Plan reconciles that failed, by error category (conflict, api, transport, cache, plan, channel, not_leader)",
+            "Reconciles that failed, by kind and error category (not_found, conflict, gone, too_many_requests, server, api, timeout, transport, startup, cache, object, not_leader)",
             m.reconcile_errors.clone(),
         );
         registry.register_with_unit(
             "reconcile_duration",
-            "Time a Plan reconcile took, from the caches to the last write",
+            "Time a reconcile took, from the caches to the last write, by kind",
             Unit::Seconds,
             m.reconcile_duration.clone(),
         );
@@ -194,17 +222,23 @@ impl Metrics {
         out
     }
 
-    pub fn reconcile_started(&self) {
-        self.reconciles.inc();
+    /// Shows the kind's reconcile series from the start (at 0), before its first reconcile.
+    pub fn kind_running(&self, kind: Kind) {
+        let _ = self.reconciles.get_or_create(&KindLabels { kind });
+        let _ = self.reconcile_duration.get_or_create(&KindLabels { kind });
     }
 
-    pub fn reconcile_finished(&self, took: Duration, error_category: Option<&str>) {
-        self.reconcile_duration.observe(took.as_secs_f64());
-        if let Some(category) = error_category {
+    pub fn reconcile_started(&self, kind: Kind) {
+        self.reconciles.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    pub fn reconcile_finished(&self, kind: Kind, took: Duration, error: Option<ErrorKind>) {
+        self.reconcile_duration
+            .get_or_create(&KindLabels { kind })
+            .observe(took.as_secs_f64());
+        if let Some(category) = error {
             self.reconcile_errors
-                .get_or_create(&ErrorLabels {
-                    category: category.to_string(),
-                })
+                .get_or_create(&ErrorLabels { kind, category })
                 .inc();
         }
     }
@@ -324,10 +358,14 @@ mod tests {
     #[test]
     fn rendering_shows_every_family() {
         let m = Metrics::new();
-        m.reconcile_started();
-        m.reconcile_finished(Duration::from_millis(20), None);
-        m.reconcile_started();
-        m.reconcile_finished(Duration::from_millis(3), Some("conflict"));
+        m.reconcile_started(Kind::plan);
+        m.reconcile_finished(Kind::plan, Duration::from_millis(20), None);
+        m.reconcile_started(Kind::plan);
+        m.reconcile_finished(
+            Kind::plan,
+            Duration::from_millis(3),
+            Some(ErrorKind::conflict),
+        );
         m.job_created();
         m.job_created();
         m.job_deleted();
@@ -348,9 +386,9 @@ mod tests {
         );
         let text = m.render();
         for line in [
-            "slipway_reconciles_total 2",
-            "slipway_reconcile_errors_total{category=\"conflict\"} 1",
-            "slipway_reconcile_duration_seconds_count 2",
+            "slipway_reconciles_total{kind=\"plan\"} 2",
+            "slipway_reconcile_errors_total{kind=\"plan\",category=\"conflict\"} 1",
+            "slipway_reconcile_duration_seconds_count{kind=\"plan\"} 2",
             "slipway_plan_complete{namespace=\"ns\",plan=\"p\"} 1",
             "slipway_plan_nodes{namespace=\"ns\",plan=\"p\",state=\"complete\"} 5",
             "slipway_plan_nodes{namespace=\"ns\",plan=\"p\",state=\"applying\"} 0",

@@ -1,77 +1,43 @@
-//! The controller runtime: starts the watches and the operations this process runs, and holds what
-//! they share (the client, the node index, the budget of who holds which node, the recorder).
-//! With leader election, `run` is called only while this replica holds the Lease.
+//! The controller runtime: the process that runs the operations. It starts the one Node watch and
+//! each enabled operation's watches, builds what they share ([`Shared`]: the chores, the node
+//! index, the budget), and drives every operation through the same reconcile loop
+//! ([`operation::drive`]). With leader election, [`run`] is called only while this replica holds
+//! the Lease.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod chores;
+pub mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod operation;
 pub mod server;
-pub(crate) mod watch;
+pub mod shared;
+pub mod watch;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::maintenance::api::NodeMaintenance;
-use crate::node::holders::{Holder, NodeClaims};
-use crate::node::index::{NodeIndex, PlanKey};
-use crate::plan::api::Plan;
+pub use chores::{Chores, FIELD_MANAGER};
+pub use error::{ApiResult, Error, ErrorKind};
+pub use operation::{Operation, drive};
+pub use shared::{HoldSources, Shared};
+
+use crate::node::index::NodeIndex;
 use crate::plan::core::config::JobConfig;
-use crate::plan::shell::channel::{ChannelCache, ChannelClient, ChannelConfig, ChannelError};
-use crate::plan::shell::expect::Expectations;
-use crate::reboot_policy::api::RebootPolicy;
 use health::{Health, Transition};
 use leader::LeaseGuard;
 use metrics::Metrics;
-
-/// The field manager slipway writes with.
-pub const FIELD_MANAGER: &str = "slipway";
-
-/// Errors of the controller shell.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("the namespace kube-system has no uid")]
-    NoClusterId,
-    #[error("a CRD did not become established: {0}")]
-    CrdNotEstablished(String),
-    #[error("the {0} cache stopped")]
-    CacheStopped(&'static str),
-    #[error("plan has no {0}")]
-    IncompletePlan(&'static str),
-    #[error("cannot build the channel client: {0}")]
-    Channel(#[from] ChannelError),
-    #[error("this replica no longer holds the leader lease")]
-    NotLeader,
-}
-
-impl Error {
-    /// A short, stable name for metrics.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "transport",
-            Error::NoClusterId | Error::CrdNotEstablished(_) => "startup",
-            Error::CacheStopped(_) => "cache",
-            Error::IncompletePlan(_) => "plan",
-            Error::Channel(_) => "channel",
-            Error::NotLeader => "not_leader",
-        }
-    }
-}
 
 /// What the controller shares with the rest of the process.
 #[derive(Clone)]
@@ -93,11 +59,11 @@ pub struct Settings {
     pub name: String,
     /// `--namespace`: where Plans, Jobs and Secrets are watched.
     pub namespace: String,
-    /// Reconciles that may run at once.
+    /// Plan reconciles that may run at once.
     pub threads: u16,
     pub job: JobConfig,
     pub polling_interval: Duration,
-    /// Install or update the CRD at start, as SUC does.
+    /// Install or update the CRDs at start, as SUC does.
     pub install_crd: bool,
     /// Who this process is, for events.
     pub instance: Option<String>,
@@ -107,147 +73,103 @@ pub struct Settings {
     pub reboot_policies: bool,
 }
 
-/// Shared by every reconcile.
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    /// The process's one node index, kept by the Node watch.
-    pub nodes: Arc<RwLock<NodeIndex>>,
-    pub jobs: Store<Job>,
-    pub secrets: Store<Secret>,
-    pub reboot_pods: Store<Pod>,
-    pub channels: Arc<ChannelCache<ChannelClient>>,
-    /// Plans whose channel answered after their reconcile stopped waiting for it.
-    pub channel_answered: futures::channel::mpsc::UnboundedSender<ObjectRef<Plan>>,
-    pub cluster_id: String,
-    pub recorder: Recorder,
-    pub plans: Store<Plan>,
-    pub metrics: Arc<Metrics>,
-    pub guard: LeaseGuard,
-    pub expect: Expectations,
-    pub templates: crate::plan::core::TemplateMemo,
-    /// Which operation holds which node: the one budget of every controller of the process.
-    pub claims: Mutex<NodeClaims>,
-    /// The NodeMaintenances, when this process reconciles them.
-    pub maintenances: Option<Store<NodeMaintenance>>,
-    /// Asks for evictions (no retry layer: a 429 comes back at once).
-    pub eviction_client: Client,
-    /// How long each NodeMaintenance whose evictions a PodDisruptionBudget refuses waits before
-    /// asking again (doubling while refused; forgotten on a restart, which only asks sooner).
-    pub refusal_backoff: Mutex<std::collections::HashMap<String, std::time::Duration>>,
-    /// The RebootPolicies, when this process reconciles them.
-    pub reboot_policies: Option<Store<RebootPolicy>>,
-    /// Asks Prometheus for the policies' alert blockers (`None`: it could not be built).
-    pub http: Option<reqwest::Client>,
+/// Node annotations the index keeps: the few small ones that decisions read.
+fn kept_annotations() -> Vec<&'static str> {
+    let mut kept = vec![
+        crate::node::cordon::CORDONED_BY,
+        crate::node::cordon::LEGACY_UPGRADE_CORDON,
+    ];
+    kept.extend(crate::reboot_policy::core::SIGNAL_ANNOTATIONS);
+    kept
 }
-
-/// Node annotations the index keeps: a few small ones that decisions read.
-const KEPT_ANNOTATIONS: &[&str] = &[
-    crate::node::cordon::UPGRADE_CORDON,
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[0],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[1],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[2],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[3],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[4],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[5],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[6],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[7],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[8],
-    crate::reboot_policy::core::SIGNAL_ANNOTATIONS[9],
-];
 
 /// Runs the controller until `ops.shutdown` is cancelled, then lets running reconciles finish.
 ///
-/// With leader election, call this only while holding the Lease: it installs the CRD and writes.
+/// With leader election, call this only while holding the Lease: it installs the CRDs and writes.
 pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<(), Error> {
     ops.health.apply(Transition::Lead);
-    let cluster_id = Api::<Namespace>::all(client.clone())
+    let cluster_id = cluster_id(&client).await?;
+    if settings.install_crd {
+        install_crds(&client, &settings).await?;
+    }
+    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
+    let triggers = watch::NodeTriggers::default();
+    let plans = crate::plan::shell::watch(&client, &settings, &triggers);
+    let maintenances = settings
+        .maintenance
+        .is_some()
+        .then(|| crate::maintenance::shell::watch(&client));
+    let policies = settings
+        .reboot_policies
+        .then(|| crate::reboot_policy::shell::watch(&client, &triggers));
+    let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers);
+    let mut ready = plans.ready();
+    ready.push(("node", watch::index_ready(nodes.clone())));
+    spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
+    let chores = Chores::new(
+        client.clone(),
+        ops.eviction.clone().unwrap_or_else(|| client.clone()),
+        ops.guard.clone(),
+        Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: settings.name.clone(),
+                instance: settings.instance.clone(),
+            },
+        ),
+        ops.metrics.clone(),
+    );
+    let shared = Arc::new(Shared::new(
+        chores,
+        settings.name.clone(),
+        settings.namespace.clone(),
+        nodes,
+        HoldSources {
+            plans: plans.store(),
+            maintenances: maintenances.as_ref().map(|m| m.store()),
+            policies: policies.as_ref().map(|p| p.store()),
+        },
+    ));
+    info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
+    let shutdown = ops.shutdown.clone();
+    let plan = crate::plan::shell::run(
+        shared.clone(),
+        &settings,
+        cluster_id,
+        plans,
+        shutdown.clone(),
+    );
+    let nm = async {
+        if let (Some(watches), Some(lease)) = (maintenances, settings.maintenance.clone()) {
+            crate::maintenance::shell::run(shared.clone(), lease, watches, shutdown.clone()).await;
+        }
+    };
+    let rp = async {
+        if let Some(watches) = policies {
+            let image = settings.job.reboot_image.clone();
+            crate::reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone())
+                .await;
+        }
+    };
+    let nodes = async {
+        tokio::select! {
+            _ = node_watch => warn!("the node watch stopped"),
+            _ = shutdown.cancelled() => {}
+        }
+    };
+    let (plan, ..) = futures::join!(plan, nm, rp, nodes);
+    info!("controller stopped");
+    plan
+}
+
+/// The uid of kube-system: the cluster's id, as SUC sends it to channel servers.
+async fn cluster_id(client: &Client) -> Result<String, Error> {
+    Api::<Namespace>::all(client.clone())
         .get("kube-system")
         .await?
         .metadata
         .uid
-        .ok_or(Error::NoClusterId)?;
-    if settings.install_crd {
-        install_crds(&client, &settings).await?;
-    }
-    let (node_changed, node_changes) = futures::channel::mpsc::unbounded();
-    let (caches, streams) = watch::start(&client, &settings, KEPT_ANNOTATIONS, node_changed);
-    let maintenances = settings
-        .maintenance
-        .is_some()
-        .then(|| watch::maintenances(&client));
-    let reboot_policies = settings
-        .reboot_policies
-        .then(|| watch::reboot_policies(&client));
-    spawn_sync_watch(
-        [
-            ("plan", ready(caches.plans.clone())),
-            ("node", index_ready(caches.nodes.clone())),
-            ("job", ready(caches.jobs.clone())),
-            ("secret", ready(caches.secrets.clone())),
-            ("reboot pod", ready(caches.reboot_pods.clone())),
-        ],
-        ops.health.clone(),
-        ops.shutdown.clone(),
-    );
-    let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
-    let reporter = Reporter {
-        controller: settings.name.clone(),
-        instance: settings.instance.clone(),
-    };
-    let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
-        client: client.clone(),
-        channels: Arc::new(ChannelCache::new(
-            ChannelClient::new(cluster_id.clone(), &ChannelConfig::default())?,
-            settings.polling_interval,
-        )),
-        channel_answered,
-        settings: settings.clone(),
-        nodes: caches.nodes,
-        jobs: caches.jobs,
-        secrets: caches.secrets,
-        reboot_pods: caches.reboot_pods,
-        cluster_id,
-        plans: caches.plans,
-        metrics: ops.metrics.clone(),
-        guard: ops.guard.clone(),
-        expect: Expectations::default(),
-        templates: crate::plan::core::TemplateMemo::default(),
-        claims: Mutex::new(NodeClaims::default()),
-        maintenances: maintenances.as_ref().map(|(store, _)| store.clone()),
-        eviction_client: ops.eviction.clone().unwrap_or_else(|| client.clone()),
-        refusal_backoff: Mutex::default(),
-        reboot_policies: reboot_policies.as_ref().map(|(store, _)| store.clone()),
-        http: reqwest::Client::builder().build().ok(),
-    });
-    info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
-    let plans =
-        crate::plan::shell::drive(ctx.clone(), streams, channel_answers, ops.shutdown.clone());
-    let nm = async {
-        if let Some((store, changes)) = maintenances {
-            info!("reconciling NodeMaintenances");
-            crate::maintenance::shell::drive(ctx.clone(), store, changes, ops.shutdown.clone())
-                .await;
-        }
-    };
-    let rp = async {
-        if let Some((store, changes)) = reboot_policies {
-            info!("reconciling RebootPolicies");
-            let triggers = node_changes.boxed();
-            crate::reboot_policy::shell::drive(
-                ctx.clone(),
-                store,
-                changes,
-                triggers,
-                ops.shutdown.clone(),
-            )
-            .await;
-        }
-    };
-    futures::join!(plans, nm, rp);
-    info!("controller stopped");
-    Ok(())
+        .ok_or(Error::NoClusterId)
 }
 
 /// The Plan CRD, and the CRDs of the operations this process runs.
@@ -287,15 +209,17 @@ pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) -> Resu
     }
 }
 
-type ReadyFuture = futures::future::BoxFuture<'static, Result<(), reflector::store::WriterDropped>>;
+/// Resolves once a cache has its first full list.
+pub type ReadyFuture = BoxFuture<'static, Result<(), reflector::store::WriterDropped>>;
 
-pub(crate) fn ready<K>(store: Store<K>) -> ReadyFuture
+/// Resolves once `store` has its first full list.
+pub fn ready<K>(store: Store<K>) -> ReadyFuture
 where
     K: kube::Resource + Clone + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
 {
     // Polled again and again: kube-runtime's `wait_until_ready` wakes only the last of several
-    // concurrent waiters (the Controller waits on the Plan store too), so a single wait can hang
+    // concurrent waiters (the Controller waits on the same store too), so a single wait can hang
     // after the store is ready. A new poll sees the memoized readiness at once.
     Box::pin(async move {
         loop {
@@ -308,21 +232,9 @@ where
     })
 }
 
-/// Resolves once the node index has its first full list.
-pub(crate) fn index_ready(index: Arc<RwLock<NodeIndex>>) -> ReadyFuture {
-    Box::pin(async move {
-        loop {
-            if index.read().unwrap_or_else(|e| e.into_inner()).is_synced() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-}
-
 /// Marks the process ready once every cache has its first full list.
 fn spawn_sync_watch(
-    stores: [(&'static str, ReadyFuture); 5],
+    stores: Vec<(&'static str, ReadyFuture)>,
     health: Health,
     shutdown: CancellationToken,
 ) {
@@ -344,126 +256,4 @@ fn spawn_sync_watch(
             }
         }
     });
-}
-
-/// Nodes no Plan may start: held by a maintenance in the budget, or with a NodeMaintenance that
-/// has not reconciled yet (after a restart, before it claims its node again).
-pub(crate) fn held_against_plans(ctx: &Context, claims: &NodeClaims) -> BTreeMap<String, Holder> {
-    let mut held = claims.held_against_plans();
-    for nm in ctx.maintenances.iter().flat_map(Store::state) {
-        let failed = nm
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| p == crate::maintenance::api::MaintenancePhase::Failed);
-        if !failed {
-            held.entry(nm.spec.node_name.clone())
-                .or_insert_with(|| Holder::Maintenance {
-                    name: nm.name_any(),
-                });
-        }
-    }
-    for (node, policy) in policies_rebooting(ctx) {
-        held.entry(node).or_insert(Holder::Reboot { policy });
-    }
-    held
-}
-
-/// Nodes the RebootPolicies' statuses say are rebooting (what survives a restart, before each
-/// policy's first reconcile claims its nodes again), with their policy.
-pub(crate) fn policies_rebooting(ctx: &Context) -> Vec<(String, String)> {
-    let now = jiff::Timestamp::now();
-    ctx.reboot_policies
-        .iter()
-        .flat_map(Store::state)
-        .flat_map(|p| {
-            let name = p.name_any();
-            p.status
-                .iter()
-                .flat_map(|s| s.nodes.iter())
-                .filter(|n| {
-                    crate::reboot_policy::core::RebootState::from_status(n, now)
-                        .is_some_and(|s| s.holds_slot())
-                })
-                .map(|n| (n.name.clone(), name.clone()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Who holds each node, as a RebootPolicy `me` must see it: every other holder in the budget,
-/// the Plans' `status.applying` and the NodeMaintenances and policies not reconciled yet, and
-/// nodes in a maintenance slipway does not run (the `medik8s.io/drain` taint).
-pub(crate) fn held_against_reboots(
-    ctx: &Context,
-    claims: &NodeClaims,
-    me: &Holder,
-) -> BTreeMap<String, Holder> {
-    let mut held = held_against_plans(ctx, claims);
-    held.retain(|_, h| h != me);
-    let index = ctx.nodes.read().unwrap_or_else(|e| e.into_inner());
-    for node in index.all() {
-        if let Some(h) = claims.holders(&node.name).find(|h| *h != me) {
-            held.entry(node.name.clone()).or_insert_with(|| h.clone());
-        }
-        if node.in_maintenance {
-            held.entry(node.name.clone())
-                .or_insert(Holder::MaintenanceTaint);
-        }
-    }
-    let by_hostname: BTreeMap<&str, &str> = index
-        .all()
-        .map(|n| (n.hostname(), n.name.as_str()))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .collect();
-    let mut from_plans = Vec::new();
-    for p in ctx.plans.state() {
-        for host in p.status.iter().flat_map(|s| s.applying.iter()) {
-            if let Some(node) = by_hostname.get(host.as_str()) {
-                from_plans.push((
-                    node.to_string(),
-                    Holder::Plan {
-                        namespace: p.namespace().unwrap_or_default(),
-                        name: p.name_any(),
-                    },
-                ));
-            }
-        }
-    }
-    drop(index);
-    for (node, h) in from_plans {
-        held.entry(node).or_insert(h);
-    }
-    held.retain(|_, h| h != me);
-    held
-}
-
-/// Gauges, index entries and remembered writes of deleted Plans go with the next reconcile.
-pub(crate) fn forget_gone_plans(ctx: &Context) {
-    let exists = |ns: &str, name: &str| ctx.plans.get(&ObjectRef::new(name).within(ns)).is_some();
-    ctx.metrics.retain_plans(exists);
-    ctx.nodes
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain_plans(|k| exists(&k.namespace, &k.name));
-    ctx.expect
-        .retain_plans(|k: &PlanKey| exists(&k.namespace, &k.name));
-    let maintained = |name: &str| {
-        ctx.maintenances
-            .as_ref()
-            .is_some_and(|m| m.get(&ObjectRef::new(name)).is_some())
-    };
-    ctx.claims
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain_holders(|h| match h {
-            Holder::Plan { namespace, name } => exists(namespace, name),
-            Holder::Maintenance { name } => maintained(name),
-            Holder::Reboot { policy } => ctx
-                .reboot_policies
-                .as_ref()
-                .is_some_and(|p| p.get(&ObjectRef::new(policy)).is_some()),
-            Holder::MaintenanceTaint => false,
-        });
 }

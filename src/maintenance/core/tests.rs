@@ -1,5 +1,6 @@
 use super::*;
-use crate::maintenance::api::NodeMaintenanceSpec;
+use crate::maintenance::api::{FINALIZER, MaintenancePhase, NodeMaintenanceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
 fn t(s: &str) -> Timestamp {
@@ -62,20 +63,50 @@ fn pods(evict: &[(&str, bool)]) -> PodsView {
     }
 }
 
+/// The decision's input, as the tests set it up: who holds the node, as an older maintenance
+/// (`duplicate_of`) or another operation (`busy`).
+struct TestInput<'a> {
+    maintenance: &'a NodeMaintenance,
+    node: Option<&'a NodeFacts>,
+    duplicate_of: Option<&'a str>,
+    busy: Option<&'a Holder>,
+    lease: LeaseView,
+    pods: Option<&'a PodsView>,
+    evictions: Option<&'a EvictionRound>,
+    now: Timestamp,
+}
+
 fn input<'a>(
     nm: &'a NodeMaintenance,
     node: Option<&'a NodeFacts>,
     pods: Option<&'a PodsView>,
-) -> MaintenanceInput<'a> {
-    MaintenanceInput {
+) -> TestInput<'a> {
+    TestInput {
         maintenance: nm,
         node,
         duplicate_of: None,
         busy: None,
         lease: LeaseView::Free,
         pods,
+        evictions: None,
         now: now(),
     }
+}
+
+/// The step the decision takes (its effects are tested apart).
+fn decide(i: &TestInput<'_>) -> Step {
+    let duplicate = i
+        .duplicate_of
+        .map(|name| Holder::Maintenance { name: name.into() });
+    let input = MaintenanceInput {
+        maintenance: i.maintenance,
+        node: i.node,
+        held_by: duplicate.as_ref().or(i.busy),
+        lease: i.lease.clone(),
+        pods: i.pods,
+        evictions: i.evictions,
+    };
+    plan_step(&input, i.now)
 }
 
 fn reasons(step: &Step) -> Vec<&'static str> {
@@ -98,7 +129,6 @@ fn a_new_maintenance_adds_the_finalizer_takes_the_node_and_evicts() {
         pods(&[("web-1", false), ("web-2", true)]),
     );
     let step = decide(&input(&m, Some(&n), Some(&p)));
-    assert!(step.add_finalizer);
     assert!(step.hold_node);
     assert_eq!(step.lease, Some(LeaseAction::Hold));
     assert_eq!(step.node.unschedulable, Some(true));
@@ -152,7 +182,7 @@ fn an_admins_cordon_and_label_are_not_recorded_as_the_maintenances() {
     assert_eq!(step.node.unschedulable, None, "the admin's cordon stays");
     assert_eq!(step.node.exclude_label, None);
     assert_eq!(step.node.drain_taint, Some(false));
-    assert!(step.remove_finalizer);
+    assert_eq!(step.stage, Stage::Restoring);
 }
 
 #[test]
@@ -184,7 +214,11 @@ fn an_empty_drain_succeeds_once() {
     assert_eq!(step.status.phase, Some(MaintenancePhase::Succeeded));
     assert_eq!(step.status.drain_progress, Some(100));
     assert_eq!(condition(&step).status, "True");
-    assert_eq!(reasons(&step), ["SucceedMaintenance"]);
+    assert_eq!(
+        reasons(&step),
+        ["BeginMaintenance", "SucceedMaintenance"],
+        "the first decision begins the maintenance"
+    );
     assert_eq!(step.lease, Some(LeaseAction::Hold), "the node stays held");
     assert!(step.requeue_after.is_some(), "to renew the lease");
     m.status = Some(step.status);
@@ -202,7 +236,7 @@ fn a_missing_node_fails_and_a_duplicate_fails_naming_the_first() {
         step.status.last_error.as_deref(),
         Some("invalid nodeName, no node with name n1 found")
     );
-    assert_eq!(reasons(&step), ["FailedMaintenance"]);
+    assert_eq!(reasons(&step), ["BeginMaintenance", "FailedMaintenance"]);
     assert!(!step.hold_node && step.node.is_empty() && step.lease.is_none());
     let n = node();
     let mut i = input(&m, Some(&n), None);
@@ -232,7 +266,7 @@ fn a_node_in_the_middle_of_an_upgrade_waits_untouched() {
         "waiting for plan system-upgrade/k3s to finish its step on node n1"
     );
     assert!(!step.hold_node && step.node.is_empty() && step.evict.is_empty());
-    assert_eq!(reasons(&step), ["WaitingForNode"]);
+    assert_eq!(reasons(&step), ["BeginMaintenance", "WaitingForNode"]);
     assert_eq!(step.requeue_after, Some(WAIT_RECHECK));
 }
 
@@ -363,25 +397,21 @@ fn deleting_restores_what_the_maintenance_did_and_releases_the_lease() {
     assert_eq!(step.node.annotations.get(CORDONED_BY), Some(&None));
     assert_eq!(step.node.annotations.get(EXCLUDED_BY), Some(&None));
     assert_eq!(step.lease, Some(LeaseAction::Release));
-    assert!(step.remove_finalizer && !step.hold_node);
+    assert!(!step.hold_node);
     assert_eq!(reasons(&step), ["UncordonNode", "RemovedMaintenance"]);
     // A node that is gone needs nothing but the lease released.
     let step = decide(&input(&m, None, None));
-    assert!(step.node.is_empty() && step.remove_finalizer);
-    // Without the finalizer there is nothing left to do.
-    m.metadata.finalizers = None;
-    let step = decide(&input(&m, Some(&taken()), None));
-    assert!(step.node.is_empty() && !step.remove_finalizer && step.lease.is_none());
+    assert!(step.node.is_empty());
+    assert_eq!(step.lease, Some(LeaseAction::Release));
 }
 
 #[test]
 fn a_refused_eviction_names_the_budget_in_the_status() {
     let m = nm(true);
     let p = pods(&[("web-1", false), ("web-2", false)]);
-    let mut step = decide(&input(&m, Some(&taken()), Some(&p)));
-    record_evictions(
-        &mut step,
-        &[
+    let round = EvictionRound::next(
+        None,
+        vec![
             (pod("web-1"), EvictionResult::Accepted),
             (
                 pod("web-2"),
@@ -389,8 +419,11 @@ fn a_refused_eviction_names_the_budget_in_the_status() {
             ),
         ],
         now(),
-        Some(1),
     );
+    let n = taken();
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.evictions = Some(&round);
+    let step = decide(&i);
     let c = condition(&step);
     assert_eq!(c.reason, "BlockedByDisruptionBudget");
     assert_eq!(
@@ -441,10 +474,11 @@ fn a_blocking_pod_stops_every_eviction_and_says_why() {
 fn stamping_marks_only_changed_statuses() {
     let m = nm(true);
     let mut step = decide(&input(&m, Some(&taken()), Some(&pods(&[]))));
+    step.status.last_update = None;
     let old = step.status.clone();
-    stamp(&mut step, Some(&old), now());
+    stamp(&mut step, &old, now());
     assert_eq!(step.status.last_update, None);
-    stamp(&mut step, None, now());
+    stamp(&mut step, &NodeMaintenanceStatus::default(), now());
     assert_eq!(step.status.last_update, Some(Time(now())));
 }
 
@@ -457,40 +491,102 @@ fn deleting_a_duplicate_leaves_the_node_to_the_first() {
     i.duplicate_of = Some("older");
     let step = decide(&i);
     assert!(step.node.is_empty() && step.lease.is_none());
-    assert!(step.remove_finalizer);
+    assert_eq!(step.stage, Stage::Restoring);
 }
 
 #[test]
 fn a_refused_eviction_is_asked_again_later_each_time_up_to_a_minute() {
-    let mut waits = Vec::new();
-    let mut previous = None;
-    for _ in 0..6 {
-        let wait = refusal_backoff(previous);
-        waits.push(wait.as_secs());
-        previous = Some(wait);
-    }
+    let waits: Vec<u64> = (1..=6).map(|n| refusal_backoff(n).as_secs()).collect();
     assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
-    assert_eq!(refusal_backoff(Some(Duration::MAX)), REFUSAL_BACKOFF_MAX);
-    assert_eq!(refusal_backoff(Some(Duration::ZERO)), DRAIN_RECHECK);
+    assert_eq!(refusal_backoff(u32::MAX), REFUSAL_BACKOFF_MAX);
+    assert_eq!(refusal_backoff(0), DRAIN_RECHECK);
 }
 
 #[test]
-fn only_a_refusal_counts_for_the_backoff() {
-    let pod = PodKey {
-        namespace: "shop".into(),
-        name: "web-1".into(),
+fn after_a_refusal_the_drain_waits_before_asking_again() {
+    let m = nm(true);
+    let p = pods(&[("web-1", false)]);
+    let refused = vec![(pod("web-1"), EvictionResult::Refused("PDB".into()))];
+    let first = EvictionRound::next(None, refused.clone(), now());
+    let second = EvictionRound::next(Some(&first), refused, now());
+    assert_eq!((first.refused_in_a_row, second.refused_in_a_row), (1, 2));
+    let n = taken();
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.evictions = Some(&second);
+    i.now = now() + jiff::SignedDuration::from_secs(9);
+    let step = decide(&i);
+    assert!(
+        step.evict.is_empty(),
+        "10 s after the second refusal, not 9"
+    );
+    assert_eq!(step.requeue_after, Some(Duration::from_secs(1)));
+    i.now = now() + jiff::SignedDuration::from_secs(10);
+    assert_eq!(decide(&i).evict, [pod("web-1")]);
+    let accepted = EvictionRound::next(
+        Some(&second),
+        vec![(pod("web-1"), EvictionResult::Accepted)],
+        now(),
+    );
+    assert_eq!(
+        accepted.refused_in_a_row, 0,
+        "an accepted round ends the backoff"
+    );
+}
+
+#[test]
+fn the_decision_gives_back_before_the_status_and_takes_after_it() {
+    let mut m = nm(true);
+    let n = node();
+    let p = pods(&[("web-1", false)]);
+    let i = input(&m, Some(&n), Some(&p));
+    let d = super::decide(
+        &MaintenanceInput {
+            maintenance: i.maintenance,
+            node: i.node,
+            held_by: None,
+            lease: LeaseView::Free,
+            pods: i.pods,
+            evictions: None,
+        },
+        now(),
+    );
+    let kinds: Vec<&str> = d
+        .effects
+        .iter()
+        .map(|e| match e {
+            MaintenanceEffect::TakeNode(_) => "take",
+            MaintenanceEffect::OwnedByNode { .. } => "own",
+            MaintenanceEffect::HoldLease => "lease",
+            MaintenanceEffect::Evict(_) => "evict",
+            MaintenanceEffect::RestoreNode(_) => "restore",
+            MaintenanceEffect::ReleaseLease => "release",
+        })
+        .collect();
+    assert_eq!(kinds, ["take", "own", "lease", "evict"]);
+    assert!(d.effects.iter().all(|e| !e.before_status()));
+    assert_eq!(d.holds.iter().collect::<Vec<_>>(), ["n1"]);
+    let MaintenanceEffect::TakeNode(change) = &d.effects[0] else {
+        panic!("the node is taken first");
     };
-    let accepted = [(pod.clone(), EvictionResult::Accepted)];
-    let failed = [(pod.clone(), EvictionResult::Failed("timeout".into()))];
-    let refused = [
-        (pod.clone(), EvictionResult::Accepted),
-        (
-            pod,
-            EvictionResult::Refused("PodDisruptionBudget shop/web".into()),
-        ),
-    ];
-    assert!(!any_refused(&accepted));
-    assert!(!any_refused(&failed));
-    assert!(any_refused(&refused));
-    assert!(!any_refused(&[]));
+    assert_eq!(change.unschedulable, Some(true));
+    assert_eq!(change.taints.as_ref().map(Vec::len), Some(1));
+    m.metadata.deletion_timestamp = Some(Time(now()));
+    let t = taken();
+    let d = super::decide(
+        &MaintenanceInput {
+            maintenance: &m,
+            node: Some(&t),
+            held_by: None,
+            lease: LeaseView::Ours,
+            pods: None,
+            evictions: None,
+        },
+        now(),
+    );
+    assert!(
+        d.effects.iter().all(|e| e.before_status()),
+        "{:?}",
+        d.effects
+    );
+    assert!(d.holds.is_empty());
 }

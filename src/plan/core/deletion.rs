@@ -3,14 +3,17 @@
 //!
 //! The Plan carries a finalizer; on deletion slipway deletes its Jobs and reboot pods (no upgrade
 //! or reboot starts after the Plan is gone) and uncordons the nodes it was upgrading, the ones
-//! the Plan's own Jobs cordoned: never an admin's cordon (see [`super::cordon`]), never a node
-//! another Plan is still upgrading.
+//! the Plan's own Jobs cordoned: never an admin's cordon (see [`crate::node::cordon`]), never a
+//! node another Plan is still upgrading.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::NodePatch;
+use super::PlanInput;
+use super::decision::{JobDeletion, PlanDecision, PlanEffect};
+use crate::common::decision::Decision;
 use crate::node::NodeInfo;
+use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::Plan;
 
@@ -18,17 +21,45 @@ use crate::plan::api::Plan;
 pub const FINALIZER: &str = "slipway.dev/plan-cleanup";
 
 /// What deleting the Plan undoes, before its finalizer goes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cleanup {
     pub delete_jobs: Vec<String>,
     pub delete_pods: Vec<String>,
     /// Uncordons, with the cordon record forgotten.
-    pub node_patches: Vec<NodePatch>,
+    pub node_patches: Vec<NodeChange>,
+}
+
+/// The decision on a Plan being deleted: its Jobs and reboot pods go first (nothing starts on a
+/// node about to be uncordoned), then the uncordons; the runtime applies them in that order, then
+/// removes the finalizer.
+pub fn cleanup(input: &PlanInput<'_>) -> PlanDecision {
+    let c = cleanup_of(
+        input.plan,
+        input.nodes,
+        input.jobs,
+        input.reboot_pods,
+        |node| input.shared.contains(node),
+    );
+    let reason = || "its Plan is deleted".to_string();
+    let effects = (c.delete_jobs.into_iter())
+        .map(|name| {
+            PlanEffect::DeleteJob(JobDeletion {
+                name,
+                reason: reason(),
+            })
+        })
+        .chain(c.delete_pods.into_iter().map(PlanEffect::DeletePod))
+        .chain(c.node_patches.into_iter().map(PlanEffect::PatchNode))
+        .collect();
+    Decision {
+        effects,
+        ..PlanDecision::keep(input.plan.status.clone().unwrap_or_default())
+    }
 }
 
 /// The cleanup of `plan`, being deleted: `nodes` are its candidates, `jobs` and `reboot_pods`
 /// its own, `shared(node)` says whether another Plan is upgrading that node too.
-pub fn cleanup(
+pub fn cleanup_of(
     plan: &Plan,
     nodes: &[&NodeInfo],
     jobs: &[&Job],
@@ -44,15 +75,13 @@ pub fn cleanup(
     let node_patches = nodes
         .iter()
         .filter(|n| cordons && applying.iter().any(|h| h == n.hostname()))
-        .filter(|n| cordon::may_uncordon(n) && !shared(&n.name))
-        .map(|n| NodePatch {
-            node: n.name.clone(),
-            annotations: [(cordon::UPGRADE_CORDON.to_string(), None)]
-                .into_iter()
-                .filter(|_| cordon::CordonOwner::of(n).is_some())
-                .collect(),
-            uncordon: true,
-            ..NodePatch::default()
+        .filter(|n| cordon::plan_may_uncordon(n) && !shared(&n.name))
+        .map(|n| NodeChange {
+            annotations: match cordon::has_record(n) {
+                true => cordon::forget(),
+                false => Default::default(),
+            },
+            ..NodeChange::of(&n.name).cordon(false)
         })
         .collect();
     let names = |metas: Vec<Option<&String>>| metas.into_iter().flatten().cloned().collect();
@@ -105,7 +134,7 @@ mod tests {
             name: name.into(),
             unschedulable,
             annotations: record
-                .map(|r| [(cordon::UPGRADE_CORDON.to_string(), r.to_string())].into())
+                .map(|r| [(cordon::LEGACY_UPGRADE_CORDON.to_string(), r.to_string())].into())
                 .unwrap_or_default(),
             ..Default::default()
         }
@@ -124,7 +153,7 @@ mod tests {
     fn uncordoned(c: &Cleanup) -> Vec<&str> {
         c.node_patches
             .iter()
-            .filter(|p| p.uncordon)
+            .filter(|p| p.unschedulable == Some(false))
             .map(|p| p.node.as_str())
             .collect()
     }
@@ -141,12 +170,9 @@ mod tests {
         ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let p = plan(true, &["mine", "admins", "sucs", "schedulable", "shared"]);
-        let c = cleanup(&p, &refs, &[], &[], |n| n == "shared");
+        let c = cleanup_of(&p, &refs, &[], &[], |n| n == "shared");
         assert_eq!(uncordoned(&c), ["mine", "sucs"]);
-        assert_eq!(
-            c.node_patches[0].annotations,
-            [(cordon::UPGRADE_CORDON.to_string(), None)].into()
-        );
+        assert_eq!(c.node_patches[0].annotations, cordon::forget());
         assert!(
             c.node_patches[1].annotations.is_empty(),
             "no record to forget"
@@ -157,7 +183,7 @@ mod tests {
     fn a_plan_that_does_not_cordon_uncordons_nothing() {
         let nodes = [node("n1", true, None)];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
-        let c = cleanup(&plan(false, &["n1"]), &refs, &[], &[], |_| false);
+        let c = cleanup_of(&plan(false, &["n1"]), &refs, &[], &[], |_| false);
         assert!(c.node_patches.is_empty());
     }
 
@@ -171,7 +197,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let c = cleanup(
+        let c = cleanup_of(
             &plan(false, &[]),
             &[],
             &jobs.iter().collect::<Vec<_>>(),

@@ -18,6 +18,7 @@
 
 pub mod conditions;
 pub mod config;
+mod decision;
 pub mod deletion;
 pub mod expansion;
 pub mod hash;
@@ -32,20 +33,23 @@ pub mod render;
 pub mod selection;
 mod status;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
+use crate::common::selector::Selector;
 use crate::node::NodeInfo;
 use crate::node::holders::Holder;
+use crate::node::index::Interest;
 use crate::node::reboot::HealthObservation;
-use crate::plan::api::{Plan, PlanStatus};
+use crate::plan::api::Plan;
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
 use crate::plan::core::config::JobConfig;
 
+use decision::Rollout;
+pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
 pub use node_state::{NodeState, phase};
 pub use status::validate;
 
@@ -67,7 +71,7 @@ pub enum ChannelAnswer {
 }
 
 /// Everything the decision reads.
-pub struct RolloutInput<'a> {
+pub struct PlanInput<'a> {
     pub plan: &'a Plan,
     /// The Plan's candidate nodes: at least every node its `nodeSelector` matches (the node index
     /// gives exactly those); other nodes are ignored.
@@ -83,150 +87,35 @@ pub struct RolloutInput<'a> {
     pub secrets: &'a BTreeMap<String, Secret>,
     /// The channel's latest answer; `None` when the Plan has no channel or it was not asked yet.
     pub channel: Option<ChannelAnswer>,
-    pub now: Timestamp,
     pub controller_name: &'a str,
     pub job_config: &'a JobConfig,
-    /// Nodes that another slipway operation holds alone (a NodeMaintenance), by node name: the
-    /// Plan does not start them (nodes it already runs finish their step) and says it waits.
+    /// Nodes another slipway operation holds against this Plan, by node name, with who holds
+    /// each: the Plan does not start them (nodes it already runs finish their step) and says it
+    /// waits.
     pub held: &'a BTreeMap<String, Holder>,
+    /// Nodes another Plan holds too: a deleted Plan does not uncordon them.
+    pub shared: &'a BTreeSet<String>,
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
     /// without rendering them again; `None` renders every time. It changes no decision.
     pub templates: Option<&'a TemplateMemo>,
 }
 
-/// The pod-template hash of a node's Job, remembered across decisions. The key holds everything a
-/// Job is rendered from besides the process's fixed settings: the Plan (uid, generation, labels
-/// and annotations, resolved version and hash) and the node (name, hostname, OS).
-#[derive(Debug, Default)]
-pub struct TemplateMemo(std::sync::Mutex<std::collections::HashMap<String, String>>);
-
-impl TemplateMemo {
-    /// A bound on remembered hashes: past it, the memo starts over.
-    const MAX: usize = 50_000;
-
-    fn get(&self, key: &str) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned()
-    }
-
-    fn put(&self, key: String, hash: String) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= Self::MAX {
-            m.clear();
-        }
-        m.insert(key, hash);
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An event about the Plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanEvent {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// A Job to delete, and why (for logs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobDeletion {
-    pub name: String,
-    pub reason: String,
-}
-
-/// Labels to set on a node, annotations to set (`Some`) or remove (`None`), and whether to
-/// uncordon it; applied as a patch.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodePatch {
-    pub node: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, Option<String>>,
-    pub uncordon: bool,
-}
-
-impl NodePatch {
-    /// The node as it is once the patch is applied.
-    pub fn apply_to(&self, node: &mut NodeInfo) {
-        node.labels
-            .extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for (k, v) in &self.annotations {
-            match v {
-                Some(v) => node.annotations.insert(k.clone(), v.clone()),
-                None => node.annotations.remove(k),
-            };
-        }
-        node.unschedulable &= !self.uncordon;
-    }
-}
-
-/// What the Plan's gauges show after a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PlanSummary {
-    /// `Complete` is `True`.
-    pub complete: bool,
-    /// Nodes holding a slot (`status.applying`).
-    pub applying: usize,
-    /// Nodes failed by their Job or a reboot timeout.
-    pub failed: usize,
-    /// Nodes the Plan's selector matches that carry the latest hash, counting this decision's labels.
-    pub upgraded: usize,
-    /// Nodes the Plan's selector matches that have a hostname and are not `disabled`.
-    pub targeted: usize,
-}
-
-/// The decision.
-#[derive(Debug, Clone, Default)]
-pub struct Rollout {
-    /// The status to write when it differs from the current one.
-    pub status: PlanStatus,
-    pub status_changed: bool,
-    pub create_jobs: Vec<Job>,
-    pub delete_jobs: Vec<JobDeletion>,
-    /// Reboot pods to create; the controller creates them before any Job.
-    pub create_pods: Vec<Pod>,
-    /// Reboot pods to delete, by name.
-    pub delete_pods: Vec<String>,
-    pub node_patches: Vec<NodePatch>,
-    pub events: Vec<PlanEvent>,
-    /// Look again after this long even if nothing changes.
-    pub requeue_after: Option<Duration>,
-    pub summary: PlanSummary,
-}
-
-impl Rollout {
-    fn event(&mut self, type_: EventType, reason: &'static str, message: String) {
-        self.events.push(PlanEvent {
-            type_,
-            reason,
-            message,
-        });
-    }
-
-    fn requeue(&mut self, after: Duration) {
-        let after = after.max(Duration::from_secs(1));
-        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
-    }
-}
-
 pub use crate::common::rfc3339;
 
-/// Decides the next step of one Plan.
-pub fn decide(input: &RolloutInput<'_>) -> Rollout {
+/// Decides the next step of one Plan: which nodes go next and why the others wait, the Jobs and
+/// reboot pods, the node labels and the status. A Plan being deleted is decided on once more: its
+/// cleanup ([`deletion`]).
+pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     let plan = input.plan;
-    let now = rfc3339(input.now);
+    if plan.metadata.deletion_timestamp.is_some() {
+        return deletion::cleanup(input);
+    }
+    let now_text = rfc3339(now);
     let old = plan.status.clone().unwrap_or_default();
     let mut st = old.clone();
     let mut out = Rollout::default();
-    if status::handle(input, &mut st, &mut out, &now) {
-        plan_nodes::roll(input, &old, &mut st, &mut out);
+    if status::handle(input, &mut st, &mut out, &now_text) {
+        plan_nodes::roll(input, now, &old, &mut st, &mut out);
     } else {
         cond::set(
             &mut st,
@@ -234,16 +123,43 @@ pub fn decide(input: &RolloutInput<'_>) -> Rollout {
             FALSE,
             "NotReady",
             MSG_NOT_READY,
-            &now,
+            &now_text,
             plan.metadata.generation,
         );
-        plan_nodes::sweep_only(input, &st, &mut out);
+        plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
-    out.summary = plan_nodes::summary(input, &st, &out);
-    out.status_changed = st != old;
-    out.status = st;
-    out
+    let summary = plan_nodes::summary(input, &st, &out.node_patches);
+    let holds = decision::applying_nodes(&st.applying, input.nodes.iter().copied());
+    out.into_decision(st, holds, summary)
+}
+
+/// The holder of a Plan in the budget.
+pub fn holder(plan: &Plan) -> Holder {
+    Holder::Plan {
+        namespace: plan.metadata.namespace.clone().unwrap_or_default(),
+        name: plan.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// What a Plan reads of the nodes: those its `nodeSelector` matches (an invalid selector matches
+/// none; the decision reports it), and of those its own label.
+pub fn interest(plan: &Plan) -> Interest {
+    Interest {
+        selector: Selector::from_label_selector(plan.spec.node_selector.as_ref())
+            .unwrap_or(Selector::Nothing),
+        label: Some(crate::plan::api::labels::plan_node_label(
+            plan.metadata.name.as_deref().unwrap_or_default(),
+        )),
+    }
+}
+
+/// The hostnames of the nodes the Plan holds by its own record (`status.applying`).
+pub fn applying(plan: &Plan) -> impl Iterator<Item = &str> {
+    plan.status
+        .iter()
+        .flat_map(|s| s.applying.iter())
+        .map(String::as_str)
 }
 
 /// The nodes (by name) whose health gate the controller must look at before the next decision:

@@ -489,7 +489,7 @@ fn waiting(
     now: Timestamp,
     actions: &mut Vec<NodeAction>,
 ) -> NodeState {
-    let uncordon = ctx.cordons && crate::node::cordon::may_uncordon(obs.node);
+    let uncordon = ctx.cordons && crate::node::cordon::plan_may_uncordon(obs.node);
     let waited: Duration = now.duration_since(since).try_into().unwrap_or_default();
     if waited >= ctx.post_complete_delay {
         actions.push(NodeAction::MarkDone { uncordon });

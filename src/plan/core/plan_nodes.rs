@@ -7,15 +7,19 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::jobs::PlanJobs;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
+use jiff::Timestamp;
+
 use super::{
-    EventType, FAILURE_REASONS, JobDeletion, MSG_WAITING_FOR_WINDOW, NodePatch, PlanSummary,
-    Rollout, RolloutInput, rfc3339,
+    FAILURE_REASONS, JobDeletion, MSG_WAITING_FOR_WINDOW, PlanInput, PlanSummary, Rollout, holder,
+    rfc3339,
 };
+use crate::common::decision::EventType;
 use crate::common::duration::GoDuration;
 use crate::common::naming;
 use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
+use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
@@ -26,7 +30,8 @@ use crate::plan::core::selection::{self, Eligibility};
 
 /// The Plan's facts for this decision, read once.
 struct Facts<'a> {
-    input: &'a RolloutInput<'a>,
+    input: &'a PlanInput<'a>,
+    now: Timestamp,
     name: &'a str,
     uid: &'a str,
     version: String,
@@ -41,12 +46,13 @@ struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    fn new(input: &'a RolloutInput<'a>, st: &PlanStatus) -> Facts<'a> {
+    fn new(input: &'a PlanInput<'a>, now: Timestamp, st: &PlanStatus) -> Facts<'a> {
         let plan = input.plan;
         let mut rendered_from = plan.clone();
         rendered_from.status = Some(st.clone());
         Facts {
             input,
+            now,
             name: plan.metadata.name.as_deref().unwrap_or_default(),
             uid: plan.metadata.uid.as_deref().unwrap_or_default(),
             version: st.latest_version.clone().unwrap_or_default(),
@@ -133,7 +139,7 @@ impl<'a> Facts<'a> {
                 .other_running(&node.name, &self.version, &job_name),
             health: self.input.health.get(&node.name),
         };
-        node_state::transition(state, &obs, &self.ctx, self.input.now)
+        node_state::transition(state, &obs, &self.ctx, self.now)
     }
 }
 
@@ -161,13 +167,14 @@ type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
 
 /// Steps the applying nodes, fills free slots, and turns the states into the decision.
 pub(super) fn roll(
-    input: &RolloutInput<'_>,
+    input: &PlanInput<'_>,
+    now: Timestamp,
     old: &PlanStatus,
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) {
-    let mut facts = Facts::new(input, st);
-    let now = rfc3339(input.now);
+    let mut facts = Facts::new(input, now, st);
+    let now_text = rfc3339(now);
     let eligibility = match Eligibility::new(
         facts.name,
         input.plan.spec.node_selector.as_ref(),
@@ -181,7 +188,7 @@ pub(super) fn roll(
                 out,
                 "SelectNodesFailed",
                 format!("Failed to select nodes: {e}"),
-                &now,
+                &now_text,
                 input,
             );
         }
@@ -193,7 +200,7 @@ pub(super) fn roll(
         .filter(|n| eligibility.admits(n))
         .collect();
     let mut steps = step_applying(&mut facts, old, &eligible);
-    let window = closed_window(input, old);
+    let window = closed_window(input, old, now);
     if window.is_none() {
         let free: Vec<&NodeInfo> = eligible
             .iter()
@@ -203,14 +210,14 @@ pub(super) fn roll(
         fill_slots(&mut facts, &free, &mut steps);
     }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
-        fail_complete(st, out, "ValidationFailed", message, &now, input);
+        fail_complete(st, out, "ValidationFailed", message, &now_text, input);
     }
     reconcile_reboot_pods(&facts, &steps, out);
     let owned: BTreeSet<&str> = steps.values().filter_map(|(_, s, _)| s.job()).collect();
     let applying_nodes: BTreeSet<&str> = steps.keys().copied().collect();
     let (deletions, recheck) = facts
         .jobs
-        .sweep(&facts.version, &applying_nodes, &owned, input.now);
+        .sweep(&facts.version, &applying_nodes, &owned, now);
     out.delete_jobs.extend(deletions);
     if let Some(after) = recheck {
         out.requeue(after);
@@ -235,8 +242,8 @@ fn step_applying<'a>(
         };
         let state = recorded
             .get(host.as_str())
-            .and_then(|p| NodeState::from_progress(p, &node.boot_id, facts.input.now))
-            .unwrap_or_else(|| NodeState::selected(&facts.job_name(node), facts.input.now));
+            .and_then(|p| NodeState::from_progress(p, &node.boot_id, facts.now))
+            .unwrap_or_else(|| NodeState::selected(&facts.job_name(node), facts.now));
         let (next, actions) = facts.step(node, state);
         steps.insert(node.name.as_str(), (node, next, actions));
     }
@@ -263,7 +270,7 @@ fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut 
         }
         let mut freed = false;
         for node in picks {
-            let state = NodeState::selected(&facts.job_name(node), facts.input.now);
+            let state = NodeState::selected(&facts.job_name(node), facts.now);
             let (next, actions) = facts.step(node, state);
             freed |= next == NodeState::Done;
             steps.insert(node.name.as_str(), (node, next, actions));
@@ -275,10 +282,10 @@ fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut 
 }
 
 /// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.
-fn closed_window(input: &RolloutInput<'_>, old: &PlanStatus) -> Option<TimeWindow> {
+fn closed_window(input: &PlanInput<'_>, old: &PlanStatus, now: Timestamp) -> Option<TimeWindow> {
     let spec = input.plan.spec.window.as_ref()?;
     let window = TimeWindow::new(spec).ok()?;
-    (old.applying.is_empty() && !window.contains(input.now)).then_some(window)
+    (old.applying.is_empty() && !window.contains(now)).then_some(window)
 }
 
 /// Turns the nodes' actions into Jobs, pods, patches, events and rechecks. A Job that cannot be
@@ -299,7 +306,7 @@ fn apply_actions(
                         out.create_jobs.push(job);
                     }
                     Err(e) => {
-                        *state = NodeState::selected(&facts.job_name(node), facts.input.now);
+                        *state = NodeState::selected(&facts.job_name(node), facts.now);
                         error = Err(format!("Failed to create job for node {}: {e}", node.name));
                     }
                 },
@@ -307,17 +314,18 @@ fn apply_actions(
                     name: facts.job_name(node),
                     reason,
                 }),
-                NodeAction::MarkDone { uncordon } => out.node_patches.push(NodePatch {
-                    node: node.name.clone(),
-                    labels: done_labels(facts),
+                NodeAction::MarkDone { uncordon } => out.node_patches.push(NodeChange {
+                    labels: done_labels(facts)
+                        .into_iter()
+                        .map(|(k, v)| (k, Some(v)))
+                        .collect(),
                     annotations: forget_cordon(node, uncordon),
-                    uncordon,
+                    unschedulable: uncordon.then_some(false),
+                    ..NodeChange::of(&node.name)
                 }),
-                NodeAction::Uncordon => out.node_patches.push(NodePatch {
-                    node: node.name.clone(),
-                    labels: BTreeMap::new(),
+                NodeAction::Uncordon => out.node_patches.push(NodeChange {
                     annotations: forget_cordon(node, true),
-                    uncordon: true,
+                    ..NodeChange::of(&node.name).cordon(false)
                 }),
                 NodeAction::Warn { reason, message } => {
                     out.event(EventType::Warning, reason, message)
@@ -331,22 +339,19 @@ fn apply_actions(
 
 /// Before a Job that cordons its node: who the cordon belongs to (patched before the Job exists).
 fn record_cordon(facts: &Facts<'_>, node: &NodeInfo, out: &mut Rollout) {
-    let Some(owner) = cordon::record_at_start(node).filter(|_| facts.ctx.cordons) else {
+    let me = holder(facts.input.plan);
+    let Some(owner) = cordon::record_at_plan_start(&me, node).filter(|_| facts.ctx.cordons) else {
         return;
     };
-    out.node_patches.push(NodePatch {
-        node: node.name.clone(),
-        annotations: BTreeMap::from([(
-            cordon::UPGRADE_CORDON.to_string(),
-            Some(owner.as_str().to_string()),
-        )]),
-        ..NodePatch::default()
+    out.node_patches.push(NodeChange {
+        annotations: cordon::record(&owner),
+        ..NodeChange::of(&node.name)
     });
 }
 
 fn forget_cordon(node: &NodeInfo, uncordon: bool) -> BTreeMap<String, Option<String>> {
-    if cordon::forget_after_done(node, uncordon) {
-        BTreeMap::from([(cordon::UPGRADE_CORDON.to_string(), None)])
+    if cordon::plan_forgets(node, uncordon) {
+        cordon::forget()
     } else {
         BTreeMap::new()
     }
@@ -447,7 +452,7 @@ fn report(
     window: Option<TimeWindow>,
     eligible: &[&NodeInfo],
 ) {
-    let now = rfc3339(facts.input.now);
+    let now = rfc3339(facts.now);
     let generation = facts.ctx.generation;
     let (version, hash) = (&facts.version, &facts.hash);
     let failure = steps.values().find_map(|(_, s, _)| s.failure());
@@ -466,7 +471,7 @@ fn report(
             out.event(EventType::Normal, "Waiting", format!("Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"));
         }
         if let Some(w) = &window {
-            out.requeue(w.next_check(facts.input.now));
+            out.requeue(w.next_check(facts.now));
         }
         cond::set(
             st,
@@ -538,7 +543,7 @@ fn no_concurrency(
     if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
         out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
     }
-    let now = rfc3339(facts.input.now);
+    let now = rfc3339(facts.now);
     cond::set(
         st,
         COMPLETE,
@@ -553,7 +558,7 @@ fn no_concurrency(
 
 /// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
 /// nothing done, which deserves a word (SUC issues #217, #285).
-fn selects_nothing(input: &RolloutInput<'_>) -> Option<String> {
+fn selects_nothing(input: &PlanInput<'_>) -> Option<String> {
     let selector = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()).ok()?;
     let any = input
         .nodes
@@ -590,7 +595,7 @@ fn wait_for_held(
     }
     // A taint going away triggers a reconcile; a hold without one is looked at again.
     out.requeue(HELD_RECHECK);
-    let now = rfc3339(facts.input.now);
+    let now = rfc3339(facts.now);
     cond::set(
         st,
         COMPLETE,
@@ -603,18 +608,13 @@ fn wait_for_held(
     true
 }
 
-/// The operation other than a Plan that holds `node`, if any.
-fn holder_of(input: &RolloutInput<'_>, node: &NodeInfo) -> Option<crate::node::holders::Holder> {
-    match input.held.get(&node.name) {
-        Some(h) => Some(h.clone()),
-        None => node
-            .in_maintenance
-            .then_some(crate::node::holders::Holder::MaintenanceTaint),
-    }
+/// The operation that holds `node` against this Plan, if any.
+fn holder_of(input: &PlanInput<'_>, node: &NodeInfo) -> Option<crate::node::holders::Holder> {
+    input.held.get(&node.name).cloned()
 }
 
 /// What the Plan waits for when nodes it still has to upgrade are held by another operation.
-fn held_message(input: &RolloutInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
+fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
     let held: Vec<String> = eligible
         .iter()
         .filter_map(|n| {
@@ -659,7 +659,7 @@ fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
 
 /// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
 /// and how many of them carry `hash`, counting this decision's labels.
-fn upgraded(input: &RolloutInput<'_>, hash: &str, patches: &[NodePatch]) -> (usize, usize) {
+fn upgraded(input: &PlanInput<'_>, hash: &str, patches: &[NodeChange]) -> (usize, usize) {
     let Ok(selector) = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()) else {
         return (0, 0);
     };
@@ -667,7 +667,7 @@ fn upgraded(input: &RolloutInput<'_>, hash: &str, patches: &[NodePatch]) -> (usi
         labels::plan_node_label(input.plan.metadata.name.as_deref().unwrap_or_default());
     let patched: BTreeSet<&str> = patches
         .iter()
-        .filter(|p| p.labels.get(&plan_label).map(String::as_str) == Some(hash))
+        .filter(|p| p.labels.get(&plan_label).and_then(Option::as_deref) == Some(hash))
         .map(|p| p.node.as_str())
         .collect();
     let mut targeted = 0;
@@ -691,7 +691,7 @@ fn fail_complete(
     reason: &'static str,
     message: String,
     now: &str,
-    input: &RolloutInput<'_>,
+    input: &PlanInput<'_>,
 ) {
     if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
         out.event(EventType::Warning, reason, message.clone());
@@ -708,7 +708,12 @@ fn fail_complete(
 }
 
 /// A Plan that is not valid or not resolved starts nothing; Jobs of another version still go.
-pub(super) fn sweep_only(input: &RolloutInput<'_>, st: &PlanStatus, out: &mut Rollout) {
+pub(super) fn sweep_only(
+    input: &PlanInput<'_>,
+    now: Timestamp,
+    st: &PlanStatus,
+    out: &mut Rollout,
+) {
     let Some(version) = st.latest_version.as_deref() else {
         return;
     };
@@ -720,16 +725,20 @@ pub(super) fn sweep_only(input: &RolloutInput<'_>, st: &PlanStatus, out: &mut Ro
         .map(|n| n.name.as_str())
         .collect();
     let owned: BTreeSet<&str> = jobs.by_name.keys().copied().collect();
-    let (deletions, _) = jobs.sweep(version, &applying, &owned, input.now);
+    let (deletions, _) = jobs.sweep(version, &applying, &owned, now);
     out.delete_jobs.extend(deletions);
 }
 
 /// The gauges' view of the decision.
-pub(super) fn summary(input: &RolloutInput<'_>, st: &PlanStatus, out: &Rollout) -> PlanSummary {
+pub(super) fn summary(
+    input: &PlanInput<'_>,
+    st: &PlanStatus,
+    patches: &[NodeChange],
+) -> PlanSummary {
     let (targeted, upgraded) = upgraded(
         input,
         st.latest_hash.as_deref().unwrap_or_default(),
-        &out.node_patches,
+        patches,
     );
     PlanSummary {
         complete: cond::is(st, COMPLETE, TRUE),

@@ -4,7 +4,7 @@
 //! A batch is what one round of decisions creates while the Jobs of the previous round run; the
 //! simulation completes every Job of a round before deciding again, as the cluster eventually would.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -13,10 +13,11 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::node::NodeInfo;
+use crate::node::holders::{NodeClaims, held_against};
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::plan::core::config::JobConfig;
-use crate::plan::core::{self as rollout, ChannelAnswer, Rollout, RolloutInput};
+use crate::plan::core::{self as rollout, ChannelAnswer, PlanDecision, PlanInput, holder};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RenderError {
@@ -78,64 +79,71 @@ struct World {
     now: Timestamp,
 }
 
-/// `render` shows a Plan on its own: no node is held by another operation.
-static NO_HOLDS: BTreeMap<String, crate::node::holders::Holder> = BTreeMap::new();
-
 /// The controller's decision on the simulated world: the one place that builds its input.
-fn decide_on(w: &World, input: &RenderInput) -> Rollout {
+/// `render` shows a Plan on its own: no other operation holds a node, but a node in a maintenance
+/// slipway does not run (its taint) is held as the controller would see it.
+fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
     let nodes: Vec<&NodeInfo> = w.nodes.iter().collect();
     let jobs: Vec<&Job> = w.jobs.iter().collect();
     let pods: Vec<&Pod> = w.pods.iter().collect();
-    rollout::decide(&RolloutInput {
-        plan: &w.plan,
-        nodes: &nodes,
-        jobs: &jobs,
-        reboot_pods: &pods,
-        health: &w.health,
-        secrets: &input.secrets,
-        channel: input.channel.clone(),
-        now: w.now,
-        controller_name: &input.controller_name,
-        job_config: &input.job_config,
-        held: &NO_HOLDS,
-        templates: None,
-    })
+    let tainted = w
+        .nodes
+        .iter()
+        .filter(|n| n.in_maintenance)
+        .map(|n| n.name.as_str());
+    let held = held_against(&holder(&w.plan), &NodeClaims::default(), &[], tainted);
+    let decision = rollout::decide(
+        &PlanInput {
+            plan: &w.plan,
+            nodes: &nodes,
+            jobs: &jobs,
+            reboot_pods: &pods,
+            health: &w.health,
+            secrets: &input.secrets,
+            channel: input.channel.clone(),
+            controller_name: &input.controller_name,
+            job_config: &input.job_config,
+            held: &held,
+            shared: &BTreeSet::new(),
+            templates: None,
+        },
+        w.now,
+    );
+    let changed = w.plan.status.as_ref() != Some(&decision.status);
+    (decision, changed)
 }
 
 impl World {
     /// Applies a decision as the controller and the cluster would (status, Jobs, pods, labels).
-    fn apply(&mut self, r: &Rollout) -> (Vec<Pod>, Vec<Job>) {
+    fn apply(&mut self, r: &PlanDecision) -> (Vec<Pod>, Vec<Job>) {
         self.plan.status = Some(r.status.clone());
         self.jobs.retain(|j| {
-            !r.delete_jobs
+            !r.delete_jobs()
                 .iter()
                 .any(|d| Some(d.name.as_str()) == j.metadata.name.as_deref())
         });
         self.pods.retain(|p| {
-            !r.delete_pods
+            !r.delete_pods()
                 .iter()
                 .any(|d| Some(d.as_str()) == p.metadata.name.as_deref())
         });
         let mut pods = Vec::new();
-        for p in &r.create_pods {
+        for p in r.create_pods() {
             if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
                 self.pods.push(p.clone());
                 pods.push(p.clone());
             }
         }
         let mut jobs = Vec::new();
-        for j in &r.create_jobs {
+        for j in r.create_jobs() {
             if !self.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
                 self.jobs.push(j.clone());
                 jobs.push(j.clone());
             }
         }
-        for patch in &r.node_patches {
+        for patch in r.node_patches() {
             if let Some(n) = self.nodes.iter_mut().find(|n| n.name == patch.node) {
-                n.labels.extend(patch.labels.clone());
-                if patch.uncordon {
-                    n.unschedulable = false;
-                }
+                patch.apply_to(n);
             }
         }
         (pods, jobs)
@@ -186,7 +194,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         health: BTreeMap::new(),
         now: input.now,
     };
-    let first = decide_on(&world, input);
+    let (first, mut changed) = decide_on(&world, input);
     renderable(&first.status)?;
     let status = first.status.clone();
     let mut batches: Vec<Batch> = Vec::new();
@@ -201,7 +209,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         let created = !pods.is_empty() || !jobs.is_empty();
         current.pods.extend(pods);
         current.jobs.extend(jobs);
-        if !created && !decision.status_changed && decision.node_patches.is_empty() {
+        if !created && !changed && decision.node_patches().is_empty() {
             // Nothing moves until the running Jobs finish: this round's batch is complete.
             if !world.complete_running() {
                 if !world.pods.is_empty() {
@@ -219,9 +227,9 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
                 .checked_add(delay + Duration::from_secs(1))
                 .unwrap_or(world.now);
         }
-        decision = decide_on(&world, input);
+        (decision, changed) = decide_on(&world, input);
     }
-    if stopped.is_none() && decision.status_changed {
+    if stopped.is_none() && changed {
         stopped = Some(format!("stopped after {limit} decisions"));
     }
     if !current.pods.is_empty() || !current.jobs.is_empty() {
@@ -376,8 +384,9 @@ mod tests {
             health: BTreeMap::new(),
             now: input.now,
         };
-        let first = decide_on(&w, &input);
-        assert_eq!(first.create_jobs, r.batches[0].jobs);
+        let (first, _) = decide_on(&w, &input);
+        let created: Vec<Job> = first.create_jobs().into_iter().cloned().collect();
+        assert_eq!(created, r.batches[0].jobs);
         let rows: Vec<(&str, Option<usize>, &str)> = r
             .nodes
             .iter()

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::{ChannelAnswer, ERR_UNRESOLVABLE, EventType, Rollout, RolloutInput};
+use super::{ChannelAnswer, ERR_UNRESOLVABLE, PlanInput, Rollout};
+use crate::common::decision::EventType;
 use crate::common::duration::GoDuration;
 use crate::common::selector as selection;
 use crate::common::window::TimeWindow;
@@ -19,7 +20,7 @@ use crate::plan::core::image::munge_version;
 /// Conditions exist, the Plan is valid, the version is resolved, the hash is known. Returns whether
 /// the rollout may go on (`Validated` and `LatestResolved` are both `True`).
 pub(super) fn handle(
-    input: &RolloutInput<'_>,
+    input: &PlanInput<'_>,
     st: &mut PlanStatus,
     out: &mut Rollout,
     now: &str,
@@ -119,7 +120,7 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
 }
 
 /// Resolves the version from `spec.version` or the channel, and computes the hash.
-pub(super) fn resolve(input: &RolloutInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
+pub(super) fn resolve(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
     let plan = input.plan;
     let generation = plan.metadata.generation;
     let spec_version = plan.spec.version.as_deref().filter(|v| !v.is_empty());
@@ -247,7 +248,7 @@ fn channel_failed(
     }
 }
 
-fn digest(input: &RolloutInput<'_>, st: &mut PlanStatus) {
+fn digest(input: &PlanInput<'_>, st: &mut PlanStatus) {
     if let Some(latest) = st.latest_version.clone()
         && let Ok(h) = hash::plan_latest_hash(input.plan, &latest, input.secrets)
     {

@@ -1,5 +1,10 @@
 use super::*;
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::node::change::NodeChange;
+use crate::node::holders::{Hold, NodeClaims, held_against};
+use crate::plan::api::PlanStatus;
 
 use crate::plan::api::labels;
 use crate::plan::core::conditions::{LATEST_RESOLVED, TRUE, VALIDATED};
@@ -75,6 +80,36 @@ fn plan(concurrency: i64) -> Plan {
     }
 }
 
+/// A decision as the tests read it: its effects by kind, and whether it changed the status.
+#[derive(Debug)]
+pub(super) struct Rollout {
+    pub status: PlanStatus,
+    pub status_changed: bool,
+    pub create_jobs: Vec<Job>,
+    pub delete_jobs: Vec<JobDeletion>,
+    pub create_pods: Vec<Pod>,
+    pub delete_pods: Vec<String>,
+    pub node_patches: Vec<NodeChange>,
+    pub events: Vec<crate::common::decision::Event>,
+    pub requeue_after: Option<std::time::Duration>,
+}
+
+impl Rollout {
+    pub(super) fn of(plan: &Plan, d: PlanDecision) -> Rollout {
+        Rollout {
+            status_changed: plan.status.as_ref() != Some(&d.status),
+            create_jobs: d.create_jobs().into_iter().cloned().collect(),
+            delete_jobs: d.delete_jobs().into_iter().cloned().collect(),
+            create_pods: d.create_pods().into_iter().cloned().collect(),
+            delete_pods: d.delete_pods().into_iter().cloned().collect(),
+            node_patches: d.node_patches().into_iter().cloned().collect(),
+            status: d.status,
+            events: d.events,
+            requeue_after: d.requeue,
+        }
+    }
+}
+
 struct World {
     plan: Plan,
     nodes: Vec<NodeInfo>,
@@ -108,20 +143,38 @@ impl World {
         let nodes: Vec<&NodeInfo> = self.nodes.iter().collect();
         let jobs: Vec<&Job> = self.jobs.iter().collect();
         let pods: Vec<&Pod> = self.pods.iter().collect();
-        decide(&RolloutInput {
-            plan: &self.plan,
-            nodes: &nodes,
-            jobs: &jobs,
-            reboot_pods: &pods,
-            health: &self.health,
-            secrets: &self.secrets,
-            channel: self.channel.clone(),
-            now: self.now,
-            controller_name: CONTROLLER,
-            job_config: &self.config,
-            held: &self.held,
-            templates: None,
-        })
+        // As the controller sees them: the holds given, and the nodes in a maintenance.
+        let holds: Vec<Hold> = (self.held.iter())
+            .map(|(node, holder)| Hold {
+                node: node.clone(),
+                holder: holder.clone(),
+            })
+            .collect();
+        let tainted = self.nodes.iter().filter(|n| n.in_maintenance);
+        let held = held_against(
+            &holder(&self.plan),
+            &NodeClaims::default(),
+            &holds,
+            tainted.map(|n| n.name.as_str()),
+        );
+        let d = decide(
+            &PlanInput {
+                plan: &self.plan,
+                nodes: &nodes,
+                jobs: &jobs,
+                reboot_pods: &pods,
+                health: &self.health,
+                secrets: &self.secrets,
+                channel: self.channel.clone(),
+                controller_name: CONTROLLER,
+                job_config: &self.config,
+                held: &held,
+                shared: &BTreeSet::new(),
+                templates: None,
+            },
+            self.now,
+        );
+        Rollout::of(&self.plan, d)
     }
 
     /// Applies a decision the way the controller and the cluster would: status written, Jobs
@@ -594,7 +647,7 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     assert!(r.events.is_empty(), "the per-node story is in status.nodes");
     assert_eq!(r.requeue_after, Some(Duration::from_secs(240)));
     assert_eq!(r.node_patches.len(), 1);
-    assert!(r.node_patches[0].uncordon && r.node_patches[0].labels.is_empty());
+    assert!(r.node_patches[0].unschedulable == Some(false) && r.node_patches[0].labels.is_empty());
     assert!(
         r.create_jobs.is_empty(),
         "the slot is held during the delay"
@@ -606,12 +659,12 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     assert_eq!(reasons(&r), vec!["Progress"], "half of the nodes are done");
     let labels = &done_patch(&r).labels;
     assert_eq!(
-        labels.get("upgraded-to").map(String::as_str),
+        labels.get("upgraded-to").cloned().flatten().as_deref(),
         Some("v1.30.1-k3s1")
     );
     assert_eq!(
-        labels.get("plan.upgrade.cattle.io/p"),
-        w.status().latest_hash.as_ref()
+        labels.get("plan.upgrade.cattle.io/p").cloned().flatten(),
+        w.status().latest_hash
     );
     // The same decision gives the slot to the other node.
     assert_eq!(r.create_jobs.len(), 1);
@@ -866,10 +919,14 @@ fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
     reboot(&mut w, &node);
     let r = w.step();
     assert_eq!(reasons(&r), vec!["Progress"]);
-    assert!(done_patch(&r).uncordon);
+    assert_eq!(done_patch(&r).unschedulable, Some(false));
     assert_eq!(
-        done_patch(&r).labels.get("plan.upgrade.cattle.io/p"),
-        w.status().latest_hash.as_ref()
+        done_patch(&r)
+            .labels
+            .get("plan.upgrade.cattle.io/p")
+            .cloned()
+            .flatten(),
+        w.status().latest_hash
     );
     assert_eq!(r.delete_pods.len(), 1, "the reboot pod goes");
     assert_eq!(r.create_jobs.len(), 1, "the next node starts");
@@ -1128,9 +1185,7 @@ fn cordon_node_of_job(w: &mut World) -> String {
 
 fn cordon_record(w: &World, node: &str) -> Option<String> {
     let n = w.nodes.iter().find(|n| n.name == node).expect("node");
-    n.annotations
-        .get(crate::node::cordon::UPGRADE_CORDON)
-        .cloned()
+    n.annotations.get(crate::node::cordon::CORDONED_BY).cloned()
 }
 
 #[test]
@@ -1142,11 +1197,19 @@ fn slipways_own_cordon_is_recorded_before_the_job_and_undone_after() {
     assert_eq!(r.create_jobs.len(), 1);
     assert_eq!(r.node_patches.len(), 1, "the record, before the Job");
     let node = cordon_node_of_job(&mut w);
-    assert_eq!(cordon_record(&w, &node).as_deref(), Some("slipway"));
+    assert_eq!(
+        cordon_record(&w, &node).as_deref(),
+        Some("plan/system-upgrade/p"),
+        "the Plan's own"
+    );
     let job = w.job_names()[0].clone();
     w.finish(&job, "Complete", now(), "", "");
     let r = w.step();
-    assert!(r.node_patches.iter().any(|p| p.uncordon));
+    assert!(
+        r.node_patches
+            .iter()
+            .any(|p| p.unschedulable == Some(false))
+    );
     assert!(!w.nodes[0].unschedulable);
     assert_eq!(cordon_record(&w, &node), None, "forgotten with the cordon");
 }
@@ -1165,7 +1228,9 @@ fn an_admins_cordon_stays_after_the_upgrade() {
     w.finish(&job, "Complete", now(), "", "");
     let r = w.step();
     assert!(
-        r.node_patches.iter().all(|p| !p.uncordon),
+        r.node_patches
+            .iter()
+            .all(|p| p.unschedulable != Some(false)),
         "{:?}",
         r.node_patches
     );
@@ -1190,7 +1255,7 @@ fn a_plan_that_does_not_cordon_records_nothing() {
 }
 
 /// The patch that labels a node done.
-fn done_patch(r: &Rollout) -> &NodePatch {
+fn done_patch(r: &Rollout) -> &NodeChange {
     r.node_patches
         .iter()
         .find(|p| p.labels.contains_key("plan.upgrade.cattle.io/p"))

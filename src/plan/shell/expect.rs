@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
 use crate::node::NodeInfo;
-use crate::node::index::PlanKey;
+use crate::node::change::NodeChange;
+use crate::node::holders::Holder;
 use crate::plan::api::{Plan, labels};
-use crate::plan::core::NodePatch;
-use crate::plan::core::reboot;
+use crate::plan::core::{holder, reboot};
 
 /// How long a write is laid over a cache that does not show it. Past that, the cache is believed
 /// (the object may have been deleted or changed by someone else since).
@@ -28,8 +28,8 @@ const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Expectations {
     jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
     pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
-    nodes: Mutex<HashMap<String, (Instant, NodePatch)>>,
-    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+    nodes: Mutex<HashMap<String, (Instant, NodeChange)>>,
+    plans: Mutex<HashMap<Holder, Arc<Plan>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,12 +87,12 @@ impl Expectations {
         }
     }
 
-    pub fn patched_node(&self, patch: &NodePatch) {
+    pub fn patched_node(&self, patch: &NodeChange) {
         lock(&self.nodes).insert(patch.node.clone(), (Instant::now(), patch.clone()));
     }
 
     pub fn wrote_status(&self, plan: Plan) {
-        lock(&self.plans).insert(PlanKey::of(&plan), Arc::new(plan));
+        lock(&self.plans).insert(holder(&plan), Arc::new(plan));
     }
 
     /// `cached`: the cache's Jobs of `plan`.
@@ -113,12 +113,14 @@ impl Expectations {
         let shown = patch
             .labels
             .iter()
-            .all(|(k, v)| cached.labels.get(k) == Some(v))
+            .all(|(k, v)| cached.labels.get(k) == v.as_ref())
             && patch
                 .annotations
                 .iter()
                 .all(|(k, v)| cached.annotations.get(k) == v.as_ref())
-            && !(patch.uncordon && cached.unschedulable);
+            && patch
+                .unschedulable
+                .is_none_or(|u| u == cached.unschedulable);
         if shown || at.elapsed() >= PATIENCE {
             nodes.remove(&cached.name);
             return None;
@@ -132,7 +134,7 @@ impl Expectations {
     /// resourceVersions are etcd revisions; compared as numbers, and the cache wins when either is not one.
     pub fn plan(&self, cached: Arc<Plan>) -> Arc<Plan> {
         let mut plans = lock(&self.plans);
-        let key = PlanKey::of(&cached);
+        let key = holder(&cached);
         let Some(written) = plans.get(&key) else {
             return cached;
         };
@@ -154,7 +156,7 @@ impl Expectations {
     }
 
     /// Drops what is remembered about Plans that are gone.
-    pub fn retain_plans(&self, mut exists: impl FnMut(&PlanKey) -> bool) {
+    pub fn retain_plans(&self, mut exists: impl FnMut(&Holder) -> bool) {
         lock(&self.plans).retain(|k, _| exists(k));
     }
 }
@@ -208,12 +210,7 @@ mod tests {
             unschedulable: true,
             ..Default::default()
         };
-        e.patched_node(&NodePatch {
-            node: "n".into(),
-            labels: BTreeMap::from([("k".to_string(), "v".to_string())]),
-            uncordon: true,
-            ..NodePatch::default()
-        });
+        e.patched_node(&NodeChange::of("n").label("k", Some("v")).cordon(false));
         let seen = e.node(&cached).expect("overlaid");
         assert_eq!(seen.labels["k"], "v");
         assert!(!seen.unschedulable);

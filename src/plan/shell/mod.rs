@@ -1,381 +1,371 @@
-//! The imperative shell: watches Plans, Jobs, Secrets and Nodes, gathers what [`rollout::decide`]
-//! needs, and applies its decision.
+//! The Plan controller's shell: it reads what [`core::decide`] needs (the candidate nodes from the
+//! node index, the Plan's Jobs, reboot pods and Secrets from the caches, the channel's answer, the
+//! health gate's pods), and performs the decision's effects. The runtime's one reconcile loop does
+//! the rest (finalizer, budget, status, events, backoff).
 //!
 //! Plans, Jobs and Secrets are watched in the controller's namespace, Nodes cluster-wide (pruned to
 //! what decisions read). One watch per kind feeds both the caches and the reconcile triggers.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
-mod apply;
 pub mod channel;
 pub mod expect;
+mod observe;
+mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::common::selector::Selector;
 use crate::node::NodeInfo;
 use crate::node::holders::Holder;
 use crate::node::reboot::HealthObservation;
-use crate::node::shell::gate_pods;
-use crate::plan::api::{Plan, labels};
-use crate::plan::core::{self as rollout, ChannelAnswer, RolloutInput, deletion, reboot};
-use crate::runtime::watch;
-use crate::runtime::{Context, Error, forget_gone_plans, held_against_plans, index_ready, ready};
+use crate::plan::api::{Plan, PlanStatus, labels};
+use crate::plan::core::config::JobConfig;
+use crate::plan::core::{
+    self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
+    deletion,
+};
+use crate::runtime::metrics::Kind;
+use crate::runtime::{Error, Operation, Settings, Shared, drive};
+use channel::{ChannelCache, ChannelClient, ChannelConfig};
+use expect::Expectations;
+pub use watch::{PlanWatches, watch};
 
 /// How often every Plan is looked at even when nothing changes.
 const RESYNC: Duration = Duration::from_secs(10 * 60);
 
-/// How long a reconcile waits for a channel server. A slower answer arrives in the background and
-/// triggers the Plan again, so a slow or hanging server never holds a reconcile slot (there are
-/// only `threads` of them) that other Plans need.
-const CHANNEL_WAIT: Duration = Duration::from_millis(250);
+/// The Plan controller.
+pub struct PlanOperation {
+    shared: Arc<Shared>,
+    plans: Store<Plan>,
+    jobs: Store<Job>,
+    secrets: Store<Secret>,
+    reboot_pods: Store<Pod>,
+    job_config: JobConfig,
+    channels: Arc<ChannelCache<ChannelClient>>,
+    /// Plans whose channel answered after their reconcile stopped waiting for it.
+    channel_answered: UnboundedSender<ObjectRef<Plan>>,
+    /// What this process wrote and the caches have not shown yet.
+    expect: Expectations,
+    templates: TemplateMemo,
+}
 
-/// Reconciles Plans on their own changes and on the changes of what they own or read, until
-/// `shutdown`.
-pub(crate) async fn drive(
-    ctx: Arc<Context>,
-    streams: watch::Streams,
-    channel_answers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Plan>>,
+/// What a Plan's decision reads besides the Plan.
+pub struct PlanObserved {
+    /// The candidate nodes, with what this process patched and the index has not shown yet.
+    nodes: Vec<Arc<NodeInfo>>,
+    jobs: Vec<Arc<Job>>,
+    reboot_pods: Vec<Arc<Pod>>,
+    health: BTreeMap<String, HealthObservation>,
+    secrets: BTreeMap<String, Secret>,
+    channel: Option<ChannelAnswer>,
+    /// When the channel is to be asked again (or [`RESYNC`]).
+    next_look: Duration,
+    /// Candidate nodes another Plan holds too.
+    shared: BTreeSet<String>,
+}
+
+/// Runs the Plan controller until `shutdown`.
+pub async fn run(
+    shared: Arc<Shared>,
+    settings: &Settings,
+    cluster_id: String,
+    watches: PlanWatches,
     shutdown: CancellationToken,
-) {
-    let ns = ctx.settings.namespace.clone();
-    let (job_ns, pod_ns) = (ns.clone(), ns);
-    let by_secret = ctx.plans.clone();
-    Controller::for_stream(streams.plans, ctx.plans.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.settings.threads))
-        .watches_stream(streams.jobs, move |job: Job| {
+) -> Result<(), Error> {
+    let client = ChannelClient::new(cluster_id, &ChannelConfig::default())
+        .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
+    let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
+    let op = Arc::new(PlanOperation {
+        shared,
+        plans: watches.plans.clone(),
+        jobs: watches.jobs.clone(),
+        secrets: watches.secrets.clone(),
+        reboot_pods: watches.reboot_pods.clone(),
+        job_config: settings.job.clone(),
+        channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
+        channel_answered,
+        expect: Expectations::default(),
+        templates: TemplateMemo::default(),
+    });
+    let controller = controller(&settings.namespace, watches, channel_answers);
+    drive(op, controller, settings.threads, shutdown).await;
+    Ok(())
+}
+
+/// Reconciles Plans on their own changes and on the changes of what they own or read.
+fn controller(
+    namespace: &str,
+    w: PlanWatches,
+    channel_answers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Plan>>,
+) -> Controller<Plan> {
+    let (job_ns, pod_ns) = (namespace.to_string(), namespace.to_string());
+    let by_secret = w.plans.clone();
+    Controller::for_stream(w.plan_changes, w.plans.clone())
+        .watches_stream(w.job_changes, move |job: Job| {
             job.labels()
                 .get(labels::PLAN)
                 .map(|plan| ObjectRef::new(plan).within(&job_ns))
         })
-        .watches_stream(streams.reboot_pods, move |pod: Pod| {
+        .watches_stream(w.pod_changes, move |pod: Pod| {
             pod.labels()
-                .get(reboot::REBOOT_PLAN_LABEL)
+                .get(core::reboot::REBOOT_PLAN_LABEL)
                 .map(|plan| ObjectRef::new(plan).within(&pod_ns))
         })
-        .reconcile_on(streams.node_triggers)
+        .reconcile_on(PlanWatches::node_triggers(w.nodes))
         .reconcile_on(channel_answers)
-        .watches_stream(streams.secrets, move |secret: Secret| {
-            let name = secret.name_any();
-            by_secret
-                .state()
-                .into_iter()
-                .filter(|p| {
-                    p.spec
-                        .secrets
-                        .iter()
-                        .flatten()
-                        .any(|s| s.name == name && !s.ignore_updates.unwrap_or(false))
-                })
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
+        .watches_stream(w.secret_changes, move |secret: Secret| {
+            plans_reading(&by_secret, &secret.name_any())
         })
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!("reconcile failed: {e}");
-            }
+}
+
+/// The Plans whose hash reads `secret`.
+fn plans_reading(plans: &Store<Plan>, secret: &str) -> Vec<ObjectRef<Plan>> {
+    plans
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .secrets
+                .iter()
+                .flatten()
+                .any(|s| s.name == secret && !s.ignore_updates.unwrap_or(false))
         })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+impl PlanOperation {
+    /// Gauges, index entries, claims and remembered writes of deleted Plans go.
+    fn forget_gone_plans(&self) {
+        let exists =
+            |ns: &str, name: &str| self.plans.get(&ObjectRef::new(name).within(ns)).is_some();
+        self.shared.metrics().retain_plans(exists);
+        self.expect.retain_plans(|h| match h {
+            Holder::Plan { namespace, name } => exists(namespace, name),
+            _ => false,
+        });
+        self.shared.forget_gone();
+    }
+
+    /// Waits until every cache a Plan's decision reads has its first full list.
+    async fn caches_synced(&self) -> Result<(), Error> {
+        self.shared.nodes_synced().await?;
+        for (ready, what) in [
+            (crate::runtime::ready(self.jobs.clone()), "job"),
+            (crate::runtime::ready(self.secrets.clone()), "secret"),
+            (
+                crate::runtime::ready(self.reboot_pods.clone()),
+                "reboot pod",
+            ),
+        ] {
+            ready.await.map_err(|_| Error::CacheStopped(what))?;
+        }
+        Ok(())
+    }
+}
+
+impl Operation for PlanOperation {
+    type Object = Plan;
+    type Status = PlanStatus;
+    type Effect = PlanEffect;
+    type Report = PlanSummary;
+    type Observed = PlanObserved;
+
+    const KIND: Kind = Kind::plan;
+    const FINALIZER: &'static str = deletion::FINALIZER;
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn holder(&self, plan: &Plan) -> Holder {
+        core::holder(plan)
+    }
+
+    async fn prepare(&self, plan: Arc<Plan>) -> Result<Arc<Plan>, Error> {
+        self.forget_gone_plans();
+        self.caches_synced().await?;
+        Ok(self.expect.plan(plan))
+    }
+
+    async fn observe(&self, plan: &Plan, _now: Timestamp) -> Result<PlanObserved, Error> {
+        let name = plan
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(Error::Incomplete("name"))?;
+        let nodes = self.candidates(plan);
+        let (jobs, reboot_pods) = self.owned_by(name);
+        let health = observe::health(
+            self.shared.chores().client(),
+            plan,
+            &nodes,
+            &self.job_config,
+        )
+        .await?;
+        let (channel, next_look) = observe::ask_channel(
+            plan,
+            &self.channels,
+            self.shared.metrics_arc(),
+            &self.channel_answered,
+            RESYNC,
+        )
         .await;
-}
-
-async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconcile_started();
-    let started = std::time::Instant::now();
-    let result = reconcile_plan(plan, &ctx).await;
-    ctx.metrics.reconcile_finished(
-        started.elapsed(),
-        result.as_ref().err().map(Error::category),
-    );
-    result
-}
-
-async fn reconcile_plan(plan: Arc<Plan>, ctx: &Context) -> Result<Action, Error> {
-    if !ctx.guard.is_leading() {
-        return Err(Error::NotLeader);
-    }
-    forget_gone_plans(ctx);
-    for (store, what) in [
-        (index_ready(ctx.nodes.clone()).await, "node"),
-        (ready(ctx.jobs.clone()).await, "job"),
-        (ready(ctx.secrets.clone()).await, "secret"),
-        (ready(ctx.reboot_pods.clone()).await, "reboot pod"),
-    ] {
-        store.map_err(|_| Error::CacheStopped(what))?;
-    }
-    let plan = ctx.expect.plan(plan);
-    let name = plan
-        .metadata
-        .name
-        .clone()
-        .ok_or(Error::IncompletePlan("name"))?;
-    if plan.metadata.deletion_timestamp.is_some() || !deletion::has_finalizer(&plan) {
-        return finalize(ctx, &plan, &name).await;
-    }
-    let candidates = ctx
-        .nodes
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .candidates(&plan);
-    let overlaid = expect::overlay_nodes(&candidates, &ctx.expect);
-    let nodes: Vec<&NodeInfo> = candidates
-        .iter()
-        .map(|n| overlaid.get(&n.name).unwrap_or(n))
-        .collect();
-    let (jobs, reboot_pods) = owned_by(ctx, &name);
-    let jobs: Vec<&Job> = jobs.iter().map(AsRef::as_ref).collect();
-    let reboot_pods: Vec<&Pod> = reboot_pods.iter().map(AsRef::as_ref).collect();
-    let health = observe_health(&ctx.client, &plan, &nodes, &ctx.settings.job).await?;
-    let secrets: BTreeMap<String, Secret> = ctx
-        .secrets
-        .state()
-        .iter()
-        .map(|s| (s.name_any(), s.as_ref().clone()))
-        .collect();
-    let (channel, mut requeue) = ask_channel(&plan, ctx).await;
-    let now = jiff::Timestamp::now();
-    let decision = decide_and_claim(ctx, &name, &nodes, |held| {
-        rollout::decide(&RolloutInput {
-            plan: &plan,
-            nodes: &nodes,
-            jobs: &jobs,
-            reboot_pods: &reboot_pods,
-            health: &health,
-            secrets: &secrets,
+        let shared = self.shared.held_by_other_plans(&core::holder(plan));
+        Ok(PlanObserved {
+            nodes,
+            jobs,
+            reboot_pods,
+            health,
+            secrets: self
+                .secrets
+                .state()
+                .iter()
+                .map(|s| (s.name_any(), s.as_ref().clone()))
+                .collect(),
             channel,
+            next_look,
+            shared,
+        })
+    }
+
+    fn decide(
+        &self,
+        plan: &Plan,
+        o: &PlanObserved,
+        held: &BTreeMap<String, Holder>,
+        now: Timestamp,
+    ) -> PlanDecision {
+        let nodes: Vec<&NodeInfo> = o.nodes.iter().map(AsRef::as_ref).collect();
+        let jobs: Vec<&Job> = o.jobs.iter().map(AsRef::as_ref).collect();
+        let reboot_pods: Vec<&Pod> = o.reboot_pods.iter().map(AsRef::as_ref).collect();
+        let mut decision = core::decide(
+            &PlanInput {
+                plan,
+                nodes: &nodes,
+                jobs: &jobs,
+                reboot_pods: &reboot_pods,
+                health: &o.health,
+                secrets: &o.secrets,
+                channel: o.channel.clone(),
+                controller_name: &self.shared.controller_name,
+                job_config: &self.job_config,
+                held,
+                shared: &o.shared,
+                templates: Some(&self.templates),
+            },
             now,
-            controller_name: &ctx.settings.name,
-            job_config: &ctx.settings.job,
-            held,
-            templates: Some(&ctx.templates),
-        })
-    });
-    if let Some(after) = decision.requeue_after {
-        requeue = requeue.min(after);
-    }
-    let summary = decision.summary;
-    // The lease may have been lost while the inputs were gathered (a channel request can be slow).
-    if !ctx.guard.is_leading() {
-        return Err(Error::NotLeader);
-    }
-    apply::apply(ctx, &plan, decision).await?;
-    ctx.metrics.plan(&ctx.settings.namespace, &name, &summary);
-    Ok(Action::requeue(requeue))
-}
-
-/// A Plan being deleted is cleaned up and let go; a Plan without slipway's finalizer gets it
-/// first (its status is written with its resourceVersion: it is decided on with the finalizer).
-async fn finalize(ctx: &Context, plan: &Plan, name: &str) -> Result<Action, Error> {
-    if plan.metadata.deletion_timestamp.is_none() {
-        set_finalizer(ctx, plan, name, true).await?;
-    } else if deletion::has_finalizer(plan) {
-        clean_up_deleted(ctx, plan, name).await?;
-    }
-    Ok(Action::await_change())
-}
-
-/// Undoes what the deleted Plan was doing (see [`deletion`]), then lets it go.
-async fn clean_up_deleted(ctx: &Context, plan: &Plan, name: &str) -> Result<(), Error> {
-    let candidates = ctx
-        .nodes
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .candidates(plan);
-    let nodes: Vec<&NodeInfo> = candidates.iter().map(AsRef::as_ref).collect();
-    let (jobs, reboot_pods) = owned_by(ctx, name);
-    let jobs: Vec<&Job> = jobs.iter().map(AsRef::as_ref).collect();
-    let reboot_pods: Vec<&Pod> = reboot_pods.iter().map(AsRef::as_ref).collect();
-    let holder = Holder::Plan {
-        namespace: ctx.settings.namespace.clone(),
-        name: name.to_string(),
-    };
-    let cleanup = {
-        let claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
-        deletion::cleanup(plan, &nodes, &jobs, &reboot_pods, |node| {
-            claims
-                .holders(node)
-                .any(|h| *h != holder && matches!(h, Holder::Plan { .. }))
-        })
-    };
-    apply::clean_up(ctx, name, &cleanup).await?;
-    set_finalizer(ctx, plan, name, false).await?;
-    ctx.claims
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .release_all(&holder);
-    info!(plan = %name, uncordoned = cleanup.node_patches.len(), jobs = cleanup.delete_jobs.len(), "plan deleted: cleaned up");
-    Ok(())
-}
-
-/// Adds or removes slipway's finalizer, keeping the others, guarded by the resourceVersion.
-async fn set_finalizer(ctx: &Context, plan: &Plan, name: &str, present: bool) -> Result<(), Error> {
-    let mut finalizers: Vec<&str> = plan
-        .finalizers()
-        .iter()
-        .map(String::as_str)
-        .filter(|f| *f != deletion::FINALIZER)
-        .collect();
-    if present {
-        finalizers.push(deletion::FINALIZER);
-    }
-    let body = json!({
-        "metadata": { "finalizers": finalizers, "resourceVersion": plan.resource_version() }
-    });
-    let api = Api::<Plan>::namespaced(ctx.client.clone(), &ctx.settings.namespace);
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Decides, and claims the nodes the decision applies, in one step of the process's one budget
-/// (under the claims' lock, so no other operation takes a node in between).
-fn decide_and_claim(
-    ctx: &Context,
-    plan: &str,
-    nodes: &[&NodeInfo],
-    decide: impl FnOnce(&BTreeMap<String, Holder>) -> rollout::Rollout,
-) -> rollout::Rollout {
-    let mut claims = ctx.claims.lock().unwrap_or_else(|e| e.into_inner());
-    let held = held_against_plans(ctx, &claims);
-    let decision = decide(&held);
-    let holder = Holder::Plan {
-        namespace: ctx.settings.namespace.clone(),
-        name: plan.to_string(),
-    };
-    let applying: std::collections::BTreeSet<&str> = decision
-        .status
-        .applying
-        .iter()
-        .map(String::as_str)
-        .collect();
-    claims.set_plan_nodes(
-        &holder,
-        nodes
-            .iter()
-            .filter(|n| applying.contains(n.hostname()))
-            .map(|n| n.name.as_str()),
-    );
-    decision
-}
-
-/// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
-/// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
-fn owned_by(ctx: &Context, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
-    let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
-        labels.get(key).map(String::as_str) == Some(plan)
-    };
-    let jobs = ctx
-        .jobs
-        .state()
-        .into_iter()
-        .filter(|j| of_plan(j.labels(), labels::PLAN))
-        .collect();
-    let pods = ctx
-        .reboot_pods
-        .state()
-        .into_iter()
-        .filter(|p| of_plan(p.labels(), reboot::REBOOT_PLAN_LABEL))
-        .collect();
-    (ctx.expect.jobs(jobs, plan), ctx.expect.pods(pods, plan))
-}
-
-/// The channel's answer for a Plan that follows one, and when to ask again. `None` while the
-/// channel has not answered: the Plan goes on as it is and is triggered again once it does.
-async fn ask_channel(plan: &Plan, ctx: &Context) -> (Option<ChannelAnswer>, Duration) {
-    let (None, Some(url)) = (
-        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
-        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
-    ) else {
-        return (None, RESYNC);
-    };
-    let latest = plan
-        .status
-        .as_ref()
-        .and_then(|s| s.latest_version.clone())
-        .unwrap_or_default();
-    let (cache, metrics, url) = (ctx.channels.clone(), ctx.metrics.clone(), url.to_string());
-    // Spawned, so that giving up the wait does not cancel the request.
-    let mut asking = tokio::spawn(async move {
-        let asked = std::time::Instant::now();
-        let outcome = cache.resolve(&url, &latest).await;
-        if outcome.fresh {
-            metrics.channel_request(asked.elapsed(), outcome.result.is_ok());
-        } else {
-            metrics.channel_cache_hit();
-        }
-        outcome
-    });
-    let outcome = match tokio::time::timeout(CHANNEL_WAIT, &mut asking).await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(e)) => {
-            warn!(plan = %plan.name_any(), "channel request task failed: {e}");
-            return (None, RESYNC);
-        }
-        Err(_) => {
-            let (answered, plan) = (ctx.channel_answered.clone(), ObjectRef::from_obj(plan));
-            tokio::spawn(async move {
-                if asking.await.is_ok() {
-                    // The controller is gone when this fails; nothing is left to trigger.
-                    let _ = answered.unbounded_send(plan);
-                }
-            });
-            return (None, RESYNC);
-        }
-    };
-    let answer = match outcome.result {
-        Ok(v) => ChannelAnswer::Version(v),
-        Err(e) => ChannelAnswer::Failed(e.to_string()),
-    };
-    (Some(answer), RESYNC.min(outcome.next_poll_in))
-}
-
-/// Looks at the health gate's pods on the nodes that are rebooting or waiting for health; only those
-/// few nodes (at most `concurrency`) are listed, straight from the API server.
-async fn observe_health(
-    client: &Client,
-    plan: &Plan,
-    nodes: &[&NodeInfo],
-    job_config: &crate::plan::core::config::JobConfig,
-) -> Result<BTreeMap<String, HealthObservation>, Error> {
-    let mut observed = BTreeMap::new();
-    let Some(gate) = reboot::policy(plan, job_config).and_then(|p| p.health_gate) else {
-        return Ok(observed);
-    };
-    if Selector::from_label_selector(Some(&gate.pod_selector)).is_err() {
-        return Ok(observed);
-    }
-    for node in rollout::nodes_awaiting_health(plan, nodes) {
-        observed.insert(
-            node.name.clone(),
-            gate_pods(client, &gate, &node.name).await?,
         );
+        decision.requeue_within(o.next_look);
+        decision
     }
-    Ok(observed)
+
+    async fn perform(
+        &self,
+        plan: &Plan,
+        _: &PlanObserved,
+        effect: &PlanEffect,
+    ) -> Result<(), Error> {
+        let chores = self.shared.chores();
+        let ns = Some(self.shared.namespace.as_str());
+        let name = plan.name_any();
+        match effect {
+            PlanEffect::PatchNode(change) => {
+                info!(plan = %name, node = %change.node, labels = ?change.labels, annotations = ?change.annotations, cordon = ?change.unschedulable, "patching node");
+                if chores.patch_node(change).await? {
+                    self.expect.patched_node(change);
+                }
+            }
+            PlanEffect::DeleteJob(job) => {
+                info!(plan = %name, job = %job.name, "deleting job: {}", job.reason);
+                if chores
+                    .delete::<Job>(ns, &job.name, &DeleteParams::background())
+                    .await?
+                {
+                    chores.metrics().job_deleted();
+                }
+            }
+            PlanEffect::DeletePod(pod) => {
+                info!(plan = %name, pod = %pod, "deleting reboot pod");
+                chores
+                    .delete::<Pod>(ns, pod, &DeleteParams::default())
+                    .await?;
+            }
+            PlanEffect::CreatePod(pod) => {
+                if let Some(created) = chores.create(pod.as_ref()).await? {
+                    info!(plan = %name, pod = %pod.name_any(), "created reboot pod");
+                    self.expect.created_pod(created);
+                }
+            }
+            PlanEffect::CreateJob(job) => {
+                if let Some(created) = chores.create(job.as_ref()).await? {
+                    chores.metrics().job_created();
+                    self.expect.created_job(created);
+                    info!(plan = %name, job = %job.name_any(), "created job");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wrote_status(&self, written: Plan) {
+        self.expect.wrote_status(written);
+    }
+
+    fn applied(&self, plan: &Plan, summary: &PlanSummary) {
+        let ns = plan.namespace().unwrap_or_default();
+        self.shared.metrics().plan(&ns, &plan.name_any(), summary);
+    }
 }
 
-fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(plan = %plan.name_any(), "reconcile failed: {error}");
-    // A conflict means the Plan moved on: decide again from the new one soon.
-    match error.category() {
-        "conflict" => Action::requeue(Duration::from_secs(1)),
-        _ => Action::requeue(Duration::from_secs(5)),
+impl PlanOperation {
+    /// The Plan's candidate nodes from the index, with what this process patched onto them.
+    fn candidates(&self, plan: &Plan) -> Vec<Arc<NodeInfo>> {
+        let candidates = self.shared.nodes_mut().candidates(
+            &core::holder(plan),
+            plan.metadata.uid.as_deref().unwrap_or_default(),
+            plan.metadata.generation,
+            || core::interest(plan),
+        );
+        candidates
+            .into_iter()
+            .map(|n| match self.expect.node(&n) {
+                Some(overlaid) => Arc::new(overlaid),
+                None => n,
+            })
+            .collect()
+    }
+
+    /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
+    /// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
+    fn owned_by(&self, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
+        let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
+            labels.get(key).map(String::as_str) == Some(plan)
+        };
+        let jobs = self
+            .jobs
+            .state()
+            .into_iter()
+            .filter(|j| of_plan(j.labels(), labels::PLAN))
+            .collect();
+        let pods = self
+            .reboot_pods
+            .state()
+            .into_iter()
+            .filter(|p| of_plan(p.labels(), core::reboot::REBOOT_PLAN_LABEL))
+            .collect();
+        (self.expect.jobs(jobs, plan), self.expect.pods(pods, plan))
     }
 }

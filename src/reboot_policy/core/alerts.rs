@@ -1,18 +1,11 @@
 //! kured's Prometheus blocker: firing alerts hold every reboot of a policy. Asked over the HTTP
-//! API (`/api/v1/query?query=ALERTS`); a server that cannot be asked, or an answer that cannot be
-//! read, holds them too (fail safe).
-
-use std::time::Duration;
+//! API (`/api/v1/query?query=ALERTS`, by the shell); a server that cannot be asked, or an answer
+//! that cannot be read, holds them too (fail safe).
 
 use regex::Regex;
 use serde_json::Value;
 
 use crate::reboot_policy::api::PrometheusBlocker;
-
-/// How long one query may take.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// The most bytes of an answer read.
-const MAX_BODY: usize = 4 << 20;
 
 /// A blocker with its filter compiled.
 #[derive(Debug, Clone)]
@@ -69,9 +62,10 @@ impl AlertFilter {
         Ok(names)
     }
 
-    /// Why reboots are held now, or `None` when nothing fires.
-    pub async fn ask(&self, http: &reqwest::Client) -> Option<String> {
-        match self.query(http).await {
+    /// Why reboots are held, from what asking Prometheus gave (the names of the alerts that hold
+    /// them, or why it could not be asked); `None` when nothing fires.
+    pub fn verdict(&self, asked: Result<Vec<String>, String>) -> Option<String> {
+        match asked {
             Ok(names) if names.is_empty() => None,
             Ok(names) => Some(format!(
                 "alerts firing in Prometheus at {}: {}",
@@ -83,28 +77,6 @@ impl AlertFilter {
                 self.url
             )),
         }
-    }
-
-    async fn query(&self, http: &reqwest::Client) -> Result<Vec<String>, String> {
-        let url = format!("{}/api/v1/query?query=ALERTS", self.url);
-        let mut response = http
-            .get(&url)
-            .timeout(QUERY_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("HTTP {}", response.status()));
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-            if body.len() + chunk.len() > MAX_BODY {
-                return Err(format!("the answer is larger than {MAX_BODY} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let answer: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        self.blocking(&answer)
     }
 }
 
@@ -187,16 +159,15 @@ mod tests {
         assert!(e.contains("spec.blocking.prometheus.alertFilter"), "{e}");
     }
 
-    #[tokio::test]
-    async fn an_unreachable_server_holds_reboots() {
+    #[test]
+    fn an_unreachable_server_holds_reboots() {
         let f = AlertFilter::new(&PrometheusBlocker {
             url: "http://127.0.0.1:9".into(),
             ..Default::default()
         })
         .expect("valid");
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().build().expect("client");
-        let held = f.ask(&http).await.expect("held");
+        let held = f.verdict(Err("connection refused".into())).expect("held");
         assert!(held.contains("could not be asked"), "{held}");
+        assert_eq!(f.verdict(Ok(vec![])), None);
     }
 }

@@ -1,6 +1,9 @@
 use super::*;
-use crate::node::handoff::GatePolicy;
-use crate::reboot_policy::api::RebootRecord;
+use crate::node::NodeInfo;
+use crate::node::handoff::{GatePolicy, Handoff, HandoffPolicy, Stage};
+use crate::node::reboot::HealthObservation;
+use crate::reboot_policy::api::{RebootNodeStatus, RebootRecord};
+use request::REBOOT_REQUIRED_ANNOTATION;
 
 fn t(s: &str) -> Timestamp {
     s.parse().expect("timestamp")
@@ -74,11 +77,11 @@ fn run(
     states: &BTreeMap<String, RebootState>,
     views: &[NodeView<'_>],
     now: Timestamp,
-) -> PolicyDecision {
-    decide(s, &signals(), states, views, &BTreeMap::new(), now)
+) -> NodeSteps {
+    decide_nodes(s, &signals(), states, views, &BTreeMap::new(), now)
 }
 
-fn started(d: &PolicyDecision) -> Vec<&str> {
+fn started(d: &NodeSteps) -> Vec<&str> {
     d.states
         .iter()
         .filter(|(_, s)| matches!(s, RebootState::Draining { .. }))
@@ -86,7 +89,7 @@ fn started(d: &PolicyDecision) -> Vec<&str> {
         .collect()
 }
 
-fn actions_of<'a>(d: &'a PolicyDecision, name: &str) -> Vec<&'a RebootAction> {
+fn actions_of<'a>(d: &'a NodeSteps, name: &str) -> Vec<&'a RebootAction> {
     d.actions
         .iter()
         .filter(|(n, a)| n == name && !matches!(a, RebootAction::Event { .. }))
@@ -194,7 +197,7 @@ fn a_named_condition_asks_once_per_occurrence() {
         Some("KernelDeadlock=2026-11-22T09:00:00Z")
     );
     // Starting the reboot records the occurrence first.
-    let d = decide(
+    let d = decide_nodes(
         &settings(1),
         &npd,
         &BTreeMap::new(),
@@ -374,6 +377,7 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     v.drain = Some(DrainView {
         remaining: 2,
         waiting_for: vec!["shop/web-1: PodDisruptionBudget shop/web allows no disruption".into()],
+        to_evict: vec![],
     });
     let d = run(&settings(1), &states, &[v.clone()], at(30));
     assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
@@ -505,6 +509,7 @@ fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
     v.drain = Some(DrainView {
         remaining: 1,
         waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
+        to_evict: vec![],
     });
     let d = run(&settings(1), &states, &[v.clone()], at(600));
     assert_eq!(
@@ -561,11 +566,47 @@ fn a_deleted_node_is_forgotten_with_a_warning() {
     )));
 }
 
+/// A state as this slipway writes it: who cordoned the node is on the node, not in the status.
+fn written(state: RebootState) -> RebootState {
+    match state {
+        RebootState::Draining {
+            signal,
+            before,
+            since,
+            ..
+        } => RebootState::Draining {
+            signal,
+            before,
+            cordoned: false,
+            since,
+        },
+        RebootState::Rebooting {
+            signal, handoff, ..
+        } => RebootState::Rebooting {
+            signal,
+            cordoned: false,
+            handoff,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn an_older_slipways_cordon_flag_is_still_read() {
+    let mut status = draining("a", t(T0)).to_status("a", String::new());
+    assert_eq!(status.cordoned, None, "no longer written");
+    status.cordoned = Some(true);
+    assert_eq!(
+        RebootState::from_status(&status, at(99)),
+        Some(draining("a", t(T0)))
+    );
+}
+
 #[test]
 fn states_read_back_from_status_as_written() {
     let cases = [
-        draining("a", t(T0)),
-        rebooting("a", t(T0)),
+        written(draining("a", t(T0))),
+        written(rebooting("a", t(T0))),
         RebootState::Rebooting {
             signal: Signal::Flatcar,
             cordoned: false,
@@ -576,7 +617,7 @@ fn states_read_back_from_status_as_written() {
         },
         RebootState::Rebooting {
             signal: Signal::ContainerLinux,
-            cordoned: true,
+            cordoned: false,
             handoff: Handoff::TimedOut {
                 stage: Stage::Health,
                 before: "b1".into(),

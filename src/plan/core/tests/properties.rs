@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::node::change::NodeChange;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -37,7 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// The writes of a decision in the order the controller applies them.
 enum Write {
-    Patch(NodePatch),
+    Patch(NodeChange),
     Status(PlanStatus),
     DeleteJob(String),
     DeletePod(String),
@@ -137,8 +138,7 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
     match write {
         Write::Patch(p) => {
             if let Some(n) = w.nodes.iter_mut().find(|n| n.name == p.node) {
-                n.labels.extend(p.labels);
-                n.unschedulable &= !p.uncordon;
+                p.apply_to(n);
             }
         }
         Write::Status(s) => {

@@ -1,0 +1,108 @@
+//! The one shape of every operation's decision: `decide(&Input, now) -> Decision`.
+//!
+//! A core reads plain data (the object, what the shell observed, who holds which node, what the
+//! effects of the previous decision answered) and returns a [`Decision`]: the status to write, the
+//! effects to apply in order, the events to publish, the nodes the object holds from now on, and
+//! when to look again. The runtime applies every kind's decision the same way: the effects that
+//! only give something back ([`Effect::before_status`]) first, then the status (guarded by the
+//! object's resourceVersion), then the events, then the effects that take something. So a
+//! controller killed at any point finds in the status every node it started, and never a node the
+//! status still claims but that was already given back.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Whether an event reports something normal or something that needs attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event on the decided object. Events with the same reason and different messages are kept
+/// apart (the runtime folds only identical messages), so every node can be named in its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Event {
+    pub fn normal(reason: &'static str, message: impl Into<String>) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(reason: &'static str, message: impl Into<String>) -> Event {
+        Event {
+            type_: EventType::Warning,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// An effect of a decision, as the runtime orders it.
+pub trait Effect {
+    /// Applied before the status is written: the effect only gives back (a label on a finished
+    /// node, an uncordon, a withdrawn grant). Everything that takes something is applied after
+    /// the status names it.
+    fn before_status(&self) -> bool;
+}
+
+/// What one reconcile of one object decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision<S, E, R = ()> {
+    /// The object's status after this decision; written when it differs from the one read.
+    pub status: S,
+    /// What to do, in order (see [`Effect::before_status`]).
+    pub effects: Vec<E>,
+    pub events: Vec<Event>,
+    /// The nodes (by name) the object holds after this decision: its share of the one budget.
+    pub holds: BTreeSet<String>,
+    /// Look again after this long at the latest; `None`: only when something changes.
+    pub requeue: Option<Duration>,
+    /// What the kind reports besides its status (gauges, log fields).
+    pub report: R,
+}
+
+impl<S, E, R: Default> Decision<S, E, R> {
+    /// A decision that keeps `status` and does nothing.
+    pub fn keep(status: S) -> Self {
+        Decision {
+            status,
+            effects: Vec::new(),
+            events: Vec::new(),
+            holds: BTreeSet::new(),
+            requeue: None,
+            report: R::default(),
+        }
+    }
+}
+
+impl<S, E, R> Decision<S, E, R> {
+    /// The same decision, reporting `report`.
+    pub fn with_report<T>(self, report: T) -> Decision<S, E, T> {
+        Decision {
+            status: self.status,
+            effects: self.effects,
+            events: self.events,
+            holds: self.holds,
+            requeue: self.requeue,
+            report,
+        }
+    }
+
+    /// Look again after `after` at the latest (the earliest of every request wins).
+    pub fn requeue_within(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+    }
+
+    pub fn event(&mut self, event: Event) {
+        self.events.push(event);
+    }
+}

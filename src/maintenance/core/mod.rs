@@ -1,0 +1,698 @@
+//! Declarative node maintenance, as medik8s node-maintenance-operator (NMO) does it: a
+//! `NodeMaintenance` cordons and taints its node, takes the node's medik8s Lease, labels it
+//! excluded from remediation and drains it; deleting the resource undoes what it did, and only
+//! that (an admin's own cordon stays).
+//!
+//! This module decides; [`super::shell`] reads the node, its pods and its Lease, and applies the
+//! decision. One reconcile is one step: evictions are asked once per reconcile and their answers
+//! come back as input to the next decision, so a drain survives a crash of the controller at any
+//! point.
+//!
+//! What slipway adds to NMO: it never takes a node another slipway operation holds (a node in the
+//! middle of a Plan's step waits, saying so); a drain can have a timeout after which the
+//! maintenance fails naming the pods that block; the status says why each pending pod is still
+//! there; and a cordon or label that was there before stays after the maintenance ends, because
+//! the node's annotations record what the maintenance itself did.
+
+mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+use crate::common::decision::{Decision, Effect, Event};
+use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use crate::node::change::NodeChange;
+use crate::node::cordon::CORDONED_BY;
+use crate::node::drain::{EvictionResult, PodKey, PodsView};
+use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
+use status::{count, finish, record_evictions, stamp};
+
+/// NMO's taint, beside the cordon.
+pub const DRAIN_TAINT_KEY: &str = MAINTENANCE_TAINT;
+/// NMO's label that keeps medik8s remediation operators off the node.
+pub const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
+/// On the node: which NodeMaintenance added [`EXCLUDE_LABEL`].
+pub const EXCLUDED_BY: &str = "slipway.dev/remediation-excluded-by";
+/// The condition that says how the drain goes.
+pub const DRAINED: &str = "Drained";
+
+/// How the maintenance takes the node's medik8s Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// NMO's default is `medik8s-leases` (its `LEASE_NAMESPACE`).
+    pub namespace: String,
+    /// NMO's is `node-maintenance`; other medik8s operators see the node as taken by it.
+    pub holder: String,
+    /// NMO requests 3600 s.
+    pub duration: Duration,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        LeaseSettings {
+            namespace: "medik8s-leases".into(),
+            holder: "node-maintenance".into(),
+            duration: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The Lease name of a node, as medik8s names it.
+pub fn lease_name(node: &str) -> String {
+    format!("node-{node}")
+}
+
+/// After this many consecutive failures to keep the Lease once the drain started, the
+/// maintenance gives up and restores the node (NMO's rule).
+pub const MAX_LEASE_ERRORS: i64 = 3;
+/// How soon a running drain is looked at again (NMO's requeue).
+pub const DRAIN_RECHECK: Duration = Duration::from_secs(5);
+/// The longest wait between evictions a PodDisruptionBudget keeps refusing.
+pub const REFUSAL_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The wait before asking again after the `refused`-th refused round of evictions in a row
+/// (429: a PodDisruptionBudget): `DRAIN_RECHECK`, then twice the previous wait, at most
+/// `REFUSAL_BACKOFF_MAX`.
+pub fn refusal_backoff(refused: u32) -> Duration {
+    let doublings = refused.saturating_sub(1).min(16);
+    DRAIN_RECHECK
+        .saturating_mul(1 << doublings)
+        .min(REFUSAL_BACKOFF_MAX)
+}
+
+/// The answers of the last round of evictions: the input of the next decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionRound {
+    pub at: Option<Timestamp>,
+    pub results: Vec<(PodKey, EvictionResult)>,
+    /// Rounds in a row in which a PodDisruptionBudget refused an eviction, this one included.
+    pub refused_in_a_row: u32,
+}
+
+impl EvictionRound {
+    /// The round after `previous`, which got `results` at `at`.
+    pub fn next(
+        previous: Option<&EvictionRound>,
+        results: Vec<(PodKey, EvictionResult)>,
+        at: Timestamp,
+    ) -> EvictionRound {
+        let refused = results
+            .iter()
+            .any(|(_, r)| matches!(r, EvictionResult::Refused(_)));
+        EvictionRound {
+            at: Some(at),
+            refused_in_a_row: match refused {
+                true => previous.map_or(0, |p| p.refused_in_a_row) + 1,
+                false => 0,
+            },
+            results,
+        }
+    }
+
+    /// When evictions may be asked again: at once, unless the last round was refused.
+    fn next_ask(&self) -> Option<Timestamp> {
+        (self.refused_in_a_row > 0)
+            .then(|| {
+                self.at?
+                    .checked_add(refusal_backoff(self.refused_in_a_row))
+                    .ok()
+            })
+            .flatten()
+    }
+}
+
+/// How soon a maintenance that waits for another holder looks again.
+pub const WAIT_RECHECK: Duration = Duration::from_secs(10);
+
+/// What the decision needs to know about the node (read fresh, not from a cache).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub uid: String,
+    pub unschedulable: bool,
+    pub drain_taint: bool,
+    pub excluded: bool,
+    pub cordoned_by: Option<String>,
+    pub excluded_by: Option<String>,
+    /// The node's taints other than the maintenance's (kept when the taint list is rewritten).
+    pub other_taints: Vec<Taint>,
+    /// Guards a rewrite of the taint list.
+    pub resource_version: Option<String>,
+}
+
+/// What the node's medik8s Lease says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseView {
+    /// No Lease, or one that expired: it can be taken.
+    Free,
+    Ours,
+    Other {
+        holder: String,
+    },
+}
+
+/// Everything the decision reads.
+pub struct MaintenanceInput<'a> {
+    pub maintenance: &'a NodeMaintenance,
+    /// `None`: no node of that name exists.
+    pub node: Option<&'a NodeFacts>,
+    /// The operation that holds the node against this maintenance: an older NodeMaintenance of
+    /// the same node (then this one is a duplicate), or another slipway operation in the middle of
+    /// its step.
+    pub held_by: Option<&'a Holder>,
+    pub lease: LeaseView,
+    /// The node's pods; `None` when they were not listed (not draining).
+    pub pods: Option<&'a PodsView>,
+    /// What the last round of evictions answered.
+    pub evictions: Option<&'a EvictionRound>,
+}
+
+/// Where a maintenance stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Stage {
+    /// Being deleted: restore the node, then let the resource go.
+    Restoring,
+    NodeMissing,
+    Duplicate {
+        of: String,
+    },
+    /// Another slipway operation holds the node; nothing was done to it yet.
+    WaitingForNode {
+        holder: String,
+    },
+    /// Another medik8s operator holds the node's Lease; nothing was done to it yet.
+    LeaseHeld {
+        holder: String,
+    },
+    /// The Lease was lost too often after the drain started: the node is restored.
+    LeaseLost {
+        holder: String,
+    },
+    #[default]
+    Draining,
+    Drained,
+    /// `drainTimeout` passed with pods still pending.
+    TimedOut {
+        after: String,
+    },
+}
+
+/// What the maintenance changes on the node, before it becomes a [`NodeChange`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeEdit {
+    pub unschedulable: Option<bool>,
+    pub drain_taint: Option<bool>,
+    pub exclude_label: Option<bool>,
+    /// Annotations to set (`Some`) or remove (`None`).
+    pub annotations: BTreeMap<String, Option<String>>,
+}
+
+impl NodeEdit {
+    pub fn is_empty(&self) -> bool {
+        *self == NodeEdit::default()
+    }
+
+    /// The change of `node` that makes this edit.
+    fn change(&self, node: &NodeFacts) -> NodeChange {
+        let mut change = NodeChange {
+            annotations: self.annotations.clone(),
+            unschedulable: self.unschedulable,
+            ..NodeChange::of(&node.name)
+        };
+        if let Some(add) = self.exclude_label {
+            change
+                .labels
+                .insert(EXCLUDE_LABEL.into(), add.then(|| "true".to_string()));
+        }
+        if let Some(add) = self.drain_taint {
+            let mut taints = node.other_taints.clone();
+            if add {
+                taints.push(Taint {
+                    key: DRAIN_TAINT_KEY.into(),
+                    effect: "NoSchedule".into(),
+                    value: None,
+                    time_added: None,
+                });
+            }
+            change.taints = Some(taints);
+            change.resource_version = node.resource_version.clone();
+        }
+        change
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// Create, renew or take over the Lease.
+    Hold,
+    /// Delete the Lease if it is ours.
+    Release,
+}
+
+/// What the shell does for a maintenance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MaintenanceEffect {
+    /// Undo what the maintenance did to the node (it gives the node back).
+    RestoreNode(NodeChange),
+    /// Delete the node's Lease if it is ours.
+    ReleaseLease,
+    /// As NMO: a non-controller owner reference to the Node, so that deleting the Node deletes
+    /// the maintenance (its finalizer still runs first).
+    OwnedByNode { node: String, uid: String },
+    /// Create, renew or take over the node's Lease.
+    HoldLease,
+    /// Cordon, taint and label the node.
+    TakeNode(NodeChange),
+    /// Ask the Eviction API once for each pod; the answers come back as the next input.
+    Evict(Vec<PodKey>),
+}
+
+impl Effect for MaintenanceEffect {
+    fn before_status(&self) -> bool {
+        matches!(
+            self,
+            MaintenanceEffect::RestoreNode(_) | MaintenanceEffect::ReleaseLease
+        )
+    }
+}
+
+/// What one decision of a NodeMaintenance is.
+pub type MaintenanceDecision = Decision<NodeMaintenanceStatus, MaintenanceEffect, Stage>;
+
+/// The decision as it is built, before it becomes a [`MaintenanceDecision`].
+#[derive(Debug, Clone, PartialEq)]
+struct Step {
+    stage: Stage,
+    /// Whether the maintenance holds the node in the budget from now on.
+    hold_node: bool,
+    node: NodeEdit,
+    lease: Option<LeaseAction>,
+    /// Pods to ask the Eviction API for, once.
+    evict: Vec<PodKey>,
+    status: NodeMaintenanceStatus,
+    events: Vec<Event>,
+    requeue_after: Option<Duration>,
+}
+
+fn me(nm: &NodeMaintenance) -> String {
+    format!(
+        "nodemaintenance/{}",
+        nm.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// What the node's Lease says, for `holder` (slipway's identity in medik8s Leases), at `now`.
+pub fn lease_view(lease: Option<&Lease>, holder: &str, now: Timestamp) -> LeaseView {
+    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
+        return LeaseView::Free;
+    };
+    let current = spec.holder_identity.clone().unwrap_or_default();
+    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(renewed), Some(secs)) => renewed
+            .0
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
+            .is_ok_and(|end| end < now),
+        _ => true,
+    };
+    if current == holder {
+        LeaseView::Ours
+    } else if current.is_empty() || expired {
+        LeaseView::Free
+    } else {
+        LeaseView::Other { holder: current }
+    }
+}
+
+/// The Lease renewed (or taken over) by `holder` at `now`; `None` when it is ours and was
+/// renewed within the last minute (a maintenance reconciles every few seconds).
+pub fn renewed_lease(
+    current: &Lease,
+    holder: &str,
+    duration: i32,
+    now: Timestamp,
+) -> Option<Lease> {
+    let mut lease = current.clone();
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let ours = spec.holder_identity.as_deref() == Some(holder);
+    let fresh = spec
+        .renew_time
+        .as_ref()
+        .is_some_and(|t| now.duration_since(t.0) < jiff::SignedDuration::from_secs(60));
+    if ours && fresh {
+        return None;
+    }
+    if !ours {
+        spec.holder_identity = Some(holder.to_string());
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.lease_duration_seconds = Some(duration);
+    spec.renew_time = Some(MicroTime(now));
+    Some(lease)
+}
+
+/// The holder of a NodeMaintenance in the budget.
+pub fn holder(nm: &NodeMaintenance) -> Holder {
+    Holder::Maintenance {
+        name: nm.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The nodes the NodeMaintenances hold by their own record, oldest first (of two maintenances of
+/// one node, the older holds it; the younger is a duplicate): every maintenance until it is
+/// deleted, but those that failed in a way that gave the node back or never took it.
+pub fn holds(maintenances: &[Arc<NodeMaintenance>]) -> Vec<Hold> {
+    let mut live: Vec<&NodeMaintenance> = maintenances
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|nm| !gave_the_node_back(nm.status.as_ref()))
+        .collect();
+    live.sort_by_key(|nm| {
+        (
+            nm.metadata.creation_timestamp.clone().map(|t| t.0),
+            nm.metadata.name.clone(),
+        )
+    });
+    live.into_iter()
+        .map(|nm| Hold {
+            node: nm.spec.node_name.clone(),
+            holder: holder(nm),
+        })
+        .collect()
+}
+
+/// A failure after which the maintenance does not hold its node (a timed-out drain keeps it).
+fn gave_the_node_back(status: Option<&NodeMaintenanceStatus>) -> bool {
+    let Some(st) = status.filter(|s| s.phase == Some(MaintenancePhase::Failed)) else {
+        return false;
+    };
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == DRAINED)
+        .is_some_and(|c| {
+            matches!(
+                c.reason.as_str(),
+                "LeaseLost" | "NodeNotFound" | "Duplicate"
+            )
+        })
+}
+
+/// Decides one reconcile of a NodeMaintenance.
+pub fn decide(input: &MaintenanceInput<'_>, now: Timestamp) -> MaintenanceDecision {
+    into_decision(input, plan_step(input, now))
+}
+
+/// The step of this reconcile, with the answers of the last evictions recorded in its status.
+fn plan_step(input: &MaintenanceInput<'_>, now: Timestamp) -> Step {
+    let old = input.maintenance.status.clone().unwrap_or_default();
+    let mut step = step(input, &old, now);
+    // While the drain goes on, the status says why each pod is still there.
+    let round = input.evictions.filter(|r| !r.results.is_empty());
+    if let Some(round) = round.filter(|_| step.stage == Stage::Draining) {
+        record_evictions(&mut step, round, now, input.maintenance.metadata.generation);
+    }
+    stamp(&mut step, &old, now);
+    step
+}
+
+fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestamp) -> Step {
+    let nm = input.maintenance;
+    let mut step = Step {
+        stage: Stage::Draining,
+        hold_node: false,
+        node: NodeEdit::default(),
+        lease: None,
+        evict: Vec::new(),
+        status: old.clone(),
+        events: Vec::new(),
+        requeue_after: None,
+    };
+    let duplicate_of = match input.held_by {
+        Some(Holder::Maintenance { name }) => Some(name.as_str()),
+        _ => None,
+    };
+    if nm.metadata.deletion_timestamp.is_some() {
+        return deleting(input, step, duplicate_of.is_some());
+    }
+    if old.phase.is_none() {
+        step.events.push(Event::normal(
+            "BeginMaintenance",
+            format!("Begin the maintenance of node {}", nm.spec.node_name),
+        ));
+    }
+    if let Some(stage) = failed_for_good(old) {
+        // It stays so until the resource is deleted. A timed-out drain keeps its node (and the
+        // node's Lease); a lost Lease has given the node back already.
+        if let Stage::TimedOut { .. } = stage {
+            step.hold_node = true;
+            step.lease = Some(LeaseAction::Hold);
+            step.requeue_after = Some(LeaseSettings::default().duration / 4);
+        }
+        step.stage = stage;
+        return step;
+    }
+    let Some(node) = input.node else {
+        step.stage = Stage::NodeMissing;
+        return finish(input, step, old, now);
+    };
+    if let Some(of) = duplicate_of {
+        step.stage = Stage::Duplicate { of: of.to_string() };
+        return finish(input, step, old, now);
+    }
+    let started = node.cordoned_by.as_deref() == Some(me(nm).as_str()) || node.drain_taint;
+    match (&input.lease, input.held_by) {
+        (_, Some(holder)) if !started => {
+            step.stage = Stage::WaitingForNode {
+                holder: holder.to_string(),
+            };
+            return finish(input, step, old, now);
+        }
+        (LeaseView::Other { holder }, _) => {
+            lease_held_by(input, node, holder, started, old, &mut step, now);
+            return finish(input, step, old, now);
+        }
+        _ => {}
+    }
+    step.status.error_on_lease_count = Some(0);
+    step.lease = Some(LeaseAction::Hold);
+    take_node(input, node, &mut step);
+    drain(input, &mut step, now);
+    finish(input, step, old, now)
+}
+
+/// The effects of a step, in the order the shell performs them.
+fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecision {
+    let releasing = step.lease == Some(LeaseAction::Release);
+    let mut effects = Vec::new();
+    if let Some(node) = input.node {
+        let change = step.node.change(node);
+        if releasing && !change.is_empty() {
+            effects.push(MaintenanceEffect::RestoreNode(change));
+        } else if !change.is_empty() {
+            effects.push(MaintenanceEffect::TakeNode(change));
+        }
+        let owned = input
+            .maintenance
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == node.uid);
+        if !owned && input.maintenance.metadata.deletion_timestamp.is_none() {
+            effects.push(MaintenanceEffect::OwnedByNode {
+                node: node.name.clone(),
+                uid: node.uid.clone(),
+            });
+        }
+    }
+    match step.lease {
+        Some(LeaseAction::Release) => effects.push(MaintenanceEffect::ReleaseLease),
+        Some(LeaseAction::Hold) => effects.push(MaintenanceEffect::HoldLease),
+        None => {}
+    }
+    if !step.evict.is_empty() {
+        effects.push(MaintenanceEffect::Evict(step.evict));
+    }
+    let holds: BTreeSet<String> = step
+        .hold_node
+        .then(|| input.maintenance.spec.node_name.clone())
+        .into_iter()
+        .collect();
+    Decision {
+        status: step.status,
+        effects,
+        events: step.events,
+        holds,
+        requeue: step.requeue_after,
+        report: step.stage,
+    }
+}
+
+/// Another medik8s operator holds the node's Lease: wait before the drain; once it started,
+/// count the failures and keep draining, and give the node back after too many (NMO's rule).
+fn lease_held_by(
+    input: &MaintenanceInput<'_>,
+    node: &NodeFacts,
+    holder: &str,
+    started: bool,
+    old: &NodeMaintenanceStatus,
+    step: &mut Step,
+    now: Timestamp,
+) {
+    let errors = old.error_on_lease_count.unwrap_or(0) + i64::from(started);
+    step.status.error_on_lease_count = Some(errors);
+    let holder = holder.to_string();
+    if !started {
+        step.stage = Stage::LeaseHeld { holder };
+    } else if errors > MAX_LEASE_ERRORS {
+        restore(input, step);
+        step.stage = Stage::LeaseLost { holder };
+    } else {
+        take_node(input, node, step);
+        drain(input, step, now);
+    }
+}
+
+/// The resource is being deleted: restore the node (the runtime then removes the finalizer).
+fn deleting(input: &MaintenanceInput<'_>, mut step: Step, duplicate: bool) -> Step {
+    let nm = input.maintenance;
+    // A duplicate never took the node: the node, its taint and its Lease are the older
+    // maintenance's.
+    if !duplicate {
+        restore(input, &mut step);
+    }
+    step.events.push(Event::normal(
+        "RemovedMaintenance",
+        format!("Removed the maintenance of node {}", nm.spec.node_name),
+    ));
+    step.stage = Stage::Restoring;
+    step
+}
+
+/// A failure that only deleting the resource ends (not a missing node, which may appear).
+fn failed_for_good(old: &NodeMaintenanceStatus) -> Option<Stage> {
+    if old.phase != Some(MaintenancePhase::Failed) {
+        return None;
+    }
+    let c = old.conditions.iter().find(|c| c.type_ == DRAINED)?;
+    match c.reason.as_str() {
+        "DrainTimedOut" => Some(Stage::TimedOut {
+            after: String::new(),
+        }),
+        "LeaseLost" => Some(Stage::LeaseLost {
+            holder: String::new(),
+        }),
+        _ => None,
+    }
+}
+
+/// Cordons, taints and labels the node, recording what the maintenance itself changed.
+fn take_node(input: &MaintenanceInput<'_>, node: &NodeFacts, step: &mut Step) {
+    let me = me(input.maintenance);
+    step.hold_node = true;
+    if !node.unschedulable {
+        step.node.unschedulable = Some(true);
+        step.node
+            .annotations
+            .insert(CORDONED_BY.into(), Some(me.clone()));
+    }
+    if !node.drain_taint {
+        step.node.drain_taint = Some(true);
+    }
+    if !node.excluded {
+        step.node.exclude_label = Some(true);
+        step.node.annotations.insert(EXCLUDED_BY.into(), Some(me));
+    }
+}
+
+/// Undoes what the maintenance did to the node, and only that.
+fn restore(input: &MaintenanceInput<'_>, step: &mut Step) {
+    step.lease = Some(LeaseAction::Release);
+    let Some(node) = input.node else { return };
+    let me = me(input.maintenance);
+    if node.cordoned_by.as_deref() == Some(me.as_str()) {
+        if node.unschedulable {
+            step.node.unschedulable = Some(false);
+            step.events.push(Event::normal(
+                "UncordonNode",
+                format!("Uncordoned node {}", node.name),
+            ));
+        }
+        step.node.annotations.insert(CORDONED_BY.into(), None);
+    }
+    if node.drain_taint {
+        step.node.drain_taint = Some(false);
+    }
+    if node.excluded_by.as_deref() == Some(me.as_str()) {
+        if node.excluded {
+            step.node.exclude_label = Some(false);
+        }
+        step.node.annotations.insert(EXCLUDED_BY.into(), None);
+    }
+}
+
+/// Evicts what is left (not sooner than the refusal backoff allows), or notices the drain is
+/// over or out of time.
+fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestamp) {
+    let Some(pods) = input.pods else {
+        step.requeue_after = Some(DRAIN_RECHECK);
+        return;
+    };
+    if step.status.total_pods.is_none() {
+        step.status.total_pods = Some(count(pods.total));
+        step.status.eviction_pods = Some(count(pods.to_evict.len() + pods.blocked.len()));
+    }
+    if pods.to_evict.is_empty() && pods.blocked.is_empty() {
+        step.stage = Stage::Drained;
+        return;
+    }
+    if let Some(after) = timed_out(input, now) {
+        step.stage = Stage::TimedOut { after };
+        return;
+    }
+    step.stage = Stage::Draining;
+    step.requeue_after = Some(DRAIN_RECHECK);
+    let next_ask = input.evictions.and_then(EvictionRound::next_ask);
+    if let Some(at) = next_ask.filter(|at| now < *at) {
+        // A PodDisruptionBudget refused the last round: wait before asking again.
+        step.requeue_after = Some(now.duration_until(at).try_into().unwrap_or(DRAIN_RECHECK));
+        return;
+    }
+    if pods.blocked.is_empty() {
+        step.evict = pods
+            .to_evict
+            .iter()
+            .filter(|(_, terminating)| !**terminating)
+            .map(|(k, _)| k.clone())
+            .collect();
+    }
+}
+
+/// `Some(timeout)` once `drainTimeout` has passed since the drain started.
+fn timed_out(input: &MaintenanceInput<'_>, now: Timestamp) -> Option<String> {
+    let text = input.maintenance.spec.drain_timeout.as_deref()?;
+    let timeout = text
+        .parse::<crate::common::duration::GoDuration>()
+        .ok()
+        .and_then(crate::common::duration::GoDuration::to_std)?;
+    let started = input
+        .maintenance
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DRAINED && c.status == "False" && !status::is_waiting(&c.reason))
+        .and_then(|c| c.last_transition_time.as_ref())?
+        .0;
+    let deadline = started.checked_add(timeout).ok()?;
+    (now >= deadline).then(|| text.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+//! What a Plan's decision asks for: the effects, in the order the runtime applies them, and the
+//! gauges. [`Rollout`] gathers them while the decision is made.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::common::decision::{Decision, Effect, Event, EventType};
+use crate::node::change::NodeChange;
+use crate::plan::api::PlanStatus;
+
+/// The pod-template hash of a node's Job, remembered across decisions. The key holds everything a
+/// Job is rendered from besides the process's fixed settings: the Plan (uid, generation, labels
+/// and annotations, resolved version and hash) and the node (name, hostname, OS).
+#[derive(Debug, Default)]
+pub struct TemplateMemo(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl TemplateMemo {
+    /// A bound on remembered hashes: past it, the memo starts over.
+    const MAX: usize = 50_000;
+
+    pub(super) fn get(&self, key: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    pub(super) fn put(&self, key: String, hash: String) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= Self::MAX {
+            m.clear();
+        }
+        m.insert(key, hash);
+    }
+}
+
+/// A Job to delete, and why (for logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDeletion {
+    pub name: String,
+    pub reason: String,
+}
+
+/// What the Plan's gauges show after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlanSummary {
+    /// `Complete` is `True`.
+    pub complete: bool,
+    /// Nodes holding a slot (`status.applying`).
+    pub applying: usize,
+    /// Nodes failed by their Job or a reboot timeout.
+    pub failed: usize,
+    /// Nodes the Plan's selector matches that carry the latest hash, counting this decision's labels.
+    pub upgraded: usize,
+    /// Nodes the Plan's selector matches that have a hostname and are not `disabled`.
+    pub targeted: usize,
+}
+
+/// One effect of a Plan's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanEffect {
+    /// Label a finished node and uncordon it, or record who its cordon belongs to before its Job
+    /// starts. Applied before the status: it only gives the node back, or must precede the Job.
+    PatchNode(NodeChange),
+    DeleteJob(JobDeletion),
+    /// A reboot pod, by name.
+    DeletePod(String),
+    /// A reboot pod: created before any Job (a node's Job never runs before the pod that will
+    /// reboot it exists).
+    CreatePod(Box<Pod>),
+    CreateJob(Box<Job>),
+}
+
+impl Effect for PlanEffect {
+    fn before_status(&self) -> bool {
+        matches!(self, PlanEffect::PatchNode(_))
+    }
+}
+
+/// What one decision of a Plan is.
+pub type PlanDecision = Decision<PlanStatus, PlanEffect, PlanSummary>;
+
+/// The effects of a decision, by kind.
+impl PlanDecision {
+    pub fn node_patches(&self) -> Vec<&NodeChange> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::PatchNode(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn delete_jobs(&self) -> Vec<&JobDeletion> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::DeleteJob(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn delete_pods(&self) -> Vec<&String> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::DeletePod(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn create_pods(&self) -> Vec<&Pod> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::CreatePod(p) => Some(p.as_ref()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn create_jobs(&self) -> Vec<&Job> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::CreateJob(j) => Some(j.as_ref()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The decision as it is made.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Rollout {
+    pub create_jobs: Vec<Job>,
+    pub delete_jobs: Vec<JobDeletion>,
+    pub create_pods: Vec<Pod>,
+    pub delete_pods: Vec<String>,
+    pub node_patches: Vec<NodeChange>,
+    pub events: Vec<Event>,
+    pub requeue_after: Option<Duration>,
+}
+
+impl Rollout {
+    pub(super) fn event(&mut self, type_: EventType, reason: &'static str, message: String) {
+        self.events.push(Event {
+            type_,
+            reason,
+            message,
+        });
+    }
+
+    pub(super) fn requeue(&mut self, after: Duration) {
+        let after = after.max(Duration::from_secs(1));
+        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
+    }
+
+    /// The decision, with its effects in the order the runtime applies them: node patches, then
+    /// Job and pod deletions, then reboot pods, then Jobs.
+    pub(super) fn into_decision(
+        self,
+        status: PlanStatus,
+        holds: BTreeSet<String>,
+        summary: PlanSummary,
+    ) -> PlanDecision {
+        let effects = (self.node_patches.into_iter().map(PlanEffect::PatchNode))
+            .chain(self.delete_jobs.into_iter().map(PlanEffect::DeleteJob))
+            .chain(self.delete_pods.into_iter().map(PlanEffect::DeletePod))
+            .chain(
+                self.create_pods
+                    .into_iter()
+                    .map(|p| PlanEffect::CreatePod(Box::new(p))),
+            )
+            .chain(
+                self.create_jobs
+                    .into_iter()
+                    .map(|j| PlanEffect::CreateJob(Box::new(j))),
+            )
+            .collect();
+        Decision {
+            status,
+            effects,
+            events: self.events,
+            holds,
+            requeue: self.requeue_after,
+            report: summary,
+        }
+    }
+}
+
+/// The names of the nodes whose hostname `status.applying` lists, among `nodes`.
+pub(super) fn applying_nodes<'a>(
+    applying: &[String],
+    nodes: impl IntoIterator<Item = &'a crate::node::NodeInfo>,
+) -> BTreeSet<String> {
+    let hosts: BTreeSet<&str> = applying.iter().map(String::as_str).collect();
+    nodes
+        .into_iter()
+        .filter(|n| hosts.contains(n.hostname()))
+        .map(|n| n.name.clone())
+        .collect()
+}

@@ -1,0 +1,200 @@
+//! The watches of the Plan controller: Plans, Jobs, Secrets and reboot pods in its namespace (Jobs
+//! and pods of this controller only), each reduced to the changes a decision reads, and the node
+//! changes that concern a Plan.
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::stream::BoxStream;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::node::holders::Holder;
+use crate::plan::api::{Plan, labels};
+use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::{ReadyFuture, Settings, ready};
+
+type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// What the Plan controller watches: the caches, and the changes that trigger reconciles. Nothing
+/// runs until the streams are polled.
+pub struct PlanWatches {
+    pub(super) plans: Store<Plan>,
+    pub(super) jobs: Store<Job>,
+    pub(super) secrets: Store<Secret>,
+    pub(super) reboot_pods: Store<Pod>,
+    pub(super) plan_changes: Changes<Plan>,
+    pub(super) job_changes: Changes<Job>,
+    pub(super) secret_changes: Changes<Secret>,
+    pub(super) pod_changes: Changes<Pod>,
+    /// The objects node changes concern (the Plans among them).
+    pub(super) nodes: UnboundedReceiver<Holder>,
+}
+
+impl PlanWatches {
+    pub fn store(&self) -> Store<Plan> {
+        self.plans.clone()
+    }
+
+    /// The caches the process must have listed before it is ready.
+    pub fn ready(&self) -> Vec<(&'static str, ReadyFuture)> {
+        vec![
+            ("plan", ready(self.plans.clone())),
+            ("job", ready(self.jobs.clone())),
+            ("secret", ready(self.secrets.clone())),
+            ("reboot pod", ready(self.reboot_pods.clone())),
+        ]
+    }
+
+    /// The Plans node changes concern.
+    pub(super) fn node_triggers(
+        nodes: UnboundedReceiver<Holder>,
+    ) -> impl futures::Stream<Item = ObjectRef<Plan>> + Send + 'static {
+        nodes.filter_map(|h| async move {
+            match h {
+                Holder::Plan { namespace, name } => Some(ObjectRef::new(&name).within(&namespace)),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// Starts (lazily) the watches of the Plan controller.
+pub fn watch(client: &Client, settings: &Settings, triggers: &NodeTriggers) -> PlanWatches {
+    let ns = &settings.namespace;
+    let mine = format!("{}={}", labels::CONTROLLER, settings.name);
+    let (jobs, job_writer) = reflector::store();
+    let job_events = watcher(
+        Api::<Job>::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(&mine),
+    )
+    .default_backoff()
+    .modify(prune_job)
+    .reflect(job_writer);
+    let (secrets, secret_writer) = reflector::store();
+    let secret_changes = watcher(
+        Api::<Secret>::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .touched_objects()
+    .boxed();
+    let (reboot_pods, pod_writer) = reflector::store();
+    let pod_events = watcher(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(&format!(
+            "{mine},{}=true",
+            crate::node::reboot::REBOOT_LABEL
+        )),
+    )
+    .default_backoff()
+    .modify(prune_pod)
+    .reflect(pod_writer);
+    // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
+    let (plans, plan_writer) = reflector::store();
+    let plan_events = watcher(
+        Api::<Plan>::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(plan_writer);
+    PlanWatches {
+        plans,
+        jobs,
+        secrets,
+        reboot_pods,
+        plan_changes: changes(plan_events, plan_view).map(Ok).boxed(),
+        job_changes: changes(job_events, job_view).map(Ok).boxed(),
+        secret_changes,
+        pod_changes: changes(pod_events, pod_view).map(Ok).boxed(),
+        nodes: triggers.concerned(),
+    }
+}
+
+/// What a decision reads of a Plan, besides its status (which only slipway writes); its
+/// finalizers too, so that a Plan is decided on once slipway's finalizer is on it.
+pub(crate) fn plan_view(p: &Plan) -> u64 {
+    let m = &p.metadata;
+    digest((
+        &m.uid,
+        m.generation,
+        &m.labels,
+        &m.annotations,
+        &m.finalizers,
+        m.deletion_timestamp.is_some(),
+    ))
+}
+
+/// What a decision reads of a Job: its labels and annotations, whether it is being deleted, and
+/// how it finished. Pod counts going up and down change nothing.
+pub(crate) fn job_view(j: &Job) -> u64 {
+    let finished: Vec<(&str, &str)> = j
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "Complete" || c.type_ == "Failed")
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    let m = &j.metadata;
+    digest((
+        &m.uid,
+        &m.labels,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+        finished,
+    ))
+}
+
+/// What a decision reads of a reboot pod: that it exists, and whether it is being deleted.
+pub(crate) fn pod_view(p: &Pod) -> u64 {
+    digest((&p.metadata.uid, p.metadata.deletion_timestamp.is_some()))
+}
+
+/// Keeps what decisions read of a Job: the pod template is rendered by slipway and compared by
+/// its hash annotation, so the cache need not hold it.
+pub(crate) fn prune_job(job: &mut Job) {
+    job.metadata.managed_fields = None;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template = Default::default();
+        spec.selector = None;
+    }
+    if let Some(status) = job.status.as_mut() {
+        status.uncounted_terminated_pods = None;
+    }
+}
+
+/// Keeps what decisions read of a reboot pod: its metadata.
+pub(crate) fn prune_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = None;
+    pod.status = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_looked_at_again_when_its_finalizers_or_spec_change_not_its_status() {
+        let plan: Plan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "upgrade.cattle.io/v1",
+            "kind": "Plan",
+            "metadata": {"name": "k3s", "uid": "u1", "generation": 1},
+            "spec": {"concurrency": 1, "upgrade": {"image": "rancher/k3s-upgrade"}},
+        }))
+        .expect("a Plan");
+        let mut finalized = plan.clone();
+        finalized.metadata.finalizers = Some(vec!["slipway.dev/plan-cleanup".into()]);
+        assert_ne!(plan_view(&plan), plan_view(&finalized));
+        let mut edited = plan.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(plan_view(&plan), plan_view(&edited));
+        let mut with_status = plan.clone();
+        with_status.status = Some(Default::default());
+        with_status.metadata.resource_version = Some("42".into());
+        assert_eq!(plan_view(&plan), plan_view(&with_status));
+    }
+}

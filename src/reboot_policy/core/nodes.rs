@@ -1,0 +1,534 @@
+//! The decision on the nodes of one policy: which node that wants a reboot starts now and why the
+//! others wait, and the next step of every node in progress.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::signals::{Signal, Signals, condition_marker, requested};
+use super::spec::PolicySettings;
+use super::state::{DRAIN_TIMED_OUT, RebootState, phase};
+use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
+use crate::common::duration::GoDuration;
+use crate::common::rfc3339;
+use crate::node::NodeInfo;
+use crate::node::drain::PodKey;
+use crate::node::handoff::{self, Handoff};
+use crate::node::reboot::HealthObservation;
+use crate::reboot_policy::api::{RebootNodeStatus, RebootRecord};
+
+/// What a drain under way still waits for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainView {
+    /// Pods the drain has still to see gone.
+    pub remaining: usize,
+    /// Why the first of them stay, for the status.
+    pub waiting_for: Vec<String>,
+    /// The pods to ask the Eviction API for (those not already terminating).
+    pub to_evict: Vec<PodKey>,
+}
+
+impl DrainView {
+    /// The drain of a node whose pods are `pods`.
+    pub fn of(pods: &crate::node::drain::PodsView) -> DrainView {
+        let mut waiting_for: Vec<String> = pods
+            .blocked
+            .iter()
+            .map(|(p, why)| format!("{p} {why}"))
+            .collect();
+        waiting_for.extend(pods.to_evict.keys().take(5).map(|p| p.to_string()));
+        DrainView {
+            remaining: pods.to_evict.len() + pods.blocked.len(),
+            waiting_for,
+            to_evict: pods
+                .to_evict
+                .iter()
+                .filter(|(_, terminating)| !**terminating)
+                .map(|(k, _)| k.clone())
+                .collect(),
+        }
+    }
+}
+
+/// One node the policy governs (or has a state for), as read now.
+#[derive(Debug, Clone)]
+pub struct NodeView<'a> {
+    pub node: &'a NodeInfo,
+    /// The node matches the policy's selector (a node in progress that no longer does is still
+    /// finished).
+    pub selected: bool,
+    /// Another slipway operation holds the node: who.
+    pub held_by: Option<String>,
+    /// Running pods on the node that match a blocking selector.
+    pub blocking_pods: Vec<String>,
+    /// For a draining node: what is left; `None` when not looked at.
+    pub drain: Option<DrainView>,
+    /// For a node in its health gate: the gate's pods.
+    pub health: Option<&'a HealthObservation>,
+}
+
+/// What the controller does for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebootAction {
+    /// Record on the node which occurrence of its conditions this reboot handles
+    /// ([`CONDITION_HANDLED`]).
+    MarkConditions(String),
+    /// Cordon the node (it was schedulable).
+    Cordon,
+    /// Evict the pods the drain still has to move.
+    Drain,
+    /// Have the node reboot from boot `before`: a reboot pod, or `reboot-ok=true` for an
+    /// update-agent. Asked again on every look until the node has rebooted (both are idempotent).
+    Reboot { signal: Signal, before: String },
+    /// The node is back (or gave up): withdraw the grant (`reboot-ok=false`), remove the reboot
+    /// pod, and uncordon if slipway cordoned it.
+    Finish { signal: Signal, uncordon: bool },
+    /// An event on the policy.
+    Event {
+        warning: bool,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// The whole decision for one policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeSteps {
+    /// The states to persist, by node name.
+    pub states: BTreeMap<String, RebootState>,
+    /// What to do, in order, after the states are persisted.
+    pub actions: Vec<(String, RebootAction)>,
+    /// `status.nodes`, by name.
+    pub nodes: Vec<RebootNodeStatus>,
+    /// Nodes that came back in this decision, in the order they were looked at.
+    pub rebooted: Vec<RebootRecord>,
+    pub wanting: usize,
+    pub rebooting: usize,
+    /// The `Progressing` condition's message.
+    pub summary: String,
+    /// Look again after this long at the latest.
+    pub recheck: Option<Duration>,
+}
+
+impl NodeSteps {
+    fn recheck(&mut self, after: Duration) {
+        self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
+    }
+
+    /// `node` stays in progress in `state`; `message` says what it waits for.
+    fn keep(&mut self, node: &str, state: RebootState, message: String) {
+        self.nodes.push(state.to_status(node, message));
+        self.states.insert(node.to_string(), state);
+    }
+
+    fn act(&mut self, node: &str, action: RebootAction) {
+        self.actions.push((node.to_string(), action));
+    }
+
+    fn event(&mut self, node: &str, warning: bool, reason: &'static str, message: String) {
+        self.act(
+            node,
+            RebootAction::Event {
+                warning,
+                reason,
+                message,
+            },
+        );
+    }
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    now.duration_since(since).try_into().unwrap_or_default()
+}
+
+/// Decides the next step of every node of one policy.
+///
+/// `states` are the nodes in progress, as persisted; `nodes` every node the policy governs or has
+/// a state for; `held_elsewhere` counts the governed nodes another slipway operation holds (they
+/// use the same budget); `wanting_since` the first time each waiting node was reported waiting.
+pub fn decide_nodes(
+    settings: &PolicySettings,
+    signals: &Signals,
+    states: &BTreeMap<String, RebootState>,
+    nodes: &[NodeView<'_>],
+    wanting_since: &BTreeMap<String, Timestamp>,
+    now: Timestamp,
+) -> NodeSteps {
+    let mut d = NodeSteps::default();
+    let by_name: BTreeMap<&str, &NodeView<'_>> =
+        nodes.iter().map(|v| (v.node.name.as_str(), v)).collect();
+
+    for (name, state) in states {
+        match by_name.get(name.as_str()) {
+            Some(view) => advance(settings, name, state.clone(), view, now, &mut d),
+            None => d.event(
+                name,
+                true,
+                "NodeGone",
+                format!("Node {name} was deleted during its reboot; it is forgotten"),
+            ),
+        }
+    }
+
+    let mut busy = d.states.values().filter(|s| s.holds_slot()).count()
+        + nodes
+            .iter()
+            .filter(|v| v.selected && v.held_by.is_some() && !d.states.contains_key(&v.node.name))
+            .count();
+    let mut waiting = nodes
+        .iter()
+        .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
+        .filter_map(|v| requested(v.node, signals).map(|s| (v, s)))
+        .collect::<Vec<_>>();
+    waiting.sort_by(|a, b| a.0.node.name.cmp(&b.0.node.name));
+    for (view, signal) in waiting {
+        let name = &view.node.name;
+        let hold = hold_reason(settings, view, busy);
+        let Some((waiting_phase, reason, message)) = hold else {
+            start(name, view.node, signal, signals, now, &mut d);
+            busy += 1;
+            continue;
+        };
+        d.wanting += 1;
+        d.nodes.push(RebootNodeStatus {
+            name: name.clone(),
+            phase: waiting_phase.to_string(),
+            since: Some(rfc3339(*wanting_since.get(name).unwrap_or(&now))),
+            signal: Some(signal.name().to_string()),
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            ..Default::default()
+        });
+        d.recheck(WAIT_RECHECK);
+    }
+    d.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    d.rebooting = d.states.values().filter(|s| s.holds_slot()).count();
+    d.summary = summary(settings, &d, busy);
+    d
+}
+
+/// Why a node that wants a reboot does not start now: its phase, a reason and a message.
+fn hold_reason(
+    settings: &PolicySettings,
+    view: &NodeView<'_>,
+    busy: usize,
+) -> Option<(&'static str, &'static str, String)> {
+    if settings.paused {
+        return Some((
+            phase::WANTING,
+            "Paused",
+            "the policy is paused (spec.paused)".into(),
+        ));
+    }
+    if let Some(next) = settings.window_closed {
+        let when = next.map_or_else(|| "never".to_string(), rfc3339);
+        return Some((
+            phase::WAITING_FOR_WINDOW,
+            "OutsideWindow",
+            format!("outside spec.window; it opens next at {when}"),
+        ));
+    }
+    if let Some(alerts) = &settings.alerts {
+        return Some((phase::BLOCKED, "AlertsFiring", alerts.clone()));
+    }
+    if let Some(holder) = &view.held_by {
+        return Some((
+            phase::BLOCKED,
+            "NodeBusy",
+            format!("{holder} holds the node"),
+        ));
+    }
+    if !view.blocking_pods.is_empty() {
+        return Some((
+            phase::BLOCKED,
+            "BlockingPods",
+            format!(
+                "blocking pods run on the node: {}",
+                view.blocking_pods.join(", ")
+            ),
+        ));
+    }
+    if busy >= settings.concurrency {
+        return Some((
+            phase::WANTING,
+            "ConcurrencyReached",
+            format!(
+                "{busy} of at most {} nodes are being disrupted; waiting for a slot",
+                settings.concurrency
+            ),
+        ));
+    }
+    None
+}
+
+fn start(
+    name: &str,
+    node: &NodeInfo,
+    signal: Signal,
+    signals: &Signals,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) {
+    let state = RebootState::Draining {
+        signal,
+        before: node.boot_id.clone(),
+        // Who cordoned the node is recorded on the node (the Cordon effect).
+        cordoned: false,
+        since: now,
+    };
+    d.nodes
+        .push(state.to_status(name, "cordoning and draining".into()));
+    d.states.insert(name.to_string(), state);
+    if signal == Signal::NodeCondition
+        && let Some(marker) = condition_marker(node, signals)
+    {
+        // Recorded before anything else: this occurrence of the conditions is being handled.
+        d.act(name, RebootAction::MarkConditions(marker));
+    }
+    if !node.unschedulable {
+        d.act(name, RebootAction::Cordon);
+    }
+    d.act(name, RebootAction::Drain);
+    d.event(
+        name,
+        false,
+        "Draining",
+        format!(
+            "Node {name} asked for a reboot ({}); draining it",
+            signal.name()
+        ),
+    );
+    d.recheck(DRAIN_RECHECK);
+}
+
+/// One node in progress.
+fn advance(
+    settings: &PolicySettings,
+    name: &str,
+    state: RebootState,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) {
+    match state {
+        s @ RebootState::Draining { .. } => draining(settings, name, s, view, now, d),
+        s @ RebootState::Rebooting { .. } => rebooting(settings, name, s, view, now, d),
+        RebootState::DrainFailed {
+            signal,
+            message,
+            since,
+        } => {
+            if elapsed(since, now) >= DRAIN_RETRY {
+                return;
+            }
+            let next = RebootState::DrainFailed {
+                signal,
+                message: message.clone(),
+                since,
+            };
+            d.keep(name, next, message);
+            d.recheck(DRAIN_RETRY - elapsed(since, now));
+        }
+    }
+}
+
+/// Cordoned and draining: on to the reboot once drained (or rebooted meanwhile), given back
+/// once the drain's timeout passes, else evict again.
+fn draining(
+    settings: &PolicySettings,
+    name: &str,
+    state: RebootState,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) {
+    let RebootState::Draining {
+        signal,
+        before,
+        cordoned,
+        since,
+    } = state
+    else {
+        return;
+    };
+    let drained = settings.drain_timeout.is_none()
+        || view.drain.as_ref().is_some_and(|v| v.remaining == 0)
+        || view.node.boot_id != before;
+    if drained {
+        let next = RebootState::Rebooting {
+            signal,
+            cordoned,
+            handoff: Handoff::start(before, now),
+        };
+        // The hand-off asks for the reboot while the boot is unchanged.
+        d.event(name, false, "Rebooting", format!("Rebooting Node {name}"));
+        return rebooting(settings, name, next, view, now, d);
+    }
+    let timeout = settings.drain_timeout.unwrap_or_default();
+    if elapsed(since, now) >= timeout {
+        return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
+    }
+    let message = match &view.drain {
+        Some(v) if !v.waiting_for.is_empty() => format!(
+            "{} pods left to evict: {}",
+            v.remaining,
+            v.waiting_for.join("; ")
+        ),
+        Some(v) => format!("{} pods left to evict", v.remaining),
+        None => "draining".into(),
+    };
+    d.act(name, RebootAction::Drain);
+    let next = RebootState::Draining {
+        signal,
+        before,
+        cordoned,
+        since,
+    };
+    d.keep(name, next, message);
+    d.recheck(DRAIN_RECHECK);
+}
+
+/// The drain took too long: the node is given back, named with what stayed, and retried later.
+fn drain_timed_out(
+    name: &str,
+    signal: Signal,
+    cordoned: bool,
+    timeout: Duration,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) {
+    let left = view
+        .drain
+        .as_ref()
+        .map(|v| v.waiting_for.join("; "))
+        .unwrap_or_default();
+    let message = format!(
+        "the drain of Node {name} did not finish within {}: {left}; retrying after {}",
+        GoDuration::from_std(timeout),
+        GoDuration::from_std(DRAIN_RETRY)
+    );
+    d.act(
+        name,
+        RebootAction::Finish {
+            signal,
+            uncordon: cordoned,
+        },
+    );
+    d.event(name, true, DRAIN_TIMED_OUT, message.clone());
+    let next = RebootState::DrainFailed {
+        signal,
+        message: message.clone(),
+        since: now,
+    };
+    d.keep(name, next, message);
+    d.recheck(DRAIN_RETRY);
+}
+
+fn rebooting(
+    settings: &PolicySettings,
+    name: &str,
+    state: RebootState,
+    view: &NodeView<'_>,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) {
+    let RebootState::Rebooting {
+        signal,
+        cordoned,
+        handoff,
+    } = state
+    else {
+        return;
+    };
+    let seen = handoff::Observation {
+        node: name,
+        ready: view.node.ready,
+        boot_id: &view.node.boot_id,
+        health: view.health,
+    };
+    let step = handoff::step(&handoff, &seen, &settings.handoff, now);
+    if let Some((reason, message)) = step.timed_out.clone() {
+        d.event(name, true, reason, message);
+    }
+    if let Some(after) = step.recheck_after {
+        d.recheck(after);
+    }
+    if step.state == Handoff::Passed {
+        d.act(
+            name,
+            RebootAction::Finish {
+                signal,
+                uncordon: cordoned,
+            },
+        );
+        d.event(
+            name,
+            false,
+            "Rebooted",
+            format!("Node {name} rebooted and is back"),
+        );
+        d.rebooted.push(RebootRecord {
+            name: name.to_string(),
+            at: rfc3339(now),
+            signal: signal.name().to_string(),
+            boot_id: Some(view.node.boot_id.clone()).filter(|b| !b.is_empty()),
+        });
+        return;
+    }
+    if let Handoff::AwaitingBoot { before, .. } = &step.state
+        && view.node.boot_id == *before
+    {
+        d.act(
+            name,
+            RebootAction::Reboot {
+                signal,
+                before: before.clone(),
+            },
+        );
+    }
+    let message = step.state.describe(&seen, &settings.handoff);
+    let next = RebootState::Rebooting {
+        signal,
+        cordoned,
+        handoff: step.state,
+    };
+    d.keep(name, next, message);
+}
+
+/// The `Progressing` message: what the policy does, or why it waits.
+fn summary(settings: &PolicySettings, d: &NodeSteps, busy: usize) -> String {
+    let failed: Vec<&str> = d
+        .nodes
+        .iter()
+        .filter(|n| n.phase == phase::FAILED)
+        .map(|n| n.name.as_str())
+        .collect();
+    let mut parts = Vec::new();
+    if !failed.is_empty() {
+        parts.push(format!("failed: {}", failed.join(", ")));
+    }
+    if d.rebooting > 0 {
+        parts.push(format!("{} rebooting", d.rebooting));
+    }
+    if d.wanting > 0 {
+        let why = if settings.paused {
+            "paused".to_string()
+        } else if settings.window_closed.is_some() {
+            "outside the window".to_string()
+        } else if let Some(alerts) = &settings.alerts {
+            alerts.clone()
+        } else if busy >= settings.concurrency {
+            format!("{busy} of {} slots taken", settings.concurrency)
+        } else {
+            "blocked".to_string()
+        };
+        parts.push(format!("{} waiting ({why})", d.wanting));
+    }
+    if parts.is_empty() {
+        "no node wants a reboot".into()
+    } else {
+        parts.join("; ")
+    }
+}

@@ -1,0 +1,183 @@
+//! A RebootPolicy's spec, read and checked once per reconcile, and the settings one decision reads.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::alerts::AlertFilter;
+use super::signals::Signals;
+use crate::common::duration::GoDuration;
+use crate::common::selector::Selector;
+use crate::common::window::TimeWindow;
+use crate::node::drain::DrainOptions;
+use crate::node::handoff::{GatePolicy, HandoffPolicy};
+use crate::node::reboot::{DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, HealthGateSpec};
+use crate::reboot_policy::api::{RebootBlockers, RebootDrain, RebootPolicySpec};
+
+/// The policy's settings, with defaults applied and the clock read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicySettings {
+    pub concurrency: usize,
+    pub paused: bool,
+    /// `None` when the window is open (or there is none); else when it opens next.
+    pub window_closed: Option<Option<Timestamp>>,
+    /// `None`: cordon only; else the drain's timeout.
+    pub drain_timeout: Option<Duration>,
+    pub handoff: HandoffPolicy,
+    /// Set when Prometheus holds every reboot: which alerts fire, or why it could not be asked.
+    pub alerts: Option<String>,
+}
+
+/// How long a drain may take unless the policy says otherwise.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// A policy's spec, read and checked once per reconcile.
+#[derive(Debug, Clone)]
+pub struct PolicySpec {
+    pub selector: Selector,
+    pub concurrency: usize,
+    pub paused: bool,
+    pub window: Option<TimeWindow>,
+    pub signals: Signals,
+    /// `None`: cordon only.
+    pub drain: Option<(Duration, DrainOptions)>,
+    pub timeout: Duration,
+    pub health_gate: Option<HealthGate>,
+    pub blocking_pods: Vec<Selector>,
+    pub alerts: Option<AlertFilter>,
+    pub image: String,
+}
+
+fn duration_field(text: Option<&str>, field: &str, default: Duration) -> Result<Duration, String> {
+    let Some(text) = text.filter(|t| !t.is_empty()) else {
+        return Ok(default);
+    };
+    text.parse::<GoDuration>()
+        .ok()
+        .and_then(GoDuration::to_std)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{field} must be a positive duration such as 15m, not {text:?}"))
+}
+
+/// Reads `spec`; `Err` names the first field that is wrong (the CRD's rules catch most of them
+/// at `kubectl apply`; this is for what CEL cannot see, and for a CRD older than the controller).
+pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicySpec, String> {
+    let selector = match &spec.node_selector {
+        None => Selector::everything(),
+        Some(s) => Selector::from_label_selector(Some(s))
+            .map_err(|e| format!("spec.nodeSelector is invalid: {e}"))?,
+    };
+    let concurrency = match spec.concurrency {
+        None => 1,
+        Some(c) if c >= 1 => usize::try_from(c).unwrap_or(usize::MAX),
+        Some(c) => return Err(format!("spec.concurrency must be at least 1, not {c}")),
+    };
+    let window = spec
+        .window
+        .as_ref()
+        .map(TimeWindow::new)
+        .transpose()
+        .map_err(|e| format!("spec.window is invalid: {e}"))?;
+    let drain = read_drain(spec.drain.clone().unwrap_or_default())?;
+    let health_gate = spec
+        .health_gate
+        .as_ref()
+        .map(read_health_gate)
+        .transpose()?;
+    let (blocking_pods, alerts) = read_blockers(&spec.blocking.clone().unwrap_or_default())?;
+    Ok(PolicySpec {
+        selector,
+        concurrency,
+        paused: spec.paused.unwrap_or(false),
+        window,
+        signals: Signals::of(spec.signals.as_ref()),
+        drain,
+        timeout: duration_field(spec.timeout.as_deref(), "spec.timeout", DEFAULT_TIMEOUT)?,
+        health_gate,
+        blocking_pods,
+        alerts,
+        image: spec
+            .image
+            .clone()
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| default_image.to_string()),
+    })
+}
+
+/// `spec.drain`: `None` when disabled (cordon only), else the timeout and kured's options.
+fn read_drain(drain: RebootDrain) -> Result<Option<(Duration, DrainOptions)>, String> {
+    if drain.enabled == Some(false) {
+        return Ok(None);
+    }
+    let timeout = duration_field(
+        drain.timeout.as_deref(),
+        "spec.drain.timeout",
+        DEFAULT_DRAIN_TIMEOUT,
+    )?;
+    let options = DrainOptions {
+        grace_period_seconds: drain.grace_period_seconds,
+        delete_emptydir_data: drain.delete_emptydir_data.unwrap_or(true),
+        force: drain.force.unwrap_or(true),
+        ..DrainOptions::default()
+    };
+    Ok(Some((timeout, options)))
+}
+
+fn read_health_gate(gate: &HealthGateSpec) -> Result<HealthGate, String> {
+    Selector::from_label_selector(Some(&gate.pod_selector))
+        .map_err(|e| format!("spec.healthGate.podSelector is invalid: {e}"))?;
+    Ok(HealthGate {
+        pod_selector: gate.pod_selector.clone(),
+        namespace: gate.namespace.clone().filter(|n| !n.is_empty()),
+        timeout: duration_field(
+            gate.timeout.as_deref(),
+            "spec.healthGate.timeout",
+            DEFAULT_HEALTH_TIMEOUT,
+        )?,
+    })
+}
+
+/// `spec.blocking`: the pod selectors, and the Prometheus filter.
+fn read_blockers(
+    blockers: &RebootBlockers,
+) -> Result<(Vec<Selector>, Option<AlertFilter>), String> {
+    let pods = blockers
+        .pod_selectors
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            Selector::from_label_selector(Some(s))
+                .map_err(|e| format!("spec.blocking.podSelectors[{i}] is invalid: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let alerts = blockers
+        .prometheus
+        .as_ref()
+        .map(AlertFilter::new)
+        .transpose()?;
+    Ok((pods, alerts))
+}
+
+impl PolicySpec {
+    /// The settings one decision reads, at `now`; `alerts` is the Prometheus blocker's answer.
+    pub fn settings(&self, now: Timestamp, alerts: Option<String>) -> PolicySettings {
+        PolicySettings {
+            concurrency: self.concurrency,
+            paused: self.paused,
+            window_closed: self
+                .window
+                .as_ref()
+                .filter(|w| !w.contains(now))
+                .map(|w| w.next_opening(now)),
+            drain_timeout: self.drain.as_ref().map(|(t, _)| *t),
+            handoff: HandoffPolicy {
+                timeout: self.timeout,
+                health_gate: self.health_gate.as_ref().map(|g| GatePolicy {
+                    timeout: g.timeout,
+                    pods: g.describe_pods(),
+                }),
+            },
+            alerts,
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The RebootPolicy controller's shell: gathers what [`core::decide`] reads (the nodes from the
+//! shared index, the pods that block or are drained, the health gate, Prometheus) and performs
+//! the decision's effects per node. The runtime's one reconcile loop writes the status before the
+//! effects that take a node, so a controller killed at any point finds every started node in
+//! `status.nodes`.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+pub mod alerts;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::stream::BoxStream;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::node::NodeInfo;
+use crate::node::change::NodeChange;
+use crate::node::drain::PodsView;
+use crate::node::holders::Holder;
+use crate::node::reboot::HealthObservation;
+use crate::node::shell::{evict_all, gate_pods, pods_view};
+use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
+use crate::reboot_policy::core::pod::{
+    PolicyPod, policy_reboot_pod_name, render_policy_reboot_pod,
+};
+use crate::reboot_policy::core::{
+    self as core, DrainView, NodeView, PolicyInput, PolicyReport, PolicySpec, REBOOT_OK,
+    RebootDecision, RebootEffect, RebootState, Signal,
+};
+use crate::runtime::metrics::Kind;
+use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::{Error, Operation, Shared, drive};
+
+/// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
+pub struct PolicyWatches {
+    store: Store<RebootPolicy>,
+    /// A policy's spec and deletion (not its status: a reconcile that finds nothing to change
+    /// writes nothing, and its own writes trigger nothing).
+    changes: BoxStream<'static, Result<RebootPolicy, watcher::Error>>,
+    /// Every change of a node's pruned view (a signal, Ready, a boot ID).
+    nodes: UnboundedReceiver<()>,
+}
+
+impl PolicyWatches {
+    pub fn store(&self) -> Store<RebootPolicy> {
+        self.store.clone()
+    }
+}
+
+/// Starts (lazily) the watch of every RebootPolicy.
+pub fn watch(client: &Client, triggers: &NodeTriggers) -> PolicyWatches {
+    let (store, writer) = reflector::store();
+    let events = watcher(
+        Api::<RebootPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer);
+    PolicyWatches {
+        store,
+        changes: changes(events, policy_view).map(Ok).boxed(),
+        nodes: triggers.any_change(),
+    }
+}
+
+/// What triggers a RebootPolicy: its spec and deletion, not its status.
+fn policy_view(p: &RebootPolicy) -> u64 {
+    let m = &p.metadata;
+    digest((&m.uid, m.generation, m.deletion_timestamp.is_some()))
+}
+
+/// Reconciles every RebootPolicy until `shutdown`.
+pub async fn run(
+    shared: Arc<Shared>,
+    default_image: String,
+    watches: PolicyWatches,
+    shutdown: CancellationToken,
+) {
+    let op = Arc::new(PolicyOperation {
+        shared,
+        policies: watches.store.clone(),
+        default_image,
+        http: reqwest::Client::builder().build().ok(),
+    });
+    let controller =
+        Controller::for_stream(watches.changes, watches.store).reconcile_all_on(watches.nodes);
+    drive(op, controller, 0, shutdown).await;
+}
+
+/// The RebootPolicy controller.
+pub struct PolicyOperation {
+    shared: Arc<Shared>,
+    policies: Store<RebootPolicy>,
+    /// The reboot pod's image when a policy names none.
+    default_image: String,
+    /// Asks Prometheus for the policies' alert blockers (`None`: it could not be built).
+    http: Option<reqwest::Client>,
+}
+
+/// What a policy's decision reads besides the policy.
+pub struct Observed {
+    spec: Result<PolicySpec, String>,
+    /// The governed nodes, and whether the selector matches each.
+    nodes: Vec<(Arc<NodeInfo>, bool)>,
+    alerts: Option<String>,
+    blocking: BTreeMap<String, Vec<String>>,
+    drains: BTreeMap<String, PodsView>,
+    health: BTreeMap<String, HealthObservation>,
+}
+
+impl Operation for PolicyOperation {
+    type Object = RebootPolicy;
+    type Status = RebootPolicyStatus;
+    type Effect = RebootEffect;
+    type Report = PolicyReport;
+    type Observed = Observed;
+
+    const KIND: Kind = Kind::rebootpolicy;
+    const FINALIZER: &'static str = FINALIZER;
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn holder(&self, p: &RebootPolicy) -> Holder {
+        core::holder(p)
+    }
+
+    async fn prepare(&self, p: Arc<RebootPolicy>) -> Result<Arc<RebootPolicy>, Error> {
+        let policies = &self.policies;
+        self.shared
+            .metrics()
+            .retain_policies(|n| policies.get(&ObjectRef::new(n)).is_some());
+        self.shared.forget_gone();
+        // A node missing from an index that has not listed them all yet is not gone: wait.
+        self.shared.nodes_synced().await?;
+        Ok(p)
+    }
+
+    async fn observe(&self, p: &RebootPolicy, now: Timestamp) -> Result<Observed, Error> {
+        let spec = core::read_spec(&p.spec, &self.default_image);
+        let previous = p.status.clone().unwrap_or_default();
+        let (states, _) = core::read_status(&previous.nodes, now);
+        let Ok(s) = &spec else {
+            let nodes = self.governed(None, &states);
+            return Ok(Observed::of(spec, nodes));
+        };
+        let nodes = self.governed(Some(s), &states);
+        let wanting: Vec<&NodeInfo> = nodes
+            .iter()
+            .filter(|(_, selected)| *selected)
+            .map(|(n, _)| n.as_ref())
+            .filter(|n| !states.contains_key(&n.name) && core::requested(n, &s.signals).is_some())
+            .collect();
+        // Prometheus is asked only when a node waits for it.
+        let alerts = match (&s.alerts, wanting.is_empty(), &self.http) {
+            (Some(filter), false, Some(http)) => alerts::ask(filter, http).await,
+            (Some(_), false, None) => Some("no HTTP client to ask Prometheus with".into()),
+            _ => None,
+        };
+        let client = self.shared.chores().client();
+        let mut blocking = BTreeMap::new();
+        for node in &wanting {
+            blocking.insert(
+                node.name.clone(),
+                blocking_pods(client, s, &node.name).await?,
+            );
+        }
+        let mut drains = BTreeMap::new();
+        let mut health = BTreeMap::new();
+        for (name, state) in &states {
+            match (state, &s.drain, &s.health_gate) {
+                (RebootState::Draining { .. }, Some((_, options)), _) => {
+                    drains.insert(name.clone(), pods_view(client, name, options).await?);
+                }
+                (RebootState::Rebooting { .. }, _, Some(gate)) => {
+                    health.insert(name.clone(), gate_pods(client, gate, name).await?);
+                }
+                _ => {}
+            }
+        }
+        Ok(Observed {
+            alerts,
+            blocking,
+            drains,
+            health,
+            ..Observed::of(spec, nodes)
+        })
+    }
+
+    fn decide(
+        &self,
+        p: &RebootPolicy,
+        o: &Observed,
+        held: &BTreeMap<String, Holder>,
+        now: Timestamp,
+    ) -> RebootDecision {
+        let views: Vec<NodeView<'_>> = o
+            .nodes
+            .iter()
+            .map(|(n, selected)| NodeView {
+                node: n.as_ref(),
+                selected: *selected,
+                held_by: held.get(&n.name).map(ToString::to_string),
+                blocking_pods: o.blocking.get(&n.name).cloned().unwrap_or_default(),
+                drain: o.drains.get(&n.name).map(DrainView::of),
+                health: o.health.get(&n.name),
+            })
+            .collect();
+        core::decide(
+            &PolicyInput {
+                policy: p,
+                spec: &o.spec,
+                nodes: &views,
+                alerts: o.alerts.clone(),
+            },
+            now,
+        )
+    }
+
+    async fn perform(
+        &self,
+        p: &RebootPolicy,
+        o: &Observed,
+        effect: &RebootEffect,
+    ) -> Result<(), Error> {
+        let name = p.name_any();
+        let chores = self.shared.chores();
+        match effect {
+            RebootEffect::Finish {
+                node,
+                signal,
+                uncordon,
+            } => {
+                info!(rebootpolicy = %name, node = %node, uncordon = uncordon.is_some(), "giving the node back");
+                self.finish(&name, node, *signal, uncordon.as_ref()).await?;
+            }
+            RebootEffect::Annotate(change) | RebootEffect::Cordon(change) => {
+                info!(rebootpolicy = %name, node = %change.node, ?change, "patching node");
+                chores.patch_node(change).await?;
+            }
+            RebootEffect::Evict {
+                pods,
+                grace_period_seconds,
+                ..
+            } => {
+                evict_all(
+                    chores.client(),
+                    chores.eviction_client(),
+                    pods,
+                    *grace_period_seconds,
+                )
+                .await;
+            }
+            RebootEffect::Reboot {
+                node,
+                signal,
+                before,
+            } => {
+                debug!(rebootpolicy = %name, node = %node, "asking for the reboot");
+                match signal.update_agent() {
+                    Some(prefix) => {
+                        let grant = NodeChange::of(node)
+                            .annotation(&format!("{prefix}{REBOOT_OK}"), Some("true"));
+                        chores.patch_node(&grant).await?;
+                    }
+                    None => self.create_reboot_pod(p, o, node, before).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn applied(&self, p: &RebootPolicy, report: &PolicyReport) {
+        self.shared
+            .metrics()
+            .reboot_policy(&p.name_any(), report.wanting, report.rebooting);
+    }
+}
+
+/// Held while the policy exists; released once the nodes it took are given back.
+pub const FINALIZER: &str = "slipway.dev/reboot-policy-cleanup";
+
+impl Observed {
+    fn of(spec: Result<PolicySpec, String>, nodes: Vec<(Arc<NodeInfo>, bool)>) -> Observed {
+        Observed {
+            spec,
+            nodes,
+            alerts: None,
+            blocking: BTreeMap::new(),
+            drains: BTreeMap::new(),
+            health: BTreeMap::new(),
+        }
+    }
+}
+
+impl PolicyOperation {
+    /// The nodes the policy governs (selected) and the nodes it has a state for that no longer
+    /// match (or every node with a state, when the spec cannot be read).
+    fn governed(
+        &self,
+        spec: Option<&PolicySpec>,
+        states: &BTreeMap<String, RebootState>,
+    ) -> Vec<(Arc<NodeInfo>, bool)> {
+        let index = self.shared.nodes();
+        let selects = |n: &NodeInfo| spec.is_some_and(|s| s.selector.matches(&n.labels));
+        let mut nodes: Vec<(Arc<NodeInfo>, bool)> = match spec {
+            Some(_) => index
+                .all()
+                .filter(|n| selects(n))
+                .map(|n| (n.clone(), true))
+                .collect(),
+            None => Vec::new(),
+        };
+        for name in states.keys() {
+            if let Some(n) = index.get(name).filter(|n| !selects(n)) {
+                nodes.push((n, false));
+            }
+        }
+        nodes
+    }
+
+    /// Withdraws an update-agent's grant, removes the reboot pod, and gives the cordon back.
+    async fn finish(
+        &self,
+        policy: &str,
+        node: &str,
+        signal: Signal,
+        uncordon: Option<&NodeChange>,
+    ) -> Result<(), Error> {
+        let chores = self.shared.chores();
+        if let Some(prefix) = signal.update_agent() {
+            let withdraw =
+                NodeChange::of(node).annotation(&format!("{prefix}{REBOOT_OK}"), Some("false"));
+            chores.patch_node(&withdraw).await?;
+        }
+        chores
+            .delete::<Pod>(
+                Some(&self.shared.namespace),
+                &policy_reboot_pod_name(policy, node),
+                &DeleteParams::default(),
+            )
+            .await?;
+        if let Some(change) = uncordon {
+            chores.patch_node(change).await?;
+        }
+        Ok(())
+    }
+
+    async fn create_reboot_pod(
+        &self,
+        p: &RebootPolicy,
+        o: &Observed,
+        node: &str,
+        before: &str,
+    ) -> Result<(), Error> {
+        let (Some(uid), Ok(spec)) = (p.uid(), &o.spec) else {
+            return Ok(());
+        };
+        let pod = render_policy_reboot_pod(
+            &PolicyPod {
+                policy: &p.name_any(),
+                policy_uid: &uid,
+                namespace: &self.shared.namespace,
+                controller: &self.shared.controller_name,
+                image: &spec.image,
+            },
+            node,
+            before,
+        );
+        self.shared.chores().create(&pod).await?;
+        Ok(())
+    }
+}
+
+/// Running pods on the node that a blocking selector matches, as `namespace/name`.
+async fn blocking_pods(
+    client: &Client,
+    spec: &PolicySpec,
+    node: &str,
+) -> Result<Vec<String>, Error> {
+    let mut found = Vec::new();
+    let api = Api::<Pod>::all(client.clone());
+    for selector in &spec.blocking_pods {
+        let params = ListParams::default()
+            .fields(&format!(
+                "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed,status.phase!=Unknown"
+            ))
+            .labels(&selector.to_string())
+            .limit(10);
+        for pod in api.list(&params).await?.items {
+            found.push(format!(
+                "{}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ));
+        }
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}

@@ -1,0 +1,367 @@
+//! The Kubernetes chores every controller does, written once: add and remove a finalizer, write a
+//! status guarded by the resourceVersion it was decided on, patch a node, create and delete what a
+//! decision asks for, publish events. Every write first checks that this replica still holds the
+//! leader lease, and answers that only mean "already done" (an object already gone, one already
+//! there) are not errors.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::object::HasStatus;
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use super::error::{ApiResult, Error};
+use super::leader::LeaseGuard;
+use super::metrics::Metrics;
+use crate::common::decision::{Event, EventType};
+use crate::node::change::NodeChange;
+
+/// The field manager slipway writes with.
+pub const FIELD_MANAGER: &str = "slipway";
+
+/// A resource slipway reads and writes.
+pub trait Object:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The API of a resource kind in its scope: namespaced or cluster-wide.
+pub trait Scope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(client: Client, ns: Option<&str>)
+    -> Api<K>;
+}
+
+impl Scope for NamespaceResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: Client,
+        ns: Option<&str>,
+    ) -> Api<K> {
+        Api::namespaced(client, ns.unwrap_or("default"))
+    }
+}
+
+impl Scope for ClusterResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(client: Client, _: Option<&str>) -> Api<K> {
+        Api::all(client)
+    }
+}
+
+/// What every shell writes through.
+#[derive(Clone)]
+pub struct Chores {
+    client: Client,
+    /// Asks for evictions: no retry layer, so a PodDisruptionBudget's 429 comes back at once.
+    evictions: Client,
+    guard: LeaseGuard,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+}
+
+impl Chores {
+    pub fn new(
+        client: Client,
+        evictions: Client,
+        guard: LeaseGuard,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Chores {
+        Chores {
+            client,
+            evictions,
+            guard,
+            recorder,
+            metrics,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn eviction_client(&self) -> &Client {
+        &self.evictions
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn metrics_arc(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The API of `K` in `ns` (ignored for cluster-scoped kinds).
+    pub fn api<K>(&self, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+    {
+        <K::Scope as Scope>::api::<K>(self.client.clone(), ns)
+    }
+
+    fn api_of<K>(&self, obj: &K) -> Api<K>
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+    {
+        self.api(obj.meta().namespace.as_deref())
+    }
+
+    /// Whether this replica may write now.
+    pub fn leading(&self) -> Result<(), Error> {
+        if self.guard.is_leading() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    /// A merge patch of `obj`'s metadata (and more), refused if `obj` changed since it was read.
+    /// `None`: the object is gone.
+    pub async fn patch<K>(&self, obj: &K, mut body: Value) -> Result<Option<K>, Error>
+    where
+        K: Object,
+        K::Scope: Scope,
+    {
+        self.leading()?;
+        body["metadata"]["resourceVersion"] = json!(obj.resource_version());
+        self.api_of(obj)
+            .patch(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await
+            .found()
+    }
+
+    /// Adds (`present`) or removes `finalizer`, keeping the others. `None`: the object is gone.
+    pub async fn set_finalizer<K>(
+        &self,
+        obj: &K,
+        finalizer: &str,
+        present: bool,
+    ) -> Result<Option<K>, Error>
+    where
+        K: Object,
+        K::Scope: Scope,
+    {
+        let mut finalizers: Vec<&str> = obj
+            .finalizers()
+            .iter()
+            .map(String::as_str)
+            .filter(|f| *f != finalizer)
+            .collect();
+        if present {
+            finalizers.push(finalizer);
+        }
+        self.patch(obj, json!({ "metadata": { "finalizers": finalizers } }))
+            .await
+    }
+
+    /// Writes `status` over the one `obj` was read with, as a merge patch of what changed, guarded
+    /// by `obj`'s resourceVersion: a decision made on a stale object is refused with a conflict
+    /// instead of overwriting a newer status. `Ok(None)` when there was nothing to write or the
+    /// object is gone.
+    pub async fn write_status<K>(&self, obj: &K, status: &K::Status) -> Result<Option<K>, Error>
+    where
+        K: Object + HasStatus,
+        K::Status: Serialize,
+        K::Scope: Scope,
+    {
+        let old = obj
+            .status()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| Error::Startup(format!("cannot encode a status: {e}")))?
+            .unwrap_or(Value::Null);
+        let new = serde_json::to_value(status)
+            .map_err(|e| Error::Startup(format!("cannot encode a status: {e}")))?;
+        let Some(diff) = merge_patch(&old, &new) else {
+            return Ok(None);
+        };
+        self.leading()?;
+        let body = json!({
+            "metadata": { "resourceVersion": obj.resource_version() },
+            "status": diff,
+        });
+        let written = self
+            .api_of(obj)
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await
+            .found()?;
+        debug!(name = %obj.name_any(), "status written");
+        Ok(written)
+    }
+
+    /// Applies `change` to its node. `false`: the node is gone (nothing left to change).
+    pub async fn patch_node(&self, change: &NodeChange) -> Result<bool, Error> {
+        if change.is_empty() {
+            return Ok(true);
+        }
+        self.leading()?;
+        let patched = self
+            .api::<k8s_openapi::api::core::v1::Node>(None)
+            .patch(
+                &change.node,
+                &PatchParams::default(),
+                &Patch::Merge(&change.patch()),
+            )
+            .await
+            .found()?;
+        if patched.is_some() {
+            self.metrics.node_patched();
+        }
+        Ok(patched.is_some())
+    }
+
+    /// Creates `obj`; `None` when an object of that name already exists.
+    pub async fn create<K>(&self, obj: &K) -> Result<Option<K>, Error>
+    where
+        K: Object,
+        K::Scope: Scope,
+    {
+        self.leading()?;
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        self.api_of(obj).create(&params, obj).await.created()
+    }
+
+    /// Deletes `name`; `false` when it was already gone.
+    pub async fn delete<K>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<bool, Error>
+    where
+        K: Object,
+        K::Scope: Scope,
+    {
+        self.leading()?;
+        let deleted = self.api::<K>(ns).delete(name, params).await.found()?;
+        Ok(deleted.is_some())
+    }
+
+    /// Publishes `events` on `obj`. A failure is logged: an event is never worth a retry.
+    pub async fn publish<K: Object>(&self, obj: &K, events: &[Event]) {
+        let reference = obj.object_ref(&());
+        for event in events {
+            if self.guard.is_leading() {
+                let published = self.recorder.publish(&kube_event(event), &reference).await;
+                if let Err(e) = published {
+                    warn!(name = %obj.name_any(), reason = event.reason, "cannot publish event: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The event as kube's recorder takes it. The recorder folds events with the same reason and
+/// action into one series that keeps the first note; a digest of the note in the action keeps
+/// different messages (two nodes, two reasons for waiting) apart, and folds only repetitions.
+pub fn kube_event(event: &Event) -> KubeEvent {
+    KubeEvent {
+        type_: match event.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: event.reason.to_string(),
+        note: Some(event.message.clone()),
+        action: format!("{}-{}", event.reason, note_digest(&event.message)),
+        secondary: None,
+    }
+}
+
+fn note_digest(note: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(note.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
+/// Fields `new` leaves out are set to null, so that they go.
+pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
+    if old == new {
+        return None;
+    }
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return Some(new.clone());
+    };
+    let mut patch = serde_json::Map::new();
+    for (key, value) in new {
+        match old.get(key) {
+            Some(before) => {
+                if let Some(p) = merge_patch(before, value) {
+                    patch.insert(key.clone(), p);
+                }
+            }
+            None => {
+                patch.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    for key in old.keys().filter(|k| !new.contains_key(*k)) {
+        patch.insert(key.clone(), Value::Null);
+    }
+    Some(Value::Object(patch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_patch_carries_only_what_changed_and_removes_what_went() {
+        let old = json!({"phase": "Running", "pendingPods": ["a"], "nested": {"x": 1, "y": 2}});
+        let new = json!({"phase": "Succeeded", "nested": {"x": 1, "y": 3}});
+        assert_eq!(
+            merge_patch(&old, &new),
+            Some(json!({"phase": "Succeeded", "pendingPods": null, "nested": {"y": 3}}))
+        );
+        assert_eq!(merge_patch(&new, &new), None);
+        assert_eq!(
+            merge_patch(&Value::Null, &json!({"a": 1})),
+            Some(json!({"a": 1}))
+        );
+    }
+
+    #[test]
+    fn events_with_other_messages_are_other_series() {
+        let a = kube_event(&Event::normal("Rebooting", "Rebooting Node n1"));
+        let b = kube_event(&Event::normal("Rebooting", "Rebooting Node n2"));
+        let again = kube_event(&Event::normal("Rebooting", "Rebooting Node n1"));
+        assert_ne!(a.action, b.action);
+        assert_eq!(a.action, again.action);
+        assert!(a.action.starts_with("Rebooting-"));
+        assert!(a.action.len() <= 128, "the API server's limit");
+    }
+}

@@ -1,0 +1,331 @@
+//! The one reconcile loop every node operation runs in.
+//!
+//! An [`Operation`] says how to observe one object of its kind, which pure core decides on it,
+//! and how to perform one effect of the decision; the loop does the rest the same way for every
+//! kind: the leader check, the finalizer, the decision and its claim on nodes under the budget's
+//! lock, the order of effects and status, the events, the metrics, the backoff after errors, and
+//! an event when a failure persists (so it reaches the object, not only the log).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::core::object::HasStatus;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::chores::{Object, Scope};
+use super::error::{Error, ErrorKind};
+use super::metrics::Kind;
+use super::shared::Shared;
+use crate::common::decision::{Decision, Effect, Event};
+use crate::node::holders::Holder;
+
+/// One kind of node operation, as the runtime drives it.
+pub trait Operation: Send + Sync + Sized + 'static {
+    /// The resource.
+    type Object: Object + HasStatus<Status = Self::Status>;
+    type Status: Serialize + Clone + PartialEq + Default + Send + Sync;
+    type Effect: Effect + Debug + Send + Sync;
+    /// What the kind reports besides its status (gauges).
+    type Report: Default + Send;
+    /// What the shell read for one decision, besides the object.
+    type Observed: Send + Sync;
+
+    const KIND: Kind;
+    /// Held while the object has something to give back when it is deleted.
+    const FINALIZER: &'static str;
+
+    fn shared(&self) -> &Shared;
+
+    fn holder(&self, obj: &Self::Object) -> Holder;
+
+    /// Runs first: the caches this kind reads are synced; the object as this process last wrote
+    /// it, when the cache has not shown that yet.
+    fn prepare(
+        &self,
+        obj: Arc<Self::Object>,
+    ) -> impl Future<Output = Result<Arc<Self::Object>, Error>> + Send;
+
+    /// Reads what the decision needs (from the caches, and the few things read fresh).
+    fn observe(
+        &self,
+        obj: &Self::Object,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Self::Observed, Error>> + Send;
+
+    /// The kind's pure core, given who else holds which node (`held`). An object being deleted
+    /// is decided on once more: its decision gives back what it holds.
+    fn decide(
+        &self,
+        obj: &Self::Object,
+        observed: &Self::Observed,
+        held: &BTreeMap<String, Holder>,
+        now: Timestamp,
+    ) -> Decision<Self::Status, Self::Effect, Self::Report>;
+
+    /// Performs one effect.
+    fn perform(
+        &self,
+        obj: &Self::Object,
+        observed: &Self::Observed,
+        effect: &Self::Effect,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The status write landed (the kind may remember the written object).
+    fn wrote_status(&self, _written: Self::Object) {}
+
+    /// The decision was applied: gauges.
+    fn applied(&self, _obj: &Self::Object, _report: &Self::Report) {}
+}
+
+/// After this many failures in a row, a reconcile's error becomes a Warning event on the object.
+const ERRORS_BEFORE_EVENT: u32 = 3;
+/// The longest wait after a failure.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// How soon an object whose decision could not claim its nodes (another operation took one in
+/// between) is looked at again.
+const CLAIM_RETRY: Duration = Duration::from_secs(10);
+
+/// What the loop keeps for one kind.
+pub struct Driver<O: Operation> {
+    op: Arc<O>,
+    /// Failures in a row, by object.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<O: Operation> Driver<O> {
+    pub fn new(op: Arc<O>) -> Driver<O> {
+        Driver {
+            op,
+            failures: Mutex::default(),
+        }
+    }
+
+    fn key(obj: &O::Object) -> String {
+        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+
+    /// Counts a failure of `obj`'s reconcile; the new count.
+    fn failed(&self, obj: &O::Object) -> u32 {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(Self::key(obj)).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn succeeded(&self, obj: &O::Object) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&Self::key(obj));
+    }
+}
+
+/// Runs `controller` (the kind's watches and triggers) until `shutdown`, reconciling with `op`.
+pub async fn drive<O>(
+    op: Arc<O>,
+    controller: Controller<O::Object>,
+    concurrency: u16,
+    shutdown: CancellationToken,
+) where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    info!(kind = %O::KIND, "reconciling");
+    op.shared().metrics().kind_running(O::KIND);
+    controller
+        .with_config(Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, Arc::new(Driver::new(op)))
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(kind = %O::KIND, "reconcile failed: {e}");
+            }
+        })
+        .await;
+}
+
+async fn reconcile<O>(obj: Arc<O::Object>, driver: Arc<Driver<O>>) -> Result<Action, Error>
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    let metrics = driver.op.shared().metrics();
+    metrics.reconcile_started(O::KIND);
+    let started = Instant::now();
+    let result = reconcile_once(driver.op.as_ref(), obj.clone()).await;
+    metrics.reconcile_finished(
+        O::KIND,
+        started.elapsed(),
+        result.as_ref().err().map(Error::kind),
+    );
+    if result.is_ok() {
+        driver.succeeded(&obj);
+    }
+    result
+}
+
+async fn reconcile_once<O>(op: &O, obj: Arc<O::Object>) -> Result<Action, Error>
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    let shared = op.shared();
+    shared.chores().leading()?;
+    let obj = op.prepare(obj).await?;
+    let me = op.holder(&obj);
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
+    if deleting && !finalized {
+        shared.release(&me);
+        return Ok(Action::await_change());
+    }
+    let obj = match finalized {
+        true => obj,
+        // Before any node is touched: deleting the object then gives its nodes back. The patched
+        // object carries the resourceVersion the status write must name.
+        false => match shared
+            .chores()
+            .set_finalizer(obj.as_ref(), O::FINALIZER, true)
+            .await?
+        {
+            Some(patched) => Arc::new(patched),
+            None => return Ok(Action::await_change()),
+        },
+    };
+    let now = Timestamp::now();
+    let observed = op.observe(&obj, now).await?;
+    let decided = shared.decide_and_claim(
+        &me,
+        deleting,
+        |held| op.decide(&obj, &observed, held, now),
+        |d| &d.holds,
+    );
+    let decision = match decided {
+        Ok(d) => d,
+        Err((node, other)) => {
+            warn!(kind = %O::KIND, name = %obj.name_any(), "node {node} is held by {other}; deciding again");
+            return Ok(Action::requeue(CLAIM_RETRY));
+        }
+    };
+    let requeue = decision.requeue;
+    apply(op, &obj, &observed, decision).await?;
+    if deleting {
+        shared
+            .chores()
+            .set_finalizer(obj.as_ref(), O::FINALIZER, false)
+            .await?;
+        shared.release(&me);
+        info!(kind = %O::KIND, name = %obj.name_any(), "deleted: cleaned up");
+        return Ok(Action::await_change());
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Applies a decision: the effects that give back, the status, the events, then the effects that
+/// take (all of them attempted; the first failure is returned). An object being deleted has no
+/// status to write: its cleanup runs in the order it was decided.
+async fn apply<O>(
+    op: &O,
+    obj: &O::Object,
+    observed: &O::Observed,
+    decision: Decision<O::Status, O::Effect, O::Report>,
+) -> Result<(), Error>
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    let chores = op.shared().chores();
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    let (first, then): (Vec<_>, Vec<_>) = decision
+        .effects
+        .iter()
+        .partition(|e| !deleting && e.before_status());
+    for effect in first {
+        op.perform(obj, observed, effect).await?;
+    }
+    let changed = obj.status().cloned().unwrap_or_default() != decision.status;
+    let mut written = None;
+    if !deleting && changed {
+        written = chores.write_status(obj, &decision.status).await?;
+        if let Some(w) = &written {
+            op.wrote_status(w.clone());
+        }
+    }
+    // Effects on the object itself name the resourceVersion the status write left.
+    let obj = written.as_ref().unwrap_or(obj);
+    chores.publish(obj, &decision.events).await;
+    let mut failed = None;
+    for effect in then {
+        if let Err(e) = op.perform(obj, observed, effect).await {
+            warn!(kind = %O::KIND, name = %obj.name_any(), ?effect, "failed: {e}");
+            failed.get_or_insert(e);
+            if deleting {
+                break;
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    op.applied(obj, &decision.report);
+    Ok(())
+}
+
+fn error_policy<O>(obj: Arc<O::Object>, error: &Error, driver: Arc<Driver<O>>) -> Action
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    let kind = error.kind();
+    let failures = driver.failed(&obj);
+    warn!(kind = %O::KIND, name = %obj.name_any(), failures, "reconcile failed: {error}");
+    if failures >= ERRORS_BEFORE_EVENT && kind != ErrorKind::not_leader {
+        // Published apart: the error policy cannot wait. Identical messages fold into one series.
+        let message = error.to_string();
+        tokio::spawn(async move {
+            let event = Event::warning("ReconcileError", message);
+            driver
+                .op
+                .shared()
+                .chores()
+                .publish(obj.as_ref(), &[event])
+                .await;
+        });
+    }
+    Action::requeue(backoff(kind, failures))
+}
+
+/// How long to wait after the `failures`-th failure in a row: from 1 s (a conflict: the object
+/// moved on, decide again soon) or 2 s, doubling, at most [`BACKOFF_MAX`].
+pub fn backoff(kind: ErrorKind, failures: u32) -> Duration {
+    let base = match kind {
+        ErrorKind::conflict => Duration::from_secs(1),
+        _ => Duration::from_secs(2),
+    };
+    let doublings = failures.saturating_sub(1).min(16);
+    base.saturating_mul(1 << doublings).min(BACKOFF_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_or_two_seconds_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=8)
+            .map(|n| backoff(ErrorKind::server, n).as_secs())
+            .collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(ErrorKind::conflict, 1), Duration::from_secs(1));
+        assert_eq!(backoff(ErrorKind::conflict, 100), BACKOFF_MAX);
+    }
+}
