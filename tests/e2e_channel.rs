@@ -169,15 +169,6 @@ enum Expect {
     Error(&'static str),
 }
 
-/// Peak resident memory of a process, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// The most requests a channel failing since `elapsed` ago may have had: the first, then one per
 /// step of a backoff that starts at 10 s and doubles (one more for a request in flight).
 fn allowed_requests(elapsed: Duration) -> usize {
@@ -342,9 +333,7 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
         sent < 64 << 20,
         "{sent} bytes of the endless body were sent"
     );
-    if let Some(pid) = controller.pid()
-        && let Some(kib) = peak_rss_kib(pid)
-    {
+    if let Some(kib) = controller.peak_rss_kib() {
         eprintln!("controller peak RSS: {} MiB", kib / 1024);
         assert!(kib < 256 * 1024, "peak RSS {kib} KiB");
     }

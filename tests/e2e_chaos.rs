@@ -35,7 +35,8 @@ use serde_json::json;
 use slipway::maintenance::api::NodeMaintenance;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::ControllerProcess;
+use support::controller::{ControllerProcess, FAST_ELECTION};
+use support::process::signal;
 use support::{Cluster, TestNamespace};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -47,13 +48,6 @@ const REBOOT_LABEL: &str = "slipway.dev/reboot";
 const DRAIN_TAINT: &str = "medik8s.io/drain";
 const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
 const REBOOT_POLICY_LABEL: &str = "slipway.dev/reboot-policy";
-
-/// Leader election timing of the multi-replica scenarios (lease 10 s, renew deadline 6 s).
-const FAST_ELECTION: [(&str, &str); 3] = [
-    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
-    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
-    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
-];
 
 /// The lease duration of [`FAST_ELECTION`].
 const LEASE: Duration = Duration::from_secs(10);
@@ -724,18 +718,6 @@ fn component_pid(cluster: &Cluster, name: &str) -> anyhow::Result<u32> {
         .join("pids")
         .join(format!("{name}.pid"));
     Ok(std::fs::read_to_string(&file)?.trim().parse()?)
-}
-
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()?
-        .success();
-    if ok {
-        Ok(())
-    } else {
-        Err(anyhow!("kill -{sig} {pid} failed"))
-    }
 }
 
 /// Stops kube-apiserver (SIGTERM), waits `down`, and starts it again with the same command line,
@@ -1415,10 +1397,7 @@ async fn plan_deletion(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> R
 /// with a new boot ID a moment later, once.
 fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let (plans, nodes) = (
-            Api::<Plan>::namespaced(client.clone(), &ns),
-            Api::<Node>::all(client),
-        );
+        let plans = Api::<Plan>::namespaced(client.clone(), &ns);
         let mut rebooted = BTreeSet::new();
         loop {
             tokio::time::sleep(rng.millis(200, 1000)).await;
@@ -1436,12 +1415,7 @@ fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -
                 if rebooted.contains(&node) {
                     continue;
                 }
-                let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
-                if nodes
-                    .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .is_ok()
-                {
+                if support::try_simulate_reboot(&client, &node).await.is_ok() {
                     rebooted.insert(node);
                 }
             }
@@ -1524,9 +1498,9 @@ async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
         before.insert(n.clone(), boot);
     }
     let player = {
-        let (pods, nodes) = (
+        let (pods, client) = (
             Api::<Pod>::namespaced(client.clone(), stage.ns.name()),
-            nodes.clone(),
+            client.clone(),
         );
         let label = format!("{REBOOT_POLICY_LABEL}={name}");
         let mut rng = Random(rng.next().max(1));
@@ -1542,12 +1516,7 @@ async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
                     if rebooted.contains(&node) {
                         continue;
                     }
-                    let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
-                    if nodes
-                        .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                        .is_ok()
-                    {
+                    if support::try_simulate_reboot(&client, &node).await.is_ok() {
                         rebooted.insert(node);
                     }
                 }

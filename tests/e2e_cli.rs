@@ -14,7 +14,7 @@ use slipway::plan::api::Plan;
 use support::controller::ControllerProcess;
 
 fn slipway(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let out = support::process::slipway()
         .args(args)
         .output()
         .expect("run slipway");
@@ -367,7 +367,7 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
 
     // status --watch under the reader, from before the rollout until it is done.
     let watch_log = dir.join("watch.txt");
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let mut watch = support::process::slipway()
         .args([
             "status",
             "follow",

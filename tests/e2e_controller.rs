@@ -15,31 +15,13 @@ use serde_json::json;
 use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
-
-fn plan_from(yaml: &str) -> Plan {
-    serde_saphyr::from_str(yaml).expect("test plan parses")
-}
+use support::plans::{condition, condition_reason, is_complete, plan_from_yaml};
 
 async fn create_plan(ns: &TestNamespace, plan: &Plan) {
     ns.api::<Plan>()
         .create(&PostParams::default(), plan)
         .await
         .expect("create plan");
-}
-
-fn condition(plan: &Plan, type_: &str) -> Option<(String, String, String)> {
-    plan.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 async fn wait_plan(
@@ -61,10 +43,6 @@ async fn wait_plan(
     .await
 }
 
-fn is_complete(plan: &Plan) -> bool {
-    condition(plan, "Complete").is_some_and(|(s, _, _)| s == "True")
-}
-
 async fn node_labels(
     client: &kube::Client,
     names: &[String],
@@ -79,7 +57,7 @@ async fn node_labels(
 }
 
 fn rollout_plan(name: &str, pool: &str, concurrency: i64, extra: &str) -> Plan {
-    plan_from(&format!(
+    plan_from_yaml(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
@@ -249,10 +227,14 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
     create_plan(&ns, &plan).await;
     let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
-    let (status, _, message) = condition(&failed, "Complete").expect("Complete");
+    let complete = condition(&failed, "Complete").expect("Complete");
+    let (status, message) = (
+        &complete.status,
+        complete.message.clone().unwrap_or_default(),
+    );
     assert_eq!(status, "False");
     assert!(
         message.starts_with(&format!("Job {}/apply-failing-on-", ns.name())),
@@ -439,7 +421,7 @@ async fn a_channel_plan_follows_its_channel() {
     let status = first.status.expect("status");
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
     assert_eq!(
-        condition_reason(&ns, "follow", "LatestResolved").await,
+        current_reason(&ns, "follow", "LatestResolved").await,
         "Channel"
     );
 
@@ -469,9 +451,9 @@ async fn a_channel_plan_follows_its_channel() {
     ns.cleanup().await;
 }
 
-async fn condition_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
+async fn current_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
     let p = ns.api::<Plan>().get(plan).await.expect("plan");
-    condition(&p, type_).map(|(_, r, _)| r).unwrap_or_default()
+    condition_reason(&p, type_).unwrap_or_default()
 }
 
 const UPGRADE_CORDON: &str = "slipway.dev/upgrade-cordon";
@@ -489,17 +471,6 @@ async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>
     (unschedulable, record)
 }
 
-async fn set_unschedulable(client: &kube::Client, name: &str, value: bool) {
-    Api::<Node>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": value}})),
-        )
-        .await
-        .expect("cordon node");
-}
-
 /// SUC #71 and #341: deleting a Plan whose Jobs failed uncordons the node its Job cordoned (and
 /// deletes its Jobs), but never a node an admin cordoned before the Plan; and a Plan with
 /// `concurrency: 0` says why nothing happens instead of claiming it is complete (SUC #217).
@@ -510,7 +481,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     };
     let client = ns.client();
     let (mine, admins) = (&nodes[0], &nodes[1]);
-    set_unschedulable(&client, admins, true).await;
+    support::set_unschedulable(&client, admins, true).await;
     let _controller = ControllerProcess::start(
         &cluster,
         ns.name(),
@@ -520,10 +491,14 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     let idle = rollout_plan("idle", &pool, 0, "");
     create_plan(&ns, &idle).await;
     let idle = wait_plan(&ns, "idle", "NoConcurrency", Duration::from_secs(60), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "NoConcurrency")
+        condition_reason(p, "Complete").as_deref() == Some("NoConcurrency")
     })
     .await;
-    let (status, _, message) = condition(&idle, "Complete").expect("Complete");
+    let complete = condition(&idle, "Complete").expect("Complete");
+    let (status, message) = (
+        &complete.status,
+        complete.message.clone().unwrap_or_default(),
+    );
     assert_eq!(status, "False");
     assert!(message.starts_with("spec.concurrency is 0"), "{message}");
     ns.api::<Plan>()
@@ -535,7 +510,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
     create_plan(&ns, &plan).await;
     let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
             && p.status.as_ref().is_some_and(|s| s.applying.len() == 2)
     })
     .await;
@@ -556,7 +531,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
         (true, Some("admin".into()))
     );
     // What the Job's cordon container does on a real node (kwok runs no process).
-    set_unschedulable(&client, mine, true).await;
+    support::set_unschedulable(&client, mine, true).await;
 
     ns.api::<Plan>()
         .delete("failing", &Default::default())

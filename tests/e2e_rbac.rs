@@ -28,9 +28,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -46,6 +44,8 @@ use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
+use support::controller::ControllerProcess;
+use support::plans::{condition_reason, is_complete};
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";
@@ -450,7 +450,7 @@ fn token_jti(token: &str) -> String {
 }
 
 fn help_of_run() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let out = support::process::slipway()
         .args(["run", "--help"])
         .output()
         .expect("slipway run --help");
@@ -459,129 +459,50 @@ fn help_of_run() -> String {
 
 /// `slipway run` with the ServiceAccount's kubeconfig; stopped with SIGTERM (so a lease is
 /// released as in a pod), killed if it does not stop.
-struct Controller {
-    child: Option<Child>,
-    log: PathBuf,
+fn start_controller(
+    kubeconfig: &Path,
+    env: &BTreeMap<String, String>,
+    args: &[String],
+) -> ControllerProcess {
+    ControllerProcess::builder(kubeconfig)
+        .args(args)
+        .envs(env)
+        .stop_on_drop()
+        .start()
 }
 
-impl Controller {
-    fn start(kubeconfig: &Path, env: &BTreeMap<String, String>, args: &[String]) -> Self {
-        let log =
-            std::env::temp_dir().join(format!("{}.log", support::unique_name("slipway-rbac")));
-        let file = std::fs::File::create(&log).expect("controller log");
-        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .envs(env)
-            .env("RUST_LOG", "info,slipway=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(file.try_clone().expect("log file")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start slipway run");
-        Controller {
-            child: Some(child),
-            log,
-        }
-    }
-
-    /// Peak resident memory (VmHWM) so far, in KiB.
-    fn peak_rss_kib(&self) -> Option<u64> {
-        let pid = self.child.as_ref()?.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    }
-
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-
-    fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut text);
-        }
-        text
-    }
-
-    /// Lines of the log that report a refused request.
-    fn refusals(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter(|l| {
-                let l = l.to_lowercase();
-                l.contains("forbidden") || l.contains(" 403")
-            })
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Fails the test at once when the controller was refused a request: a missing right shows
-    /// here long before a wait for the rollout would time out.
-    fn assert_not_refused(&self) {
-        let refusals = self.refusals();
-        assert!(
-            refusals.is_empty(),
-            "the controller was refused requests (a right deploy/ lacks):\n{}",
-            refusals.join("\n")
-        );
-    }
-
-    fn log_tail(&self) -> String {
-        support::log_tail(&self.log)
-    }
+/// Lines of the controller's log that report a refused request.
+fn refusals(controller: &ControllerProcess) -> Vec<String> {
+    controller
+        .log()
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("forbidden") || l.contains(" 403")
+        })
+        .map(str::to_string)
+        .collect()
 }
 
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- slipway log ({}) ---\n{}",
-                self.log.display(),
-                self.log_tail()
-            );
-        }
-        self.stop();
-    }
-}
-
-fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
-    plan.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+/// Fails the test at once when the controller was refused a request: a missing right shows
+/// here long before a wait for the rollout would time out.
+fn assert_not_refused(controller: &ControllerProcess) {
+    let refusals = refusals(controller);
+    assert!(
+        refusals.is_empty(),
+        "the controller was refused requests (a right deploy/ lacks):\n{}",
+        refusals.join("\n")
+    );
 }
 
 async fn wait_plan(
     api: &Api<Plan>,
-    controller: &Controller,
+    controller: &ControllerProcess,
     what: &str,
     done: impl Fn(&Plan) -> bool,
 ) -> Plan {
     support::wait_for(what, Duration::from_secs(120), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         let plan = api.get(PLAN).await?;
         if done(&plan) {
             Ok(plan)
@@ -590,10 +511,6 @@ async fn wait_plan(
         }
     })
     .await
-}
-
-fn complete(p: &Plan) -> bool {
-    condition(p, "Complete").is_some_and(|(s, _)| s == "True")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,7 +608,7 @@ async fn deploy_grants_exactly_what_slipway_uses() {
             format!("127.0.0.1:{}", support::free_port()),
         ]);
     }
-    let mut controller = Controller::start(&kubeconfig, &env, &args);
+    let mut controller = start_controller(&kubeconfig, &env, &args);
 
     // 1. A Job that fails: JobFailed (event create, plans/status update, job create).
     let plans = Api::<Plan>::namespaced(client.clone(), NS);
@@ -722,7 +639,7 @@ spec:
         .await
         .expect("create plan");
     wait_plan(&plans, &controller, "the Job to fail", |p| {
-        condition(p, "Complete").is_some_and(|(_, r)| r == "JobFailed")
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
 
@@ -735,7 +652,7 @@ spec:
         )
         .await
         .expect("fix the plan");
-    wait_plan(&plans, &controller, "the plan to complete", complete).await;
+    wait_plan(&plans, &controller, "the plan to complete", is_complete).await;
 
     // 3. A new node re-opens the Plan; completing again repeats the Complete event, which the
     //    event recorder patches into a series (event patch).
@@ -745,7 +662,7 @@ spec:
         "the plan to complete on the new node",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let plan = plans.get(PLAN).await?;
             let hash = plan.status.as_ref().and_then(|s| s.latest_hash.clone());
             let label = node_api
@@ -755,7 +672,7 @@ spec:
                 .labels
                 .unwrap_or_default()
                 .remove(&format!("plan.upgrade.cattle.io/{PLAN}"));
-            if complete(&plan) && hash.is_some() && label == hash {
+            if is_complete(&plan) && hash.is_some() && label == hash {
                 Ok(())
             } else {
                 Err(anyhow!(
@@ -771,7 +688,7 @@ spec:
         "the Complete event to become a series",
         Duration::from_secs(30),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let list = events.list(&ListParams::default()).await?;
             let count = list
                 .items
@@ -839,7 +756,7 @@ spec:
         "the node to be rebooting",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let p = plans.get(&reboot_name).await?;
             let phase = p
                 .status
@@ -854,20 +771,13 @@ spec:
         },
     )
     .await;
-    node_api
-        .patch_status(
-            &rebooted[0],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
+    support::simulate_reboot(&client, &rebooted[0]).await;
     let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for(
         "the rebooted node to be done and its reboot pod gone",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let p = plans.get(&reboot_name).await?;
             let reboot_pods = pod_api
                 .list(&ListParams::default().labels(&format!(
@@ -879,7 +789,7 @@ spec:
                 .into_iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .count();
-            if complete(&p) && reboot_pods == 0 {
+            if is_complete(&p) && reboot_pods == 0 {
                 Ok(())
             } else {
                 Err(anyhow!(
@@ -939,7 +849,7 @@ spec:
         "the API server refused requests of the controller:\n{}",
         refused.join("\n")
     );
-    controller.assert_not_refused();
+    assert_not_refused(&controller);
     assert!(
         problems.is_empty(),
         "deploy/'s RBAC is not least privilege:\n{}",
@@ -1000,7 +910,7 @@ spec:
     support::delete_nodes(&client, &more).await;
     support::delete_nodes(&client, &rebooted).await;
     let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
+    let _ = std::fs::remove_file(controller.log_path());
     for name in [
         "system-upgrade",
         "system-upgrade-drainer",
@@ -1139,7 +1049,7 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
         std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
     token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
     let agent = |node: &str| {
-        Command::new(env!("CARGO_BIN_EXE_slipway"))
+        support::process::slipway()
             .args([
                 "agent",
                 "--once",
@@ -1164,7 +1074,7 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
         .expect("node")
         .metadata
         .annotations
-        .is_some_and(|a| a.contains_key("slipway.dev/reboot-required"));
+        .is_some_and(|a| a.contains_key(support::REBOOT_REQUIRED_ANNOTATION));
     assert!(annotated, "the agent marked its own node");
     let foreign = agent(&nodes[1]);
     assert!(!foreign.status.success(), "the agent changed another node");
@@ -1275,7 +1185,7 @@ async fn prove_maintenance_component(
         .expect("create the expired Lease");
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
-    let mut controller = Controller::start(&kubeconfig, &env, args);
+    let mut controller = start_controller(&kubeconfig, &env, args);
 
     let nms = Api::<NodeMaintenance>::all(client.clone());
     let mut names = Vec::new();
@@ -1296,7 +1206,7 @@ async fn prove_maintenance_component(
     let name = &names[0];
     let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
     support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(&controller);
         let nm = nms.get(name).await?;
         let error = nm.status.as_ref().and_then(|s| s.last_error.clone());
         let blocker = format!("PodDisruptionBudget {workloads}/web");
@@ -1311,7 +1221,7 @@ async fn prove_maintenance_component(
         .await
         .expect("delete the PDB");
     support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(&controller);
         for name in &names {
             let nm = nms.get(name).await?;
             if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
@@ -1330,7 +1240,7 @@ async fn prove_maintenance_component(
         "the maintenances to be gone",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             for name in &names {
                 if let Some(nm) = nms.get_opt(name).await? {
                     return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
@@ -1370,7 +1280,7 @@ async fn prove_maintenance_component(
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
+    let _ = std::fs::remove_file(controller.log_path());
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&workloads, &DeleteParams::background())
         .await;
@@ -1491,7 +1401,7 @@ async fn prove_reboot_policy_component(
     let pp = PostParams::default();
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
-    let mut controller = Controller::start(&kubeconfig, &env, args);
+    let mut controller = start_controller(&kubeconfig, &env, args);
     let policies = Api::<RebootPolicy>::all(client.clone());
     let name = support::unique_name("rbac-rbp");
     let policy: RebootPolicy = serde_json::from_value(json!({
@@ -1504,31 +1414,14 @@ async fn prove_reboot_policy_component(
         policies.create(&pp, &policy).await
     })
     .await;
+    support::ask_reboot(client, node).await;
     let nodes_api = Api::<Node>::all(client.clone());
-    let boot = nodes_api
-        .get(node)
-        .await
-        .expect("node")
-        .status
-        .and_then(|s| s.node_info)
-        .map(|i| i.boot_id)
-        .unwrap_or_default();
-    nodes_api
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"slipway.dev/reboot-required": boot}}}),
-            ),
-        )
-        .await
-        .expect("ask for a reboot");
     let status_of = |p: &RebootPolicy| serde_json::to_string(&p.status).unwrap_or_default();
     support::wait_for(
         "the drain to wait for the PDB's pod",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let p = policies.get(&name).await?;
             let draining = p
                 .status
@@ -1552,7 +1445,7 @@ async fn prove_reboot_policy_component(
         .expect("delete the PDB");
     let reboot_pods = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for("the reboot pod", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(&controller);
         let list = reboot_pods
             .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
             .await?;
@@ -1566,19 +1459,12 @@ async fn prove_reboot_policy_component(
         }
     })
     .await;
-    nodes_api
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
+    support::simulate_reboot(client, node).await;
     support::wait_for(
         "the node back and uncordoned",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(&controller);
             let p = policies.get(&name).await?;
             let n = nodes_api.get(node).await?;
             let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
@@ -1595,7 +1481,7 @@ async fn prove_reboot_policy_component(
         .await
         .expect("delete the policy");
     support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(&controller);
         match policies.get_opt(&name).await? {
             None => Ok(()),
             Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
@@ -1622,7 +1508,7 @@ async fn prove_reboot_policy_component(
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
+    let _ = std::fs::remove_file(controller.log_path());
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&workloads, &DeleteParams::background())
         .await;

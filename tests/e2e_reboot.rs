@@ -13,6 +13,7 @@ use serde_json::json;
 use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
+use support::plans::{condition, is_complete};
 
 fn reboot_plan(name: &str, pool: &str, timeout: &str) -> Plan {
     serde_saphyr::from_str(&format!(
@@ -37,17 +38,6 @@ spec:
 "#
     ))
     .expect("test plan parses")
-}
-
-async fn simulate_reboot(client: &kube::Client, node: &str) {
-    let api = Api::<Node>::all(client.clone());
-    api.patch_status(
-        node,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-    )
-    .await
-    .expect("change the boot ID");
 }
 
 async fn plan_status(ns: &TestNamespace, name: &str) -> Plan {
@@ -133,7 +123,7 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
         if round == 1 {
             // A crash while the node reboots loses nothing.
             controller.kill();
-            simulate_reboot(&client, &node).await;
+            support::simulate_reboot(&client, &node).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
             controller.restart();
         } else {
@@ -147,7 +137,7 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
             );
             let p = plan_status(&ns, "os").await;
             assert_eq!(node_phase(&p, &node).as_deref(), Some("Rebooting"));
-            simulate_reboot(&client, &node).await;
+            support::simulate_reboot(&client, &node).await;
         }
         let api = ns.api::<Plan>();
         let node_api = Api::<Node>::all(client.clone());
@@ -188,20 +178,7 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
         .await;
     }
     let api = ns.api::<Plan>();
-    support::wait_for("the plan to complete", Duration::from_secs(60), || async {
-        let p = api.get("os").await?;
-        let complete = p.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Complete" && c.status == "True")
-        });
-        if complete {
-            Ok(())
-        } else {
-            Err(anyhow!("status: {:?}", p.status))
-        }
-    })
-    .await;
+    support::plans::wait_complete(&api, "os", Duration::from_secs(60)).await;
     drop(controller);
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
@@ -222,23 +199,15 @@ async fn a_node_that_never_comes_back_fails_the_plan_after_the_timeout() {
     let api = ns.api::<Plan>();
     let failed = support::wait_for("RebootTimedOut", Duration::from_secs(90), || async {
         let p = api.get("stuck").await?;
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned());
-        match c {
+        match condition(&p, "Complete").cloned() {
             Some(c) if c.reason.as_deref() == Some("RebootTimedOut") => Ok(p),
             other => Err(anyhow!("Complete: {other:?}")),
         }
     })
     .await;
-    let status = failed.status.expect("status");
-    let complete = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Complete")
-        .expect("Complete");
+    let complete = condition(&failed, "Complete").expect("Complete");
     let message = complete.message.clone().unwrap_or_default();
+    let status = failed.status.expect("status");
     assert!(
         message.contains(&format!("Node {node} did not come back")),
         "{message}"
@@ -296,7 +265,7 @@ async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
 
     wait_phase(&ns, "gated", &node, "Rebooting", Duration::from_secs(60)).await;
     set_pod_ready(&pods, "critical", false).await;
-    simulate_reboot(&client, &node).await;
+    support::simulate_reboot(&client, &node).await;
     wait_phase(
         &ns,
         "gated",
@@ -306,45 +275,18 @@ async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
     )
     .await;
     let p = plan_status(&ns, "gated").await;
-    let complete = p
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned())
-        .expect("Complete");
+    let complete = condition(&p, "Complete").cloned().expect("Complete");
     assert_eq!(complete.reason.as_deref(), Some("WaitingForHealth"));
     let message = complete.message.unwrap_or_default();
     assert!(
         message.contains(&format!("{}/critical", ns.name())),
         "the condition names the pod: {message}"
     );
-    assert!(
-        !p.status.as_ref().is_some_and(|s| s
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")),
-        "not complete while the pod is not Ready"
-    );
+    assert!(!is_complete(&p), "not complete while the pod is not Ready");
 
     set_pod_ready(&pods, "critical", true).await;
     let api = ns.api::<Plan>();
-    support::wait_for(
-        "the gated plan to complete",
-        Duration::from_secs(60),
-        || async {
-            let p = api.get("gated").await?;
-            let complete = p.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Complete" && c.status == "True")
-            });
-            if complete {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {:?}", p.status))
-            }
-        },
-    )
-    .await;
+    support::plans::wait_complete(&api, "gated", Duration::from_secs(60)).await;
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
 }

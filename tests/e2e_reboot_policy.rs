@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 use slipway::reboot_policy::api::RebootPolicy;
 use support::controller::ControllerProcess;
 
-const AGENT: &str = "slipway.dev/reboot-required";
 const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.org/";
 
 fn policy(name: &str, pool: &str, spec: Value) -> RebootPolicy {
@@ -54,14 +53,6 @@ async fn node(client: &Client, name: &str) -> Node {
         .expect("get node")
 }
 
-fn boot_id(n: &Node) -> String {
-    n.status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
-        .unwrap_or_default()
-}
-
 fn cordoned(n: &Node) -> bool {
     n.spec
         .as_ref()
@@ -78,23 +69,6 @@ async fn annotate(client: &Client, name: &str, annotations: Value) {
         )
         .await
         .expect("annotate node");
-}
-
-/// What `slipway agent` writes when the node needs a reboot.
-async fn ask_reboot(client: &Client, name: &str) {
-    let boot = boot_id(&node(client, name).await);
-    annotate(client, name, json!({ AGENT: boot })).await;
-}
-
-async fn simulate_reboot(client: &Client, name: &str) {
-    Api::<Node>::all(client.clone())
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
 }
 
 async fn reboot_pods(ns: &str, client: &Client, policy: &str) -> Vec<Pod> {
@@ -243,12 +217,12 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     let before: Vec<String> = {
         let mut b = Vec::new();
         for n in &nodes {
-            b.push(boot_id(&node(&client, n).await));
+            b.push(support::boot_id(&node(&client, n).await));
         }
         b
     };
     for n in &nodes {
-        ask_reboot(&client, n).await;
+        support::ask_reboot(&client, n).await;
     }
     let mut rebooted: BTreeSet<String> = BTreeSet::new();
     let mut killed = false;
@@ -273,11 +247,11 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
                 continue;
             }
             if killed {
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(&client, &n).await;
             } else {
                 // A crash between the reboot pod and the node's return loses nothing.
                 controller.kill();
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(&client, &n).await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 controller.restart();
                 killed = true;
@@ -306,7 +280,11 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         "an admin's cordon stays"
     );
     for (n, b) in nodes.iter().zip(&before) {
-        assert_ne!(&boot_id(&node(&client, n).await), b, "{n} rebooted");
+        assert_ne!(
+            &support::boot_id(&node(&client, n).await),
+            b,
+            "{n} rebooted"
+        );
     }
     assert!(
         reboot_pods(ns.name(), &client, &wave).await.is_empty(),
@@ -346,7 +324,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     };
     create_policy(&api, &policy(&held, &pool, json!({"window": closed}))).await;
     let n0 = nodes[0].clone();
-    ask_reboot(&client, &n0).await;
+    support::ask_reboot(&client, &n0).await;
     let entry = wait_node_phase(&api, &held, &n0, "WaitingForWindow").await;
     assert!(
         entry["message"]
@@ -418,7 +396,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     .await
     .expect("a short timeout");
     let n1 = nodes[1].clone();
-    ask_reboot(&client, &n1).await;
+    support::ask_reboot(&client, &n1).await;
     let failed = wait_node_phase(&api, &held, &n0, "Failed").await;
     assert_eq!(failed["reason"], "RebootTimedOut", "{failed}");
     let status = status_of(&api, &held).await;
@@ -430,7 +408,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     assert!(message.contains(&format!("failed: {n0}")), "{status}");
     let waiting = node_entry(&status, &n1).cloned().unwrap_or_default();
     assert_eq!(waiting["reason"], "ConcurrencyReached", "{status}");
-    simulate_reboot(&client, &n0).await;
+    support::simulate_reboot(&client, &n0).await;
     support::wait_for(
         "n1 to start once n0 is back",
         Duration::from_secs(60),
@@ -444,7 +422,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         },
     )
     .await;
-    simulate_reboot(&client, &n1).await;
+    support::simulate_reboot(&client, &n1).await;
     wait_all_done(&client, &api, &held, &[n0.clone(), n1.clone()]).await;
     delete_policy(&api, &held).await;
 
@@ -493,7 +471,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     })
     .await;
     create_policy(&api, &policy(&pdb_policy, &pool, json!({}))).await;
-    ask_reboot(&client, &n2).await;
+    support::ask_reboot(&client, &n2).await;
     let draining = support::wait_for(
         "the drain to name the budget",
         Duration::from_secs(60),
@@ -534,7 +512,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         },
     )
     .await;
-    simulate_reboot(&client, &n2).await;
+    support::simulate_reboot(&client, &n2).await;
     wait_all_done(&client, &api, &pdb_policy, std::slice::from_ref(&n2)).await;
     deployments
         .delete("web", &DeleteParams::default())
@@ -590,7 +568,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         json!({ format!("{FLATCAR}reboot-in-progress"): "true" }),
     )
     .await;
-    simulate_reboot(&client, &n3).await;
+    support::simulate_reboot(&client, &n3).await;
     annotate(
         &client,
         &n3,
@@ -656,7 +634,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     )
     .await;
     let n4 = nodes[4].clone();
-    ask_reboot(&client, &n4).await;
+    support::ask_reboot(&client, &n4).await;
     let entry = support::wait_for(
         "alerts to hold the node",
         Duration::from_secs(60),
@@ -724,7 +702,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         .cloned()
         .unwrap_or_default();
     assert!(handled.starts_with("KernelDeadlock="), "{handled}");
-    simulate_reboot(&client, &n0).await;
+    support::simulate_reboot(&client, &n0).await;
     wait_all_done(&client, &api, &npd, std::slice::from_ref(&n0)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
@@ -803,7 +781,7 @@ spec:
         .await
         .expect("create the Plan");
     for n in &nodes {
-        ask_reboot(&client, n).await;
+        support::ask_reboot(&client, n).await;
     }
     let mut rebooted = BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
@@ -811,7 +789,7 @@ spec:
         for p in reboot_pods(ns.name(), &client, &shared).await {
             let n = pod_node(&p);
             if rebooted.insert(n.clone()) {
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(&client, &n).await;
             }
         }
         let upgraded = Api::<Node>::all(client.clone())
