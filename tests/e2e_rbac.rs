@@ -519,6 +519,63 @@ async fn deploy_grants_exactly_what_slipway_uses() {
         return;
     };
     let started = Instant::now();
+    let audit_log = audit_log_of(&cluster);
+    let client = cluster.client().await;
+    let deploy = install_deploy_as_a_user_would(&cluster, &client).await;
+
+    // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
+    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
+
+    let pool = support::unique_name("rbac");
+    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
+    let env = controller_env(&deploy, &nodes[0]);
+    let help = help_of_run();
+    let leader_election = help.contains("--leader-elect");
+    let mut args = Vec::new();
+    if help.contains("--metrics-addr") {
+        args.extend([
+            "--metrics-addr".to_string(),
+            format!("127.0.0.1:{}", support::free_port()),
+        ]);
+    }
+    let mut controller = start_controller(&kubeconfig, &env, &args);
+    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+
+    a_failed_job_then_a_fixed_plan(&controller, &plans, &pool).await;
+    let more =
+        a_new_node_makes_the_complete_event_a_series(&client, &controller, &plans, &pool).await;
+    let rebooted = a_reboot_behind_a_health_gate(&client, &controller, &plans).await;
+
+    if leader_election {
+        // Renewals are patches too; give the lease manager a moment to have done all it does.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let peak = controller.peak_rss_kib();
+    controller.stop();
+    let evidence = Evidence::read(&client, &audit_log, &jti, leader_election).await;
+    evidence.report(peak, started);
+    evidence.assert_least_privilege(&controller);
+    evidence.the_checker_catches_both_kinds_of_mistake();
+
+    // The maintenance component on top, with a token of its own (so its requests are told
+    // apart in the audit log).
+    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
+    // The reboot agent's component.
+    prove_agent_component(&cluster, &client).await;
+    // The RebootPolicy component, with a token of its own.
+    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
+
+    support::delete_nodes(&client, &nodes).await;
+    support::delete_nodes(&client, &more).await;
+    support::delete_nodes(&client, &rebooted).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_deploy(&client).await;
+}
+
+/// The API server's audit log of the cluster (tests/cluster/up.sh logs the requests of the
+/// ServiceAccount there).
+fn audit_log_of(cluster: &support::Cluster) -> PathBuf {
     let audit_log = cluster
         .kubeconfig_path()
         .parent()
@@ -530,10 +587,16 @@ async fn deploy_grants_exactly_what_slipway_uses() {
          tree, which audits the requests of {NS}/{SA}",
         audit_log.display()
     );
-    let client = cluster.client().await;
+    audit_log
+}
 
-    // Install deploy/ as a user would.
-    remove_namespace(&client).await;
+/// Install deploy/ as a user would.
+/// Returns deploy/.
+async fn install_deploy_as_a_user_would(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+) -> PathBuf {
+    remove_namespace(client).await;
     let deploy = repo().join("deploy");
     cluster
         .kubectl(&["apply", "-k", &deploy.display().to_string()])
@@ -578,13 +641,11 @@ async fn deploy_grants_exactly_what_slipway_uses() {
             "the controller pod runs on {node}, not a control-plane node"
         );
     }
+    deploy
+}
 
-    // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
-    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
-
-    let pool = support::unique_name("rbac");
-    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
-
+/// The controller's environment as deploy/ gives it: its ConfigMap, and the downward API.
+fn controller_env(deploy: &Path, node: &str) -> BTreeMap<String, String> {
     let config_map: ConfigMap = serde_saphyr::from_str(
         &std::fs::read_to_string(deploy.join("configmap.yaml")).expect("deploy/configmap.yaml"),
     )
@@ -594,24 +655,20 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
     env.insert(
         "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(),
-        nodes[0].clone(),
+        node.to_string(),
     );
     env.insert("POD_NAME".into(), "slipway-rbac-test".into());
     // A failed Job fails at once instead of after 99 retries.
     env.insert("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT".into(), "0".into());
-    let help = help_of_run();
-    let leader_election = help.contains("--leader-elect");
-    let mut args = Vec::new();
-    if help.contains("--metrics-addr") {
-        args.extend([
-            "--metrics-addr".to_string(),
-            format!("127.0.0.1:{}", support::free_port()),
-        ]);
-    }
-    let mut controller = start_controller(&kubeconfig, &env, &args);
+    env
+}
 
-    // 1. A Job that fails: JobFailed (event create, plans/status update, job create).
-    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+/// A Job that fails: JobFailed (event create, plans/status update, job create).
+async fn a_failed_job_then_a_fixed_plan(
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+    pool: &str,
+) {
     let plan: Plan = serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
@@ -638,7 +695,7 @@ spec:
         .create(&PostParams::default(), &plan)
         .await
         .expect("create plan");
-    wait_plan(&plans, &controller, "the Job to fail", |p| {
+    wait_plan(plans, controller, "the Job to fail", |p| {
         condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
@@ -652,17 +709,25 @@ spec:
         )
         .await
         .expect("fix the plan");
-    wait_plan(&plans, &controller, "the plan to complete", is_complete).await;
+    wait_plan(plans, controller, "the plan to complete", is_complete).await;
+}
 
-    // 3. A new node re-opens the Plan; completing again repeats the Complete event, which the
-    //    event recorder patches into a series (event patch).
-    let more = support::create_nodes(&client, "rbac", 1, &[("slipway.test/pool", &pool)]).await;
+/// A new node re-opens the Plan; completing again repeats the Complete event, which the
+/// event recorder patches into a series (event patch).
+/// Returns the new node.
+async fn a_new_node_makes_the_complete_event_a_series(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+    pool: &str,
+) -> Vec<String> {
+    let more = support::create_nodes(client, "rbac", 1, &[("slipway.test/pool", pool)]).await;
     let node_api = Api::<Node>::all(client.clone());
     support::wait_for(
         "the plan to complete on the new node",
         Duration::from_secs(120),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let plan = plans.get(PLAN).await?;
             let hash = plan.status.as_ref().and_then(|s| s.latest_hash.clone());
             let label = node_api
@@ -688,7 +753,7 @@ spec:
         "the Complete event to become a series",
         Duration::from_secs(30),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let list = events.list(&ListParams::default()).await?;
             let count = list
                 .items
@@ -710,13 +775,21 @@ spec:
         },
     )
     .await;
+    more
+}
 
-    // 4. A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
-    //    the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
-    //    every namespace, and the reboot pod is deleted.
+/// A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
+/// the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
+/// every namespace, and the reboot pod is deleted.
+/// Returns the rebooted node.
+async fn a_reboot_behind_a_health_gate(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+) -> Vec<String> {
     let reboot_pool = support::unique_name("rbac-reboot");
     let rebooted = support::create_nodes(
-        &client,
+        client,
         "rbac-reboot",
         1,
         &[("slipway.test/pool", &reboot_pool)],
@@ -756,7 +829,7 @@ spec:
         "the node to be rebooting",
         Duration::from_secs(120),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let p = plans.get(&reboot_name).await?;
             let phase = p
                 .status
@@ -771,13 +844,13 @@ spec:
         },
     )
     .await;
-    support::simulate_reboot(&client, &rebooted[0]).await;
+    support::simulate_reboot(client, &rebooted[0]).await;
     let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for(
         "the rebooted node to be done and its reboot pod gone",
         Duration::from_secs(120),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let p = plans.get(&reboot_name).await?;
             let reboot_pods = pod_api
                 .list(&ListParams::default().labels(&format!(
@@ -800,117 +873,151 @@ spec:
         },
     )
     .await;
+    rebooted
+}
 
-    if leader_election {
-        // Renewals are patches too; give the lease manager a moment to have done all it does.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+/// What the audit log says the controller did, and the rights deploy/ bound to it.
+struct Evidence {
+    requests: BTreeSet<Request>,
+    refused: Vec<String>,
+    audited: usize,
+    /// The controller's roles (the maintenance component's left out).
+    grants: Vec<Grant>,
+    /// The drainer role, for the Jobs.
+    drainer: Vec<Grant>,
+    /// Why the Lease rules may be unused, when they may.
+    lease_unused_reason: Option<&'static str>,
+}
+
+impl Evidence {
+    async fn read(
+        client: &kube::Client,
+        audit_log: &Path,
+        jti: &str,
+        leader_election: bool,
+    ) -> Self {
+        let (requests, refused, audited) = read_audit_log(audit_log, jti);
+        let (mut grants, drainer) = bound_rules(client).await;
+        // A run that failed half-way may have left the maintenance component installed.
+        grants.retain(|g| g.role != MAINTENANCE_ROLE);
+        let lease_unused_reason = (!leader_election).then_some(
+            "this slipway has no --leader-elect yet, so the Lease rules are not exercised",
+        );
+        Evidence {
+            requests,
+            refused,
+            audited,
+            grants,
+            drainer,
+            lease_unused_reason,
+        }
     }
-    let peak = controller.peak_rss_kib();
-    controller.stop();
 
-    // The evidence.
-    let (requests, refused, audited) = read_audit_log(&audit_log, &jti);
-    let (mut grants, drainer) = bound_rules(&client).await;
-    // A run that failed half-way may have left the maintenance component installed.
-    grants.retain(|g| g.role != MAINTENANCE_ROLE);
-    let lease_unused_reason = (!leader_election)
-        .then_some("this slipway has no --leader-elect yet, so the Lease rules are not exercised");
-    let may_be_unused = |_: &Grant, group: &str, resource: &str, verb: &str| {
-        (lease_unused_reason.is_some() && group == "coordination.k8s.io")
+    /// Rights that need not be used: [`ALLOWED_UNUSED`], and the Lease rules without leader
+    /// election.
+    fn may_be_unused(&self, _: &Grant, group: &str, resource: &str, verb: &str) -> bool {
+        (self.lease_unused_reason.is_some() && group == "coordination.k8s.io")
             || ALLOWED_UNUSED
                 .iter()
                 .any(|(g, r, v, _)| (*g, *r, *v) == (group, resource, verb))
-    };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    }
 
-    eprintln!(
-        "e2e_rbac: {audited} audited requests by {NS}/{SA}, {} distinct:",
-        requests.len()
-    );
-    for r in &requests {
-        eprintln!("  {r}");
-    }
-    for (g, r, v, why) in ALLOWED_UNUSED {
-        let used = requests
-            .iter()
-            .any(|q| (q.group.as_str(), q.resource.as_str(), q.verb.as_str()) == (*g, *r, *v));
-        eprintln!("e2e_rbac: may be unused: {v} {g}/{r} (used this time: {used}): {why}");
-    }
-    if let Some(reason) = lease_unused_reason {
-        eprintln!("e2e_rbac: may be unused: coordination.k8s.io/leases: {reason}");
-    }
-    if let Some(kib) = peak {
-        eprintln!("e2e_rbac: slipway peak RSS {} MiB", kib / 1024);
-    }
-    eprintln!("e2e_rbac: took {:?}", started.elapsed());
-
-    assert!(
-        refused.is_empty(),
-        "the API server refused requests of the controller:\n{}",
-        refused.join("\n")
-    );
-    assert_not_refused(&controller);
-    assert!(
-        problems.is_empty(),
-        "deploy/'s RBAC is not least privilege:\n{}",
-        problems.join("\n")
-    );
-
-    // The checker itself catches both kinds of mistake, on this run's evidence.
-    let mut too_much = grants.clone();
-    too_much.push(Grant {
-        role: "extra".into(),
-        namespace: Some(NS.into()),
-        rule: PolicyRule {
-            api_groups: Some(vec!["".into()]),
-            resources: Some(vec!["secrets".into()]),
-            verbs: vec!["get".into()],
-            ..Default::default()
-        },
-    });
-    assert!(
-        audit_rbac(&too_much, &requests, &may_be_unused)
-            .iter()
-            .any(|p| p.contains("get core/secrets, never used")),
-        "an unused right is reported"
-    );
-    let too_little: Vec<Grant> = grants
-        .iter()
-        .filter(|g| {
-            !g.rule
-                .resources
-                .iter()
-                .flatten()
-                .any(|r| r == "plans/status")
+    fn audit(&self, grants: &[Grant]) -> Vec<String> {
+        audit_rbac(grants, &self.requests, &|g, group, resource, verb| {
+            self.may_be_unused(g, group, resource, verb)
         })
-        .cloned()
-        .collect();
-    assert!(
-        audit_rbac(&too_little, &requests, &may_be_unused)
+    }
+
+    /// Prints the requests and what may be unused.
+    fn report(&self, peak_rss_kib: Option<u64>, started: Instant) {
+        let (audited, requests) = (self.audited, &self.requests);
+        eprintln!(
+            "e2e_rbac: {audited} audited requests by {NS}/{SA}, {} distinct:",
+            requests.len()
+        );
+        for r in requests {
+            eprintln!("  {r}");
+        }
+        for (g, r, v, why) in ALLOWED_UNUSED {
+            let used = requests
+                .iter()
+                .any(|q| (q.group.as_str(), q.resource.as_str(), q.verb.as_str()) == (*g, *r, *v));
+            eprintln!("e2e_rbac: may be unused: {v} {g}/{r} (used this time: {used}): {why}");
+        }
+        if let Some(reason) = self.lease_unused_reason {
+            eprintln!("e2e_rbac: may be unused: coordination.k8s.io/leases: {reason}");
+        }
+        if let Some(kib) = peak_rss_kib {
+            eprintln!("e2e_rbac: slipway peak RSS {} MiB", kib / 1024);
+        }
+        eprintln!("e2e_rbac: took {:?}", started.elapsed());
+    }
+
+    /// No request was refused, every request is granted by the controller's roles, and every
+    /// right of them was used.
+    fn assert_least_privilege(&self, controller: &ControllerProcess) {
+        let problems = self.audit(&self.grants);
+        assert!(
+            self.refused.is_empty(),
+            "the API server refused requests of the controller:\n{}",
+            self.refused.join("\n")
+        );
+        assert_not_refused(controller);
+        assert!(
+            problems.is_empty(),
+            "deploy/'s RBAC is not least privilege:\n{}",
+            problems.join("\n")
+        );
+    }
+
+    /// The checker itself catches both kinds of mistake, on this run's evidence.
+    fn the_checker_catches_both_kinds_of_mistake(&self) {
+        let mut too_much = self.grants.clone();
+        too_much.push(Grant {
+            role: "extra".into(),
+            namespace: Some(NS.into()),
+            rule: PolicyRule {
+                api_groups: Some(vec!["".into()]),
+                resources: Some(vec!["secrets".into()]),
+                verbs: vec!["get".into()],
+                ..Default::default()
+            },
+        });
+        assert!(
+            self.audit(&too_much)
+                .iter()
+                .any(|p| p.contains("get core/secrets, never used")),
+            "an unused right is reported"
+        );
+        let too_little: Vec<Grant> = self
+            .grants
             .iter()
-            .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
-        "a missing right is reported"
-    );
-    // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
-    // allows is reported above as not granted.
-    assert!(!drainer.is_empty(), "deploy/ binds {DRAINER_ROLE} to {SA}");
+            .filter(|g| {
+                !g.rule
+                    .resources
+                    .iter()
+                    .flatten()
+                    .any(|r| r == "plans/status")
+            })
+            .cloned()
+            .collect();
+        assert!(
+            self.audit(&too_little)
+                .iter()
+                .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
+            "a missing right is reported"
+        );
+        // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
+        // allows is reported above as not granted.
+        assert!(
+            !self.drainer.is_empty(),
+            "deploy/ binds {DRAINER_ROLE} to {SA}"
+        );
+    }
+}
 
-    // 5. The maintenance component on top, with a token of its own (so its requests are told
-    //    apart in the audit log).
-    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
-
-    // 6. The reboot agent's component.
-    prove_agent_component(&cluster, &client).await;
-
-    // 7. The RebootPolicy component, with a token of its own.
-    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
-
-    // Clean up, keeping the CRDs (other tests share them).
-    support::delete_nodes(&client, &nodes).await;
-    support::delete_nodes(&client, &more).await;
-    support::delete_nodes(&client, &rebooted).await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(controller.log_path());
+/// Removes what deploy/ installed, keeping the CRDs (other tests share them).
+async fn remove_deploy(client: &kube::Client) {
     for name in [
         "system-upgrade",
         "system-upgrade-drainer",
