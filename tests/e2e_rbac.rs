@@ -1081,35 +1081,7 @@ async fn apply_with_component(cluster: &support::Cluster, component: &str) {
 /// to annotations. The agent runs with a token bound to the DaemonSet's pod on one node.
 async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client) {
     apply_with_component(cluster, "deploy/components/reboot-agent").await;
-    let agent_sa = format!("system:serviceaccount:{NS}:slipway-agent");
-    for (verb, resource, subresource, allowed) in [
-        ("get", "nodes", "", true),
-        ("patch", "nodes", "", true),
-        ("list", "nodes", "", false),
-        ("update", "nodes", "", false),
-        ("delete", "nodes", "", false),
-        ("patch", "nodes", "status", false),
-        ("get", "pods", "", false),
-        ("create", "pods", "eviction", false),
-    ] {
-        let subresource = format!("--subresource={subresource}");
-        let answer = cluster
-            .kubectl(&[
-                "auth",
-                "can-i",
-                verb,
-                resource,
-                &subresource,
-                "--as",
-                &agent_sa,
-            ])
-            .await;
-        assert_eq!(
-            answer.is_ok(),
-            allowed,
-            "can the agent {verb} {resource} {subresource}? {answer:?}"
-        );
-    }
+    the_agent_may_only_get_and_patch_nodes(cluster).await;
     // The DaemonSet runs a pod on every node (kwok plays the kubelet); take two of them.
     let pool = support::unique_name("rbac-agent");
     let nodes =
@@ -1231,6 +1203,40 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
             .await;
     }
     support::delete_nodes(client, &nodes).await;
+}
+
+/// The agent's ServiceAccount may get and patch Nodes (the admission policy keeps it to its own
+/// Node's annotations), and nothing else it is asked about.
+async fn the_agent_may_only_get_and_patch_nodes(cluster: &support::Cluster) {
+    let agent_sa = format!("system:serviceaccount:{NS}:slipway-agent");
+    for (verb, resource, subresource, allowed) in [
+        ("get", "nodes", "", true),
+        ("patch", "nodes", "", true),
+        ("list", "nodes", "", false),
+        ("update", "nodes", "", false),
+        ("delete", "nodes", "", false),
+        ("patch", "nodes", "status", false),
+        ("get", "pods", "", false),
+        ("create", "pods", "eviction", false),
+    ] {
+        let subresource = format!("--subresource={subresource}");
+        let answer = cluster
+            .kubectl(&[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                &subresource,
+                "--as",
+                &agent_sa,
+            ])
+            .await;
+        assert_eq!(
+            answer.is_ok(),
+            allowed,
+            "can the agent {verb} {resource} {subresource}? {answer:?}"
+        );
+    }
 }
 
 /// `deploy/` plus `deploy/components/maintenance`, applied as an overlay would, then one
@@ -1369,36 +1375,23 @@ async fn prove_maintenance_component(
     }
     controller.stop();
 
-    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
-    let (grants, _) = bound_rules(client).await;
-    // deploy/'s own rights were proven above; here only the component's must all be used.
-    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
-        g.role != MAINTENANCE_ROLE
-            || ALLOWED_UNUSED
-                .iter()
-                .chain(MAINTENANCE_ALLOWED_UNUSED)
-                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
-    };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
     for (g, r, v, why) in MAINTENANCE_ALLOWED_UNUSED {
         eprintln!("e2e_rbac: maintenance may leave unused: {v} {g}/{r}: {why}");
     }
-    assert_component_proven("maintenance", audited, &requests, &refused, &problems);
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("maintenance", MAINTENANCE_ROLE),
+        MAINTENANCE_ALLOWED_UNUSED,
+        None,
+    )
+    .await;
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&workloads, &DeleteParams::background())
-        .await;
-    for namespace in [LEASES, "default"] {
-        let _ = Api::<Role>::namespaced(client.clone(), namespace)
-            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
-            .await;
-        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
-            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
-            .await;
-    }
+    remove_component(client, &workloads, MAINTENANCE_ROLE, &[LEASES, "default"]).await;
 }
 
 /// Workloads on `node`, in a namespace of their own: a Deployment's pod held by a
@@ -1597,34 +1590,64 @@ async fn prove_reboot_policy_component(
     .await;
     controller.stop();
 
-    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
-    let (grants, _) = bound_rules(client).await;
-    let grants: Vec<Grant> = grants
-        .into_iter()
-        .filter(|g| g.role != MAINTENANCE_ROLE)
-        .collect();
-    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
-        g.role != POLICY_ROLE
-            || ALLOWED_UNUSED
-                .iter()
-                .chain(POLICY_ALLOWED_UNUSED)
-                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
-    };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
-    assert_component_proven("reboot-policy", audited, &requests, &refused, &problems);
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("reboot-policy", POLICY_ROLE),
+        POLICY_ALLOWED_UNUSED,
+        Some(MAINTENANCE_ROLE),
+    )
+    .await;
 
     support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
+    remove_component(client, &workloads, POLICY_ROLE, &["default"]).await;
+}
+
+/// The audit of a component's run with the token `jti`: every request is granted, and every
+/// right of the component's role is used but those of `allowed_unused` (and [`ALLOWED_UNUSED`]);
+/// deploy/'s own rights were proven before. `leave_out` is a role not counted as granted.
+async fn prove_component_audit(
+    client: &kube::Client,
+    audit_log: &Path,
+    jti: &str,
+    (component, role): (&str, &str),
+    allowed_unused: &[(&str, &str, &str, &str)],
+    leave_out: Option<&str>,
+) {
+    let (requests, refused, audited) = read_audit_log(audit_log, jti);
+    let (grants, _) = bound_rules(client).await;
+    let grants: Vec<Grant> = grants
+        .into_iter()
+        .filter(|g| Some(g.role.as_str()) != leave_out)
+        .collect();
+    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
+        g.role != role
+            || ALLOWED_UNUSED
+                .iter()
+                .chain(allowed_unused)
+                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
+    };
+    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    assert_component_proven(component, audited, &requests, &refused, &problems);
+}
+
+/// Removes the workloads' namespace, and the component's Role and RoleBinding `role` from
+/// `namespaces`.
+async fn remove_component(client: &kube::Client, workloads: &str, role: &str, namespaces: &[&str]) {
     let _ = Api::<Namespace>::all(client.clone())
-        .delete(&workloads, &DeleteParams::background())
+        .delete(workloads, &DeleteParams::background())
         .await;
-    let _ = Api::<Role>::namespaced(client.clone(), "default")
-        .delete(POLICY_ROLE, &DeleteParams::default())
-        .await;
-    let _ = Api::<RoleBinding>::namespaced(client.clone(), "default")
-        .delete(POLICY_ROLE, &DeleteParams::default())
-        .await;
+    for namespace in namespaces {
+        let _ = Api::<Role>::namespaced(client.clone(), namespace)
+            .delete(role, &DeleteParams::default())
+            .await;
+        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .delete(role, &DeleteParams::default())
+            .await;
+    }
 }
 
 /// Prints what the controller did with deploy/components/`component`'s rights, and fails on a
