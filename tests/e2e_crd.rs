@@ -159,9 +159,7 @@ async fn a_valid_window_and_the_edge_values_are_accepted(ns: &TestNamespace) {
         json!({"window": {"days": ["0", "sunday", "sa"], "startTime": "23", "endTime": "03:04pm", "timeZone": "Europe/Berlin"},
                "postCompleteDelay": "1h30m", "concurrency": 0, "upgrade": upgrade}),
     );
-    create_raw(ns, &ok)
-        .await
-        .expect("a valid plan is accepted");
+    create_raw(ns, &ok).await.expect("a valid plan is accepted");
 }
 
 /// `kubectl get plans` shows SUC's printer columns.

@@ -92,6 +92,16 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     };
     let client = ns.client();
     let controller = controller(&cluster, ns.name(), "solo", false);
+    healthy_and_ready(&controller).await;
+    roll_out_from_a_channel(&ns, &pool).await;
+    the_metrics_show_the_finished_rollout(&controller, &ns).await;
+    deleting_the_plan_drops_its_gauges(&controller, &ns, &pool).await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+/// `/healthz` answers `ok`, and `/readyz` 200.
+async fn healthy_and_ready(controller: &ControllerProcess) {
     support::wait_for("/healthz", Duration::from_secs(30), || async {
         match controller.get("/healthz").await? {
             (200, body) if body == "ok" => Ok(()),
@@ -106,7 +116,11 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         }
     })
     .await;
+}
 
+/// A Plan `measured` of two nodes, two at a time, whose version comes from a channel; until it
+/// is complete.
+async fn roll_out_from_a_channel(ns: &TestNamespace, pool: &str) {
     let url = support::channel_server(std::sync::Arc::new(std::sync::Mutex::new(
         "v1.30.1+k3s1".to_string(),
     )))
@@ -114,12 +128,16 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
-            &plan("measured", &pool, 2, "1s", &format!("channel: {url}")),
+            &plan("measured", pool, 2, "1s", &format!("channel: {url}")),
         )
         .await
         .expect("create plan");
     wait_complete(&ns.api(), "measured", Duration::from_secs(90)).await;
+}
 
+/// The Plan's gauges, the counters of Jobs, reconciles, channel requests and node patches, in
+/// OpenMetrics.
+async fn the_metrics_show_the_finished_rollout(controller: &ControllerProcess, ns: &TestNamespace) {
     let n = ns.name();
     let plan_labels = format!("namespace=\"{n}\",plan=\"measured\"");
     let metrics = support::wait_for(
@@ -172,8 +190,14 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         metrics.trim_end().ends_with("# EOF"),
         "OpenMetrics ends with # EOF"
     );
+}
 
-    // Deleting the Plan drops its gauges (with the next reconcile of any Plan).
+/// Deleting the Plan drops its gauges (with the next reconcile of any Plan).
+async fn deleting_the_plan_drops_its_gauges(
+    controller: &ControllerProcess,
+    ns: &TestNamespace,
+    pool: &str,
+) {
     ns.api::<Plan>()
         .delete("measured", &Default::default())
         .await
@@ -181,7 +205,7 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
-            &plan("second", &pool, 1, "1s", "version: v1.30.1+k3s1"),
+            &plan("second", pool, 1, "1s", "version: v1.30.1+k3s1"),
         )
         .await
         .expect("create plan");
@@ -198,8 +222,6 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         },
     )
     .await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
