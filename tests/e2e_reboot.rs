@@ -102,86 +102,115 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
 
     for round in 0..2 {
         let node = applying_node(&ns, "os").await;
-        // The reboot pod is on the node before (or with) the Job.
-        let pods = ns.api::<Pod>();
-        let pod = support::wait_for("the reboot pod", Duration::from_secs(30), || async {
-            let list = pods
-                .list(&ListParams::default().labels("slipway.dev/reboot=true"))
-                .await?;
-            list.items
-                .into_iter()
-                .find(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-                })
-                .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
-        })
-        .await;
-        let spec = pod.spec.expect("pod spec");
-        assert_eq!(spec.host_pid, Some(true));
-        assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+        a_privileged_reboot_pod_is_on(&ns, &node).await;
         wait_phase(&ns, "os", &node, "Rebooting", Duration::from_secs(60)).await;
         if round == 1 {
-            // A crash while the node reboots loses nothing.
-            controller.kill();
-            support::simulate_reboot(&client, &node).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            controller.restart();
+            a_crash_while_the_node_reboots_loses_nothing(&mut controller, &client, &node).await;
         } else {
-            // The slot stays held while the boot ID is unchanged.
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            let other = nodes.iter().find(|n| **n != node).expect("other node");
-            assert_eq!(
-                jobs_on(&ns, other).await,
-                0,
-                "the next node waits for the reboot"
-            );
-            let p = plan_status(&ns, "os").await;
-            assert_eq!(node_phase(&p, &node).as_deref(), Some("Rebooting"));
+            the_slot_stays_held_while_the_boot_id_is_unchanged(&ns, &nodes, &node).await;
             support::simulate_reboot(&client, &node).await;
         }
-        let api = ns.api::<Plan>();
-        let node_api = Api::<Node>::all(client.clone());
-        support::wait_for(
-            &format!("{node} to be labelled"),
-            Duration::from_secs(60),
-            || async {
-                let n = node_api.get(&node).await?;
-                let hash = api.get("os").await?.status.and_then(|s| s.latest_hash);
-                let label = n
-                    .metadata
-                    .labels
-                    .and_then(|l| l.get("plan.upgrade.cattle.io/os").cloned());
-                if label.is_some() && label == hash {
-                    Ok(())
-                } else {
-                    Err(anyhow!("label {label:?}, hash {hash:?}"))
-                }
-            },
-        )
-        .await;
-        support::wait_for("the reboot pod to go", Duration::from_secs(30), || async {
-            let n = pods
-                .list(&ListParams::default().labels(&format!(
-                    "slipway.dev/reboot=true,upgrade.cattle.io/node={node}"
-                )))
-                .await?
-                .items
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .count();
-            if n == 0 {
-                Ok(())
-            } else {
-                Err(anyhow!("{n} reboot pods on {node}"))
-            }
-        })
-        .await;
+        the_node_is_labelled_and_its_reboot_pod_gone(&ns, &client, &node).await;
     }
     let api = ns.api::<Plan>();
     support::plans::wait_complete(&api, "os", Duration::from_secs(60)).await;
     drop(controller);
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
+}
+
+/// The reboot pod is on the node before (or with) the Job: host PID namespace, restarted on
+/// failure.
+async fn a_privileged_reboot_pod_is_on(ns: &TestNamespace, node: &str) {
+    let pods = ns.api::<Pod>();
+    let pod = support::wait_for("the reboot pod", Duration::from_secs(30), || async {
+        let list = pods
+            .list(&ListParams::default().labels("slipway.dev/reboot=true"))
+            .await?;
+        list.items
+            .into_iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
+    })
+    .await;
+    let spec = pod.spec.expect("pod spec");
+    assert_eq!(spec.host_pid, Some(true));
+    assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+}
+
+/// A crash while the node reboots loses nothing.
+async fn a_crash_while_the_node_reboots_loses_nothing(
+    controller: &mut ControllerProcess,
+    client: &kube::Client,
+    node: &str,
+) {
+    controller.kill();
+    support::simulate_reboot(client, node).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    controller.restart();
+}
+
+/// The slot stays held while the boot ID is unchanged: the other node gets no Job.
+async fn the_slot_stays_held_while_the_boot_id_is_unchanged(
+    ns: &TestNamespace,
+    nodes: &[String],
+    node: &str,
+) {
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let other = nodes.iter().find(|n| **n != node).expect("other node");
+    assert_eq!(
+        jobs_on(ns, other).await,
+        0,
+        "the next node waits for the reboot"
+    );
+    let p = plan_status(ns, "os").await;
+    assert_eq!(node_phase(&p, node).as_deref(), Some("Rebooting"));
+}
+
+/// The node is labelled with the Plan's hash and its reboot pod is deleted.
+async fn the_node_is_labelled_and_its_reboot_pod_gone(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    node: &str,
+) {
+    let pods = ns.api::<Pod>();
+    let api = ns.api::<Plan>();
+    let node_api = Api::<Node>::all(client.clone());
+    support::wait_for(
+        &format!("{node} to be labelled"),
+        Duration::from_secs(60),
+        || async {
+            let n = node_api.get(node).await?;
+            let hash = api.get("os").await?.status.and_then(|s| s.latest_hash);
+            let label = n
+                .metadata
+                .labels
+                .and_then(|l| l.get("plan.upgrade.cattle.io/os").cloned());
+            if label.is_some() && label == hash {
+                Ok(())
+            } else {
+                Err(anyhow!("label {label:?}, hash {hash:?}"))
+            }
+        },
+    )
+    .await;
+    support::wait_for("the reboot pod to go", Duration::from_secs(30), || async {
+        let n = pods
+            .list(&ListParams::default().labels(&format!(
+                "slipway.dev/reboot=true,upgrade.cattle.io/node={node}"
+            )))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count();
+        if n == 0 {
+            Ok(())
+        } else {
+            Err(anyhow!("{n} reboot pods on {node}"))
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
