@@ -292,27 +292,7 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
         return;
     };
     let client = ns.client();
-    // The third node opts out.
-    Api::<Node>::all(client.clone())
-        .patch(
-            &nodes[2],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"plan.upgrade.cattle.io/with-secrets": "disabled"}}})),
-        )
-        .await
-        .expect("disable node");
-    let secrets = ns.api::<Secret>();
-    for name in ["watched", "ignored"] {
-        let s: Secret = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name}, "stringData": {"v": "1"}
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &s)
-            .await
-            .expect("create secret");
-    }
+    a_disabled_node_and_two_secrets(&ns, &client, &nodes[2]).await;
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     let plan = rollout_plan(
         "with-secrets",
@@ -330,15 +310,55 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     )
     .await;
     let first_hash = first.status.and_then(|s| s.latest_hash).expect("hash");
-    let labels = node_labels(&client, &nodes).await;
+    assert_disabled(&client, &nodes[2]).await;
+    changing_the_ignored_secret_changes_nothing(&ns, &first_hash).await;
+    changing_the_watched_secret_reruns_every_enabled_node(&ns, &client, &nodes, &first_hash).await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+/// `disabled` opts out of the Plan `with-secrets`; Secrets `watched` and `ignored`.
+async fn a_disabled_node_and_two_secrets(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    disabled: &str,
+) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            disabled,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"plan.upgrade.cattle.io/with-secrets": "disabled"}}})),
+        )
+        .await
+        .expect("disable node");
+    let secrets = ns.api::<Secret>();
+    for name in ["watched", "ignored"] {
+        let s: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name}, "stringData": {"v": "1"}
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("create secret");
+    }
+}
+
+/// The node's label of the Plan `with-secrets` says `disabled` still.
+async fn assert_disabled(client: &kube::Client, node: &str) {
+    let labels = node_labels(client, &[node.to_string()]).await;
     assert_eq!(
-        labels[&nodes[2]]
+        labels[node]
             .get("plan.upgrade.cattle.io/with-secrets")
             .map(String::as_str),
         Some("disabled")
     );
+}
 
-    // Changing the ignored Secret changes nothing.
+/// Changing the ignored Secret changes nothing.
+async fn changing_the_ignored_secret_changes_nothing(ns: &TestNamespace, first_hash: &str) {
+    let secrets = ns.api::<Secret>();
     secrets
         .patch(
             "ignored",
@@ -351,10 +371,18 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     let after_ignored = ns.api::<Plan>().get("with-secrets").await.expect("plan");
     assert_eq!(
         after_ignored.status.and_then(|s| s.latest_hash).as_ref(),
-        Some(&first_hash)
+        Some(&first_hash.to_string())
     );
+}
 
-    // Changing the watched Secret re-runs the Plan on every enabled node.
+/// Changing the watched Secret re-runs the Plan on every enabled node.
+async fn changing_the_watched_secret_reruns_every_enabled_node(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    nodes: &[String],
+    first_hash: &str,
+) {
+    let secrets = ns.api::<Secret>();
     secrets
         .patch(
             "watched",
@@ -364,18 +392,19 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
         .await
         .expect("patch watched secret");
     let second = wait_plan(
-        &ns,
+        ns,
         "with-secrets",
         "rollout after the secret changed",
         Duration::from_secs(120),
         |p| {
             is_complete(p)
-                && p.status.as_ref().and_then(|s| s.latest_hash.as_ref()) != Some(&first_hash)
+                && p.status.as_ref().and_then(|s| s.latest_hash.as_ref())
+                    != Some(&first_hash.to_string())
         },
     )
     .await;
     let second_hash = second.status.and_then(|s| s.latest_hash).expect("hash");
-    let labels = node_labels(&client, &nodes).await;
+    let labels = node_labels(client, nodes).await;
     for n in &nodes[..2] {
         assert_eq!(
             labels[n].get("plan.upgrade.cattle.io/with-secrets"),
@@ -383,14 +412,7 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
             "{n}"
         );
     }
-    assert_eq!(
-        labels[&nodes[2]]
-            .get("plan.upgrade.cattle.io/with-secrets")
-            .map(String::as_str),
-        Some("disabled")
-    );
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+    assert_disabled(client, &nodes[2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
