@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ListParams;
 use slipway::plan::api::Plan;
+use support::TestNamespace;
 use support::controller::ControllerProcess;
 
 fn slipway(args: &[&str]) -> (i32, String, String) {
@@ -285,6 +286,59 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         return;
     };
     let role = format!("slipway-reader-{}", ns.name());
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kc = a_read_only_kubeconfig(&cluster, &ns, &role, &dir).await;
+    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
+    let channel = support::channel_server(target).await;
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    let plan_file = dir.join("plan.yaml");
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let pf = plan_file.display().to_string();
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+
+    let hash = resolve_and_render_as_the_reader(&pf, &kc, &nodes);
+    let _controller = status_watch_follows_the_rollout(&cluster, &ns, &kc, &dir, &hash).await;
+    let (code, out, err) = slipway(&[
+        "status",
+        "follow",
+        "-n",
+        ns.name(),
+        "--kubeconfig",
+        &kc,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report[0]["done"], 2, "{out}");
+    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+
+    a_missing_cluster_object_is_one_line(&plan, &plan_file, &kc);
+
+    let _ = cluster
+        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
+        .await;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A ServiceAccount `reader` that may only get, list and watch nodes, namespaces, Plans and
+/// Jobs (ClusterRole `role`), and a kubeconfig in `dir` with its token; the token really cannot
+/// write. Returns the kubeconfig's path.
+async fn a_read_only_kubeconfig(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+    role: &str,
+    dir: &Path,
+) -> String {
     let rbac = format!(
         "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: reader\n  namespace: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\nrules:\n- apiGroups: ['']\n  resources: [nodes, namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [upgrade.cattle.io]\n  resources: [plans]\n  verbs: [get, list, watch]\n- apiGroups: [batch]\n  resources: [jobs]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {role}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {role}\nsubjects:\n- kind: ServiceAccount\n  name: reader\n  namespace: {ns}\n",
         ns = ns.name()
@@ -304,12 +358,9 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         ])
         .await
         .expect("create token");
-    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
     token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
     let kc = kubeconfig.display().to_string();
-    // The token really cannot write.
     let can = cluster
         .kubectl(&[
             "--kubeconfig",
@@ -323,22 +374,13 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         ])
         .await;
     assert!(can.is_err(), "the reader may create Jobs: {can:?}");
+    kc
+}
 
-    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
-    let channel = support::channel_server(target).await;
-    let plan = format!(
-        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
-        ns.name()
-    );
-    let plan_file = dir.join("plan.yaml");
-    std::fs::write(&plan_file, &plan).expect("write plan");
-    let pf = plan_file.display().to_string();
-    cluster
-        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
-        .await
-        .expect("apply plan");
-
-    let (code, out, err) = slipway(&["resolve", &pf, "--kubeconfig", &kc]);
+/// `resolve` gives the channel's version and a hash; `render --summary` one Job per node with
+/// that hash. Returns the hash.
+fn resolve_and_render_as_the_reader(pf: &str, kc: &str, nodes: &[String]) -> String {
+    let (code, out, err) = slipway(&["resolve", pf, "--kubeconfig", kc]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("latestVersion: v1.31.2-k3s1"), "{out}");
     let hash = out
@@ -348,24 +390,34 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         .expect("latestHash line");
     let (code, out, err) = slipway(&[
         "render",
-        &pf,
+        pf,
         "--kubeconfig",
-        &kc,
+        kc,
         "--version",
         "v1.31.2+k3s1",
         "--summary",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&hash), "{out}");
-    for n in &nodes {
+    for n in nodes {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(n.as_str()) && l.contains(" 1 ")),
             "{out}"
         );
     }
+    hash
+}
 
-    // status --watch under the reader, from before the rollout until it is done.
+/// status --watch under the reader, from before the rollout until it is done.
+/// Returns the controller it started.
+async fn status_watch_follows_the_rollout(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+    kc: &str,
+    dir: &Path,
+    hash: &str,
+) -> ControllerProcess {
     let watch_log = dir.join("watch.txt");
     let mut watch = support::process::slipway()
         .args([
@@ -374,7 +426,7 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
             "-n",
             ns.name(),
             "--kubeconfig",
-            &kc,
+            kc,
             "--watch",
         ])
         .stdout(std::fs::File::create(&watch_log).expect("watch log"))
@@ -395,7 +447,7 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         },
     )
     .await;
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let controller = ControllerProcess::start(cluster, ns.name(), &[]);
     let plans = ns.api::<Plan>();
     let written = support::wait_for(
         "the controller's latestHash",
@@ -432,38 +484,21 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         first.starts_with("plan/follow") && !first.contains("done 2"),
         "{frames}"
     );
-    let (code, out, err) = slipway(&[
-        "status",
-        "follow",
-        "-n",
-        ns.name(),
-        "--kubeconfig",
-        &kc,
-        "-o",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(report[0]["done"], 2, "{out}");
-    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+    controller
+}
 
-    // A cluster object that is not there: one line, non-zero.
+/// A cluster object that is not there: one line, non-zero.
+fn a_missing_cluster_object_is_one_line(plan: &str, plan_file: &Path, kc: &str) {
     let missing = plan.replace(
         "concurrency: 2",
         "concurrency: 2\n  secrets:\n  - name: nope\n    path: /x",
     );
-    std::fs::write(&plan_file, missing).expect("write plan");
-    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", &kc, "--version", "v1"]);
+    std::fs::write(plan_file, missing).expect("write plan");
+    let pf = plan_file.display().to_string();
+    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", kc, "--version", "v1"]);
     assert_eq!(code, 1);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("nope"), "{err}");
-
-    let _ = cluster
-        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
-        .await;
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The same binary works as a kubectl plugin when installed as `kubectl-slipway`.
