@@ -136,7 +136,6 @@ async fn render_equals_what_the_controller_creates() {
     let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-render", 3).await else {
         return;
     };
-    let client = ns.client();
     let dir = std::env::temp_dir().join(support::unique_name("slipway-render"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let plan_file = dir.join("plan.yaml");
@@ -145,43 +144,10 @@ async fn render_equals_what_the_controller_creates() {
         ns.name()
     );
     std::fs::write(&plan_file, &plan).expect("write plan");
-    let nodes_file = dir.join("nodes.yaml");
-    let dump = cluster
-        .kubectl(&[
-            "get",
-            "nodes",
-            "-l",
-            &format!("slipway.test/pool={pool}"),
-            "-o",
-            "yaml",
-        ])
-        .await
-        .expect("dump nodes");
-    std::fs::write(&nodes_file, dump).expect("write nodes");
     let name = format!("slipway-{}", ns.name());
     let plan_arg = plan_file.display().to_string();
-    let (code, offline, err) = slipway(&[
-        "render",
-        &plan_arg,
-        "--nodes",
-        &nodes_file.display().to_string(),
-        "--name",
-        &name,
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let (code, summary, err) = slipway(&[
-        "render",
-        &plan_arg,
-        "--nodes",
-        &nodes_file.display().to_string(),
-        "--name",
-        &name,
-        "--summary",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    for n in &nodes {
-        assert!(summary.contains(n.as_str()), "{summary}");
-    }
+    let offline =
+        render_offline_from_a_node_dump(&cluster, &dir, &plan_arg, &name, &pool, &nodes).await;
 
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
@@ -197,46 +163,69 @@ async fn render_equals_what_the_controller_creates() {
         &name,
     ]);
     assert_eq!(code, 0, "{err}");
-    let rendered = |text: &str| -> BTreeMap<String, (String, String)> {
-        serde_saphyr::from_multiple::<Job>(text)
-            .expect("rendered Jobs")
-            .into_iter()
-            .map(|j| {
-                let node = j
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("upgrade.cattle.io/node"))
-                    .cloned()
-                    .unwrap_or_default();
-                let hash = slipway::plan::core::job::pod_template_hash(&j)
-                    .unwrap_or_default()
-                    .to_string();
-                (j.metadata.name.unwrap_or_default(), (node, hash))
-            })
-            .collect()
-    };
     let offline = rendered(&offline);
     let live_jobs = rendered(&live);
     assert_eq!(offline.len(), 3);
     assert_eq!(offline, live_jobs);
 
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
-    let jobs = ns.api::<Job>();
-    let created = support::wait_for(
-        "the controller's 3 Jobs",
-        Duration::from_secs(60),
-        || async {
-            let list = jobs.list(&ListParams::default()).await?;
-            if list.items.len() < 3 {
-                anyhow::bail!("{} Jobs", list.items.len());
-            }
-            Ok(list.items)
-        },
-    )
-    .await;
-    let created: BTreeMap<String, (String, String)> = created
-        .into_iter()
+    let (_controller, created) = the_controllers_jobs(&cluster, &ns).await;
+    assert_eq!(created, live_jobs);
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `render` of the Plan file over a dump of the pool's nodes (no cluster); `--summary` names
+/// every node. Returns the rendered Jobs.
+async fn render_offline_from_a_node_dump(
+    cluster: &support::Cluster,
+    dir: &Path,
+    plan_arg: &str,
+    name: &str,
+    pool: &str,
+    nodes: &[String],
+) -> String {
+    let nodes_file = dir.join("nodes.yaml");
+    let dump = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            &format!("slipway.test/pool={pool}"),
+            "-o",
+            "yaml",
+        ])
+        .await
+        .expect("dump nodes");
+    std::fs::write(&nodes_file, dump).expect("write nodes");
+    let (code, offline, err) = slipway(&[
+        "render",
+        plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, summary, err) = slipway(&[
+        "render",
+        plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        name,
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for n in nodes {
+        assert!(summary.contains(n.as_str()), "{summary}");
+    }
+    offline
+}
+
+/// Jobs by name: the node each is for and its pod template hash.
+fn jobs_by_name(jobs: impl IntoIterator<Item = Job>) -> BTreeMap<String, (String, String)> {
+    jobs.into_iter()
         .map(|j| {
             let node = j
                 .metadata
@@ -250,12 +239,34 @@ async fn render_equals_what_the_controller_creates() {
                 .to_string();
             (j.metadata.name.unwrap_or_default(), (node, hash))
         })
-        .collect();
-    assert_eq!(created, live_jobs);
-    let _ = client;
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
-    let _ = std::fs::remove_dir_all(dir);
+        .collect()
+}
+
+/// The Jobs of `slipway render`'s output, by name.
+fn rendered(text: &str) -> BTreeMap<String, (String, String)> {
+    jobs_by_name(serde_saphyr::from_multiple::<Job>(text).expect("rendered Jobs"))
+}
+
+/// Starts the controller and returns it with the three Jobs it creates, by name.
+async fn the_controllers_jobs(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+) -> (ControllerProcess, BTreeMap<String, (String, String)>) {
+    let controller = ControllerProcess::start(cluster, ns.name(), &[]);
+    let jobs = ns.api::<Job>();
+    let created = support::wait_for(
+        "the controller's 3 Jobs",
+        Duration::from_secs(60),
+        || async {
+            let list = jobs.list(&ListParams::default()).await?;
+            if list.items.len() < 3 {
+                anyhow::bail!("{} Jobs", list.items.len());
+            }
+            Ok(list.items)
+        },
+    )
+    .await;
+    (controller, jobs_by_name(created))
 }
 
 /// A kubeconfig for the cluster of `admin` that authenticates with `token`.
