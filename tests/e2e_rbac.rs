@@ -1253,116 +1253,28 @@ async fn prove_maintenance_component(
 ) {
     apply_with_component(cluster, "deploy/components/maintenance").await;
 
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .get("default-controller-env")
-        .await
-        .expect("the ConfigMap of the overlay");
-    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
-    assert_eq!(
-        env.get("SLIPWAY_MAINTENANCE").map(String::as_str),
-        Some("true"),
-        "the component turns the maintenance controller on"
-    );
+    let mut env = overlay_env(
+        client,
+        ("SLIPWAY_MAINTENANCE", "the maintenance controller"),
+        "slipway-rbac-maintenance",
+    )
+    .await;
     let pool = support::unique_name("rbac-maint");
     let nodes =
         support::create_nodes(client, "rbac-maint", 2, &[("slipway.test/pool", &pool)]).await;
     // The first node has workloads and a foreign Lease; the second neither (its Lease is created).
     let (node, bare) = (&nodes[0], &nodes[1]);
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(), node.clone());
-    env.insert("POD_NAME".into(), "slipway-rbac-maintenance".into());
 
     // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
     let workloads = workloads_on(client, node, "rbac-maint").await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
-    let pp = PostParams::default();
-    // A Lease of another holder that expired an hour ago: taken over with an update.
-    let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
-    let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
-    let expired = Lease {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("node-{node}")),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("someone-else".into()),
-            lease_duration_seconds: Some(10),
-            renew_time: Some(MicroTime(hour_ago)),
-            ..Default::default()
-        }),
-    };
-    leases
-        .create(&pp, &expired)
-        .await
-        .expect("create the expired Lease");
+    an_expired_foreign_lease(client, node).await;
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
     let mut controller = start_controller(&kubeconfig, &env, args);
 
-    let nms = Api::<NodeMaintenance>::all(client.clone());
-    let mut names = Vec::new();
-    for node in [node, bare] {
-        let name = support::unique_name("rbac-maint");
-        let nm: NodeMaintenance = serde_json::from_value(json!({
-            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
-            "kind": "NodeMaintenance",
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "reason": "rbac"},
-        }))
-        .expect("a NodeMaintenance");
-        nms.create(&pp, &nm)
-            .await
-            .expect("create the NodeMaintenance");
-        names.push(name);
-    }
-    let name = &names[0];
-    let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
-    support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
-        assert_not_refused(&controller);
-        let nm = nms.get(name).await?;
-        let error = nm.status.as_ref().and_then(|s| s.last_error.clone());
-        let blocker = format!("PodDisruptionBudget {workloads}/web");
-        if error.is_some_and(|e| e.contains(&blocker)) {
-            Ok(())
-        } else {
-            Err(anyhow!("status: {}", status_of(&nm)))
-        }
-    })
-    .await;
-    pdbs.delete("web", &DeleteParams::default())
-        .await
-        .expect("delete the PDB");
-    support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
-        assert_not_refused(&controller);
-        for name in &names {
-            let nm = nms.get(name).await?;
-            if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
-                return Err(anyhow!("{name}: status: {}", status_of(&nm)));
-            }
-        }
-        Ok(())
-    })
-    .await;
-    for name in &names {
-        nms.delete(name, &DeleteParams::default())
-            .await
-            .expect("delete the NodeMaintenance");
-    }
-    support::wait_for(
-        "the maintenances to be gone",
-        Duration::from_secs(60),
-        || async {
-            assert_not_refused(&controller);
-            for name in &names {
-                if let Some(nm) = nms.get_opt(name).await? {
-                    return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await;
+    maintain_both_through_a_blocking_budget(client, &controller, [node, bare], &workloads).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
     for node in &nodes {
         assert!(
             leases
@@ -1392,6 +1304,129 @@ async fn prove_maintenance_component(
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
     remove_component(client, &workloads, MAINTENANCE_ROLE, &[LEASES, "default"]).await;
+}
+
+/// The ConfigMap of the overlay with a component: `switch` (variable, what it turns on) must be
+/// on; the downward API's variables added, `pod` the pod's name.
+async fn overlay_env(
+    client: &kube::Client,
+    (switch, what): (&str, &str),
+    pod: &str,
+) -> BTreeMap<String, String> {
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("default-controller-env")
+        .await
+        .expect("the ConfigMap of the overlay");
+    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
+    assert_eq!(
+        env.get(switch).map(String::as_str),
+        Some("true"),
+        "the component turns {what} on"
+    );
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
+    env.insert("POD_NAME".into(), pod.into());
+    env
+}
+
+/// A Lease of the node held by another holder that expired an hour ago: taken over with an
+/// update.
+async fn an_expired_foreign_lease(client: &kube::Client, node: &str) {
+    let pp = PostParams::default();
+    let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
+    let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    let expired = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("node-{node}")),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("someone-else".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(MicroTime(hour_ago)),
+            ..Default::default()
+        }),
+    };
+    leases
+        .create(&pp, &expired)
+        .await
+        .expect("create the expired Lease");
+}
+
+/// A NodeMaintenance of each node: the first one's drain is blocked by the PDB `web` of
+/// `workloads` (and says so) until it is deleted; both drains succeed; both maintenances are
+/// deleted and gone.
+async fn maintain_both_through_a_blocking_budget(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    nodes: [&String; 2],
+    workloads: &str,
+) {
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
+    let pp = PostParams::default();
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let mut names = Vec::new();
+    for node in nodes {
+        let name = support::unique_name("rbac-maint");
+        let nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "reason": "rbac"},
+        }))
+        .expect("a NodeMaintenance");
+        nms.create(&pp, &nm)
+            .await
+            .expect("create the NodeMaintenance");
+        names.push(name);
+    }
+    let name = &names[0];
+    let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
+    support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
+        assert_not_refused(controller);
+        let nm = nms.get(name).await?;
+        let error = nm.status.as_ref().and_then(|s| s.last_error.clone());
+        let blocker = format!("PodDisruptionBudget {workloads}/web");
+        if error.is_some_and(|e| e.contains(&blocker)) {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {}", status_of(&nm)))
+        }
+    })
+    .await;
+    pdbs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the PDB");
+    support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
+        assert_not_refused(controller);
+        for name in &names {
+            let nm = nms.get(name).await?;
+            if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
+                return Err(anyhow!("{name}: status: {}", status_of(&nm)));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    for name in &names {
+        nms.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the NodeMaintenance");
+    }
+    support::wait_for(
+        "the maintenances to be gone",
+        Duration::from_secs(60),
+        || async {
+            assert_not_refused(controller);
+            for name in &names {
+                if let Some(nm) = nms.get_opt(name).await? {
+                    return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
 }
 
 /// Workloads on `node`, in a namespace of their own: a Deployment's pod held by a
@@ -1477,31 +1512,53 @@ async fn prove_reboot_policy_component(
     args: &[String],
 ) {
     apply_with_component(cluster, "deploy/components/reboot-policy").await;
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .get("default-controller-env")
-        .await
-        .expect("the ConfigMap of the overlay");
-    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
-    assert_eq!(
-        env.get("SLIPWAY_REBOOT_POLICIES").map(String::as_str),
-        Some("true"),
-        "the component turns the RebootPolicy controller on"
-    );
+    let mut env = overlay_env(
+        client,
+        ("SLIPWAY_REBOOT_POLICIES", "the RebootPolicy controller"),
+        "slipway-rbac-policy",
+    )
+    .await;
     // Only the policies here (the maintenance component's setting stays in the ConfigMap).
     env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
     let pool = support::unique_name("rbac-rbp");
     let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
     let node = &nodes[0];
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
-    env.insert("POD_NAME".into(), "slipway-rbac-policy".into());
 
     let workloads = workloads_on(client, node, "rbac-rbp").await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
-    let pp = PostParams::default();
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
     let mut controller = start_controller(&kubeconfig, &env, args);
+    reboot_the_node_through_its_budget(client, &controller, node, &pool, &workloads).await;
+    controller.stop();
+
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("reboot-policy", POLICY_ROLE),
+        POLICY_ALLOWED_UNUSED,
+        Some(MAINTENANCE_ROLE),
+    )
+    .await;
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_component(client, &workloads, POLICY_ROLE, &["default"]).await;
+}
+
+/// A RebootPolicy over the pool; the node asks; its drain waits for the PDB `web` of
+/// `workloads`, which is then deleted; the reboot pod comes, the node reboots and is given back;
+/// the policy is deleted and gone.
+async fn reboot_the_node_through_its_budget(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    node: &str,
+    pool: &str,
+    workloads: &str,
+) {
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
+    let pp = PostParams::default();
     let policies = Api::<RebootPolicy>::all(client.clone());
     let name = support::unique_name("rbac-rbp");
     let policy: RebootPolicy = serde_json::from_value(json!({
@@ -1521,7 +1578,7 @@ async fn prove_reboot_policy_component(
         "the drain to wait for the PDB's pod",
         Duration::from_secs(60),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let p = policies.get(&name).await?;
             let draining = p
                 .status
@@ -1545,7 +1602,7 @@ async fn prove_reboot_policy_component(
         .expect("delete the PDB");
     let reboot_pods = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for("the reboot pod", Duration::from_secs(60), || async {
-        assert_not_refused(&controller);
+        assert_not_refused(controller);
         let list = reboot_pods
             .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
             .await?;
@@ -1564,7 +1621,7 @@ async fn prove_reboot_policy_component(
         "the node back and uncordoned",
         Duration::from_secs(60),
         || async {
-            assert_not_refused(&controller);
+            assert_not_refused(controller);
             let p = policies.get(&name).await?;
             let n = nodes_api.get(node).await?;
             let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
@@ -1581,29 +1638,13 @@ async fn prove_reboot_policy_component(
         .await
         .expect("delete the policy");
     support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
-        assert_not_refused(&controller);
+        assert_not_refused(controller);
         match policies.get_opt(&name).await? {
             None => Ok(()),
             Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
         }
     })
     .await;
-    controller.stop();
-
-    prove_component_audit(
-        client,
-        audit_log,
-        &jti,
-        ("reboot-policy", POLICY_ROLE),
-        POLICY_ALLOWED_UNUSED,
-        Some(MAINTENANCE_ROLE),
-    )
-    .await;
-
-    support::delete_nodes(client, &nodes).await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(controller.log_path());
-    remove_component(client, &workloads, POLICY_ROLE, &["default"]).await;
 }
 
 /// The audit of a component's run with the token `jti`: every request is granted, and every
