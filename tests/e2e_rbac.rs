@@ -1086,6 +1086,20 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
     let pool = support::unique_name("rbac-agent");
     let nodes =
         support::create_nodes(client, "rbac-agent", 2, &[("slipway.test/pool", &pool)]).await;
+    let kubeconfig = a_kubeconfig_bound_to_the_agent_pod_on(cluster, client, &nodes[0]).await;
+    the_agent_changes_only_its_own_nodes_annotations(client, &kubeconfig, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    remove_agent_component(cluster).await;
+    support::delete_nodes(client, &nodes).await;
+}
+
+/// A kubeconfig with a token of the agent's ServiceAccount bound to its DaemonSet's pod on
+/// `node`, as the pod has.
+async fn a_kubeconfig_bound_to_the_agent_pod_on(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    node: &str,
+) -> PathBuf {
     let pods = Api::<Pod>::namespaced(client.clone(), NS);
     let pod_on = |node: String| {
         let pods = pods.clone();
@@ -1108,7 +1122,7 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
             .await
         }
     };
-    let pod = pod_on(nodes[0].clone()).await;
+    let pod = pod_on(node.to_string()).await;
     let token = cluster
         .kubectl(&[
             "-n",
@@ -1127,6 +1141,16 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
     let kubeconfig =
         std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
     token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    kubeconfig
+}
+
+/// `slipway agent --once` with that token marks its own node and is refused another; a label
+/// patch of its own node is refused too (only the annotations).
+async fn the_agent_changes_only_its_own_nodes_annotations(
+    client: &kube::Client,
+    kubeconfig: &Path,
+    nodes: &[String],
+) {
     let agent = |node: &str| {
         support::process::slipway()
             .args([
@@ -1136,7 +1160,7 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
                 "true",
                 "--kubeconfig",
             ])
-            .arg(&kubeconfig)
+            .arg(kubeconfig)
             .args(["--node", node])
             .output()
             .expect("run slipway agent")
@@ -1164,7 +1188,7 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
     );
     let as_agent = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+            kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig"),
             &kube::config::KubeConfigOptions::default(),
         )
         .await
@@ -1182,7 +1206,10 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
         matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
         "{label:?}"
     );
-    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// Removes the agent component's DaemonSet, admission policy and ClusterRole.
+async fn remove_agent_component(cluster: &support::Cluster) {
     let _ = cluster
         .kubectl(&[
             "delete",
@@ -1202,7 +1229,6 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
             .kubectl(&["delete", what, "--ignore-not-found"])
             .await;
     }
-    support::delete_nodes(client, &nodes).await;
 }
 
 /// The agent's ServiceAccount may get and patch Nodes (the admission policy keeps it to its own
