@@ -191,6 +191,18 @@ impl Scene {
     }
 }
 
+/// A Deployment `name` of one pod on `node`, held by a PodDisruptionBudget `name` that allows no
+/// eviction; once the pod runs.
+async fn one_pod_held_by_a_budget(s: &Scene, name: &str, node: &str) {
+    let pp = PostParams::default();
+    s.deployments
+        .create(&pp, &deployment(name, node, 1))
+        .await
+        .expect("create deployment");
+    s.pdbs.create(&pp, &pdb(name, 1)).await.expect("create pdb");
+    wait_running(&s.ns, node, 1).await;
+}
+
 /// The namespace of the nodes' Leases, as medik8s has it.
 async fn ensure_lease_namespace(client: &kube::Client) {
     let namespaces = Api::<Namespace>::all(client.clone());
@@ -306,18 +318,12 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
         ns,
         nodes,
         nms,
-        deployments,
         pdbs,
         ..
     } = s;
     let pp = PostParams::default();
     let node = &nodes[1];
-    deployments
-        .create(&pp, &deployment("db", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("db", 1)).await.expect("create pdb");
-    wait_running(ns, node, 1).await;
+    one_pod_held_by_a_budget(s, "db", node).await;
     nms.create(&pp, &maintenance(&s.nm_name("pdb"), node, None))
         .await
         .expect("create NodeMaintenance");
@@ -385,24 +391,11 @@ async fn a_second_maintenance_of_the_node_is_reported_and_changes_nothing(s: &Sc
 /// A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
 async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
     let Scene {
-        client,
-        ns,
-        nodes,
-        nms,
-        deployments,
-        pdbs,
-        ..
+        client, nodes, nms, ..
     } = s;
     let pp = PostParams::default();
     let node = &nodes[2];
-    deployments
-        .create(&pp, &deployment("cache", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("cache", 1))
-        .await
-        .expect("create pdb");
-    wait_running(ns, node, 1).await;
+    one_pod_held_by_a_budget(s, "cache", node).await;
     // An admin cordons the node.
     support::set_unschedulable(client, node, true).await;
     nms.create(&pp, &maintenance(&s.nm_name("timeout"), node, Some("5s")))
@@ -435,23 +428,11 @@ async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
 /// A controller killed mid-drain resumes.
 async fn a_controller_killed_mid_drain_resumes(s: &Scene, controller: &mut ControllerProcess) {
     let Scene {
-        ns,
-        nodes,
-        nms,
-        deployments,
-        pdbs,
-        ..
+        nodes, nms, pdbs, ..
     } = s;
     let pp = PostParams::default();
     let node = &nodes[3];
-    deployments
-        .create(&pp, &deployment("queue", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("queue", 1))
-        .await
-        .expect("create pdb");
-    wait_running(ns, node, 1).await;
+    one_pod_held_by_a_budget(s, "queue", node).await;
     nms.create(&pp, &maintenance(&s.nm_name("crash"), node, None))
         .await
         .expect("create NodeMaintenance");

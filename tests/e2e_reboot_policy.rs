@@ -190,6 +190,19 @@ async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
     .await;
 }
 
+/// Waits (up to 60 s) for a reboot pod of `policy` on `node`.
+async fn wait_reboot_pod(s: &Scene, policy: &str, node: &str, what: &str) {
+    support::wait_for(what, Duration::from_secs(60), || async {
+        let p = reboot_pods(s.ns.name(), &s.client, policy).await;
+        if p.iter().any(|p| pod_node(p) == node) {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {}", status_of(&s.api, policy).await))
+        }
+    })
+    .await
+}
+
 /// What every step of the scenario works with: the RebootPolicy API, the test's namespace and
 /// its five nodes (pool `pool`).
 struct Scene {
@@ -563,15 +576,7 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
     pods.delete("blocker", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete blocker");
-    support::wait_for("the reboot pod", Duration::from_secs(60), || async {
-        let p = reboot_pods(ns.name(), client, &held).await;
-        if p.iter().any(|p| pod_node(p) == n0) {
-            Ok(())
-        } else {
-            Err(anyhow!("none yet"))
-        }
-    })
-    .await;
+    wait_reboot_pod(s, &held, &n0, "the reboot pod").await;
     assert!(cordoned(&node(client, &n0).await));
 }
 
@@ -581,7 +586,7 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
     let Scene {
         client,
         api,
-        ns,
+        ns: _,
         nodes,
         ..
     } = s;
@@ -608,19 +613,7 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
     let waiting = node_entry(&status, &n1).cloned().unwrap_or_default();
     assert_eq!(waiting["reason"], "ConcurrencyReached", "{status}");
     support::simulate_reboot(client, &n0).await;
-    support::wait_for(
-        "n1 to start once n0 is back",
-        Duration::from_secs(60),
-        || async {
-            let p = reboot_pods(ns.name(), client, &held).await;
-            if p.iter().any(|p| pod_node(p) == n1) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(api, &held).await))
-            }
-        },
-    )
-    .await;
+    wait_reboot_pod(s, &held, &n1, "n1 to start once n0 is back").await;
     support::simulate_reboot(client, &n1).await;
     wait_all_done(client, api, &held, &[n0.clone(), n1.clone()]).await;
     delete_policy(api, &held).await;
@@ -666,19 +659,7 @@ async fn a_pod_disruption_budget_holds_the_drain(s: &Scene) {
     pdbs.delete("web", &DeleteParams::default())
         .await
         .expect("delete pdb");
-    support::wait_for(
-        "the reboot pod after the drain",
-        Duration::from_secs(60),
-        || async {
-            let p = reboot_pods(ns.name(), client, &pdb_policy).await;
-            if p.iter().any(|p| pod_node(p) == n2) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(api, &pdb_policy).await))
-            }
-        },
-    )
-    .await;
+    wait_reboot_pod(s, &pdb_policy, &n2, "the reboot pod after the drain").await;
     support::simulate_reboot(client, &n2).await;
     wait_all_done(client, api, &pdb_policy, std::slice::from_ref(&n2)).await;
     deployments
@@ -929,19 +910,7 @@ async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
         )
         .await
         .expect("set the condition");
-    support::wait_for(
-        "the condition's reboot pod",
-        Duration::from_secs(60),
-        || async {
-            let p = reboot_pods(ns.name(), client, &npd).await;
-            if p.iter().any(|p| pod_node(p) == n0) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(api, &npd).await))
-            }
-        },
-    )
-    .await;
+    wait_reboot_pod(s, &npd, &n0, "the condition's reboot pod").await;
     let handled = node(client, &n0)
         .await
         .annotations()
