@@ -23,6 +23,14 @@
 //! - otherwise: `tests/cluster/up.sh 3` starts a private cluster for this test binary; a detached
 //!   reaper tears it down once the test process exits, even after a panic or a kill.
 //!
+//! What else is here:
+//! - [`controller::ControllerProcess`]: the `slipway run` of a test (start, kill, restart, stop
+//!   with SIGTERM, its log), on [`process::ChildProcess`], which runs any other child process
+//!   (`slipway agent`, system-upgrade-controller) the same way;
+//! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
+//! - [`plans`]: a Plan's conditions, and waiting for it to complete;
+//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
+//!
 //! `#[tokio::test]` gives every test its own runtime, and a kube `Client`'s connection pool is
 //! bound to the runtime that made it. So only the kubeconfig path is shared; every test builds
 //! its own client with [`Cluster::client`].
