@@ -5,33 +5,33 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
+use support::process::ChildProcess;
 
-const ANNOTATION: &str = "slipway.dev/reboot-required";
+const ANNOTATION: &str = support::REBOOT_REQUIRED_ANNOTATION;
 
-fn agent(kubeconfig: &Path, node: &str, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slipway"));
-    cmd.args(["agent", "--kubeconfig"])
-        .arg(kubeconfig)
-        .args(["--node", node])
-        .args(extra)
-        .stdin(Stdio::null());
-    cmd
+/// `agent --kubeconfig <kubeconfig> --node <node> <extra>`.
+fn agent_args(kubeconfig: &Path, node: &str, extra: &[&str]) -> Vec<String> {
+    let head = [
+        "agent",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--node",
+        node,
+    ];
+    head.iter().chain(extra).map(|a| a.to_string()).collect()
 }
 
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `slipway agent ...` to run to its end (`--once`, or bad input).
+fn agent(kubeconfig: &Path, node: &str, extra: &[&str]) -> Command {
+    let mut cmd = support::process::slipway();
+    cmd.args(agent_args(kubeconfig, node, extra));
+    cmd
 }
 
 async fn annotation(nodes: &Api<Node>, node: &str) -> anyhow::Result<Option<String>> {
@@ -55,30 +55,6 @@ async fn wait_annotation(nodes: &Api<Node>, node: &str, want: Option<&str>, what
     .await
 }
 
-async fn boot_id(nodes: &Api<Node>, node: &str) -> String {
-    nodes
-        .get(node)
-        .await
-        .expect("get node")
-        .status
-        .and_then(|s| s.node_info)
-        .map(|i| i.boot_id)
-        .unwrap_or_default()
-}
-
-async fn simulate_reboot(nodes: &Api<Node>, node: &str) -> String {
-    let boot = support::random_uuid();
-    nodes
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": boot}}})),
-        )
-        .await
-        .expect("change the boot ID");
-    boot
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
     let Some((cluster, ns, names, _)) = support::setup_pool("agent", 2).await else {
@@ -91,24 +67,21 @@ async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
     std::fs::create_dir_all(&host_run).expect("the stand-in for /var/run");
     let sentinel = host_run.join("reboot-required");
     let sentinel_arg = sentinel.display().to_string();
-    let _agent = Running(
-        agent(
+    let agent_process = ChildProcess::slipway(host_run.with_extension("log"))
+        .args(agent_args(
             cluster.kubeconfig_path(),
             node,
             &["--sentinel-file", &sentinel_arg, "--period", "200ms"],
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start slipway agent"),
-    );
+        ))
+        .started();
 
-    let first_boot = boot_id(&nodes, node).await;
+    let first_boot = support::current_boot_id(&client, node).await;
     std::fs::write(&sentinel, "").expect("touch the sentinel");
     wait_annotation(&nodes, node, Some(&first_boot), "the request at this boot").await;
     assert_eq!(annotation(&nodes, other).await.expect("other node"), None);
 
     // A sentinel that survives the reboot asks again, at the new boot.
-    let second_boot = simulate_reboot(&nodes, node).await;
+    let second_boot = support::simulate_reboot(&client, node).await;
     wait_annotation(
         &nodes,
         node,
@@ -123,9 +96,9 @@ async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
     std::fs::write(&sentinel, "").expect("touch the sentinel");
     wait_annotation(&nodes, node, Some(&second_boot), "the request again").await;
     std::fs::remove_file(&sentinel).expect("remove the sentinel");
-    simulate_reboot(&nodes, node).await;
+    support::simulate_reboot(&client, node).await;
     wait_annotation(&nodes, node, None, "the request cleared after the reboot").await;
-    drop(_agent);
+    drop(agent_process);
 
     // A sentinel command: exit 0 asks, 1 withdraws, one that cannot run changes nothing.
     let kubeconfig = cluster.kubeconfig_path();
@@ -139,7 +112,7 @@ async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
         .expect("run slipway agent --once")
     };
     assert!(once("true").status.success());
-    let boot = boot_id(&nodes, other).await;
+    let boot = support::current_boot_id(&client, other).await;
     assert_eq!(
         annotation(&nodes, other).await.expect("get"),
         Some(boot.clone())

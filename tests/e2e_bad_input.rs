@@ -137,15 +137,6 @@ fn catalogue() -> Vec<Case> {
     ]
 }
 
-fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
-    plan.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
-}
-
 /// Creates the case's Plan, selecting the nodes of `pool`, and checks a rejection.
 async fn create_case(plans: &Api<Plan>, case: &Case, pool: &str) {
     let mut spec = case.spec.clone();
@@ -236,8 +227,10 @@ async fn hostile_plans_are_rejected_reported_or_rolled_out() {
                     Duration::from_secs(60),
                     || async {
                         let plan = plans.get(&case.name).await?;
-                        match condition(&plan, "Validated") {
-                            Some((s, m)) if s == "False" => Ok(m),
+                        match support::plans::condition(&plan, "Validated") {
+                            Some(c) if c.status == "False" => {
+                                Ok(c.message.clone().unwrap_or_default())
+                            }
                             other => Err(anyhow!("Validated: {other:?}")),
                         }
                     },

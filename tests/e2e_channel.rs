@@ -169,15 +169,6 @@ enum Expect {
     Error(&'static str),
 }
 
-/// Peak resident memory of a process, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// The most requests a channel failing since `elapsed` ago may have had: the first, then one per
 /// step of a backoff that starts at 10 s and doubles (one more for a request in flight).
 fn allowed_requests(elapsed: Duration) -> usize {
@@ -258,7 +249,31 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
         ns.name(),
         &[("SYSTEM_UPGRADE_CONTROLLER_THREADS", "2")],
     );
-    let plans: Vec<(&str, String, Expect)> = vec![
+    let plans = hostile_plans(&url);
+    let api = ns.api::<Plan>();
+    hanging_requests_take_every_reconcile_slot(&api, &plans, &record).await;
+    a_good_channel_resolves_meanwhile(&api, &url("ok"), &record).await;
+    for (name, url, expect) in &plans {
+        assert_outcome(&api, name, url, expect).await;
+    }
+    assert_within_backoff(&record);
+
+    let sent = record.body_bytes.load(Ordering::Relaxed);
+    assert!(
+        sent < 64 << 20,
+        "{sent} bytes of the endless body were sent"
+    );
+    if let Some(kib) = controller.peak_rss_kib() {
+        eprintln!("controller peak RSS: {} MiB", kib / 1024);
+        assert!(kib < 256 * 1024, "peak RSS {kib} KiB");
+    }
+    drop(controller);
+    ns.cleanup().await;
+}
+
+/// One Plan per kind of hostile answer: its name, channel URL and what it must end with.
+fn hostile_plans(url: &dyn Fn(&str) -> String) -> Vec<(&'static str, String, Expect)> {
+    vec![
         (
             "hang-a",
             url("hang").replace("stable", "a"),
@@ -294,14 +309,20 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
             url("tls").replace("http://", "https://"),
             Expect::Error("failed"),
         ),
-    ];
-    let api = ns.api::<Plan>();
-    for (name, url, _) in &plans {
+    ]
+}
+
+/// Creates the hostile Plans; as many hanging requests as there are reconcile slots.
+async fn hanging_requests_take_every_reconcile_slot(
+    api: &kube::Api<Plan>,
+    plans: &[(&str, String, Expect)],
+    record: &Record,
+) {
+    for (name, url, _) in plans {
         api.create(&PostParams::default(), &channel_plan(name, url))
             .await
             .expect("create plan");
     }
-    // As many hanging requests as there are reconcile slots.
     support::wait_for("two hanging requests", Duration::from_secs(60), || {
         let hanging = record.hanging.load(Ordering::SeqCst);
         async move {
@@ -313,8 +334,12 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
         }
     })
     .await;
+}
 
-    api.create(&PostParams::default(), &channel_plan("good", &url("ok")))
+/// A good channel resolves while the hanging requests hold both slots: no Plan waits until a
+/// hanging request is given up.
+async fn a_good_channel_resolves_meanwhile(api: &kube::Api<Plan>, good_url: &str, record: &Record) {
+    api.create(&PostParams::default(), &channel_plan("good", good_url))
         .await
         .expect("create plan");
     let good = support::wait_for("the good channel", Duration::from_secs(60), || async {
@@ -331,23 +356,4 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
         0,
         "the good channel's Plan waited until a hanging request was given up"
     );
-
-    for (name, url, expect) in &plans {
-        assert_outcome(&api, name, url, expect).await;
-    }
-    assert_within_backoff(&record);
-
-    let sent = record.body_bytes.load(Ordering::Relaxed);
-    assert!(
-        sent < 64 << 20,
-        "{sent} bytes of the endless body were sent"
-    );
-    if let Some(pid) = controller.pid()
-        && let Some(kib) = peak_rss_kib(pid)
-    {
-        eprintln!("controller peak RSS: {} MiB", kib / 1024);
-        assert!(kib < 256 * 1024, "peak RSS {kib} KiB");
-    }
-    drop(controller);
-    ns.cleanup().await;
 }

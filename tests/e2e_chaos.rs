@@ -35,7 +35,8 @@ use serde_json::json;
 use slipway::maintenance::api::NodeMaintenance;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::ControllerProcess;
+use support::controller::{ControllerProcess, FAST_ELECTION};
+use support::process::signal;
 use support::{Cluster, TestNamespace};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -47,13 +48,6 @@ const REBOOT_LABEL: &str = "slipway.dev/reboot";
 const DRAIN_TAINT: &str = "medik8s.io/drain";
 const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
 const REBOOT_POLICY_LABEL: &str = "slipway.dev/reboot-policy";
-
-/// Leader election timing of the multi-replica scenarios (lease 10 s, renew deadline 6 s).
-const FAST_ELECTION: [(&str, &str); 3] = [
-    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
-    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
-    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
-];
 
 /// The lease duration of [`FAST_ELECTION`].
 const LEASE: Duration = Duration::from_secs(10);
@@ -724,18 +718,6 @@ fn component_pid(cluster: &Cluster, name: &str) -> anyhow::Result<u32> {
         .join("pids")
         .join(format!("{name}.pid"));
     Ok(std::fs::read_to_string(&file)?.trim().parse()?)
-}
-
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()?
-        .success();
-    if ok {
-        Ok(())
-    } else {
-        Err(anyhow!("kill -{sig} {pid} failed"))
-    }
 }
 
 /// Stops kube-apiserver (SIGTERM), waits `down`, and starts it again with the same command line,
@@ -1415,10 +1397,7 @@ async fn plan_deletion(cluster: &Cluster, sizes: &Sizes, _rng: &mut Random) -> R
 /// with a new boot ID a moment later, once.
 fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let (plans, nodes) = (
-            Api::<Plan>::namespaced(client.clone(), &ns),
-            Api::<Node>::all(client),
-        );
+        let plans = Api::<Plan>::namespaced(client.clone(), &ns);
         let mut rebooted = BTreeSet::new();
         loop {
             tokio::time::sleep(rng.millis(200, 1000)).await;
@@ -1436,12 +1415,7 @@ fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -
                 if rebooted.contains(&node) {
                     continue;
                 }
-                let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
-                if nodes
-                    .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .is_ok()
-                {
+                if support::try_simulate_reboot(&client, &node).await.is_ok() {
                     rebooted.insert(node);
                 }
             }
@@ -1510,79 +1484,16 @@ async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
     let nodes = Api::<Node>::all(client.clone());
     let mut before = BTreeMap::new();
     for n in &stage.nodes {
-        let node = nodes.get(n).await.expect("node");
-        let boot = node
-            .status
-            .and_then(|s| s.node_info)
-            .map(|i| i.boot_id)
-            .unwrap_or_default();
-        let ask = json!({"metadata": {"annotations": {"slipway.dev/reboot-required": boot}}});
-        nodes
-            .patch(n, &PatchParams::default(), &Patch::Merge(ask))
-            .await
-            .expect("ask for a reboot");
-        before.insert(n.clone(), boot);
+        before.insert(n.clone(), support::current_boot_id(&client, n).await);
+        support::ask_reboot(&client, n).await;
     }
-    let player = {
-        let (pods, nodes) = (
-            Api::<Pod>::namespaced(client.clone(), stage.ns.name()),
-            nodes.clone(),
-        );
-        let label = format!("{REBOOT_POLICY_LABEL}={name}");
-        let mut rng = Random(rng.next().max(1));
-        tokio::spawn(async move {
-            let mut rebooted = BTreeSet::new();
-            loop {
-                tokio::time::sleep(rng.millis(200, 1000)).await;
-                let Ok(list) = pods.list(&ListParams::default().labels(&label)).await else {
-                    continue;
-                };
-                for p in list.items {
-                    let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
-                    if rebooted.contains(&node) {
-                        continue;
-                    }
-                    let patch = json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}});
-                    if nodes
-                        .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                        .is_ok()
-                    {
-                        rebooted.insert(node);
-                    }
-                }
-            }
-        })
-    };
-    let all_back = || async {
-        let status = policies
-            .get(&name)
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .unwrap_or_default();
-        if !status.nodes.is_empty() {
-            return false;
-        }
-        for (n, boot) in &before {
-            match nodes.get(n).await {
-                Ok(node)
-                    if node
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.node_info.as_ref())
-                        .map(|i| &i.boot_id)
-                        != Some(boot)
-                        && !node
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.unschedulable)
-                            .unwrap_or(false) => {}
-                _ => return false,
-            }
-        }
-        true
-    };
+    let player = play_reboot_pods(
+        client.clone(),
+        stage.ns.name().to_string(),
+        name.clone(),
+        Random(rng.next().max(1)),
+    );
+    let all_back = || every_node_back(&policies, &nodes, &name, &before);
     let mut kills = 0;
     while kills < sizes.kills && !all_back().await {
         tokio::time::sleep(rng.millis(300, 2000)).await;
@@ -1605,6 +1516,67 @@ async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
     replicas.stop();
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     stage.end(finished, kills).await
+}
+/// Plays the nodes of the RebootPolicy `policy`: a node with a reboot pod of it comes back with a
+/// new boot ID a moment later, once.
+fn play_reboot_pods(client: Client, ns: String, policy: String, mut rng: Random) -> JoinHandle<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let label = format!("{REBOOT_POLICY_LABEL}={policy}");
+    tokio::spawn(async move {
+        let mut rebooted = BTreeSet::new();
+        loop {
+            tokio::time::sleep(rng.millis(200, 1000)).await;
+            let Ok(list) = pods.list(&ListParams::default().labels(&label)).await else {
+                continue;
+            };
+            for p in list.items {
+                let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
+                if rebooted.contains(&node) {
+                    continue;
+                }
+                if support::try_simulate_reboot(&client, &node).await.is_ok() {
+                    rebooted.insert(node);
+                }
+            }
+        }
+    })
+}
+
+/// The policy has no node left, and every node of `before` has a boot ID other than the one
+/// there and is schedulable.
+async fn every_node_back(
+    policies: &Api<RebootPolicy>,
+    nodes: &Api<Node>,
+    name: &str,
+    before: &BTreeMap<String, String>,
+) -> bool {
+    let status = policies
+        .get(name)
+        .await
+        .ok()
+        .and_then(|p| p.status)
+        .unwrap_or_default();
+    if !status.nodes.is_empty() {
+        return false;
+    }
+    for (n, boot) in before {
+        match nodes.get(n).await {
+            Ok(node)
+                if node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map(|i| &i.boot_id)
+                    != Some(boot)
+                    && !node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.unschedulable)
+                        .unwrap_or(false) => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A NodeMaintenance of `node`; retried until the controller has installed the CRD.

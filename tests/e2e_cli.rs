@@ -11,10 +11,11 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ListParams;
 use slipway::plan::api::Plan;
+use support::TestNamespace;
 use support::controller::ControllerProcess;
 
 fn slipway(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let out = support::process::slipway()
         .args(args)
         .output()
         .expect("run slipway");
@@ -135,7 +136,6 @@ async fn render_equals_what_the_controller_creates() {
     let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-render", 3).await else {
         return;
     };
-    let client = ns.client();
     let dir = std::env::temp_dir().join(support::unique_name("slipway-render"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let plan_file = dir.join("plan.yaml");
@@ -144,43 +144,10 @@ async fn render_equals_what_the_controller_creates() {
         ns.name()
     );
     std::fs::write(&plan_file, &plan).expect("write plan");
-    let nodes_file = dir.join("nodes.yaml");
-    let dump = cluster
-        .kubectl(&[
-            "get",
-            "nodes",
-            "-l",
-            &format!("slipway.test/pool={pool}"),
-            "-o",
-            "yaml",
-        ])
-        .await
-        .expect("dump nodes");
-    std::fs::write(&nodes_file, dump).expect("write nodes");
     let name = format!("slipway-{}", ns.name());
     let plan_arg = plan_file.display().to_string();
-    let (code, offline, err) = slipway(&[
-        "render",
-        &plan_arg,
-        "--nodes",
-        &nodes_file.display().to_string(),
-        "--name",
-        &name,
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let (code, summary, err) = slipway(&[
-        "render",
-        &plan_arg,
-        "--nodes",
-        &nodes_file.display().to_string(),
-        "--name",
-        &name,
-        "--summary",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    for n in &nodes {
-        assert!(summary.contains(n.as_str()), "{summary}");
-    }
+    let offline =
+        render_offline_from_a_node_dump(&cluster, &dir, &plan_arg, &name, &pool, &nodes).await;
 
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
@@ -196,46 +163,69 @@ async fn render_equals_what_the_controller_creates() {
         &name,
     ]);
     assert_eq!(code, 0, "{err}");
-    let rendered = |text: &str| -> BTreeMap<String, (String, String)> {
-        serde_saphyr::from_multiple::<Job>(text)
-            .expect("rendered Jobs")
-            .into_iter()
-            .map(|j| {
-                let node = j
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("upgrade.cattle.io/node"))
-                    .cloned()
-                    .unwrap_or_default();
-                let hash = slipway::plan::core::job::pod_template_hash(&j)
-                    .unwrap_or_default()
-                    .to_string();
-                (j.metadata.name.unwrap_or_default(), (node, hash))
-            })
-            .collect()
-    };
     let offline = rendered(&offline);
     let live_jobs = rendered(&live);
     assert_eq!(offline.len(), 3);
     assert_eq!(offline, live_jobs);
 
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
-    let jobs = ns.api::<Job>();
-    let created = support::wait_for(
-        "the controller's 3 Jobs",
-        Duration::from_secs(60),
-        || async {
-            let list = jobs.list(&ListParams::default()).await?;
-            if list.items.len() < 3 {
-                anyhow::bail!("{} Jobs", list.items.len());
-            }
-            Ok(list.items)
-        },
-    )
-    .await;
-    let created: BTreeMap<String, (String, String)> = created
-        .into_iter()
+    let (_controller, created) = the_controllers_jobs(&cluster, &ns).await;
+    assert_eq!(created, live_jobs);
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `render` of the Plan file over a dump of the pool's nodes (no cluster); `--summary` names
+/// every node. Returns the rendered Jobs.
+async fn render_offline_from_a_node_dump(
+    cluster: &support::Cluster,
+    dir: &Path,
+    plan_arg: &str,
+    name: &str,
+    pool: &str,
+    nodes: &[String],
+) -> String {
+    let nodes_file = dir.join("nodes.yaml");
+    let dump = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-l",
+            &format!("slipway.test/pool={pool}"),
+            "-o",
+            "yaml",
+        ])
+        .await
+        .expect("dump nodes");
+    std::fs::write(&nodes_file, dump).expect("write nodes");
+    let (code, offline, err) = slipway(&[
+        "render",
+        plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        name,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, summary, err) = slipway(&[
+        "render",
+        plan_arg,
+        "--nodes",
+        &nodes_file.display().to_string(),
+        "--name",
+        name,
+        "--summary",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for n in nodes {
+        assert!(summary.contains(n.as_str()), "{summary}");
+    }
+    offline
+}
+
+/// Jobs by name: the node each is for and its pod template hash.
+fn jobs_by_name(jobs: impl IntoIterator<Item = Job>) -> BTreeMap<String, (String, String)> {
+    jobs.into_iter()
         .map(|j| {
             let node = j
                 .metadata
@@ -249,12 +239,34 @@ async fn render_equals_what_the_controller_creates() {
                 .to_string();
             (j.metadata.name.unwrap_or_default(), (node, hash))
         })
-        .collect();
-    assert_eq!(created, live_jobs);
-    let _ = client;
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
-    let _ = std::fs::remove_dir_all(dir);
+        .collect()
+}
+
+/// The Jobs of `slipway render`'s output, by name.
+fn rendered(text: &str) -> BTreeMap<String, (String, String)> {
+    jobs_by_name(serde_saphyr::from_multiple::<Job>(text).expect("rendered Jobs"))
+}
+
+/// Starts the controller and returns it with the three Jobs it creates, by name.
+async fn the_controllers_jobs(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+) -> (ControllerProcess, BTreeMap<String, (String, String)>) {
+    let controller = ControllerProcess::start(cluster, ns.name(), &[]);
+    let jobs = ns.api::<Job>();
+    let created = support::wait_for(
+        "the controller's 3 Jobs",
+        Duration::from_secs(60),
+        || async {
+            let list = jobs.list(&ListParams::default()).await?;
+            if list.items.len() < 3 {
+                anyhow::bail!("{} Jobs", list.items.len());
+            }
+            Ok(list.items)
+        },
+    )
+    .await;
+    (controller, jobs_by_name(created))
 }
 
 /// A kubeconfig for the cluster of `admin` that authenticates with `token`.
@@ -285,6 +297,59 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         return;
     };
     let role = format!("slipway-reader-{}", ns.name());
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kc = a_read_only_kubeconfig(&cluster, &ns, &role, &dir).await;
+    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
+    let channel = support::channel_server(target).await;
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    let plan_file = dir.join("plan.yaml");
+    std::fs::write(&plan_file, &plan).expect("write plan");
+    let pf = plan_file.display().to_string();
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply plan");
+
+    let hash = resolve_and_render_as_the_reader(&pf, &kc, &nodes);
+    let _controller = status_watch_follows_the_rollout(&cluster, &ns, &kc, &dir, &hash).await;
+    let (code, out, err) = slipway(&[
+        "status",
+        "follow",
+        "-n",
+        ns.name(),
+        "--kubeconfig",
+        &kc,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report[0]["done"], 2, "{out}");
+    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+
+    a_missing_cluster_object_is_one_line(&plan, &plan_file, &kc);
+
+    let _ = cluster
+        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
+        .await;
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A ServiceAccount `reader` that may only get, list and watch nodes, namespaces, Plans and
+/// Jobs (ClusterRole `role`), and a kubeconfig in `dir` with its token; the token really cannot
+/// write. Returns the kubeconfig's path.
+async fn a_read_only_kubeconfig(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+    role: &str,
+    dir: &Path,
+) -> String {
     let rbac = format!(
         "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: reader\n  namespace: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\nrules:\n- apiGroups: ['']\n  resources: [nodes, namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [upgrade.cattle.io]\n  resources: [plans]\n  verbs: [get, list, watch]\n- apiGroups: [batch]\n  resources: [jobs]\n  verbs: [get, list, watch]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {role}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {role}\nsubjects:\n- kind: ServiceAccount\n  name: reader\n  namespace: {ns}\n",
         ns = ns.name()
@@ -304,12 +369,9 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         ])
         .await
         .expect("create token");
-    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
     token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
     let kc = kubeconfig.display().to_string();
-    // The token really cannot write.
     let can = cluster
         .kubectl(&[
             "--kubeconfig",
@@ -323,22 +385,13 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         ])
         .await;
     assert!(can.is_err(), "the reader may create Jobs: {can:?}");
+    kc
+}
 
-    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
-    let channel = support::channel_server(target).await;
-    let plan = format!(
-        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
-        ns.name()
-    );
-    let plan_file = dir.join("plan.yaml");
-    std::fs::write(&plan_file, &plan).expect("write plan");
-    let pf = plan_file.display().to_string();
-    cluster
-        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
-        .await
-        .expect("apply plan");
-
-    let (code, out, err) = slipway(&["resolve", &pf, "--kubeconfig", &kc]);
+/// `resolve` gives the channel's version and a hash; `render --summary` one Job per node with
+/// that hash. Returns the hash.
+fn resolve_and_render_as_the_reader(pf: &str, kc: &str, nodes: &[String]) -> String {
+    let (code, out, err) = slipway(&["resolve", pf, "--kubeconfig", kc]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("latestVersion: v1.31.2-k3s1"), "{out}");
     let hash = out
@@ -348,33 +401,43 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         .expect("latestHash line");
     let (code, out, err) = slipway(&[
         "render",
-        &pf,
+        pf,
         "--kubeconfig",
-        &kc,
+        kc,
         "--version",
         "v1.31.2+k3s1",
         "--summary",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&hash), "{out}");
-    for n in &nodes {
+    for n in nodes {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(n.as_str()) && l.contains(" 1 ")),
             "{out}"
         );
     }
+    hash
+}
 
-    // status --watch under the reader, from before the rollout until it is done.
+/// status --watch under the reader, from before the rollout until it is done.
+/// Returns the controller it started.
+async fn status_watch_follows_the_rollout(
+    cluster: &support::Cluster,
+    ns: &TestNamespace,
+    kc: &str,
+    dir: &Path,
+    hash: &str,
+) -> ControllerProcess {
     let watch_log = dir.join("watch.txt");
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let mut watch = support::process::slipway()
         .args([
             "status",
             "follow",
             "-n",
             ns.name(),
             "--kubeconfig",
-            &kc,
+            kc,
             "--watch",
         ])
         .stdout(std::fs::File::create(&watch_log).expect("watch log"))
@@ -395,7 +458,7 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         },
     )
     .await;
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let controller = ControllerProcess::start(cluster, ns.name(), &[]);
     let plans = ns.api::<Plan>();
     let written = support::wait_for(
         "the controller's latestHash",
@@ -432,38 +495,21 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
         first.starts_with("plan/follow") && !first.contains("done 2"),
         "{frames}"
     );
-    let (code, out, err) = slipway(&[
-        "status",
-        "follow",
-        "-n",
-        ns.name(),
-        "--kubeconfig",
-        &kc,
-        "-o",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(report[0]["done"], 2, "{out}");
-    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+    controller
+}
 
-    // A cluster object that is not there: one line, non-zero.
+/// A cluster object that is not there: one line, non-zero.
+fn a_missing_cluster_object_is_one_line(plan: &str, plan_file: &Path, kc: &str) {
     let missing = plan.replace(
         "concurrency: 2",
         "concurrency: 2\n  secrets:\n  - name: nope\n    path: /x",
     );
-    std::fs::write(&plan_file, missing).expect("write plan");
-    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", &kc, "--version", "v1"]);
+    std::fs::write(plan_file, missing).expect("write plan");
+    let pf = plan_file.display().to_string();
+    let (code, _, err) = slipway(&["render", &pf, "--kubeconfig", kc, "--version", "v1"]);
     assert_eq!(code, 1);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("nope"), "{err}");
-
-    let _ = cluster
-        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
-        .await;
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The same binary works as a kubectl plugin when installed as `kubectl-slipway`.

@@ -15,31 +15,13 @@ use serde_json::json;
 use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
-
-fn plan_from(yaml: &str) -> Plan {
-    serde_saphyr::from_str(yaml).expect("test plan parses")
-}
+use support::plans::{condition, condition_reason, is_complete, plan_from_yaml};
 
 async fn create_plan(ns: &TestNamespace, plan: &Plan) {
     ns.api::<Plan>()
         .create(&PostParams::default(), plan)
         .await
         .expect("create plan");
-}
-
-fn condition(plan: &Plan, type_: &str) -> Option<(String, String, String)> {
-    plan.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 async fn wait_plan(
@@ -61,10 +43,6 @@ async fn wait_plan(
     .await
 }
 
-fn is_complete(plan: &Plan) -> bool {
-    condition(plan, "Complete").is_some_and(|(s, _, _)| s == "True")
-}
-
 async fn node_labels(
     client: &kube::Client,
     names: &[String],
@@ -79,7 +57,7 @@ async fn node_labels(
 }
 
 fn rollout_plan(name: &str, pool: &str, concurrency: i64, extra: &str) -> Plan {
-    plan_from(&format!(
+    plan_from_yaml(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
@@ -249,10 +227,14 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
     create_plan(&ns, &plan).await;
     let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
-    let (status, _, message) = condition(&failed, "Complete").expect("Complete");
+    let complete = condition(&failed, "Complete").expect("Complete");
+    let (status, message) = (
+        &complete.status,
+        complete.message.clone().unwrap_or_default(),
+    );
     assert_eq!(status, "False");
     assert!(
         message.starts_with(&format!("Job {}/apply-failing-on-", ns.name())),
@@ -310,27 +292,7 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
         return;
     };
     let client = ns.client();
-    // The third node opts out.
-    Api::<Node>::all(client.clone())
-        .patch(
-            &nodes[2],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"plan.upgrade.cattle.io/with-secrets": "disabled"}}})),
-        )
-        .await
-        .expect("disable node");
-    let secrets = ns.api::<Secret>();
-    for name in ["watched", "ignored"] {
-        let s: Secret = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name}, "stringData": {"v": "1"}
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &s)
-            .await
-            .expect("create secret");
-    }
+    a_disabled_node_and_two_secrets(&ns, &client, &nodes[2]).await;
     let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
     let plan = rollout_plan(
         "with-secrets",
@@ -348,15 +310,55 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     )
     .await;
     let first_hash = first.status.and_then(|s| s.latest_hash).expect("hash");
-    let labels = node_labels(&client, &nodes).await;
+    assert_disabled(&client, &nodes[2]).await;
+    changing_the_ignored_secret_changes_nothing(&ns, &first_hash).await;
+    changing_the_watched_secret_reruns_every_enabled_node(&ns, &client, &nodes, &first_hash).await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+/// `disabled` opts out of the Plan `with-secrets`; Secrets `watched` and `ignored`.
+async fn a_disabled_node_and_two_secrets(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    disabled: &str,
+) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            disabled,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"plan.upgrade.cattle.io/with-secrets": "disabled"}}})),
+        )
+        .await
+        .expect("disable node");
+    let secrets = ns.api::<Secret>();
+    for name in ["watched", "ignored"] {
+        let s: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name}, "stringData": {"v": "1"}
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("create secret");
+    }
+}
+
+/// The node's label of the Plan `with-secrets` says `disabled` still.
+async fn assert_disabled(client: &kube::Client, node: &str) {
+    let labels = node_labels(client, &[node.to_string()]).await;
     assert_eq!(
-        labels[&nodes[2]]
+        labels[node]
             .get("plan.upgrade.cattle.io/with-secrets")
             .map(String::as_str),
         Some("disabled")
     );
+}
 
-    // Changing the ignored Secret changes nothing.
+/// Changing the ignored Secret changes nothing.
+async fn changing_the_ignored_secret_changes_nothing(ns: &TestNamespace, first_hash: &str) {
+    let secrets = ns.api::<Secret>();
     secrets
         .patch(
             "ignored",
@@ -369,10 +371,18 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     let after_ignored = ns.api::<Plan>().get("with-secrets").await.expect("plan");
     assert_eq!(
         after_ignored.status.and_then(|s| s.latest_hash).as_ref(),
-        Some(&first_hash)
+        Some(&first_hash.to_string())
     );
+}
 
-    // Changing the watched Secret re-runs the Plan on every enabled node.
+/// Changing the watched Secret re-runs the Plan on every enabled node.
+async fn changing_the_watched_secret_reruns_every_enabled_node(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    nodes: &[String],
+    first_hash: &str,
+) {
+    let secrets = ns.api::<Secret>();
     secrets
         .patch(
             "watched",
@@ -382,18 +392,19 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
         .await
         .expect("patch watched secret");
     let second = wait_plan(
-        &ns,
+        ns,
         "with-secrets",
         "rollout after the secret changed",
         Duration::from_secs(120),
         |p| {
             is_complete(p)
-                && p.status.as_ref().and_then(|s| s.latest_hash.as_ref()) != Some(&first_hash)
+                && p.status.as_ref().and_then(|s| s.latest_hash.as_ref())
+                    != Some(&first_hash.to_string())
         },
     )
     .await;
     let second_hash = second.status.and_then(|s| s.latest_hash).expect("hash");
-    let labels = node_labels(&client, &nodes).await;
+    let labels = node_labels(client, nodes).await;
     for n in &nodes[..2] {
         assert_eq!(
             labels[n].get("plan.upgrade.cattle.io/with-secrets"),
@@ -401,14 +412,7 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
             "{n}"
         );
     }
-    assert_eq!(
-        labels[&nodes[2]]
-            .get("plan.upgrade.cattle.io/with-secrets")
-            .map(String::as_str),
-        Some("disabled")
-    );
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+    assert_disabled(client, &nodes[2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,7 +443,7 @@ async fn a_channel_plan_follows_its_channel() {
     let status = first.status.expect("status");
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
     assert_eq!(
-        condition_reason(&ns, "follow", "LatestResolved").await,
+        current_reason(&ns, "follow", "LatestResolved").await,
         "Channel"
     );
 
@@ -469,9 +473,9 @@ async fn a_channel_plan_follows_its_channel() {
     ns.cleanup().await;
 }
 
-async fn condition_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
+async fn current_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
     let p = ns.api::<Plan>().get(plan).await.expect("plan");
-    condition(&p, type_).map(|(_, r, _)| r).unwrap_or_default()
+    condition_reason(&p, type_).unwrap_or_default()
 }
 
 /// Who cordoned a node, as slipway records it on the node.
@@ -490,17 +494,6 @@ async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>
     (unschedulable, record)
 }
 
-async fn set_unschedulable(client: &kube::Client, name: &str, value: bool) {
-    Api::<Node>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": value}})),
-        )
-        .await
-        .expect("cordon node");
-}
-
 /// SUC #71 and #341: deleting a Plan whose Jobs failed uncordons the node its Job cordoned (and
 /// deletes its Jobs), but never a node an admin cordoned before the Plan; and a Plan with
 /// `concurrency: 0` says why nothing happens instead of claiming it is complete (SUC #217).
@@ -511,7 +504,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     };
     let client = ns.client();
     let (mine, admins) = (&nodes[0], &nodes[1]);
-    set_unschedulable(&client, admins, true).await;
+    support::set_unschedulable(&client, admins, true).await;
     let _controller = ControllerProcess::start(
         &cluster,
         ns.name(),
@@ -521,10 +514,14 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     let idle = rollout_plan("idle", &pool, 0, "");
     create_plan(&ns, &idle).await;
     let idle = wait_plan(&ns, "idle", "NoConcurrency", Duration::from_secs(60), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "NoConcurrency")
+        condition_reason(p, "Complete").as_deref() == Some("NoConcurrency")
     })
     .await;
-    let (status, _, message) = condition(&idle, "Complete").expect("Complete");
+    let complete = condition(&idle, "Complete").expect("Complete");
+    let (status, message) = (
+        &complete.status,
+        complete.message.clone().unwrap_or_default(),
+    );
     assert_eq!(status, "False");
     assert!(message.starts_with("spec.concurrency is 0"), "{message}");
     ns.api::<Plan>()
@@ -536,7 +533,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
     create_plan(&ns, &plan).await;
     let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
-        condition(p, "Complete").is_some_and(|(_, r, _)| r == "JobFailed")
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
             && p.status.as_ref().is_some_and(|s| s.applying.len() == 2)
     })
     .await;
@@ -557,7 +554,7 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
         (true, Some("admin".into()))
     );
     // What the Job's cordon container does on a real node (kwok runs no process).
-    set_unschedulable(&client, mine, true).await;
+    support::set_unschedulable(&client, mine, true).await;
 
     ns.api::<Plan>()
         .delete("failing", &Default::default())

@@ -42,8 +42,20 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
     let client = cluster.client().await;
     support::install_crd(&client).await;
     let ns = TestNamespace::create(&cluster, "crd").await;
+    every_example_is_accepted(&ns).await;
+    each_cel_rule_rejects_naming_the_field(&cluster, &ns).await;
+    a_valid_window_and_the_edge_values_are_accepted(&ns).await;
+    kubectl_get_plans_shows_sucs_columns(&cluster, &ns).await;
+    ns.cleanup().await;
+}
 
-    // Every example is accepted, in the test namespace.
+/// An `upgrade` that passes every rule.
+fn upgrade() -> Value {
+    json!({"image": "x"})
+}
+
+/// Every example is accepted, in the test namespace.
+async fn every_example_is_accepted(ns: &TestNamespace) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("examples")
@@ -60,16 +72,18 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
             }
             let mut doc = doc;
             doc["metadata"]["namespace"] = json!(ns.name());
-            create_raw(&ns, &doc)
+            create_raw(ns, &doc)
                 .await
                 .unwrap_or_else(|e| panic!("{} rejected: {e}", file.display()));
             created += 1;
         }
     }
     assert!(created >= 8, "created {created} example plans");
+}
 
-    // Each CEL rule rejects what it should, naming the field.
-    let upgrade = json!({"image": "x"});
+/// Each CEL rule rejects what it should, naming the field.
+async fn each_cel_rule_rejects_naming_the_field(cluster: &support::Cluster, ns: &TestNamespace) {
+    let upgrade = upgrade();
     let cases = [
         (
             json!({"concurrency": -1, "upgrade": upgrade}),
@@ -127,7 +141,7 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         } else {
-            create_raw(&ns, &plan).await
+            create_raw(ns, &plan).await
         };
         let message = result.expect_err(&format!("{spec} must be rejected"));
         assert!(
@@ -135,17 +149,21 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
             "{spec}: the message names {field}: {message}"
         );
     }
-    // A valid window, and the edge values the rules allow.
+}
+
+/// A valid window, and the edge values the rules allow.
+async fn a_valid_window_and_the_edge_values_are_accepted(ns: &TestNamespace) {
+    let upgrade = upgrade();
     let ok = minimal_plan(
         "window-ok",
         json!({"window": {"days": ["0", "sunday", "sa"], "startTime": "23", "endTime": "03:04pm", "timeZone": "Europe/Berlin"},
                "postCompleteDelay": "1h30m", "concurrency": 0, "upgrade": upgrade}),
     );
-    create_raw(&ns, &ok)
-        .await
-        .expect("a valid plan is accepted");
+    create_raw(ns, &ok).await.expect("a valid plan is accepted");
+}
 
-    // `kubectl get plans` shows SUC's printer columns.
+/// `kubectl get plans` shows SUC's printer columns.
+async fn kubectl_get_plans_shows_sucs_columns(cluster: &support::Cluster, ns: &TestNamespace) {
     let out = cluster
         .kubectl(&["-n", ns.name(), "get", "plans", "-o", "wide"])
         .await
@@ -169,5 +187,4 @@ async fn crd_examples_and_cel_rules_on_a_real_api_server() {
             .contains("APPLYING"),
         "Applying is a wide column"
     );
-    ns.cleanup().await;
 }

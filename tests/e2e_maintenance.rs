@@ -3,7 +3,8 @@
 //! kubelet (it runs the pods and deletes terminating ones).
 //!
 //! NodeMaintenances are cluster-scoped and a maintenance-enabled controller reconciles all of
-//! them, so every scenario runs in one test, one after the other, with one controller.
+//! them, so the scenarios run as named steps of one test, one after the other, with one
+//! controller.
 
 mod support;
 
@@ -171,12 +172,39 @@ async fn delete_and_wait_gone(api: &Api<NodeMaintenance>, name: &str) {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_maintenance_drains_respects_budgets_and_restores() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("maint", 6).await else {
-        return;
-    };
-    let client = ns.client();
+/// What every step of the scenario works with: the test's namespace and its six nodes (pool
+/// `pool`), and the APIs of NodeMaintenances, Deployments and PodDisruptionBudgets.
+struct Scene {
+    client: kube::Client,
+    ns: TestNamespace,
+    nodes: Vec<String>,
+    pool: String,
+    nms: Api<NodeMaintenance>,
+    deployments: Api<Deployment>,
+    pdbs: Api<PodDisruptionBudget>,
+}
+
+impl Scene {
+    /// `<namespace>-<what>`: a NodeMaintenance name of this test's own.
+    fn nm_name(&self, what: &str) -> String {
+        format!("{}-{what}", self.ns.name())
+    }
+}
+
+/// A Deployment `name` of one pod on `node`, held by a PodDisruptionBudget `name` that allows no
+/// eviction; once the pod runs.
+async fn one_pod_held_by_a_budget(s: &Scene, name: &str, node: &str) {
+    let pp = PostParams::default();
+    s.deployments
+        .create(&pp, &deployment(name, node, 1))
+        .await
+        .expect("create deployment");
+    s.pdbs.create(&pp, &pdb(name, 1)).await.expect("create pdb");
+    wait_running(&s.ns, node, 1).await;
+}
+
+/// The namespace of the nodes' Leases, as medik8s has it.
+async fn ensure_lease_namespace(client: &kube::Client) {
     let namespaces = Api::<Namespace>::all(client.clone());
     if namespaces
         .get_opt(LEASES)
@@ -191,28 +219,61 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
             .await
             .expect("create the lease namespace");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_maintenance_drains_respects_budgets_and_restores() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("maint", 6).await else {
+        return;
+    };
+    let client = ns.client();
+    ensure_lease_namespace(&client).await;
     let mut controller =
         ControllerProcess::start(&cluster, ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
-    let nms = Api::<NodeMaintenance>::all(client.clone());
-    let deployments = ns.api::<Deployment>();
-    let pdbs = ns.api::<PodDisruptionBudget>();
-    let pp = PostParams::default();
-    let prefix = ns.name().to_string();
-    let nm_name = |what: &str| format!("{prefix}-{what}");
+    let s = Scene {
+        nms: Api::<NodeMaintenance>::all(client.clone()),
+        deployments: ns.api::<Deployment>(),
+        pdbs: ns.api::<PodDisruptionBudget>(),
+        client,
+        ns,
+        nodes,
+        pool,
+    };
+    a_drain_succeeds_and_deleting_it_restores_the_node(&s).await;
+    a_budget_holds_the_drain_says_so_then_lets_it_through(&s).await;
+    a_second_maintenance_of_the_node_is_reported_and_changes_nothing(&s).await;
+    a_drain_timeout_fails_and_an_admins_cordon_stays(&s).await;
+    a_controller_killed_mid_drain_resumes(&s, &mut controller).await;
+    a_plan_and_a_maintenance_share_one_budget(&s).await;
+    a_maintenance_of_a_missing_node_fails_saying_so(&s).await;
+    node_name_is_immutable(&s).await;
+    drop(controller);
+    s.ns.cleanup().await;
+}
 
-    // 1. A drain that succeeds, and a deletion that restores the node.
+/// A drain that succeeds, and a deletion that restores the node.
+async fn a_drain_succeeds_and_deleting_it_restores_the_node(s: &Scene) {
+    let Scene {
+        client,
+        ns,
+        nodes,
+        nms,
+        deployments,
+        ..
+    } = s;
+    let pp = PostParams::default();
     let node = &nodes[0];
     deployments
         .create(&pp, &deployment("web", node, 2))
         .await
         .expect("create deployment");
-    wait_running(&ns, node, 2).await;
-    nms.create(&pp, &maintenance(&nm_name("drain"), node, None))
+    wait_running(ns, node, 2).await;
+    nms.create(&pp, &maintenance(&s.nm_name("drain"), node, None))
         .await
         .expect("create NodeMaintenance");
     let done = wait_phase(
-        &nms,
-        &nm_name("drain"),
+        nms,
+        &s.nm_name("drain"),
         MaintenancePhase::Succeeded,
         Duration::from_secs(60),
     )
@@ -227,8 +288,8 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
     );
     assert_eq!(status.drain_progress, Some(100));
     assert_eq!(status.eviction_pods, Some(2), "{status:?}");
-    assert!(running_pods_on(&ns, node).await.is_empty());
-    let st = node_state(&client, node).await;
+    assert!(running_pods_on(ns, node).await.is_empty());
+    let st = node_state(client, node).await;
     assert!(st.unschedulable && st.drain_taint && st.excluded);
     let lease = Api::<Lease>::namespaced(client.clone(), LEASES)
         .get(&format!("node-{node}"))
@@ -238,8 +299,8 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some("node-maintenance")
     );
-    delete_and_wait_gone(&nms, &nm_name("drain")).await;
-    let st = node_state(&client, node).await;
+    delete_and_wait_gone(nms, &s.nm_name("drain")).await;
+    let st = node_state(client, node).await;
     assert!(!st.unschedulable && !st.drain_taint && !st.excluded);
     assert!(
         Api::<Lease>::namespaced(client.clone(), LEASES)
@@ -249,20 +310,25 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
             .is_none(),
         "the lease is released"
     );
+}
 
-    // 2. A PodDisruptionBudget holds the drain, says so, and then lets it through.
+/// A PodDisruptionBudget holds the drain, says so, and then lets it through.
+async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
+    let Scene {
+        ns,
+        nodes,
+        nms,
+        pdbs,
+        ..
+    } = s;
+    let pp = PostParams::default();
     let node = &nodes[1];
-    deployments
-        .create(&pp, &deployment("db", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("db", 1)).await.expect("create pdb");
-    wait_running(&ns, node, 1).await;
-    nms.create(&pp, &maintenance(&nm_name("pdb"), node, None))
+    one_pod_held_by_a_budget(s, "db", node).await;
+    nms.create(&pp, &maintenance(&s.nm_name("pdb"), node, None))
         .await
         .expect("create NodeMaintenance");
     let blocked = support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
-        let nm = nms.get(&nm_name("pdb")).await?;
+        let nm = nms.get(&s.nm_name("pdb")).await?;
         let message = drained_message(&nm);
         if message.contains("BlockedByDisruptionBudget") && message.contains("db") {
             Ok(nm)
@@ -283,60 +349,61 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
     .await
     .expect("relax the pdb");
     wait_phase(
-        &nms,
-        &nm_name("pdb"),
+        nms,
+        &s.nm_name("pdb"),
         MaintenancePhase::Succeeded,
         Duration::from_secs(60),
     )
     .await;
+}
 
-    // 3. A second maintenance for the same node is reported, and changes nothing.
-    nms.create(&pp, &maintenance(&nm_name("again"), node, None))
+/// A second maintenance for the same node is reported, and changes nothing.
+async fn a_second_maintenance_of_the_node_is_reported_and_changes_nothing(s: &Scene) {
+    let Scene {
+        client, nodes, nms, ..
+    } = s;
+    let pp = PostParams::default();
+    // The node of the step before, still held by its maintenance.
+    let node = &nodes[1];
+    nms.create(&pp, &maintenance(&s.nm_name("again"), node, None))
         .await
         .expect("create NodeMaintenance");
     let dup = wait_phase(
-        &nms,
-        &nm_name("again"),
+        nms,
+        &s.nm_name("again"),
         MaintenancePhase::Failed,
         Duration::from_secs(30),
     )
     .await;
     assert!(
-        drained_message(&dup).contains(&format!("already exists: {}", nm_name("pdb"))),
+        drained_message(&dup).contains(&format!("already exists: {}", s.nm_name("pdb"))),
         "{}",
         drained_message(&dup)
     );
-    delete_and_wait_gone(&nms, &nm_name("again")).await;
+    delete_and_wait_gone(nms, &s.nm_name("again")).await;
     assert!(
-        node_state(&client, node).await.drain_taint,
+        node_state(client, node).await.drain_taint,
         "the first one still holds it"
     );
-    delete_and_wait_gone(&nms, &nm_name("pdb")).await;
+    delete_and_wait_gone(nms, &s.nm_name("pdb")).await;
+}
 
-    // 4. A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
+/// A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
+async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
+    let Scene {
+        client, nodes, nms, ..
+    } = s;
+    let pp = PostParams::default();
     let node = &nodes[2];
-    deployments
-        .create(&pp, &deployment("cache", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("cache", 1))
-        .await
-        .expect("create pdb");
-    wait_running(&ns, node, 1).await;
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
-        )
-        .await
-        .expect("an admin cordons the node");
-    nms.create(&pp, &maintenance(&nm_name("timeout"), node, Some("5s")))
+    one_pod_held_by_a_budget(s, "cache", node).await;
+    // An admin cordons the node.
+    support::set_unschedulable(client, node, true).await;
+    nms.create(&pp, &maintenance(&s.nm_name("timeout"), node, Some("5s")))
         .await
         .expect("create NodeMaintenance");
     let failed = wait_phase(
-        &nms,
-        &nm_name("timeout"),
+        nms,
+        &s.nm_name("timeout"),
         MaintenancePhase::Failed,
         Duration::from_secs(60),
     )
@@ -350,28 +417,27 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
         error.starts_with("the drain did not finish within 5s") && error.contains("cache-"),
         "{error}"
     );
-    let st = node_state(&client, node).await;
+    let st = node_state(client, node).await;
     assert!(st.unschedulable && st.drain_taint);
-    delete_and_wait_gone(&nms, &nm_name("timeout")).await;
-    let st = node_state(&client, node).await;
+    delete_and_wait_gone(nms, &s.nm_name("timeout")).await;
+    let st = node_state(client, node).await;
     assert!(st.unschedulable, "the admin's cordon stays");
     assert!(!st.drain_taint && !st.excluded);
+}
 
-    // 5. A controller killed mid-drain resumes.
+/// A controller killed mid-drain resumes.
+async fn a_controller_killed_mid_drain_resumes(s: &Scene, controller: &mut ControllerProcess) {
+    let Scene {
+        nodes, nms, pdbs, ..
+    } = s;
+    let pp = PostParams::default();
     let node = &nodes[3];
-    deployments
-        .create(&pp, &deployment("queue", node, 1))
-        .await
-        .expect("create deployment");
-    pdbs.create(&pp, &pdb("queue", 1))
-        .await
-        .expect("create pdb");
-    wait_running(&ns, node, 1).await;
-    nms.create(&pp, &maintenance(&nm_name("crash"), node, None))
+    one_pod_held_by_a_budget(s, "queue", node).await;
+    nms.create(&pp, &maintenance(&s.nm_name("crash"), node, None))
         .await
         .expect("create NodeMaintenance");
     support::wait_for("the drain to start", Duration::from_secs(60), || async {
-        let nm = nms.get(&nm_name("crash")).await?;
+        let nm = nms.get(&s.nm_name("crash")).await?;
         if drained_message(&nm).contains("BlockedByDisruptionBudget") {
             Ok(())
         } else {
@@ -389,23 +455,37 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
     .expect("relax the pdb");
     controller.spawn();
     wait_phase(
-        &nms,
-        &nm_name("crash"),
+        nms,
+        &s.nm_name("crash"),
         MaintenancePhase::Succeeded,
         Duration::from_secs(90),
     )
     .await;
-    delete_and_wait_gone(&nms, &nm_name("crash")).await;
+    delete_and_wait_gone(nms, &s.nm_name("crash")).await;
+}
 
-    // 6. One budget: a Plan does not start a node in maintenance, and a maintenance waits for
-    // the node's current upgrade step.
+/// One budget: a Plan does not start a node in maintenance, and a maintenance waits for
+/// the node's current upgrade step.
+async fn a_plan_and_a_maintenance_share_one_budget(s: &Scene) {
+    let Scene { ns, nodes, nms, .. } = s;
     let (busy, held) = (&nodes[4], &nodes[5]);
-    nms.create(&pp, &maintenance(&nm_name("held"), held, None))
+    a_plan_leaves_out_the_node_in_maintenance(s, busy, held).await;
+    a_maintenance_waits_for_the_nodes_upgrade_step(s, busy, held).await;
+    delete_and_wait_gone(nms, &s.nm_name("held")).await;
+    delete_and_wait_gone(nms, &s.nm_name("busy")).await;
+    support::plans::wait_complete(&ns.api::<Plan>(), "os", Duration::from_secs(90)).await;
+}
+
+/// With `held` in maintenance, a Plan over `busy` and `held` starts `busy` only.
+async fn a_plan_leaves_out_the_node_in_maintenance(s: &Scene, busy: &str, held: &str) {
+    let Scene { ns, pool, nms, .. } = s;
+    let pp = PostParams::default();
+    nms.create(&pp, &maintenance(&s.nm_name("held"), held, None))
         .await
         .expect("create NodeMaintenance");
     wait_phase(
-        &nms,
-        &nm_name("held"),
+        nms,
+        &s.nm_name("held"),
         MaintenancePhase::Succeeded,
         Duration::from_secs(60),
     )
@@ -444,7 +524,7 @@ spec:
                 .as_ref()
                 .map(|s| s.applying.clone())
                 .unwrap_or_default();
-            if applying == [busy.clone()] {
+            if applying == [busy.to_string()] {
                 Ok(())
             } else {
                 bail!("applying {applying:?}")
@@ -452,14 +532,23 @@ spec:
         },
     )
     .await;
-    nms.create(&pp, &maintenance(&nm_name("busy"), busy, None))
+}
+
+/// A maintenance of `busy`, which the Plan is upgrading, waits for the upgrade step and names the
+/// Plan; then drains. The Plan says it waits for `held`.
+async fn a_maintenance_waits_for_the_nodes_upgrade_step(s: &Scene, busy: &str, held: &str) {
+    let Scene {
+        client, ns, nms, ..
+    } = s;
+    let pp = PostParams::default();
+    nms.create(&pp, &maintenance(&s.nm_name("busy"), busy, None))
         .await
         .expect("create NodeMaintenance");
     let waiting = support::wait_for(
         "the maintenance to wait",
         Duration::from_secs(30),
         || async {
-            let nm = nms.get(&nm_name("busy")).await?;
+            let nm = nms.get(&s.nm_name("busy")).await?;
             let message = drained_message(&nm);
             if message.contains("WaitingForNode") {
                 Ok(message)
@@ -474,12 +563,12 @@ spec:
         "{waiting}"
     );
     assert!(
-        !node_state(&client, busy).await.unschedulable,
+        !node_state(client, busy).await.unschedulable,
         "not touched while upgrading"
     );
     wait_phase(
-        &nms,
-        &nm_name("busy"),
+        nms,
+        &s.nm_name("busy"),
         MaintenancePhase::Succeeded,
         Duration::from_secs(90),
     )
@@ -500,47 +589,40 @@ spec:
     assert!(
         complete
             .get("WaitingForNodes")
-            .is_some_and(|m| m.contains(held.as_str())),
+            .is_some_and(|m| m.contains(held)),
         "{complete:?}"
     );
-    delete_and_wait_gone(&nms, &nm_name("held")).await;
-    delete_and_wait_gone(&nms, &nm_name("busy")).await;
-    support::wait_for("the Plan to finish", Duration::from_secs(90), || async {
-        let p = ns.api::<Plan>().get("os").await?;
-        let done = p
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.type_ == "Complete" && c.status == "True");
-        if done {
-            Ok(())
-        } else {
-            bail!("status {:?}", p.status)
-        }
-    })
-    .await;
+}
 
-    // 7. A maintenance of a node that does not exist fails, saying so.
-    nms.create(&pp, &maintenance(&nm_name("ghost"), "no-such-node", None))
+/// A maintenance of a node that does not exist fails, saying so.
+async fn a_maintenance_of_a_missing_node_fails_saying_so(s: &Scene) {
+    let Scene { nms, .. } = s;
+    let pp = PostParams::default();
+    nms.create(&pp, &maintenance(&s.nm_name("ghost"), "no-such-node", None))
         .await
         .expect("create NodeMaintenance");
     let ghost = wait_phase(
-        &nms,
-        &nm_name("ghost"),
+        nms,
+        &s.nm_name("ghost"),
         MaintenancePhase::Failed,
         Duration::from_secs(30),
     )
     .await;
     assert!(drained_message(&ghost).contains("no node with name no-such-node"));
-    delete_and_wait_gone(&nms, &nm_name("ghost")).await;
+    delete_and_wait_gone(nms, &s.nm_name("ghost")).await;
+}
 
-    // nodeName is immutable (CEL).
-    nms.create(&pp, &maintenance(&nm_name("immutable"), held, None))
+/// nodeName is immutable (CEL).
+async fn node_name_is_immutable(s: &Scene) {
+    let Scene { nodes, nms, .. } = s;
+    let pp = PostParams::default();
+    let (busy, held) = (&nodes[4], &nodes[5]);
+    nms.create(&pp, &maintenance(&s.nm_name("immutable"), held, None))
         .await
         .expect("create NodeMaintenance");
     let refused = nms
         .patch(
-            &nm_name("immutable"),
+            &s.nm_name("immutable"),
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "nodeName": busy } })),
         )
@@ -551,7 +633,5 @@ spec:
             .is_err_and(|e| e.to_string().contains("spec.nodeName is immutable")),
         "{refused:?}"
     );
-    delete_and_wait_gone(&nms, &nm_name("immutable")).await;
-    drop(controller);
-    ns.cleanup().await;
+    delete_and_wait_gone(nms, &s.nm_name("immutable")).await;
 }

@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -13,148 +11,22 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use slipway::plan::api::Plan;
+use support::controller::ControllerProcess;
+use support::plans::wait_complete;
 use support::{Cluster, TestNamespace};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Short election timing for tests (the defaults are 45s / 30s / 2s).
-const FAST_ELECTION: [(&str, &str); 3] = [
-    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
-    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
-    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
-];
-
-/// A `slipway run` process with its own metrics port; killed when dropped.
-struct Controller {
-    child: Option<Child>,
-    log: PathBuf,
-    port: u16,
-}
-
-impl Controller {
-    fn start(cluster: &Cluster, ns: &str, id: &str, leader_elect: bool) -> Self {
-        let log = std::env::temp_dir().join(format!("slipway-{ns}-{id}.log"));
-        let port = support::free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slipway"));
-        cmd.args(["run", "--kubeconfig"])
-            .arg(cluster.kubeconfig_path())
-            .args(["--namespace", ns, "--name", &format!("slipway-{ns}")])
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "info,slipway=debug")
-            .env("POD_NAME", id);
-        if leader_elect {
-            cmd.arg("--leader-elect").envs(FAST_ELECTION);
-        }
-        let file = std::fs::File::create(&log).expect("controller log file");
-        let child = cmd
-            .stdout(Stdio::from(file.try_clone().expect("log file")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start slipway run");
-        Controller {
-            child: Some(child),
-            log,
-            port,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map(Child::id).expect("running")
-    }
-
-    /// SIGKILL, as a crash would.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn sigterm(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success());
-    }
-
-    /// Waits up to `timeout` for the process to exit.
-    async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        None
-    }
-
-    async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        http_get(self.port, path).await
-    }
-
-    fn log_tail(&self) -> String {
-        support::log_tail(&self.log)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- slipway log ({}) ---\n{}",
-                self.log.display(),
-                self.log_tail()
-            );
-        }
-        self.kill();
-    }
-}
-
-/// A plain HTTP/1.1 GET on loopback: status code and body.
-async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    let code = out
-        .get(9..12)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| anyhow!("not an HTTP response: {out:?}"))?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    // axum answers small bodies with Content-Length; a chunked body is unwrapped here.
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
+/// A `slipway run` replica `id` with a metrics port of its own; under leader election (with
+/// short timing) when `leader_elect`.
+fn controller(cluster: &Cluster, ns: &str, id: &str, leader_elect: bool) -> ControllerProcess {
+    let builder = ControllerProcess::builder(cluster.kubeconfig_path())
+        .namespace(ns)
+        .replica(id)
+        .metrics_port();
+    if leader_elect {
+        builder.leader_elect().start()
     } else {
-        body.to_string()
-    };
-    Ok((code, body))
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
+        builder.start()
     }
-    out
 }
 
 /// The value of the sample `name` (with its labels, exactly as rendered), if present.
@@ -190,27 +62,6 @@ spec:
     .expect("test plan parses")
 }
 
-fn is_complete(plan: &Plan) -> bool {
-    plan.status
-        .as_ref()
-        .into_iter()
-        .flat_map(|s| &s.conditions)
-        .any(|c| c.type_ == "Complete" && c.status == "True")
-}
-
-async fn wait_complete(ns: &TestNamespace, name: &str, timeout: Duration) -> Plan {
-    let api = ns.api::<Plan>();
-    support::wait_for(&format!("plan {name} to complete"), timeout, || async {
-        let p = api.get(name).await?;
-        if is_complete(&p) {
-            Ok(p)
-        } else {
-            Err(anyhow!("status: {}", serde_json::to_string(&p.status)?))
-        }
-    })
-    .await
-}
-
 async fn holder(leases: &Api<Lease>, name: &str) -> anyhow::Result<Option<String>> {
     Ok(leases
         .get_opt(name)
@@ -240,7 +91,17 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         return;
     };
     let client = ns.client();
-    let controller = Controller::start(&cluster, ns.name(), "solo", false);
+    let controller = controller(&cluster, ns.name(), "solo", false);
+    healthy_and_ready(&controller).await;
+    roll_out_from_a_channel(&ns, &pool).await;
+    the_metrics_show_the_finished_rollout(&controller, &ns).await;
+    deleting_the_plan_drops_its_gauges(&controller, &ns, &pool).await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+/// `/healthz` answers `ok`, and `/readyz` 200.
+async fn healthy_and_ready(controller: &ControllerProcess) {
     support::wait_for("/healthz", Duration::from_secs(30), || async {
         match controller.get("/healthz").await? {
             (200, body) if body == "ok" => Ok(()),
@@ -255,7 +116,11 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         }
     })
     .await;
+}
 
+/// A Plan `measured` of two nodes, two at a time, whose version comes from a channel; until it
+/// is complete.
+async fn roll_out_from_a_channel(ns: &TestNamespace, pool: &str) {
     let url = support::channel_server(std::sync::Arc::new(std::sync::Mutex::new(
         "v1.30.1+k3s1".to_string(),
     )))
@@ -263,12 +128,16 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
-            &plan("measured", &pool, 2, "1s", &format!("channel: {url}")),
+            &plan("measured", pool, 2, "1s", &format!("channel: {url}")),
         )
         .await
         .expect("create plan");
-    wait_complete(&ns, "measured", Duration::from_secs(90)).await;
+    wait_complete(&ns.api(), "measured", Duration::from_secs(90)).await;
+}
 
+/// The Plan's gauges, the counters of Jobs, reconciles, channel requests and node patches, in
+/// OpenMetrics.
+async fn the_metrics_show_the_finished_rollout(controller: &ControllerProcess, ns: &TestNamespace) {
     let n = ns.name();
     let plan_labels = format!("namespace=\"{n}\",plan=\"measured\"");
     let metrics = support::wait_for(
@@ -324,8 +193,14 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         metrics.trim_end().ends_with("# EOF"),
         "OpenMetrics ends with # EOF"
     );
+}
 
-    // Deleting the Plan drops its gauges (with the next reconcile of any Plan).
+/// Deleting the Plan drops its gauges (with the next reconcile of any Plan).
+async fn deleting_the_plan_drops_its_gauges(
+    controller: &ControllerProcess,
+    ns: &TestNamespace,
+    pool: &str,
+) {
     ns.api::<Plan>()
         .delete("measured", &Default::default())
         .await
@@ -333,7 +208,7 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
-            &plan("second", &pool, 1, "1s", "version: v1.30.1+k3s1"),
+            &plan("second", pool, 1, "1s", "version: v1.30.1+k3s1"),
         )
         .await
         .expect("create plan");
@@ -350,8 +225,6 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         },
     )
     .await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,9 +237,9 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     let lease = format!("slipway-{}", ns.name());
     let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
 
-    let mut first = Controller::start(&cluster, ns.name(), "replica-a", true);
+    let mut first = controller(&cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
-    let second = Controller::start(&cluster, ns.name(), "replica-b", true);
+    let second = controller(&cluster, ns.name(), "replica-b", true);
     // The standby is healthy and ready (so a two-replica Deployment rolls out) but does not lead.
     let standby = support::wait_for("the standby's /readyz", Duration::from_secs(30), || async {
         match second.get("/readyz").await? {
@@ -416,7 +289,7 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
         "the standby took over after {failover:?}"
     );
 
-    let done = wait_complete(&ns, "failover", Duration::from_secs(120)).await;
+    let done = wait_complete(&ns.api(), "failover", Duration::from_secs(120)).await;
     let hash = done.status.and_then(|s| s.latest_hash).expect("hash");
     let node_api = Api::<Node>::all(client.clone());
     for n in &nodes {
@@ -463,7 +336,7 @@ async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
     let ns = TestNamespace::create(&cluster, "sigterm").await;
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
-    let mut first = Controller::start(&cluster, ns.name(), "replica-a", true);
+    let mut first = controller(&cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
     support::wait_for(
         "the leader to be ready",
@@ -476,7 +349,7 @@ async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
         },
     )
     .await;
-    let second = Controller::start(&cluster, ns.name(), "replica-b", true);
+    let second = controller(&cluster, ns.name(), "replica-b", true);
     support::wait_for(
         "the standby to be ready",
         Duration::from_secs(30),
@@ -535,7 +408,7 @@ async fn a_deposed_leader_exits_at_once() {
     let ns = TestNamespace::create(&cluster, "deposed").await;
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
-    let mut leader = Controller::start(&cluster, ns.name(), "replica-a", true);
+    let mut leader = controller(&cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
     // Someone else writes itself into the Lease (as a partitioned-away leader would find after
     // the others moved on): the leader must stop at its next renewal, not keep writing.

@@ -28,9 +28,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -46,6 +44,8 @@ use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
+use support::controller::ControllerProcess;
+use support::plans::{condition_reason, is_complete};
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";
@@ -450,7 +450,7 @@ fn token_jti(token: &str) -> String {
 }
 
 fn help_of_run() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_slipway"))
+    let out = support::process::slipway()
         .args(["run", "--help"])
         .output()
         .expect("slipway run --help");
@@ -459,129 +459,50 @@ fn help_of_run() -> String {
 
 /// `slipway run` with the ServiceAccount's kubeconfig; stopped with SIGTERM (so a lease is
 /// released as in a pod), killed if it does not stop.
-struct Controller {
-    child: Option<Child>,
-    log: PathBuf,
+fn start_controller(
+    kubeconfig: &Path,
+    env: &BTreeMap<String, String>,
+    args: &[String],
+) -> ControllerProcess {
+    ControllerProcess::builder(kubeconfig)
+        .args(args)
+        .envs(env)
+        .stop_on_drop()
+        .start()
 }
 
-impl Controller {
-    fn start(kubeconfig: &Path, env: &BTreeMap<String, String>, args: &[String]) -> Self {
-        let log =
-            std::env::temp_dir().join(format!("{}.log", support::unique_name("slipway-rbac")));
-        let file = std::fs::File::create(&log).expect("controller log");
-        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .envs(env)
-            .env("RUST_LOG", "info,slipway=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(file.try_clone().expect("log file")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start slipway run");
-        Controller {
-            child: Some(child),
-            log,
-        }
-    }
-
-    /// Peak resident memory (VmHWM) so far, in KiB.
-    fn peak_rss_kib(&self) -> Option<u64> {
-        let pid = self.child.as_ref()?.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    }
-
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-
-    fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut text);
-        }
-        text
-    }
-
-    /// Lines of the log that report a refused request.
-    fn refusals(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter(|l| {
-                let l = l.to_lowercase();
-                l.contains("forbidden") || l.contains(" 403")
-            })
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Fails the test at once when the controller was refused a request: a missing right shows
-    /// here long before a wait for the rollout would time out.
-    fn assert_not_refused(&self) {
-        let refusals = self.refusals();
-        assert!(
-            refusals.is_empty(),
-            "the controller was refused requests (a right deploy/ lacks):\n{}",
-            refusals.join("\n")
-        );
-    }
-
-    fn log_tail(&self) -> String {
-        support::log_tail(&self.log)
-    }
+/// Lines of the controller's log that report a refused request.
+fn refusals(controller: &ControllerProcess) -> Vec<String> {
+    controller
+        .log()
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("forbidden") || l.contains(" 403")
+        })
+        .map(str::to_string)
+        .collect()
 }
 
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- slipway log ({}) ---\n{}",
-                self.log.display(),
-                self.log_tail()
-            );
-        }
-        self.stop();
-    }
-}
-
-fn condition(plan: &Plan, type_: &str) -> Option<(String, String)> {
-    plan.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+/// Fails the test at once when the controller was refused a request: a missing right shows
+/// here long before a wait for the rollout would time out.
+fn assert_not_refused(controller: &ControllerProcess) {
+    let refusals = refusals(controller);
+    assert!(
+        refusals.is_empty(),
+        "the controller was refused requests (a right deploy/ lacks):\n{}",
+        refusals.join("\n")
+    );
 }
 
 async fn wait_plan(
     api: &Api<Plan>,
-    controller: &Controller,
+    controller: &ControllerProcess,
     what: &str,
     done: impl Fn(&Plan) -> bool,
 ) -> Plan {
     support::wait_for(what, Duration::from_secs(120), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         let plan = api.get(PLAN).await?;
         if done(&plan) {
             Ok(plan)
@@ -592,16 +513,69 @@ async fn wait_plan(
     .await
 }
 
-fn complete(p: &Plan) -> bool {
-    condition(p, "Complete").is_some_and(|(s, _)| s == "True")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_grants_exactly_what_slipway_uses() {
     let Some(cluster) = support::cluster().await else {
         return;
     };
     let started = Instant::now();
+    let audit_log = audit_log_of(&cluster);
+    let client = cluster.client().await;
+    let deploy = install_deploy_as_a_user_would(&cluster, &client).await;
+
+    // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
+    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
+
+    let pool = support::unique_name("rbac");
+    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
+    let env = controller_env(&deploy, &nodes[0]);
+    let help = help_of_run();
+    let leader_election = help.contains("--leader-elect");
+    let mut args = Vec::new();
+    if help.contains("--metrics-addr") {
+        args.extend([
+            "--metrics-addr".to_string(),
+            format!("127.0.0.1:{}", support::free_port()),
+        ]);
+    }
+    let mut controller = start_controller(&kubeconfig, &env, &args);
+    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+
+    a_failed_job_then_a_fixed_plan(&controller, &plans, &pool).await;
+    let more =
+        a_new_node_makes_the_complete_event_a_series(&client, &controller, &plans, &pool).await;
+    let rebooted = a_reboot_behind_a_health_gate(&client, &controller, &plans).await;
+
+    if leader_election {
+        // Renewals are patches too; give the lease manager a moment to have done all it does.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let peak = controller.peak_rss_kib();
+    controller.stop();
+    let evidence = Evidence::read(&client, &audit_log, &jti, leader_election).await;
+    evidence.report(peak, started);
+    evidence.assert_least_privilege(&controller);
+    evidence.the_checker_catches_both_kinds_of_mistake();
+
+    // The maintenance component on top, with a token of its own (so its requests are told
+    // apart in the audit log).
+    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
+    // The reboot agent's component.
+    prove_agent_component(&cluster, &client).await;
+    // The RebootPolicy component, with a token of its own.
+    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
+
+    support::delete_nodes(&client, &nodes).await;
+    support::delete_nodes(&client, &more).await;
+    support::delete_nodes(&client, &rebooted).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_deploy(&client).await;
+}
+
+/// The API server's audit log of the cluster (tests/cluster/up.sh logs the requests of the
+/// ServiceAccount there).
+fn audit_log_of(cluster: &support::Cluster) -> PathBuf {
     let audit_log = cluster
         .kubeconfig_path()
         .parent()
@@ -613,10 +587,16 @@ async fn deploy_grants_exactly_what_slipway_uses() {
          tree, which audits the requests of {NS}/{SA}",
         audit_log.display()
     );
-    let client = cluster.client().await;
+    audit_log
+}
 
-    // Install deploy/ as a user would.
-    remove_namespace(&client).await;
+/// Install deploy/ as a user would.
+/// Returns deploy/.
+async fn install_deploy_as_a_user_would(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+) -> PathBuf {
+    remove_namespace(client).await;
     let deploy = repo().join("deploy");
     cluster
         .kubectl(&["apply", "-k", &deploy.display().to_string()])
@@ -661,13 +641,11 @@ async fn deploy_grants_exactly_what_slipway_uses() {
             "the controller pod runs on {node}, not a control-plane node"
         );
     }
+    deploy
+}
 
-    // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
-    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
-
-    let pool = support::unique_name("rbac");
-    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
-
+/// The controller's environment as deploy/ gives it: its ConfigMap, and the downward API.
+fn controller_env(deploy: &Path, node: &str) -> BTreeMap<String, String> {
     let config_map: ConfigMap = serde_saphyr::from_str(
         &std::fs::read_to_string(deploy.join("configmap.yaml")).expect("deploy/configmap.yaml"),
     )
@@ -677,24 +655,20 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
     env.insert(
         "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(),
-        nodes[0].clone(),
+        node.to_string(),
     );
     env.insert("POD_NAME".into(), "slipway-rbac-test".into());
     // A failed Job fails at once instead of after 99 retries.
     env.insert("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT".into(), "0".into());
-    let help = help_of_run();
-    let leader_election = help.contains("--leader-elect");
-    let mut args = Vec::new();
-    if help.contains("--metrics-addr") {
-        args.extend([
-            "--metrics-addr".to_string(),
-            format!("127.0.0.1:{}", support::free_port()),
-        ]);
-    }
-    let mut controller = Controller::start(&kubeconfig, &env, &args);
+    env
+}
 
-    // 1. A Job that fails: JobFailed (event create, plans/status update, job create).
-    let plans = Api::<Plan>::namespaced(client.clone(), NS);
+/// A Job that fails: JobFailed (event create, plans/status update, job create).
+async fn a_failed_job_then_a_fixed_plan(
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+    pool: &str,
+) {
     let plan: Plan = serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
@@ -721,8 +695,8 @@ spec:
         .create(&PostParams::default(), &plan)
         .await
         .expect("create plan");
-    wait_plan(&plans, &controller, "the Job to fail", |p| {
-        condition(p, "Complete").is_some_and(|(_, r)| r == "JobFailed")
+    wait_plan(plans, controller, "the Job to fail", |p| {
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
 
@@ -735,17 +709,25 @@ spec:
         )
         .await
         .expect("fix the plan");
-    wait_plan(&plans, &controller, "the plan to complete", complete).await;
+    wait_plan(plans, controller, "the plan to complete", is_complete).await;
+}
 
-    // 3. A new node re-opens the Plan; completing again repeats the Complete event, which the
-    //    event recorder patches into a series (event patch).
-    let more = support::create_nodes(&client, "rbac", 1, &[("slipway.test/pool", &pool)]).await;
+/// A new node re-opens the Plan; completing again repeats the Complete event, which the
+/// event recorder patches into a series (event patch).
+/// Returns the new node.
+async fn a_new_node_makes_the_complete_event_a_series(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+    pool: &str,
+) -> Vec<String> {
+    let more = support::create_nodes(client, "rbac", 1, &[("slipway.test/pool", pool)]).await;
     let node_api = Api::<Node>::all(client.clone());
     support::wait_for(
         "the plan to complete on the new node",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let plan = plans.get(PLAN).await?;
             let hash = plan.status.as_ref().and_then(|s| s.latest_hash.clone());
             let label = node_api
@@ -755,7 +737,7 @@ spec:
                 .labels
                 .unwrap_or_default()
                 .remove(&format!("plan.upgrade.cattle.io/{PLAN}"));
-            if complete(&plan) && hash.is_some() && label == hash {
+            if is_complete(&plan) && hash.is_some() && label == hash {
                 Ok(())
             } else {
                 Err(anyhow!(
@@ -771,7 +753,7 @@ spec:
         "the Complete event to become a series",
         Duration::from_secs(30),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let list = events.list(&ListParams::default()).await?;
             let count = list
                 .items
@@ -793,13 +775,21 @@ spec:
         },
     )
     .await;
+    more
+}
 
-    // 4. A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
-    //    the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
-    //    every namespace, and the reboot pod is deleted.
+/// A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
+/// the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
+/// every namespace, and the reboot pod is deleted.
+/// Returns the rebooted node.
+async fn a_reboot_behind_a_health_gate(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+) -> Vec<String> {
     let reboot_pool = support::unique_name("rbac-reboot");
     let rebooted = support::create_nodes(
-        &client,
+        client,
         "rbac-reboot",
         1,
         &[("slipway.test/pool", &reboot_pool)],
@@ -839,7 +829,7 @@ spec:
         "the node to be rebooting",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let p = plans.get(&reboot_name).await?;
             let phase = p
                 .status
@@ -854,20 +844,13 @@ spec:
         },
     )
     .await;
-    node_api
-        .patch_status(
-            &rebooted[0],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
+    support::simulate_reboot(client, &rebooted[0]).await;
     let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for(
         "the rebooted node to be done and its reboot pod gone",
         Duration::from_secs(120),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let p = plans.get(&reboot_name).await?;
             let reboot_pods = pod_api
                 .list(&ListParams::default().labels(&format!(
@@ -879,7 +862,7 @@ spec:
                 .into_iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .count();
-            if complete(&p) && reboot_pods == 0 {
+            if is_complete(&p) && reboot_pods == 0 {
                 Ok(())
             } else {
                 Err(anyhow!(
@@ -890,117 +873,151 @@ spec:
         },
     )
     .await;
+    rebooted
+}
 
-    if leader_election {
-        // Renewals are patches too; give the lease manager a moment to have done all it does.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+/// What the audit log says the controller did, and the rights deploy/ bound to it.
+struct Evidence {
+    requests: BTreeSet<Request>,
+    refused: Vec<String>,
+    audited: usize,
+    /// The controller's roles (the maintenance component's left out).
+    grants: Vec<Grant>,
+    /// The drainer role, for the Jobs.
+    drainer: Vec<Grant>,
+    /// Why the Lease rules may be unused, when they may.
+    lease_unused_reason: Option<&'static str>,
+}
+
+impl Evidence {
+    async fn read(
+        client: &kube::Client,
+        audit_log: &Path,
+        jti: &str,
+        leader_election: bool,
+    ) -> Self {
+        let (requests, refused, audited) = read_audit_log(audit_log, jti);
+        let (mut grants, drainer) = bound_rules(client).await;
+        // A run that failed half-way may have left the maintenance component installed.
+        grants.retain(|g| g.role != MAINTENANCE_ROLE);
+        let lease_unused_reason = (!leader_election).then_some(
+            "this slipway has no --leader-elect yet, so the Lease rules are not exercised",
+        );
+        Evidence {
+            requests,
+            refused,
+            audited,
+            grants,
+            drainer,
+            lease_unused_reason,
+        }
     }
-    let peak = controller.peak_rss_kib();
-    controller.stop();
 
-    // The evidence.
-    let (requests, refused, audited) = read_audit_log(&audit_log, &jti);
-    let (mut grants, drainer) = bound_rules(&client).await;
-    // A run that failed half-way may have left the maintenance component installed.
-    grants.retain(|g| g.role != MAINTENANCE_ROLE);
-    let lease_unused_reason = (!leader_election)
-        .then_some("this slipway has no --leader-elect yet, so the Lease rules are not exercised");
-    let may_be_unused = |_: &Grant, group: &str, resource: &str, verb: &str| {
-        (lease_unused_reason.is_some() && group == "coordination.k8s.io")
+    /// Rights that need not be used: [`ALLOWED_UNUSED`], and the Lease rules without leader
+    /// election.
+    fn may_be_unused(&self, _: &Grant, group: &str, resource: &str, verb: &str) -> bool {
+        (self.lease_unused_reason.is_some() && group == "coordination.k8s.io")
             || ALLOWED_UNUSED
                 .iter()
                 .any(|(g, r, v, _)| (*g, *r, *v) == (group, resource, verb))
-    };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    }
 
-    eprintln!(
-        "e2e_rbac: {audited} audited requests by {NS}/{SA}, {} distinct:",
-        requests.len()
-    );
-    for r in &requests {
-        eprintln!("  {r}");
-    }
-    for (g, r, v, why) in ALLOWED_UNUSED {
-        let used = requests
-            .iter()
-            .any(|q| (q.group.as_str(), q.resource.as_str(), q.verb.as_str()) == (*g, *r, *v));
-        eprintln!("e2e_rbac: may be unused: {v} {g}/{r} (used this time: {used}): {why}");
-    }
-    if let Some(reason) = lease_unused_reason {
-        eprintln!("e2e_rbac: may be unused: coordination.k8s.io/leases: {reason}");
-    }
-    if let Some(kib) = peak {
-        eprintln!("e2e_rbac: slipway peak RSS {} MiB", kib / 1024);
-    }
-    eprintln!("e2e_rbac: took {:?}", started.elapsed());
-
-    assert!(
-        refused.is_empty(),
-        "the API server refused requests of the controller:\n{}",
-        refused.join("\n")
-    );
-    controller.assert_not_refused();
-    assert!(
-        problems.is_empty(),
-        "deploy/'s RBAC is not least privilege:\n{}",
-        problems.join("\n")
-    );
-
-    // The checker itself catches both kinds of mistake, on this run's evidence.
-    let mut too_much = grants.clone();
-    too_much.push(Grant {
-        role: "extra".into(),
-        namespace: Some(NS.into()),
-        rule: PolicyRule {
-            api_groups: Some(vec!["".into()]),
-            resources: Some(vec!["secrets".into()]),
-            verbs: vec!["get".into()],
-            ..Default::default()
-        },
-    });
-    assert!(
-        audit_rbac(&too_much, &requests, &may_be_unused)
-            .iter()
-            .any(|p| p.contains("get core/secrets, never used")),
-        "an unused right is reported"
-    );
-    let too_little: Vec<Grant> = grants
-        .iter()
-        .filter(|g| {
-            !g.rule
-                .resources
-                .iter()
-                .flatten()
-                .any(|r| r == "plans/status")
+    fn audit(&self, grants: &[Grant]) -> Vec<String> {
+        audit_rbac(grants, &self.requests, &|g, group, resource, verb| {
+            self.may_be_unused(g, group, resource, verb)
         })
-        .cloned()
-        .collect();
-    assert!(
-        audit_rbac(&too_little, &requests, &may_be_unused)
+    }
+
+    /// Prints the requests and what may be unused.
+    fn report(&self, peak_rss_kib: Option<u64>, started: Instant) {
+        let (audited, requests) = (self.audited, &self.requests);
+        eprintln!(
+            "e2e_rbac: {audited} audited requests by {NS}/{SA}, {} distinct:",
+            requests.len()
+        );
+        for r in requests {
+            eprintln!("  {r}");
+        }
+        for (g, r, v, why) in ALLOWED_UNUSED {
+            let used = requests
+                .iter()
+                .any(|q| (q.group.as_str(), q.resource.as_str(), q.verb.as_str()) == (*g, *r, *v));
+            eprintln!("e2e_rbac: may be unused: {v} {g}/{r} (used this time: {used}): {why}");
+        }
+        if let Some(reason) = self.lease_unused_reason {
+            eprintln!("e2e_rbac: may be unused: coordination.k8s.io/leases: {reason}");
+        }
+        if let Some(kib) = peak_rss_kib {
+            eprintln!("e2e_rbac: slipway peak RSS {} MiB", kib / 1024);
+        }
+        eprintln!("e2e_rbac: took {:?}", started.elapsed());
+    }
+
+    /// No request was refused, every request is granted by the controller's roles, and every
+    /// right of them was used.
+    fn assert_least_privilege(&self, controller: &ControllerProcess) {
+        let problems = self.audit(&self.grants);
+        assert!(
+            self.refused.is_empty(),
+            "the API server refused requests of the controller:\n{}",
+            self.refused.join("\n")
+        );
+        assert_not_refused(controller);
+        assert!(
+            problems.is_empty(),
+            "deploy/'s RBAC is not least privilege:\n{}",
+            problems.join("\n")
+        );
+    }
+
+    /// The checker itself catches both kinds of mistake, on this run's evidence.
+    fn the_checker_catches_both_kinds_of_mistake(&self) {
+        let mut too_much = self.grants.clone();
+        too_much.push(Grant {
+            role: "extra".into(),
+            namespace: Some(NS.into()),
+            rule: PolicyRule {
+                api_groups: Some(vec!["".into()]),
+                resources: Some(vec!["secrets".into()]),
+                verbs: vec!["get".into()],
+                ..Default::default()
+            },
+        });
+        assert!(
+            self.audit(&too_much)
+                .iter()
+                .any(|p| p.contains("get core/secrets, never used")),
+            "an unused right is reported"
+        );
+        let too_little: Vec<Grant> = self
+            .grants
             .iter()
-            .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
-        "a missing right is reported"
-    );
-    // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
-    // allows is reported above as not granted.
-    assert!(!drainer.is_empty(), "deploy/ binds {DRAINER_ROLE} to {SA}");
+            .filter(|g| {
+                !g.rule
+                    .resources
+                    .iter()
+                    .flatten()
+                    .any(|r| r == "plans/status")
+            })
+            .cloned()
+            .collect();
+        assert!(
+            self.audit(&too_little)
+                .iter()
+                .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
+            "a missing right is reported"
+        );
+        // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
+        // allows is reported above as not granted.
+        assert!(
+            !self.drainer.is_empty(),
+            "deploy/ binds {DRAINER_ROLE} to {SA}"
+        );
+    }
+}
 
-    // 5. The maintenance component on top, with a token of its own (so its requests are told
-    //    apart in the audit log).
-    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
-
-    // 6. The reboot agent's component.
-    prove_agent_component(&cluster, &client).await;
-
-    // 7. The RebootPolicy component, with a token of its own.
-    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
-
-    // Clean up, keeping the CRDs (other tests share them).
-    support::delete_nodes(&client, &nodes).await;
-    support::delete_nodes(&client, &more).await;
-    support::delete_nodes(&client, &rebooted).await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
+/// Removes what deploy/ installed, keeping the CRDs (other tests share them).
+async fn remove_deploy(client: &kube::Client) {
     for name in [
         "system-upgrade",
         "system-upgrade-drainer",
@@ -1064,6 +1081,159 @@ async fn apply_with_component(cluster: &support::Cluster, component: &str) {
 /// to annotations. The agent runs with a token bound to the DaemonSet's pod on one node.
 async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client) {
     apply_with_component(cluster, "deploy/components/reboot-agent").await;
+    the_agent_may_only_get_and_patch_nodes(cluster).await;
+    // The DaemonSet runs a pod on every node (kwok plays the kubelet); take two of them.
+    let pool = support::unique_name("rbac-agent");
+    let nodes =
+        support::create_nodes(client, "rbac-agent", 2, &[("slipway.test/pool", &pool)]).await;
+    let kubeconfig = a_kubeconfig_bound_to_the_agent_pod_on(cluster, client, &nodes[0]).await;
+    the_agent_changes_only_its_own_nodes_annotations(client, &kubeconfig, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    remove_agent_component(cluster).await;
+    support::delete_nodes(client, &nodes).await;
+}
+
+/// A kubeconfig with a token of the agent's ServiceAccount bound to its DaemonSet's pod on
+/// `node`, as the pod has.
+async fn a_kubeconfig_bound_to_the_agent_pod_on(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    node: &str,
+) -> PathBuf {
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let pod_on = |node: String| {
+        let pods = pods.clone();
+        async move {
+            support::wait_for(
+                &format!("the agent pod on {node}"),
+                Duration::from_secs(60),
+                || async {
+                    pods.list(&ListParams::default().labels("app.kubernetes.io/component=agent"))
+                        .await?
+                        .items
+                        .into_iter()
+                        .find(|p| {
+                            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
+                        })
+                        .and_then(|p| p.metadata.name)
+                        .ok_or_else(|| anyhow!("not yet"))
+                },
+            )
+            .await
+        }
+    };
+    let pod = pod_on(node.to_string()).await;
+    let token = cluster
+        .kubectl(&[
+            "-n",
+            NS,
+            "create",
+            "token",
+            "slipway-agent",
+            "--duration=1h",
+            "--bound-object-kind=Pod",
+            &format!("--bound-object-name={pod}"),
+        ])
+        .await
+        .expect("a token bound to the agent's pod")
+        .trim()
+        .to_string();
+    let kubeconfig =
+        std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
+    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    kubeconfig
+}
+
+/// `slipway agent --once` with that token marks its own node and is refused another; a label
+/// patch of its own node is refused too (only the annotations).
+async fn the_agent_changes_only_its_own_nodes_annotations(
+    client: &kube::Client,
+    kubeconfig: &Path,
+    nodes: &[String],
+) {
+    let agent = |node: &str| {
+        support::process::slipway()
+            .args([
+                "agent",
+                "--once",
+                "--sentinel-command",
+                "true",
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .args(["--node", node])
+            .output()
+            .expect("run slipway agent")
+    };
+    let own = agent(&nodes[0]);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let annotated = Api::<Node>::all(client.clone())
+        .get(&nodes[0])
+        .await
+        .expect("node")
+        .metadata
+        .annotations
+        .is_some_and(|a| a.contains_key(support::REBOOT_REQUIRED_ANNOTATION));
+    assert!(annotated, "the agent marked its own node");
+    let foreign = agent(&nodes[1]);
+    assert!(!foreign.status.success(), "the agent changed another node");
+    assert!(
+        String::from_utf8_lossy(&foreign.stderr).contains("may change only the Node it runs on"),
+        "{}",
+        String::from_utf8_lossy(&foreign.stderr)
+    );
+    let as_agent = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("agent config"),
+    )
+    .expect("agent client");
+    let label = Api::<Node>::all(as_agent)
+        .patch(
+            &nodes[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"example.com/chosen": "yes"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
+        "{label:?}"
+    );
+}
+
+/// Removes the agent component's DaemonSet, admission policy and ClusterRole.
+async fn remove_agent_component(cluster: &support::Cluster) {
+    let _ = cluster
+        .kubectl(&[
+            "delete",
+            "-n",
+            NS,
+            "daemonset/slipway-agent",
+            "--wait=false",
+        ])
+        .await;
+    for what in [
+        "validatingadmissionpolicybinding/slipway-agent-own-node",
+        "validatingadmissionpolicy/slipway-agent-own-node",
+        "clusterrolebinding/slipway-agent",
+        "clusterrole/slipway-agent",
+    ] {
+        let _ = cluster
+            .kubectl(&["delete", what, "--ignore-not-found"])
+            .await;
+    }
+}
+
+/// The agent's ServiceAccount may get and patch Nodes (the admission policy keeps it to its own
+/// Node's annotations), and nothing else it is asked about.
+async fn the_agent_may_only_get_and_patch_nodes(cluster: &support::Cluster) {
     let agent_sa = format!("system:serviceaccount:{NS}:slipway-agent");
     for (verb, resource, subresource, allowed) in [
         ("get", "nodes", "", true),
@@ -1093,127 +1263,6 @@ async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client
             "can the agent {verb} {resource} {subresource}? {answer:?}"
         );
     }
-    // The DaemonSet runs a pod on every node (kwok plays the kubelet); take two of them.
-    let pool = support::unique_name("rbac-agent");
-    let nodes =
-        support::create_nodes(client, "rbac-agent", 2, &[("slipway.test/pool", &pool)]).await;
-    let pods = Api::<Pod>::namespaced(client.clone(), NS);
-    let pod_on = |node: String| {
-        let pods = pods.clone();
-        async move {
-            support::wait_for(
-                &format!("the agent pod on {node}"),
-                Duration::from_secs(60),
-                || async {
-                    pods.list(&ListParams::default().labels("app.kubernetes.io/component=agent"))
-                        .await?
-                        .items
-                        .into_iter()
-                        .find(|p| {
-                            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
-                        })
-                        .and_then(|p| p.metadata.name)
-                        .ok_or_else(|| anyhow!("not yet"))
-                },
-            )
-            .await
-        }
-    };
-    let pod = pod_on(nodes[0].clone()).await;
-    let token = cluster
-        .kubectl(&[
-            "-n",
-            NS,
-            "create",
-            "token",
-            "slipway-agent",
-            "--duration=1h",
-            "--bound-object-kind=Pod",
-            &format!("--bound-object-name={pod}"),
-        ])
-        .await
-        .expect("a token bound to the agent's pod")
-        .trim()
-        .to_string();
-    let kubeconfig =
-        std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
-    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
-    let agent = |node: &str| {
-        Command::new(env!("CARGO_BIN_EXE_slipway"))
-            .args([
-                "agent",
-                "--once",
-                "--sentinel-command",
-                "true",
-                "--kubeconfig",
-            ])
-            .arg(&kubeconfig)
-            .args(["--node", node])
-            .output()
-            .expect("run slipway agent")
-    };
-    let own = agent(&nodes[0]);
-    assert!(
-        own.status.success(),
-        "{}",
-        String::from_utf8_lossy(&own.stderr)
-    );
-    let annotated = Api::<Node>::all(client.clone())
-        .get(&nodes[0])
-        .await
-        .expect("node")
-        .metadata
-        .annotations
-        .is_some_and(|a| a.contains_key("slipway.dev/reboot-required"));
-    assert!(annotated, "the agent marked its own node");
-    let foreign = agent(&nodes[1]);
-    assert!(!foreign.status.success(), "the agent changed another node");
-    assert!(
-        String::from_utf8_lossy(&foreign.stderr).contains("may change only the Node it runs on"),
-        "{}",
-        String::from_utf8_lossy(&foreign.stderr)
-    );
-    let as_agent = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("agent config"),
-    )
-    .expect("agent client");
-    let label = Api::<Node>::all(as_agent)
-        .patch(
-            &nodes[0],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"example.com/chosen": "yes"}}})),
-        )
-        .await;
-    assert!(
-        matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
-        "{label:?}"
-    );
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = cluster
-        .kubectl(&[
-            "delete",
-            "-n",
-            NS,
-            "daemonset/slipway-agent",
-            "--wait=false",
-        ])
-        .await;
-    for what in [
-        "validatingadmissionpolicybinding/slipway-agent-own-node",
-        "validatingadmissionpolicy/slipway-agent-own-node",
-        "clusterrolebinding/slipway-agent",
-        "clusterrole/slipway-agent",
-    ] {
-        let _ = cluster
-            .kubectl(&["delete", what, "--ignore-not-found"])
-            .await;
-    }
-    support::delete_nodes(client, &nodes).await;
 }
 
 /// `deploy/` plus `deploy/components/maintenance`, applied as an overlay would, then one
@@ -1230,31 +1279,86 @@ async fn prove_maintenance_component(
 ) {
     apply_with_component(cluster, "deploy/components/maintenance").await;
 
+    let mut env = overlay_env(
+        client,
+        ("SLIPWAY_MAINTENANCE", "the maintenance controller"),
+        "slipway-rbac-maintenance",
+    )
+    .await;
+    let pool = support::unique_name("rbac-maint");
+    let nodes =
+        support::create_nodes(client, "rbac-maint", 2, &[("slipway.test/pool", &pool)]).await;
+    // The first node has workloads and a foreign Lease; the second neither (its Lease is created).
+    let (node, bare) = (&nodes[0], &nodes[1]);
+    env.insert("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(), node.clone());
+
+    // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
+    let workloads = workloads_on(client, node, "rbac-maint").await;
+    an_expired_foreign_lease(client, node).await;
+
+    let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
+    let mut controller = start_controller(&kubeconfig, &env, args);
+
+    maintain_both_through_a_blocking_budget(client, &controller, [node, bare], &workloads).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
+    for node in &nodes {
+        assert!(
+            leases
+                .get_opt(&format!("node-{node}"))
+                .await
+                .expect("get lease")
+                .is_none(),
+            "the Lease of {node} is released"
+        );
+    }
+    controller.stop();
+
+    for (g, r, v, why) in MAINTENANCE_ALLOWED_UNUSED {
+        eprintln!("e2e_rbac: maintenance may leave unused: {v} {g}/{r}: {why}");
+    }
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("maintenance", MAINTENANCE_ROLE),
+        MAINTENANCE_ALLOWED_UNUSED,
+        None,
+    )
+    .await;
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_component(client, &workloads, MAINTENANCE_ROLE, &[LEASES, "default"]).await;
+}
+
+/// The ConfigMap of the overlay with a component: `switch` (variable, what it turns on) must be
+/// on; the downward API's variables added, `pod` the pod's name.
+async fn overlay_env(
+    client: &kube::Client,
+    (switch, what): (&str, &str),
+    pod: &str,
+) -> BTreeMap<String, String> {
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
         .get("default-controller-env")
         .await
         .expect("the ConfigMap of the overlay");
     let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
     assert_eq!(
-        env.get("SLIPWAY_MAINTENANCE").map(String::as_str),
+        env.get(switch).map(String::as_str),
         Some("true"),
-        "the component turns the maintenance controller on"
+        "the component turns {what} on"
     );
-    let pool = support::unique_name("rbac-maint");
-    let nodes =
-        support::create_nodes(client, "rbac-maint", 2, &[("slipway.test/pool", &pool)]).await;
-    // The first node has workloads and a foreign Lease; the second neither (its Lease is created).
-    let (node, bare) = (&nodes[0], &nodes[1]);
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(), node.clone());
-    env.insert("POD_NAME".into(), "slipway-rbac-maintenance".into());
+    env.insert("POD_NAME".into(), pod.into());
+    env
+}
 
-    // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
-    let workloads = workloads_on(client, node, "rbac-maint").await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
+/// A Lease of the node held by another holder that expired an hour ago: taken over with an
+/// update.
+async fn an_expired_foreign_lease(client: &kube::Client, node: &str) {
     let pp = PostParams::default();
-    // A Lease of another holder that expired an hour ago: taken over with an update.
     let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
     let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
     let expired = Lease {
@@ -1273,13 +1377,22 @@ async fn prove_maintenance_component(
         .create(&pp, &expired)
         .await
         .expect("create the expired Lease");
+}
 
-    let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
-    let mut controller = Controller::start(&kubeconfig, &env, args);
-
+/// A NodeMaintenance of each node: the first one's drain is blocked by the PDB `web` of
+/// `workloads` (and says so) until it is deleted; both drains succeed; both maintenances are
+/// deleted and gone.
+async fn maintain_both_through_a_blocking_budget(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    nodes: [&String; 2],
+    workloads: &str,
+) {
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
+    let pp = PostParams::default();
     let nms = Api::<NodeMaintenance>::all(client.clone());
     let mut names = Vec::new();
-    for node in [node, bare] {
+    for node in nodes {
         let name = support::unique_name("rbac-maint");
         let nm: NodeMaintenance = serde_json::from_value(json!({
             "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
@@ -1296,7 +1409,7 @@ async fn prove_maintenance_component(
     let name = &names[0];
     let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
     support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         let nm = nms.get(name).await?;
         let error = nm.status.as_ref().and_then(|s| s.last_error.clone());
         let blocker = format!("PodDisruptionBudget {workloads}/web");
@@ -1311,7 +1424,7 @@ async fn prove_maintenance_component(
         .await
         .expect("delete the PDB");
     support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         for name in &names {
             let nm = nms.get(name).await?;
             if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
@@ -1330,7 +1443,7 @@ async fn prove_maintenance_component(
         "the maintenances to be gone",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             for name in &names {
                 if let Some(nm) = nms.get_opt(name).await? {
                     return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
@@ -1340,48 +1453,6 @@ async fn prove_maintenance_component(
         },
     )
     .await;
-    for node in &nodes {
-        assert!(
-            leases
-                .get_opt(&format!("node-{node}"))
-                .await
-                .expect("get lease")
-                .is_none(),
-            "the Lease of {node} is released"
-        );
-    }
-    controller.stop();
-
-    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
-    let (grants, _) = bound_rules(client).await;
-    // deploy/'s own rights were proven above; here only the component's must all be used.
-    let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
-        g.role != MAINTENANCE_ROLE
-            || ALLOWED_UNUSED
-                .iter()
-                .chain(MAINTENANCE_ALLOWED_UNUSED)
-                .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
-    };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
-    for (g, r, v, why) in MAINTENANCE_ALLOWED_UNUSED {
-        eprintln!("e2e_rbac: maintenance may leave unused: {v} {g}/{r}: {why}");
-    }
-    assert_component_proven("maintenance", audited, &requests, &refused, &problems);
-
-    support::delete_nodes(client, &nodes).await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&workloads, &DeleteParams::background())
-        .await;
-    for namespace in [LEASES, "default"] {
-        let _ = Api::<Role>::namespaced(client.clone(), namespace)
-            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
-            .await;
-        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
-            .delete(MAINTENANCE_ROLE, &DeleteParams::default())
-            .await;
-    }
 }
 
 /// Workloads on `node`, in a namespace of their own: a Deployment's pod held by a
@@ -1467,31 +1538,53 @@ async fn prove_reboot_policy_component(
     args: &[String],
 ) {
     apply_with_component(cluster, "deploy/components/reboot-policy").await;
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .get("default-controller-env")
-        .await
-        .expect("the ConfigMap of the overlay");
-    let mut env: BTreeMap<String, String> = config_map.data.unwrap_or_default();
-    assert_eq!(
-        env.get("SLIPWAY_REBOOT_POLICIES").map(String::as_str),
-        Some("true"),
-        "the component turns the RebootPolicy controller on"
-    );
+    let mut env = overlay_env(
+        client,
+        ("SLIPWAY_REBOOT_POLICIES", "the RebootPolicy controller"),
+        "slipway-rbac-policy",
+    )
+    .await;
     // Only the policies here (the maintenance component's setting stays in the ConfigMap).
     env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
     let pool = support::unique_name("rbac-rbp");
     let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
     let node = &nodes[0];
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAME".into(), CONTROLLER.into());
-    env.insert("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE".into(), NS.into());
-    env.insert("POD_NAME".into(), "slipway-rbac-policy".into());
 
     let workloads = workloads_on(client, node, "rbac-rbp").await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads);
-    let pp = PostParams::default();
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
-    let mut controller = Controller::start(&kubeconfig, &env, args);
+    let mut controller = start_controller(&kubeconfig, &env, args);
+    reboot_the_node_through_its_budget(client, &controller, node, &pool, &workloads).await;
+    controller.stop();
+
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("reboot-policy", POLICY_ROLE),
+        POLICY_ALLOWED_UNUSED,
+        Some(MAINTENANCE_ROLE),
+    )
+    .await;
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_component(client, &workloads, POLICY_ROLE, &["default"]).await;
+}
+
+/// A RebootPolicy over the pool; the node asks; its drain waits for the PDB `web` of
+/// `workloads`, which is then deleted; the reboot pod comes, the node reboots and is given back;
+/// the policy is deleted and gone.
+async fn reboot_the_node_through_its_budget(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    node: &str,
+    pool: &str,
+    workloads: &str,
+) {
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
+    let pp = PostParams::default();
     let policies = Api::<RebootPolicy>::all(client.clone());
     let name = support::unique_name("rbac-rbp");
     let policy: RebootPolicy = serde_json::from_value(json!({
@@ -1504,31 +1597,14 @@ async fn prove_reboot_policy_component(
         policies.create(&pp, &policy).await
     })
     .await;
+    support::ask_reboot(client, node).await;
     let nodes_api = Api::<Node>::all(client.clone());
-    let boot = nodes_api
-        .get(node)
-        .await
-        .expect("node")
-        .status
-        .and_then(|s| s.node_info)
-        .map(|i| i.boot_id)
-        .unwrap_or_default();
-    nodes_api
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"slipway.dev/reboot-required": boot}}}),
-            ),
-        )
-        .await
-        .expect("ask for a reboot");
     let status_of = |p: &RebootPolicy| serde_json::to_string(&p.status).unwrap_or_default();
     support::wait_for(
         "the drain to wait for the PDB's pod",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let p = policies.get(&name).await?;
             let draining = p
                 .status
@@ -1552,7 +1628,7 @@ async fn prove_reboot_policy_component(
         .expect("delete the PDB");
     let reboot_pods = Api::<Pod>::namespaced(client.clone(), NS);
     support::wait_for("the reboot pod", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         let list = reboot_pods
             .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
             .await?;
@@ -1566,19 +1642,12 @@ async fn prove_reboot_policy_component(
         }
     })
     .await;
-    nodes_api
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
+    support::simulate_reboot(client, node).await;
     support::wait_for(
         "the node back and uncordoned",
         Duration::from_secs(60),
         || async {
-            controller.assert_not_refused();
+            assert_not_refused(controller);
             let p = policies.get(&name).await?;
             let n = nodes_api.get(node).await?;
             let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
@@ -1595,43 +1664,57 @@ async fn prove_reboot_policy_component(
         .await
         .expect("delete the policy");
     support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
-        controller.assert_not_refused();
+        assert_not_refused(controller);
         match policies.get_opt(&name).await? {
             None => Ok(()),
             Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
         }
     })
     .await;
-    controller.stop();
+}
 
-    let (requests, refused, audited) = read_audit_log(audit_log, &jti);
+/// The audit of a component's run with the token `jti`: every request is granted, and every
+/// right of the component's role is used but those of `allowed_unused` (and [`ALLOWED_UNUSED`]);
+/// deploy/'s own rights were proven before. `leave_out` is a role not counted as granted.
+async fn prove_component_audit(
+    client: &kube::Client,
+    audit_log: &Path,
+    jti: &str,
+    (component, role): (&str, &str),
+    allowed_unused: &[(&str, &str, &str, &str)],
+    leave_out: Option<&str>,
+) {
+    let (requests, refused, audited) = read_audit_log(audit_log, jti);
     let (grants, _) = bound_rules(client).await;
     let grants: Vec<Grant> = grants
         .into_iter()
-        .filter(|g| g.role != MAINTENANCE_ROLE)
+        .filter(|g| Some(g.role.as_str()) != leave_out)
         .collect();
     let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
-        g.role != POLICY_ROLE
+        g.role != role
             || ALLOWED_UNUSED
                 .iter()
-                .chain(POLICY_ALLOWED_UNUSED)
+                .chain(allowed_unused)
                 .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
     };
     let problems = audit_rbac(&grants, &requests, &may_be_unused);
-    assert_component_proven("reboot-policy", audited, &requests, &refused, &problems);
+    assert_component_proven(component, audited, &requests, &refused, &problems);
+}
 
-    support::delete_nodes(client, &nodes).await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&controller.log);
+/// Removes the workloads' namespace, and the component's Role and RoleBinding `role` from
+/// `namespaces`.
+async fn remove_component(client: &kube::Client, workloads: &str, role: &str, namespaces: &[&str]) {
     let _ = Api::<Namespace>::all(client.clone())
-        .delete(&workloads, &DeleteParams::background())
+        .delete(workloads, &DeleteParams::background())
         .await;
-    let _ = Api::<Role>::namespaced(client.clone(), "default")
-        .delete(POLICY_ROLE, &DeleteParams::default())
-        .await;
-    let _ = Api::<RoleBinding>::namespaced(client.clone(), "default")
-        .delete(POLICY_ROLE, &DeleteParams::default())
-        .await;
+    for namespace in namespaces {
+        let _ = Api::<Role>::namespaced(client.clone(), namespace)
+            .delete(role, &DeleteParams::default())
+            .await;
+        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .delete(role, &DeleteParams::default())
+            .await;
+    }
 }
 
 /// Prints what the controller did with deploy/components/`component`'s rights, and fails on a

@@ -13,6 +13,7 @@ use serde_json::json;
 use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
+use support::plans::{condition, is_complete};
 
 fn reboot_plan(name: &str, pool: &str, timeout: &str) -> Plan {
     serde_saphyr::from_str(&format!(
@@ -37,17 +38,6 @@ spec:
 "#
     ))
     .expect("test plan parses")
-}
-
-async fn simulate_reboot(client: &kube::Client, node: &str) {
-    let api = Api::<Node>::all(client.clone());
-    api.patch_status(
-        node,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-    )
-    .await
-    .expect("change the boot ID");
 }
 
 async fn plan_status(ns: &TestNamespace, name: &str) -> Plan {
@@ -112,99 +102,115 @@ async fn the_slot_is_held_until_the_node_is_back_with_a_new_boot_id() {
 
     for round in 0..2 {
         let node = applying_node(&ns, "os").await;
-        // The reboot pod is on the node before (or with) the Job.
-        let pods = ns.api::<Pod>();
-        let pod = support::wait_for("the reboot pod", Duration::from_secs(30), || async {
-            let list = pods
-                .list(&ListParams::default().labels("slipway.dev/reboot=true"))
-                .await?;
-            list.items
-                .into_iter()
-                .find(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-                })
-                .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
-        })
-        .await;
-        let spec = pod.spec.expect("pod spec");
-        assert_eq!(spec.host_pid, Some(true));
-        assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+        a_privileged_reboot_pod_is_on(&ns, &node).await;
         wait_phase(&ns, "os", &node, "Rebooting", Duration::from_secs(60)).await;
         if round == 1 {
-            // A crash while the node reboots loses nothing.
-            controller.kill();
-            simulate_reboot(&client, &node).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            controller.restart();
+            a_crash_while_the_node_reboots_loses_nothing(&mut controller, &client, &node).await;
         } else {
-            // The slot stays held while the boot ID is unchanged.
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            let other = nodes.iter().find(|n| **n != node).expect("other node");
-            assert_eq!(
-                jobs_on(&ns, other).await,
-                0,
-                "the next node waits for the reboot"
-            );
-            let p = plan_status(&ns, "os").await;
-            assert_eq!(node_phase(&p, &node).as_deref(), Some("Rebooting"));
-            simulate_reboot(&client, &node).await;
+            the_slot_stays_held_while_the_boot_id_is_unchanged(&ns, &nodes, &node).await;
+            support::simulate_reboot(&client, &node).await;
         }
-        let api = ns.api::<Plan>();
-        let node_api = Api::<Node>::all(client.clone());
-        support::wait_for(
-            &format!("{node} to be labelled"),
-            Duration::from_secs(60),
-            || async {
-                let n = node_api.get(&node).await?;
-                let hash = api.get("os").await?.status.and_then(|s| s.latest_hash);
-                let label = n
-                    .metadata
-                    .labels
-                    .and_then(|l| l.get("plan.upgrade.cattle.io/os").cloned());
-                if label.is_some() && label == hash {
-                    Ok(())
-                } else {
-                    Err(anyhow!("label {label:?}, hash {hash:?}"))
-                }
-            },
-        )
-        .await;
-        support::wait_for("the reboot pod to go", Duration::from_secs(30), || async {
-            let n = pods
-                .list(&ListParams::default().labels(&format!(
-                    "slipway.dev/reboot=true,upgrade.cattle.io/node={node}"
-                )))
-                .await?
-                .items
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .count();
-            if n == 0 {
-                Ok(())
-            } else {
-                Err(anyhow!("{n} reboot pods on {node}"))
-            }
-        })
-        .await;
+        the_node_is_labelled_and_its_reboot_pod_gone(&ns, &client, &node).await;
     }
     let api = ns.api::<Plan>();
-    support::wait_for("the plan to complete", Duration::from_secs(60), || async {
-        let p = api.get("os").await?;
-        let complete = p.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Complete" && c.status == "True")
-        });
-        if complete {
-            Ok(())
-        } else {
-            Err(anyhow!("status: {:?}", p.status))
-        }
-    })
-    .await;
+    support::plans::wait_complete(&api, "os", Duration::from_secs(60)).await;
     drop(controller);
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
+}
+
+/// The reboot pod is on the node before (or with) the Job: host PID namespace, restarted on
+/// failure.
+async fn a_privileged_reboot_pod_is_on(ns: &TestNamespace, node: &str) {
+    let pods = ns.api::<Pod>();
+    let pod = support::wait_for("the reboot pod", Duration::from_secs(30), || async {
+        let list = pods
+            .list(&ListParams::default().labels("slipway.dev/reboot=true"))
+            .await?;
+        list.items
+            .into_iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
+    })
+    .await;
+    let spec = pod.spec.expect("pod spec");
+    assert_eq!(spec.host_pid, Some(true));
+    assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+}
+
+/// A crash while the node reboots loses nothing.
+async fn a_crash_while_the_node_reboots_loses_nothing(
+    controller: &mut ControllerProcess,
+    client: &kube::Client,
+    node: &str,
+) {
+    controller.kill();
+    support::simulate_reboot(client, node).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    controller.restart();
+}
+
+/// The slot stays held while the boot ID is unchanged: the other node gets no Job.
+async fn the_slot_stays_held_while_the_boot_id_is_unchanged(
+    ns: &TestNamespace,
+    nodes: &[String],
+    node: &str,
+) {
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let other = nodes.iter().find(|n| **n != node).expect("other node");
+    assert_eq!(
+        jobs_on(ns, other).await,
+        0,
+        "the next node waits for the reboot"
+    );
+    let p = plan_status(ns, "os").await;
+    assert_eq!(node_phase(&p, node).as_deref(), Some("Rebooting"));
+}
+
+/// The node is labelled with the Plan's hash and its reboot pod is deleted.
+async fn the_node_is_labelled_and_its_reboot_pod_gone(
+    ns: &TestNamespace,
+    client: &kube::Client,
+    node: &str,
+) {
+    let pods = ns.api::<Pod>();
+    let api = ns.api::<Plan>();
+    let node_api = Api::<Node>::all(client.clone());
+    support::wait_for(
+        &format!("{node} to be labelled"),
+        Duration::from_secs(60),
+        || async {
+            let n = node_api.get(node).await?;
+            let hash = api.get("os").await?.status.and_then(|s| s.latest_hash);
+            let label = n
+                .metadata
+                .labels
+                .and_then(|l| l.get("plan.upgrade.cattle.io/os").cloned());
+            if label.is_some() && label == hash {
+                Ok(())
+            } else {
+                Err(anyhow!("label {label:?}, hash {hash:?}"))
+            }
+        },
+    )
+    .await;
+    support::wait_for("the reboot pod to go", Duration::from_secs(30), || async {
+        let n = pods
+            .list(&ListParams::default().labels(&format!(
+                "slipway.dev/reboot=true,upgrade.cattle.io/node={node}"
+            )))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count();
+        if n == 0 {
+            Ok(())
+        } else {
+            Err(anyhow!("{n} reboot pods on {node}"))
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,23 +228,15 @@ async fn a_node_that_never_comes_back_fails_the_plan_after_the_timeout() {
     let api = ns.api::<Plan>();
     let failed = support::wait_for("RebootTimedOut", Duration::from_secs(90), || async {
         let p = api.get("stuck").await?;
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned());
-        match c {
+        match condition(&p, "Complete").cloned() {
             Some(c) if c.reason.as_deref() == Some("RebootTimedOut") => Ok(p),
             other => Err(anyhow!("Complete: {other:?}")),
         }
     })
     .await;
-    let status = failed.status.expect("status");
-    let complete = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Complete")
-        .expect("Complete");
+    let complete = condition(&failed, "Complete").expect("Complete");
     let message = complete.message.clone().unwrap_or_default();
+    let status = failed.status.expect("status");
     assert!(
         message.contains(&format!("Node {node} did not come back")),
         "{message}"
@@ -296,7 +294,7 @@ async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
 
     wait_phase(&ns, "gated", &node, "Rebooting", Duration::from_secs(60)).await;
     set_pod_ready(&pods, "critical", false).await;
-    simulate_reboot(&client, &node).await;
+    support::simulate_reboot(&client, &node).await;
     wait_phase(
         &ns,
         "gated",
@@ -306,45 +304,18 @@ async fn the_health_gate_waits_for_the_nodes_pods_and_says_which() {
     )
     .await;
     let p = plan_status(&ns, "gated").await;
-    let complete = p
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Complete").cloned())
-        .expect("Complete");
+    let complete = condition(&p, "Complete").cloned().expect("Complete");
     assert_eq!(complete.reason.as_deref(), Some("WaitingForHealth"));
     let message = complete.message.unwrap_or_default();
     assert!(
         message.contains(&format!("{}/critical", ns.name())),
         "the condition names the pod: {message}"
     );
-    assert!(
-        !p.status.as_ref().is_some_and(|s| s
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")),
-        "not complete while the pod is not Ready"
-    );
+    assert!(!is_complete(&p), "not complete while the pod is not Ready");
 
     set_pod_ready(&pods, "critical", true).await;
     let api = ns.api::<Plan>();
-    support::wait_for(
-        "the gated plan to complete",
-        Duration::from_secs(60),
-        || async {
-            let p = api.get("gated").await?;
-            let complete = p.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Complete" && c.status == "True")
-            });
-            if complete {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {:?}", p.status))
-            }
-        },
-    )
-    .await;
+    support::plans::wait_complete(&api, "gated", Duration::from_secs(60)).await;
     ns.cleanup().await;
     support::delete_nodes(&client, &nodes).await;
 }

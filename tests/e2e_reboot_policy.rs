@@ -5,7 +5,8 @@
 //! `status.nodeInfo.bootID` once the reboot was asked for.
 //!
 //! RebootPolicies are cluster-scoped and a policy-enabled controller reconciles all of them, so
-//! every scenario runs in one test, one after the other, with one controller.
+//! the scenarios run as named steps of one test, one after the other, with one controller; the
+//! other test of this file waits for its turn ([`ONE_CONTROLLER_AT_A_TIME`]).
 
 mod support;
 
@@ -17,15 +18,22 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use slipway::reboot_policy::api::RebootPolicy;
+use support::TestNamespace;
 use support::controller::ControllerProcess;
 
-const AGENT: &str = "slipway.dev/reboot-required";
 const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.org/";
+/// The controller's setting that turns RebootPolicies on.
+const POLICIES_ON: [(&str, &str); 1] = [("SLIPWAY_REBOOT_POLICIES", "true")];
+
+/// A policy-enabled controller reconciles every RebootPolicy of the cluster, so the tests of this
+/// file take turns, each with a controller of its own.
+static ONE_CONTROLLER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn policy(name: &str, pool: &str, spec: Value) -> RebootPolicy {
     let mut full = json!({
@@ -54,14 +62,6 @@ async fn node(client: &Client, name: &str) -> Node {
         .expect("get node")
 }
 
-fn boot_id(n: &Node) -> String {
-    n.status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
-        .unwrap_or_default()
-}
-
 fn cordoned(n: &Node) -> bool {
     n.spec
         .as_ref()
@@ -78,23 +78,6 @@ async fn annotate(client: &Client, name: &str, annotations: Value) {
         )
         .await
         .expect("annotate node");
-}
-
-/// What `slipway agent` writes when the node needs a reboot.
-async fn ask_reboot(client: &Client, name: &str) {
-    let boot = boot_id(&node(client, name).await);
-    annotate(client, name, json!({ AGENT: boot })).await;
-}
-
-async fn simulate_reboot(client: &Client, name: &str) {
-    Api::<Node>::all(client.clone())
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": support::random_uuid()}}})),
-        )
-        .await
-        .expect("change the boot ID");
 }
 
 async fn reboot_pods(ns: &str, client: &Client, policy: &str) -> Vec<Pod> {
@@ -207,49 +190,233 @@ async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
     .await;
 }
 
+/// Waits (up to 60 s) for a reboot pod of `policy` on `node`.
+async fn wait_reboot_pod(s: &Scene, policy: &str, node: &str, what: &str) {
+    support::wait_for(what, Duration::from_secs(60), || async {
+        let p = reboot_pods(s.ns.name(), &s.client, policy).await;
+        if p.iter().any(|p| pod_node(p) == node) {
+            Ok(())
+        } else {
+            Err(anyhow!("status: {}", status_of(&s.api, policy).await))
+        }
+    })
+    .await
+}
+
+/// What every step of the scenario works with: the RebootPolicy API, the test's namespace and
+/// its five nodes (pool `pool`).
+struct Scene {
+    client: Client,
+    api: Api<RebootPolicy>,
+    ns: TestNamespace,
+    nodes: Vec<String>,
+    pool: String,
+}
+
+impl Scene {
+    /// `<namespace>-<what>`: a RebootPolicy name of this test's own.
+    fn policy_name(&self, what: &str) -> String {
+        format!("{}-{what}", self.ns.name())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     let Some((cluster, ns, nodes, pool)) = support::setup_pool("rbp", 5).await else {
         return;
     };
+    let _turn = ONE_CONTROLLER_AT_A_TIME.lock().await;
     let client = ns.client();
-    let ctl_env = [("SLIPWAY_REBOOT_POLICIES", "true")];
-    let mut controller = ControllerProcess::start(&cluster, ns.name(), &ctl_env);
-    let api = Api::<RebootPolicy>::all(client.clone());
-    let prefix = ns.name().to_string();
-    let pname = |what: &str| format!("{prefix}-{what}");
+    let mut controller = ControllerProcess::start(&cluster, ns.name(), &POLICIES_ON);
+    let s = Scene {
+        api: Api::<RebootPolicy>::all(client.clone()),
+        client,
+        ns,
+        nodes,
+        pool,
+    };
+    a_wave_reboots_every_node_two_at_a_time_across_a_crash(&s, &mut controller).await;
+    a_closed_window_holds_a_reboot_and_says_until_when(&s).await;
+    a_blocking_pod_holds_the_node_until_it_is_gone(&s).await;
+    a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(&s).await;
+    a_pod_disruption_budget_holds_the_drain(&s).await;
+    a_flatcar_node_is_rebooted_through_fluos_protocol(&s).await;
+    an_invalid_spec_is_reported_naming_the_field(&s).await;
+    an_unreachable_prometheus_holds_reboots(&s).await;
+    a_node_condition_asks_once_per_occurrence(&s).await;
+    a_plan_and_a_policy_share_one_budget(&s).await;
 
-    // 1. Five nodes ask; at most two are disrupted at once; the controller is killed once in the
-    //    middle; every node ends rebooted and uncordoned, the one an admin had cordoned stays so.
+    drop(controller);
+    let Scene {
+        client, ns, nodes, ..
+    } = s;
+    ns.cleanup().await;
+    support::delete_nodes(&client, &nodes).await;
+}
+
+/// kube's event recorder folds events of the same reason and action into one series that keeps
+/// only the first message. A policy that reboots four nodes, two at a time, must leave a
+/// `Rebooting` and a `Rebooted` message of its own for each node, each naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rebooted_node_has_events_of_its_own() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("rbp-events", 4).await else {
+        return;
+    };
+    let _turn = ONE_CONTROLLER_AT_A_TIME.lock().await;
+    let client = ns.client();
+    let controller = ControllerProcess::start(&cluster, ns.name(), &POLICIES_ON);
+    let s = Scene {
+        api: Api::<RebootPolicy>::all(client.clone()),
+        client,
+        ns,
+        nodes,
+        pool,
+    };
+    let name = s.policy_name("events");
+    create_policy(&s.api, &policy(&name, &s.pool, json!({"concurrency": 2}))).await;
+    for n in &s.nodes {
+        support::ask_reboot(&s.client, n).await;
+    }
+    reboot_every_node_once(&s, &name).await;
+    wait_all_done(&s.client, &s.api, &name, &s.nodes).await;
+    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooting").await;
+    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooted").await;
+    delete_policy(&s.api, &name).await;
+
+    drop(controller);
+    let Scene {
+        client, ns, nodes, ..
+    } = s;
+    ns.cleanup().await;
+    support::delete_nodes(&client, &nodes).await;
+}
+
+/// Plays the nodes of the policy: each is rebooted once its reboot pod is there, until all are.
+async fn reboot_every_node_once(s: &Scene, policy: &str) {
+    let mut rebooted = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while rebooted.len() < s.nodes.len() {
+        for p in reboot_pods(s.ns.name(), &s.client, policy).await {
+            let n = pod_node(&p);
+            if rebooted.insert(n.clone()) {
+                support::simulate_reboot(&s.client, &n).await;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rebooted {rebooted:?}; policy: {}",
+            status_of(&s.api, policy).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The policy's Events (events.k8s.io/v1, in any namespace) of `reason` carry one distinct
+/// message per node of `nodes`, each naming its node.
+async fn each_node_has_its_own_event(
+    client: &Client,
+    policy: &str,
+    nodes: &[String],
+    reason: &str,
+) {
+    let events = Api::<Event>::all(client.clone());
+    support::wait_for(
+        &format!("a {reason} event of {policy} naming each of {nodes:?}"),
+        Duration::from_secs(30),
+        || async {
+            let messages: BTreeSet<String> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("RebootPolicy")
+                            && r.name.as_deref() == Some(policy)
+                    })
+                })
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.note)
+                .collect();
+            let not_named_once: Vec<&String> = nodes
+                .iter()
+                .filter(|n| messages.iter().filter(|m| m.contains(n.as_str())).count() != 1)
+                .collect();
+            if messages.len() == nodes.len() && not_named_once.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{} distinct {reason} messages for {} nodes; nodes not named by exactly one: \
+                     {not_named_once:?}; messages: {messages:?}",
+                    messages.len(),
+                    nodes.len()
+                ))
+            }
+        },
+    )
+    .await
+}
+
+/// Five nodes ask; at most two are disrupted at once; the controller is killed once in the
+/// middle; every node ends rebooted and uncordoned, the one an admin had cordoned stays so.
+async fn a_wave_reboots_every_node_two_at_a_time_across_a_crash(
+    s: &Scene,
+    controller: &mut ControllerProcess,
+) {
+    let Scene {
+        client,
+        api,
+        nodes,
+        pool,
+        ..
+    } = s;
     let admin_cordoned = nodes[4].clone();
-    Api::<Node>::all(client.clone())
-        .patch(
-            &admin_cordoned,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .expect("cordon");
-    let wave = pname("wave");
-    create_policy(&api, &policy(&wave, &pool, json!({"concurrency": 2}))).await;
-    let (most, stop) = watch_cordons(
-        client.clone(),
-        nodes
-            .iter()
-            .filter(|n| **n != admin_cordoned)
-            .cloned()
-            .collect(),
-    );
+    support::set_unschedulable(client, &admin_cordoned, true).await;
+    let wave = s.policy_name("wave");
+    create_policy(api, &policy(&wave, pool, json!({"concurrency": 2}))).await;
+    let others: Vec<String> = nodes
+        .iter()
+        .filter(|n| **n != admin_cordoned)
+        .cloned()
+        .collect();
+    let (most, stop) = watch_cordons(client.clone(), others.clone());
     let before: Vec<String> = {
         let mut b = Vec::new();
-        for n in &nodes {
-            b.push(boot_id(&node(&client, n).await));
+        for n in nodes {
+            b.push(support::boot_id(&node(client, n).await));
         }
         b
     };
-    for n in &nodes {
-        ask_reboot(&client, n).await;
+    for n in nodes {
+        support::ask_reboot(client, n).await;
     }
+    reboot_two_at_a_time_killing_the_controller_once(s, controller, &wave).await;
+    wait_all_done(client, api, &wave, &others).await;
+    stop.store(true, Ordering::Relaxed);
+    let most = most.load(Ordering::Relaxed);
+    // The watch leaves out the node an admin cordoned.
+    assert!(most <= 2, "{most} nodes cordoned at once, concurrency 2");
+    assert!(most >= 1, "the watch saw no cordon at all");
+    every_node_rebooted_and_an_admins_cordon_stays(s, &wave, &admin_cordoned, &before).await;
+    support::set_unschedulable(client, &admin_cordoned, false).await;
+    delete_policy(api, &wave).await;
+}
+
+/// Plays every node of the wave: reboots it once its reboot pod is there, never seeing more than
+/// two reboot pods at once; the first time, kills the controller in between (a crash between the
+/// reboot pod and the node's return loses nothing).
+async fn reboot_two_at_a_time_killing_the_controller_once(
+    s: &Scene,
+    controller: &mut ControllerProcess,
+    wave: &str,
+) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        ..
+    } = s;
     let mut rebooted: BTreeSet<String> = BTreeSet::new();
     let mut killed = false;
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
@@ -257,14 +424,14 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         assert!(
             std::time::Instant::now() < deadline,
             "rebooted so far: {rebooted:?}; status: {}",
-            status_of(&api, &wave).await
+            status_of(api, wave).await
         );
-        let pods = reboot_pods(ns.name(), &client, &wave).await;
+        let pods = reboot_pods(ns.name(), client, wave).await;
         if pods.len() > 2 {
             let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
             panic!(
                 "{names:?} at once, concurrency 2; status: {}",
-                status_of(&api, &wave).await
+                status_of(api, wave).await
             );
         }
         for p in pods {
@@ -273,11 +440,11 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
                 continue;
             }
             if killed {
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(client, &n).await;
             } else {
                 // A crash between the reboot pod and the node's return loses nothing.
                 controller.kill();
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(client, &n).await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 controller.restart();
                 killed = true;
@@ -285,34 +452,35 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    wait_all_done(
-        &client,
-        &api,
-        &wave,
-        &nodes
-            .iter()
-            .filter(|n| **n != admin_cordoned)
-            .cloned()
-            .collect::<Vec<_>>(),
-    )
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    let most = most.load(Ordering::Relaxed);
-    // The watch leaves out the node an admin cordoned.
-    assert!(most <= 2, "{most} nodes cordoned at once, concurrency 2");
-    assert!(most >= 1, "the watch saw no cordon at all");
+}
+
+/// Every node has a new boot ID, no reboot pod is left and `status.rebooted` names every node;
+/// the node an admin cordoned is still cordoned.
+async fn every_node_rebooted_and_an_admins_cordon_stays(
+    s: &Scene,
+    wave: &str,
+    admin_cordoned: &str,
+    boot_ids_before: &[String],
+) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        ..
+    } = s;
     assert!(
-        cordoned(&node(&client, &admin_cordoned).await),
+        cordoned(&node(client, admin_cordoned).await),
         "an admin's cordon stays"
     );
-    for (n, b) in nodes.iter().zip(&before) {
-        assert_ne!(&boot_id(&node(&client, n).await), b, "{n} rebooted");
+    for (n, b) in nodes.iter().zip(boot_ids_before) {
+        assert_ne!(&support::boot_id(&node(client, n).await), b, "{n} rebooted");
     }
     assert!(
-        reboot_pods(ns.name(), &client, &wave).await.is_empty(),
+        reboot_pods(ns.name(), client, wave).await.is_empty(),
         "reboot pods are removed once their node is back"
     );
-    let history: BTreeSet<String> = status_of(&api, &wave).await["rebooted"]
+    let history: BTreeSet<String> = status_of(api, wave).await["rebooted"]
         .as_array()
         .into_iter()
         .flatten()
@@ -323,18 +491,18 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         nodes.iter().cloned().collect::<BTreeSet<_>>(),
         "status.rebooted names every node"
     );
-    Api::<Node>::all(client.clone())
-        .patch(
-            &admin_cordoned,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": null}})),
-        )
-        .await
-        .expect("uncordon");
-    delete_policy(&api, &wave).await;
+}
 
-    // 2. A closed window holds a new reboot and says until when; opening it lets it through.
-    let held = pname("held");
+/// A closed window holds a new reboot and says until when; opening it lets it through.
+async fn a_closed_window_holds_a_reboot_and_says_until_when(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        nodes,
+        pool,
+        ..
+    } = s;
+    let held = s.policy_name("held");
     let closed = {
         let hour = (jiff::Timestamp::now()
             .to_zoned(jiff::tz::TimeZone::UTC)
@@ -344,10 +512,10 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         json!({"days": ["su","mo","tu","we","th","fr","sa"],
                "startTime": format!("{hour:02}:00"), "endTime": format!("{hour:02}:30")})
     };
-    create_policy(&api, &policy(&held, &pool, json!({"window": closed}))).await;
+    create_policy(api, &policy(&held, pool, json!({"window": closed}))).await;
     let n0 = nodes[0].clone();
-    ask_reboot(&client, &n0).await;
-    let entry = wait_node_phase(&api, &held, &n0, "WaitingForWindow").await;
+    support::ask_reboot(client, &n0).await;
+    let entry = wait_node_phase(api, &held, &n0, "WaitingForWindow").await;
     assert!(
         entry["message"]
             .as_str()
@@ -356,9 +524,20 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         "{entry}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!cordoned(&node(&client, &n0).await), "held: not cordoned");
+    assert!(!cordoned(&node(client, &n0).await), "held: not cordoned");
+}
 
-    // 3. A blocking pod on the node holds it, named; once it is gone the reboot starts.
+/// A blocking pod on the node holds it, named; once it is gone the reboot starts.
+async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        ..
+    } = s;
+    // The policy of the step before, and the node it holds.
+    let (held, n0) = (s.policy_name("held"), nodes[0].clone());
     api.patch(
         &held,
         &PatchParams::default(),
@@ -382,7 +561,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         "the blocker to hold the node",
         Duration::from_secs(60),
         || async {
-            let status = status_of(&api, &held).await;
+            let status = status_of(api, &held).await;
             match node_entry(&status, &n0) {
                 Some(n) if n["reason"] == "BlockingPods" => Ok(n.clone()),
                 _ => Err(anyhow!("status: {status}")),
@@ -397,19 +576,22 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     pods.delete("blocker", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete blocker");
-    support::wait_for("the reboot pod", Duration::from_secs(60), || async {
-        let p = reboot_pods(ns.name(), &client, &held).await;
-        if p.iter().any(|p| pod_node(p) == n0) {
-            Ok(())
-        } else {
-            Err(anyhow!("none yet"))
-        }
-    })
-    .await;
-    assert!(cordoned(&node(&client, &n0).await));
+    wait_reboot_pod(s, &held, &n0, "the reboot pod").await;
+    assert!(cordoned(&node(client, &n0).await));
+}
 
-    // 4. A node that never comes back fails the policy, naming it, and keeps its slot; once it
-    //    is back it is released.
+/// A node that never comes back fails the policy, naming it, and keeps its slot; once it
+/// is back it is released.
+async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns: _,
+        nodes,
+        ..
+    } = s;
+    // The policy of the step before, and the node it holds.
+    let (held, n0) = (s.policy_name("held"), nodes[0].clone());
     api.patch(
         &held,
         &PatchParams::default(),
@@ -418,10 +600,10 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     .await
     .expect("a short timeout");
     let n1 = nodes[1].clone();
-    ask_reboot(&client, &n1).await;
-    let failed = wait_node_phase(&api, &held, &n0, "Failed").await;
+    support::ask_reboot(client, &n1).await;
+    let failed = wait_node_phase(api, &held, &n0, "Failed").await;
     assert_eq!(failed["reason"], "RebootTimedOut", "{failed}");
-    let status = status_of(&api, &held).await;
+    let status = status_of(api, &held).await;
     let message = status["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == "Progressing"))
@@ -430,35 +612,77 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     assert!(message.contains(&format!("failed: {n0}")), "{status}");
     let waiting = node_entry(&status, &n1).cloned().unwrap_or_default();
     assert_eq!(waiting["reason"], "ConcurrencyReached", "{status}");
-    simulate_reboot(&client, &n0).await;
-    support::wait_for(
-        "n1 to start once n0 is back",
+    support::simulate_reboot(client, &n0).await;
+    wait_reboot_pod(s, &held, &n1, "n1 to start once n0 is back").await;
+    support::simulate_reboot(client, &n1).await;
+    wait_all_done(client, api, &held, &[n0.clone(), n1.clone()]).await;
+    delete_policy(api, &held).await;
+}
+
+/// A PodDisruptionBudget holds the drain and the status names it; once it allows, the node
+/// is drained and rebooted.
+async fn a_pod_disruption_budget_holds_the_drain(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
+    let pdb_policy = s.policy_name("pdb");
+    let n2 = nodes[2].clone();
+    let (deployments, pdbs) = a_web_pod_with_a_budget_on(ns, &n2).await;
+    create_policy(api, &policy(&pdb_policy, pool, json!({}))).await;
+    support::ask_reboot(client, &n2).await;
+    let draining = support::wait_for(
+        "the drain to name the budget",
         Duration::from_secs(60),
         || async {
-            let p = reboot_pods(ns.name(), &client, &held).await;
-            if p.iter().any(|p| pod_node(p) == n1) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(&api, &held).await))
+            let status = status_of(api, &pdb_policy).await;
+            match node_entry(&status, &n2) {
+                Some(n)
+                    if n["phase"] == "Draining"
+                        && n["message"].as_str().unwrap_or("").contains("web") =>
+                {
+                    Ok(n.clone())
+                }
+                _ => Err(anyhow!("status: {status}")),
             }
         },
     )
     .await;
-    simulate_reboot(&client, &n1).await;
-    wait_all_done(&client, &api, &held, &[n0.clone(), n1.clone()]).await;
-    delete_policy(&api, &held).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        reboot_pods(ns.name(), client, &pdb_policy).await.is_empty(),
+        "no reboot before the drain: {draining}"
+    );
+    pdbs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete pdb");
+    wait_reboot_pod(s, &pdb_policy, &n2, "the reboot pod after the drain").await;
+    support::simulate_reboot(client, &n2).await;
+    wait_all_done(client, api, &pdb_policy, std::slice::from_ref(&n2)).await;
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete deployment");
+    delete_policy(api, &pdb_policy).await;
+}
 
-    // 5. A PodDisruptionBudget holds the drain and the status names it; once it allows, the node
-    //    is drained and rebooted.
-    let pdb_policy = pname("pdb");
-    let n2 = nodes[2].clone();
+/// A Deployment `web` with one pod on `node`, and a PodDisruptionBudget `web` that allows no
+/// eviction of it; once the pod runs.
+async fn a_web_pod_with_a_budget_on(
+    ns: &TestNamespace,
+    node: &str,
+) -> (Api<Deployment>, Api<PodDisruptionBudget>) {
+    let pods = ns.api::<Pod>();
     let deployments = ns.api::<Deployment>();
     let deployment: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"nodeSelector": {"kubernetes.io/hostname": n2},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
                     "containers": [{"name": "app", "image": "nginx:1.27"}],
                     "terminationGracePeriodSeconds": 1}}}
     }))
@@ -492,71 +716,32 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         }
     })
     .await;
-    create_policy(&api, &policy(&pdb_policy, &pool, json!({}))).await;
-    ask_reboot(&client, &n2).await;
-    let draining = support::wait_for(
-        "the drain to name the budget",
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(&api, &pdb_policy).await;
-            match node_entry(&status, &n2) {
-                Some(n)
-                    if n["phase"] == "Draining"
-                        && n["message"].as_str().unwrap_or("").contains("web") =>
-                {
-                    Ok(n.clone())
-                }
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        reboot_pods(ns.name(), &client, &pdb_policy)
-            .await
-            .is_empty(),
-        "no reboot before the drain: {draining}"
-    );
-    pdbs.delete("web", &DeleteParams::default())
-        .await
-        .expect("delete pdb");
-    support::wait_for(
-        "the reboot pod after the drain",
-        Duration::from_secs(60),
-        || async {
-            let p = reboot_pods(ns.name(), &client, &pdb_policy).await;
-            if p.iter().any(|p| pod_node(p) == n2) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(&api, &pdb_policy).await))
-            }
-        },
-    )
-    .await;
-    simulate_reboot(&client, &n2).await;
-    wait_all_done(&client, &api, &pdb_policy, std::slice::from_ref(&n2)).await;
-    deployments
-        .delete("web", &DeleteParams::default())
-        .await
-        .expect("delete deployment");
-    delete_policy(&api, &pdb_policy).await;
+    (deployments, pdbs)
+}
 
-    // 6. A Flatcar node: slipway speaks FLUO's protocol. It grants reboot-ok (no reboot pod), the
-    //    agent (played here) reboots and reports back, and slipway withdraws the grant.
-    let flatcar = pname("flatcar");
+/// A Flatcar node: slipway speaks FLUO's protocol. It grants reboot-ok (no reboot pod), the
+/// agent (played here) reboots and reports back, and slipway withdraws the grant.
+async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
+    let flatcar = s.policy_name("flatcar");
     let n3 = nodes[3].clone();
     create_policy(
-        &api,
+        api,
         &policy(
             &flatcar,
-            &pool,
+            pool,
             json!({"signals": {"agent": false, "flatcar": true}}),
         ),
     )
     .await;
     annotate(
-        &client,
+        client,
         &n3,
         json!({
             format!("{FLATCAR}reboot-needed"): "true",
@@ -566,7 +751,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     )
     .await;
     support::wait_for("reboot-ok", Duration::from_secs(60), || async {
-        let n = node(&client, &n3).await;
+        let n = node(client, &n3).await;
         if n.annotations()
             .get(&format!("{FLATCAR}reboot-ok"))
             .map(String::as_str)
@@ -579,20 +764,20 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     })
     .await;
     assert!(
-        cordoned(&node(&client, &n3).await),
+        cordoned(&node(client, &n3).await),
         "drained before the grant"
     );
-    assert!(reboot_pods(ns.name(), &client, &flatcar).await.is_empty());
+    assert!(reboot_pods(ns.name(), client, &flatcar).await.is_empty());
     // The update-agent: in progress, reboot, then back with both flags false.
     annotate(
-        &client,
+        client,
         &n3,
         json!({ format!("{FLATCAR}reboot-in-progress"): "true" }),
     )
     .await;
-    simulate_reboot(&client, &n3).await;
+    support::simulate_reboot(client, &n3).await;
     annotate(
-        &client,
+        client,
         &n3,
         json!({
             format!("{FLATCAR}reboot-needed"): "false",
@@ -601,7 +786,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     )
     .await;
     support::wait_for("the grant withdrawn", Duration::from_secs(60), || async {
-        let n = node(&client, &n3).await;
+        let n = node(client, &n3).await;
         let ok = n.annotations().get(&format!("{FLATCAR}reboot-ok")).cloned();
         if ok.as_deref() == Some("false") && !cordoned(&n) {
             Ok(())
@@ -610,22 +795,25 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         }
     })
     .await;
-    wait_all_done(&client, &api, &flatcar, std::slice::from_ref(&n3)).await;
-    delete_policy(&api, &flatcar).await;
+    wait_all_done(client, api, &flatcar, std::slice::from_ref(&n3)).await;
+    delete_policy(api, &flatcar).await;
+}
 
-    // 7. An invalid spec (caught by the controller, not CEL) is reported naming the field.
-    let bad = pname("bad");
+/// An invalid spec (caught by the controller, not CEL) is reported naming the field.
+async fn an_invalid_spec_is_reported_naming_the_field(s: &Scene) {
+    let Scene { api, pool, .. } = s;
+    let bad = s.policy_name("bad");
     create_policy(
-        &api,
+        api,
         &policy(
             &bad,
-            &pool,
+            pool,
             json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9", "alertFilter": "("}}}),
         ),
     )
     .await;
     support::wait_for("Validated False", Duration::from_secs(30), || async {
-        let status = status_of(&api, &bad).await;
+        let status = status_of(api, &bad).await;
         let validated = status["conditions"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["type"] == "Validated").cloned())
@@ -642,26 +830,35 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         }
     })
     .await;
-    delete_policy(&api, &bad).await;
+    delete_policy(api, &bad).await;
+}
 
-    // 8. An unreachable Prometheus holds reboots and says so: fail safe.
-    let alerts = pname("alerts");
+/// An unreachable Prometheus holds reboots and says so: fail safe.
+async fn an_unreachable_prometheus_holds_reboots(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        nodes,
+        pool,
+        ..
+    } = s;
+    let alerts = s.policy_name("alerts");
     create_policy(
-        &api,
+        api,
         &policy(
             &alerts,
-            &pool,
+            pool,
             json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9"}}}),
         ),
     )
     .await;
     let n4 = nodes[4].clone();
-    ask_reboot(&client, &n4).await;
+    support::ask_reboot(client, &n4).await;
     let entry = support::wait_for(
         "alerts to hold the node",
         Duration::from_secs(60),
         || async {
-            let status = status_of(&api, &alerts).await;
+            let status = status_of(api, &alerts).await;
             match node_entry(&status, &n4) {
                 Some(n) if n["reason"] == "AlertsFiring" => Ok(n.clone()),
                 _ => Err(anyhow!("status: {status}")),
@@ -676,18 +873,27 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
             .contains("could not be asked"),
         "{entry}"
     );
-    assert!(!cordoned(&node(&client, &n4).await));
-    delete_policy(&api, &alerts).await;
+    assert!(!cordoned(&node(client, &n4).await));
+    delete_policy(api, &alerts).await;
+}
 
-    // 9. A Node Problem Detector condition asks once per occurrence: the node is rebooted, and
-    //    the same condition still True afterwards does not reboot it again.
-    let npd = pname("npd");
+/// A Node Problem Detector condition asks once per occurrence: the node is rebooted, and
+/// the same condition still True afterwards does not reboot it again.
+async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
+    let npd = s.policy_name("npd");
     let n0 = nodes[0].clone();
     create_policy(
-        &api,
+        api,
         &policy(
             &npd,
-            &pool,
+            pool,
             json!({"signals": {"agent": false, "nodeConditions": ["KernelDeadlock"]}}),
         ),
     )
@@ -704,41 +910,63 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
         )
         .await
         .expect("set the condition");
-    support::wait_for(
-        "the condition's reboot pod",
-        Duration::from_secs(60),
-        || async {
-            let p = reboot_pods(ns.name(), &client, &npd).await;
-            if p.iter().any(|p| pod_node(p) == n0) {
-                Ok(())
-            } else {
-                Err(anyhow!("status: {}", status_of(&api, &npd).await))
-            }
-        },
-    )
-    .await;
-    let handled = node(&client, &n0)
+    wait_reboot_pod(s, &npd, &n0, "the condition's reboot pod").await;
+    let handled = node(client, &n0)
         .await
         .annotations()
         .get("slipway.dev/reboot-conditions-handled")
         .cloned()
         .unwrap_or_default();
     assert!(handled.starts_with("KernelDeadlock="), "{handled}");
-    simulate_reboot(&client, &n0).await;
-    wait_all_done(&client, &api, &npd, std::slice::from_ref(&n0)).await;
+    support::simulate_reboot(client, &n0).await;
+    wait_all_done(client, api, &npd, std::slice::from_ref(&n0)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        reboot_pods(ns.name(), &client, &npd).await.is_empty(),
+        reboot_pods(ns.name(), client, &npd).await.is_empty(),
         "the same occurrence reboots once: {}",
-        status_of(&api, &npd).await
+        status_of(api, &npd).await
     );
-    delete_policy(&api, &npd).await;
+    delete_policy(api, &npd).await;
+}
 
-    // 10. One budget: a Plan upgrades the pool while every node asks for a reboot. No node ever
-    //     has a live Job of the Plan and the policy's reboot pod (or cordon) at once, and both
-    //     finish.
-    let shared = pname("shared");
-    let plan: slipway::plan::api::Plan = serde_saphyr::from_str(&format!(
+/// One budget: a Plan upgrades the pool while every node asks for a reboot. No node ever
+/// has a live Job of the Plan and the policy's reboot pod (or cordon) at once, and both
+/// finish.
+async fn a_plan_and_a_policy_share_one_budget(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
+    let shared = s.policy_name("shared");
+    let watch = OverlapWatch::start(client.clone(), ns.name().to_string(), shared.clone());
+    create_policy(api, &policy(&shared, pool, json!({}))).await;
+    ns.api::<slipway::plan::api::Plan>()
+        .create(&PostParams::default(), &shared_plan(pool))
+        .await
+        .expect("create the Plan");
+    for n in nodes {
+        support::ask_reboot(client, n).await;
+    }
+    reboot_and_upgrade_every_node(s, &shared).await;
+    wait_all_done(client, api, &shared, nodes).await;
+    let (overlap, jobs_seen, pods_seen) = watch.stop().await;
+    assert!(
+        overlap.is_empty(),
+        "nodes with a live Job and a reboot pod at once: {overlap:?}"
+    );
+    assert!(
+        jobs_seen > 0 && pods_seen > 0,
+        "the watch saw live Jobs {jobs_seen} times and reboot pods {pods_seen} times"
+    );
+    delete_policy(api, &shared).await;
+}
+
+/// A Plan `shared` over the pool, one node at a time.
+fn shared_plan(pool: &str) -> slipway::plan::api::Plan {
+    serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
@@ -759,59 +987,26 @@ spec:
     args: ["echo upgrading"]
 "#
     ))
-    .expect("plan parses");
-    let overlap = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let stop_watch = Arc::new(AtomicBool::new(false));
-    // (polls that saw a live Job, polls that saw a reboot pod): the check is not vacuous.
-    let seen = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
-    let watcher = {
-        let (client, ns_name, shared) = (client.clone(), ns.name().to_string(), shared.clone());
-        let (overlap, stop, seen) = (overlap.clone(), stop_watch.clone(), seen.clone());
-        tokio::spawn(async move {
-            let jobs =
-                Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &ns_name);
-            while !stop.load(Ordering::Relaxed) {
-                let live: BTreeSet<String> = jobs
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
-                    .filter_map(|j| j.labels().get("upgrade.cattle.io/node").cloned())
-                    .collect();
-                let pods = reboot_pods(&ns_name, &client, &shared).await;
-                if !live.is_empty() {
-                    seen.0.fetch_add(1, Ordering::Relaxed);
-                }
-                if !pods.is_empty() {
-                    seen.1.fetch_add(1, Ordering::Relaxed);
-                }
-                for p in pods {
-                    let n = pod_node(&p);
-                    if live.contains(&n) {
-                        overlap.lock().unwrap_or_else(|e| e.into_inner()).push(n);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(150)).await;
-            }
-        })
-    };
-    create_policy(&api, &policy(&shared, &pool, json!({}))).await;
-    ns.api::<slipway::plan::api::Plan>()
-        .create(&PostParams::default(), &plan)
-        .await
-        .expect("create the Plan");
-    for n in &nodes {
-        ask_reboot(&client, n).await;
-    }
+    .expect("plan parses")
+}
+
+/// Plays the nodes until every node has been rebooted (once its reboot pod is there) and
+/// upgraded by the Plan `shared`.
+async fn reboot_and_upgrade_every_node(s: &Scene, shared: &str) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
     let mut rebooted = BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
-        for p in reboot_pods(ns.name(), &client, &shared).await {
+        for p in reboot_pods(ns.name(), client, shared).await {
             let n = pod_node(&p);
             if rebooted.insert(n.clone()) {
-                simulate_reboot(&client, &n).await;
+                support::simulate_reboot(client, &n).await;
             }
         }
         let upgraded = Api::<Node>::all(client.clone())
@@ -828,29 +1023,81 @@ spec:
         assert!(
             std::time::Instant::now() < deadline,
             "rebooted {rebooted:?}, {upgraded} upgraded; policy: {}",
-            status_of(&api, &shared).await
+            status_of(api, shared).await
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    wait_all_done(&client, &api, &shared, &nodes).await;
-    stop_watch.store(true, Ordering::Relaxed);
-    let _ = watcher.await;
-    let overlap = overlap.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    assert!(
-        overlap.is_empty(),
-        "nodes with a live Job and a reboot pod at once: {overlap:?}"
-    );
-    let (jobs_seen, pods_seen) = (
-        seen.0.load(Ordering::Relaxed),
-        seen.1.load(Ordering::Relaxed),
-    );
-    assert!(
-        jobs_seen > 0 && pods_seen > 0,
-        "the watch saw live Jobs {jobs_seen} times and reboot pods {pods_seen} times"
-    );
-    delete_policy(&api, &shared).await;
+}
 
-    drop(controller);
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
+/// Polls, every 150 ms, the nodes with a live Job in the namespace and those with a reboot pod of
+/// the policy, and keeps the nodes seen with both at once.
+struct OverlapWatch {
+    overlap: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    /// (polls that saw a live Job, polls that saw a reboot pod): the check is not vacuous.
+    seen: Arc<(AtomicUsize, AtomicUsize)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OverlapWatch {
+    fn start(client: Client, ns_name: String, policy: String) -> Self {
+        let overlap = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let stop_watch = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let task = {
+            let (overlap, stop, seen) = (overlap.clone(), stop_watch.clone(), seen.clone());
+            tokio::spawn(async move {
+                let jobs =
+                    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &ns_name);
+                while !stop.load(Ordering::Relaxed) {
+                    let live: BTreeSet<String> = jobs
+                        .list(&ListParams::default())
+                        .await
+                        .map(|l| l.items)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+                        .filter_map(|j| j.labels().get("upgrade.cattle.io/node").cloned())
+                        .collect();
+                    let pods = reboot_pods(&ns_name, &client, &policy).await;
+                    if !live.is_empty() {
+                        seen.0.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !pods.is_empty() {
+                        seen.1.fetch_add(1, Ordering::Relaxed);
+                    }
+                    for p in pods {
+                        let n = pod_node(&p);
+                        if live.contains(&n) {
+                            overlap.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+            })
+        };
+        OverlapWatch {
+            overlap,
+            stop: stop_watch,
+            seen,
+            task,
+        }
+    }
+
+    /// Stops the watch: the nodes seen with both, the polls that saw a live Job, and those that
+    /// saw a reboot pod.
+    async fn stop(self) -> (Vec<String>, usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        let overlap = self
+            .overlap
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (
+            overlap,
+            self.seen.0.load(Ordering::Relaxed),
+            self.seen.1.load(Ordering::Relaxed),
+        )
+    }
 }

@@ -1,131 +1,236 @@
-//! A `slipway run` child process for end-to-end tests.
+//! A `slipway run` child process for end-to-end tests: a [`ChildProcess`] (start, kill, stop,
+//! restart, log) with the command line of a controller.
+//!
+//! ```ignore
+//! let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+//! controller.restart(); // SIGKILL and start again
+//!
+//! // Anything else: the builder.
+//! let leader = ControllerProcess::builder(cluster.kubeconfig_path())
+//!     .namespace(ns.name())
+//!     .replica("replica-a")
+//!     .leader_elect()
+//!     .metrics_port()
+//!     .start();
+//! ```
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Cluster;
+use super::process::{ChildProcess, OnDrop};
 
-/// A `slipway run` process for one test; killed when dropped.
+/// Short leader-election timing for tests (the defaults are 45s / 30s / 2s).
+pub const FAST_ELECTION: [(&str, &str); 3] = [
+    ("CATTLE_ELECTION_LEASE_DURATION", "10s"),
+    ("CATTLE_ELECTION_RENEW_DEADLINE", "6s"),
+    ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
+];
+
+/// A `slipway run` process for one test; killed when dropped (unless built with
+/// [`ControllerBuilder::stop_on_drop`]). Every [`ChildProcess`] method works on it.
 pub struct ControllerProcess {
-    child: Option<Child>,
-    log: PathBuf,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
+    process: ChildProcess,
+    metrics_port: Option<u16>,
 }
 
 impl ControllerProcess {
+    /// `slipway run` for namespace `ns` of `cluster`, with `env` added.
     pub fn start(cluster: &Cluster, ns: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_replica(cluster.kubeconfig_path(), ns, None, env, &[])
+        Self::builder(cluster.kubeconfig_path())
+            .namespace(ns)
+            .envs(env.iter().copied())
+            .start()
     }
 
     /// One replica (`id` becomes its `POD_NAME` and names its log) with its own kubeconfig and
     /// extra arguments, such as `--leader-elect`.
     pub fn start_replica(
-        kubeconfig: &std::path::Path,
+        kubeconfig: &Path,
         ns: &str,
         id: Option<&str>,
         env: &[(&str, &str)],
         extra_args: &[&str],
     ) -> Self {
-        let log = match id {
-            Some(id) => std::env::temp_dir().join(format!("slipway-{ns}-{id}.log")),
-            None => std::env::temp_dir().join(format!("slipway-{ns}.log")),
-        };
-        let mut args = vec![
-            "run".to_string(),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--namespace".into(),
-            ns.into(),
-            "--name".into(),
-            format!("slipway-{ns}"),
-        ];
-        args.extend(extra_args.iter().map(|a| a.to_string()));
-        let mut env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut builder = Self::builder(kubeconfig)
+            .namespace(ns)
+            .envs(env.iter().copied())
+            .args(extra_args.iter().copied());
         if let Some(id) = id {
-            env.push(("POD_NAME".into(), id.into()));
+            builder = builder.replica(id);
         }
-        let mut p = ControllerProcess {
-            child: None,
-            log,
-            args,
-            env,
-        };
-        p.spawn();
-        p
+        builder.start()
     }
 
-    /// Starts the process again if it has exited (as the kubelet restarts a container); true if
-    /// it did.
-    pub fn respawn_if_exited(&mut self) -> bool {
-        let exited = match self.child.as_mut() {
-            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
-            None => false,
-        };
-        if exited {
-            self.child = None;
-            self.spawn();
-        }
-        exited
-    }
-
-    /// Starts the process; one that is still running is killed first, so that there is never
-    /// more than one.
-    pub fn spawn(&mut self) {
-        self.kill();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("controller log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_slipway"))
-            .args(&self.args)
-            .envs(self.env.iter().cloned())
-            .env("RUST_LOG", "info,slipway=debug")
-            // Tests run side by side: no fixed port for the metrics server.
-            .env("SLIPWAY_METRICS_ADDR", "127.0.0.1:0")
-            .stdout(Stdio::from(file.try_clone().expect("log file")))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start slipway run");
-        self.child = Some(child);
-    }
-
-    /// The process ID of the running process.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// SIGKILL, as a crash would.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+    /// `slipway run --kubeconfig <kubeconfig>`, to be configured.
+    pub fn builder(kubeconfig: &Path) -> ControllerBuilder {
+        ControllerBuilder {
+            kubeconfig: kubeconfig.to_path_buf(),
+            namespace: None,
+            replica: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            metrics_port: None,
+            on_drop: OnDrop::Kill,
         }
     }
 
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    pub fn log_tail(&self) -> String {
-        super::log_tail(&self.log)
+    /// A plain HTTP GET of `path` on the metrics server (only with
+    /// [`ControllerBuilder::metrics_port`]): status code and body.
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let port = self
+            .metrics_port
+            .expect("the controller was built with metrics_port()");
+        http_get(port, path).await
     }
 }
 
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- slipway log ({}) ---\n{}",
-                self.log.display(),
-                self.log_tail()
-            );
-        }
-        self.kill();
+impl Deref for ControllerProcess {
+    type Target = ChildProcess;
+    fn deref(&self) -> &ChildProcess {
+        &self.process
     }
+}
+
+impl DerefMut for ControllerProcess {
+    fn deref_mut(&mut self) -> &mut ChildProcess {
+        &mut self.process
+    }
+}
+
+/// The command line of a [`ControllerProcess`]; see [`ControllerProcess::builder`].
+pub struct ControllerBuilder {
+    kubeconfig: PathBuf,
+    namespace: Option<String>,
+    replica: Option<String>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    metrics_port: Option<u16>,
+    on_drop: OnDrop,
+}
+
+impl ControllerBuilder {
+    /// `--namespace <ns> --name slipway-<ns>`: the namespace the controller works in and
+    /// its name (that of its Lease).
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = Some(ns.to_string());
+        self
+    }
+
+    /// `POD_NAME=<id>` (the identity in the Lease); also names the log.
+    pub fn replica(mut self, id: &str) -> Self {
+        self.replica = Some(id.to_string());
+        self
+    }
+
+    /// `--leader-elect`, with [`FAST_ELECTION`] timing.
+    pub fn leader_elect(self) -> Self {
+        self.args(["--leader-elect"]).envs(FAST_ELECTION)
+    }
+
+    /// The metrics server on a free port of its own (otherwise on a random one nobody knows),
+    /// for [`ControllerProcess::get`].
+    pub fn metrics_port(mut self) -> Self {
+        self.metrics_port = Some(super::free_port());
+        self
+    }
+
+    pub fn args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        self
+    }
+
+    pub fn envs<K: AsRef<str>, V: AsRef<str>>(
+        mut self,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.env.extend(
+            env.into_iter()
+                .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string())),
+        );
+        self
+    }
+
+    /// Ends the process with SIGTERM when dropped (SIGKILL 10 s later), as a pod is stopped: a
+    /// leader releases its Lease.
+    pub fn stop_on_drop(mut self) -> Self {
+        self.on_drop = OnDrop::Stop;
+        self
+    }
+
+    /// Starts the controller.
+    pub fn start(self) -> ControllerProcess {
+        let name = match (&self.namespace, &self.replica) {
+            (Some(ns), Some(id)) => format!("slipway-{ns}-{id}"),
+            (Some(ns), None) => format!("slipway-{ns}"),
+            (None, _) => super::unique_name("slipway"),
+        };
+        let log = std::env::temp_dir().join(format!("{name}.log"));
+        let mut process = ChildProcess::slipway(log)
+            .args(["run", "--kubeconfig"])
+            .arg(self.kubeconfig.display().to_string())
+            .env("RUST_LOG", "info,slipway=debug")
+            .env("NO_COLOR", "1")
+            // Tests run side by side: no fixed port for the metrics server.
+            .env("SLIPWAY_METRICS_ADDR", "127.0.0.1:0")
+            .on_drop(self.on_drop);
+        if let Some(ns) = &self.namespace {
+            process = process.args(["--namespace", ns, "--name", &format!("slipway-{ns}")]);
+        }
+        if let Some(port) = self.metrics_port {
+            process = process.args(["--metrics-addr", &format!("127.0.0.1:{port}")]);
+        }
+        if let Some(id) = &self.replica {
+            process = process.env("POD_NAME", id);
+        }
+        let process = process.args(self.args).envs(self.env).started();
+        ControllerProcess {
+            process,
+            metrics_port: self.metrics_port,
+        }
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: status code and body.
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    let code = out
+        .get(9..12)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP response: {out:?}"))?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    // axum answers small bodies with Content-Length; a chunked body is unwrapped here.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }

@@ -23,6 +23,14 @@
 //! - otherwise: `tests/cluster/up.sh 3` starts a private cluster for this test binary; a detached
 //!   reaper tears it down once the test process exits, even after a panic or a kill.
 //!
+//! What else is here:
+//! - [`controller::ControllerProcess`]: the `slipway run` of a test (start, kill, restart, stop
+//!   with SIGTERM, its log), on [`process::ChildProcess`], which runs any other child process
+//!   (`slipway agent`, system-upgrade-controller) the same way;
+//! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
+//! - [`plans`]: a Plan's conditions, and waiting for it to complete;
+//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
+//!
 //! `#[tokio::test]` gives every test its own runtime, and a kube `Client`'s connection pool is
 //! bound to the runtime that made it. So only the kubeconfig path is shared; every test builds
 //! its own client with [`Cluster::client`].
@@ -30,6 +38,8 @@
 
 pub mod controller;
 pub mod jobwatch;
+pub mod plans;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -42,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::json;
@@ -477,6 +487,74 @@ pub async fn delete_nodes(client: &Client, names: &[String]) {
             Err(e) => panic!("deleting node {name}: {e}"),
         }
     }
+}
+
+/// The annotation `slipway agent` writes on a node that needs a reboot: the node's boot ID.
+pub const REBOOT_REQUIRED_ANNOTATION: &str = "slipway.dev/reboot-required";
+
+/// The node's `status.nodeInfo.bootID` (empty when it has none).
+pub fn boot_id(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .unwrap_or_default()
+}
+
+/// The boot ID of the node `name`, read now.
+pub async fn current_boot_id(client: &Client, name: &str) -> String {
+    let node = Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get node {name}: {e}"));
+    boot_id(&node)
+}
+
+/// What a reboot looks like to the API server: a new `status.nodeInfo.bootID` (kwok nodes run
+/// nothing to reboot). Returns the new boot ID.
+pub async fn simulate_reboot(client: &Client, name: &str) -> String {
+    try_simulate_reboot(client, name)
+        .await
+        .expect("change the boot ID")
+}
+
+/// [`simulate_reboot`] that returns the API server's error (for tests that expect some).
+pub async fn try_simulate_reboot(client: &Client, name: &str) -> kube::Result<String> {
+    let boot = random_uuid();
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": boot}}})),
+        )
+        .await?;
+    Ok(boot)
+}
+
+/// What `slipway agent` writes when the node needs a reboot: [`REBOOT_REQUIRED_ANNOTATION`]
+/// set to the node's current boot ID.
+pub async fn ask_reboot(client: &Client, name: &str) {
+    let boot = current_boot_id(client, name).await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {REBOOT_REQUIRED_ANNOTATION: boot}}})),
+        )
+        .await
+        .expect("annotate node");
+}
+
+/// Cordons (`true`) or uncordons the node, as an admin would.
+pub async fn set_unschedulable(client: &Client, name: &str, value: bool) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": value}})),
+        )
+        .await
+        .expect("cordon node");
 }
 
 /// Polls `check` every 200 ms until it returns `Ok(value)`, and returns that value. `Err(seen)`
