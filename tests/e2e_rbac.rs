@@ -663,7 +663,7 @@ fn controller_env(deploy: &Path, node: &str) -> BTreeMap<String, String> {
     env
 }
 
-/// A Job that fails: JobFailed (event create, plans/status update, job create).
+/// A Job that fails: JobFailed (event create, plans/status patch, job create).
 async fn a_failed_job_then_a_fixed_plan(
     controller: &ControllerProcess,
     plans: &Api<Plan>,
@@ -1004,7 +1004,7 @@ impl Evidence {
         assert!(
             self.audit(&too_little)
                 .iter()
-                .any(|p| p.contains("do not grant: update upgrade.cattle.io/plans/status")),
+                .any(|p| p.contains("do not grant: patch upgrade.cattle.io/plans/status")),
             "a missing right is reported"
         );
         // The drainer role is for the Jobs: it is left out of `grants`, so a request that only it
