@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::plan::api::labels;
+use super::holders::MAINTENANCE_TAINT;
+use crate::common::labels;
 
 /// A node as the decision functions see it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,7 +85,7 @@ impl NodeInfo {
                 .and_then(|s| s.taints.as_ref())
                 .into_iter()
                 .flatten()
-                .any(|t| t.key == crate::maintenance::core::DRAIN_TAINT_KEY),
+                .any(|t| t.key == MAINTENANCE_TAINT),
         }
     }
 

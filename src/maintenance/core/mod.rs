@@ -14,6 +14,8 @@
 //! there; and a cordon or label that was there before stays after the maintenance ends, because
 //! the node's annotations record what the maintenance itself did.
 
+mod evictions;
+mod lease;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,16 +23,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Taint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use crate::common::decision::{Decision, Effect, Event};
 use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
-use crate::node::drain::{EvictionResult, PodKey, PodsView};
+use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
+pub use evictions::{EvictionRound, refusal_backoff};
+pub use lease::{LeaseAction, LeaseSettings, LeaseView, lease_name, lease_view, renewed_lease};
 use status::{count, finish, record_evictions, stamp};
 
 /// NMO's taint, beside the cordon.
@@ -42,32 +44,6 @@ pub const EXCLUDED_BY: &str = "slipway.dev/remediation-excluded-by";
 /// The condition that says how the drain goes.
 pub const DRAINED: &str = "Drained";
 
-/// How the maintenance takes the node's medik8s Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseSettings {
-    /// NMO's default is `medik8s-leases` (its `LEASE_NAMESPACE`).
-    pub namespace: String,
-    /// NMO's is `node-maintenance`; other medik8s operators see the node as taken by it.
-    pub holder: String,
-    /// NMO requests 3600 s.
-    pub duration: Duration,
-}
-
-impl Default for LeaseSettings {
-    fn default() -> Self {
-        LeaseSettings {
-            namespace: "medik8s-leases".into(),
-            holder: "node-maintenance".into(),
-            duration: Duration::from_secs(3600),
-        }
-    }
-}
-
-/// The Lease name of a node, as medik8s names it.
-pub fn lease_name(node: &str) -> String {
-    format!("node-{node}")
-}
-
 /// After this many consecutive failures to keep the Lease once the drain started, the
 /// maintenance gives up and restores the node (NMO's rule).
 pub const MAX_LEASE_ERRORS: i64 = 3;
@@ -75,57 +51,6 @@ pub const MAX_LEASE_ERRORS: i64 = 3;
 pub const DRAIN_RECHECK: Duration = Duration::from_secs(5);
 /// The longest wait between evictions a PodDisruptionBudget keeps refusing.
 pub const REFUSAL_BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// The wait before asking again after the `refused`-th refused round of evictions in a row
-/// (429: a PodDisruptionBudget): `DRAIN_RECHECK`, then twice the previous wait, at most
-/// `REFUSAL_BACKOFF_MAX`.
-pub fn refusal_backoff(refused: u32) -> Duration {
-    let doublings = refused.saturating_sub(1).min(16);
-    DRAIN_RECHECK
-        .saturating_mul(1 << doublings)
-        .min(REFUSAL_BACKOFF_MAX)
-}
-
-/// The answers of the last round of evictions: the input of the next decision.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EvictionRound {
-    pub at: Option<Timestamp>,
-    pub results: Vec<(PodKey, EvictionResult)>,
-    /// Rounds in a row in which a PodDisruptionBudget refused an eviction, this one included.
-    pub refused_in_a_row: u32,
-}
-
-impl EvictionRound {
-    /// The round after `previous`, which got `results` at `at`.
-    pub fn next(
-        previous: Option<&EvictionRound>,
-        results: Vec<(PodKey, EvictionResult)>,
-        at: Timestamp,
-    ) -> EvictionRound {
-        let refused = results
-            .iter()
-            .any(|(_, r)| matches!(r, EvictionResult::Refused(_)));
-        EvictionRound {
-            at: Some(at),
-            refused_in_a_row: match refused {
-                true => previous.map_or(0, |p| p.refused_in_a_row) + 1,
-                false => 0,
-            },
-            results,
-        }
-    }
-
-    /// When evictions may be asked again: at once, unless the last round was refused.
-    fn next_ask(&self) -> Option<Timestamp> {
-        (self.refused_in_a_row > 0)
-            .then(|| {
-                self.at?
-                    .checked_add(refusal_backoff(self.refused_in_a_row))
-                    .ok()
-            })
-            .flatten()
-    }
-}
 
 /// How soon a maintenance that waits for another holder looks again.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(10);
@@ -144,17 +69,6 @@ pub struct NodeFacts {
     pub other_taints: Vec<Taint>,
     /// Guards a rewrite of the taint list.
     pub resource_version: Option<String>,
-}
-
-/// What the node's medik8s Lease says now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseView {
-    /// No Lease, or one that expired: it can be taken.
-    Free,
-    Ours,
-    Other {
-        holder: String,
-    },
 }
 
 /// Everything the decision reads.
@@ -247,14 +161,6 @@ impl NodeEdit {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseAction {
-    /// Create, renew or take over the Lease.
-    Hold,
-    /// Delete the Lease if it is ours.
-    Release,
-}
-
 /// What the shell does for a maintenance.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MaintenanceEffect {
@@ -305,56 +211,6 @@ fn me(nm: &NodeMaintenance) -> String {
         "nodemaintenance/{}",
         nm.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-/// What the node's Lease says, for `holder` (slipway's identity in medik8s Leases), at `now`.
-pub fn lease_view(lease: Option<&Lease>, holder: &str, now: Timestamp) -> LeaseView {
-    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
-        return LeaseView::Free;
-    };
-    let current = spec.holder_identity.clone().unwrap_or_default();
-    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renewed), Some(secs)) => renewed
-            .0
-            .checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
-            .is_ok_and(|end| end < now),
-        _ => true,
-    };
-    if current == holder {
-        LeaseView::Ours
-    } else if current.is_empty() || expired {
-        LeaseView::Free
-    } else {
-        LeaseView::Other { holder: current }
-    }
-}
-
-/// The Lease renewed (or taken over) by `holder` at `now`; `None` when it is ours and was
-/// renewed within the last minute (a maintenance reconciles every few seconds).
-pub fn renewed_lease(
-    current: &Lease,
-    holder: &str,
-    duration: i32,
-    now: Timestamp,
-) -> Option<Lease> {
-    let mut lease = current.clone();
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    let ours = spec.holder_identity.as_deref() == Some(holder);
-    let fresh = spec
-        .renew_time
-        .as_ref()
-        .is_some_and(|t| now.duration_since(t.0) < jiff::SignedDuration::from_secs(60));
-    if ours && fresh {
-        return None;
-    }
-    if !ours {
-        spec.holder_identity = Some(holder.to_string());
-        spec.acquire_time = Some(MicroTime(now));
-        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-    }
-    spec.lease_duration_seconds = Some(duration);
-    spec.renew_time = Some(MicroTime(now));
-    Some(lease)
 }
 
 /// The holder of a NodeMaintenance in the budget.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::maintenance::api::{FINALIZER, MaintenancePhase, NodeMaintenanceSpec};
+use crate::node::drain::EvictionResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 

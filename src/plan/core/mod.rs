@@ -30,6 +30,7 @@ pub mod node_state;
 mod plan_nodes;
 pub mod reboot;
 pub mod render;
+mod report;
 pub mod selection;
 mod status;
 
@@ -129,7 +130,7 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
         plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
-    let summary = plan_nodes::summary(input, &st, &out.node_patches);
+    let summary = report::summary(input, &st, &out.node_patches);
     let holds = decision::applying_nodes(&st.applying, input.nodes.iter().copied());
     out.into_decision(st, holds, summary)
 }

@@ -9,40 +9,36 @@ use super::jobs::PlanJobs;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
 use jiff::Timestamp;
 
-use super::{
-    FAILURE_REASONS, JobDeletion, MSG_WAITING_FOR_WINDOW, PlanInput, PlanSummary, Rollout, holder,
-    rfc3339,
-};
+use super::report::{fail_complete, holder_of, report};
+use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::decision::EventType;
 use crate::common::duration::GoDuration;
 use crate::common::naming;
-use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
-use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
 use crate::plan::core::expansion::expand_post_complete_labels;
 use crate::plan::core::job;
 use crate::plan::core::reboot;
 use crate::plan::core::selection::{self, Eligibility};
 
 /// The Plan's facts for this decision, read once.
-struct Facts<'a> {
-    input: &'a PlanInput<'a>,
-    now: Timestamp,
-    name: &'a str,
-    uid: &'a str,
-    version: String,
-    hash: String,
-    ctx: PlanContext,
-    jobs: PlanJobs<'a>,
+pub(super) struct Facts<'a> {
+    pub(super) input: &'a PlanInput<'a>,
+    pub(super) now: Timestamp,
+    pub(super) name: &'a str,
+    pub(super) uid: &'a str,
+    pub(super) version: String,
+    pub(super) hash: String,
+    pub(super) ctx: PlanContext,
+    pub(super) jobs: PlanJobs<'a>,
     /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
-    rendered_from: crate::plan::api::Plan,
-    rendered: BTreeMap<String, Result<Job, String>>,
+    pub(super) rendered_from: crate::plan::api::Plan,
+    pub(super) rendered: BTreeMap<String, Result<Job, String>>,
     /// The part of a [`super::TemplateMemo`] key that is the Plan's.
-    memo_key: String,
+    pub(super) memo_key: String,
 }
 
 impl<'a> Facts<'a> {
@@ -163,7 +159,7 @@ fn plan_memo_key(plan: &crate::plan::api::Plan, st: &PlanStatus) -> String {
 }
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.
-type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
+pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
 
 /// Steps the applying nodes, fills free slots, and turns the states into the decision.
 pub(super) fn roll(
@@ -440,273 +436,6 @@ fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
     st.nodes = nodes;
 }
 
-/// The `Complete` condition and the Plan's events. Events stay bounded per Plan, whatever its
-/// size: a rollout's start, a progress event per tenth of the nodes, its end, and a warning per
-/// failed node (failed nodes keep their slot, so at most `concurrency` per hash).
-fn report(
-    facts: &Facts<'_>,
-    old: &PlanStatus,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    steps: &Steps<'_>,
-    window: Option<TimeWindow>,
-    eligible: &[&NodeInfo],
-) {
-    let now = rfc3339(facts.now);
-    let generation = facts.ctx.generation;
-    let (version, hash) = (&facts.version, &facts.hash);
-    let failure = steps.values().find_map(|(_, s, _)| s.failure());
-    let rebooting = steps.values().find_map(|(n, s, _)| match s {
-        NodeState::Rebooting { message, .. } => {
-            Some((s.phase(), format!("node {}: {message}", n.hostname())))
-        }
-        _ => None,
-    });
-    if let Some((reason, message)) = failure {
-        cond::set(st, COMPLETE, FALSE, reason, message, &now, generation);
-    } else if let Some((reason, message)) = rebooting {
-        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if st.applying.is_empty() && window.is_some() && !eligible.is_empty() {
-        if cond::reason(st, COMPLETE) != "Waiting" {
-            out.event(EventType::Normal, "Waiting", format!("Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"));
-        }
-        if let Some(w) = &window {
-            out.requeue(w.next_check(facts.now));
-        }
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            "Waiting",
-            MSG_WAITING_FOR_WINDOW,
-            &now,
-            generation,
-        );
-    } else if st.applying.is_empty()
-        && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
-    {
-        // Nodes wait for something that is not the Plan's; the function that found it said so.
-    } else if st.applying.is_empty() {
-        if !cond::is(st, COMPLETE, TRUE) {
-            out.event(
-                EventType::Normal,
-                "Complete",
-                format!("Jobs complete for version {version}. Hash: {hash}"),
-            );
-        }
-        let message = selects_nothing(facts.input).unwrap_or_default();
-        if !message.is_empty() && cond::message(st, COMPLETE) != message {
-            out.event(EventType::Normal, NO_NODES, message.clone());
-        }
-        cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
-    } else if st.applying != old.applying
-        || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
-        || is_rebooting_reason(cond::reason(st, COMPLETE))
-    {
-        if old.applying.is_empty() {
-            out.event(
-                EventType::Normal,
-                "SyncJob",
-                format!(
-                    "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
-                    eligible.len(),
-                    facts.input.plan.spec.concurrency.unwrap_or(0)
-                ),
-            );
-        }
-        cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
-    }
-    progress_event(facts, out);
-}
-
-/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
-const NO_CONCURRENCY: &str = "NoConcurrency";
-/// The event of a Plan whose selector matches no node.
-const NO_NODES: &str = "NoNodes";
-
-/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
-/// (SUC reports the Plan complete, a trap of its issues #217 and #285). `false` otherwise.
-fn no_concurrency(
-    facts: &Facts<'_>,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> bool {
-    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
-    if concurrency > 0 || eligible.is_empty() {
-        return false;
-    }
-    let message = format!(
-        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
-        eligible.len()
-    );
-    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
-        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
-    }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        NO_CONCURRENCY,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
-    true
-}
-
-/// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
-/// nothing done, which deserves a word (SUC issues #217, #285).
-fn selects_nothing(input: &PlanInput<'_>) -> Option<String> {
-    let selector = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()).ok()?;
-    let any = input
-        .nodes
-        .iter()
-        .any(|n| selector.matches(&n.labels) && n.labels.contains_key(labels::HOSTNAME));
-    (!any).then(|| match selector {
-        Selector::Nothing => {
-            "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".to_string()
-        }
-        selector if selector.to_string().is_empty() => {
-            "no node with a kubernetes.io/hostname label".to_string()
-        }
-        selector => format!("no node matches spec.nodeSelector {selector}"),
-    })
-}
-
-/// The reason of `Complete=False` while the only nodes left are held by another operation.
-const WAITING_FOR_NODES: &str = "WaitingForNodes";
-const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// With nothing applying and nodes left that another operation holds: says so (once as an
-/// event) and looks again later. `false` when no node is held.
-fn wait_for_held(
-    facts: &Facts<'_>,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> bool {
-    let Some(message) = held_message(facts.input, eligible) else {
-        return false;
-    };
-    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
-        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
-    }
-    // A taint going away triggers a reconcile; a hold without one is looked at again.
-    out.requeue(HELD_RECHECK);
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        WAITING_FOR_NODES,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
-    true
-}
-
-/// The operation that holds `node` against this Plan, if any.
-fn holder_of(input: &PlanInput<'_>, node: &NodeInfo) -> Option<crate::node::holders::Holder> {
-    input.held.get(&node.name).cloned()
-}
-
-/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
-fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
-    let held: Vec<String> = eligible
-        .iter()
-        .filter_map(|n| {
-            let holder = holder_of(input, n)?;
-            Some(format!("node {} is held by {holder}", n.hostname()))
-        })
-        .collect();
-    let first = held.first()?;
-    Some(match held.len() {
-        1 => format!("waiting: {first}"),
-        n => format!("waiting: {first} (and {} more nodes)", n - 1),
-    })
-}
-
-fn is_rebooting_reason(reason: &str) -> bool {
-    reason == node_state::phase::REBOOTING || reason == node_state::phase::WAITING_FOR_HEALTH
-}
-
-/// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
-fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
-    let labelled_now = out
-        .node_patches
-        .iter()
-        .filter(|p| !p.labels.is_empty())
-        .count();
-    let (targeted, upgraded) = upgraded(facts.input, &facts.hash, &out.node_patches);
-    if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
-        return;
-    }
-    let before = upgraded.saturating_sub(labelled_now);
-    if before * 10 / targeted != upgraded * 10 / targeted {
-        out.event(
-            EventType::Normal,
-            "Progress",
-            format!(
-                "Upgraded {} of {targeted} nodes to version {}",
-                upgraded, facts.version
-            ),
-        );
-    }
-}
-
-/// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
-/// and how many of them carry `hash`, counting this decision's labels.
-fn upgraded(input: &PlanInput<'_>, hash: &str, patches: &[NodeChange]) -> (usize, usize) {
-    let Ok(selector) = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()) else {
-        return (0, 0);
-    };
-    let plan_label =
-        labels::plan_node_label(input.plan.metadata.name.as_deref().unwrap_or_default());
-    let patched: BTreeSet<&str> = patches
-        .iter()
-        .filter(|p| p.labels.get(&plan_label).and_then(Option::as_deref) == Some(hash))
-        .map(|p| p.node.as_str())
-        .collect();
-    let mut targeted = 0;
-    let mut upgraded = 0;
-    for n in input.nodes.iter().filter(|n| selector.matches(&n.labels)) {
-        let value = n.labels.get(&plan_label).map(String::as_str);
-        if !n.labels.contains_key(labels::HOSTNAME) || value == Some(labels::DISABLED) {
-            continue;
-        }
-        targeted += 1;
-        if !hash.is_empty() && (value == Some(hash) || patched.contains(n.name.as_str())) {
-            upgraded += 1;
-        }
-    }
-    (targeted, upgraded)
-}
-
-fn fail_complete(
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    reason: &'static str,
-    message: String,
-    now: &str,
-    input: &PlanInput<'_>,
-) {
-    if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
-        out.event(EventType::Warning, reason, message.clone());
-    }
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        reason,
-        &message,
-        now,
-        input.plan.metadata.generation,
-    );
-}
-
 /// A Plan that is not valid or not resolved starts nothing; Jobs of another version still go.
 pub(super) fn sweep_only(
     input: &PlanInput<'_>,
@@ -727,28 +456,4 @@ pub(super) fn sweep_only(
     let owned: BTreeSet<&str> = jobs.by_name.keys().copied().collect();
     let (deletions, _) = jobs.sweep(version, &applying, &owned, now);
     out.delete_jobs.extend(deletions);
-}
-
-/// The gauges' view of the decision.
-pub(super) fn summary(
-    input: &PlanInput<'_>,
-    st: &PlanStatus,
-    patches: &[NodeChange],
-) -> PlanSummary {
-    let (targeted, upgraded) = upgraded(
-        input,
-        st.latest_hash.as_deref().unwrap_or_default(),
-        patches,
-    );
-    PlanSummary {
-        complete: cond::is(st, COMPLETE, TRUE),
-        applying: st.applying.len(),
-        failed: st
-            .nodes
-            .iter()
-            .filter(|p| p.phase == node_state::phase::FAILED)
-            .count(),
-        upgraded,
-        targeted,
-    }
 }
