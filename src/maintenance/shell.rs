@@ -70,6 +70,7 @@ pub async fn run(
         shared,
         lease,
         evictions: Mutex::default(),
+        failures: Mutex::default(),
     });
     let controller = Controller::for_stream(watches.changes, watches.store);
     drive(op, controller, 0, shutdown).await;
@@ -82,6 +83,8 @@ pub struct MaintenanceOperation {
     /// The answers of each maintenance's last round of evictions: its next decision's input
     /// (forgotten on a restart, which only asks again sooner).
     evictions: Mutex<HashMap<String, EvictionRound>>,
+    /// Why each maintenance's last effects failed: its next status says it.
+    failures: Mutex<HashMap<String, String>>,
 }
 
 /// What a maintenance's decision reads besides the NodeMaintenance.
@@ -92,6 +95,7 @@ pub struct Observed {
     lease_view: LeaseView,
     pods: Option<PodsView>,
     evictions: Option<EvictionRound>,
+    last_error: Option<String>,
 }
 
 impl Operation for MaintenanceOperation {
@@ -129,12 +133,8 @@ impl Operation for MaintenanceOperation {
             _ => None,
         };
         let lease_view = core::lease_view(lease.as_ref(), &self.lease.holder, now);
-        let evictions = self
-            .evictions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&nm.name_any())
-            .cloned();
+        let evictions = lock(&self.evictions).get(&nm.name_any()).cloned();
+        let last_error = lock(&self.failures).get(&nm.name_any()).cloned();
         Ok(Observed {
             facts: node.as_ref().map(node_facts),
             node,
@@ -142,6 +142,7 @@ impl Operation for MaintenanceOperation {
             lease_view,
             pods,
             evictions,
+            last_error,
         })
     }
 
@@ -160,12 +161,49 @@ impl Operation for MaintenanceOperation {
                 lease: o.lease_view.clone(),
                 pods: o.pods.as_ref(),
                 evictions: o.evictions.as_ref(),
+                last_error: o.last_error.as_deref(),
             },
             now,
         )
     }
 
     async fn perform(
+        &self,
+        nm: &NodeMaintenance,
+        o: &Observed,
+        effect: &MaintenanceEffect,
+    ) -> Result<(), Error> {
+        let done = self.perform_one(nm, o, effect).await;
+        if let Err(e) = &done {
+            let what = match effect {
+                MaintenanceEffect::RestoreNode(_) => "cannot restore the node",
+                MaintenanceEffect::TakeNode(_) => "cannot cordon and taint the node",
+                MaintenanceEffect::OwnedByNode { .. } => "cannot own the maintenance by its node",
+                MaintenanceEffect::HoldLease => "cannot take the node's lease",
+                MaintenanceEffect::ReleaseLease => "cannot release the node's lease",
+                MaintenanceEffect::Evict(_) => "cannot evict",
+            };
+            lock(&self.failures).insert(nm.name_any(), format!("{what}: {e}"));
+        }
+        done
+    }
+
+    fn applied(&self, nm: &NodeMaintenance, stage: &Stage) {
+        let name = nm.name_any();
+        lock(&self.failures).remove(&name);
+        if *stage == Stage::Restoring {
+            lock(&self.evictions).remove(&name);
+            info!(nodemaintenance = %name, node = %nm.spec.node_name, "maintenance removed");
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MaintenanceOperation {
+    async fn perform_one(
         &self,
         nm: &NodeMaintenance,
         o: &Observed,
@@ -195,7 +233,7 @@ impl Operation for MaintenanceOperation {
             MaintenanceEffect::Evict(pods) => {
                 let results =
                     evict_all(chores.client(), chores.eviction_client(), pods, None).await;
-                let mut rounds = self.evictions.lock().unwrap_or_else(|e| e.into_inner());
+                let mut rounds = lock(&self.evictions);
                 let name = nm.name_any();
                 let round = EvictionRound::next(rounds.get(&name), results, Timestamp::now());
                 rounds.insert(name, round);
@@ -204,18 +242,6 @@ impl Operation for MaintenanceOperation {
         Ok(())
     }
 
-    fn applied(&self, nm: &NodeMaintenance, stage: &Stage) {
-        if *stage == Stage::Restoring {
-            self.evictions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&nm.name_any());
-            info!(nodemaintenance = %nm.name_any(), node = %nm.spec.node_name, "maintenance removed");
-        }
-    }
-}
-
-impl MaintenanceOperation {
     /// Creates, renews or takes over the node's Lease (`resourceVersion` guards the takeover).
     async fn hold_lease(&self, nm: &NodeMaintenance, o: &Observed) -> Result<(), Error> {
         let Some(node) = &o.node else { return Ok(()) };

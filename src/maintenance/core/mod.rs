@@ -85,6 +85,8 @@ pub struct MaintenanceInput<'a> {
     pub pods: Option<&'a PodsView>,
     /// What the last round of evictions answered.
     pub evictions: Option<&'a EvictionRound>,
+    /// Why the effects of the last decision failed, if they did (the status says it).
+    pub last_error: Option<&'a str>,
 }
 
 /// Where a maintenance stands.
@@ -272,6 +274,9 @@ fn plan_step(input: &MaintenanceInput<'_>, now: Timestamp) -> Step {
     let round = input.evictions.filter(|r| !r.results.is_empty());
     if let Some(round) = round.filter(|_| step.stage == Stage::Draining) {
         record_evictions(&mut step, round, now, input.maintenance.metadata.generation);
+    }
+    if let Some(e) = input.last_error.filter(|_| step.stage != Stage::Restoring) {
+        step.status.last_error = Some(e.to_string());
     }
     stamp(&mut step, &old, now);
     step

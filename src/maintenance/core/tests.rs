@@ -74,6 +74,7 @@ struct TestInput<'a> {
     lease: LeaseView,
     pods: Option<&'a PodsView>,
     evictions: Option<&'a EvictionRound>,
+    last_error: Option<&'a str>,
     now: Timestamp,
 }
 
@@ -90,6 +91,7 @@ fn input<'a>(
         lease: LeaseView::Free,
         pods,
         evictions: None,
+        last_error: None,
         now: now(),
     }
 }
@@ -106,6 +108,7 @@ fn decide(i: &TestInput<'_>) -> Step {
         lease: i.lease.clone(),
         pods: i.pods,
         evictions: i.evictions,
+        last_error: i.last_error,
     };
     plan_step(&input, i.now)
 }
@@ -548,6 +551,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             lease: LeaseView::Free,
             pods: i.pods,
             evictions: None,
+            last_error: None,
         },
         now(),
     );
@@ -581,6 +585,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             lease: LeaseView::Ours,
             pods: None,
             evictions: None,
+            last_error: None,
         },
         now(),
     );
@@ -590,4 +595,19 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
         d.effects
     );
     assert!(d.holds.is_empty());
+}
+
+#[test]
+fn a_failing_effect_is_told_in_the_status() {
+    let m = nm(true);
+    let n = node();
+    let p = pods(&[]);
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.last_error = Some("cannot take the node's lease: namespaces \"medik8s-leases\" not found");
+    let step = decide(&i);
+    assert_eq!(
+        step.status.last_error.as_deref(),
+        Some("cannot take the node's lease: namespaces \"medik8s-leases\" not found")
+    );
+    assert_eq!(step.lease, Some(LeaseAction::Hold), "and it is tried again");
 }
