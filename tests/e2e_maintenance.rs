@@ -248,6 +248,7 @@ async fn node_maintenance_drains_respects_budgets_and_restores() {
     a_maintenance_of_a_missing_node_fails_saying_so(&s).await;
     node_name_is_immutable(&s).await;
     drop(controller);
+    a_missing_lease_namespace_is_told_on_the_maintenance(&s, &cluster).await;
     s.ns.cleanup().await;
 }
 
@@ -610,6 +611,62 @@ async fn a_maintenance_of_a_missing_node_fails_saying_so(s: &Scene) {
     .await;
     assert!(drained_message(&ghost).contains("no node with name no-such-node"));
     delete_and_wait_gone(nms, &s.nm_name("ghost")).await;
+}
+
+/// A controller whose Lease namespace does not exist (`--maintenance` without the component's
+/// `medik8s-leases` namespace) says so in the maintenance's status and in an Event, and leaves the
+/// node untouched (the Lease comes before the cordon).
+async fn a_missing_lease_namespace_is_told_on_the_maintenance(
+    s: &Scene,
+    cluster: &support::Cluster,
+) {
+    let Scene {
+        client, nodes, nms, ..
+    } = s;
+    let missing = format!("{}-no-leases", s.ns.name());
+    let _controller = ControllerProcess::start(
+        cluster,
+        s.ns.name(),
+        &[
+            ("SLIPWAY_MAINTENANCE", "true"),
+            ("SLIPWAY_MAINTENANCE_LEASE_NAMESPACE", &missing),
+        ],
+    );
+    let name = s.nm_name("no-leases");
+    nms.create(&PostParams::default(), &maintenance(&name, &nodes[0], None))
+        .await
+        .expect("create NodeMaintenance");
+    let told = support::wait_for("lastError to name the Lease", Duration::from_secs(60), || async {
+        let nm = nms.get(&name).await?;
+        match nm.status.and_then(|st| st.last_error) {
+            Some(e) if e.contains("cannot take the node's lease") && e.contains(&missing) => Ok(e),
+            other => bail!("lastError {other:?}"),
+        }
+    })
+    .await;
+    assert!(told.contains("not found"), "{told}");
+    support::wait_for("a ReconcileError event", Duration::from_secs(60), || async {
+        let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await?;
+        events
+            .items
+            .iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                    && e.reason.as_deref() == Some("ReconcileError")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .map(|_| ())
+            .ok_or_else(|| anyhow!("no ReconcileError event on {name} yet"))
+    })
+    .await;
+    let state = node_state(client, &nodes[0]).await;
+    assert!(
+        !state.unschedulable && !state.drain_taint,
+        "no cordon or taint without the Lease"
+    );
+    delete_and_wait_gone(nms, &name).await;
 }
 
 /// nodeName is immutable (CEL).

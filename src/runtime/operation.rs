@@ -231,8 +231,9 @@ where
 }
 
 /// Applies a decision: the effects that give back, the status, the events, then the effects that
-/// take (all of them attempted; the first failure is returned). An object being deleted has no
-/// status to write: its cleanup runs in the order it was decided.
+/// take, in the order decided. The first failure stops it: a later effect may rest on an earlier
+/// one (the Lease before the cordon), and the next reconcile decides again from what the cluster
+/// shows. An object being deleted has no status to write: its cleanup runs in the order decided.
 async fn apply<O>(
     op: &O,
     obj: &O::Object,
@@ -263,18 +264,11 @@ where
     // Effects on the object itself name the resourceVersion the status write left.
     let obj = written.as_ref().unwrap_or(obj);
     chores.publish(obj, &decision.events).await;
-    let mut failed = None;
     for effect in then {
         if let Err(e) = op.perform(obj, observed, effect).await {
             warn!(kind = %O::KIND, name = %obj.name_any(), ?effect, "failed: {e}");
-            failed.get_or_insert(e);
-            if deleting {
-                break;
-            }
+            return Err(e);
         }
-    }
-    if let Some(e) = failed {
-        return Err(e);
     }
     op.applied(obj, &decision.report);
     Ok(())

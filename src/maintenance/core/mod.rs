@@ -347,38 +347,47 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
     finish(input, step, old, now)
 }
 
+/// As NMO: the maintenance is owned by its Node (deleting the Node deletes it), once.
+fn owned_by_node(input: &MaintenanceInput<'_>) -> Option<MaintenanceEffect> {
+    let node = input.node?;
+    let owned =
+        (input.maintenance.metadata.owner_references.iter().flatten()).any(|o| o.uid == node.uid);
+    (!owned && input.maintenance.metadata.deletion_timestamp.is_none()).then(|| {
+        MaintenanceEffect::OwnedByNode {
+            node: node.name.clone(),
+            uid: node.uid.clone(),
+        }
+    })
+}
+
 /// The effects of a step, in the order the shell performs them.
 fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecision {
     let releasing = step.lease == Some(LeaseAction::Release);
+    let change = input.node.map(|node| step.node.change(node));
     let mut effects = Vec::new();
-    if let Some(node) = input.node {
-        let change = step.node.change(node);
-        if releasing && !change.is_empty() {
-            effects.push(MaintenanceEffect::RestoreNode(change));
-        } else if !change.is_empty() {
-            effects.push(MaintenanceEffect::TakeNode(change));
+    if releasing {
+        // Giving back: the node first, then the Lease (other medik8s operators wait for it).
+        effects.extend(
+            change
+                .filter(|c| !c.is_empty())
+                .map(MaintenanceEffect::RestoreNode),
+        );
+        effects.push(MaintenanceEffect::ReleaseLease);
+    } else {
+        // Taking: as NMO, the Lease first (another medik8s operator may hold the node), then
+        // the cordon and taint, then the evictions.
+        effects.extend(owned_by_node(input));
+        if step.lease == Some(LeaseAction::Hold) {
+            effects.push(MaintenanceEffect::HoldLease);
         }
-        let owned = input
-            .maintenance
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.uid == node.uid);
-        if !owned && input.maintenance.metadata.deletion_timestamp.is_none() {
-            effects.push(MaintenanceEffect::OwnedByNode {
-                node: node.name.clone(),
-                uid: node.uid.clone(),
-            });
+        effects.extend(
+            change
+                .filter(|c| !c.is_empty())
+                .map(MaintenanceEffect::TakeNode),
+        );
+        if !step.evict.is_empty() {
+            effects.push(MaintenanceEffect::Evict(step.evict));
         }
-    }
-    match step.lease {
-        Some(LeaseAction::Release) => effects.push(MaintenanceEffect::ReleaseLease),
-        Some(LeaseAction::Hold) => effects.push(MaintenanceEffect::HoldLease),
-        None => {}
-    }
-    if !step.evict.is_empty() {
-        effects.push(MaintenanceEffect::Evict(step.evict));
     }
     let holds: BTreeSet<String> = step
         .hold_node

@@ -567,11 +567,15 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             MaintenanceEffect::ReleaseLease => "release",
         })
         .collect();
-    assert_eq!(kinds, ["take", "own", "lease", "evict"]);
+    assert_eq!(
+        kinds,
+        ["own", "lease", "take", "evict"],
+        "the Lease before the cordon"
+    );
     assert!(d.effects.iter().all(|e| !e.before_status()));
     assert_eq!(d.holds.iter().collect::<Vec<_>>(), ["n1"]);
-    let MaintenanceEffect::TakeNode(change) = &d.effects[0] else {
-        panic!("the node is taken first");
+    let MaintenanceEffect::TakeNode(change) = &d.effects[2] else {
+        panic!("the node is taken once its Lease is");
     };
     assert_eq!(change.unschedulable, Some(true));
     assert_eq!(change.taints.as_ref().map(Vec::len), Some(1));
