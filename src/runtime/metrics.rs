@@ -108,7 +108,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    // Long but flat: one registration per family, so every exported name is in one place.
+    /// Creates every family and registers it under its exported name, one group at a time.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("slipway");
         let m = Metrics {
@@ -132,85 +132,11 @@ impl Metrics {
             policies: Mutex::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "reconciles",
-            "Reconciles started, by kind (plan, nodemaintenance, rebootpolicy)",
-            m.reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed, by kind and error category (not_found, conflict, gone, too_many_requests, server, api, timeout, transport, startup, cache, object, not_leader)",
-            m.reconcile_errors.clone(),
-        );
-        registry.register_with_unit(
-            "reconcile_duration",
-            "Time a reconcile took, from the caches to the last write, by kind",
-            Unit::Seconds,
-            m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "plan_complete",
-            "1 when the Plan's Complete condition is True, else 0",
-            m.plan_complete.clone(),
-        );
-        registry.register(
-            "plan_nodes",
-            "Nodes of a Plan by state: applying = len(status.applying) (nodes holding a concurrency slot); \
-             failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
-             spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
-            m.plan_nodes.clone(),
-        );
-        registry.register(
-            "jobs_created",
-            "Upgrade Jobs created",
-            m.jobs_created.clone(),
-        );
-        registry.register(
-            "jobs_deleted",
-            "Upgrade Jobs deleted (finished past their TTL, outdated, replaced or out of turn)",
-            m.jobs_deleted.clone(),
-        );
-        registry.register(
-            "node_patches",
-            "Node label/uncordon patches applied",
-            m.node_patches.clone(),
-        );
-        registry.register(
-            "channel_requests",
-            "Requests made to channel servers (answers served from the cache are not counted)",
-            m.channel_requests.clone(),
-        );
-        registry.register(
-            "channel_request_errors",
-            "Channel requests that gave no version",
-            m.channel_errors.clone(),
-        );
-        registry.register(
-            "channel_cache_hits",
-            "Channel resolutions answered from the cache",
-            m.channel_cache_hits.clone(),
-        );
-        registry.register_with_unit(
-            "channel_request_duration",
-            "Time a channel request took",
-            Unit::Seconds,
-            m.channel_duration.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica may write (holds the leader lease, or runs without leader election), else 0",
-            m.leader.clone(),
-        );
-        registry.register(
-            "reboot_wanting_nodes",
-            "Nodes of a RebootPolicy that want a reboot and have not started it",
-            m.reboot_wanting.clone(),
-        );
-        registry.register(
-            "reboot_rebooting_nodes",
-            "Nodes of a RebootPolicy from the start of their drain to the end of their health gate (failed ones included: they hold their slot)",
-            m.reboot_rebooting.clone(),
-        );
+        m.register_reconciles(&mut registry);
+        m.register_plans(&mut registry);
+        m.register_channels(&mut registry);
+        m.register_leader(&mut registry);
+        m.register_reboot_policies(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -340,6 +266,107 @@ impl Metrics {
             self.reboot_rebooting.remove(key);
             false
         });
+    }
+}
+
+impl Metrics {
+    /// Reconciles of every kind: started, failed, how long they took.
+    fn register_reconciles(&self, registry: &mut Registry) {
+        registry.register(
+            "reconciles",
+            "Reconciles started, by kind (plan, nodemaintenance, rebootpolicy)",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by kind and error category (not_found, conflict, gone, too_many_requests, server, api, timeout, transport, startup, cache, object, not_leader)",
+            self.reconcile_errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Time a reconcile took, from the caches to the last write, by kind",
+            Unit::Seconds,
+            self.reconcile_duration.clone(),
+        );
+    }
+
+    /// The per-Plan gauges and the writes Plans make (Jobs, node patches).
+    fn register_plans(&self, registry: &mut Registry) {
+        registry.register(
+            "plan_complete",
+            "1 when the Plan's Complete condition is True, else 0",
+            self.plan_complete.clone(),
+        );
+        registry.register(
+            "plan_nodes",
+            "Nodes of a Plan by state: applying = len(status.applying) (nodes holding a concurrency slot); \
+             failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
+             spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
+            self.plan_nodes.clone(),
+        );
+        registry.register(
+            "jobs_created",
+            "Upgrade Jobs created",
+            self.jobs_created.clone(),
+        );
+        registry.register(
+            "jobs_deleted",
+            "Upgrade Jobs deleted (finished past their TTL, outdated, replaced or out of turn)",
+            self.jobs_deleted.clone(),
+        );
+        registry.register(
+            "node_patches",
+            "Node label/uncordon patches applied",
+            self.node_patches.clone(),
+        );
+    }
+
+    /// Channel requests: made, failed, answered from the cache, how long they took.
+    fn register_channels(&self, registry: &mut Registry) {
+        registry.register(
+            "channel_requests",
+            "Requests made to channel servers (answers served from the cache are not counted)",
+            self.channel_requests.clone(),
+        );
+        registry.register(
+            "channel_request_errors",
+            "Channel requests that gave no version",
+            self.channel_errors.clone(),
+        );
+        registry.register(
+            "channel_cache_hits",
+            "Channel resolutions answered from the cache",
+            self.channel_cache_hits.clone(),
+        );
+        registry.register_with_unit(
+            "channel_request_duration",
+            "Time a channel request took",
+            Unit::Seconds,
+            self.channel_duration.clone(),
+        );
+    }
+
+    /// Whether this replica may write.
+    fn register_leader(&self, registry: &mut Registry) {
+        registry.register(
+            "leader",
+            "1 while this replica may write (holds the leader lease, or runs without leader election), else 0",
+            self.leader.clone(),
+        );
+    }
+
+    /// The per-RebootPolicy gauges.
+    fn register_reboot_policies(&self, registry: &mut Registry) {
+        registry.register(
+            "reboot_wanting_nodes",
+            "Nodes of a RebootPolicy that want a reboot and have not started it",
+            self.reboot_wanting.clone(),
+        );
+        registry.register(
+            "reboot_rebooting_nodes",
+            "Nodes of a RebootPolicy from the start of their drain to the end of their health gate (failed ones included: they hold their slot)",
+            self.reboot_rebooting.clone(),
+        );
     }
 }
 

@@ -61,91 +61,123 @@ pub struct EnvSettings {
 }
 
 impl EnvSettings {
-    /// Reads the settings through `lookup` (for example `|k| std::env::var(k).ok()`).
-    // Long but flat: one step per SUC variable, in SUC's order, each with SUC's parse rule.
+    /// Reads the settings through `lookup` (for example `|k| std::env::var(k).ok()`): one step
+    /// per group of SUC variables, each with SUC's parse rule, warnings in SUC's order.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut warnings = Vec::new();
         let mut job = JobConfig::default();
-        let mut number = |key: &str, into: &mut i64| {
-            if let Some(v) = lookup(key) {
-                match v.trim().parse::<i64>() {
-                    Ok(n) => *into = n,
-                    Err(_) => warnings.push(format!("{key}={v:?} is not an integer; using {into}")),
-                }
-            }
-        };
-        number(
-            "SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS",
-            &mut job.active_deadline_seconds,
-        );
-        number(
-            "SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS_MAX",
-            &mut job.active_deadline_seconds_max,
-        );
-        let mut backoff = i64::from(job.backoff_limit);
-        number("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", &mut backoff);
-        let mut ttl = i64::from(job.ttl_seconds_after_finished);
-        number("SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH", &mut ttl);
-        match i32::try_from(backoff) {
-            Ok(b) => job.backoff_limit = b,
-            Err(_) => warnings.push(format!(
-                "SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT={backoff} is out of range; using {}",
-                job.backoff_limit
-            )),
-        }
-        match i32::try_from(ttl) {
-            Ok(t) => job.ttl_seconds_after_finished = t,
-            Err(_) => warnings.push(format!(
-                "SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH={ttl} is out of range; using {}",
-                job.ttl_seconds_after_finished
-            )),
-        }
-        let text = |key: &str, into: &mut String| {
-            if let Some(v) = lookup(key).filter(|v| !v.is_empty()) {
-                *into = v;
-            }
-        };
-        text(
-            "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY",
-            &mut job.image_pull_policy,
-        );
-        text("SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE", &mut job.kubectl_image);
-        text(
-            "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE_WINDOWS",
-            &mut job.kubectl_image_windows,
-        );
-        text(
-            "SYSTEM_UPGRADE_JOB_POD_REPLACEMENT_POLICY",
-            &mut job.pod_replacement_policy,
-        );
-        text("SLIPWAY_REBOOT_IMAGE", &mut job.reboot_image);
-        if let Some(v) = lookup("SYSTEM_UPGRADE_JOB_PRIVILEGED") {
-            match parse_go_bool(&v) {
-                Some(b) => job.privileged = b,
-                None => warnings.push(format!(
-                    "SYSTEM_UPGRADE_JOB_PRIVILEGED={v:?} is not a boolean; using {}",
-                    job.privileged
-                )),
-            }
-        }
-        let mut polling_interval = DEFAULT_POLLING_INTERVAL;
-        if let Some(v) = lookup("SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL") {
-            match v.parse::<GoDuration>().ok().and_then(GoDuration::to_std) {
-                Some(d) if d > Duration::from_secs(60) => polling_interval = d,
-                Some(_) => warnings.push(format!(
-                    "SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL={v:?} is not longer than 1m; using 15m"
-                )),
-                None => warnings.push(format!(
-                    "SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL={v:?} is not a duration; using 15m"
-                )),
-            }
-        }
+        read_job_numbers(&lookup, &mut job, &mut warnings);
+        read_job_texts(&lookup, &mut job);
+        read_job_privileged(&lookup, &mut job, &mut warnings);
+        let polling_interval = read_polling_interval(&lookup, &mut warnings);
         EnvSettings {
             job,
             polling_interval,
             warnings,
         }
     }
+}
+
+/// The deadlines, the backoff limit and the TTL: integers, the last two within `i32`.
+fn read_job_numbers(
+    lookup: &impl Fn(&str) -> Option<String>,
+    job: &mut JobConfig,
+    warnings: &mut Vec<String>,
+) {
+    let mut number = |key: &str, into: &mut i64| {
+        if let Some(v) = lookup(key) {
+            match v.trim().parse::<i64>() {
+                Ok(n) => *into = n,
+                Err(_) => warnings.push(format!("{key}={v:?} is not an integer; using {into}")),
+            }
+        }
+    };
+    number(
+        "SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS",
+        &mut job.active_deadline_seconds,
+    );
+    number(
+        "SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS_MAX",
+        &mut job.active_deadline_seconds_max,
+    );
+    let mut backoff = i64::from(job.backoff_limit);
+    number("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", &mut backoff);
+    let mut ttl = i64::from(job.ttl_seconds_after_finished);
+    number("SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH", &mut ttl);
+    match i32::try_from(backoff) {
+        Ok(b) => job.backoff_limit = b,
+        Err(_) => warnings.push(format!(
+            "SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT={backoff} is out of range; using {}",
+            job.backoff_limit
+        )),
+    }
+    match i32::try_from(ttl) {
+        Ok(t) => job.ttl_seconds_after_finished = t,
+        Err(_) => warnings.push(format!(
+            "SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH={ttl} is out of range; using {}",
+            job.ttl_seconds_after_finished
+        )),
+    }
+}
+
+/// The images and policies: any non-empty value is taken as is.
+fn read_job_texts(lookup: &impl Fn(&str) -> Option<String>, job: &mut JobConfig) {
+    let text = |key: &str, into: &mut String| {
+        if let Some(v) = lookup(key).filter(|v| !v.is_empty()) {
+            *into = v;
+        }
+    };
+    text(
+        "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY",
+        &mut job.image_pull_policy,
+    );
+    text("SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE", &mut job.kubectl_image);
+    text(
+        "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE_WINDOWS",
+        &mut job.kubectl_image_windows,
+    );
+    text(
+        "SYSTEM_UPGRADE_JOB_POD_REPLACEMENT_POLICY",
+        &mut job.pod_replacement_policy,
+    );
+    text("SLIPWAY_REBOOT_IMAGE", &mut job.reboot_image);
+}
+
+/// `SYSTEM_UPGRADE_JOB_PRIVILEGED`, a Go boolean.
+fn read_job_privileged(
+    lookup: &impl Fn(&str) -> Option<String>,
+    job: &mut JobConfig,
+    warnings: &mut Vec<String>,
+) {
+    if let Some(v) = lookup("SYSTEM_UPGRADE_JOB_PRIVILEGED") {
+        match parse_go_bool(&v) {
+            Some(b) => job.privileged = b,
+            None => warnings.push(format!(
+                "SYSTEM_UPGRADE_JOB_PRIVILEGED={v:?} is not a boolean; using {}",
+                job.privileged
+            )),
+        }
+    }
+}
+
+/// `SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL`, a Go duration taken only when longer than one minute.
+fn read_polling_interval(
+    lookup: &impl Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> Duration {
+    let mut polling_interval = DEFAULT_POLLING_INTERVAL;
+    if let Some(v) = lookup("SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL") {
+        match v.parse::<GoDuration>().ok().and_then(GoDuration::to_std) {
+            Some(d) if d > Duration::from_secs(60) => polling_interval = d,
+            Some(_) => warnings.push(format!(
+                "SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL={v:?} is not longer than 1m; using 15m"
+            )),
+            None => warnings.push(format!(
+                "SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL={v:?} is not a duration; using 15m"
+            )),
+        }
+    }
+    polling_interval
 }
 
 /// Go's `strconv.ParseBool`.

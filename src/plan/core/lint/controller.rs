@@ -1,0 +1,194 @@
+//! What the controller would refuse in one Plan (its own validation, with the Plan's Secrets
+//! taken from the input), and warnings for the usual mistakes in one Plan.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::common::selector::Selector;
+use crate::common::window::TimeWindow;
+use crate::plan::api::Plan;
+
+use super::Severity;
+
+pub(super) fn controller_checks(
+    plan: &Plan,
+    secrets: &BTreeMap<(String, String), Secret>,
+    now: Timestamp,
+    push: &mut impl FnMut(Severity, &[&str], String),
+) {
+    let spec = &plan.spec;
+    let by_name = plan_secrets(plan, secrets, push);
+    if let Err(e) = crate::plan::core::validate(plan, &by_name) {
+        let field = e
+            .split_whitespace()
+            .next()
+            .unwrap_or("spec")
+            .trim_end_matches(':');
+        let path: Vec<&str> = if field.starts_with("spec.") {
+            field.split('.').collect()
+        } else {
+            vec!["spec"]
+        };
+        push(Severity::Error, &path, e.clone());
+    }
+    match Selector::from_label_selector(spec.node_selector.as_ref()) {
+        Err(e) => push(Severity::Error, &["spec", "nodeSelector"], e.to_string()),
+        Ok(Selector::Nothing) => push(
+            Severity::Warning,
+            &["spec"],
+            "no nodeSelector: the Plan selects no node ({} selects every node)".into(),
+        ),
+        Ok(_) => {}
+    }
+    match spec.concurrency {
+        None => push(
+            Severity::Warning,
+            &["spec"],
+            "no concurrency: it defaults to 0 and no node is upgraded".into(),
+        ),
+        Some(0) => push(
+            Severity::Warning,
+            &["spec", "concurrency"],
+            "0 upgrades no node".into(),
+        ),
+        _ => {}
+    }
+    let version = spec.version.as_deref().filter(|v| !v.is_empty());
+    let channel = spec.channel.as_deref().filter(|c| !c.is_empty());
+    if version.is_none() && channel.is_none() {
+        push(
+            Severity::Warning,
+            &["spec"],
+            format!(
+                "neither version nor channel: the controller reports {:?}",
+                crate::plan::core::ERR_UNRESOLVABLE
+            ),
+        );
+    }
+    image_checks(plan, version, push);
+    if let Some(w) = &spec.window
+        && let Ok(window) = TimeWindow::new(w)
+        && window.next_opening(now).is_none()
+        && !window.contains(now)
+    {
+        push(
+            Severity::Warning,
+            &["spec", "window"],
+            "the window never opens".into(),
+        );
+    }
+}
+
+/// The Plan's Secrets by name as the controller would read them. A missing Secret is reported
+/// here with a clearer message and stood in for by an empty one, so that the controller's other
+/// checks are not hidden behind it.
+fn plan_secrets(
+    plan: &Plan,
+    secrets: &BTreeMap<(String, String), Secret>,
+    push: &mut impl FnMut(Severity, &[&str], String),
+) -> BTreeMap<String, Secret> {
+    let namespace = plan.metadata.namespace.clone().unwrap_or_default();
+    let mut by_name = BTreeMap::new();
+    for s in plan.spec.secrets.iter().flatten() {
+        let key = (namespace.clone(), s.name.clone());
+        let found = secrets
+            .get(&key)
+            .or_else(|| secrets.get(&(String::new(), s.name.clone())));
+        if found.is_none() && !s.ignore_updates.unwrap_or(false) {
+            push(
+                Severity::Error,
+                &["spec", "secrets"],
+                format!(
+                    "secret {:?} not found in the input: the controller does not validate a Plan whose Secret is missing, and the latestHash depends on its content",
+                    s.name
+                ),
+            );
+        }
+        by_name.insert(s.name.clone(), found.cloned().unwrap_or_default());
+    }
+    by_name
+}
+
+/// Image references the kubelet cannot pull, and untagged images (the controller adds a tag).
+fn image_checks(
+    plan: &Plan,
+    version: Option<&str>,
+    push: &mut impl FnMut(Severity, &[&str], String),
+) {
+    let spec = &plan.spec;
+    for (container, c) in [
+        ("upgrade", Some(&spec.upgrade)),
+        ("prepare", spec.prepare.as_ref()),
+    ] {
+        let Some(c) = c.filter(|c| !c.image.is_empty()) else {
+            continue;
+        };
+        match crate::plan::core::image::parse(&c.image) {
+            None => push(
+                Severity::Warning,
+                &["spec", container, "image"],
+                format!(
+                    "{:?} is not a valid image reference: its pods will not start",
+                    c.image
+                ),
+            ),
+            Some(r) if r.tag.is_none() && r.digest.is_none() => {
+                let runs = match version {
+                    Some(v) => crate::plan::core::image::with_latest_tag(
+                        &c.image,
+                        &crate::plan::core::image::munge_version(v),
+                    ),
+                    None => format!("{}:<the channel's version>", c.image),
+                };
+                push(
+                    Severity::Warning,
+                    &["spec", container, "image"],
+                    format!("{:?} has no tag: the controller runs {runs}", c.image),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::core::lint::Source;
+    use crate::plan::core::lint::fixtures::*;
+
+    #[test]
+    fn controller_checks_and_warnings() {
+        let text = PLAN
+            .replace("  concurrency: 1\n", "")
+            .replace("  nodeSelector: {}\n", "")
+            .replace("  version: v1\n", "")
+            .replace("busybox:1", "busybox");
+        let f = findings(&format!(
+            "{text}  secrets:\n  - name: s\n    path: /s\n  window:\n    days: [mo]\n    startTime: \"1\"\n    endTime: \"2\"\n    timeZone: Nowhere/Else\n"
+        ));
+        let got: Vec<(Severity, Source, &str)> = f
+            .iter()
+            .map(|f| (f.severity, f.source, f.field.as_str()))
+            .collect();
+        assert!(
+            got.contains(&(Severity::Error, Source::Controller, "spec.window")),
+            "{f:?}"
+        );
+        assert!(
+            got.contains(&(Severity::Error, Source::Controller, "spec.secrets")),
+            "{f:?}"
+        );
+        let advice = got.iter().filter(|g| g.1 == Source::Advice).count();
+        // No selector, no concurrency, neither version nor channel, an untagged image.
+        assert_eq!(advice, 4, "{f:?}");
+        // The Secret in the input satisfies the controller.
+        let secret = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n";
+        let f = findings(&format!(
+            "{PLAN}  secrets:\n  - name: s\n    path: /s\n{secret}"
+        ));
+        assert_eq!(f, vec![]);
+    }
+}

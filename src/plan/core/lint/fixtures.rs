@@ -1,0 +1,16 @@
+//! The Plan and the lint run that the tests of the lint's modules share.
+
+use jiff::Timestamp;
+
+use super::{Finding, Input, SchemaChecker, lint, parse_documents};
+
+pub(super) const PLAN: &str = "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: p\nspec:\n  concurrency: 1\n  nodeSelector: {}\n  version: v1\n  upgrade:\n    image: busybox:1\n";
+
+pub(super) fn findings(text: &str) -> Vec<Finding> {
+    let docs = parse_documents(text).expect("yaml");
+    let inputs: Vec<Input<'_>> = docs.iter().map(|doc| Input { file: "f", doc }).collect();
+    lint(&SchemaChecker::new(), &inputs, Timestamp::UNIX_EPOCH)
+        .into_iter()
+        .map(|f| f.finding)
+        .collect()
+}
