@@ -1,24 +1,9 @@
 //! Conditions of slipway's own resources, as `metav1.Condition` words them.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
-/// A condition as `metav1.Condition` words it.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
-    #[serde(default)]
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
+/// A condition, `metav1.Condition`.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Sets the condition `type_` in `conditions`, keeping its transition time while its status does
 /// not change.
@@ -35,13 +20,13 @@ pub fn set_condition(
     let kept = conditions
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
-        .and_then(|c| c.last_transition_time.clone());
+        .map(|c| c.last_transition_time.clone());
     let condition = Condition {
         type_: type_.to_string(),
         status: status.to_string(),
         reason: reason.to_string(),
         message: message.to_string(),
-        last_transition_time: Some(kept.unwrap_or(Time(now))),
+        last_transition_time: kept.unwrap_or(Time(now)),
         observed_generation: generation,
     };
     match conditions.iter_mut().find(|c| c.type_ == type_) {

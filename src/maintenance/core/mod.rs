@@ -558,7 +558,7 @@ fn timed_out(input: &MaintenanceInput<'_>, now: Timestamp) -> Option<String> {
         .conditions
         .iter()
         .find(|c| c.type_ == DRAINED && c.status == "False" && !status::is_waiting(&c.reason))
-        .and_then(|c| c.last_transition_time.as_ref())?
+        .map(|c| &c.last_transition_time)?
         .0;
     let deadline = started.checked_add(timeout).ok()?;
     (now >= deadline).then(|| text.to_string())

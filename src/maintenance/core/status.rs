@@ -287,13 +287,13 @@ fn set_condition(
             c.status == status
                 && (c.reason == reason || !is_waiting(&c.reason) && !is_waiting(reason))
         })
-        .and_then(|c| c.last_transition_time.clone());
+        .map(|c| c.last_transition_time.clone());
     let condition = Condition {
         type_: DRAINED.into(),
         status: status.into(),
         reason: reason.into(),
         message: message.into(),
-        last_transition_time: Some(keep_time.unwrap_or(Time(now))),
+        last_transition_time: keep_time.unwrap_or(Time(now)),
         observed_generation: generation,
     };
     match pos {

@@ -385,7 +385,7 @@ fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
     assert_eq!(step.stage, Stage::Draining);
     assert_eq!(
         condition(&step).last_transition_time,
-        Some(Time(t("2026-11-22T11:00:00Z")))
+        Time(t("2026-11-22T11:00:00Z"))
     );
 }
 
