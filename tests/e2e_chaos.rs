@@ -1408,7 +1408,7 @@ fn simulate_reboots(client: Client, ns: String, plan: String, mut rng: Random) -
                 .status
                 .iter()
                 .flat_map(|s| s.nodes.iter())
-                .filter(|n| n.phase == "Rebooting")
+                .filter(|n| n.phase == slipway::plan::api::NodePhase::Rebooting)
                 .map(|n| n.name.clone())
                 .collect();
             for node in rebooting {

@@ -636,30 +636,40 @@ async fn a_missing_lease_namespace_is_told_on_the_maintenance(
     nms.create(&PostParams::default(), &maintenance(&name, &nodes[0], None))
         .await
         .expect("create NodeMaintenance");
-    let told = support::wait_for("lastError to name the Lease", Duration::from_secs(60), || async {
-        let nm = nms.get(&name).await?;
-        match nm.status.and_then(|st| st.last_error) {
-            Some(e) if e.contains("cannot take the node's lease") && e.contains(&missing) => Ok(e),
-            other => bail!("lastError {other:?}"),
-        }
-    })
+    let told = support::wait_for(
+        "lastError to name the Lease",
+        Duration::from_secs(60),
+        || async {
+            let nm = nms.get(&name).await?;
+            match nm.status.and_then(|st| st.last_error) {
+                Some(e) if e.contains("cannot take the node's lease") && e.contains(&missing) => {
+                    Ok(e)
+                }
+                other => bail!("lastError {other:?}"),
+            }
+        },
+    )
     .await;
     assert!(told.contains("not found"), "{told}");
-    support::wait_for("a ReconcileError event", Duration::from_secs(60), || async {
-        let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
-            .list(&ListParams::default())
-            .await?;
-        events
-            .items
-            .iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
-                    && e.reason.as_deref() == Some("ReconcileError")
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .map(|_| ())
-            .ok_or_else(|| anyhow!("no ReconcileError event on {name} yet"))
-    })
+    support::wait_for(
+        "a ReconcileError event",
+        Duration::from_secs(60),
+        || async {
+            let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
+                .list(&ListParams::default())
+                .await?;
+            events
+                .items
+                .iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                        && e.reason.as_deref() == Some("ReconcileError")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .map(|_| ())
+                .ok_or_else(|| anyhow!("no ReconcileError event on {name} yet"))
+        },
+    )
     .await;
     let state = node_state(client, &nodes[0]).await;
     assert!(

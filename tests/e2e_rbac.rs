@@ -835,7 +835,7 @@ spec:
                 .status
                 .as_ref()
                 .and_then(|s| s.nodes.iter().find(|n| n.name == rebooted[0]))
-                .map(|n| n.phase.clone());
+                .map(|n| n.phase.to_string());
             if phase.as_deref() == Some("Rebooting") {
                 Ok(())
             } else {
@@ -1611,7 +1611,8 @@ async fn reboot_the_node_through_its_budget(
                 .as_ref()
                 .and_then(|s| s.nodes.first())
                 .is_some_and(|n| {
-                    n.phase == "Draining" && n.message.as_deref().unwrap_or("").contains("web")
+                    n.phase == slipway::reboot_policy::api::RebootPhase::Draining
+                        && n.message.as_deref().unwrap_or("").contains("web")
                 });
             if draining {
                 Ok(())

@@ -50,7 +50,7 @@ fn node_phase(plan: &Plan, node: &str) -> Option<String> {
         .nodes
         .iter()
         .find(|n| n.name == node)
-        .map(|n| n.phase.clone())
+        .map(|n| n.phase.to_string())
 }
 
 async fn wait_phase(ns: &TestNamespace, plan: &str, node: &str, phase: &str, timeout: Duration) {

@@ -129,7 +129,7 @@ async fn gather(client: &kube::Client, args: &StatusArgs) -> anyhow::Result<Vec<
             .iter()
             .map(|p| NodeReport {
                 name: p.name.clone(),
-                phase: p.phase.clone(),
+                phase: p.phase.to_string(),
                 since: p.since.clone(),
                 job: p.job.clone(),
                 reason: p.reason.clone(),

@@ -196,10 +196,51 @@ pub struct RebootRecord {
     /// When it was back (RFC 3339).
     pub at: String,
     /// Which signal asked for the reboot.
-    pub signal: String,
+    pub signal: Signal,
     /// The boot it came back with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+}
+
+/// What asked for a node's reboot.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Signal {
+    /// `slipway agent`'s annotation, made at the node's current boot.
+    #[default]
+    Agent,
+    /// FLUO's update-agent: slipway grants `reboot-ok` and the agent reboots.
+    Flatcar,
+    /// CLUO's update-agent, the same protocol under its own prefix.
+    ContainerLinux,
+    /// A Node condition the policy names (Node Problem Detector) became `True`.
+    NodeCondition,
+}
+
+/// Where a node of the policy is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RebootPhase {
+    /// It asked for a reboot and waits for a slot (or the policy is paused).
+    #[default]
+    Wanting,
+    /// It waits for the policy's window to open.
+    WaitingForWindow,
+    /// Something holds its reboot: another operation, blocking pods, firing alerts.
+    Blocked,
+    /// Cordoned and being drained.
+    Draining,
+    /// Told to reboot; waiting for a new boot ID and Ready.
+    Rebooting,
+    /// Back with a new boot ID; waiting for the health gate's pods.
+    WaitingForHealth,
+    /// Its drain or its hand-off timed out.
+    Failed,
+    /// A phase this version does not know (written by another version of slipway).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// One node of the policy.
@@ -207,15 +248,13 @@ pub struct RebootRecord {
 #[serde(rename_all = "camelCase")]
 pub struct RebootNodeStatus {
     pub name: String,
-    /// `Wanting`, `WaitingForWindow`, `Blocked`, `Draining`, `Rebooting`, `WaitingForHealth`
-    /// or `Failed`.
-    pub phase: String,
+    pub phase: RebootPhase,
     /// Since when the node is in this phase (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// Which signal asked for the reboot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<String>,
+    pub signal: Option<Signal>,
     /// The boot ID the node ran when its reboot started; a different one means it rebooted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,

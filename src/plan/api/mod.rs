@@ -336,9 +336,7 @@ pub struct PlanStatus {
 pub struct NodeProgress {
     /// The node's `kubernetes.io/hostname`, as in `applying`.
     pub name: String,
-    /// `Pending` (its Job waits for an older Job of the node), `Upgrading` (its Job was
-    /// created), `Rebooting`, `WaitingForHealth`, `Waiting` (postCompleteDelay) or `Failed`.
-    pub phase: String,
+    pub phase: NodePhase,
     /// Why it failed: `JobFailed`, `RebootTimedOut` or `HealthGateTimedOut`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -357,6 +355,50 @@ pub struct NodeProgress {
     /// is not retried until the Plan changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+}
+
+/// Where a node of `status.applying` is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodePhase {
+    /// Its Job waits for an older Job of the node.
+    #[default]
+    Pending,
+    /// Its Job was created.
+    Upgrading,
+    /// Its Job completed and it reboots: waiting for a new boot ID and Ready.
+    Rebooting,
+    /// Back with a new boot ID: waiting for the health gate's pods.
+    WaitingForHealth,
+    /// Done, waiting `postCompleteDelay` before its slot is free.
+    Waiting,
+    /// Its Job failed, or its reboot or health gate timed out.
+    Failed,
+    /// A phase this version does not know (written by another version of slipway).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
+}
+
+impl NodePhase {
+    /// The phase as the status writes it (also the `Complete` condition's reason while a node
+    /// reboots).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodePhase::Pending => "Pending",
+            NodePhase::Upgrading => "Upgrading",
+            NodePhase::Rebooting => "Rebooting",
+            NodePhase::WaitingForHealth => "WaitingForHealth",
+            NodePhase::Waiting => "Waiting",
+            NodePhase::Failed => "Failed",
+            NodePhase::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for NodePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A condition as SUC writes it (wrangler's GenericCondition), plus `observedGeneration`.

@@ -45,13 +45,13 @@ use crate::node::NodeInfo;
 use crate::node::holders::Holder;
 use crate::node::index::Interest;
 use crate::node::reboot::HealthObservation;
-use crate::plan::api::Plan;
+use crate::plan::api::{NodePhase, Plan};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
 use crate::plan::core::config::JobConfig;
 
 use decision::Rollout;
 pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
-pub use node_state::{NodeState, phase};
+pub use node_state::NodeState;
 pub use status::validate;
 
 /// SUC's message when neither `version` nor `channel` is set.
@@ -171,8 +171,8 @@ pub fn nodes_awaiting_health<'a>(plan: &Plan, nodes: &[&'a NodeInfo]) -> Vec<&'a
         .iter()
         .flat_map(|s| s.nodes.iter())
         .filter(|p| {
-            p.phase == phase::REBOOTING
-                || p.phase == phase::WAITING_FOR_HEALTH
+            p.phase == NodePhase::Rebooting
+                || p.phase == NodePhase::WaitingForHealth
                 || p.reason.as_deref() == Some("HealthGateTimedOut")
         })
         .map(|p| p.name.as_str())

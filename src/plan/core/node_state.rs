@@ -14,17 +14,7 @@ use super::rfc3339;
 use crate::node::NodeInfo;
 use crate::node::handoff::{self, Handoff, HandoffPolicy, Stage};
 use crate::node::reboot::HealthObservation;
-use crate::plan::api::NodeProgress;
-
-/// Phase names in `status.nodes`.
-pub mod phase {
-    pub const PENDING: &str = "Pending";
-    pub const UPGRADING: &str = "Upgrading";
-    pub const WAITING: &str = "Waiting";
-    pub const REBOOTING: &str = "Rebooting";
-    pub const WAITING_FOR_HEALTH: &str = "WaitingForHealth";
-    pub const FAILED: &str = "Failed";
-}
+use crate::plan::api::{NodePhase, NodeProgress};
 
 /// The reason of a failed Job, in `status.nodes` and the `Complete` condition.
 pub const JOB_FAILED: &str = "JobFailed";
@@ -164,17 +154,17 @@ impl NodeState {
     }
 
     /// The phase name in `status.nodes`.
-    pub fn phase(&self) -> &'static str {
+    pub fn phase(&self) -> NodePhase {
         match self {
-            NodeState::Pending { .. } => phase::PENDING,
-            NodeState::Upgrading { .. } => phase::UPGRADING,
+            NodeState::Pending { .. } => NodePhase::Pending,
+            NodeState::Upgrading { .. } => NodePhase::Upgrading,
             NodeState::Rebooting { handoff, .. } => match handoff {
-                Handoff::AwaitingHealth { .. } => phase::WAITING_FOR_HEALTH,
-                Handoff::TimedOut { .. } => phase::FAILED,
-                Handoff::AwaitingBoot { .. } | Handoff::Passed => phase::REBOOTING,
+                Handoff::AwaitingHealth { .. } => NodePhase::WaitingForHealth,
+                Handoff::TimedOut { .. } => NodePhase::Failed,
+                Handoff::AwaitingBoot { .. } | Handoff::Passed => NodePhase::Rebooting,
             },
-            NodeState::Waiting { .. } => phase::WAITING,
-            NodeState::Failed { .. } | NodeState::Done => phase::FAILED,
+            NodeState::Waiting { .. } => NodePhase::Waiting,
+            NodeState::Failed { .. } | NodeState::Done => NodePhase::Failed,
         }
     }
 
@@ -199,15 +189,15 @@ impl NodeState {
             },
             message: message.clone(),
         };
-        Some(match (p.phase.as_str(), p.reason.as_deref()) {
-            (phase::PENDING, _) => NodeState::Pending { job, since },
-            (phase::UPGRADING, _) => NodeState::Upgrading {
+        Some(match (p.phase, p.reason.as_deref()) {
+            (NodePhase::Pending, _) => NodeState::Pending { job, since },
+            (NodePhase::Upgrading, _) => NodeState::Upgrading {
                 boot: p.boot_id.clone(),
                 job,
                 since,
                 generation: p.generation,
             },
-            (phase::REBOOTING, _) => NodeState::Rebooting {
+            (NodePhase::Rebooting, _) => NodeState::Rebooting {
                 handoff: Handoff::AwaitingBoot {
                     before: before(),
                     since,
@@ -215,7 +205,7 @@ impl NodeState {
                 job,
                 message,
             },
-            (phase::WAITING_FOR_HEALTH, _) => NodeState::Rebooting {
+            (NodePhase::WaitingForHealth, _) => NodeState::Rebooting {
                 handoff: Handoff::AwaitingHealth {
                     before: before(),
                     since,
@@ -223,10 +213,10 @@ impl NodeState {
                 job,
                 message,
             },
-            (phase::WAITING, _) => NodeState::Waiting { job, since },
-            (phase::FAILED, Some("RebootTimedOut")) => timed_out(Stage::Boot),
-            (phase::FAILED, Some("HealthGateTimedOut")) => timed_out(Stage::Health),
-            (phase::FAILED, _) => NodeState::Failed {
+            (NodePhase::Waiting, _) => NodeState::Waiting { job, since },
+            (NodePhase::Failed, Some("RebootTimedOut")) => timed_out(Stage::Boot),
+            (NodePhase::Failed, Some("HealthGateTimedOut")) => timed_out(Stage::Health),
+            (NodePhase::Failed, _) => NodeState::Failed {
                 job,
                 message,
                 generation: p.generation,
@@ -240,7 +230,7 @@ impl NodeState {
     pub fn to_progress(&self, name: &str) -> Option<NodeProgress> {
         let entry = |job: &str, since: Timestamp| NodeProgress {
             name: name.to_string(),
-            phase: self.phase().to_string(),
+            phase: self.phase(),
             job: Some(job.to_string()),
             since: Some(rfc3339(since)),
             ..Default::default()
@@ -921,7 +911,7 @@ mod tests {
         assert!(NodeState::Done.to_progress("host").is_none());
         let garbage = NodeProgress {
             name: "h".into(),
-            phase: "Exploded".into(),
+            phase: NodePhase::Unknown,
             job: Some("j".into()),
             ..Default::default()
         };

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::decision::PlanSummary;
-use super::node_state::{self, NodeState};
+use super::node_state::NodeState;
 use super::plan_nodes::{Facts, Steps};
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
 use crate::common::decision::EventType;
@@ -11,7 +11,7 @@ use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
-use crate::plan::api::{PlanStatus, labels};
+use crate::plan::api::{NodePhase, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
 
 /// The `Complete` condition and the Plan's events. Events stay bounded per Plan, whatever its
@@ -31,9 +31,10 @@ pub(super) fn report(
     let (version, hash) = (&facts.version, &facts.hash);
     let failure = steps.values().find_map(|(_, s, _)| s.failure());
     let rebooting = steps.values().find_map(|(n, s, _)| match s {
-        NodeState::Rebooting { message, .. } => {
-            Some((s.phase(), format!("node {}: {message}", n.hostname())))
-        }
+        NodeState::Rebooting { message, .. } => Some((
+            s.phase().as_str(),
+            format!("node {}: {message}", n.hostname()),
+        )),
         _ => None,
     });
     if let Some((reason, message)) = failure {
@@ -207,7 +208,7 @@ fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String>
 }
 
 fn is_rebooting_reason(reason: &str) -> bool {
-    reason == node_state::phase::REBOOTING || reason == node_state::phase::WAITING_FOR_HEALTH
+    reason == NodePhase::Rebooting.as_str() || reason == NodePhase::WaitingForHealth.as_str()
 }
 
 /// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
@@ -301,7 +302,7 @@ pub(super) fn summary(
         failed: st
             .nodes
             .iter()
-            .filter(|p| p.phase == node_state::phase::FAILED)
+            .filter(|p| p.phase == NodePhase::Failed)
             .count(),
         upgraded,
         targeted,

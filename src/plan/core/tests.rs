@@ -291,7 +291,12 @@ fn a_second_identical_decision_changes_nothing() {
     w.step();
     // The created Jobs show up: their nodes move from Pending to Upgrading.
     let r = w.step();
-    assert!(r.status.nodes.iter().all(|n| n.phase == phase::UPGRADING));
+    assert!(
+        r.status
+            .nodes
+            .iter()
+            .all(|n| n.phase == NodePhase::Upgrading)
+    );
     let r = w.decide();
     assert!(!r.status_changed, "{:#?}", r.status);
     assert!(r.events.is_empty(), "{:?}", r.events);
@@ -580,7 +585,7 @@ fn a_failed_job_is_reported_and_not_retried_until_the_plan_changes() {
         (FALSE.into(), "JobFailed".into(), expected.clone())
     );
     assert_eq!(reasons(&r), vec!["JobFailed"]);
-    assert_eq!(r.status.nodes[0].phase, phase::FAILED);
+    assert_eq!(r.status.nodes[0].phase, NodePhase::Failed);
     assert_eq!(
         r.status.applying,
         vec!["node-1".to_string()],
@@ -600,7 +605,7 @@ fn a_failed_job_is_reported_and_not_retried_until_the_plan_changes() {
     w.plan.metadata.generation = Some(2);
     let r = w.step();
     assert_eq!(r.create_jobs.len(), 1);
-    assert_eq!(r.status.nodes[0].phase, phase::UPGRADING);
+    assert_eq!(r.status.nodes[0].phase, NodePhase::Upgrading);
 }
 
 #[test]
@@ -652,7 +657,7 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
         r.create_jobs.is_empty(),
         "the slot is held during the delay"
     );
-    assert_eq!(r.status.nodes[0].phase, phase::WAITING);
+    assert_eq!(r.status.nodes[0].phase, NodePhase::Waiting);
 
     w.now = now() + jiff::SignedDuration::from_secs(301);
     let r = w.step();
@@ -901,7 +906,7 @@ fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
     w.finish(&job_name, "Complete", now(), "", "");
     let r = w.step();
     assert!(r.events.is_empty(), "the per-node story is in status.nodes");
-    assert_eq!(r.status.nodes[0].phase, phase::REBOOTING);
+    assert_eq!(r.status.nodes[0].phase, NodePhase::Rebooting);
     assert!(
         r.node_patches.is_empty(),
         "no label and no uncordon before the reboot"
@@ -984,7 +989,7 @@ fn the_health_gate_waits_for_ready_pods_and_says_which() {
     );
     let r = w.step();
     let p = &r.status.nodes[0];
-    assert_eq!(p.phase, phase::WAITING_FOR_HEALTH);
+    assert_eq!(p.phase, NodePhase::WaitingForHealth);
     let m = p.message.as_deref().expect("message");
     assert!(
         m.contains("1 of 2 pods matching app=critical") && m.contains("cilium-abc"),

@@ -29,11 +29,12 @@ use crate::node::change::NodeChange;
 use crate::node::cordon::{self, CordonOwner};
 use crate::node::drain::PodKey;
 use crate::node::holders::{Hold, Holder};
+pub use crate::reboot_policy::api::RebootPhase;
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus, RebootRecord};
 pub use nodes::{DrainView, NodeSteps, NodeView, RebootAction, decide_nodes};
 pub use signals::*;
 pub use spec::{DEFAULT_DRAIN_TIMEOUT, PolicySettings, PolicySpec, read_spec};
-pub use state::{DRAIN_TIMED_OUT, RebootState, phase, read_status};
+pub use state::{DRAIN_TIMED_OUT, RebootState, read_status};
 
 /// How many rebooted nodes `status.rebooted` remembers.
 pub const REBOOTED_KEPT: usize = 20;

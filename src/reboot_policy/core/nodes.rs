@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::signals::{Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
-use super::state::{DRAIN_TIMED_OUT, RebootState, phase};
+use super::state::{DRAIN_TIMED_OUT, RebootState};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
@@ -16,7 +16,7 @@ use crate::node::NodeInfo;
 use crate::node::drain::PodKey;
 use crate::node::handoff::{self, Handoff};
 use crate::node::reboot::HealthObservation;
-use crate::reboot_policy::api::{RebootNodeStatus, RebootRecord};
+use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase, RebootRecord};
 
 /// What a drain under way still waits for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -193,9 +193,9 @@ pub fn decide_nodes(
         d.wanting += 1;
         d.nodes.push(RebootNodeStatus {
             name: name.clone(),
-            phase: waiting_phase.to_string(),
+            phase: waiting_phase,
             since: Some(rfc3339(*wanting_since.get(name).unwrap_or(&now))),
-            signal: Some(signal.name().to_string()),
+            signal: Some(signal),
             reason: Some(reason.to_string()),
             message: Some(message),
             ..Default::default()
@@ -213,10 +213,10 @@ fn hold_reason(
     settings: &PolicySettings,
     view: &NodeView<'_>,
     busy: usize,
-) -> Option<(&'static str, &'static str, String)> {
+) -> Option<(RebootPhase, &'static str, String)> {
     if settings.paused {
         return Some((
-            phase::WANTING,
+            RebootPhase::Wanting,
             "Paused",
             "the policy is paused (spec.paused)".into(),
         ));
@@ -224,24 +224,24 @@ fn hold_reason(
     if let Some(next) = settings.window_closed {
         let when = next.map_or_else(|| "never".to_string(), rfc3339);
         return Some((
-            phase::WAITING_FOR_WINDOW,
+            RebootPhase::WaitingForWindow,
             "OutsideWindow",
             format!("outside spec.window; it opens next at {when}"),
         ));
     }
     if let Some(alerts) = &settings.alerts {
-        return Some((phase::BLOCKED, "AlertsFiring", alerts.clone()));
+        return Some((RebootPhase::Blocked, "AlertsFiring", alerts.clone()));
     }
     if let Some(holder) = &view.held_by {
         return Some((
-            phase::BLOCKED,
+            RebootPhase::Blocked,
             "NodeBusy",
             format!("{holder} holds the node"),
         ));
     }
     if !view.blocking_pods.is_empty() {
         return Some((
-            phase::BLOCKED,
+            RebootPhase::Blocked,
             "BlockingPods",
             format!(
                 "blocking pods run on the node: {}",
@@ -251,7 +251,7 @@ fn hold_reason(
     }
     if busy >= settings.concurrency {
         return Some((
-            phase::WANTING,
+            RebootPhase::Wanting,
             "ConcurrencyReached",
             format!(
                 "{busy} of at most {} nodes are being disrupted; waiting for a slot",
@@ -472,7 +472,7 @@ fn rebooting(
         d.rebooted.push(RebootRecord {
             name: name.to_string(),
             at: rfc3339(now),
-            signal: signal.name().to_string(),
+            signal,
             boot_id: Some(view.node.boot_id.clone()).filter(|b| !b.is_empty()),
         });
         return;
@@ -502,7 +502,7 @@ fn summary(settings: &PolicySettings, d: &NodeSteps, busy: usize) -> String {
     let failed: Vec<&str> = d
         .nodes
         .iter()
-        .filter(|n| n.phase == phase::FAILED)
+        .filter(|n| n.phase == RebootPhase::Failed)
         .map(|n| n.name.as_str())
         .collect();
     let mut parts = Vec::new();

@@ -3,6 +3,7 @@
 
 use crate::node::NodeInfo;
 use crate::reboot_policy::api::RebootSignals;
+pub use crate::reboot_policy::api::Signal;
 
 use super::request::REBOOT_REQUIRED_ANNOTATION;
 
@@ -19,20 +20,8 @@ pub const REBOOT_OK: &str = "reboot-ok";
 /// Set `"true"` by an admin: the operator leaves the node alone.
 pub const REBOOT_PAUSED: &str = "reboot-paused";
 
-/// What asked for a node's reboot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// `slipway agent`'s annotation, made at the node's current boot.
-    Agent,
-    /// FLUO's update-agent: slipway grants `reboot-ok` and the agent reboots.
-    Flatcar,
-    /// CLUO's update-agent, the same protocol under its own prefix.
-    ContainerLinux,
-    /// A Node condition the policy names (Node Problem Detector) became `True`.
-    NodeCondition,
-}
-
 impl Signal {
+    /// The signal as the status and messages name it.
     pub fn name(self) -> &'static str {
         match self {
             Signal::Agent => "agent",
@@ -40,17 +29,6 @@ impl Signal {
             Signal::ContainerLinux => "containerLinux",
             Signal::NodeCondition => "nodeCondition",
         }
-    }
-
-    pub fn parse(name: &str) -> Option<Signal> {
-        [
-            Signal::Agent,
-            Signal::Flatcar,
-            Signal::ContainerLinux,
-            Signal::NodeCondition,
-        ]
-        .into_iter()
-        .find(|s| s.name() == name)
     }
 
     /// The annotation prefix of the update-agent that reboots the node itself once granted;

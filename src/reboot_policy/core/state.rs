@@ -7,18 +7,7 @@ use jiff::Timestamp;
 use super::signals::Signal;
 use crate::common::rfc3339;
 use crate::node::handoff::{Handoff, Stage};
-use crate::reboot_policy::api::RebootNodeStatus;
-
-/// Phase names in `status.nodes`.
-pub mod phase {
-    pub const WANTING: &str = "Wanting";
-    pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
-    pub const BLOCKED: &str = "Blocked";
-    pub const DRAINING: &str = "Draining";
-    pub const REBOOTING: &str = "Rebooting";
-    pub const WAITING_FOR_HEALTH: &str = "WaitingForHealth";
-    pub const FAILED: &str = "Failed";
-}
+use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase};
 
 /// A node the policy has started on, as persisted in `status.nodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +53,7 @@ impl RebootState {
     /// Reads a state written by [`RebootState::to_status`]; `None` for an entry that only
     /// reports a wait (those nodes have not started) or cannot be understood.
     pub fn from_status(s: &RebootNodeStatus, now: Timestamp) -> Option<RebootState> {
-        let signal = Signal::parse(s.signal.as_deref()?)?;
+        let signal = s.signal?;
         let since = s
             .since
             .as_deref()
@@ -78,27 +67,27 @@ impl RebootState {
             cordoned,
             handoff,
         };
-        Some(match (s.phase.as_str(), s.reason.as_deref()) {
-            (phase::DRAINING, _) => RebootState::Draining {
+        Some(match (s.phase, s.reason.as_deref()) {
+            (RebootPhase::Draining, _) => RebootState::Draining {
                 signal,
                 before: before(),
                 cordoned,
                 since,
             },
-            (phase::REBOOTING, _) => rebooting(Handoff::AwaitingBoot {
+            (RebootPhase::Rebooting, _) => rebooting(Handoff::AwaitingBoot {
                 before: before(),
                 since,
             }),
-            (phase::WAITING_FOR_HEALTH, _) => rebooting(Handoff::AwaitingHealth {
+            (RebootPhase::WaitingForHealth, _) => rebooting(Handoff::AwaitingHealth {
                 before: before(),
                 since,
             }),
-            (phase::FAILED, Some(DRAIN_TIMED_OUT)) => RebootState::DrainFailed {
+            (RebootPhase::Failed, Some(DRAIN_TIMED_OUT)) => RebootState::DrainFailed {
                 signal,
                 message,
                 since,
             },
-            (phase::FAILED, Some(reason)) => {
+            (RebootPhase::Failed, Some(reason)) => {
                 let stage = if reason == Stage::Health.reason() {
                     Stage::Health
                 } else {
@@ -117,29 +106,31 @@ impl RebootState {
 
     /// The entry of `status.nodes` for `name`, with `message` saying what it waits for.
     pub fn to_status(&self, name: &str, message: String) -> RebootNodeStatus {
-        let entry = |phase: &str, since: Timestamp| RebootNodeStatus {
+        let entry = |phase: RebootPhase, since: Timestamp| RebootNodeStatus {
             name: name.to_string(),
-            phase: phase.to_string(),
+            phase,
             since: Some(rfc3339(since)),
-            signal: Some(self.signal().name().to_string()),
+            signal: Some(self.signal()),
             message: Some(message.clone()).filter(|m| !m.is_empty()),
             ..Default::default()
         };
         match self {
             RebootState::Draining { before, since, .. } => RebootNodeStatus {
                 boot_id: Some(before.clone()),
-                ..entry(phase::DRAINING, *since)
+                ..entry(RebootPhase::Draining, *since)
             },
             RebootState::Rebooting { handoff, .. } => {
                 let (phase, since, reason) = match handoff {
-                    Handoff::AwaitingBoot { since, .. } => (phase::REBOOTING, *since, None),
+                    Handoff::AwaitingBoot { since, .. } => (RebootPhase::Rebooting, *since, None),
                     Handoff::AwaitingHealth { since, .. } => {
-                        (phase::WAITING_FOR_HEALTH, *since, None)
+                        (RebootPhase::WaitingForHealth, *since, None)
                     }
-                    Handoff::TimedOut { stage, since, .. } => {
-                        (phase::FAILED, *since, Some(stage.reason().to_string()))
-                    }
-                    Handoff::Passed => (phase::REBOOTING, Timestamp::UNIX_EPOCH, None),
+                    Handoff::TimedOut { stage, since, .. } => (
+                        RebootPhase::Failed,
+                        *since,
+                        Some(stage.reason().to_string()),
+                    ),
+                    Handoff::Passed => (RebootPhase::Rebooting, Timestamp::UNIX_EPOCH, None),
                 };
                 RebootNodeStatus {
                     boot_id: handoff.before().map(str::to_string),
@@ -149,7 +140,7 @@ impl RebootState {
             }
             RebootState::DrainFailed { since, .. } => RebootNodeStatus {
                 reason: Some(DRAIN_TIMED_OUT.to_string()),
-                ..entry(phase::FAILED, *since)
+                ..entry(RebootPhase::Failed, *since)
             },
         }
     }

@@ -244,7 +244,7 @@ fn at_most_concurrency_nodes_start_in_name_order() {
     );
     assert_eq!((d.wanting, d.rebooting), (1, 2));
     let c = d.nodes.iter().find(|n| n.name == "c").expect("c listed");
-    assert_eq!(c.phase, phase::WANTING);
+    assert_eq!(c.phase, RebootPhase::Wanting);
     assert_eq!(c.reason.as_deref(), Some("ConcurrencyReached"));
     assert!(!d.nodes.iter().any(|n| n.name == "d"), "d wants nothing");
 }
@@ -263,8 +263,8 @@ fn nodes_held_by_other_operations_use_the_same_budget() {
     assert_eq!(started(&d), vec!["b"]);
     let a = &d.nodes[0];
     assert_eq!(
-        (a.phase.as_str(), a.reason.as_deref()),
-        (phase::BLOCKED, Some("NodeBusy"))
+        (a.phase, a.reason.as_deref()),
+        (RebootPhase::Blocked, Some("NodeBusy"))
     );
     assert!(
         a.message
@@ -307,14 +307,14 @@ fn an_already_cordoned_node_is_not_cordoned_nor_uncordoned() {
 #[test]
 fn window_pause_alerts_and_blocking_pods_hold_new_reboots_and_say_why() {
     let n = asking("a");
-    let cases: Vec<(PolicySettings, Vec<String>, &str, &str)> = vec![
+    let cases: Vec<(PolicySettings, Vec<String>, RebootPhase, &str)> = vec![
         (
             PolicySettings {
                 paused: true,
                 ..settings(1)
             },
             vec![],
-            phase::WANTING,
+            RebootPhase::Wanting,
             "Paused",
         ),
         (
@@ -323,7 +323,7 @@ fn window_pause_alerts_and_blocking_pods_hold_new_reboots_and_say_why() {
                 ..settings(1)
             },
             vec![],
-            phase::WAITING_FOR_WINDOW,
+            RebootPhase::WaitingForWindow,
             "OutsideWindow",
         ),
         (
@@ -332,13 +332,13 @@ fn window_pause_alerts_and_blocking_pods_hold_new_reboots_and_say_why() {
                 ..settings(1)
             },
             vec![],
-            phase::BLOCKED,
+            RebootPhase::Blocked,
             "AlertsFiring",
         ),
         (
             settings(1),
             vec!["db/primary".into()],
-            phase::BLOCKED,
+            RebootPhase::Blocked,
             "BlockingPods",
         ),
     ];
@@ -396,7 +396,7 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
         before: "a-boot-1".into(),
     };
     assert_eq!(actions_of(&d, "a"), vec![&reboot]);
-    assert_eq!(d.nodes[0].phase, phase::REBOOTING);
+    assert_eq!(d.nodes[0].phase, RebootPhase::Rebooting);
 
     // Asked again while the boot is unchanged (a crash may have lost the first ask).
     let d2 = run(&settings(1), &d.states, &[view(&n)], at(50));
@@ -435,7 +435,7 @@ fn the_health_gate_holds_the_slot_until_its_pods_are_ready() {
     // Another node wants a reboot: it must wait for the gate.
     let other = asking("b");
     let d = run(&s, &states, &[v.clone(), view(&other)], at(60));
-    assert_eq!(d.nodes[0].phase, phase::WAITING_FOR_HEALTH);
+    assert_eq!(d.nodes[0].phase, RebootPhase::WaitingForHealth);
     assert!(!d.states.contains_key("b"));
     let healthy = HealthObservation {
         not_ready: vec![],
@@ -460,7 +460,7 @@ fn the_health_gate_holds_the_slot_until_its_pods_are_ready() {
         vec![RebootRecord {
             name: "a".into(),
             at: "2026-11-22T10:01:10Z".into(),
-            signal: "agent".into(),
+            signal: Signal::Agent,
             boot_id: Some("a-boot-2".into()),
         }]
     );
@@ -476,7 +476,7 @@ fn a_node_that_never_comes_back_fails_holding_its_slot_and_may_recover() {
         &[view(&n), view(&asking("b"))],
         at(901),
     );
-    assert_eq!(d.nodes[0].phase, phase::FAILED);
+    assert_eq!(d.nodes[0].phase, RebootPhase::Failed);
     assert_eq!(d.nodes[0].reason.as_deref(), Some("RebootTimedOut"));
     assert!(d.summary.contains("failed: a"), "{}", d.summary);
     assert!(d.actions.iter().any(|(n, a)| n == "a"
@@ -649,8 +649,8 @@ fn states_read_back_from_status_as_written() {
     }
     let waiting = RebootNodeStatus {
         name: "a".into(),
-        phase: phase::WANTING.into(),
-        signal: Some("agent".into()),
+        phase: RebootPhase::Wanting,
+        signal: Some(Signal::Agent),
         ..Default::default()
     };
     assert_eq!(RebootState::from_status(&waiting, t(T0)), None);
@@ -692,7 +692,7 @@ fn the_history_keeps_the_newest_twenty_newest_first() {
     let record = |n: usize| RebootRecord {
         name: format!("n{n}"),
         at: T0.into(),
-        signal: "agent".into(),
+        signal: Signal::Agent,
         boot_id: None,
     };
     let previous: Vec<RebootRecord> = (0..20).rev().map(record).collect();

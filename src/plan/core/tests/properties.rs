@@ -119,7 +119,7 @@ fn check(w: &World, h: &History, concurrency: usize) -> Result<(), TestCaseError
         let reported = status
             .nodes
             .iter()
-            .any(|p| p.job.as_deref() == Some(job) && p.phase == phase::FAILED);
+            .any(|p| p.job.as_deref() == Some(job) && p.phase == NodePhase::Failed);
         if reported {
             continue;
         }
@@ -142,7 +142,7 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
             }
         }
         Write::Status(s) => {
-            for p in s.nodes.iter().filter(|p| p.phase == phase::FAILED) {
+            for p in s.nodes.iter().filter(|p| p.phase == NodePhase::Failed) {
                 h.reported.extend(p.job.clone());
             }
             w.plan.status = Some(s);
@@ -212,7 +212,7 @@ fn run(w: &mut World, h: &mut History, op: &Op, concurrency: usize) -> Result<()
                 .nodes
                 .iter()
                 .filter(|p| {
-                    p.phase == phase::REBOOTING || p.reason.as_deref() == Some("RebootTimedOut")
+                    p.phase == NodePhase::Rebooting || p.reason.as_deref() == Some("RebootTimedOut")
                 })
                 .map(|p| p.name.clone())
                 .collect();
