@@ -314,3 +314,6 @@ fn node_facts(node: &Node) -> NodeFacts {
         resource_version: node.resource_version(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,20 +1,30 @@
 //! A mock API server for the shells' tests: it answers each request from a script of (method,
 //! path) → answer, and records every request, so that a test can make any write fail the way a
 //! real API server fails it (404, 409, 410, 429, 500, a timeout) and see what was sent before and
-//! after. With it, a [`Client`] and the [`Chores`] that write through it.
+//! after. With it, the runtime's pieces a reconcile needs: a [`Client`], [`Chores`], a [`Shared`]
+//! with empty caches and a synced node index.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use super::chores::Chores;
+use super::chores::{Chores, Scope};
+use super::error::ErrorKind;
 use super::leader::LeaseGuard;
 use super::metrics::Metrics;
+use super::operation::{Operation, reconcile_once};
+use super::shared::{HoldSources, Shared};
+use crate::node::NodeInfo;
+use crate::node::index::NodeIndex;
 
+/// The namespace of the controller in these tests (Jobs, reboot pods).
+pub(crate) const NAMESPACE: &str = "system-upgrade";
 /// The controller's name in these tests.
 pub(crate) const CONTROLLER: &str = "system-upgrade-controller";
 
@@ -29,6 +39,19 @@ pub(crate) enum Answer {
     Fail(u16, &'static str),
     /// No answer: the request times out.
     Timeout,
+}
+
+impl Answer {
+    /// What a successful delete answers.
+    pub(crate) fn deleted() -> Answer {
+        Answer::Json(200, status_body(200, "Success"))
+    }
+
+    /// A list of `items`.
+    pub(crate) fn list(items: Vec<Value>) -> Answer {
+        let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
+        Answer::Json(200, list)
+    }
 }
 
 pub(crate) const NOT_FOUND: Answer = Answer::Fail(404, "NotFound");
@@ -158,6 +181,14 @@ impl ApiServer {
         self.script().sent.clone()
     }
 
+    /// The requests that change something (not reads, not events), in order.
+    pub(crate) fn writes(&self) -> Vec<Sent> {
+        self.sent()
+            .into_iter()
+            .filter(|s| s.method != "GET" && !s.is_event())
+            .collect()
+    }
+
     /// The events posted or folded into a series.
     pub(crate) fn events(&self) -> Vec<Sent> {
         self.sent().into_iter().filter(Sent::is_event).collect()
@@ -252,6 +283,119 @@ pub(crate) fn chores_with(client: &Client, guard: LeaseGuard) -> Chores {
 /// The chores of the leader, writing through `client`.
 pub(crate) fn chores(client: &Client) -> Chores {
     chores_with(client, LeaseGuard::always())
+}
+
+/// A cache that has listed `objects` (and is ready).
+pub(crate) fn listed<K>(objects: Vec<K>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+/// A node index that has listed `nodes`.
+fn node_index(nodes: Vec<NodeInfo>) -> NodeIndex {
+    let mut index = NodeIndex::new();
+    index.relist_start();
+    for node in nodes {
+        index.relisted(node);
+    }
+    index.relist_done();
+    index
+}
+
+/// No write of that name: a run in which every write succeeds.
+pub(crate) const NO_WRITE: &str = "none";
+
+/// What every operation shares, writing through `client`: empty caches of the operations' objects
+/// and a synced node index of `nodes`.
+pub(crate) fn shared(client: &Client, nodes: Vec<NodeInfo>) -> Arc<Shared> {
+    Arc::new(Shared::new(
+        chores(client),
+        CONTROLLER.into(),
+        NAMESPACE.into(),
+        Arc::new(RwLock::new(node_index(nodes))),
+        HoldSources {
+            plans: listed(vec![]),
+            maintenances: Some(listed(vec![])),
+            policies: Some(listed(vec![])),
+        },
+    ))
+}
+
+/// Runs one reconcile of `obj` by `op`: `Ok`, or the kind of its error.
+pub(crate) async fn reconcile<O>(op: &O, obj: O::Object) -> Result<(), ErrorKind>
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    reconcile_once(op, Arc::new(obj))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.kind())
+}
+
+/// The writes `api` received, in order, each named by `name` (or `METHOD path`), separated by
+/// spaces: what a table row expects.
+pub(crate) fn named_writes(
+    api: &ApiServer,
+    name: impl Fn(&Sent) -> Option<&'static str>,
+) -> String {
+    let names: Vec<String> = (api.writes().iter())
+        .map(|s| name(s).map_or_else(|| s.line(), str::to_string))
+        .collect();
+    names.join(" ")
+}
+
+/// A row of an operation's table: in a scene, the API server answers one write (by name) with an
+/// answer; the reconcile comes back as the outcome, having sent these writes (by name, in order).
+pub(crate) type Row<S> = (S, &'static str, Answer, Result<(), ErrorKind>, &'static str);
+
+/// Checks every row with `run` (one reconcile in the scene, the write answered with the answer:
+/// its result and the writes sent).
+pub(crate) async fn check_rows<S, F>(rows: &[Row<S>], run: impl Fn(S, &'static str, Answer) -> F)
+where
+    S: std::fmt::Debug + Copy,
+    F: std::future::Future<Output = (Result<(), ErrorKind>, String)>,
+{
+    for (scene, write, answer, outcome, writes) in rows {
+        let sent = run(*scene, write, answer.clone()).await;
+        let row = format!("{scene:?}: {write} answered {answer:?}");
+        assert_eq!(sent, (*outcome, writes.to_string()), "{row}");
+    }
+}
+
+/// Checks rows whose last column names the writes that must not be sent.
+pub(crate) async fn check_not_sent<S, F>(
+    rows: &[Row<S>],
+    run: impl Fn(S, &'static str, Answer) -> F,
+) where
+    S: std::fmt::Debug + Copy,
+    F: std::future::Future<Output = (Result<(), ErrorKind>, String)>,
+{
+    for (scene, write, answer, outcome, forbidden) in rows {
+        let (result, sent) = run(*scene, write, answer.clone()).await;
+        let row = format!("{scene:?}: {write} answered {answer:?}, sent {sent}");
+        assert_eq!(result, *outcome, "{row}");
+        let sent: Vec<&str> = sent.split(' ').collect();
+        let wrong: Vec<&str> = (forbidden.split(' '))
+            .filter(|w| sent.contains(w))
+            .collect();
+        assert!(wrong.is_empty(), "{row}: {wrong:?} must not be sent");
+    }
+}
+
+/// The status a write sent (the status patch's `status`).
+pub(crate) fn status_sent(api: &ApiServer) -> Option<Value> {
+    (api.writes().iter())
+        .find(|s| s.method == "PATCH" && s.path.ends_with("/status"))
+        .map(|s| s.body["status"].clone())
 }
 
 #[cfg(test)]
