@@ -340,3 +340,6 @@ fn node_facts(node: &Node) -> NodeFacts {
         resource_version: node.resource_version(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -336,6 +336,9 @@ pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
 }
 
 #[cfg(test)]
+mod answers;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

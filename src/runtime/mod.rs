@@ -13,6 +13,8 @@ pub mod metrics;
 pub mod operation;
 pub mod server;
 pub mod shared;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod watch;
 
 use std::sync::{Arc, RwLock};

@@ -153,7 +153,10 @@ pub async fn drive<O>(
         .await;
 }
 
-async fn reconcile<O>(obj: Arc<O::Object>, driver: Arc<Driver<O>>) -> Result<Action, Error>
+pub(crate) async fn reconcile<O>(
+    obj: Arc<O::Object>,
+    driver: Arc<Driver<O>>,
+) -> Result<Action, Error>
 where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
@@ -173,7 +176,7 @@ where
     result
 }
 
-async fn reconcile_once<O>(op: &O, obj: Arc<O::Object>) -> Result<Action, Error>
+pub(crate) async fn reconcile_once<O>(op: &O, obj: Arc<O::Object>) -> Result<Action, Error>
 where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
@@ -274,7 +277,7 @@ where
     Ok(())
 }
 
-fn error_policy<O>(obj: Arc<O::Object>, error: &Error, driver: Arc<Driver<O>>) -> Action
+pub(crate) fn error_policy<O>(obj: Arc<O::Object>, error: &Error, driver: Arc<Driver<O>>) -> Action
 where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,

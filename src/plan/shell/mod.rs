@@ -369,3 +369,6 @@ impl PlanOperation {
         (self.expect.jobs(jobs, plan), self.expect.pods(pods, plan))
     }
 }
+
+#[cfg(test)]
+mod tests;

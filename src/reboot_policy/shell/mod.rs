@@ -410,3 +410,6 @@ async fn blocking_pods(
     found.dedup();
     Ok(found)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! What a Plan's reconcile does when the API server fails one of its writes: the reconcile's
+//! result, and which writes were sent (in order) before and after the failure.
+
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::plan::api::{ContainerSpec, PlanSpec, RebootSpec};
+use crate::runtime::ErrorKind::{
+    self, conflict, gone, not_found, server, timeout, too_many_requests,
+};
+use crate::runtime::testing::{
+    self, ALREADY_EXISTS, Answer, ApiServer, CONFLICT, GONE, NAMESPACE, NOT_FOUND, Row,
+    SERVER_ERROR, Sent, TIMEOUT, TOO_MANY_REQUESTS,
+};
+
+/// Where the Plan stands when it is reconciled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scene {
+    /// Just created: no finalizer yet.
+    New,
+    /// Starts its node: records its cordon on the node, then the status, the reboot pod, the Job.
+    Start,
+    /// A Plan without reboot whose Job completed: labels and uncordons the node, then the status.
+    Finish,
+    /// Deleted mid-upgrade: its Job and reboot pod go, the node is uncordoned, the finalizer goes.
+    Delete,
+}
+use Scene::{Delete, Finish, New, Start};
+
+/// Each write: its name in the tables, method and path.
+const WRITES: [(&str, &str, &str); 7] = [
+    ("finalizer", "PATCH", "plans/p"),
+    ("status", "PATCH", "plans/p/status"),
+    ("node", "PATCH", "nodes/n1"),
+    ("job", "POST", "namespaces/system-upgrade/jobs"),
+    ("pod", "POST", "namespaces/system-upgrade/pods"),
+    ("delete-job", "DELETE", "namespaces/system-upgrade/jobs/*"),
+    ("delete-pod", "DELETE", "namespaces/system-upgrade/pods/*"),
+];
+
+fn name_of(sent: &Sent) -> Option<&'static str> {
+    WRITES
+        .iter()
+        .find(|(_, m, p)| sent.is(m, p))
+        .map(|(n, ..)| *n)
+}
+
+/// A Plan of one node that cordons it and, unless it finishes in the tests, reboots it.
+fn plan(scene: Scene) -> Plan {
+    let mut plan = Plan::new(
+        "p",
+        PlanSpec {
+            concurrency: Some(1),
+            version: Some("v1.30.1+k3s1".into()),
+            service_account_name: Some("system-upgrade".into()),
+            node_selector: Some(LabelSelector {
+                match_labels: Some([("pool".to_string(), "a".to_string())].into()),
+                ..Default::default()
+            }),
+            upgrade: ContainerSpec {
+                image: "rancher/k3s-upgrade".into(),
+                ..Default::default()
+            },
+            cordon: Some(true),
+            reboot: (scene != Finish).then(|| RebootSpec {
+                timeout: Some("10m".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    plan.metadata = ObjectMeta {
+        name: Some("p".into()),
+        namespace: Some(NAMESPACE.into()),
+        uid: Some("plan-uid".into()),
+        generation: Some(1),
+        resource_version: Some("1".into()),
+        finalizers: (scene != New).then(|| vec![deletion::FINALIZER.into()]),
+        ..Default::default()
+    };
+    plan
+}
+
+fn node() -> NodeInfo {
+    NodeInfo {
+        name: "n1".into(),
+        uid: "n1-uid".into(),
+        labels: [
+            (
+                crate::plan::api::labels::HOSTNAME.to_string(),
+                "n1".to_string(),
+            ),
+            (
+                crate::plan::api::labels::OS.to_string(),
+                "linux".to_string(),
+            ),
+            ("pool".to_string(), "a".to_string()),
+        ]
+        .into(),
+        ready: true,
+        boot_id: "boot-1".into(),
+        ..Default::default()
+    }
+}
+
+/// What a reconcile reads: the Plan, its node, its Jobs and reboot pods.
+struct World {
+    plan: Plan,
+    node: NodeInfo,
+    jobs: Vec<Job>,
+    pods: Vec<Pod>,
+}
+
+/// An API server on which every write succeeds.
+fn cluster(plan: &Plan) -> ApiServer {
+    let api = ApiServer::new();
+    let mut written = serde_json::to_value(plan).expect("encodes");
+    written["metadata"]["resourceVersion"] = json!("2");
+    let node = json!({"metadata": {"name": "n1"}});
+    api.on("PATCH", "plans/p", Answer::Json(200, written.clone()));
+    api.on("PATCH", "plans/p/status", Answer::Json(200, written));
+    api.on("PATCH", "nodes/n1", Answer::Json(200, node));
+    api.on("POST", "jobs", Answer::Echo(201));
+    api.on("POST", "pods", Answer::Echo(201));
+    api.on("DELETE", "jobs/*", Answer::deleted());
+    api.on("DELETE", "pods/*", Answer::deleted());
+    api
+}
+
+fn operation(api: &ApiServer, w: &World) -> PlanOperation {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client =
+        ChannelClient::new("cluster", &ChannelConfig::default()).expect("a channel client");
+    PlanOperation {
+        shared: testing::shared(&api.client(), vec![w.node.clone()]),
+        plans: testing::listed(vec![w.plan.clone()]),
+        jobs: testing::listed(w.jobs.clone()),
+        secrets: testing::listed(vec![]),
+        reboot_pods: testing::listed(w.pods.clone()),
+        job_config: JobConfig::default(),
+        channels: Arc::new(ChannelCache::new(client, RESYNC)),
+        channel_answered: futures::channel::mpsc::unbounded().0,
+        expect: Expectations::default(),
+        templates: TemplateMemo::default(),
+    }
+}
+
+/// The bodies `api` received for `write`.
+fn bodies(api: &ApiServer, write: &str) -> Vec<Value> {
+    (api.writes().into_iter())
+        .filter(|s| name_of(s) == Some(write))
+        .map(|s| s.body)
+        .collect()
+}
+
+fn decode<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("decodes")
+}
+
+/// The world of `scene`: for the scenes after the start, what a successful start wrote (its
+/// status, its Job and reboot pod, its cordon record on the node), moved on.
+async fn world(scene: Scene) -> World {
+    let mut w = World {
+        plan: plan(scene),
+        node: node(),
+        jobs: vec![],
+        pods: vec![],
+    };
+    if matches!(scene, New | Start) {
+        return w;
+    }
+    let api = cluster(&w.plan);
+    let started = testing::reconcile(&operation(&api, &w), w.plan.clone()).await;
+    assert_eq!(started, Ok(()), "{:?}", api.sent());
+    let status = testing::status_sent(&api).expect("a status");
+    w.plan.status = Some(decode(status));
+    w.jobs = bodies(&api, "job").into_iter().map(decode).collect();
+    w.pods = bodies(&api, "pod").into_iter().map(decode).collect();
+    let record = &bodies(&api, "node")[0]["metadata"]["annotations"];
+    let record: BTreeMap<String, Option<String>> = decode(record.clone());
+    w.node.annotations = (record.into_iter())
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+    w.node.unschedulable = true; // as the Job's drain does
+    match scene {
+        Finish => w.jobs[0].status = Some(completed()),
+        _ => w.plan.metadata.deletion_timestamp = Some(Time(Timestamp::now())),
+    }
+    w
+}
+
+fn completed() -> JobStatus {
+    JobStatus {
+        conditions: Some(vec![JobCondition {
+            type_: "Complete".into(),
+            status: "True".into(),
+            last_transition_time: Some(Time(Timestamp::now())),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+/// One reconcile in `scene`, `write` answered with `answer`: the result, and the writes sent.
+async fn reconcile_with(
+    scene: Scene,
+    write: &'static str,
+    answer: Answer,
+) -> (Result<(), ErrorKind>, String) {
+    let w = world(scene).await;
+    let api = cluster(&w.plan);
+    api.on_matching(move |sent| name_of(sent) == Some(write), answer);
+    let result = testing::reconcile(&operation(&api, &w), w.plan.clone()).await;
+    assert!(api.unscripted().is_empty(), "{:?}", api.unscripted());
+    (result, testing::named_writes(&api, name_of))
+}
+
+#[tokio::test]
+async fn each_scene_writes_in_its_order() {
+    for (scene, writes) in [
+        (New, "finalizer node status pod job"),
+        (Start, "node status pod job"),
+        (Finish, "node status"),
+        (Delete, "delete-job delete-pod node finalizer"),
+    ] {
+        let (result, sent) = reconcile_with(scene, testing::NO_WRITE, NOT_FOUND).await;
+        assert_eq!((result, sent.as_str()), (Ok(()), writes), "{scene:?}");
+    }
+}
+
+/// In a scene, a write answered so: the reconcile's outcome, and the writes sent, in order.
+#[rustfmt::skip]
+const ROWS: [Row<Scene>; 61] = [
+    (New,    "finalizer",  NOT_FOUND,         Ok(()),                 "finalizer"),
+    (New,    "finalizer",  CONFLICT,          Err(conflict),          "finalizer"),
+    (New,    "finalizer",  GONE,              Err(gone),              "finalizer"),
+    (New,    "finalizer",  TOO_MANY_REQUESTS, Err(too_many_requests), "finalizer"),
+    (New,    "finalizer",  SERVER_ERROR,      Err(server),            "finalizer"),
+    (New,    "finalizer",  TIMEOUT,           Err(timeout),           "finalizer"),
+    // The cordon record precedes the status: refused, nothing else is written.
+    (Start,  "node",       NOT_FOUND,         Ok(()),                 "node status pod job"),
+    (Start,  "node",       CONFLICT,          Err(conflict),          "node"),
+    (Start,  "node",       GONE,              Err(gone),              "node"),
+    (Start,  "node",       TOO_MANY_REQUESTS, Err(too_many_requests), "node"),
+    (Start,  "node",       SERVER_ERROR,      Err(server),            "node"),
+    (Start,  "node",       TIMEOUT,           Err(timeout),           "node"),
+    // The status names the node before its reboot pod and Job exist: refused, neither is made.
+    (Start,  "status",     CONFLICT,          Err(conflict),          "node status"),
+    (Start,  "status",     GONE,              Err(gone),              "node status"),
+    (Start,  "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "node status"),
+    (Start,  "status",     SERVER_ERROR,      Err(server),            "node status"),
+    (Start,  "status",     TIMEOUT,           Err(timeout),           "node status"),
+    (Start,  "pod",        ALREADY_EXISTS,    Ok(()),                 "node status pod job"),
+    (Start,  "job",        NOT_FOUND,         Err(not_found),         "node status pod job"),
+    (Start,  "job",        CONFLICT,          Err(conflict),          "node status pod job"),
+    (Start,  "job",        ALREADY_EXISTS,    Ok(()),                 "node status pod job"),
+    (Start,  "job",        GONE,              Err(gone),              "node status pod job"),
+    (Start,  "job",        TOO_MANY_REQUESTS, Err(too_many_requests), "node status pod job"),
+    (Start,  "job",        SERVER_ERROR,      Err(server),            "node status pod job"),
+    (Start,  "job",        TIMEOUT,           Err(timeout),           "node status pod job"),
+    // The node is labelled and uncordoned before the status forgets it: refused, no status.
+    (Finish, "node",       NOT_FOUND,         Ok(()),                 "node status"),
+    (Finish, "node",       CONFLICT,          Err(conflict),          "node"),
+    (Finish, "node",       GONE,              Err(gone),              "node"),
+    (Finish, "node",       TOO_MANY_REQUESTS, Err(too_many_requests), "node"),
+    (Finish, "node",       SERVER_ERROR,      Err(server),            "node"),
+    (Finish, "node",       TIMEOUT,           Err(timeout),           "node"),
+    (Finish, "status",     NOT_FOUND,         Ok(()),                 "node status"),
+    (Finish, "status",     CONFLICT,          Err(conflict),          "node status"),
+    (Finish, "status",     GONE,              Err(gone),              "node status"),
+    (Finish, "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "node status"),
+    (Finish, "status",     SERVER_ERROR,      Err(server),            "node status"),
+    (Finish, "status",     TIMEOUT,           Err(timeout),           "node status"),
+    // Deleted: the cleanup stops at its first failure, and the finalizer stays until it is done.
+    (Delete, "delete-job", NOT_FOUND,         Ok(()),                 "delete-job delete-pod node finalizer"),
+    (Delete, "delete-job", CONFLICT,          Err(conflict),          "delete-job"),
+    (Delete, "delete-job", GONE,              Err(gone),              "delete-job"),
+    (Delete, "delete-job", TOO_MANY_REQUESTS, Err(too_many_requests), "delete-job"),
+    (Delete, "delete-job", SERVER_ERROR,      Err(server),            "delete-job"),
+    (Delete, "delete-job", TIMEOUT,           Err(timeout),           "delete-job"),
+    (Delete, "delete-pod", NOT_FOUND,         Ok(()),                 "delete-job delete-pod node finalizer"),
+    (Delete, "delete-pod", CONFLICT,          Err(conflict),          "delete-job delete-pod"),
+    (Delete, "delete-pod", GONE,              Err(gone),              "delete-job delete-pod"),
+    (Delete, "delete-pod", TOO_MANY_REQUESTS, Err(too_many_requests), "delete-job delete-pod"),
+    (Delete, "delete-pod", SERVER_ERROR,      Err(server),            "delete-job delete-pod"),
+    (Delete, "delete-pod", TIMEOUT,           Err(timeout),           "delete-job delete-pod"),
+    (Delete, "node",       NOT_FOUND,         Ok(()),                 "delete-job delete-pod node finalizer"),
+    (Delete, "node",       CONFLICT,          Err(conflict),          "delete-job delete-pod node"),
+    (Delete, "node",       GONE,              Err(gone),              "delete-job delete-pod node"),
+    (Delete, "node",       TOO_MANY_REQUESTS, Err(too_many_requests), "delete-job delete-pod node"),
+    (Delete, "node",       SERVER_ERROR,      Err(server),            "delete-job delete-pod node"),
+    (Delete, "node",       TIMEOUT,           Err(timeout),           "delete-job delete-pod node"),
+    (Delete, "finalizer",  NOT_FOUND,         Ok(()),                 "delete-job delete-pod node finalizer"),
+    (Delete, "finalizer",  CONFLICT,          Err(conflict),          "delete-job delete-pod node finalizer"),
+    (Delete, "finalizer",  GONE,              Err(gone),              "delete-job delete-pod node finalizer"),
+    (Delete, "finalizer",  TOO_MANY_REQUESTS, Err(too_many_requests), "delete-job delete-pod node finalizer"),
+    (Delete, "finalizer",  SERVER_ERROR,      Err(server),            "delete-job delete-pod node finalizer"),
+    (Delete, "finalizer",  TIMEOUT,           Err(timeout),           "delete-job delete-pod node finalizer"),
+];
+
+#[tokio::test]
+async fn every_write_under_every_failure() {
+    testing::check_rows(&ROWS, reconcile_with).await;
+}
+
+/// In a scene, a write answered so: the reconcile's outcome, and the writes it must not send.
+#[rustfmt::skip]
+const BUGS: [Row<Scene>; 7] = [
+    // A node's Job never runs before the pod that will reboot it exists (PlanEffect::CreatePod)...
+    (Start, "pod",    NOT_FOUND,         Err(not_found),         "job"),
+    (Start, "pod",    CONFLICT,          Err(conflict),          "job"),
+    (Start, "pod",    GONE,              Err(gone),              "job"),
+    (Start, "pod",    TOO_MANY_REQUESTS, Err(too_many_requests), "job"),
+    (Start, "pod",    SERVER_ERROR,      Err(server),            "job"),
+    (Start, "pod",    TIMEOUT,           Err(timeout),           "job"),
+    // ... nor for a Plan the status write found gone.
+    (Start, "status", NOT_FOUND,         Ok(()),                 "pod job"),
+];
+
+#[tokio::test]
+#[ignore = "bug: a Plan creates its Job after its reboot pod failed, and for a Plan gone (status 404)"]
+async fn no_job_starts_without_its_reboot_pod_or_its_plan() {
+    testing::check_not_sent(&BUGS, reconcile_with).await;
+}
