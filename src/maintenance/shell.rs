@@ -271,7 +271,13 @@ impl MaintenanceOperation {
                     ..Default::default()
                 }),
             };
-            chores.create(&lease).await?;
+            // Not `create`: a Lease of that name already there is another holder's (or an
+            // expired one of ours), and the next decision reads which.
+            chores.leading()?;
+            chores
+                .api::<Lease>(Some(&s.namespace))
+                .create(&Default::default(), &lease)
+                .await?;
             info!(nodemaintenance = %nm.name_any(), lease = %lease.name_any(), "took the node's lease");
             return Ok(());
         };

@@ -180,8 +180,8 @@ impl Chores {
 
     /// Writes `status` over the one `obj` was read with, as a merge patch of what changed, guarded
     /// by `obj`'s resourceVersion: a decision made on a stale object is refused with a conflict
-    /// instead of overwriting a newer status. `Ok(None)` when there was nothing to write or the
-    /// object is gone.
+    /// instead of overwriting a newer status. The object as written (as it was, when nothing
+    /// changed); `Ok(None)` when the object is gone.
     pub async fn write_status<K>(&self, obj: &K, status: &K::Status) -> Result<Option<K>, Error>
     where
         K: Object + HasStatus,
@@ -197,7 +197,7 @@ impl Chores {
         let new = serde_json::to_value(status)
             .map_err(|e| Error::Startup(format!("cannot encode a status: {e}")))?;
         let Some(diff) = merge_patch(&old, &new) else {
-            return Ok(None);
+            return Ok(Some(obj.clone()));
         };
         self.leading()?;
         let body = json!({

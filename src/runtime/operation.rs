@@ -259,10 +259,12 @@ where
     let changed = obj.status().cloned().unwrap_or_default() != decision.status;
     let mut written = None;
     if !deleting && changed {
-        written = chores.write_status(obj, &decision.status).await?;
-        if let Some(w) = &written {
-            op.wrote_status(w.clone());
-        }
+        let Some(w) = chores.write_status(obj, &decision.status).await? else {
+            // Gone: nothing is taken for an object that no longer exists.
+            return Ok(());
+        };
+        op.wrote_status(w.clone());
+        written = Some(w);
     }
     // Effects on the object itself name the resourceVersion the status write left.
     let obj = written.as_ref().unwrap_or(obj);

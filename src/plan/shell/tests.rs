@@ -321,7 +321,6 @@ const BUGS: [Row<Scene>; 7] = [
 ];
 
 #[tokio::test]
-#[ignore = "bug: a Plan creates its Job after its reboot pod failed, and for a Plan gone (status 404)"]
 async fn no_job_starts_without_its_reboot_pod_or_its_plan() {
     testing::check_not_sent(&BUGS, reconcile_with).await;
 }

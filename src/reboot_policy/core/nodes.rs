@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::signals::{Signal, Signals, condition_marker, requested};
+use super::signals::{CONDITION_HANDLED, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
@@ -161,7 +161,7 @@ pub fn decide_nodes(
 
     for (name, state) in states {
         match by_name.get(name.as_str()) {
-            Some(view) => advance(settings, name, state.clone(), view, now, &mut d),
+            Some(view) => advance(settings, signals, name, state.clone(), view, now, &mut d),
             None => d.event(
                 name,
                 true,
@@ -305,6 +305,7 @@ fn start(
 /// One node in progress.
 fn advance(
     settings: &PolicySettings,
+    signals: &Signals,
     name: &str,
     state: RebootState,
     view: &NodeView<'_>,
@@ -312,7 +313,7 @@ fn advance(
     d: &mut NodeSteps,
 ) {
     match state {
-        s @ RebootState::Draining { .. } => draining(settings, name, s, view, now, d),
+        s @ RebootState::Draining { .. } => draining(settings, signals, name, s, view, now, d),
         s @ RebootState::Rebooting { .. } => rebooting(settings, name, s, view, now, d),
         RebootState::DrainFailed {
             signal,
@@ -337,6 +338,7 @@ fn advance(
 /// once the drain's timeout passes, else evict again.
 fn draining(
     settings: &PolicySettings,
+    signals: &Signals,
     name: &str,
     state: RebootState,
     view: &NodeView<'_>,
@@ -356,12 +358,15 @@ fn draining(
         || view.drain.as_ref().is_some_and(|v| v.remaining == 0)
         || view.node.boot_id != before;
     if drained {
+        // The hand-off asks for the reboot while the boot is unchanged.
+        if view.node.boot_id == before {
+            ask_again(signals, name, signal, view, d);
+        }
         let next = RebootState::Rebooting {
             signal,
             cordoned,
             handoff: Handoff::start(before, now),
         };
-        // The hand-off asks for the reboot while the boot is unchanged.
         d.event(name, false, "Rebooting", format!("Rebooting Node {name}"));
         return rebooting(settings, name, next, view, now, d);
     }
@@ -378,6 +383,7 @@ fn draining(
         Some(v) => format!("{} pods left to evict", v.remaining),
         None => "draining".into(),
     };
+    ask_again(signals, name, signal, view, d);
     d.act(name, RebootAction::Drain);
     let next = RebootState::Draining {
         signal,
@@ -387,6 +393,28 @@ fn draining(
     };
     d.keep(name, next, message);
     d.recheck(DRAIN_RECHECK);
+}
+
+/// What a node's start asked for, asked again while the node does not show it (the patch may
+/// have failed after the state was written): the cordon, and the record of the conditions this
+/// reboot handles (without it, a condition that stays `True` would reboot the node again).
+fn ask_again(
+    signals: &Signals,
+    name: &str,
+    signal: Signal,
+    view: &NodeView<'_>,
+    d: &mut NodeSteps,
+) {
+    let node = view.node;
+    if signal == Signal::NodeCondition
+        && let Some(marker) = condition_marker(node, signals)
+        && node.annotations.get(CONDITION_HANDLED) != Some(&marker)
+    {
+        d.act(name, RebootAction::MarkConditions(marker));
+    }
+    if !node.unschedulable {
+        d.act(name, RebootAction::Cordon);
+    }
 }
 
 /// The drain took too long: the node is given back, named with what stayed, and retried later.

@@ -371,7 +371,8 @@ fn a_closed_window_or_a_pause_never_interrupts_a_reboot_under_way() {
 
 #[test]
 fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
-    let n = asking("a");
+    let mut n = asking("a");
+    n.unschedulable = true;
     let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
     let mut v = view(&n);
     v.drain = Some(DrainView {
@@ -665,6 +666,12 @@ fn a_restarted_controller_continues_from_the_status_without_starting_more() {
     let (restored, waiting) = read_status(&first.nodes, at(5));
     assert_eq!(waiting.keys().collect::<Vec<_>>(), vec!["c"]);
     assert_eq!(restored, first.states);
+    // The first decision's cordons landed.
+    let mut cordoned = nodes.clone();
+    for n in cordoned.iter_mut().filter(|n| n.name != "c") {
+        n.unschedulable = true;
+    }
+    let views: Vec<_> = cordoned.iter().map(view).collect();
     let again = run(&settings(2), &restored, &views, at(5));
     assert_eq!(started(&again), vec!["a", "b"]);
     assert!(!again.states.contains_key("c"));
@@ -675,6 +682,39 @@ fn a_restarted_controller_continues_from_the_status_without_starting_more() {
             .any(|(_, a)| matches!(a, RebootAction::Cordon)),
         "no second cordon"
     );
+}
+
+#[test]
+fn a_cordon_or_a_condition_record_that_did_not_land_is_asked_again() {
+    let mut n = with_condition("a", "KernelDeadlock", "2026-11-22T09:00:00Z");
+    let npd = Signals {
+        node_conditions: vec!["KernelDeadlock".into()],
+        ..signals()
+    };
+    let state = RebootState::Draining {
+        signal: Signal::NodeCondition,
+        before: n.boot_id.clone(),
+        cordoned: false,
+        since: t(T0),
+    };
+    let states = BTreeMap::from([("a".to_string(), state)]);
+    let v = view(&n);
+    let d = decide_nodes(&settings(1), &npd, &states, &[v], &BTreeMap::new(), at(5));
+    let marker = "KernelDeadlock=2026-11-22T09:00:00Z".to_string();
+    assert_eq!(
+        actions_of(&d, "a"),
+        [
+            &RebootAction::MarkConditions(marker.clone()),
+            &RebootAction::Cordon,
+            &RebootAction::Drain
+        ],
+        "both before the drain goes on"
+    );
+    n.unschedulable = true;
+    n.annotations.insert(CONDITION_HANDLED.into(), marker);
+    let v = view(&n);
+    let d = decide_nodes(&settings(1), &npd, &states, &[v], &BTreeMap::new(), at(10));
+    assert_eq!(actions_of(&d, "a"), [&RebootAction::Drain], "both landed");
 }
 
 #[test]
