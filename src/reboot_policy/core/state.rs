@@ -115,11 +115,19 @@ impl RebootState {
             ..Default::default()
         };
         match self {
-            RebootState::Draining { before, since, .. } => RebootNodeStatus {
+            RebootState::Draining {
+                before,
+                cordoned,
+                since,
+                ..
+            } => RebootNodeStatus {
                 boot_id: Some(before.clone()),
+                cordoned: legacy(*cordoned),
                 ..entry(RebootPhase::Draining, *since)
             },
-            RebootState::Rebooting { handoff, .. } => {
+            RebootState::Rebooting {
+                cordoned, handoff, ..
+            } => {
                 let (phase, since, reason) = match handoff {
                     Handoff::AwaitingBoot { since, .. } => (RebootPhase::Rebooting, *since, None),
                     Handoff::AwaitingHealth { since, .. } => {
@@ -134,6 +142,7 @@ impl RebootState {
                 };
                 RebootNodeStatus {
                     boot_id: handoff.before().map(str::to_string),
+                    cordoned: legacy(*cordoned),
                     reason,
                     ..entry(phase, since)
                 }
@@ -144,6 +153,11 @@ impl RebootState {
             },
         }
     }
+}
+
+/// An older slipway's record that it cordoned the node, kept until the node is given back.
+fn legacy(cordoned: bool) -> Option<bool> {
+    cordoned.then_some(true)
 }
 
 /// What `status.nodes` says: the nodes in progress, and since when each waiting node waits.

@@ -594,11 +594,19 @@ fn written(state: RebootState) -> RebootState {
 
 #[test]
 fn an_older_slipways_cordon_flag_is_still_read() {
-    let mut status = draining("a", t(T0)).to_status("a", String::new());
-    assert_eq!(status.cordoned, None, "no longer written");
-    status.cordoned = Some(true);
+    let status = written(draining("a", t(T0))).to_status("a", String::new());
     assert_eq!(
-        RebootState::from_status(&status, at(99)),
+        status.cordoned, None,
+        "no longer written for a node this slipway started"
+    );
+    let old = draining("a", t(T0)).to_status("a", String::new());
+    assert_eq!(
+        old.cordoned,
+        Some(true),
+        "kept until the node is given back"
+    );
+    assert_eq!(
+        RebootState::from_status(&old, at(99)),
         Some(draining("a", t(T0)))
     );
 }
