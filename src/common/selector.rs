@@ -388,19 +388,21 @@ fn json_list(values: &[String]) -> String {
     serde_json::to_string(values).unwrap_or_default()
 }
 
+/// Label selectors as tests write them.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+pub(crate) mod fixtures {
+    use std::collections::BTreeMap;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
 
-    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+    pub(crate) fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
         LabelSelectorRequirement {
             key: key.into(),
             operator: op.into(),
@@ -412,7 +414,10 @@ mod tests {
         }
     }
 
-    fn sel(match_labels: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>) -> LabelSelector {
+    pub(crate) fn sel(
+        match_labels: &[(&str, &str)],
+        exprs: Vec<LabelSelectorRequirement>,
+    ) -> LabelSelector {
         LabelSelector {
             match_labels: if match_labels.is_empty() {
                 None
@@ -422,6 +427,12 @@ mod tests {
             match_expressions: if exprs.is_empty() { None } else { Some(exprs) },
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{expr, labels, sel};
+    use super::*;
 
     #[test]
     fn none_selects_nothing_and_empty_selects_everything() {

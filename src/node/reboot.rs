@@ -59,6 +59,18 @@ impl HealthGate {
     }
 }
 
+/// The end of every reboot pod's script: reboot the host through PID 1 (systemd, else `reboot`,
+/// else SIGRTMIN+5 to init), and fail if it does not go down.
+pub const REBOOT_HOST: &str = r#"sync
+sleep 5
+nsenter -t 1 -m -u -i -n -p -- systemctl reboot \
+  || nsenter -t 1 -m -- reboot \
+  || kill -39 1
+sleep 600
+echo "the host did not reboot" >&2
+exit 1
+"#;
+
 /// A reboot pod's spec: pinned to `node` by name (it must land there even once the node is
 /// cordoned), privileged in the host's PID namespace, running `script`.
 pub fn reboot_pod_spec(

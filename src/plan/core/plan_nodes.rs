@@ -63,7 +63,7 @@ impl<'a> Facts<'a> {
                     .and_then(|d| d.parse::<GoDuration>().ok())
                     .and_then(GoDuration::to_std)
                     .unwrap_or_default(),
-                reboot: reboot::policy(plan, input.job_config).map(|p| p.handoff()),
+                reboot: reboot::settings(plan, input.job_config).map(|p| p.handoff()),
                 cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
             },
             jobs: PlanJobs::new(input.jobs),
@@ -371,7 +371,7 @@ fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
 
 /// The reboot pod waits on the node from before its Job starts until the node is back.
 fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job: &Job, out: &mut Rollout) {
-    let Some(policy) = reboot::policy(facts.input.plan, facts.input.job_config) else {
+    let Some(policy) = reboot::settings(facts.input.plan, facts.input.job_config) else {
         return;
     };
     let job_name = job.metadata.name.as_deref().unwrap_or_default();

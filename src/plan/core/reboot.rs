@@ -19,7 +19,7 @@ use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::node::handoff;
 use crate::node::reboot::{
-    DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, REBOOT_LABEL, reboot_pod_spec,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, REBOOT_HOST, REBOOT_LABEL, reboot_pod_spec,
 };
 use crate::plan::api::{Plan, labels};
 
@@ -36,7 +36,7 @@ pub const SENTINEL_NAME: &str = "reboot-sentinel";
 
 /// The reboot settings of a Plan, with defaults applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RebootPolicy {
+pub struct RebootSettings {
     pub timeout: Duration,
     pub image: String,
     pub sentinel_path: String,
@@ -50,13 +50,13 @@ fn duration_or(text: Option<&str>, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// The Plan's reboot policy, or `None` when it does not reboot (SUC's behaviour).
-pub fn policy(plan: &Plan, config: &JobConfig) -> Option<RebootPolicy> {
+/// The Plan's reboot settings (`spec.reboot`), or `None` when it does not reboot (SUC's behaviour).
+pub fn settings(plan: &Plan, config: &JobConfig) -> Option<RebootSettings> {
     let spec = plan.spec.reboot.as_ref()?;
     if !spec.enabled.unwrap_or(true) {
         return None;
     }
-    Some(RebootPolicy {
+    Some(RebootSettings {
         timeout: duration_or(spec.timeout.as_deref(), DEFAULT_TIMEOUT),
         image: spec
             .image
@@ -76,7 +76,7 @@ pub fn policy(plan: &Plan, config: &JobConfig) -> Option<RebootPolicy> {
     })
 }
 
-impl RebootPolicy {
+impl RebootSettings {
     /// The hand-off this policy asks for after the node went down.
     pub fn handoff(&self) -> handoff::HandoffPolicy {
         handoff::HandoffPolicy {
@@ -124,16 +124,8 @@ echo "waiting for $sentinel (written when the upgrade succeeds)"
 while [ ! -f "$sentinel" ] && [ ! -f "$marker" ]; do sleep 5; done
 echo "$boot" > "$marker"
 rm -f "$sentinel"
-sync
 echo "upgrade done; rebooting the host from boot $boot"
-sleep 5
-nsenter -t 1 -m -u -i -n -p -- systemctl reboot \
-  || nsenter -t 1 -m -- reboot \
-  || kill -39 1
-sleep 600
-echo "the host did not reboot" >&2
-exit 1
-"#
+{REBOOT_HOST}"#
     )
 }
 
@@ -143,7 +135,7 @@ pub fn render_reboot_pod(
     node: &NodeInfo,
     job_name: &str,
     controller_name: &str,
-    policy: &RebootPolicy,
+    policy: &RebootSettings,
 ) -> Option<Pod> {
     let plan_name = plan.metadata.name.as_deref()?;
     let plan_uid = plan.metadata.uid.as_deref()?;
@@ -179,7 +171,7 @@ pub fn render_reboot_pod(
 }
 
 /// The host directory of the sentinel files, created if missing.
-pub fn sentinel_volume(policy: &RebootPolicy) -> Volume {
+pub fn sentinel_volume(policy: &RebootSettings) -> Volume {
     Volume {
         name: SENTINEL_NAME.to_string(),
         host_path: Some(HostPathVolumeSource {
@@ -219,17 +211,18 @@ mod tests {
 
     #[test]
     fn no_reboot_section_means_no_reboot() {
-        assert_eq!(policy(&plan(None), &JobConfig::default()), None);
+        assert_eq!(settings(&plan(None), &JobConfig::default()), None);
         let disabled = RebootSpec {
             enabled: Some(false),
             ..Default::default()
         };
-        assert_eq!(policy(&plan(Some(disabled)), &JobConfig::default()), None);
+        assert_eq!(settings(&plan(Some(disabled)), &JobConfig::default()), None);
     }
 
     #[test]
     fn defaults_apply() {
-        let p = policy(&plan(Some(RebootSpec::default())), &JobConfig::default()).expect("policy");
+        let p =
+            settings(&plan(Some(RebootSpec::default())), &JobConfig::default()).expect("policy");
         assert_eq!(p.timeout, DEFAULT_TIMEOUT);
         assert_eq!(p.image, JobConfig::default().reboot_image);
         assert_eq!(p.sentinel_path, DEFAULT_SENTINEL_PATH);
@@ -246,7 +239,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let p = policy(&plan(Some(spec)), &JobConfig::default()).expect("policy");
+        let p = settings(&plan(Some(spec)), &JobConfig::default()).expect("policy");
         assert_eq!(p.timeout, Duration::from_secs(300));
         assert_eq!(p.image, "registry.local/tools:1");
         assert_eq!(p.sentinel_path, "/var/lib/upgrades");
@@ -258,7 +251,7 @@ mod tests {
     #[test]
     fn the_reboot_pod_is_pinned_privileged_hostpid_and_owned_by_the_plan() {
         let p = plan(Some(RebootSpec::default()));
-        let pol = policy(&p, &JobConfig::default()).expect("policy");
+        let pol = settings(&p, &JobConfig::default()).expect("policy");
         let node = NodeInfo {
             name: "node-1.example.com".into(),
             ..Default::default()

@@ -130,38 +130,7 @@ fn order_key(node_uid: &str, plan_uid: &str, latest_hash: &str) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-    use std::collections::BTreeMap;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
-        LabelSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: if values.is_empty() {
-                None
-            } else {
-                Some(values.iter().map(|v| v.to_string()).collect())
-            },
-        }
-    }
-
-    fn sel(match_labels: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>) -> LabelSelector {
-        LabelSelector {
-            match_labels: if match_labels.is_empty() {
-                None
-            } else {
-                Some(labels(match_labels))
-            },
-            match_expressions: if exprs.is_empty() { None } else { Some(exprs) },
-        }
-    }
+    use crate::common::selector::fixtures::{expr, labels, sel};
 
     #[test]
     fn drain_pod_selector_adds_the_controller_requirement() {

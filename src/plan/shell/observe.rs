@@ -92,7 +92,7 @@ pub(super) async fn health(
     job_config: &JobConfig,
 ) -> Result<BTreeMap<String, HealthObservation>, Error> {
     let mut observed = BTreeMap::new();
-    let Some(gate) = core::reboot::policy(plan, job_config).and_then(|p| p.health_gate) else {
+    let Some(gate) = core::reboot::settings(plan, job_config).and_then(|p| p.health_gate) else {
         return Ok(observed);
     };
     if Selector::from_label_selector(Some(&gate.pod_selector)).is_err() {

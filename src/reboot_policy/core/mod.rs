@@ -69,6 +69,15 @@ pub struct PolicyInput<'a> {
     pub alerts: Option<String>,
 }
 
+impl<'a> PolicyInput<'a> {
+    fn views_by_name(&self) -> BTreeMap<&'a str, &'a NodeView<'a>> {
+        self.nodes
+            .iter()
+            .map(|v| (v.node.name.as_str(), v))
+            .collect()
+    }
+}
+
 /// What the shell does for a policy, per node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RebootEffect {
@@ -205,11 +214,7 @@ fn into_decision(
     steps: NodeSteps,
 ) -> RebootDecision {
     let me = holder(input.policy);
-    let views: BTreeMap<&str, &NodeView<'_>> = input
-        .nodes
-        .iter()
-        .map(|v| (v.node.name.as_str(), v))
-        .collect();
+    let views = input.views_by_name();
     let mut decision = RebootDecision::keep(status);
     for (node, action) in steps.actions {
         let view = views.get(node.as_str()).copied();
@@ -296,11 +301,7 @@ fn give_back_all(
     previous: RebootPolicyStatus,
 ) -> RebootDecision {
     let me = holder(input.policy);
-    let views: BTreeMap<&str, &NodeView<'_>> = input
-        .nodes
-        .iter()
-        .map(|v| (v.node.name.as_str(), v))
-        .collect();
+    let views = input.views_by_name();
     let mut decision = RebootDecision::keep(previous);
     for (node, state) in states {
         let legacy = match state {

@@ -7,7 +7,7 @@ use kube::api::ObjectMeta;
 
 use crate::common::labels;
 use crate::common::naming::safe_concat_name;
-use crate::node::reboot::{REBOOT_LABEL, reboot_pod_spec};
+use crate::node::reboot::{REBOOT_HOST, REBOOT_LABEL, reboot_pod_spec};
 
 /// On a RebootPolicy's reboot pods: the policy.
 pub const REBOOT_POLICY_LABEL: &str = "slipway.dev/reboot-policy";
@@ -32,15 +32,7 @@ if [ "$boot" != "$before" ]; then
   exit 0
 fi
 echo "the node asked for a reboot and is drained; rebooting the host from boot $boot"
-sync
-sleep 5
-nsenter -t 1 -m -u -i -n -p -- systemctl reboot \
-  || nsenter -t 1 -m -- reboot \
-  || kill -39 1
-sleep 600
-echo "the host did not reboot" >&2
-exit 1
-"#
+{REBOOT_HOST}"#
     )
 }
 

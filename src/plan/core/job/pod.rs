@@ -31,7 +31,7 @@ pub(super) fn pod_spec(
     let mut volumes = pod_volumes(t.plan);
     // With `spec.reboot`, the upgrade becomes the last init container and the only main container
     // writes the sentinel, so the sentinel exists only if every step before it succeeded.
-    let containers = match reboot::policy(t.plan, config) {
+    let containers = match reboot::settings(t.plan, config) {
         Some(policy) if !t.windows => {
             init.push(upgrade);
             volumes.push(reboot::sentinel_volume(&policy));

@@ -16,7 +16,7 @@ pub(super) fn job_ttl(plan: &Plan, config: &JobConfig) -> Result<i32, RenderErro
         config.ttl_seconds_after_finished,
         plan.spec.post_complete_delay.as_deref(),
     )?;
-    let Some(policy) = reboot::policy(plan, config) else {
+    let Some(policy) = reboot::settings(plan, config) else {
         return Ok(ttl);
     };
     let gate = policy
