@@ -1,0 +1,51 @@
+//! The local cluster the benchmarks stand on starts with a few hundred nodes, and says when it is
+//! ready only once every one of them is (the readiness check once compared node numbers as
+//! strings, so a cluster of more than 9 nodes never became ready and every benchmark failed at
+//! startup). A private cluster of its own, torn down at the end.
+
+use std::process::{Command, Stdio};
+
+const NODES: usize = 300;
+
+#[test]
+fn a_cluster_of_a_few_hundred_nodes_starts_and_every_node_is_ready() {
+    if std::env::var("SLIPWAY_E2E").as_deref() == Ok("skip") {
+        eprintln!("SLIPWAY_E2E=skip: the large local cluster is not started");
+        return;
+    }
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(format!("{repo}/tests/cluster/up.sh"))
+        .arg(NODES.to_string())
+        .env("SLIPWAY_CLUSTER_OWNER_PID", std::process::id().to_string())
+        .env("SLIPWAY_CLUSTER_TIMEOUT", "600")
+        .env("SLIPWAY_CLUSTER_NODE_PREFIX", "scale-")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run tests/cluster/up.sh");
+    assert!(out.status.success(), "up.sh failed: {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let kubeconfig = stdout
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("export KUBECONFIG="))
+        .expect("up.sh prints the kubeconfig last")
+        .trim()
+        .to_string();
+    let listed = Command::new("kubectl")
+        .args(["--kubeconfig", &kubeconfig, "get", "nodes", "--no-headers"])
+        .output()
+        .expect("kubectl get nodes");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let ready = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+        .count();
+    let dir = std::path::Path::new(&kubeconfig)
+        .parent()
+        .expect("the cluster's directory");
+    let down = Command::new(format!("{repo}/tests/cluster/down.sh"))
+        .arg(dir)
+        .status();
+    assert_eq!(ready, NODES, "nodes Ready when up.sh said so:\n{text}");
+    assert!(down.is_ok_and(|s| s.success()), "down.sh failed");
+}
