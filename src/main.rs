@@ -237,7 +237,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("bad --metrics-addr {a:?} (want host:port)"))?,
         ),
     };
-    let settings = slipway::runtime::Settings {
+    let settings = cli::run::Settings {
         name: args.name,
         namespace: args.namespace,
         threads: args.threads.max(1),
@@ -274,7 +274,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn operate(
     client: kube::Client,
     eviction: kube::Client,
-    settings: slipway::runtime::Settings,
+    settings: cli::run::Settings,
     election: Option<ElectionConfig>,
     metrics_addr: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -329,7 +329,7 @@ async fn operate(
 /// Runs the controller while this replica holds the leader lease, and only then.
 async fn run_elected(
     client: kube::Client,
-    settings: slipway::runtime::Settings,
+    settings: cli::run::Settings,
     config: ElectionConfig,
     ops: Operations,
 ) -> Result<(), slipway::runtime::Error> {
@@ -396,12 +396,12 @@ async fn run_elected(
 /// reconciles did not finish within [`SHUTDOWN_GRACE`] (they are aborted).
 async fn run_controller(
     client: kube::Client,
-    settings: slipway::runtime::Settings,
+    settings: cli::run::Settings,
     ops: Operations,
 ) -> Result<bool, slipway::runtime::Error> {
     let shutdown = ops.shutdown.clone();
     tokio::select! {
-        ran = slipway::runtime::run(client, settings, ops) => ran.map(|()| true),
+        ran = cli::run::run(client, settings, ops) => ran.map(|()| true),
         _ = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;

@@ -10,6 +10,8 @@
 //! - [`sibling_operation`]: an operation does not import from another operation;
 //! - [`shared_layer`]: `src/common/` and the pure part of `src/node/` import no operation and not
 //!   the runtime;
+//! - [`runtime_layer`]: `src/runtime/` imports no operation (the binary's `src/cli/run.rs` wires
+//!   the operations onto it);
 //! - [`pure_core`]: a core, `src/common/` and the pure part of `src/node/` have no `async fn`
 //!   and import no shell; a core does not import the runtime;
 //! - [`purity_allowed`]: only shells, the runtime and the binary allow the purity lints
@@ -768,6 +770,27 @@ fn shared_layer(file: &SourceFile, layout: &Layout) -> Vec<Violation> {
         .collect()
 }
 
+/// `src/runtime/` imports no operation: every operation runs on it the same way, and adding one
+/// does not change it.
+fn runtime_layer(file: &SourceFile, layout: &Layout) -> Vec<Violation> {
+    if file.is_test || file.top() != "runtime" {
+        return Vec::new();
+    }
+    file.refs()
+        .into_iter()
+        .filter_map(|(r, resolved)| {
+            let first = resolved?.first()?.clone();
+            layout.operations.contains(&first).then(|| {
+                let detail = format!(
+                    "the runtime imports `{}` (from the operation `{first}`)",
+                    r.segments.join("::")
+                );
+                violation(file, r.line, "runtime-layer", detail)
+            })
+        })
+        .collect()
+}
+
 /// A core, `src/common/` and the pure part of `src/node/` have no `async fn` and import no
 /// shell; a core does not import the runtime (for common and node, [`shared_layer`] says it).
 fn pure_core(file: &SourceFile, layout: &Layout) -> Vec<Violation> {
@@ -875,6 +898,7 @@ fn check(files: &[SourceFile]) -> Vec<Violation> {
         found.extend(fn_length(f));
         found.extend(sibling_operation(f, &layout));
         found.extend(shared_layer(f, &layout));
+        found.extend(runtime_layer(f, &layout));
         found.extend(pure_core(f, &layout));
         found.extend(purity_allowed(f));
     }
@@ -1050,6 +1074,20 @@ fn common_and_node_import_no_operation_and_no_runtime() {
         2
     );
     assert!(shared_layer(&SourceFile::new("src/node/shell.rs", src), &ops).is_empty());
+}
+
+#[test]
+fn the_runtime_imports_no_operation() {
+    let ops = layout(&["plan", "maintenance"]);
+    let src = "use crate::plan::api::Plan;\nuse crate::node::holders::Holder;\nfn f() { crate::maintenance::core::holds(); }\n";
+    let runtime = SourceFile::new("src/runtime/shared.rs", src);
+    assert_eq!(
+        rules_of(&runtime_layer(&runtime, &ops)),
+        vec![(1, "runtime-layer"), (3, "runtime-layer")]
+    );
+    assert!(runtime_layer(&SourceFile::new("src/cli/run.rs", src), &ops).is_empty());
+    let test = "#[cfg(test)]\nmod tests {\n    use crate::plan::api::Plan;\n}\n";
+    assert!(runtime_layer(&SourceFile::new("src/runtime/x.rs", test), &ops).is_empty());
 }
 
 #[test]

@@ -1,9 +1,11 @@
-//! The offline and read-only tools of the `slipway` command: wiring and printing only; the checks
-//! and decisions they show live in the library.
+//! The `slipway` command: the wiring of `slipway run` (which operations the process runs), and the
+//! offline and read-only tools; wiring and printing only, the checks and decisions they show live
+//! in the library.
 
 pub mod agent;
 pub mod render;
 pub mod resolve;
+pub mod run;
 pub mod status;
 pub mod validate;
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{DeleteParams, ObjectMeta, Preconditions};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -28,10 +28,11 @@ use crate::maintenance::core::{
 };
 use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{DrainOptions, PodsView};
-use crate::node::holders::Holder;
+use crate::node::holders::{Hold, Holder};
+use crate::node::index::NodeIndex;
 use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
-use crate::runtime::{ApiResult, Error, Operation, Shared, drive};
+use crate::runtime::{ApiResult, Error, HoldSource, Operation, Shared, drive};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct MaintenanceWatches {
@@ -40,8 +41,25 @@ pub struct MaintenanceWatches {
 }
 
 impl MaintenanceWatches {
-    pub fn store(&self) -> Store<NodeMaintenance> {
-        self.store.clone()
+    /// The nodes NodeMaintenances hold by their own records, for the budget.
+    pub fn holds(&self) -> Arc<dyn HoldSource> {
+        Arc::new(MaintenanceHolds(self.store.clone()))
+    }
+}
+
+/// NodeMaintenances as holders of nodes: each its node, until it is deleted (see [`core::holds`]).
+struct MaintenanceHolds(Store<NodeMaintenance>);
+
+impl HoldSource for MaintenanceHolds {
+    fn holds(&self, _nodes: &NodeIndex, _now: Timestamp) -> Vec<Hold> {
+        core::holds(&self.0.state())
+    }
+
+    fn exists(&self, holder: &Holder) -> Option<bool> {
+        match holder {
+            Holder::Maintenance { name } => Some(self.0.get(&ObjectRef::new(name)).is_some()),
+            _ => None,
+        }
     }
 }
 

@@ -15,7 +15,16 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use super::error::ErrorKind;
-use crate::plan::core::PlanSummary;
+
+/// A Plan's gauges: whether it is complete, and how many of its nodes are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanGauges {
+    pub complete: bool,
+    pub applying: usize,
+    pub failed: usize,
+    /// Nodes that carry the Plan's latest hash.
+    pub upgraded: usize,
+}
 
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -199,7 +208,7 @@ impl Metrics {
     }
 
     /// Sets the per-Plan gauges.
-    pub fn plan(&self, namespace: &str, plan: &str, s: &PlanSummary) {
+    pub fn plan(&self, namespace: &str, plan: &str, s: PlanGauges) {
         let key = PlanLabels {
             namespace: namespace.to_string(),
             plan: plan.to_string(),
@@ -404,10 +413,9 @@ mod tests {
         m.plan(
             "ns",
             "p",
-            &PlanSummary {
+            PlanGauges {
                 complete: true,
                 upgraded: 5,
-                targeted: 5,
                 ..Default::default()
             },
         );
@@ -460,8 +468,8 @@ mod tests {
     #[test]
     fn gone_plans_lose_their_gauges() {
         let m = Metrics::new();
-        m.plan("ns", "keep", &PlanSummary::default());
-        m.plan("ns", "gone", &PlanSummary::default());
+        m.plan("ns", "keep", PlanGauges::default());
+        m.plan("ns", "gone", PlanGauges::default());
         m.retain_plans(|_, plan| plan == "keep");
         let text = m.render();
         assert!(text.contains("plan=\"keep\""), "{text}");

@@ -7,26 +7,26 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::chores::Chores;
 use super::error::Error;
 use super::metrics::Metrics;
-use crate::maintenance::api::NodeMaintenance;
 use crate::node::holders::{Hold, Holder, NodeClaims, held_against};
 use crate::node::index::NodeIndex;
-use crate::plan::api::Plan;
-use crate::reboot_policy::api::RebootPolicy;
 
-/// The objects whose own records say which nodes they hold: what survives a restart, until each
-/// object's first decision claims its nodes again.
-#[derive(Clone)]
-pub struct HoldSources {
-    pub plans: Store<Plan>,
-    pub maintenances: Option<Store<NodeMaintenance>>,
-    pub policies: Option<Store<RebootPolicy>>,
+/// The objects of one kind whose own records say which nodes they hold: what survives a restart,
+/// until each object's first decision claims its nodes again. Each operation's shell gives one.
+pub trait HoldSource: Send + Sync {
+    /// The nodes the objects hold by their own records.
+    fn holds(&self, nodes: &NodeIndex, now: Timestamp) -> Vec<Hold>;
+    /// `Some`: `holder` is of this kind, and whether its object still exists; `None`: not of this
+    /// kind.
+    fn exists(&self, holder: &Holder) -> Option<bool>;
 }
+
+/// The hold sources of the operations the process runs, in the order in which [`held_against`]
+/// lets their holds keep a node.
+pub type HoldSources = Vec<Arc<dyn HoldSource>>;
 
 /// Shared by every reconcile of every operation.
 pub struct Shared {
@@ -131,53 +131,18 @@ impl Shared {
             .release_all(me);
     }
 
-    /// What each object's own record says it holds: Plans' `status.applying`, then the policies'
-    /// nodes in progress, then the NodeMaintenances, oldest first (the order in which
-    /// [`held_against`] lets them keep a node: a step under way finishes before a maintenance
-    /// starts).
+    /// What each object's own record says it holds, source by source.
     fn persisted_holds(&self, now: Timestamp) -> Vec<Hold> {
-        let mut holds = Vec::new();
-        {
-            let index = self.nodes();
-            for plan in self.sources.plans.state() {
-                let holder = plan_holder(&plan);
-                for host in crate::plan::core::applying(&plan) {
-                    if let Some(node) = index.node_of_hostname(host) {
-                        holds.push(Hold {
-                            node: node.to_string(),
-                            holder: holder.clone(),
-                        });
-                    }
-                }
-            }
-        }
-        for policy in self.sources.policies.iter().flat_map(Store::state) {
-            holds.extend(crate::reboot_policy::core::holds(&policy, now));
-        }
-        if let Some(store) = &self.sources.maintenances {
-            holds.extend(crate::maintenance::core::holds(&store.state()));
-        }
-        holds
+        let index = self.nodes();
+        self.sources
+            .iter()
+            .flat_map(|source| source.holds(&index, now))
+            .collect()
     }
 
     /// Forgets the claims and index entries of objects that are gone.
     pub fn forget_gone(&self) {
-        let s = &self.sources;
-        let exists = |h: &Holder| match h {
-            Holder::Plan { namespace, name } => s
-                .plans
-                .get(&ObjectRef::new(name).within(namespace))
-                .is_some(),
-            Holder::Maintenance { name } => s
-                .maintenances
-                .as_ref()
-                .is_some_and(|m| m.get(&ObjectRef::new(name)).is_some()),
-            Holder::Reboot { policy } => s
-                .policies
-                .as_ref()
-                .is_some_and(|p| p.get(&ObjectRef::new(policy)).is_some()),
-            Holder::MaintenanceTaint => false,
-        };
+        let exists = |h: &Holder| self.sources.iter().find_map(|s| s.exists(h)) == Some(true);
         self.claims
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -186,10 +151,114 @@ impl Shared {
     }
 }
 
-/// The holder of a Plan.
-pub fn plan_holder(plan: &Plan) -> Holder {
-    Holder::Plan {
-        namespace: plan.namespace().unwrap_or_default(),
-        name: plan.name_any(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::testing::{ApiServer, chores};
+
+    /// The records of one kind of operation: the objects that exist, and the nodes they hold.
+    struct Records {
+        holds: Vec<Hold>,
+        of_kind: fn(&Holder) -> bool,
+    }
+
+    impl HoldSource for Records {
+        fn holds(&self, _nodes: &NodeIndex, _now: Timestamp) -> Vec<Hold> {
+            self.holds.clone()
+        }
+
+        fn exists(&self, holder: &Holder) -> Option<bool> {
+            (self.of_kind)(holder).then(|| self.holds.iter().any(|h| &h.holder == holder))
+        }
+    }
+
+    fn plan(name: &str) -> Holder {
+        Holder::Plan {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn hold(node: &str, holder: Holder) -> Hold {
+        Hold {
+            node: node.into(),
+            holder,
+        }
+    }
+
+    fn shared(sources: HoldSources) -> Shared {
+        let api = ApiServer::new();
+        let index = Arc::new(RwLock::new(NodeIndex::new()));
+        Shared::new(
+            chores(&api.client()),
+            "c".into(),
+            "ns".into(),
+            index,
+            sources,
+        )
+    }
+
+    fn records() -> HoldSources {
+        let maintenance = Holder::Maintenance { name: "m".into() };
+        vec![
+            Arc::new(Records {
+                holds: vec![hold("n1", plan("a"))],
+                of_kind: Holder::is_plan,
+            }),
+            Arc::new(Records {
+                holds: vec![hold("n2", maintenance)],
+                of_kind: |h| matches!(h, Holder::Maintenance { .. }),
+            }),
+        ]
+    }
+
+    /// What a decision of `me` is told it must not take.
+    fn held_against(shared: &Shared, me: &Holder) -> BTreeMap<String, Holder> {
+        let decided = |held: &BTreeMap<String, Holder>| (held.clone(), BTreeSet::new());
+        shared
+            .decide_and_claim(me, false, decided, |(_, nothing)| nothing)
+            .expect("claims nothing")
+            .0
+    }
+
+    fn claim(shared: &Shared, me: &Holder, node: &str) {
+        let nodes = BTreeSet::from([node.to_string()]);
+        shared
+            .decide_and_claim(me, false, |_| nodes, |nodes| nodes)
+            .expect("the node is free");
+    }
+
+    #[tokio::test]
+    async fn every_kind_s_records_count_against_the_others() {
+        let shared = shared(records());
+        let me = Holder::Reboot { policy: "p".into() };
+        let held = held_against(&shared, &me);
+        assert_eq!(
+            held,
+            BTreeMap::from([
+                ("n1".to_string(), plan("a")),
+                ("n2".to_string(), Holder::Maintenance { name: "m".into() }),
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn the_claims_of_objects_no_source_knows_any_more_are_forgotten() {
+        let shared = shared(records());
+        let gone_maintenance = Holder::Maintenance { name: "x".into() };
+        claim(&shared, &plan("a"), "n3");
+        claim(&shared, &plan("gone"), "n4");
+        claim(&shared, &gone_maintenance, "n5");
+        claim(
+            &shared,
+            &Holder::Reboot {
+                policy: "no source".into(),
+            },
+            "n6",
+        );
+        shared.forget_gone();
+        let me = Holder::Maintenance { name: "me".into() };
+        let held: Vec<String> = held_against(&shared, &me).into_keys().collect();
+        assert_eq!(held, ["n1", "n2", "n3"], "only what existing objects hold");
     }
 }

@@ -2,7 +2,7 @@
 //! path) → answer, and records every request, so that a test can make any write fail the way a
 //! real API server fails it (404, 409, 410, 429, 500, a timeout) and see what was sent before and
 //! after. With it, the runtime's pieces a reconcile needs: a [`Client`], [`Chores`], a [`Shared`]
-//! with empty caches and a synced node index.
+//! with a synced node index, and [`Sample`], a resource of the runtime's own tests.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -22,6 +22,41 @@ use super::operation::{Operation, reconcile_once};
 use super::shared::{HoldSources, Shared};
 use crate::node::NodeInfo;
 use crate::node::index::NodeIndex;
+
+/// A resource of the runtime's own tests, so that they need no operation's: cluster-scoped, with
+/// a status of the shapes operations' statuses have.
+#[derive(
+    kube::CustomResource,
+    serde::Serialize,
+    serde::Deserialize,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    schemars::JsonSchema,
+)]
+#[kube(
+    group = "test.slipway.dev",
+    version = "v1",
+    kind = "Sample",
+    status = "SampleStatus"
+)]
+pub(crate) struct SampleSpec {
+    pub(crate) node: String,
+}
+
+#[derive(
+    serde::Serialize, serde::Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SampleStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) progress: Option<u8>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pending_pods: Vec<String>,
+}
 
 /// The namespace of the controller in these tests (Jobs, reboot pods).
 pub(crate) const NAMESPACE: &str = "system-upgrade";
@@ -313,19 +348,15 @@ fn node_index(nodes: Vec<NodeInfo>) -> NodeIndex {
 /// No write of that name: a run in which every write succeeds.
 pub(crate) const NO_WRITE: &str = "none";
 
-/// What every operation shares, writing through `client`: empty caches of the operations' objects
-/// and a synced node index of `nodes`.
+/// What every operation shares, writing through `client`: no object holds a node by its own
+/// record, and the node index has listed `nodes`.
 pub(crate) fn shared(client: &Client, nodes: Vec<NodeInfo>) -> Arc<Shared> {
     Arc::new(Shared::new(
         chores(client),
         CONTROLLER.into(),
         NAMESPACE.into(),
         Arc::new(RwLock::new(node_index(nodes))),
-        HoldSources {
-            plans: listed(vec![]),
-            maintenances: Some(listed(vec![])),
-            policies: Some(listed(vec![])),
-        },
+        HoldSources::new(),
     ))
 }
 

@@ -4,11 +4,11 @@
 //! It composes three pure parts: the status handler ([`status`]: validation, version, hash), one
 //! typed state machine per node ([`node_state`]), and the Plan-level rules around them: which
 //! nodes hold a slot (the concurrency bound), which Jobs no node owns, the `Complete` condition
-//! and a bounded set of events. It never talks to the cluster; `controller` gathers the inputs and
-//! applies the [`Rollout`] in a safe order: node labels of finished nodes first (they only release
-//! nodes), then the status (guarded by the Plan's resourceVersion), and only then Jobs. Jobs are
-//! created only for nodes in the `status.applying` being written, so a Job never starts before its
-//! node counts against `concurrency`, even across a crash.
+//! and a bounded set of events. It never talks to the cluster; its shell gathers the inputs, and
+//! the runtime applies the [`Rollout`] in a safe order: node labels of finished nodes first (they
+//! only release nodes), then the status (guarded by the Plan's resourceVersion), and only then
+//! Jobs. Jobs are created only for nodes in the `status.applying` being written, so a Job never
+//! starts before its node counts against `concurrency`, even across a crash.
 //!
 //! **One key for a node: its name** (`metadata.name`). It is unique and immutable, and it is what
 //! Jobs (`upgrade.cattle.io/node`), reboot pods, node patches and health observations name. The
@@ -21,6 +21,7 @@ pub mod config;
 mod decision;
 pub mod deletion;
 pub mod expansion;
+mod facts;
 pub mod hash;
 pub mod image;
 pub mod job;
@@ -35,6 +36,7 @@ pub mod selection;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -42,8 +44,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use crate::common::selector::Selector;
 use crate::node::NodeInfo;
-use crate::node::holders::Holder;
-use crate::node::index::Interest;
+use crate::node::holders::{Hold, Holder};
+use crate::node::index::{Interest, NodeIndex};
 use crate::node::reboot::HealthObservation;
 use crate::plan::api::{NodePhase, Plan};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
@@ -155,12 +157,21 @@ pub fn interest(plan: &Plan) -> Interest {
     }
 }
 
-/// The hostnames of the nodes the Plan holds by its own record (`status.applying`).
-pub fn applying(plan: &Plan) -> impl Iterator<Item = &str> {
-    plan.status
-        .iter()
-        .flat_map(|s| s.applying.iter())
-        .map(String::as_str)
+/// The nodes Plans hold by their own record (`status.applying`, hostnames SUC writes there), as
+/// the node index knows them.
+pub fn holds(plans: &[Arc<Plan>], nodes: &NodeIndex) -> Vec<Hold> {
+    let mut holds = Vec::new();
+    for plan in plans {
+        let me = holder(plan);
+        let applying = plan.status.iter().flat_map(|s| s.applying.iter());
+        for node in applying.filter_map(|host| nodes.node_of_hostname(host)) {
+            holds.push(Hold {
+                node: node.to_string(),
+                holder: me.clone(),
+            });
+        }
+    }
+    holds
 }
 
 /// The nodes (by name) whose health gate the controller must look at before the next decision:

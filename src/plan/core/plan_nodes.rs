@@ -5,161 +5,22 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::jobs::PlanJobs;
-use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
 use jiff::Timestamp;
 
+use super::facts::{Facts, Steps};
+use super::jobs::PlanJobs;
+use super::node_state::{self, NodeAction, NodeState};
 use super::report::{fail_complete, holder_of, report};
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::decision::EventType;
-use crate::common::duration::GoDuration;
-use crate::common::naming;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::expansion::expand_post_complete_labels;
-use crate::plan::core::job;
 use crate::plan::core::reboot;
 use crate::plan::core::selection::{self, Eligibility};
-
-/// The Plan's facts for this decision, read once.
-pub(super) struct Facts<'a> {
-    pub(super) input: &'a PlanInput<'a>,
-    pub(super) now: Timestamp,
-    pub(super) name: &'a str,
-    pub(super) uid: &'a str,
-    pub(super) version: String,
-    pub(super) hash: String,
-    pub(super) ctx: PlanContext,
-    pub(super) jobs: PlanJobs<'a>,
-    /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
-    pub(super) rendered_from: crate::plan::api::Plan,
-    pub(super) rendered: BTreeMap<String, Result<Job, String>>,
-    /// The part of a [`super::TemplateMemo`] key that is the Plan's.
-    pub(super) memo_key: String,
-}
-
-impl<'a> Facts<'a> {
-    fn new(input: &'a PlanInput<'a>, now: Timestamp, st: &PlanStatus) -> Facts<'a> {
-        let plan = input.plan;
-        let mut rendered_from = plan.clone();
-        rendered_from.status = Some(st.clone());
-        Facts {
-            input,
-            now,
-            name: plan.metadata.name.as_deref().unwrap_or_default(),
-            uid: plan.metadata.uid.as_deref().unwrap_or_default(),
-            version: st.latest_version.clone().unwrap_or_default(),
-            hash: st.latest_hash.clone().unwrap_or_default(),
-            ctx: PlanContext {
-                namespace: plan.metadata.namespace.clone().unwrap_or_default(),
-                generation: plan.metadata.generation,
-                post_complete_delay: plan
-                    .spec
-                    .post_complete_delay
-                    .as_deref()
-                    .and_then(|d| d.parse::<GoDuration>().ok())
-                    .and_then(GoDuration::to_std)
-                    .unwrap_or_default(),
-                reboot: reboot::settings(plan, input.job_config).map(|p| p.handoff()),
-                cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
-            },
-            jobs: PlanJobs::new(input.jobs),
-            memo_key: plan_memo_key(plan, st),
-            rendered_from,
-            rendered: BTreeMap::new(),
-        }
-    }
-
-    fn job_name(&self, node: &NodeInfo) -> String {
-        naming::job_name(self.name, &node.name, &self.hash)
-    }
-
-    /// The node's Job as the Plan renders it now, rendered once per decision.
-    fn render(&mut self, node: &NodeInfo) -> Result<&Job, String> {
-        let input = self.input;
-        let plan = &self.rendered_from;
-        self.rendered
-            .entry(node.name.clone())
-            .or_insert_with(|| {
-                job::render_job(plan, node, input.controller_name, input.job_config)
-                    .map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-
-    /// The pod-template hash the node's Job has when rendered now.
-    fn template_hash(&mut self, node: &NodeInfo) -> Option<String> {
-        let key = format!(
-            "{}|{}|{}|{}",
-            self.memo_key,
-            node.name,
-            node.hostname(),
-            node.labels.get(labels::OS).map_or("", String::as_str)
-        );
-        if let Some(hash) = self.input.templates.and_then(|m| m.get(&key)) {
-            return Some(hash);
-        }
-        let hash = self
-            .render(node)
-            .ok()
-            .and_then(job::pod_template_hash)
-            .map(str::to_string)?;
-        if let Some(memo) = self.input.templates {
-            memo.put(key, hash.clone());
-        }
-        Some(hash)
-    }
-
-    /// One node's transition, from what is known of it and its Job.
-    fn step(&mut self, node: &NodeInfo, state: NodeState) -> (NodeState, Vec<NodeAction>) {
-        let job_name = self.job_name(node);
-        // Only a live, unfinished or failed Job is compared with the template it should have.
-        let wanted = match self.jobs.get(&job_name).map(|j| j.outcome.clone()) {
-            Some(super::jobs::Outcome::Complete { .. }) | None => None,
-            Some(_) => self.template_hash(node),
-        };
-        let seen = self
-            .jobs
-            .get(&job_name)
-            .map_or(JobSeen::Absent, |j| j.seen(wanted.as_deref()));
-        let obs = Observation {
-            node,
-            job_name: &job_name,
-            job: seen,
-            older_job_running: self
-                .jobs
-                .other_running(&node.name, &self.version, &job_name),
-            health: self.input.health.get(&node.name),
-        };
-        node_state::transition(state, &obs, &self.ctx, self.now)
-    }
-}
-
-/// What a Plan's Jobs are rendered from, besides the node and the process's settings.
-fn plan_memo_key(plan: &crate::plan::api::Plan, st: &PlanStatus) -> String {
-    use sha2::{Digest, Sha256};
-    let meta = serde_json::to_string(&(&plan.metadata.labels, &plan.metadata.annotations))
-        .unwrap_or_default();
-    let digest: String = Sha256::digest(meta.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!(
-        "{}|{:?}|{digest}|{}|{}",
-        plan.metadata.uid.as_deref().unwrap_or_default(),
-        plan.metadata.generation,
-        st.latest_version.as_deref().unwrap_or_default(),
-        st.latest_hash.as_deref().unwrap_or_default()
-    )
-}
-
-/// The nodes of this decision: their states, in node-name order, and what they asked for.
-pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
 
 /// Steps the applying nodes, fills free slots, and turns the states into the decision.
 pub(super) fn roll(

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use super::decision::PlanSummary;
+use super::facts::{Facts, Steps};
 use super::node_state::NodeState;
-use super::plan_nodes::{Facts, Steps};
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
 use crate::common::decision::EventType;
 use crate::common::selector::Selector;

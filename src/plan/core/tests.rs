@@ -1266,3 +1266,36 @@ fn done_patch(r: &Rollout) -> &NodeChange {
         .find(|p| p.labels.contains_key("plan.upgrade.cattle.io/p"))
         .expect("a node labelled done")
 }
+
+#[test]
+fn a_plan_holds_the_nodes_its_status_applying_names_by_hostname() {
+    let mut index = crate::node::index::NodeIndex::new();
+    let mut renamed = node("node-1");
+    renamed
+        .labels
+        .insert(labels::HOSTNAME.into(), "host-1".into());
+    index.apply(renamed);
+    index.apply(node("node-2"));
+    let mut p = plan(2);
+    p.status = Some(PlanStatus {
+        applying: vec!["host-1".into(), "node-2".into(), "gone".into()],
+        ..Default::default()
+    });
+    let mut idle = plan(2);
+    idle.metadata.name = Some("idle".into());
+    let held = holds(&[Arc::new(p.clone()), Arc::new(idle)], &index);
+    assert_eq!(
+        held,
+        [
+            Hold {
+                node: "node-1".into(),
+                holder: holder(&p)
+            },
+            Hold {
+                node: "node-2".into(),
+                holder: holder(&p)
+            },
+        ],
+        "by node name; a hostname no node has holds nothing"
+    );
+}

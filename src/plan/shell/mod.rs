@@ -36,8 +36,8 @@ use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
 };
-use crate::runtime::metrics::Kind;
-use crate::runtime::{Error, Operation, Settings, Shared, drive};
+use crate::runtime::metrics::{Kind, PlanGauges};
+use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
 pub use watch::{PlanWatches, watch};
@@ -76,15 +76,26 @@ pub struct PlanObserved {
     shared: BTreeSet<String>,
 }
 
+/// What the Plan controller is told at start, besides what every operation shares.
+pub struct PlanSettings {
+    /// SUC's `SYSTEM_UPGRADE_JOB_*`: what every Job gets.
+    pub job: JobConfig,
+    /// SUC's `SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL`: how often a channel is asked.
+    pub polling_interval: Duration,
+    /// Plan reconciles that may run at once.
+    pub threads: u16,
+    /// The uid of kube-system, sent to channel servers as SUC does.
+    pub cluster_id: String,
+}
+
 /// Runs the Plan controller until `shutdown`.
 pub async fn run(
     shared: Arc<Shared>,
-    settings: &Settings,
-    cluster_id: String,
+    settings: PlanSettings,
     watches: PlanWatches,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let client = ChannelClient::new(cluster_id, &ChannelConfig::default())
+    let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
         .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
     let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
     let op = Arc::new(PlanOperation {
@@ -93,13 +104,13 @@ pub async fn run(
         jobs: watches.jobs.clone(),
         secrets: watches.secrets.clone(),
         reboot_pods: watches.reboot_pods.clone(),
-        job_config: settings.job.clone(),
+        job_config: settings.job,
         channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
         channel_answered,
         expect: Expectations::default(),
         templates: TemplateMemo::default(),
     });
-    let controller = controller(&settings.namespace, watches, channel_answers);
+    let controller = controller(&op.shared.namespace, watches, channel_answers);
     drive(op, controller, settings.threads, shutdown).await;
     Ok(())
 }
@@ -326,7 +337,13 @@ impl Operation for PlanOperation {
 
     fn applied(&self, plan: &Plan, summary: &PlanSummary) {
         let ns = plan.namespace().unwrap_or_default();
-        self.shared.metrics().plan(&ns, &plan.name_any(), summary);
+        let gauges = PlanGauges {
+            complete: summary.complete,
+            applying: summary.applying,
+            failed: summary.failed,
+            upgraded: summary.upgraded,
+        };
+        self.shared.metrics().plan(&ns, &plan.name_any(), gauges);
     }
 }
 

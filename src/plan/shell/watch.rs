@@ -2,19 +2,23 @@
 //! and pods of this controller only), each reduced to the changes a decision reads, and the node
 //! changes that concern a Plan.
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
-use crate::node::holders::Holder;
+use crate::node::holders::{Hold, Holder};
+use crate::node::index::NodeIndex;
 use crate::plan::api::{Plan, labels};
 use crate::runtime::watch::{NodeTriggers, changes, digest};
-use crate::runtime::{ReadyFuture, Settings, ready};
+use crate::runtime::{HoldSource, ReadyFuture, ready};
 
 type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -34,8 +38,9 @@ pub struct PlanWatches {
 }
 
 impl PlanWatches {
-    pub fn store(&self) -> Store<Plan> {
-        self.plans.clone()
+    /// The nodes Plans hold by their own records, for the budget.
+    pub fn holds(&self) -> Arc<dyn HoldSource> {
+        Arc::new(PlanHolds(self.plans.clone()))
     }
 
     /// The caches the process must have listed before it is ready.
@@ -61,10 +66,35 @@ impl PlanWatches {
     }
 }
 
+/// Plans as holders of nodes: what their `status.applying` says.
+struct PlanHolds(Store<Plan>);
+
+impl HoldSource for PlanHolds {
+    fn holds(&self, nodes: &NodeIndex, _now: Timestamp) -> Vec<Hold> {
+        crate::plan::core::holds(&self.0.state(), nodes)
+    }
+
+    fn exists(&self, holder: &Holder) -> Option<bool> {
+        match holder {
+            Holder::Plan { namespace, name } => Some(
+                self.0
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .is_some(),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// Starts (lazily) the watches of the Plan controller.
-pub fn watch(client: &Client, settings: &Settings, triggers: &NodeTriggers) -> PlanWatches {
-    let ns = &settings.namespace;
-    let mine = format!("{}={}", labels::CONTROLLER, settings.name);
+pub fn watch(
+    client: &Client,
+    namespace: &str,
+    controller_name: &str,
+    triggers: &NodeTriggers,
+) -> PlanWatches {
+    let ns = namespace;
+    let mine = format!("{}={}", labels::CONTROLLER, controller_name);
     let (jobs, job_writer) = reflector::store();
     let job_events = watcher(
         Api::<Job>::namespaced(client.clone(), ns),

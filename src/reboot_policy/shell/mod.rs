@@ -26,7 +26,8 @@ use tracing::{debug, info};
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::drain::PodsView;
-use crate::node::holders::Holder;
+use crate::node::holders::{Hold, Holder};
+use crate::node::index::NodeIndex;
 use crate::node::reboot::HealthObservation;
 use crate::node::shell::{evict_all, gate_pods, pods_view};
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
@@ -39,7 +40,7 @@ use crate::reboot_policy::core::{
 };
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
-use crate::runtime::{Error, Operation, Shared, drive};
+use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct PolicyWatches {
@@ -52,8 +53,29 @@ pub struct PolicyWatches {
 }
 
 impl PolicyWatches {
-    pub fn store(&self) -> Store<RebootPolicy> {
-        self.store.clone()
+    /// The nodes RebootPolicies hold by their own records, for the budget.
+    pub fn holds(&self) -> Arc<dyn HoldSource> {
+        Arc::new(PolicyHolds(self.store.clone()))
+    }
+}
+
+/// RebootPolicies as holders of nodes: those their `status.nodes` says are in progress.
+struct PolicyHolds(Store<RebootPolicy>);
+
+impl HoldSource for PolicyHolds {
+    fn holds(&self, _nodes: &NodeIndex, now: Timestamp) -> Vec<Hold> {
+        self.0
+            .state()
+            .iter()
+            .flat_map(|policy| core::holds(policy, now))
+            .collect()
+    }
+
+    fn exists(&self, holder: &Holder) -> Option<bool> {
+        match holder {
+            Holder::Reboot { policy } => Some(self.0.get(&ObjectRef::new(policy)).is_some()),
+            _ => None,
+        }
     }
 }
 

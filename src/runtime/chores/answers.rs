@@ -8,13 +8,12 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::common::decision::Event;
-use crate::maintenance::api::{
-    MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec, NodeMaintenanceStatus,
-};
 use crate::runtime::ErrorKind::{
     self, conflict, gone, not_found, server, timeout, too_many_requests,
 };
-use crate::runtime::testing::{self, Answer, ApiServer, FAILURES};
+use crate::runtime::testing::{
+    self, Answer, ApiServer, FAILURES, Sample, SampleSpec, SampleStatus,
+};
 
 /// What a chore came back as.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,30 +49,23 @@ const TABLE: [(Chore, [Outcome; 8]); 6] = [
     (Chore::Delete,       [Done, Nothing,           Failed(conflict), Failed(conflict), Failed(gone), Failed(too_many_requests), Failed(server), Failed(timeout)]),
 ];
 
-fn maintenance() -> NodeMaintenance {
-    let mut nm = NodeMaintenance::new(
-        "nm",
-        NodeMaintenanceSpec {
-            node_name: "n1".into(),
-            ..Default::default()
-        },
-    );
+fn sample() -> Sample {
+    let mut nm = Sample::new("nm", SampleSpec { node: "n1".into() });
     nm.metadata.resource_version = Some("1".into());
     nm.metadata.finalizers = Some(vec!["other".into()]);
-    nm.status = Some(NodeMaintenanceStatus {
-        phase: Some(MaintenancePhase::Running),
-        drain_progress: Some(50),
+    nm.status = Some(SampleStatus {
+        phase: Some("Running".into()),
+        progress: Some(50),
         pending_pods: vec!["a".into()],
-        ..Default::default()
     });
     nm
 }
 
-/// The status `maintenance()` is written with: a field changed, one gone.
-fn drained() -> NodeMaintenanceStatus {
-    NodeMaintenanceStatus {
-        phase: Some(MaintenancePhase::Running),
-        drain_progress: Some(100),
+/// The status `sample()` is written with: a field changed, one gone.
+fn drained() -> SampleStatus {
+    SampleStatus {
+        phase: Some("Running".into()),
+        progress: Some(100),
         ..Default::default()
     }
 }
@@ -99,12 +91,10 @@ fn written<K: Serialize>(obj: &K) -> Value {
 impl Chore {
     /// The request the chore sends, and the API server's answer when it succeeds.
     fn request(self) -> (&'static str, &'static str, Answer) {
-        let nm = written(&maintenance());
+        let nm = written(&sample());
         match self {
-            Chore::SetFinalizer | Chore::Patch => {
-                ("PATCH", "nodemaintenances/nm", Answer::Json(200, nm))
-            }
-            Chore::WriteStatus => ("PATCH", "nodemaintenances/nm/status", Answer::Json(200, nm)),
+            Chore::SetFinalizer | Chore::Patch => ("PATCH", "samples/nm", Answer::Json(200, nm)),
+            Chore::WriteStatus => ("PATCH", "samples/nm/status", Answer::Json(200, nm)),
             Chore::PatchNode => (
                 "PATCH",
                 "nodes/n1",
@@ -120,7 +110,7 @@ impl Chore {
     }
 
     async fn run(self, chores: &Chores) -> Outcome {
-        let nm = maintenance();
+        let nm = sample();
         let outcome = match self {
             Chore::SetFinalizer => chores
                 .set_finalizer(&nm, "slipway", true)
@@ -188,7 +178,7 @@ async fn sent_by<F: Future>(run: impl FnOnce(Chores) -> F) -> testing::Sent {
 
 #[tokio::test]
 async fn metadata_patches_are_guarded_by_the_resource_version_they_were_decided_on() {
-    let nm = maintenance();
+    let nm = sample();
     let add = sent_by(|c| async move { c.set_finalizer(&nm, "slipway", true).await }).await;
     let want = json!({"metadata": {"finalizers": ["other", "slipway"], "resourceVersion": "1"}});
     assert_eq!(
@@ -196,13 +186,13 @@ async fn metadata_patches_are_guarded_by_the_resource_version_they_were_decided_
         "the others kept, ours added, the version named"
     );
     assert_eq!(add.content_type, "application/merge-patch+json");
-    let nm = maintenance();
+    let nm = sample();
     let remove = sent_by(|c| async move { c.set_finalizer(&nm, "other", false).await }).await;
     assert_eq!(
         remove.body,
         json!({"metadata": {"finalizers": [], "resourceVersion": "1"}})
     );
-    let nm = maintenance();
+    let nm = sample();
     let body = json!({"metadata": {"labels": {"a": "b"}}});
     let patch = sent_by(|c| async move { c.patch(&nm, body).await }).await;
     assert_eq!(patch.body["metadata"]["resourceVersion"], "1");
@@ -211,22 +201,18 @@ async fn metadata_patches_are_guarded_by_the_resource_version_they_were_decided_
 
 #[tokio::test]
 async fn a_status_write_sends_what_changed_nulls_what_went_and_names_the_version() {
-    let nm = maintenance();
+    let nm = sample();
     let sent = sent_by(|c| async move { c.write_status(&nm, &drained()).await }).await;
-    assert!(
-        sent.path.ends_with("/nodemaintenances/nm/status"),
-        "{}",
-        sent.path
-    );
+    assert!(sent.path.ends_with("/samples/nm/status"), "{}", sent.path);
     assert_eq!(sent.content_type, "application/merge-patch+json");
     let want = json!({
         "metadata": {"resourceVersion": "1"},
-        "status": {"drainProgress": 100, "pendingPods": null},
+        "status": {"progress": 100, "pendingPods": null},
     });
     assert_eq!(sent.body, want);
     // Nothing changed: nothing is sent.
     let api = ApiServer::new();
-    let nm = maintenance();
+    let nm = sample();
     let same = nm.status.clone().expect("status");
     let chores = testing::chores(&api.client());
     assert!(matches!(chores.write_status(&nm, &same).await, Ok(Some(_))));
@@ -271,7 +257,7 @@ async fn creates_name_the_field_manager_and_deletes_their_propagation() {
 async fn two_nodes_messages_are_two_event_series_and_a_repetition_folds_into_one() {
     let api = ApiServer::new();
     let chores = testing::chores(&api.client());
-    let nm = maintenance();
+    let nm = sample();
     for node in ["n1", "n2", "n1"] {
         let event = Event::normal("Rebooting", format!("Rebooting Node {node}"));
         chores.publish(&nm, &[event]).await;
@@ -307,7 +293,7 @@ async fn a_replica_that_does_not_lead_writes_nothing() {
         );
     }
     chores
-        .publish(&maintenance(), &[Event::normal("Reason", "message")])
+        .publish(&sample(), &[Event::normal("Reason", "message")])
         .await;
     assert!(api.sent().is_empty(), "{:?}", api.sent());
 }

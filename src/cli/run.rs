@@ -1,0 +1,151 @@
+//! `slipway run`: which node operations the process runs, each wired onto the one runtime. The
+//! runtime knows no operation; this is the one place that names them all, so a new kind of
+//! operation is added here (its watches, its hold source, its run) and nowhere else.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+use std::sync::{Arc, RwLock};
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tracing::{info, warn};
+
+use slipway::maintenance::core::LeaseSettings;
+use slipway::node::index::NodeIndex;
+use slipway::plan::core::config::JobConfig;
+use slipway::plan::shell::PlanSettings;
+use slipway::runtime::health::Transition;
+use slipway::runtime::{
+    Chores, Error, HoldSources, Operations, Shared, cluster_id, install_crd, spawn_sync_watch,
+    watch,
+};
+use slipway::{maintenance, plan, reboot_policy};
+
+/// What the controller is told at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--name`: the value of the `upgrade.cattle.io/controller` label on Jobs.
+    pub name: String,
+    /// `--namespace`: where Plans, Jobs and Secrets are watched.
+    pub namespace: String,
+    /// Plan reconciles that may run at once.
+    pub threads: u16,
+    pub job: JobConfig,
+    pub polling_interval: std::time::Duration,
+    /// Install or update the CRDs at start, as SUC does.
+    pub install_crd: bool,
+    /// Who this process is, for events.
+    pub instance: Option<String>,
+    /// Reconcile NodeMaintenances (cluster-wide), taking nodes' medik8s Leases as configured.
+    pub maintenance: Option<LeaseSettings>,
+    /// Reconcile RebootPolicies (cluster-wide): reboot the nodes that ask for it.
+    pub reboot_policies: bool,
+}
+
+/// Node annotations the index keeps: the few small ones that decisions read.
+fn kept_annotations() -> Vec<&'static str> {
+    let mut kept = vec![
+        slipway::node::cordon::CORDONED_BY,
+        slipway::node::cordon::LEGACY_UPGRADE_CORDON,
+    ];
+    kept.extend(reboot_policy::core::SIGNAL_ANNOTATIONS);
+    kept
+}
+
+/// Runs the operations until `ops.shutdown` is cancelled, then lets running reconciles finish.
+///
+/// With leader election, call this only while holding the Lease: it installs the CRDs and writes.
+pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<(), Error> {
+    ops.health.apply(Transition::Lead);
+    let cluster_id = cluster_id(&client).await?;
+    if settings.install_crd {
+        install_crds(&client, &settings).await?;
+    }
+    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
+    let triggers = watch::NodeTriggers::default();
+    let plans = plan::shell::watch(&client, &settings.namespace, &settings.name, &triggers);
+    let maintenances = settings
+        .maintenance
+        .is_some()
+        .then(|| maintenance::shell::watch(&client));
+    let policies = settings
+        .reboot_policies
+        .then(|| reboot_policy::shell::watch(&client, &triggers));
+    let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers);
+    let mut ready = plans.ready();
+    ready.push(("node", watch::index_ready(nodes.clone())));
+    spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
+    // The order in which the budget lets what survived a restart keep a node: a Plan's or a
+    // policy's step under way finishes before a maintenance starts.
+    let mut sources: HoldSources = vec![plans.holds()];
+    sources.extend(policies.as_ref().map(|p| p.holds()));
+    sources.extend(maintenances.as_ref().map(|m| m.holds()));
+    let shared = Arc::new(Shared::new(
+        chores(&client, &settings, &ops),
+        settings.name.clone(),
+        settings.namespace.clone(),
+        nodes,
+        sources,
+    ));
+    info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
+    let shutdown = ops.shutdown.clone();
+    let plan = plan::shell::run(
+        shared.clone(),
+        PlanSettings {
+            job: settings.job.clone(),
+            polling_interval: settings.polling_interval,
+            threads: settings.threads,
+            cluster_id,
+        },
+        plans,
+        shutdown.clone(),
+    );
+    let nm = async {
+        if let (Some(watches), Some(lease)) = (maintenances, settings.maintenance.clone()) {
+            maintenance::shell::run(shared.clone(), lease, watches, shutdown.clone()).await;
+        }
+    };
+    let rp = async {
+        if let Some(watches) = policies {
+            let image = settings.job.reboot_image.clone();
+            reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
+        }
+    };
+    let nodes = async {
+        tokio::select! {
+            _ = node_watch => warn!("the node watch stopped"),
+            _ = shutdown.cancelled() => {}
+        }
+    };
+    let (plan, ..) = futures::join!(plan, nm, rp, nodes);
+    info!("controller stopped");
+    plan
+}
+
+/// The chores every operation does through: the clients, the leader guard, the event recorder.
+fn chores(client: &Client, settings: &Settings, ops: &Operations) -> Chores {
+    Chores::new(
+        client.clone(),
+        ops.eviction.clone().unwrap_or_else(|| client.clone()),
+        ops.guard.clone(),
+        Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: settings.name.clone(),
+                instance: settings.instance.clone(),
+            },
+        ),
+        ops.metrics.clone(),
+    )
+}
+
+/// The Plan CRD, and the CRDs of the operations this process runs.
+async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error> {
+    install_crd(client, plan::api::crd::plan_crd()).await?;
+    if settings.maintenance.is_some() {
+        install_crd(client, maintenance::api::maintenance_crd()).await?;
+    }
+    if settings.reboot_policies {
+        install_crd(client, reboot_policy::api::reboot_policy_crd()).await?;
+    }
+    Ok(())
+}
