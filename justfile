@@ -24,26 +24,10 @@ crd:
     cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
 
-# Build the container image slipway:<version> from the Containerfile, with podman or docker.
-image TAG="":
-    #!/usr/bin/env bash
-    set -euo pipefail
-    engine=$(command -v podman || command -v docker || true)
-    if [ -z "$engine" ]; then
-      echo "just image: neither podman nor docker is installed; install one of them to build the image" >&2
-      exit 1
-    fi
-    if ! "$engine" info >/dev/null 2>&1; then
-      echo "just image: $engine is installed but cannot reach a container engine (is its daemon or service running?): $("$engine" info 2>&1 | tail -n 1)" >&2
-      exit 1
-    fi
-    # The Containerfile uses RUN --mount (cache mounts): BuildKit for docker, built in for podman.
-    export DOCKER_BUILDKIT=1
-    version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-    tag="{{TAG}}"
-    tag=${tag:-slipway:$version}
-    "$engine" build -f Containerfile --build-arg VERSION="$version" -t "$tag" .
-    echo "built $tag ($("$engine" image inspect --format '{{{{.Size}}' "$tag") bytes)" >&2
+# Build the container image as an OCI archive (target/image/slipway-<version>.oci.tar) without a
+# container engine: a static binary, CA certificates and /etc/passwd. Prints its path and digest.
+image OUT="":
+    scripts/image.sh {{OUT}}
 
 # Unit and end-to-end tests, the differential test against SUC included. The end-to-end tests share
 # one local cluster, started here (the first run builds it and SUC: ~20 minutes). SLIPWAY_E2E=skip

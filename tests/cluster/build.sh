@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok from the pinned Go
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the pinned Go
 # modules under tests/cluster/go/, once, into a cache outside the repository keyed by version.
 # Prints the directory that holds the binaries. Later runs only check that the binaries are there.
 set -euo pipefail
@@ -42,5 +42,9 @@ build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-s -w"
 build kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
+# kubectl: a module of its own (go/kubectl), since kube-apiserver's does not need kubectl's packages.
+build kubectl kubectl slipway.dev/tests/cluster/kubectl "$k8s_ldflags \
+ -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 \
+ -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
 echo "$bin_dir"

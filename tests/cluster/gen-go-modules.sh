@@ -46,4 +46,9 @@ w="$here/go/kwok"
 mkdir -p "$w"
 rm -f "$w/go.mod" "$w/go.sum"
 (cd "$w" && go mod init slipway.local/cluster/kwok >/dev/null 2>&1 && go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" && go mod tidy)
+# kubectl: its main (go/kubectl/main.go, kept) over the release's published staging modules.
+c="$here/go/kubectl"
+rm -f "$c/go.mod" "$c/go.sum"
+(cd "$c" && go mod init slipway.dev/tests/cluster/kubectl >/dev/null 2>&1 \
+  && go get "k8s.io/kubectl@$staging" "k8s.io/component-base@$staging" && go mod tidy)
 echo "regenerated go modules for kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION"

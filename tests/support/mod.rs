@@ -68,7 +68,8 @@ pub const HOLD_LABEL: &str = "slipway.test/hold";
 /// before a Running Job pod succeeds or fails; 1 s when absent.
 pub const COMPLETE_DELAY_ANNOTATION: &str = "slipway.test/complete-delay";
 
-const KUBECTL: &str = "/usr/bin/kubectl";
+/// From PATH: `./dev` puts the local cluster's own kubectl first.
+const KUBECTL: &str = "kubectl";
 
 /// A cluster the tests can use. Cheap to clone; holds no connection.
 #[derive(Clone, Debug)]
@@ -193,7 +194,7 @@ impl Cluster {
         Ok(Client::try_from(config)?)
     }
 
-    /// Runs `/usr/bin/kubectl --kubeconfig <this cluster> ARGS...` and returns its stdout;
+    /// Runs `kubectl --kubeconfig <this cluster> ARGS...` and returns its stdout;
     /// fails with stderr when it exits non-zero.
     pub async fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
         self.kubectl_stdin(args, None).await

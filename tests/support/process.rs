@@ -43,6 +43,8 @@ pub struct ChildProcess {
     args: Vec<String>,
     env: Vec<(String, String)>,
     log: PathBuf,
+    /// Start from an empty environment (as a container does), not the test's.
+    clear_env: bool,
     child: Option<Child>,
     spawned: bool,
     on_drop: OnDrop,
@@ -56,6 +58,7 @@ impl ChildProcess {
             args: Vec::new(),
             env: Vec::new(),
             log: log.into(),
+            clear_env: false,
             child: None,
             spawned: false,
             on_drop: OnDrop::Kill,
@@ -94,6 +97,12 @@ impl ChildProcess {
         self
     }
 
+    /// Gives the process only the variables set with [`ChildProcess::env`], none of the test's.
+    pub fn env_clear(mut self) -> Self {
+        self.clear_env = true;
+        self
+    }
+
     /// How the process is ended when dropped ([`OnDrop::Kill`] unless told).
     pub fn on_drop(mut self, on_drop: OnDrop) -> Self {
         self.on_drop = on_drop;
@@ -117,7 +126,11 @@ impl ChildProcess {
             .truncate(!self.spawned)
             .open(&self.log)
             .unwrap_or_else(|e| panic!("log file {}: {e}", self.log.display()));
-        let child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        if self.clear_env {
+            command.env_clear();
+        }
+        let child = command
             .args(&self.args)
             .envs(self.env.iter().cloned())
             .stdin(Stdio::null())

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds slipway's container image without a container engine or a base image: a static, stripped
+# binary (glibc crt-static), CA certificates and an /etc/passwd naming the non-root user, written as
+# an OCI image archive that docker/podman load, ctr image import and kind load image-archive accept.
+# Prints the archive's path and the image's manifest digest last. The same commit gives the same
+# digest: paths are remapped, timestamps come from the commit (SOURCE_DATE_EPOCH), tar entries are
+# ordered and owned by 0:0.
+#
+#   scripts/image.sh [OUT]          # default: target/image/slipway-<version>.oci.tar
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+out=${1:-target/image/slipway-$version.oci.tar}
+host=$(rustc -vV | sed -n 's/^host: //p')
+case "$host" in
+  x86_64-unknown-linux-gnu) arch=amd64 ;;
+  aarch64-unknown-linux-gnu) arch=arm64 ;;
+  *) echo "image: static glibc builds are set up for x86_64/aarch64 Linux hosts, not $host" >&2; exit 1 ;;
+esac
+for tool in python3 cc; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "image: $tool is required (apt-get install python3 gcc)" >&2; exit 1; }
+done
+libc_a=$(cc -print-file-name=libc.a)
+[ -f "$libc_a" ] || { echo "image: glibc's static library is missing (apt-get install libc6-dev)" >&2; exit 1; }
+certs=${SLIPWAY_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+[ -f "$certs" ] || { echo "image: no CA bundle at $certs (apt-get install ca-certificates)" >&2; exit 1; }
+
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+fi
+export SOURCE_DATE_EPOCH
+
+echo "image: building the static slipway binary for $host (release; the first build takes minutes)" >&2
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+# --target keeps the static flags off build scripts and proc macros; the remaps keep this
+# checkout's and the cargo registry's paths out of the binary, so any clone builds the same bytes.
+RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/slipway --remap-path-prefix=$cargo_home=/cargo" \
+  CARGO_PROFILE_RELEASE_STRIP=symbols \
+  cargo build --release --locked --target "$host" --bin slipway
+binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
+
+mkdir -p "$(dirname "$out")"
+python3 scripts/oci_image.py --binary "$binary" --ca-bundle "$certs" --version "$version" \
+  --arch "$arch" --out "$out"

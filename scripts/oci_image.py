@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Writes slipway's image as an OCI image archive, byte for byte the same for the same inputs.
+
+The archive is an OCI image layout (oci-layout, index.json, blobs/sha256/...) that also carries
+Docker's manifest.json, as `docker save` has written since Docker 25, so `docker load`,
+`podman load`, `ctr image import` and `kind load image-archive` all accept it. One layer holds the
+root filesystem: the static binary at /slipway, the CA bundle, and an /etc/passwd naming the
+non-root user the process runs as. Nothing else is in the image.
+
+Determinism: every tar entry is owned by 0:0 with the mtime SOURCE_DATE_EPOCH, entries are
+sorted, gzip carries no name or time, and JSON is written with sorted keys and no spaces.
+"""
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+
+USER = "65534:65534"
+PASSWD = (
+    "root:x:0:0:root:/root:/sbin/nologin\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
+)
+
+
+def canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def tar_bytes(entries, mtime):
+    """entries: (path, mode, bytes or None for a directory), written in path order."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for path, mode, data in sorted(entries, key=lambda e: e[0]):
+            info = tarfile.TarInfo(path)
+            info.mode = mode
+            info.mtime = mtime
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def gzip_bytes(data):
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def digest(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def rfc3339(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def build(binary, ca_bundle, version, arch, epoch):
+    """Returns (archive bytes, manifest digest)."""
+    rootfs = [
+        ("etc", 0o755, None),
+        ("etc/passwd", 0o644, PASSWD.encode()),
+        ("etc/ssl", 0o755, None),
+        ("etc/ssl/certs", 0o755, None),
+        ("etc/ssl/certs/ca-certificates.crt", 0o644, ca_bundle),
+        ("slipway", 0o755, binary),
+    ]
+    layer_tar = tar_bytes(rootfs, epoch)
+    layer = gzip_bytes(layer_tar)
+    created = rfc3339(epoch)
+    labels = {
+        "org.opencontainers.image.title": "slipway",
+        "org.opencontainers.image.description": "Upgrades, reboots and maintains Kubernetes nodes; "
+        "a drop-in replacement for system-upgrade-controller",
+        "org.opencontainers.image.licenses": "Apache-2.0",
+        "org.opencontainers.image.version": version,
+    }
+    config = canonical(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "created": created,
+            "config": {
+                "User": USER,
+                "Entrypoint": ["/slipway"],
+                "Cmd": ["run"],
+                "WorkingDir": "/",
+                "Labels": labels,
+            },
+            "rootfs": {"type": "layers", "diff_ids": [digest(layer_tar)]},
+            "history": [{"created": created, "created_by": "scripts/image.sh"}],
+        }
+    )
+    manifest = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": digest(config),
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": digest(layer),
+                    "size": len(layer),
+                }
+            ],
+            "annotations": {"org.opencontainers.image.created": created},
+        }
+    )
+    index = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": digest(manifest),
+                    "size": len(manifest),
+                    "platform": {"architecture": arch, "os": "linux"},
+                    "annotations": {
+                        # containerd (ctr, kind) reads the full name, the OCI tools the tag.
+                        "io.containerd.image.name": f"docker.io/library/slipway:{version}",
+                        "org.opencontainers.image.ref.name": version,
+                    },
+                }
+            ],
+        }
+    )
+
+    def blob(data):
+        return "blobs/sha256/" + hashlib.sha256(data).hexdigest()
+
+    docker_manifest = canonical(
+        [{"Config": blob(config), "RepoTags": [f"slipway:{version}"], "Layers": [blob(layer)]}]
+    )
+    archive = [
+        ("blobs", 0o755, None),
+        ("blobs/sha256", 0o755, None),
+        (blob(layer), 0o644, layer),
+        (blob(config), 0o644, config),
+        (blob(manifest), 0o644, manifest),
+        ("index.json", 0o644, index),
+        ("manifest.json", 0o644, docker_manifest),
+        ("oci-layout", 0o644, canonical({"imageLayoutVersion": "1.0.0"})),
+    ]
+    return tar_bytes(archive, epoch), digest(manifest)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--ca-bundle", required=True)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--arch", default="amd64")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+    with open(args.binary, "rb") as f:
+        binary = f.read()
+    with open(args.ca_bundle, "rb") as f:
+        ca_bundle = f.read()
+    archive, manifest_digest = build(binary, ca_bundle, args.version, args.arch, epoch)
+    tmp = args.out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(archive)
+    os.replace(tmp, args.out)
+    print(f"image: slipway:{args.version} ({len(archive)} bytes, binary {len(binary)} bytes)",
+          file=sys.stderr)
+    print(f"archive: {args.out}")
+    print(f"digest: {manifest_digest}")
+
+
+if __name__ == "__main__":
+    main()

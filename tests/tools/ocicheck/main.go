@@ -1,0 +1,112 @@
+// ocicheck reads an image archive the way image tools do and fails on anything they would refuse:
+// as Docker's archive (manifest.json, what `docker load` reads) and as an OCI image layout
+// (index.json, what containerd's `ctr image import` and `kind load image-archive` read), checking
+// every digest, size and diff ID with go-containerregistry's validators. Prints the manifest
+// digest and the image reference it found.
+package main
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+)
+
+func main() {
+	if len(os.Args) != 3 {
+		fail("usage: ocicheck ARCHIVE REFERENCE")
+	}
+	archive, reference := os.Args[1], os.Args[2]
+
+	tag, err := name.NewTag(reference)
+	check("reference", err)
+	docker, err := tarball.ImageFromPath(archive, &tag)
+	check("docker archive", err)
+	check("docker archive", validate.Image(docker))
+	dockerDigest, err := docker.Digest()
+	check("docker archive digest", err)
+
+	dir, err := os.MkdirTemp("", "ocicheck")
+	check("temp dir", err)
+	defer os.RemoveAll(dir)
+	check("unpack", unpack(archive, dir))
+	index, err := layout.ImageIndexFromPath(dir)
+	check("oci layout", err)
+	check("oci layout", validate.Index(index))
+	manifest, err := index.IndexManifest()
+	check("oci index", err)
+	if len(manifest.Manifests) != 1 {
+		fail(fmt.Sprintf("oci index: %d manifests, want 1", len(manifest.Manifests)))
+	}
+	desc := manifest.Manifests[0]
+	if desc.Annotations["io.containerd.image.name"] != tag.Name() {
+		fail(fmt.Sprintf("oci index: image name %q, want %q", desc.Annotations["io.containerd.image.name"], tag.Name()))
+	}
+	if desc.Annotations["org.opencontainers.image.ref.name"] != tag.TagStr() {
+		fail(fmt.Sprintf("oci index: ref name %q, want %q", desc.Annotations["org.opencontainers.image.ref.name"], tag.TagStr()))
+	}
+	if desc.Digest != dockerDigest {
+		fail(fmt.Sprintf("the docker archive's image is %s, the oci layout's %s", dockerDigest, desc.Digest))
+	}
+	fmt.Printf("ok %s %s\n", tag.Name(), desc.Digest)
+}
+
+func unpack(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(dir, filepath.Clean(h.Name))
+		if !strings.HasPrefix(path, dir+string(filepath.Separator)) {
+			return fmt.Errorf("entry %q leaves the archive", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			out, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, tr); err != nil {
+				out.Close()
+				return err
+			}
+			if err := out.Close(); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: unexpected type %c", h.Name, h.Typeflag)
+		}
+	}
+}
+
+func check(what string, err error) {
+	if err != nil {
+		fail(what + ": " + err.Error())
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "ocicheck: "+msg)
+	os.Exit(1)
+}
