@@ -716,8 +716,8 @@ fn only_allowed_differences(of_suc: &Snapshot, of_slipway: &Snapshot) {
     );
 }
 
-/// What the README asks before going back to SUC: slipway (stopped) leaves its finalizer on every
-/// Plan, which would keep the CRD from going.
+/// What docs/migrating.md asks before going back to SUC: slipway (stopped) leaves its finalizer on
+/// every Plan, which would keep the CRD from going.
 async fn release_plans(client: &kube::Client) {
     let plans = Api::<Plan>::all(client.clone());
     let list = match plans.list(&ListParams::default()).await {
