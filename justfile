@@ -62,7 +62,7 @@ test:
     set -euo pipefail
     cargo build --locked --all-targets
     # Helm for tests/chart.rs, built once from the Go module proxy (cold: ~4 minutes), cached.
-    tests/tools/helm.sh >/dev/null
+    tests/tools/helm/build.sh >/dev/null
     if [ "${SLIPWAY_E2E:-}" = skip ] || [ -n "${SLIPWAY_TEST_KUBECONFIG:-}" ]; then
       exec cargo test --locked
     fi

@@ -1,5 +1,5 @@
-//! The Helm chart charts/slipway against deploy/: rendered by real Helm (tests/tools/helm.sh builds
-//! it once from the Go module proxy and caches it), its default objects are the objects of
+//! The Helm chart charts/slipway against deploy/: rendered by real Helm (built once from the Go
+//! module proxy by tests/tools/helm/build.sh, cached), its default objects are the objects of
 //! `kubectl kustomize deploy/`, and each toggle adds exactly what its kustomize component under
 //! deploy/components/ adds. Also: `helm lint --strict`, the values schema, and the values that
 //! change the rendered objects. No cluster needed.
@@ -25,11 +25,11 @@ fn chart() -> PathBuf {
 fn helm() -> &'static Path {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
     HELM.get_or_init(|| {
-        let out = Command::new(repo().join("tests/tools/helm.sh"))
+        let out = Command::new(repo().join("tests/tools/helm/build.sh"))
             .stderr(Stdio::inherit())
             .output()
-            .expect("running tests/tools/helm.sh");
-        assert!(out.status.success(), "tests/tools/helm.sh failed");
+            .expect("running tests/tools/helm/build.sh");
+        assert!(out.status.success(), "tests/tools/helm/build.sh failed");
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     })
 }

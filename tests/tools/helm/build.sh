@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds Helm from the pinned Go module under tests/tools/helm (go.mod names the version), once, into
-# a cache outside the repository keyed by version. Prints the binary's path; progress goes to stderr.
+# Builds Helm from the pinned Go module under tests/tools/helm/go (its go.mod names the version), once,
+# into a cache outside the repository keyed by version. Prints the binary's path; progress goes to
+# stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mod="$here/helm"
+mod="$here/go"
 version=$(sed -n 's|^[[:space:]]*helm\.sh/helm/v3 \(v[^ ]*\).*|\1|p' "$mod/go.mod")
 client_go=$(sed -n 's|^[[:space:]]*k8s\.io/client-go v0\.\([0-9]*\)\..*|\1|p' "$mod/go.mod")
 if [ -z "$version" ] || [ -z "$client_go" ]; then
@@ -24,8 +25,8 @@ if [ ! -x "$bin" ]; then
     ldflags+=" -X helm.sh/helm/v3/pkg/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$pkg.k8sVersionMinor=$client_go"
   done
   (cd "$mod" && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" GOMAXPROCS="${GOMAXPROCS:-2}" \
-    go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" helm.sh/helm/v3/cmd/helm)
-  mv "$bin.tmp" "$bin"
+    go build -trimpath -ldflags "$ldflags" -o "$bin.tmp.$$" helm.sh/helm/v3/cmd/helm)
+  mv "$bin.tmp.$$" "$bin"
   echo "helm build: built in $((SECONDS - start))s" >&2
 fi
 echo "$bin"
