@@ -91,10 +91,17 @@ async fn metrics_health_and_readiness_of_a_running_controller() {
         return;
     };
     let client = ns.client();
-    let controller = controller(&cluster, ns.name(), "solo", false);
+    // A failed Job fails its node at once (the phase gauges' test).
+    let controller = ControllerProcess::builder(cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .replica("solo")
+        .metrics_port()
+        .envs([("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")])
+        .start();
     healthy_and_ready(&controller).await;
     roll_out_from_a_channel(&ns, &pool).await;
     the_metrics_show_the_finished_rollout(&controller, &ns).await;
+    a_failed_node_shows_in_the_phase_gauges(&controller, &ns, &pool).await;
     deleting_the_plan_drops_its_gauges(&controller, &ns, &pool).await;
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
@@ -193,6 +200,93 @@ async fn the_metrics_show_the_finished_rollout(controller: &ControllerProcess, n
         metrics.trim_end().ends_with("# EOF"),
         "OpenMetrics ends with # EOF"
     );
+    // The whole rollout, and no node in a phase once it is done.
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("slipway_plan_targeted_nodes{{{plan_labels}}}")
+        ),
+        Some(2.0)
+    );
+    assert!(
+        !metrics.contains(&format!("slipway_plan_phase_nodes{{{plan_labels}")),
+        "{metrics}"
+    );
+    // The build and the process.
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("slipway_build_info{{version=\"{version}\"}}")
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+    ] {
+        let v = sample(&metrics, name).unwrap_or_else(|| panic!("{name} in\n{metrics}"));
+        assert!(v > 0.0, "{name} = {v}");
+    }
+    let started = sample(&metrics, "process_start_time_seconds").expect("start time");
+    let now = jiff::Timestamp::now().as_second() as f64;
+    assert!(
+        started <= now && started > now - 3600.0,
+        "started at {started}, now {now}"
+    );
+}
+
+/// A Plan whose Job fails: its node shows in phase Failed, since the status says.
+async fn a_failed_node_shows_in_the_phase_gauges(
+    controller: &ControllerProcess,
+    ns: &TestNamespace,
+    pool: &str,
+) {
+    let mut broken = plan("broken", pool, 1, "1s", "version: v1.30.1+k3s1");
+    broken.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("create plan");
+    let labels = format!("namespace=\"{}\",plan=\"broken\"", ns.name());
+    let metrics = support::wait_for(
+        "the failed node in the phase gauges",
+        Duration::from_secs(90),
+        || async {
+            let (_, text) = controller.get("/metrics").await?;
+            let failed = format!("slipway_plan_phase_nodes{{{labels},phase=\"Failed\"}}");
+            match sample(&text, &failed) {
+                Some(1.0) => Ok(text),
+                _ => Err(anyhow!("{text}")),
+            }
+        },
+    )
+    .await;
+    let status = ns.api::<Plan>().get("broken").await.expect("plan").status;
+    let since = status
+        .and_then(|s| s.nodes.into_iter().find_map(|n| n.since))
+        .expect("the failed node's since");
+    let since = since
+        .parse::<jiff::Timestamp>()
+        .expect("RFC 3339")
+        .as_second() as f64;
+    for (name, want) in [
+        (
+            format!("slipway_plan_phase_since_timestamp_seconds{{{labels},phase=\"Failed\"}}"),
+            since,
+        ),
+        (
+            format!("slipway_plan_nodes{{{labels},state=\"failed\"}}"),
+            1.0,
+        ),
+        (format!("slipway_plan_targeted_nodes{{{labels}}}"), 2.0),
+    ] {
+        assert_eq!(sample(&metrics, &name), Some(want), "{name} in\n{metrics}");
+    }
 }
 
 /// Deleting the Plan drops its gauges (with the next reconcile of any Plan).
@@ -201,10 +295,12 @@ async fn deleting_the_plan_drops_its_gauges(
     ns: &TestNamespace,
     pool: &str,
 ) {
-    ns.api::<Plan>()
-        .delete("measured", &Default::default())
-        .await
-        .expect("delete plan");
+    for gone in ["measured", "broken"] {
+        ns.api::<Plan>()
+            .delete(gone, &Default::default())
+            .await
+            .expect("delete plan");
+    }
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
@@ -217,7 +313,8 @@ async fn deleting_the_plan_drops_its_gauges(
         Duration::from_secs(60),
         || async {
             let (_, text) = controller.get("/metrics").await?;
-            if !text.contains("plan=\"measured\"") && text.contains("plan=\"second\"") {
+            let gone = ["measured", "broken"].map(|p| format!("plan=\"{p}\""));
+            if !gone.iter().any(|p| text.contains(p)) && text.contains("plan=\"second\"") {
                 Ok(())
             } else {
                 Err(anyhow!("{text}"))

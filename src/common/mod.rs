@@ -7,6 +7,7 @@ pub mod decision;
 pub mod duration;
 pub mod labels;
 pub mod naming;
+pub mod phase;
 pub mod selector;
 pub mod window;
 

@@ -89,6 +89,7 @@ pub async fn run(
         lease,
         evictions: Mutex::default(),
         failures: Mutex::default(),
+        maintenances: watches.store.clone(),
     });
     let controller = Controller::for_stream(watches.changes, watches.store);
     drive(op, controller, 0, shutdown).await;
@@ -103,6 +104,8 @@ pub struct MaintenanceOperation {
     evictions: Mutex<HashMap<String, EvictionRound>>,
     /// Why each maintenance's last effects failed: its next status says it.
     failures: Mutex<HashMap<String, String>>,
+    /// The cache: which maintenances still exist (their gauges go with them).
+    maintenances: Store<NodeMaintenance>,
 }
 
 /// What a maintenance's decision reads besides the NodeMaintenance.
@@ -135,6 +138,10 @@ impl Operation for MaintenanceOperation {
     }
 
     async fn prepare(&self, nm: Arc<NodeMaintenance>) -> Result<Arc<NodeMaintenance>, Error> {
+        let maintenances = &self.maintenances;
+        self.shared
+            .metrics()
+            .retain_maintenances(|n| maintenances.get(&ObjectRef::new(n)).is_some());
         self.shared.forget_gone();
         Ok(nm)
     }
@@ -209,7 +216,12 @@ impl Operation for MaintenanceOperation {
     fn applied(&self, nm: &NodeMaintenance, stage: &Stage) {
         let name = nm.name_any();
         lock(&self.failures).remove(&name);
-        if *stage == Stage::Restoring {
+        let restoring = *stage == Stage::Restoring;
+        let phase = core::phase(nm.status.as_ref()).filter(|_| !restoring);
+        self.shared
+            .metrics()
+            .maintenance(&name, &nm.spec.node_name, phase);
+        if restoring {
             lock(&self.evictions).remove(&name);
             info!(nodemaintenance = %name, node = %nm.spec.node_name, "maintenance removed");
         }

@@ -243,6 +243,22 @@ pub enum RebootPhase {
     Unknown,
 }
 
+impl RebootPhase {
+    /// The phase as the status writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebootPhase::Wanting => "Wanting",
+            RebootPhase::WaitingForWindow => "WaitingForWindow",
+            RebootPhase::Blocked => "Blocked",
+            RebootPhase::Draining => "Draining",
+            RebootPhase::Rebooting => "Rebooting",
+            RebootPhase::WaitingForHealth => "WaitingForHealth",
+            RebootPhase::Failed => "Failed",
+            RebootPhase::Unknown => "Unknown",
+        }
+    }
+}
+
 /// One node of the policy.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,7 +1,11 @@
 //! Prometheus metrics (prometheus-client, OpenMetrics text), served on `/metrics`.
 //!
-//! Every family is prefixed `slipway_`. Per-Plan gauges are set after each successful reconcile
-//! from the decision that was applied, and removed when the Plan is gone.
+//! Every family of slipway's own is prefixed `slipway_`; beside them, `slipway_build_info` and the
+//! standard process metrics (`process_*`, [`process`]). Per-object gauges are set after each
+//! successful reconcile from the decision that was applied, and removed when the object is gone.
+
+mod phases;
+pub mod process;
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
@@ -15,6 +19,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use super::error::ErrorKind;
+use crate::common::phase::PhaseTally;
+use phases::{Names, PhaseGauges};
 
 /// A Plan's gauges: whether it is complete, and how many of its nodes are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,6 +30,8 @@ pub struct PlanGauges {
     pub failed: usize,
     /// Nodes that carry the Plan's latest hash.
     pub upgraded: usize,
+    /// Nodes the Plan's selector matches that have a hostname and are not `disabled`.
+    pub targeted: usize,
 }
 
 /// The content type of [`Metrics::render`].
@@ -53,6 +61,22 @@ pub struct PlanNodeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PolicyLabels {
     pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct MaintenanceLabels {
+    pub nodemaintenance: String,
+    pub node: String,
+}
+
+/// The labels of `slipway_build_info`: the version, and the commit when the build was given one
+/// (`SLIPWAY_COMMIT` at compile time; a build from a source tarball has none).
+pub fn build_labels() -> Vec<(&'static str, String)> {
+    let mut labels = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
+    if let Some(commit) = option_env!("SLIPWAY_COMMIT").filter(|c| !c.is_empty()) {
+        labels.push(("commit", commit.to_string()));
+    }
+    labels
 }
 
 /// The kind of object a reconcile is about.
@@ -91,11 +115,14 @@ fn reconcile_histogram() -> Histogram {
 /// All of slipway's metrics.
 pub struct Metrics {
     registry: Registry,
+    build_info: Family<Vec<(&'static str, String)>, Gauge>,
     reconciles: Family<KindLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Histograms,
     plan_complete: Family<PlanLabels, Gauge>,
     plan_nodes: Family<PlanNodeLabels, Gauge>,
+    plan_targeted: Family<PlanLabels, Gauge>,
+    plan_phases: PhaseGauges<PlanLabels>,
     jobs_created: Counter,
     jobs_deleted: Counter,
     node_patches: Counter,
@@ -108,6 +135,8 @@ pub struct Metrics {
     reboot_wanting: Family<PolicyLabels, Gauge>,
     reboot_rebooting: Family<PolicyLabels, Gauge>,
     policies: Mutex<BTreeSet<PolicyLabels>>,
+    reboot_phases: PhaseGauges<PolicyLabels>,
+    maintenance_phases: PhaseGauges<MaintenanceLabels>,
 }
 
 impl Default for Metrics {
@@ -119,13 +148,16 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates every family and registers it under its exported name, one group at a time.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("slipway");
+        let mut root = Registry::default();
         let m = Metrics {
+            build_info: Family::default(),
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             plan_complete: Family::default(),
             plan_nodes: Family::default(),
+            plan_targeted: Family::default(),
+            plan_phases: PhaseGauges::default(),
             jobs_created: Counter::default(),
             jobs_deleted: Counter::default(),
             node_patches: Counter::default(),
@@ -139,14 +171,23 @@ impl Metrics {
             reboot_wanting: Family::default(),
             reboot_rebooting: Family::default(),
             policies: Mutex::default(),
+            reboot_phases: PhaseGauges::default(),
+            maintenance_phases: PhaseGauges::default(),
             registry: Registry::default(),
         };
-        m.register_reconciles(&mut registry);
-        m.register_plans(&mut registry);
-        m.register_channels(&mut registry);
-        m.register_leader(&mut registry);
-        m.register_reboot_policies(&mut registry);
-        Metrics { registry, ..m }
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("slipway");
+        m.register_build_info(registry);
+        m.register_reconciles(registry);
+        m.register_plans(registry);
+        m.register_channels(registry);
+        m.register_leader(registry);
+        m.register_reboot_policies(registry);
+        m.register_maintenances(registry);
+        Metrics {
+            registry: root,
+            ..m
+        }
     }
 
     /// The OpenMetrics text exposition of every family.
@@ -223,8 +264,11 @@ impl Metrics {
         ] {
             self.plan_nodes
                 .get_or_create(&node_key(&key, state))
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+                .set(count(n));
         }
+        self.plan_targeted
+            .get_or_create(&key)
+            .set(count(s.targeted));
         self.plans
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -239,11 +283,23 @@ impl Metrics {
                 return true;
             }
             self.plan_complete.remove(key);
+            self.plan_targeted.remove(key);
             for state in [NodeState::applying, NodeState::failed, NodeState::complete] {
                 self.plan_nodes.remove(&node_key(key, state));
             }
             false
         });
+        self.plan_phases
+            .retain(|key| exists(&key.namespace, &key.plan));
+    }
+
+    /// Sets the per-phase gauges of a Plan's nodes (`status.nodes`).
+    pub fn plan_phases(&self, namespace: &str, plan: &str, phases: &[PhaseTally]) {
+        let key = PlanLabels {
+            namespace: namespace.to_string(),
+            plan: plan.to_string(),
+        };
+        self.plan_phases.set(&key, phases);
     }
 }
 
@@ -253,7 +309,6 @@ impl Metrics {
         let key = PolicyLabels {
             policy: policy.to_string(),
         };
-        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.reboot_wanting.get_or_create(&key).set(count(wanting));
         self.reboot_rebooting
             .get_or_create(&key)
@@ -275,10 +330,48 @@ impl Metrics {
             self.reboot_rebooting.remove(key);
             false
         });
+        self.reboot_phases.retain(|key| exists(&key.policy));
+    }
+
+    /// Sets the per-phase gauges of a RebootPolicy's nodes (`status.nodes`).
+    pub fn reboot_phases(&self, policy: &str, phases: &[PhaseTally]) {
+        let key = PolicyLabels {
+            policy: policy.to_string(),
+        };
+        self.reboot_phases.set(&key, phases);
+    }
+
+    /// Sets a NodeMaintenance's phase (`None`: not decided yet, or being deleted: no series).
+    pub fn maintenance(&self, name: &str, node: &str, phase: Option<PhaseTally>) {
+        let key = MaintenanceLabels {
+            nodemaintenance: name.to_string(),
+            node: node.to_string(),
+        };
+        self.maintenance_phases.set(&key, phase.as_slice());
+    }
+
+    /// Drops the gauges of NodeMaintenances for which `exists` is false.
+    pub fn retain_maintenances(&self, mut exists: impl FnMut(&str) -> bool) {
+        self.maintenance_phases
+            .retain(|key| exists(&key.nodemaintenance));
     }
 }
 
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl Metrics {
+    /// The running build: always 1, its labels say which.
+    fn register_build_info(&self, registry: &mut Registry) {
+        self.build_info.get_or_create(&build_labels()).set(1);
+        registry.register(
+            "build_info",
+            "Always 1; the labels say which slipway runs: version, and commit when the build had one",
+            self.build_info.clone(),
+        );
+    }
+
     /// Reconciles of every kind: started, failed, how long they took.
     fn register_reconciles(&self, registry: &mut Registry) {
         registry.register(
@@ -312,6 +405,23 @@ impl Metrics {
              failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
              spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
             self.plan_nodes.clone(),
+        );
+        registry.register(
+            "plan_targeted_nodes",
+            "Nodes a Plan's spec.nodeSelector matches that have a hostname and are not disabled: \
+             the whole of its rollout (progress = plan_nodes{state=\"complete\"} / this)",
+            self.plan_targeted.clone(),
+        );
+        self.plan_phases.register(
+            registry,
+            &Names {
+                nodes: "plan_phase_nodes",
+                nodes_help: "Nodes of a Plan's status.nodes (the nodes it works on) by phase: Pending, \
+                             Upgrading, Rebooting, WaitingForHealth, Waiting, Failed",
+                since: "plan_phase_since_timestamp",
+                since_help: "The earliest status.nodes[].since of a Plan's nodes in a phase: when the \
+                             node there longest entered it",
+            },
         );
         registry.register(
             "jobs_created",
@@ -375,6 +485,32 @@ impl Metrics {
             "reboot_rebooting_nodes",
             "Nodes of a RebootPolicy from the start of their drain to the end of their health gate (failed ones included: they hold their slot)",
             self.reboot_rebooting.clone(),
+        );
+        self.reboot_phases.register(
+            registry,
+            &Names {
+                nodes: "reboot_phase_nodes",
+                nodes_help: "Nodes of a RebootPolicy's status.nodes by phase: Wanting, WaitingForWindow, \
+                             Blocked, Draining, Rebooting, WaitingForHealth, Failed",
+                since: "reboot_phase_since_timestamp",
+                since_help: "The earliest status.nodes[].since of a RebootPolicy's nodes in a phase: \
+                             when the node there longest entered it",
+            },
+        );
+    }
+
+    /// The per-NodeMaintenance gauges.
+    fn register_maintenances(&self, registry: &mut Registry) {
+        self.maintenance_phases.register(
+            registry,
+            &Names {
+                nodes: "nodemaintenance_phase",
+                nodes_help: "1 for a NodeMaintenance's status.phase (Running, Succeeded, Failed)",
+                since: "nodemaintenance_phase_since_timestamp",
+                since_help: "The last transition of a NodeMaintenance's Drained condition: for \
+                             Running, since when the node has not been drained (its start); for \
+                             Succeeded, since when it is",
+            },
         );
     }
 }
@@ -463,6 +599,118 @@ mod tests {
             );
         }
         assert!(!text.contains("policy=\"gone\""), "{text}");
+    }
+
+    fn tally(phase: &'static str, nodes: usize, since: Option<&str>) -> PhaseTally {
+        PhaseTally {
+            phase,
+            nodes,
+            oldest_since: since.map(|s| s.parse().unwrap()),
+        }
+    }
+
+    fn has(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    #[test]
+    fn build_info_and_process_metrics_are_there_from_the_start() {
+        let text = Metrics::new().render();
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.lines().any(|l| l.starts_with("slipway_build_info{")
+                && l.contains(&format!("version=\"{version}\""))
+                && l.ends_with("} 1")),
+            "{text}"
+        );
+        #[cfg(target_os = "linux")]
+        for family in [
+            "process_cpu_seconds counter",
+            "process_resident_memory_bytes gauge",
+            "process_virtual_memory_bytes gauge",
+            "process_start_time_seconds gauge",
+            "process_open_fds gauge",
+            "process_max_fds gauge",
+        ] {
+            assert!(has(&text, &format!("# TYPE {family}")), "{family}: {text}");
+        }
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("process_cpu_seconds_total ")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn phases_show_nodes_and_their_oldest_since_and_go_with_their_object() {
+        let m = Metrics::new();
+        m.plan(
+            "ns",
+            "p",
+            PlanGauges {
+                targeted: 7,
+                ..Default::default()
+            },
+        );
+        m.plan_phases(
+            "ns",
+            "p",
+            &[
+                tally("Upgrading", 2, Some("2026-01-01T00:00:00Z")),
+                tally("Failed", 1, None),
+            ],
+        );
+        m.reboot_phases(
+            "nightly",
+            &[tally("Draining", 1, Some("2026-01-01T00:00:10Z"))],
+        );
+        m.maintenance(
+            "nm",
+            "n1",
+            Some(tally("Running", 1, Some("2026-01-01T00:01:00Z"))),
+        );
+        let text = m.render();
+        for line in [
+            "slipway_plan_targeted_nodes{namespace=\"ns\",plan=\"p\"} 7",
+            "slipway_plan_phase_nodes{namespace=\"ns\",plan=\"p\",phase=\"Upgrading\"} 2",
+            "slipway_plan_phase_nodes{namespace=\"ns\",plan=\"p\",phase=\"Failed\"} 1",
+            "slipway_plan_phase_since_timestamp_seconds{namespace=\"ns\",plan=\"p\",phase=\"Upgrading\"} 1767225600",
+            "slipway_reboot_phase_nodes{policy=\"nightly\",phase=\"Draining\"} 1",
+            "slipway_reboot_phase_since_timestamp_seconds{policy=\"nightly\",phase=\"Draining\"} 1767225610",
+            "slipway_nodemaintenance_phase{nodemaintenance=\"nm\",node=\"n1\",phase=\"Running\"} 1",
+            "slipway_nodemaintenance_phase_since_timestamp_seconds{nodemaintenance=\"nm\",node=\"n1\",phase=\"Running\"} 1767225660",
+            "# UNIT slipway_plan_phase_since_timestamp_seconds seconds",
+        ] {
+            assert!(has(&text, line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("phase=\"Failed\"} 0"), "{text}");
+        assert!(
+            !text.contains("since_timestamp_seconds{namespace=\"ns\",plan=\"p\",phase=\"Failed\"}"),
+            "no since without a time: {text}"
+        );
+
+        // A phase left loses its series; a gone object loses all of its own.
+        m.plan_phases("ns", "p", &[tally("Rebooting", 2, None)]);
+        m.maintenance("nm", "n1", Some(tally("Succeeded", 1, None)));
+        m.retain_policies(|_| false);
+        let text = m.render();
+        assert!(
+            !text.contains("phase=\"Upgrading\"") && !text.contains("phase=\"Failed\""),
+            "{text}"
+        );
+        assert!(text.contains("phase=\"Rebooting\"} 2"), "{text}");
+        assert!(
+            !text.contains("phase=\"Running\"") && text.contains("phase=\"Succeeded\""),
+            "{text}"
+        );
+        assert!(!text.contains("policy=\"nightly\""), "{text}");
+        m.retain_plans(|_, _| false);
+        m.retain_maintenances(|_| false);
+        let text = m.render();
+        assert!(
+            !text.contains("plan=") && !text.contains("nodemaintenance="),
+            "{text}"
+        );
     }
 
     #[test]

@@ -82,7 +82,8 @@ pub trait Operation: Send + Sync + Sized + 'static {
     /// The status write landed (the kind may remember the written object).
     fn wrote_status(&self, _written: Self::Object) {}
 
-    /// The decision was applied: gauges.
+    /// The decision was applied: gauges. `obj` carries the decided status (the object the status
+    /// write returned, or the one read when the status did not change); being deleted, the last.
     fn applied(&self, _obj: &Self::Object, _report: &Self::Report) {}
 }
 

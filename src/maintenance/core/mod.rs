@@ -33,6 +33,7 @@ use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
 pub use evictions::{EvictionRound, refusal_backoff};
 pub use lease::{LeaseAction, LeaseSettings, LeaseView, lease_name, lease_view, renewed_lease};
+pub use status::phase;
 use status::{count, finish, record_evictions, stamp};
 
 /// NMO's taint, beside the cordon.

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::{DRAINED, EvictionRound, LeaseSettings, MaintenanceInput, Stage, Step, WAIT_RECHECK};
 use crate::common::condition::Condition;
 use crate::common::decision::Event;
+use crate::common::phase::PhaseTally;
 use crate::maintenance::api::{
     MaintenancePhase, NodeMaintenanceStatus, PendingPodReason, PodReference,
 };
@@ -305,4 +306,20 @@ fn set_condition(
 /// Reasons of `Drained=False` before the drain started.
 pub(super) fn is_waiting(reason: &str) -> bool {
     matches!(reason, "WaitingForNode" | "LeaseHeld")
+}
+
+/// The phase gauge of a maintenance: its phase, since the last transition of its `Drained`
+/// condition; `None` before its first decision.
+pub fn phase(status: Option<&NodeMaintenanceStatus>) -> Option<PhaseTally> {
+    let st = status?;
+    let since = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DRAINED)
+        .map(|c| c.last_transition_time.0);
+    Some(PhaseTally {
+        phase: st.phase?.as_str(),
+        nodes: 1,
+        oldest_since: since,
+    })
 }

@@ -615,3 +615,34 @@ fn a_failing_effect_is_told_in_the_status() {
     );
     assert_eq!(step.lease, Some(LeaseAction::Hold), "and it is tried again");
 }
+
+#[test]
+fn the_phase_gauge_runs_from_the_start_of_the_drain_until_it_is_done() {
+    assert_eq!(phase(None), None, "not decided yet");
+    let mut m = nm(true);
+    let (n, p, empty) = (taken(), pods(&[("web-1", false)]), pods(&[]));
+    let running = decide(&input(&m, Some(&n), Some(&p)));
+    let gauge = phase(Some(&running.status)).expect("a phase");
+    assert_eq!((gauge.phase, gauge.nodes), ("Running", 1));
+    assert_eq!(gauge.oldest_since, Some(now()));
+
+    // Still draining an hour later: the same start.
+    m.status = Some(running.status);
+    let later = TestInput {
+        now: t("2026-11-22T11:00:00Z"),
+        ..input(&m, Some(&n), Some(&p))
+    };
+    let still = decide(&later);
+    assert_eq!(
+        phase(Some(&still.status)).unwrap().oldest_since,
+        Some(now())
+    );
+
+    let done = TestInput {
+        now: t("2026-11-22T11:00:00Z"),
+        ..input(&m, Some(&n), Some(&empty))
+    };
+    let drained = phase(Some(&decide(&done).status)).expect("a phase");
+    assert_eq!(drained.phase, "Succeeded");
+    assert_eq!(drained.oldest_since, Some(t("2026-11-22T11:00:00Z")));
+}

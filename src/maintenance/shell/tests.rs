@@ -159,6 +159,7 @@ fn operation(api: &ApiServer) -> MaintenanceOperation {
         lease: LeaseSettings::default(),
         evictions: Mutex::default(),
         failures: Mutex::default(),
+        maintenances: kube::runtime::reflector::store().0,
     }
 }
 

@@ -54,6 +54,7 @@ use crate::plan::core::config::JobConfig;
 use decision::Rollout;
 pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
 pub use node_state::NodeState;
+pub use report::phases;
 pub use status::validate;
 
 /// SUC's message when neither `version` nor `channel` is set.

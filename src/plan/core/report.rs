@@ -7,6 +7,7 @@ use super::facts::{Facts, Steps};
 use super::node_state::NodeState;
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
 use crate::common::decision::EventType;
+use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
@@ -307,4 +308,10 @@ pub(super) fn summary(
         upgraded,
         targeted,
     }
+}
+
+/// The per-phase gauges of a Plan's nodes (`status.nodes`).
+pub fn phases(status: Option<&PlanStatus>) -> Vec<PhaseTally> {
+    let nodes = status.map(|st| st.nodes.as_slice()).unwrap_or_default();
+    tally(nodes.iter().map(|n| (n.phase.as_str(), n.since.as_deref())))
 }

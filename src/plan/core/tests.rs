@@ -1299,3 +1299,34 @@ fn a_plan_holds_the_nodes_its_status_applying_names_by_hostname() {
         "by node name; a hostname no node has holds nothing"
     );
 }
+
+#[test]
+fn the_phase_gauges_count_status_nodes_with_their_oldest_since() {
+    use crate::plan::api::{NodePhase, NodeProgress};
+    let progress = |name: &str, phase: NodePhase, since: &str| NodeProgress {
+        name: name.into(),
+        phase,
+        since: Some(since.into()),
+        ..Default::default()
+    };
+    let status = PlanStatus {
+        nodes: vec![
+            progress("a", NodePhase::Upgrading, "2026-11-22T10:05:00Z"),
+            progress("b", NodePhase::Upgrading, "2026-11-22T10:00:00Z"),
+            progress("c", NodePhase::Failed, "2026-11-22T09:00:00Z"),
+        ],
+        ..Default::default()
+    };
+    let got: Vec<(&str, usize, Option<Timestamp>)> = phases(Some(&status))
+        .into_iter()
+        .map(|p| (p.phase, p.nodes, p.oldest_since))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("Failed", 1, Some(t("2026-11-22T09:00:00Z"))),
+            ("Upgrading", 2, Some(t("2026-11-22T10:00:00Z"))),
+        ]
+    );
+    assert!(phases(None).is_empty());
+}

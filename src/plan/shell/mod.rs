@@ -342,8 +342,12 @@ impl Operation for PlanOperation {
             applying: summary.applying,
             failed: summary.failed,
             upgraded: summary.upgraded,
+            targeted: summary.targeted,
         };
-        self.shared.metrics().plan(&ns, &plan.name_any(), gauges);
+        let metrics = self.shared.metrics();
+        metrics.plan(&ns, &plan.name_any(), gauges);
+        // The applied status: the one written, or the one read when it did not change.
+        metrics.plan_phases(&ns, &plan.name_any(), &core::phases(plan.status.as_ref()));
     }
 }
 

@@ -25,6 +25,7 @@ use jiff::Timestamp;
 
 use crate::common::condition::{Condition, set_condition};
 use crate::common::decision::{Decision, Effect, Event};
+use crate::common::phase::{PhaseTally, tally};
 use crate::node::change::NodeChange;
 use crate::node::cordon::{self, CordonOwner};
 use crate::node::drain::PodKey;
@@ -358,6 +359,12 @@ fn invalid(
         .collect::<BTreeSet<_>>();
     decision.requeue = Some(RESYNC);
     decision
+}
+
+/// The per-phase gauges of a policy's nodes (`status.nodes`).
+pub fn phases(status: Option<&RebootPolicyStatus>) -> Vec<PhaseTally> {
+    let nodes = status.map(|st| st.nodes.as_slice()).unwrap_or_default();
+    tally(nodes.iter().map(|n| (n.phase.as_str(), n.since.as_deref())))
 }
 
 /// The conditions of a policy, for tests and tools.

@@ -752,3 +752,29 @@ fn the_history_keeps_the_newest_twenty_newest_first() {
     assert_eq!(history[19].name, "n2", "the oldest go");
     assert_eq!(rebooted_history(&[], &[]), vec![]);
 }
+
+#[test]
+fn the_phase_gauges_count_status_nodes_with_their_oldest_since() {
+    let entry = |name: &str, phase: RebootPhase, secs: i64| RebootNodeStatus {
+        name: name.into(),
+        phase,
+        since: Some(crate::common::rfc3339(at(secs))),
+        ..Default::default()
+    };
+    let status = RebootPolicyStatus {
+        nodes: vec![
+            entry("a", RebootPhase::Wanting, 0),
+            entry("b", RebootPhase::Draining, 60),
+            entry("c", RebootPhase::Wanting, -60),
+        ],
+        ..Default::default()
+    };
+    let got: Vec<(&str, usize, Option<Timestamp>)> = phases(Some(&status))
+        .into_iter()
+        .map(|p| (p.phase, p.nodes, p.oldest_since))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("Draining", 1, Some(at(60))), ("Wanting", 2, Some(at(-60)))]
+    );
+}

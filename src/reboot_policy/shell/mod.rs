@@ -304,9 +304,10 @@ impl Operation for PolicyOperation {
     }
 
     fn applied(&self, p: &RebootPolicy, report: &PolicyReport) {
-        self.shared
-            .metrics()
-            .reboot_policy(&p.name_any(), report.wanting, report.rebooting);
+        let metrics = self.shared.metrics();
+        metrics.reboot_policy(&p.name_any(), report.wanting, report.rebooting);
+        // The applied status: the one written, or the one read when it did not change.
+        metrics.reboot_phases(&p.name_any(), &core::phases(p.status.as_ref()));
     }
 }
 
