@@ -24,8 +24,13 @@ crd:
     cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
     cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
+    just chart-files release-manifest
+
+# Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads
+# nothing outside the chart; tests/chart.rs checks the copies).
+chart-files:
     cp crds/*.yaml charts/slipway/files/crds/
-    just release-manifest
+    cp deploy/components/monitoring/prometheusrule.yaml deploy/components/monitoring/dashboard.json charts/slipway/files/monitoring/
 
 # Write dist/slipway.yaml, the single-file install (`kubectl kustomize deploy/`: the namespace, the
 # Plan CRD, RBAC, ConfigMap, Deployment); tests/deploy_manifests.rs checks it is up to date.

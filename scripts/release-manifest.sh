@@ -13,8 +13,8 @@ cat <<HEADER
 # Its image is slipway:$version (\`just image\`). To run it from your registry:
 #   kubectl -n system-upgrade set image deployment/system-upgrade-controller \\
 #     system-upgrade-controller=registry.example.com/slipway:$version
-# NodeMaintenance, RebootPolicy and the reboot agent are not in it: add them with the kustomize
-# components under deploy/components/, or use the Helm chart charts/slipway.
+# NodeMaintenance, RebootPolicy, the reboot agent and the monitoring kit are not in it: add them
+# with the kustomize components under deploy/components/, or use the Helm chart charts/slipway.
 #
 # Generated from deploy/ by \`just release-manifest\` (kubectl kustomize deploy/); do not edit.
 HEADER

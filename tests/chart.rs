@@ -267,6 +267,61 @@ fn each_toggle_adds_exactly_its_kustomize_component() {
     );
 }
 
+/// The monitoring kit's toggles, each against the objects of deploy/components/monitoring it
+/// renders (the component patches nothing of the base), and all of them against the whole
+/// component. A ServiceMonitor needs the Service it scrapes, so it brings it.
+#[test]
+fn the_monitoring_toggles_add_exactly_the_kit() {
+    let base = kustomize(&[]);
+    let kit = kustomize(&["monitoring"]);
+    let base_keys = by_key(base.clone());
+    let added: Vec<&Value> = kit
+        .iter()
+        .filter(|o| match base_keys.get(&key(o)) {
+            Some(b) => {
+                assert_eq!(b, *o, "the monitoring component changes {}", key(o));
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let toggles: [(&str, &[&str]); 4] = [
+        ("metrics.service.enabled=true", &["Service"]),
+        (
+            "serviceMonitor.enabled=true",
+            &["Service", "ServiceMonitor"],
+        ),
+        ("prometheusRule.enabled=true", &["PrometheusRule"]),
+        ("dashboard.enabled=true", &["ConfigMap"]),
+    ];
+    for (set, kinds) in toggles {
+        let mut want = base.clone();
+        let before = want.len();
+        want.extend(
+            added
+                .iter()
+                .filter(|o| kinds.iter().any(|k| o["kind"] == *k))
+                .map(|o| (*o).clone()),
+        );
+        assert_eq!(
+            want.len(),
+            before + kinds.len(),
+            "{kinds:?} in the component"
+        );
+        assert_same(
+            template(&[set, "namespace.create=true"]),
+            want,
+            &format!("--set {set} against deploy/components/monitoring"),
+        );
+    }
+    let sets: Vec<&str> = toggles.iter().map(|(s, _)| *s).collect();
+    assert_same(
+        template(&[&sets[..], &["namespace.create=true"]].concat()),
+        kit,
+        "every monitoring toggle against deploy/components/monitoring",
+    );
+}
+
 #[test]
 fn a_changed_rule_is_a_difference() {
     // The comparison itself: one verb less in one rule of the controller's Role is reported.
@@ -289,7 +344,8 @@ fn a_changed_rule_is_a_difference() {
 fn helm_lint_passes_strict_with_every_toggle() {
     for sets in [
         "",
-        "maintenance.enabled=true,rebootPolicies.enabled=true,rebootAgent.enabled=true,namespace.create=true",
+        "maintenance.enabled=true,rebootPolicies.enabled=true,rebootAgent.enabled=true,namespace.create=true,\
+         serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboard.enabled=true",
     ] {
         let mut cmd = Command::new(helm());
         cmd.args(["lint", "--strict", "--namespace", NAMESPACE])
@@ -324,6 +380,10 @@ fn the_schema_refuses_bad_values() {
         (vec!["image.pullPolicy=Sometimes"], "pullPolicy"),
         (vec!["rebootAgent.period=often"], "rebootAgent/period"),
         (vec!["podLabels.app\\.kubernetes\\.io/name=x"], "podLabels"),
+        (
+            vec!["serviceMonitor.interval=often"],
+            "serviceMonitor/interval",
+        ),
     ];
     for (sets, message) in refused {
         let err = try_template(&sets).expect_err(&format!("{sets:?} is refused"));
@@ -367,6 +427,9 @@ affinity: null
 tolerations: [{operator: Exists}]
 maintenance: {enabled: true, leaseNamespace: {name: leases, create: false}}
 rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical, nodeSelector: {pool: a}, tolerations: []}
+serviceMonitor: {enabled: true, interval: 1m, labels: {release: kube-prometheus-stack}}
+prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}
+dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: null, dashboards: slipway}}
 "#,
     )
     .expect("write values");
@@ -460,6 +523,28 @@ rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical
         "the policy names the agent in the release namespace"
     );
 
+    let monitor = find(&docs, "ServiceMonitor", "slipway");
+    assert_eq!(monitor["metadata"]["namespace"], "elsewhere");
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "1m");
+    let service = find(&docs, "Service", "slipway-metrics");
+    assert_eq!(service["metadata"]["namespace"], "elsewhere");
+    let rule = find(&docs, "PrometheusRule", "slipway");
+    assert_eq!(rule["metadata"]["namespace"], "elsewhere");
+    assert_eq!(
+        rule["metadata"]["labels"],
+        json!({"app.kubernetes.io/name": "slipway", "release": "kube-prometheus-stack"})
+    );
+    let dashboard = find(&docs, "ConfigMap", "slipway-dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        dashboard["metadata"]["labels"],
+        json!({"app.kubernetes.io/name": "slipway", "dashboards": "slipway"})
+    );
+
     // A digest wins over the tag.
     let digest = format!("sha256:{}", "a".repeat(64));
     let docs = template(&[&format!("image.digest={digest}")]);
@@ -480,17 +565,21 @@ fn crds_can_be_left_to_others_and_are_kept_by_default() {
 }
 
 #[test]
-fn the_chart_carries_the_committed_crds_and_the_crate_version() {
-    for name in [
-        "plans.upgrade.cattle.io.yaml",
-        "nodemaintenances.nodemaintenance.medik8s.io.yaml",
-        "rebootpolicies.slipway.dev.yaml",
-    ] {
+fn the_chart_carries_the_committed_files_and_the_crate_version() {
+    let copies = [
+        ("crds", "plans.upgrade.cattle.io.yaml"),
+        ("crds", "nodemaintenances.nodemaintenance.medik8s.io.yaml"),
+        ("crds", "rebootpolicies.slipway.dev.yaml"),
+        ("deploy/components/monitoring", "prometheusrule.yaml"),
+        ("deploy/components/monitoring", "dashboard.json"),
+    ];
+    for (dir, name) in copies {
         let read =
             |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        let sub = dir.rsplit('/').next().unwrap_or(dir);
         assert!(
-            read(chart().join("files/crds").join(name)) == read(repo().join("crds").join(name)),
-            "charts/slipway/files/crds/{name} differs from crds/{name}: run `just crd`"
+            read(chart().join("files").join(sub).join(name)) == read(repo().join(dir).join(name)),
+            "charts/slipway/files/{sub}/{name} differs from {dir}/{name}: run `just chart-files`"
         );
     }
     let meta: Value = serde_saphyr::from_str(
