@@ -15,7 +15,8 @@ lint:
     CARGO_TARGET_DIR=target cargo clippy --locked --manifest-path fuzz/Cargo.toml --bins -- -D warnings
     CARGO_TARGET_DIR=target cargo build --locked --manifest-path fuzz/Cargo.toml --bins
 
-# Write the CRDs to crds/ and their copies in deploy/ (tests check both).
+# Write the CRDs to crds/ and their copies in deploy/ and the Helm chart, then the release
+# manifest (tests check them all).
 crd:
     cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
     cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
@@ -23,6 +24,19 @@ crd:
     cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
     cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
+    just chart-files release-manifest
+
+# Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads
+# nothing outside the chart; tests/chart.rs checks the copies).
+chart-files:
+    cp crds/*.yaml charts/slipway/files/crds/
+    cp deploy/components/monitoring/prometheusrule.yaml deploy/components/monitoring/dashboard.json charts/slipway/files/monitoring/
+
+# Write dist/slipway.yaml, the single-file install (`kubectl kustomize deploy/`: the namespace, the
+# Plan CRD, RBAC, ConfigMap, Deployment); tests/deploy_manifests.rs checks it is up to date.
+release-manifest:
+    scripts/release-manifest.sh > dist/slipway.yaml.tmp
+    mv dist/slipway.yaml.tmp dist/slipway.yaml
 
 # Build the container image as an OCI archive (target/image/slipway-<version>.oci.tar) without a
 # container engine: a static binary, CA certificates and /etc/passwd. Prints its path and digest.
@@ -36,6 +50,8 @@ test:
     #!/usr/bin/env bash
     set -euo pipefail
     cargo build --locked --all-targets
+    # Helm for tests/chart.rs, built once from the Go module proxy (cold: ~4 minutes), cached.
+    tests/tools/helm/build.sh >/dev/null
     if [ "${SLIPWAY_E2E:-}" = skip ] || [ -n "${SLIPWAY_TEST_KUBECONFIG:-}" ]; then
       exec cargo test --locked
     fi

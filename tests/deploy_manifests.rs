@@ -1,6 +1,7 @@
 //! Offline checks of `deploy/` (the kustomize base): it carries the committed CRD, the image tag is
 //! the crate's version, the ConfigMap holds SUC's manifest values under names slipway reads, and the
-//! Deployment keeps its security settings. tests/e2e_rbac.rs installs it on a cluster.
+//! Deployment keeps its security settings; dist/slipway.yaml is its build. tests/e2e_rbac.rs
+//! installs it on a cluster; tests/chart.rs compares the Helm chart with it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -365,4 +366,43 @@ fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
     );
     let base = kubectl_kustomize(&repo().join("deploy"));
     assert!(!base.contains("slipway-agent"), "Plans alone do not change");
+}
+
+/// The leading comment lines of a manifest, and its objects.
+fn header_and_objects(manifest: &str) -> (String, Vec<serde_json::Value>) {
+    let header: String = manifest
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let objects = serde_saphyr::from_multiple(manifest).expect("manifest parses");
+    (header, objects)
+}
+
+#[test]
+fn the_release_manifest_is_deploy_built() {
+    let out = Command::new(repo().join("scripts/release-manifest.sh"))
+        .output()
+        .expect("scripts/release-manifest.sh (needs kubectl)");
+    assert!(
+        out.status.success(),
+        "scripts/release-manifest.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (want_header, want) = header_and_objects(&String::from_utf8_lossy(&out.stdout));
+    assert!(want_header.contains(&format!("slipway {}", env!("CARGO_PKG_VERSION"))));
+    // Objects, not bytes: another kubectl may lay out the same objects differently.
+    let (header, objects) = header_and_objects(&read("dist/slipway.yaml"));
+    assert!(
+        header == want_header && objects == want,
+        "dist/slipway.yaml is out of date with deploy/: run `just release-manifest` and commit it"
+    );
+    assert_eq!(
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .count(),
+        1,
+        "the Plan CRD"
+    );
 }

@@ -1,0 +1,32 @@
+{{/* The image of the controller and the agent: repository:tag, or repository@digest. */}}
+{{- define "slipway.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets of a pod spec, if any. */}}
+{{- define "slipway.pullSecrets" -}}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A CRD from files/crds/ (byte-identical copies of crds/, written by `just crd`), annotated to
+survive `helm uninstall` when crds.keep is set.
+*/}}
+{{- define "slipway.crd" -}}
+{{- $crd := .root.Files.Get (printf "files/crds/%s.yaml" .name) | fromYaml -}}
+{{- if not $crd.spec -}}
+{{- fail (printf "files/crds/%s.yaml is missing or not a CRD: %v" .name $crd.Error) -}}
+{{- end -}}
+{{- if .root.Values.crds.keep -}}
+{{- $_ := set $crd.metadata "annotations" (dict "helm.sh/resource-policy" "keep") -}}
+{{- end -}}
+---
+{{ toYaml $crd }}
+{{- end -}}
