@@ -31,6 +31,11 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 fi
 export SOURCE_DATE_EPOCH
+# slipway_build_info's commit label; the same for every build of one commit.
+if [ -z "${SLIPWAY_COMMIT:-}" ]; then
+  SLIPWAY_COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
+fi
+export SLIPWAY_COMMIT
 
 echo "image: building the static slipway binary for $host (release; the first build takes minutes)" >&2
 cargo_home=${CARGO_HOME:-$HOME/.cargo}

@@ -57,7 +57,7 @@ fn quickstart_blocks(readme: &str) -> Vec<Vec<String>> {
                 continue;
             }
             match line.strip_suffix('\\') {
-                Some(head) => pending.push_str(&format!("{head} ")),
+                Some(head) => pending.push_str(&format!("{} ", head.trim_end())),
                 None => {
                     commands.push(format!("{pending}{line}"));
                     pending.clear();
@@ -240,21 +240,48 @@ fn mount_pod_files(rootfs: &Path, token: &str, ca: &[u8], hosts: &str) {
     run(Command::new("chmod").arg("-R").arg("a+rX").arg(rootfs.join("var")));
 }
 
-/// The command that runs `argv` as `user` in `rootfs` alone: chroot(8) as root, otherwise a
-/// user namespace (the image's user is then the caller's).
+/// The command that runs `argv` as `user` in `rootfs` alone, with the devices a container
+/// runtime gives every container (`/dev/urandom` among them): as root, chroot(8) over device nodes
+/// made in the root filesystem; otherwise in a user and mount namespace with the host's /dev
+/// bound there (the image's user is then the caller's).
 fn chroot_command(rootfs: &Path, user: &str, log: PathBuf, argv: &[String]) -> ChildProcess {
+    let dev = rootfs.join("dev");
+    std::fs::create_dir_all(&dev).expect("dev dir");
     let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n");
     if matches!(root, Ok(true)) {
-        ChildProcess::new("chroot", log)
+        for (name, minor) in [("null", "3"), ("zero", "5"), ("random", "8"), ("urandom", "9")] {
+            let node = dev.join(name);
+            if !node.exists() {
+                run(Command::new("mknod").args(["-m", "666"]).arg(&node).args(["c", "1", minor]));
+            }
+        }
+        ChildProcess::new(which("chroot"), log)
             .arg(format!("--userspec={user}"))
             .arg(rootfs.display().to_string())
             .args(argv)
     } else {
-        ChildProcess::new("unshare", log)
-            .args(["--user", "--map-root-user", "--root"])
+        ChildProcess::new(which("unshare"), log)
+            .args(["--user", "--map-root-user", "--mount"])
+            .arg(which("sh").display().to_string())
+            .arg("-c")
+            .arg(format!(
+                "{} --rbind /dev \"$0/dev\" && exec {} \"$0\" \"$@\"",
+                which("mount").display(),
+                which("chroot").display()
+            ))
             .arg(rootfs.display().to_string())
             .args(argv)
     }
+}
+
+/// The program's path (the controller's environment is cleared, PATH included).
+fn which(program: &str) -> PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} not found (util-linux, coreutils)"))
 }
 
 async fn shell(cluster: &support::Cluster, command: &str) -> String {
@@ -294,15 +321,22 @@ async fn the_quick_start_runs_on_the_image() {
         std::fs::read(&second).expect("second archive"),
         "two builds of the same tree must write the same archive"
     );
-    let ocicheck = run(Command::new(repo().join("tests/tools/ocicheck.sh")));
+    let ocicheck = run(&mut Command::new(repo().join("tests/tools/ocicheck.sh")));
     let version = env!("CARGO_PKG_VERSION");
-    let checked = run(Command::new(ocicheck.trim())
+    let checked = run(&mut Command::new(ocicheck.trim())
         .arg(&first)
-        .arg(format!("slipway:{version}")));
+        .arg(format!("docker.io/library/slipway:{version}")));
     assert_eq!(
         checked.trim(),
-        format!("ok index.docker.io/library/slipway:{version} {digest}")
+        format!("ok docker.io/library/slipway:{version} {digest}")
     );
+
+    let wrong = Command::new(ocicheck.trim())
+        .arg(&first)
+        .arg("docker.io/library/slipway:0.0.0")
+        .output()
+        .expect("run ocicheck");
+    assert!(!wrong.status.success(), "ocicheck must refuse a name the archive does not carry");
 
     let rootfs = work.join("rootfs");
     let config = unpack(&first, &work, &rootfs);
