@@ -485,7 +485,7 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
     };
     let mut secrets = std::collections::BTreeMap::new();
     for p in &args.secrets {
-        let secret: Secret = read_yaml(p)?;
+        let secret = slipway::plan::core::secret::as_stored(read_yaml::<Secret>(p)?);
         let name = secret
             .metadata
             .name

@@ -84,3 +84,58 @@ fn every_tool_has_help_with_an_example() {
         );
     }
 }
+
+/// A file's Secret counts as the API server stores it: written with `stringData` or with `data`,
+/// `hash`, `resolve` and `render` give the same latestHash, and another than with no Secret data.
+#[test]
+fn a_secret_hashes_the_same_written_with_string_data_or_data() {
+    let dir = std::env::temp_dir().join(format!("slipway-cli-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan = "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: p\n  namespace: system-upgrade\nspec:\n  concurrency: 1\n  nodeSelector: {}\n  version: v1\n  secrets:\n  - name: s\n    path: /s\n  upgrade:\n    image: busybox:1\n";
+    let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n";
+    let secrets = [
+        "stringData:\n  run.sh: |\n    echo hi\n",
+        "type: Opaque\ndata:\n  run.sh: ZWNobyBoaQo=\n",
+        "data:\n  run.sh: b2xkCg==\nstringData:\n  run.sh: |\n    echo hi\n",
+        "data: {}\n",
+    ];
+    let mut hashes = Vec::new();
+    for (i, body) in secrets.iter().enumerate() {
+        let secret = format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n{body}");
+        let (p, s, n) = (
+            dir.join("plan.yaml"),
+            dir.join(format!("s{i}.yaml")),
+            dir.join("nodes.yaml"),
+        );
+        std::fs::write(&p, plan).expect("write");
+        std::fs::write(&s, &secret).expect("write");
+        std::fs::write(&n, node).expect("write");
+        let (p, s, n) = (
+            p.display().to_string(),
+            s.display().to_string(),
+            n.display().to_string(),
+        );
+        let (code, hash, err) = slipway(&["hash", "--plan", &p, "--secret", &s], None);
+        assert_eq!(code, 0, "{err}");
+        let (code, resolved, err) = slipway(&["resolve", &p, "--secret", &s], None);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            resolved.contains(&format!("latestHash:    {}", hash.trim())),
+            "{resolved}"
+        );
+        let (code, summary, err) = slipway(
+            &["render", &p, "--secret", &s, "--nodes", &n, "--summary"],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            summary.contains(&format!("latestHash {}", hash.trim())),
+            "{summary}"
+        );
+        hashes.push(hash.trim().to_string());
+    }
+    assert_eq!(hashes[0], hashes[1]);
+    assert_eq!(hashes[0], hashes[2]);
+    assert_ne!(hashes[0], hashes[3]);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -175,6 +175,121 @@ async fn render_equals_what_the_controller_creates() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Secrets in files are read as the API server stores them: a Plan whose Secret is written with
+/// `stringData` (over a `data` key it overrides) and one whose Secrets are written with `data`
+/// (one without a `type`, one empty) get from `render` the latestHash and the Job names that the
+/// controller then gives them.
+#[tokio::test]
+async fn render_reads_secrets_as_the_controller_does() {
+    let Some((cluster, ns, nodes, _pool)) = support::setup_pool("cli-secrets", 2).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-secrets"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan = |name: &str, node: &str, secrets: &[&str]| {
+        let mounts: String = secrets
+            .iter()
+            .map(|s| format!("  - name: {s}\n    path: /run/secrets/{s}\n"))
+            .collect();
+        format!(
+            "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  concurrency: 1\n  nodeSelector:\n    matchLabels:\n      kubernetes.io/hostname: {node}\n  version: v1.2.3+k3s1\n  secrets:\n{mounts}  upgrade:\n    image: busybox\n    command: [sh, /run/secrets/{first}/upgrade.sh]\n",
+            ns = ns.name(),
+            first = secrets[0],
+        )
+    };
+    // The Plan and its Secret in one file, the Secret in plain text.
+    let plain = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: plain\n  namespace: {ns}\ntype: Opaque\ndata:\n  upgrade.sh: ZWNobyBvbGQK\n  keep: a2VwdA==\nstringData:\n  upgrade.sh: |\n    #!/bin/sh\n    echo \"upgrading $(hostname)\"\n---\n{}",
+        plan("plain", &nodes[0], &["plain"]),
+        ns = ns.name()
+    );
+    // The Plan in one file, its Secrets base64-encoded in another, given with --secret.
+    let encoded = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: encoded\n  namespace: {ns}\ndata:\n  upgrade.sh: IyEvYmluL3NoCmVjaG8gdXBncmFkaW5nCg==\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: bare\n  namespace: {ns}\n",
+        ns = ns.name()
+    );
+    let files = [
+        ("plain.yaml", plain),
+        (
+            "encoded-plan.yaml",
+            plan("encoded", &nodes[1], &["encoded", "bare"]),
+        ),
+        ("encoded-secrets.yaml", encoded),
+    ];
+    for (file, text) in &files {
+        std::fs::write(dir.join(file), text).expect("write");
+        cluster
+            .kubectl_stdin(&["apply", "-f", "-"], Some(text))
+            .await
+            .unwrap_or_else(|e| panic!("apply {file}: {e}"));
+    }
+    let path = |f: &str| dir.join(f).display().to_string();
+    let kc = cluster.kubeconfig_path().display().to_string();
+    let name = format!("slipway-{}", ns.name());
+    let rendered_plain =
+        render_hash_and_jobs(&[&path("plain.yaml"), "--kubeconfig", &kc, "--name", &name]);
+    let rendered_encoded = render_hash_and_jobs(&[
+        &path("encoded-plan.yaml"),
+        "--secret",
+        &path("encoded-secrets.yaml"),
+        "--kubeconfig",
+        &kc,
+        "--name",
+        &name,
+    ]);
+
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let jobs = ns.api::<Job>();
+    for (plan, rendered) in [("plain", rendered_plain), ("encoded", rendered_encoded)] {
+        let controllers = support::wait_for(
+            &format!("plan/{plan}'s latestHash and Job"),
+            Duration::from_secs(60),
+            || async {
+                let hash = plans
+                    .get(plan)
+                    .await?
+                    .status
+                    .and_then(|s| s.latest_hash)
+                    .ok_or_else(|| anyhow::anyhow!("no latestHash yet"))?;
+                let label = format!("upgrade.cattle.io/plan={plan}");
+                let names: Vec<String> = jobs
+                    .list(&ListParams::default().labels(&label))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter_map(|j| j.metadata.name)
+                    .collect();
+                if names.is_empty() {
+                    anyhow::bail!("no Job yet");
+                }
+                Ok((hash, names))
+            },
+        )
+        .await;
+        assert_eq!(controllers, rendered, "plan/{plan}");
+    }
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `slipway render <args>`: the latestHash its summary prints and the names of its Jobs.
+fn render_hash_and_jobs(args: &[&str]) -> (String, Vec<String>) {
+    let (code, summary, err) = slipway(&[&["render", "--summary"], args].concat());
+    assert_eq!(code, 0, "{err}");
+    let hash = summary
+        .lines()
+        .next()
+        .and_then(|l| l.split("latestHash ").nth(1))
+        .unwrap_or_else(|| panic!("no latestHash in {summary}"))
+        .to_string();
+    let (code, objects, err) = slipway(&[&["render"], args].concat());
+    assert_eq!(code, 0, "{err}");
+    let jobs = rendered(&objects).into_keys().collect();
+    (hash, jobs)
+}
+
 /// `render` of the Plan file over a dump of the pool's nodes (no cluster); `--summary` names
 /// every node. Returns the rendered Jobs.
 async fn render_offline_from_a_node_dump(

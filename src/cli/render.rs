@@ -231,7 +231,7 @@ fn add_secret(
     doc: &Document,
     file: &str,
 ) -> anyhow::Result<()> {
-    let secret: Secret = serde_json::from_value(doc.value.clone())
+    let secret = slipway::plan::core::secret::from_manifest(&doc.value)
         .with_context(|| format!("{file}:{}: not a valid Secret", doc.line))?;
     let name = secret
         .metadata

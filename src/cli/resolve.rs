@@ -46,7 +46,7 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     for d in docs.iter().chain(extra.iter().flatten()) {
         if d.kind() == "Secret" {
-            let s: Secret = serde_json::from_value(d.value.clone())
+            let s = slipway::plan::core::secret::from_manifest(&d.value)
                 .with_context(|| format!("line {}: not a valid Secret", d.line))?;
             if let Some(n) = s.metadata.name.clone() {
                 secrets.insert(n, s);

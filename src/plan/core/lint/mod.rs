@@ -102,7 +102,7 @@ fn secrets_of(inputs: &[Input<'_>]) -> BTreeMap<(String, String), Secret> {
     let mut secrets = BTreeMap::new();
     for input in inputs {
         if input.doc.kind() == "Secret"
-            && let Ok(secret) = serde_json::from_value::<Secret>(input.doc.value.clone())
+            && let Ok(secret) = crate::plan::core::secret::from_manifest(&input.doc.value)
             && let Some(name) = secret.metadata.name.clone()
         {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
