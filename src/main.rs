@@ -49,7 +49,7 @@ enum Command {
     /// SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL are read from the environment with SUC's defaults.
     Run(RunArgs),
     /// Check Plans in files as the API server and the controller would, and warn about the usual
-    /// mistakes. Exit 0: no errors; 1: errors; 2: some input could not be read.
+    /// mistakes. Exit 0: no errors (warnings allowed); 1: errors; 2: some input could not be read.
     Validate(cli::validate::ValidateArgs),
     /// Print the reboot pods and Jobs the controller would create for a Plan, batch by batch.
     Render(cli::render::RenderArgs),

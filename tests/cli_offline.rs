@@ -30,9 +30,10 @@ fn the_examples_pass() {
     assert!(out.ends_with("0 errors, 7 warnings\n"), "{out}");
 }
 
+/// The corpus's verdicts are the cluster's, where its Plans' Secrets do not exist: `--strict`.
 #[test]
 fn every_broken_plan_of_the_corpus_gets_an_error_line_naming_it() {
-    let (code, out, _) = slipway(&["validate", "tests/lint/corpus"], None);
+    let (code, out, _) = slipway(&["validate", "--strict", "tests/lint/corpus"], None);
     assert_eq!(code, 1);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lint/corpus");
     for entry in std::fs::read_dir(dir).expect("corpus") {
@@ -138,4 +139,33 @@ fn a_secret_hashes_the_same_written_with_string_data_or_data() {
     assert_eq!(hashes[0], hashes[2]);
     assert_ne!(hashes[0], hashes[3]);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A Plan whose Secret is not in the input passes with a warning (in Git, Secrets are sealed or
+/// external); `--strict` makes it an error. With the Secret in the input, both pass clean.
+#[test]
+fn a_missing_secret_is_a_warning_unless_strict() {
+    let plan = "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: p\nspec:\n  concurrency: 1\n  nodeSelector:\n    matchLabels:\n      pool: a\n  version: v1\n  secrets:\n  - name: sealed\n    path: /s\n  upgrade:\n    image: busybox:1\n";
+    let (code, out, err) = slipway(&["validate", "-"], Some(plan));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "<stdin>:11: plan/p: spec.secrets: warning: secret \"sealed\" not found in the input"
+        ),
+        "{out}"
+    );
+    assert!(out.ends_with("0 errors, 1 warning\n"), "{out}");
+    let (code, out, err) = slipway(&["validate", "--strict", "-o", "json", "-"], Some(plan));
+    assert_eq!(code, 1, "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(report["errors"], 1, "{out}");
+    assert_eq!(report["findings"][0]["severity"], "error", "{out}");
+    assert_eq!(report["findings"][0]["source"], "controller", "{out}");
+    let with_secret =
+        format!("{plan}---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: sealed\n");
+    for strict in [&["validate", "-"][..], &["validate", "--strict", "-"]] {
+        let (code, out, err) = slipway(strict, Some(&with_secret));
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.ends_with("0 errors, 0 warnings\n"), "{out}");
+    }
 }
