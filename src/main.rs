@@ -67,6 +67,9 @@ enum Command {
 struct CrdArgs {
     #[arg(value_enum, default_value_t = CrdResource::Plans)]
     resource: CrdResource,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = cli::render::Objects::Yaml)]
+    output: cli::render::Objects,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -102,6 +105,9 @@ struct RunArgs {
     /// Overrides the API server URL of the kubeconfig.
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_MASTER_URL", default_value = "")]
     master: String,
+    /// The kubeconfig context to use; default: its current context.
+    #[arg(long)]
+    context: Option<String>,
     /// Plans reconciled at once.
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_THREADS", default_value_t = 2)]
     threads: u16,
@@ -181,13 +187,7 @@ struct HashArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let done = match cli.command {
-        Command::Crd(args) => match args.resource {
-            CrdResource::Plans => slipway::plan::api::crd::plan_crd_yaml(),
-            CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd_yaml(),
-            CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd_yaml(),
-        }
-        .map(|crd| print!("{crd}"))
-        .map_err(anyhow::Error::from),
+        Command::Crd(args) => crd(&args).map(|crd| print!("{crd}")),
         Command::Hash(args) => hash(args).map(|h| println!("{h}")),
         Command::Run(args) => run(args),
         Command::Validate(args) => match cli::validate::run(&args) {
@@ -256,7 +256,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let config = client_config(&args.kubeconfig, &args.master).await?;
+        let config = client_config(&args.kubeconfig, &args.master, args.context.as_deref()).await?;
         // Evictions answered 429 (a PodDisruptionBudget) must come back at once, to be reported
         // and asked again on the next reconcile: kube's retry layer would wait minutes.
         let mut no_retry = config.clone();
@@ -437,22 +437,43 @@ async fn on_signals(shutdown: CancellationToken, health: Health) {
     }
 }
 
-async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> {
-    let config = client_config(kubeconfig, master).await?;
+async fn client(
+    kubeconfig: &str,
+    master: &str,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let config = client_config(kubeconfig, master, context).await?;
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }
 
-async fn client_config(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Config> {
-    let mut config = if kubeconfig.is_empty() {
-        kube::Config::infer()
+/// The configuration of a kubeconfig path (empty: the usual lookup, in-cluster included) and one
+/// of its contexts (`None`: the current one; a context needs a kubeconfig, so no in-cluster then).
+async fn client_config(
+    kubeconfig: &str,
+    master: &str,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let mut config = match (kubeconfig, context) {
+        ("", None) => kube::Config::infer()
             .await
-            .context("cannot find a Kubernetes configuration")?
-    } else {
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-            .with_context(|| format!("cannot read kubeconfig {kubeconfig}"))?;
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .context("cannot find a Kubernetes configuration")?,
+        ("", Some(c)) => kube::Config::from_kubeconfig(&options)
             .await
-            .with_context(|| format!("cannot use kubeconfig {kubeconfig}"))?
+            .with_context(|| format!("cannot use context {c:?} of the kubeconfig"))?,
+        (path, _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {path}"))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| match context {
+                    Some(c) => format!("cannot use context {c:?} of kubeconfig {path}"),
+                    None => format!("cannot use kubeconfig {path}"),
+                })?
+        }
     };
     if !master.is_empty() {
         config.cluster_url = master
@@ -460,6 +481,20 @@ async fn client_config(kubeconfig: &str, master: &str) -> anyhow::Result<kube::C
             .with_context(|| format!("bad --master URL {master}"))?;
     }
     Ok(config)
+}
+
+fn crd(args: &CrdArgs) -> anyhow::Result<String> {
+    use cli::render::Objects;
+    let crd = match args.resource {
+        CrdResource::Plans => slipway::plan::api::crd::plan_crd(),
+        CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd(),
+        CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd(),
+    };
+    // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
+    Ok(match args.output {
+        Objects::Yaml => serde_saphyr::to_string(&crd).context("cannot write YAML")?,
+        Objects::Json => serde_json::to_string_pretty(&crd)? + "\n",
+    })
 }
 
 fn hash(args: HashArgs) -> anyhow::Result<String> {

@@ -169,3 +169,110 @@ fn a_missing_secret_is_a_warning_unless_strict() {
         assert!(out.ends_with("0 errors, 0 warnings\n"), "{out}");
     }
 }
+
+/// `-o json` and `-o yaml` give the same document wherever the output is structured; text stays
+/// the default.
+#[test]
+fn structured_output_as_json_and_yaml() {
+    let same = |args: &[&str]| -> serde_json::Value {
+        let (code, json, err) = slipway(&[args, &["-o", "json"]].concat(), None);
+        assert!(code == 0 || code == 1, "{err}");
+        let (_, yaml, err) = slipway(&[args, &["-o", "yaml"]].concat(), None);
+        let from_json: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let from_yaml: serde_json::Value =
+            serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}: {yaml} {err}"));
+        assert_eq!(from_json, from_yaml, "{args:?}");
+        from_json
+    };
+    let report = same(&["validate", "examples/"]);
+    assert_eq!(report["errors"], 0);
+    assert_eq!(report["warnings"], 7);
+    let resolved = same(&["resolve", "examples/os-packages.yaml"]);
+    let (_, text, _) = slipway(&["resolve", "examples/os-packages.yaml"], None);
+    assert!(text.starts_with("plan:          os-packages\n"), "{text}");
+    let hash = resolved["latestHash"].as_str().expect("latestHash");
+    assert!(text.contains(&format!("latestHash:    {hash}\n")), "{text}");
+    assert_eq!(resolved["from"], "spec.version");
+    let crd = same(&["crd", "rebootpolicies"]);
+    assert_eq!(crd["metadata"]["name"], "rebootpolicies.slipway.dev");
+}
+
+/// render prints its objects as a YAML stream or one JSON List with the same objects in the same
+/// order; the summary table is text only.
+#[test]
+fn render_objects_as_yaml_or_a_json_list() {
+    let dir = std::env::temp_dir().join(format!("slipway-cli-render-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let nodes = dir.join("nodes.yaml");
+    std::fs::write(
+        &nodes,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n1\n    labels: {kubernetes.io/hostname: n1, node-role.kubernetes.io/control-plane: \"true\"}\n  status:\n    conditions: [{type: Ready, status: \"True\"}]\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n2\n    labels: {kubernetes.io/hostname: n2, node-role.kubernetes.io/control-plane: \"true\"}\n  status:\n    conditions: [{type: Ready, status: \"True\"}]\n",
+    )
+    .expect("write nodes");
+    let nodes = nodes.display().to_string();
+    let base = [
+        "render",
+        "examples/k3s-stable.yaml",
+        "--nodes",
+        &nodes,
+        "--version",
+        "v1.34.2+k3s1",
+        "--uid",
+        "3c0e3b0a-9c2e-4d7e-a1d5-6f0c8f6d2b11",
+    ];
+    let (code, yaml, err) = slipway(&base, None);
+    assert_eq!(code, 0, "{err}");
+    let (code, json, err) = slipway(&[&base[..], &["-o", "json"]].concat(), None);
+    assert_eq!(code, 0, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(list["kind"], "List");
+    let from_yaml: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).expect("yaml");
+    assert_eq!(from_yaml.len(), 2, "{yaml}");
+    assert_eq!(list["items"].as_array(), Some(&from_yaml));
+    assert!(from_yaml.iter().all(|o| o["kind"] == "Job"), "{yaml}");
+    let (code, _, err) = slipway(&[&base[..], &["--summary", "-o", "json"]].concat(), None);
+    assert_eq!(code, 2, "--summary is a table: {err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--context` picks a context of the kubeconfig; one it does not have is one line naming it.
+#[test]
+fn an_unknown_context_is_one_line() {
+    let dir = std::env::temp_dir().join(format!("slipway-cli-context-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: here\n  context: {cluster: c, user: u}\ncurrent-context: here\n",
+    )
+    .expect("write kubeconfig");
+    let kc = kc.display().to_string();
+    let plan = "examples/k3s-stable.yaml";
+    for args in [
+        &["status", "--kubeconfig", &kc, "--context", "elsewhere"][..],
+        &[
+            "render",
+            plan,
+            "--version",
+            "v1",
+            "--kubeconfig",
+            &kc,
+            "--context",
+            "elsewhere",
+        ],
+        &[
+            "resolve",
+            plan,
+            "--kubeconfig",
+            &kc,
+            "--context",
+            "elsewhere",
+        ],
+    ] {
+        let (code, _, err) = slipway(args, None);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("context \"elsewhere\""), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -451,7 +451,24 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(report[0]["done"], 2, "{out}");
-    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+    assert_eq!(report[0]["latestHash"], hash.as_str(), "{out}");
+    assert_eq!(report[0]["kind"], "Plan", "{out}");
+    // Every kind by default: the reader may not list the others, which are left out with a note.
+    let (code, out, err) = slipway(&["status", "-n", ns.name(), "--kubeconfig", &kc]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("plan/follow  "), "{out}");
+    for kind in ["nodemaintenances", "rebootpolicies"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("note: ") && l.contains(kind) && l.ends_with("left out")),
+            "{err}"
+        );
+    }
+    let (code, _, err) = slipway(&["status", "nm", "--kubeconfig", &kc]);
+    assert_eq!(
+        code, 1,
+        "asked for by name, a kind it may not list is an error: {err}"
+    );
 
     a_missing_cluster_object_is_one_line(&plan, &plan_file, &kc);
 
@@ -663,4 +680,176 @@ fn works_as_a_kubectl_plugin() {
     );
     assert!(stdout.contains("0 errors"), "{stdout}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `status` shows NodeMaintenances and RebootPolicies beside Plans, as text, JSON and YAML, from
+/// the kubeconfig context given with `--context`.
+#[tokio::test]
+async fn status_shows_every_kind_from_the_context_given() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    use slipway::maintenance::api::NodeMaintenance;
+    use slipway::reboot_policy::api::RebootPolicy;
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    for crd in [
+        "nodemaintenances.nodemaintenance.medik8s.io",
+        "rebootpolicies.slipway.dev",
+    ] {
+        let path = format!("{}/crds/{crd}.yaml", env!("CARGO_MANIFEST_DIR"));
+        cluster
+            .kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &path])
+            .await
+            .expect("apply the CRD");
+        cluster
+            .kubectl(&["wait", "--for=condition=Established", &format!("crd/{crd}")])
+            .await
+            .expect("the CRD is served");
+    }
+    let ns = TestNamespace::create(&cluster, "cli-status").await;
+    let (nm, rbp) = (
+        support::unique_name("cli-nm"),
+        support::unique_name("cli-rbp"),
+    );
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: up\n  namespace: {}\nspec:\n  concurrency: 1\n  version: v1\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply the Plan");
+    let maintenances = kube::Api::<NodeMaintenance>::all(client.clone());
+    let m: NodeMaintenance = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+        "metadata": {"name": nm}, "spec": {"nodeName": "no-such-node", "reason": "disk swap"},
+    }))
+    .expect("a NodeMaintenance");
+    maintenances
+        .create(&PostParams::default(), &m)
+        .await
+        .expect("create");
+    let status = serde_json::json!({"status": {
+        "phase": "Running", "drainProgress": 50,
+        "pendingPodsReasons": [{"namespace": "shop", "name": "web-1", "reason": "a PodDisruptionBudget allows no disruption"}],
+    }});
+    maintenances
+        .patch_status(&nm, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("the NodeMaintenance's status");
+    let policies = kube::Api::<RebootPolicy>::all(client.clone());
+    let p: RebootPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
+        "metadata": {"name": rbp}, "spec": {"paused": true, "concurrency": 1},
+    }))
+    .expect("a RebootPolicy");
+    policies
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create");
+    let status = serde_json::json!({"status": {"wanting": 1, "rebooting": 0,
+        "nodes": [{"name": "w1", "phase": "Wanting", "signal": "agent"}]}});
+    policies
+        .patch_status(&rbp, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("the RebootPolicy's status");
+
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-status"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kc = two_context_kubeconfig(cluster.kubeconfig_path(), &dir.join("kubeconfig"));
+    let args = |more: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["status", "-n", ns.name(), "--kubeconfig", &kc]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(more.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |more: &[&str]| {
+        let a = args(more);
+        slipway(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let wanted = [
+        "plan/up".to_string(),
+        format!("nm/{nm}"),
+        format!("rebootpolicy/{rbp}"),
+    ];
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    // The kubeconfig's current context is a server that is not there.
+    let (code, _, err) = run(&wanted);
+    assert_eq!(code, 1, "{err}");
+    let (code, text, err) = run(&[&wanted[..], &["--context", "test"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        text,
+        format!(
+            "plan/up  version -  done 0  applying 0  remaining 0\nnodemaintenance/{nm}  node no-such-node  Running  drained 50%  reason: disk swap\n  pending pod shop/web-1: a PodDisruptionBudget allows no disruption\nrebootpolicy/{rbp}  wanting 1  rebooting 0  paused\n  node w1  Wanting  since -  signal agent\n"
+        )
+    );
+    let (code, yaml, err) = run(&[&wanted[..], &["--context", "test", "-o", "yaml"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, json, err) = run(&[&wanted[..], &["--context", "test", "-o", "json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let from_yaml: serde_json::Value = serde_saphyr::from_str(&yaml).expect("yaml");
+    let from_json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(from_yaml, from_json);
+    let kinds: Vec<&str> = from_json
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Plan", "NodeMaintenance", "RebootPolicy"]);
+    assert_eq!(from_json[1]["pendingPods"][0]["name"], "web-1");
+    assert_eq!(from_json[2]["nodes"][0]["phase"], "Wanting");
+    // Without a resource: every kind, ours among them.
+    let (code, all, err) = run(&["--context", "test"]);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "plan/up  ".to_string(),
+        format!("nodemaintenance/{nm}  "),
+        format!("rebootpolicy/{rbp}  "),
+    ] {
+        assert!(all.lines().any(|l| l.starts_with(&line)), "{line}: {all}");
+    }
+    let (code, _, err) = run(&["rbp/nope", "--context", "test"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim(), "slipway: rebootpolicy/nope not found", "{err}");
+
+    let _ = maintenances.delete(&nm, &Default::default()).await;
+    let _ = policies.delete(&rbp, &Default::default()).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A copy of the kubeconfig `admin` whose context `test` is the cluster, and whose current
+/// context is a server nobody listens on. Returns its path.
+fn two_context_kubeconfig(admin: &Path, out: &Path) -> String {
+    let mut kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let current = kc.current_context.clone().expect("a current context");
+    let mut test = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .cloned()
+        .expect("the current context");
+    test.name = "test".into();
+    let mut nowhere = test.clone();
+    nowhere.name = "nowhere".into();
+    let mut cluster = kc.clusters[0].clone();
+    cluster.name = "nowhere".into();
+    if let Some(c) = cluster.cluster.as_mut() {
+        c.server = Some(format!("https://127.0.0.1:{}", support::free_port()));
+    }
+    if let Some(c) = nowhere.context.as_mut() {
+        c.cluster = "nowhere".into();
+    }
+    kc.clusters.push(cluster);
+    kc.contexts.push(test);
+    kc.contexts.push(nowhere);
+    kc.current_context = Some("nowhere".into());
+    std::fs::write(out, serde_json::to_string_pretty(&kc).expect("json")).expect("write");
+    out.display().to_string()
 }

@@ -3,6 +3,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::Output;
 use slipway::plan::core::lint::{
     self, Document, FileFinding, Input, Options, SchemaChecker, Severity,
 };
@@ -22,7 +23,8 @@ pub struct ValidateArgs {
     /// Files or directories (searched recursively for *.yaml, *.yml and *.json); `-` reads stdin.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// Output format.
+    /// Output format: text is `file:line: plan/name: field: severity: message` and a summary
+    /// line; json and yaml are one document with every finding, for CI annotations.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// A Secret that a Plan mounts must be in the input: without it, an error (what the
@@ -30,14 +32,6 @@ pub struct ValidateArgs {
     /// Secret is a warning, since in Git Secrets are usually sealed or external.
     #[arg(long)]
     pub strict: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// `file:line: plan/name: field: severity: message`, then a summary line.
-    Text,
-    /// One JSON object with every finding, for CI annotations.
-    Json,
 }
 
 #[derive(serde::Serialize)]
@@ -69,19 +63,17 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
         .filter(|f| f.finding.severity == Severity::Error)
         .count();
     let warnings = findings.len() - errors;
-    match args.output {
-        Output::Json => {
-            let report = Report {
-                files: docs.len(),
-                plans,
-                errors,
-                warnings,
-                unreadable: &unreadable,
-                findings: &findings,
-            };
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-        Output::Text => {
+    let report = Report {
+        files: docs.len(),
+        plans,
+        errors,
+        warnings,
+        unreadable: &unreadable,
+        findings: &findings,
+    };
+    match super::structured(&report, args.output)? {
+        Some(doc) => println!("{doc}"),
+        None => {
             for u in &unreadable {
                 eprintln!("{u}");
             }
