@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 use slipway::plan::api::Plan;
 use slipway::runtime::Operations;
@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a CustomResourceDefinition as YAML: plans.upgrade.cattle.io (the default),
+    /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
     /// nodemaintenances.nodemaintenance.medik8s.io or rebootpolicies.slipway.dev.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
@@ -55,12 +55,17 @@ enum Command {
     Render(cli::render::RenderArgs),
     /// Ask a Plan's channel as the controller does; print the version and the latestHash.
     Resolve(cli::resolve::ResolveArgs),
-    /// Show each Plan's conditions and per-node progress from the cluster (read-only).
+    /// Show how far Plans, NodeMaintenances and RebootPolicies are, from the cluster (read-only):
+    /// conditions, and per node its phase and why it waits.
     Status(cli::status::StatusArgs),
     /// Run on a node (a DaemonSet): mark the node's own Node with slipway.dev/reboot-required
     /// while its sentinel (kured's /var/run/reboot-required, or a command) says it needs a
     /// reboot, and clear the mark once it no longer does.
     Agent(cli::agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cli::generate::CompletionsArgs),
+    /// Print slipway's manual page (roff), or a command's, or write them all into a directory.
+    Man(cli::generate::ManArgs),
 }
 
 #[derive(clap::Args)]
@@ -184,8 +189,26 @@ struct HashArgs {
     secrets: Vec<PathBuf>,
 }
 
+/// The name kubectl runs a plugin by: `kubectl slipway` runs `kubectl-slipway` on PATH.
+const PLUGIN_EXECUTABLE: &str = "kubectl-slipway";
+
+/// The command line's definition, named as the user called it: `kubectl slipway` when run as
+/// kubectl's plugin, so that usage lines and help read as typed.
+fn command() -> clap::Command {
+    let invoked = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let cmd = Cli::command();
+    if invoked.as_deref() == Some(PLUGIN_EXECUTABLE) {
+        cmd.bin_name("kubectl slipway")
+    } else {
+        cmd
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let done = match cli.command {
         Command::Crd(args) => crd(&args).map(|crd| print!("{crd}")),
         Command::Hash(args) => hash(args).map(|h| println!("{h}")),
@@ -198,6 +221,14 @@ fn main() -> std::process::ExitCode {
         Command::Resolve(args) => cli::resolve::run(&args),
         Command::Status(args) => cli::status::run(&args),
         Command::Agent(args) => cli::agent::run(&args),
+        Command::Completions(args) => {
+            use std::io::Write;
+            let script = cli::generate::completions(&args, Cli::command(), "slipway");
+            std::io::stdout()
+                .write_all(&script)
+                .context("cannot write to stdout")
+        }
+        Command::Man(args) => cli::generate::man(&args, Cli::command()),
     };
     match done {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -76,7 +76,14 @@ fn stdin_json_and_unreadable_input() {
 
 #[test]
 fn every_tool_has_help_with_an_example() {
-    for command in ["validate", "render", "resolve", "status"] {
+    for command in [
+        "validate",
+        "render",
+        "resolve",
+        "status",
+        "completions",
+        "man",
+    ] {
         let (code, out, _) = slipway(&[command, "--help"], None);
         assert_eq!(code, 0);
         assert!(
@@ -274,5 +281,119 @@ fn an_unknown_context_is_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains("context \"elsewhere\""), "{args:?}: {err}");
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The commands `slipway --help` lists (without `help`).
+fn commands() -> Vec<String> {
+    let (code, help, _) = slipway(&["--help"], None);
+    assert_eq!(code, 0);
+    let names: Vec<String> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(names.len() >= 10, "{help}");
+    names
+}
+
+/// Completion scripts for every shell name every command; bash's parses and registers itself.
+#[test]
+fn completions_cover_every_command() {
+    let commands = commands();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, script, err) = slipway(&["completions", shell], None);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for c in &commands {
+            assert!(script.contains(c.as_str()), "{shell}: no {c}");
+        }
+        // A flag of a command, not only the command names.
+        assert!(script.contains("strict"), "{shell}");
+    }
+    let (_, script, _) = slipway(&["completions", "bash"], None);
+    let out = Command::new("bash")
+        .args(["-c", "eval \"$1\" && complete -p slipway", "bash", &script])
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("_slipway"));
+}
+
+/// A roff page for slipway listing every command, one page per command in `--dir`, each with the
+/// sections a man page has and the command's own options.
+#[test]
+fn man_pages_for_slipway_and_every_command() {
+    let commands = commands();
+    let (code, page, err) = slipway(&["man"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.contains(".TH slipway 1"), "{page}");
+    for c in &commands {
+        assert!(
+            page.contains(&format!("slipway\\-{}(1)", c.replace('-', "\\-"))),
+            "{c}: {page}"
+        );
+    }
+    let (code, page, err) = slipway(&["man", "validate"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.contains(".TH slipway-validate 1"), "{page}");
+    assert!(page.contains("\\fB\\-\\-strict\\fR"), "{page}");
+    let (code, _, err) = slipway(&["man", "nope"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("validate"), "{err}");
+
+    let dir = std::env::temp_dir().join(format!("slipway-cli-man-{}", std::process::id()));
+    let (code, written, err) = slipway(&["man", "--dir", &dir.display().to_string()], None);
+    assert_eq!(code, 0, "{err}");
+    let mut expected: Vec<String> = std::iter::once("slipway.1".to_string())
+        .chain(commands.iter().map(|c| format!("slipway-{c}.1")))
+        .collect();
+    expected.sort();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the man directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, expected);
+    assert_eq!(written.lines().count(), expected.len(), "{written}");
+    for f in &files {
+        let page = std::fs::read_to_string(dir.join(f)).expect("page");
+        for section in [".TH ", ".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS"] {
+            assert!(page.contains(section), "{f}: no {section}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Run as `kubectl-slipway` (how kubectl finds the plugin), usage and help say `kubectl slipway`.
+#[test]
+fn as_a_kubectl_plugin_it_names_itself_so() {
+    let dir = std::env::temp_dir().join(format!("slipway-cli-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plugin = dir.join("kubectl-slipway");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_slipway"), &plugin).expect("symlink");
+    let out = Command::new(&plugin)
+        .args(["status", "--help"])
+        .output()
+        .expect("run the plugin");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        help.contains("Usage: kubectl slipway status [OPTIONS]"),
+        "{help}"
+    );
+    let out = Command::new(&plugin).arg("nope").output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Usage: kubectl slipway <COMMAND>"), "{err}");
+    let (_, help, _) = slipway(&["status", "--help"], None);
+    assert!(help.contains("Usage: slipway status [OPTIONS]"), "{help}");
     let _ = std::fs::remove_dir_all(dir);
 }

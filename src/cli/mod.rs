@@ -3,6 +3,7 @@
 //! in the library.
 
 pub mod agent;
+pub mod generate;
 pub mod render;
 pub mod resolve;
 pub mod run;
