@@ -397,3 +397,64 @@ fn as_a_kubectl_plugin_it_names_itself_so() {
     assert!(help.contains("Usage: slipway status [OPTIONS]"), "{help}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The krew manifest template: a Plugin named slipway at Cargo.toml's version, whose every
+/// platform installs the `slipway` binary from its archive, and whose only placeholders are the
+/// release archive's URL and sha256.
+#[test]
+fn the_krew_manifest_template() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/krew/slipway.yaml");
+    let text = std::fs::read_to_string(&path).expect("plugins/krew/slipway.yaml");
+    let m: serde_json::Value = serde_saphyr::from_str(&text).expect("YAML");
+    assert_eq!(
+        m["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(m["kind"], "Plugin");
+    assert_eq!(m["metadata"]["name"], "slipway");
+    let spec = &m["spec"];
+    assert_eq!(
+        spec["version"],
+        format!("v{}", env!("CARGO_PKG_VERSION")),
+        "spec.version follows Cargo.toml"
+    );
+    let short = spec["shortDescription"].as_str().expect("shortDescription");
+    assert!(!short.is_empty() && short.len() <= 50, "{short}");
+    let description = spec["description"].as_str().expect("description");
+    // The commands the description shows exist.
+    let (_, help, _) = slipway(&["--help"], None);
+    for line in description
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("kubectl slipway "))
+    {
+        let command = line.split_whitespace().next().expect("a command");
+        assert!(help.contains(&format!("\n  {command} ")), "{command}");
+    }
+    let platforms = spec["platforms"].as_array().expect("platforms");
+    assert!(!platforms.is_empty());
+    let placeholder = regex::Regex::new(r"^@(URI|SHA256)_[A-Z0-9_]+@$").expect("regex");
+    let mut placeholders = Vec::new();
+    for p in platforms {
+        let labels = &p["selector"]["matchLabels"];
+        let (os, arch) = (labels["os"].as_str(), labels["arch"].as_str());
+        let suffix = format!("{}_{}", os.expect("os"), arch.expect("arch")).to_uppercase();
+        assert_eq!(p["uri"], format!("@URI_{suffix}@"));
+        assert_eq!(p["sha256"], format!("@SHA256_{suffix}@"));
+        placeholders.extend([p["uri"].clone(), p["sha256"].clone()]);
+        assert_eq!(p["bin"], "slipway");
+        let files = p["files"].as_array().expect("files");
+        assert!(
+            files
+                .iter()
+                .any(|f| f["from"] == "slipway" && f["to"] == "."),
+            "{files:?}"
+        );
+    }
+    assert!(
+        placeholders
+            .iter()
+            .all(|p| p.as_str().is_some_and(|s| placeholder.is_match(s)))
+    );
+    // No other placeholder anywhere.
+    assert_eq!(text.matches("\"@").count(), placeholders.len(), "{text}");
+}

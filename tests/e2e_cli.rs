@@ -669,7 +669,7 @@ fn works_as_a_kubectl_plugin() {
             "validate",
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
         ])
-        .env("PATH", path)
+        .env("PATH", &path)
         .output()
         .expect("run kubectl");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -679,6 +679,17 @@ fn works_as_a_kubectl_plugin() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("0 errors"), "{stdout}");
+    // Help speaks of the command as it was typed.
+    let out = Command::new("kubectl")
+        .args(["slipway", "render", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("run kubectl");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Usage: kubectl slipway render [OPTIONS] <PLAN>"),
+        "{help}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
