@@ -1,4 +1,5 @@
-//! The offline commands through the binary: exit codes, one line per problem, stdin, help.
+//! The offline commands through the binary: exit codes, one line per problem, stdin, help,
+//! structured output, completions and man pages, the kubectl plugin's name and krew manifest.
 
 use std::io::Write;
 use std::process::{Command, Stdio};

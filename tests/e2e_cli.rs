@@ -1,5 +1,6 @@
-//! End-to-end tests of `slipway validate` and `slipway render` against the local cluster: what
-//! they say offline is what the API server and the controller then do.
+//! End-to-end tests of the command line against the local cluster: what `validate`, `render` and
+//! `resolve` say offline is what the API server and the controller then do; `status` reads every
+//! kind, from the kubeconfig context given, under a read-only user too.
 
 mod support;
 
