@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 use slipway::plan::api::Plan;
 use slipway::runtime::Operations;
@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a CustomResourceDefinition as YAML: plans.upgrade.cattle.io (the default),
+    /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
     /// nodemaintenances.nodemaintenance.medik8s.io or rebootpolicies.slipway.dev.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
@@ -49,24 +49,32 @@ enum Command {
     /// SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL are read from the environment with SUC's defaults.
     Run(RunArgs),
     /// Check Plans in files as the API server and the controller would, and warn about the usual
-    /// mistakes. Exit 0: no errors; 1: errors; 2: some input could not be read.
+    /// mistakes. Exit 0: no errors (warnings allowed); 1: errors; 2: some input could not be read.
     Validate(cli::validate::ValidateArgs),
     /// Print the reboot pods and Jobs the controller would create for a Plan, batch by batch.
     Render(cli::render::RenderArgs),
     /// Ask a Plan's channel as the controller does; print the version and the latestHash.
     Resolve(cli::resolve::ResolveArgs),
-    /// Show each Plan's conditions and per-node progress from the cluster (read-only).
+    /// Show how far Plans, NodeMaintenances and RebootPolicies are, from the cluster (read-only):
+    /// conditions, and per node its phase and why it waits.
     Status(cli::status::StatusArgs),
     /// Run on a node (a DaemonSet): mark the node's own Node with slipway.dev/reboot-required
     /// while its sentinel (kured's /var/run/reboot-required, or a command) says it needs a
     /// reboot, and clear the mark once it no longer does.
     Agent(cli::agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cli::generate::CompletionsArgs),
+    /// Print slipway's manual page (roff), or a command's, or write them all into a directory.
+    Man(cli::generate::ManArgs),
 }
 
 #[derive(clap::Args)]
 struct CrdArgs {
     #[arg(value_enum, default_value_t = CrdResource::Plans)]
     resource: CrdResource,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = cli::render::Objects::Yaml)]
+    output: cli::render::Objects,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -102,6 +110,9 @@ struct RunArgs {
     /// Overrides the API server URL of the kubeconfig.
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_MASTER_URL", default_value = "")]
     master: String,
+    /// The kubeconfig context to use; default: its current context.
+    #[arg(long)]
+    context: Option<String>,
     /// Plans reconciled at once.
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_THREADS", default_value_t = 2)]
     threads: u16,
@@ -178,16 +189,28 @@ struct HashArgs {
     secrets: Vec<PathBuf>,
 }
 
+/// The name kubectl runs a plugin by: `kubectl slipway` runs `kubectl-slipway` on PATH.
+const PLUGIN_EXECUTABLE: &str = "kubectl-slipway";
+
+/// The command line's definition, named as the user called it: `kubectl slipway` when run as
+/// kubectl's plugin, so that usage lines and help read as typed.
+fn command() -> clap::Command {
+    let invoked = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let cmd = Cli::command();
+    if invoked.as_deref() == Some(PLUGIN_EXECUTABLE) {
+        cmd.bin_name("kubectl slipway")
+    } else {
+        cmd
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let done = match cli.command {
-        Command::Crd(args) => match args.resource {
-            CrdResource::Plans => slipway::plan::api::crd::plan_crd_yaml(),
-            CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd_yaml(),
-            CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd_yaml(),
-        }
-        .map(|crd| print!("{crd}"))
-        .map_err(anyhow::Error::from),
+        Command::Crd(args) => crd(&args).map(|crd| print!("{crd}")),
         Command::Hash(args) => hash(args).map(|h| println!("{h}")),
         Command::Run(args) => run(args),
         Command::Validate(args) => match cli::validate::run(&args) {
@@ -198,6 +221,14 @@ fn main() -> std::process::ExitCode {
         Command::Resolve(args) => cli::resolve::run(&args),
         Command::Status(args) => cli::status::run(&args),
         Command::Agent(args) => cli::agent::run(&args),
+        Command::Completions(args) => {
+            use std::io::Write;
+            let script = cli::generate::completions(&args, Cli::command(), "slipway");
+            std::io::stdout()
+                .write_all(&script)
+                .context("cannot write to stdout")
+        }
+        Command::Man(args) => cli::generate::man(&args, Cli::command()),
     };
     match done {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -256,7 +287,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let config = client_config(&args.kubeconfig, &args.master).await?;
+        let config = client_config(&args.kubeconfig, &args.master, args.context.as_deref()).await?;
         // Evictions answered 429 (a PodDisruptionBudget) must come back at once, to be reported
         // and asked again on the next reconcile: kube's retry layer would wait minutes.
         let mut no_retry = config.clone();
@@ -437,22 +468,43 @@ async fn on_signals(shutdown: CancellationToken, health: Health) {
     }
 }
 
-async fn client(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Client> {
-    let config = client_config(kubeconfig, master).await?;
+async fn client(
+    kubeconfig: &str,
+    master: &str,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let config = client_config(kubeconfig, master, context).await?;
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }
 
-async fn client_config(kubeconfig: &str, master: &str) -> anyhow::Result<kube::Config> {
-    let mut config = if kubeconfig.is_empty() {
-        kube::Config::infer()
+/// The configuration of a kubeconfig path (empty: the usual lookup, in-cluster included) and one
+/// of its contexts (`None`: the current one; a context needs a kubeconfig, so no in-cluster then).
+async fn client_config(
+    kubeconfig: &str,
+    master: &str,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let mut config = match (kubeconfig, context) {
+        ("", None) => kube::Config::infer()
             .await
-            .context("cannot find a Kubernetes configuration")?
-    } else {
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-            .with_context(|| format!("cannot read kubeconfig {kubeconfig}"))?;
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .context("cannot find a Kubernetes configuration")?,
+        ("", Some(c)) => kube::Config::from_kubeconfig(&options)
             .await
-            .with_context(|| format!("cannot use kubeconfig {kubeconfig}"))?
+            .with_context(|| format!("cannot use context {c:?} of the kubeconfig"))?,
+        (path, _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {path}"))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| match context {
+                    Some(c) => format!("cannot use context {c:?} of kubeconfig {path}"),
+                    None => format!("cannot use kubeconfig {path}"),
+                })?
+        }
     };
     if !master.is_empty() {
         config.cluster_url = master
@@ -460,6 +512,20 @@ async fn client_config(kubeconfig: &str, master: &str) -> anyhow::Result<kube::C
             .with_context(|| format!("bad --master URL {master}"))?;
     }
     Ok(config)
+}
+
+fn crd(args: &CrdArgs) -> anyhow::Result<String> {
+    use cli::render::Objects;
+    let crd = match args.resource {
+        CrdResource::Plans => slipway::plan::api::crd::plan_crd(),
+        CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd(),
+        CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd(),
+    };
+    // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
+    Ok(match args.output {
+        Objects::Yaml => serde_saphyr::to_string(&crd).context("cannot write YAML")?,
+        Objects::Json => serde_json::to_string_pretty(&crd)? + "\n",
+    })
 }
 
 fn hash(args: HashArgs) -> anyhow::Result<String> {
@@ -485,7 +551,7 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
     };
     let mut secrets = std::collections::BTreeMap::new();
     for p in &args.secrets {
-        let secret: Secret = read_yaml(p)?;
+        let secret = slipway::plan::core::secret::as_stored(read_yaml::<Secret>(p)?);
         let name = secret
             .metadata
             .name

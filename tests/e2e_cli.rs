@@ -1,5 +1,6 @@
-//! End-to-end tests of `slipway validate` and `slipway render` against the local cluster: what
-//! they say offline is what the API server and the controller then do.
+//! End-to-end tests of the command line against the local cluster: what `validate`, `render` and
+//! `resolve` say offline is what the API server and the controller then do; `status` reads every
+//! kind, from the kubeconfig context given, under a read-only user too.
 
 mod support;
 
@@ -36,9 +37,16 @@ fn corpus() -> Vec<PathBuf> {
     files
 }
 
-/// `api`, `controller` or `valid`, from validate's JSON: who would reject the Plan first.
+/// `api`, `controller` or `valid`, from validate's JSON: who would reject the Plan first. Strict:
+/// the Secrets the corpus mounts are not on the cluster either.
 fn validate_verdict(file: &Path) -> String {
-    let (_, out, err) = slipway(&["validate", "-o", "json", &file.display().to_string()]);
+    let (_, out, err) = slipway(&[
+        "validate",
+        "--strict",
+        "-o",
+        "json",
+        &file.display().to_string(),
+    ]);
     let report: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     let sources: Vec<&str> = report["findings"]
@@ -173,6 +181,121 @@ async fn render_equals_what_the_controller_creates() {
     support::delete_nodes(&ns.client(), &nodes).await;
     ns.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Secrets in files are read as the API server stores them: a Plan whose Secret is written with
+/// `stringData` (over a `data` key it overrides) and one whose Secrets are written with `data`
+/// (one without a `type`, one empty) get from `render` the latestHash and the Job names that the
+/// controller then gives them.
+#[tokio::test]
+async fn render_reads_secrets_as_the_controller_does() {
+    let Some((cluster, ns, nodes, _pool)) = support::setup_pool("cli-secrets", 2).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-secrets"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plan = |name: &str, node: &str, secrets: &[&str]| {
+        let mounts: String = secrets
+            .iter()
+            .map(|s| format!("  - name: {s}\n    path: /run/secrets/{s}\n"))
+            .collect();
+        format!(
+            "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  concurrency: 1\n  nodeSelector:\n    matchLabels:\n      kubernetes.io/hostname: {node}\n  version: v1.2.3+k3s1\n  secrets:\n{mounts}  upgrade:\n    image: busybox\n    command: [sh, /run/secrets/{first}/upgrade.sh]\n",
+            ns = ns.name(),
+            first = secrets[0],
+        )
+    };
+    // The Plan and its Secret in one file, the Secret in plain text.
+    let plain = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: plain\n  namespace: {ns}\ntype: Opaque\ndata:\n  upgrade.sh: ZWNobyBvbGQK\n  keep: a2VwdA==\nstringData:\n  upgrade.sh: |\n    #!/bin/sh\n    echo \"upgrading $(hostname)\"\n---\n{}",
+        plan("plain", &nodes[0], &["plain"]),
+        ns = ns.name()
+    );
+    // The Plan in one file, its Secrets base64-encoded in another, given with --secret.
+    let encoded = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: encoded\n  namespace: {ns}\ndata:\n  upgrade.sh: IyEvYmluL3NoCmVjaG8gdXBncmFkaW5nCg==\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: bare\n  namespace: {ns}\n",
+        ns = ns.name()
+    );
+    let files = [
+        ("plain.yaml", plain),
+        (
+            "encoded-plan.yaml",
+            plan("encoded", &nodes[1], &["encoded", "bare"]),
+        ),
+        ("encoded-secrets.yaml", encoded),
+    ];
+    for (file, text) in &files {
+        std::fs::write(dir.join(file), text).expect("write");
+        cluster
+            .kubectl_stdin(&["apply", "-f", "-"], Some(text))
+            .await
+            .unwrap_or_else(|e| panic!("apply {file}: {e}"));
+    }
+    let path = |f: &str| dir.join(f).display().to_string();
+    let kc = cluster.kubeconfig_path().display().to_string();
+    let name = format!("slipway-{}", ns.name());
+    let rendered_plain =
+        render_hash_and_jobs(&[&path("plain.yaml"), "--kubeconfig", &kc, "--name", &name]);
+    let rendered_encoded = render_hash_and_jobs(&[
+        &path("encoded-plan.yaml"),
+        "--secret",
+        &path("encoded-secrets.yaml"),
+        "--kubeconfig",
+        &kc,
+        "--name",
+        &name,
+    ]);
+
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let plans = ns.api::<Plan>();
+    let jobs = ns.api::<Job>();
+    for (plan, rendered) in [("plain", rendered_plain), ("encoded", rendered_encoded)] {
+        let controllers = support::wait_for(
+            &format!("plan/{plan}'s latestHash and Job"),
+            Duration::from_secs(60),
+            || async {
+                let hash = plans
+                    .get(plan)
+                    .await?
+                    .status
+                    .and_then(|s| s.latest_hash)
+                    .ok_or_else(|| anyhow::anyhow!("no latestHash yet"))?;
+                let label = format!("upgrade.cattle.io/plan={plan}");
+                let names: Vec<String> = jobs
+                    .list(&ListParams::default().labels(&label))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter_map(|j| j.metadata.name)
+                    .collect();
+                if names.is_empty() {
+                    anyhow::bail!("no Job yet");
+                }
+                Ok((hash, names))
+            },
+        )
+        .await;
+        assert_eq!(controllers, rendered, "plan/{plan}");
+    }
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `slipway render <args>`: the latestHash its summary prints and the names of its Jobs.
+fn render_hash_and_jobs(args: &[&str]) -> (String, Vec<String>) {
+    let (code, summary, err) = slipway(&[&["render", "--summary"], args].concat());
+    assert_eq!(code, 0, "{err}");
+    let hash = summary
+        .lines()
+        .next()
+        .and_then(|l| l.split("latestHash ").nth(1))
+        .unwrap_or_else(|| panic!("no latestHash in {summary}"))
+        .to_string();
+    let (code, objects, err) = slipway(&[&["render"], args].concat());
+    assert_eq!(code, 0, "{err}");
+    let jobs = rendered(&objects).into_keys().collect();
+    (hash, jobs)
 }
 
 /// `render` of the Plan file over a dump of the pool's nodes (no cluster); `--summary` names
@@ -329,7 +452,24 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(report[0]["done"], 2, "{out}");
-    assert_eq!(report[0]["latest_hash"], hash.as_str(), "{out}");
+    assert_eq!(report[0]["latestHash"], hash.as_str(), "{out}");
+    assert_eq!(report[0]["kind"], "Plan", "{out}");
+    // Every kind by default: the reader may not list the others, which are left out with a note.
+    let (code, out, err) = slipway(&["status", "-n", ns.name(), "--kubeconfig", &kc]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("plan/follow  "), "{out}");
+    for kind in ["nodemaintenances", "rebootpolicies"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("note: ") && l.contains(kind) && l.ends_with("left out")),
+            "{err}"
+        );
+    }
+    let (code, _, err) = slipway(&["status", "nm", "--kubeconfig", &kc]);
+    assert_eq!(
+        code, 1,
+        "asked for by name, a kind it may not list is an error: {err}"
+    );
 
     a_missing_cluster_object_is_one_line(&plan, &plan_file, &kc);
 
@@ -530,7 +670,7 @@ fn works_as_a_kubectl_plugin() {
             "validate",
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
         ])
-        .env("PATH", path)
+        .env("PATH", &path)
         .output()
         .expect("run kubectl");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -540,5 +680,188 @@ fn works_as_a_kubectl_plugin() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("0 errors"), "{stdout}");
+    // Help speaks of the command as it was typed.
+    let out = Command::new("kubectl")
+        .args(["slipway", "render", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("run kubectl");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Usage: kubectl slipway render [OPTIONS] <PLAN>"),
+        "{help}"
+    );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `status` shows NodeMaintenances and RebootPolicies beside Plans, as text, JSON and YAML, from
+/// the kubeconfig context given with `--context`.
+#[tokio::test]
+async fn status_shows_every_kind_from_the_context_given() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    use slipway::maintenance::api::NodeMaintenance;
+    use slipway::reboot_policy::api::RebootPolicy;
+    let Some(cluster) = support::cluster().await else {
+        return;
+    };
+    let client = cluster.client().await;
+    support::install_crd(&client).await;
+    for crd in [
+        "nodemaintenances.nodemaintenance.medik8s.io",
+        "rebootpolicies.slipway.dev",
+    ] {
+        let path = format!("{}/crds/{crd}.yaml", env!("CARGO_MANIFEST_DIR"));
+        cluster
+            .kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &path])
+            .await
+            .expect("apply the CRD");
+        cluster
+            .kubectl(&["wait", "--for=condition=Established", &format!("crd/{crd}")])
+            .await
+            .expect("the CRD is served");
+    }
+    let ns = TestNamespace::create(&cluster, "cli-status").await;
+    let (nm, rbp) = (
+        support::unique_name("cli-nm"),
+        support::unique_name("cli-rbp"),
+    );
+    let plan = format!(
+        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: up\n  namespace: {}\nspec:\n  concurrency: 1\n  version: v1\n  upgrade:\n    image: busybox\n",
+        ns.name()
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+        .await
+        .expect("apply the Plan");
+    let maintenances = kube::Api::<NodeMaintenance>::all(client.clone());
+    let m: NodeMaintenance = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+        "metadata": {"name": nm}, "spec": {"nodeName": "no-such-node", "reason": "disk swap"},
+    }))
+    .expect("a NodeMaintenance");
+    maintenances
+        .create(&PostParams::default(), &m)
+        .await
+        .expect("create");
+    let status = serde_json::json!({"status": {
+        "phase": "Running", "drainProgress": 50,
+        "pendingPodsReasons": [{"namespace": "shop", "name": "web-1", "reason": "a PodDisruptionBudget allows no disruption"}],
+    }});
+    maintenances
+        .patch_status(&nm, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("the NodeMaintenance's status");
+    let policies = kube::Api::<RebootPolicy>::all(client.clone());
+    let p: RebootPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
+        "metadata": {"name": rbp}, "spec": {"paused": true, "concurrency": 1},
+    }))
+    .expect("a RebootPolicy");
+    policies
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create");
+    let status = serde_json::json!({"status": {"wanting": 1, "rebooting": 0,
+        "nodes": [{"name": "w1", "phase": "Wanting", "signal": "agent"}]}});
+    policies
+        .patch_status(&rbp, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("the RebootPolicy's status");
+
+    let dir = std::env::temp_dir().join(support::unique_name("slipway-status"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kc = two_context_kubeconfig(cluster.kubeconfig_path(), &dir.join("kubeconfig"));
+    let args = |more: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["status", "-n", ns.name(), "--kubeconfig", &kc]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(more.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |more: &[&str]| {
+        let a = args(more);
+        slipway(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let wanted = [
+        "plan/up".to_string(),
+        format!("nm/{nm}"),
+        format!("rebootpolicy/{rbp}"),
+    ];
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    // The kubeconfig's current context is a server that is not there.
+    let (code, _, err) = run(&wanted);
+    assert_eq!(code, 1, "{err}");
+    let (code, text, err) = run(&[&wanted[..], &["--context", "test"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        text,
+        format!(
+            "plan/up  version -  done 0  applying 0  remaining 0\nnodemaintenance/{nm}  node no-such-node  Running  drained 50%  reason: disk swap\n  pending pod shop/web-1: a PodDisruptionBudget allows no disruption\nrebootpolicy/{rbp}  wanting 1  rebooting 0  paused\n  node w1  Wanting  since -  signal agent\n"
+        )
+    );
+    let (code, yaml, err) = run(&[&wanted[..], &["--context", "test", "-o", "yaml"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, json, err) = run(&[&wanted[..], &["--context", "test", "-o", "json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let from_yaml: serde_json::Value = serde_saphyr::from_str(&yaml).expect("yaml");
+    let from_json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(from_yaml, from_json);
+    let kinds: Vec<&str> = from_json
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Plan", "NodeMaintenance", "RebootPolicy"]);
+    assert_eq!(from_json[1]["pendingPods"][0]["name"], "web-1");
+    assert_eq!(from_json[2]["nodes"][0]["phase"], "Wanting");
+    // Without a resource: every kind, ours among them.
+    let (code, all, err) = run(&["--context", "test"]);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "plan/up  ".to_string(),
+        format!("nodemaintenance/{nm}  "),
+        format!("rebootpolicy/{rbp}  "),
+    ] {
+        assert!(all.lines().any(|l| l.starts_with(&line)), "{line}: {all}");
+    }
+    let (code, _, err) = run(&["rbp/nope", "--context", "test"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim(), "slipway: rebootpolicy/nope not found", "{err}");
+
+    let _ = maintenances.delete(&nm, &Default::default()).await;
+    let _ = policies.delete(&rbp, &Default::default()).await;
+    ns.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A copy of the kubeconfig `admin` whose context `test` is the cluster, and whose current
+/// context is a server nobody listens on. Returns its path.
+fn two_context_kubeconfig(admin: &Path, out: &Path) -> String {
+    let mut kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let current = kc.current_context.clone().expect("a current context");
+    let mut test = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .cloned()
+        .expect("the current context");
+    test.name = "test".into();
+    let mut nowhere = test.clone();
+    nowhere.name = "nowhere".into();
+    let mut cluster = kc.clusters[0].clone();
+    cluster.name = "nowhere".into();
+    if let Some(c) = cluster.cluster.as_mut() {
+        c.server = Some(format!("https://127.0.0.1:{}", support::free_port()));
+    }
+    if let Some(c) = nowhere.context.as_mut() {
+        c.cluster = "nowhere".into();
+    }
+    kc.clusters.push(cluster);
+    kc.contexts.push(test);
+    kc.contexts.push(nowhere);
+    kc.current_context = Some("nowhere".into());
+    std::fs::write(out, serde_json::to_string_pretty(&kc).expect("json")).expect("write");
+    out.display().to_string()
 }

@@ -29,6 +29,9 @@ pub struct AgentArgs {
     /// Kubeconfig; empty means in-cluster configuration (or the usual lookup).
     #[arg(long, default_value = "")]
     pub kubeconfig: String,
+    /// The kubeconfig context to use; default: its current context.
+    #[arg(long)]
+    pub context: Option<String>,
     /// The file whose existence means the node wants a reboot (kured's sentinel), as this process
     /// sees it: the DaemonSet mounts the host's /var/run read-only at /host/var/run.
     #[arg(
@@ -66,7 +69,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = super::client(&args.kubeconfig).await?;
+        let client = super::client(&args.kubeconfig, args.context.as_deref()).await?;
         let nodes: Api<Node> = Api::all(client);
         info!(node = %args.node, period = %args.period, "watching the reboot sentinel");
         let mut stop = Stop::new();

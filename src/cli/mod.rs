@@ -3,16 +3,47 @@
 //! in the library.
 
 pub mod agent;
+pub mod generate;
 pub mod render;
 pub mod resolve;
 pub mod run;
 pub mod status;
 pub mod validate;
 
-/// A client from a kubeconfig path (empty: the usual lookup), as `slipway run` builds it.
-pub async fn client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
+use anyhow::Context;
+use serde::Serialize;
+
+/// The format of structured output (`-o`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// For people: lines and tables.
+    Text,
+    /// One JSON document, for scripts and CI annotations.
+    Json,
+    /// One YAML document.
+    Yaml,
+}
+
+/// `value` as one JSON or YAML document (`None` for [`Output::Text`], which each command writes
+/// its own way), without a trailing newline.
+pub fn structured<T: Serialize>(value: &T, output: Output) -> anyhow::Result<Option<String>> {
+    Ok(match output {
+        Output::Text => None,
+        Output::Json => Some(serde_json::to_string_pretty(value)?),
+        Output::Yaml => Some(
+            serde_saphyr::to_string(value)
+                .context("cannot write YAML")?
+                .trim_end()
+                .to_string(),
+        ),
+    })
+}
+
+/// A client from a kubeconfig path (empty: the usual lookup) and a context of it (`None`: its
+/// current context), as `slipway run` builds it.
+pub async fn client(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<kube::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    crate::client(kubeconfig, "").await
+    crate::client(kubeconfig, "", context).await
 }
 
 /// The API server's message of a failed request, on one line.

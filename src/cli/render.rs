@@ -16,7 +16,8 @@ use slipway::plan::core::render::{RenderInput, Rendering};
 #[command(after_help = "Examples:\n  \
     slipway render examples/k3s-stable.yaml --nodes nodes.yaml --version v1.34.2+k3s1\n  \
     kubectl get nodes -o yaml > nodes.yaml && slipway render plan.yaml --nodes nodes.yaml --summary\n  \
-    slipway render plan.yaml --kubeconfig ~/.kube/config --secret secret.yaml")]
+    slipway render plan.yaml --kubeconfig ~/.kube/config --secret secret.yaml\n  \
+    slipway render plan.yaml --context prod -o json | jq -r '.items[].metadata.name'")]
 pub struct RenderArgs {
     /// The Plan, as YAML or JSON; Secrets in the same file are used too. `-` reads stdin.
     pub plan: PathBuf,
@@ -28,6 +29,9 @@ pub struct RenderArgs {
     /// means the usual lookup (KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long)]
     pub kubeconfig: Option<String>,
+    /// The kubeconfig context to read the cluster of; default: its current context.
+    #[arg(long, conflicts_with = "nodes")]
+    pub context: Option<String>,
     /// The version to render: overrides spec.version, and is required for a Plan that follows a
     /// channel (see `slipway resolve`).
     #[arg(long)]
@@ -39,9 +43,13 @@ pub struct RenderArgs {
     /// file's, else the live Plan's (with --kubeconfig), else a stand-in (batches then may differ).
     #[arg(long)]
     pub uid: Option<String>,
-    /// Print a table of nodes (batch, Job, or why not) instead of YAML.
+    /// Print a table of nodes (batch, Job, or why not) instead of the objects.
     #[arg(long)]
     pub summary: bool,
+    /// The format of the objects: a YAML stream (each object headed by its batch), or one JSON
+    /// List (as `kubectl get -o json` prints, in the same order).
+    #[arg(long, short, value_enum, default_value_t = Objects::Yaml, conflicts_with = "summary")]
+    pub output: Objects,
     /// The controller's name (the upgrade.cattle.io/controller label).
     #[arg(
         long,
@@ -49,6 +57,12 @@ pub struct RenderArgs {
         default_value = "system-upgrade-controller"
     )]
     pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Objects {
+    Yaml,
+    Json,
 }
 
 /// The uid of a Plan that has none yet (it is only ever set by the API server).
@@ -108,10 +122,10 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<()> {
     let name = input.plan.metadata.name.clone().unwrap_or_default();
     let rendering = slipway::plan::core::render::render(&input)
         .with_context(|| format!("{file}: plan/{name}"))?;
-    if args.summary {
-        print!("{}", summary(&rendering));
-    } else {
-        print!("{}", yaml(&rendering)?);
+    match (args.summary, args.output) {
+        (true, _) => print!("{}", summary(&rendering)),
+        (false, Objects::Yaml) => print!("{}", yaml(&rendering)?),
+        (false, Objects::Json) => println!("{}", serde_json::to_string_pretty(&list(&rendering)?)?),
     }
     if let Some(why) = &rendering.stopped {
         eprintln!("note: {why}");
@@ -170,6 +184,21 @@ pub fn yaml(r: &Rendering) -> anyhow::Result<String> {
         }
     }
     Ok(out)
+}
+
+/// Every object of every batch, reboot pods before Jobs, as a `v1` List.
+pub fn list(r: &Rendering) -> anyhow::Result<serde_json::Value> {
+    // k8s-openapi writes each object's apiVersion and kind.
+    let mut items = Vec::new();
+    for b in &r.batches {
+        for p in &b.pods {
+            items.push(serde_json::to_value(p)?);
+        }
+        for j in &b.jobs {
+            items.push(serde_json::to_value(j)?);
+        }
+    }
+    Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}))
 }
 
 /// One line per node: batch, Job, or why it gets none.
@@ -231,7 +260,7 @@ fn add_secret(
     doc: &Document,
     file: &str,
 ) -> anyhow::Result<()> {
-    let secret: Secret = serde_json::from_value(doc.value.clone())
+    let secret = slipway::plan::core::secret::from_manifest(&doc.value)
         .with_context(|| format!("{file}:{}: not a valid Secret", doc.line))?;
     let name = secret
         .metadata
@@ -278,7 +307,11 @@ async fn live(
     plan: &mut Plan,
     secrets: &BTreeMap<String, Secret>,
 ) -> anyhow::Result<Vec<NodeInfo>> {
-    let client = super::client(args.kubeconfig.as_deref().unwrap_or("")).await?;
+    let client = super::client(
+        args.kubeconfig.as_deref().unwrap_or(""),
+        args.context.as_deref(),
+    )
+    .await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
         .list(&ListParams::default())

@@ -13,7 +13,8 @@ use slipway::plan::shell::channel::{ChannelClient, ChannelConfig};
 #[command(after_help = "Examples:\n  \
     slipway resolve examples/k3s-stable.yaml\n  \
     slipway resolve plan.yaml --cluster-id \"$(kubectl get ns kube-system -o jsonpath='{.metadata.uid}')\"\n  \
-    slipway resolve plan.yaml --kubeconfig ~/.kube/config --secret secret.yaml")]
+    slipway resolve plan.yaml --kubeconfig ~/.kube/config --secret secret.yaml\n  \
+    slipway resolve plan.yaml --context prod -o json")]
 pub struct ResolveArgs {
     /// The Plan, as YAML or JSON; Secrets in the same file are used for the hash. `-` reads stdin.
     pub plan: PathBuf,
@@ -23,6 +24,12 @@ pub struct ResolveArgs {
     /// Read the cluster id from this cluster (get on the kube-system namespace only).
     #[arg(long)]
     pub kubeconfig: Option<String>,
+    /// Read the cluster id from this context of the kubeconfig (default: its current context).
+    #[arg(long, conflicts_with = "cluster_id")]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
+    pub output: super::Output,
     /// A Secret the Plan references, as YAML or JSON; repeat for several.
     #[arg(long = "secret")]
     pub secrets: Vec<PathBuf>,
@@ -46,7 +53,7 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     for d in docs.iter().chain(extra.iter().flatten()) {
         if d.kind() == "Secret" {
-            let s: Secret = serde_json::from_value(d.value.clone())
+            let s = slipway::plan::core::secret::from_manifest(&d.value)
                 .with_context(|| format!("line {}: not a valid Secret", d.line))?;
             if let Some(n) = s.metadata.name.clone() {
                 secrets.insert(n, s);
@@ -63,8 +70,10 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
             let raw = runtime.block_on(async {
                 let cluster_id = match (&args.cluster_id, &args.kubeconfig) {
                     (Some(id), _) => id.clone(),
-                    (None, Some(k)) => {
-                        let client = super::client(k).await?;
+                    (None, None) if args.context.is_none() => String::new(),
+                    (None, k) => {
+                        let k = k.as_deref().unwrap_or("");
+                        let client = super::client(k, args.context.as_deref()).await?;
                         let ns = Api::<Namespace>::all(client)
                             .get("kube-system")
                             .await
@@ -76,7 +85,6 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
                             })?;
                         ns.metadata.uid.unwrap_or_default()
                     }
-                    (None, None) => String::new(),
                 };
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 let client = ChannelClient::new(cluster_id, &ChannelConfig::default())?;
@@ -97,10 +105,38 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
     let latest = slipway::plan::core::image::munge_version(&raw);
     let hash = slipway::plan::core::hash::plan_latest_hash(&plan, &latest, &secrets)
         .with_context(|| format!("plan/{name}: cannot compute the latestHash"))?;
-    println!("plan:          {name}");
-    println!("from:          {source}");
-    println!("version:       {raw}");
-    println!("latestVersion: {latest}");
-    println!("latestHash:    {hash}");
+    let resolved = Resolved {
+        plan: name,
+        from: source,
+        version: raw,
+        latest_version: latest,
+        latest_hash: hash,
+    };
+    println!("{}", resolved.show(args.output)?);
     Ok(())
+}
+
+/// What `resolve` prints.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Resolved {
+    plan: String,
+    /// `spec.version`, or `channel <url>`.
+    from: String,
+    /// The version as given or as the channel answered.
+    version: String,
+    latest_version: String,
+    latest_hash: String,
+}
+
+impl Resolved {
+    fn show(&self, output: super::Output) -> anyhow::Result<String> {
+        Ok(match super::structured(self, output)? {
+            Some(doc) => doc,
+            None => format!(
+                "plan:          {}\nfrom:          {}\nversion:       {}\nlatestVersion: {}\nlatestHash:    {}",
+                self.plan, self.from, self.version, self.latest_version, self.latest_hash
+            ),
+        })
+    }
 }

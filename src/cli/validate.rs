@@ -3,7 +3,10 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use slipway::plan::core::lint::{self, Document, FileFinding, Input, SchemaChecker, Severity};
+use super::Output;
+use slipway::plan::core::lint::{
+    self, Document, FileFinding, Input, Options, SchemaChecker, Severity,
+};
 
 /// Exit codes: no errors, errors found, some input could not be read.
 pub const OK: u8 = 0;
@@ -14,22 +17,21 @@ pub const CANNOT_READ: u8 = 2;
 #[command(after_help = "Examples:\n  \
     slipway validate examples/\n  \
     kustomize build overlays/prod | slipway validate -\n  \
-    slipway validate --output json plans/ > findings.json")]
+    slipway validate --output json plans/ > findings.json\n  \
+    slipway validate --strict plans/ secrets/")]
 pub struct ValidateArgs {
     /// Files or directories (searched recursively for *.yaml, *.yml and *.json); `-` reads stdin.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// Output format.
+    /// Output format: text is `file:line: plan/name: field: severity: message` and a summary
+    /// line; json and yaml are one document with every finding, for CI annotations.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// `file:line: plan/name: field: severity: message`, then a summary line.
-    Text,
-    /// One JSON object with every finding, for CI annotations.
-    Json,
+    /// A Secret that a Plan mounts must be in the input: without it, an error (what the
+    /// controller says on a cluster without the Secret), not a warning. By default a missing
+    /// Secret is a warning, since in Git Secrets are usually sealed or external.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -51,26 +53,27 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<u8> {
         .collect();
     let plans = inputs.iter().filter(|i| i.doc.kind() == "Plan").count();
     let checker = SchemaChecker::new();
-    let mut findings = lint::lint(&checker, &inputs, jiff::Timestamp::now());
+    let options = Options {
+        require_secrets: args.strict,
+    };
+    let mut findings = lint::lint_with(&checker, &inputs, jiff::Timestamp::now(), options);
     findings.sort_by(|a, b| (&a.file, a.finding.line).cmp(&(&b.file, b.finding.line)));
     let errors = findings
         .iter()
         .filter(|f| f.finding.severity == Severity::Error)
         .count();
     let warnings = findings.len() - errors;
-    match args.output {
-        Output::Json => {
-            let report = Report {
-                files: docs.len(),
-                plans,
-                errors,
-                warnings,
-                unreadable: &unreadable,
-                findings: &findings,
-            };
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-        Output::Text => {
+    let report = Report {
+        files: docs.len(),
+        plans,
+        errors,
+        warnings,
+        unreadable: &unreadable,
+        findings: &findings,
+    };
+    match super::structured(&report, args.output)? {
+        Some(doc) => println!("{doc}"),
+        None => {
             for u in &unreadable {
                 eprintln!("{u}");
             }

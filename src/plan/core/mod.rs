@@ -32,6 +32,7 @@ mod plan_nodes;
 pub mod reboot;
 pub mod render;
 mod report;
+pub mod secret;
 pub mod selection;
 mod status;
 

@@ -10,16 +10,17 @@ use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::plan::api::Plan;
 
-use super::Severity;
+use super::{Options, Severity};
 
 pub(super) fn controller_checks(
     plan: &Plan,
     secrets: &BTreeMap<(String, String), Secret>,
     now: Timestamp,
+    options: Options,
     push: &mut impl FnMut(Severity, &[&str], String),
 ) {
     let spec = &plan.spec;
-    let by_name = plan_secrets(plan, secrets, push);
+    let by_name = plan_secrets(plan, secrets, options, push);
     if let Err(e) = crate::plan::core::validate(plan, &by_name) {
         let field = e
             .split_whitespace()
@@ -82,11 +83,12 @@ pub(super) fn controller_checks(
 }
 
 /// The Plan's Secrets by name as the controller would read them. A missing Secret is reported
-/// here with a clearer message and stood in for by an empty one, so that the controller's other
-/// checks are not hidden behind it.
+/// here (an error only with [`Options::require_secrets`]: it is usually sealed or external) and
+/// stood in for by an empty one, so that the controller's other checks are not hidden behind it.
 fn plan_secrets(
     plan: &Plan,
     secrets: &BTreeMap<(String, String), Secret>,
+    options: Options,
     push: &mut impl FnMut(Severity, &[&str], String),
 ) -> BTreeMap<String, Secret> {
     let namespace = plan.metadata.namespace.clone().unwrap_or_default();
@@ -97,11 +99,22 @@ fn plan_secrets(
             .get(&key)
             .or_else(|| secrets.get(&(String::new(), s.name.clone())));
         if found.is_none() && !s.ignore_updates.unwrap_or(false) {
+            let (severity, consequence) = if options.require_secrets {
+                (
+                    Severity::Error,
+                    "the controller does not validate a Plan whose Secret is missing",
+                )
+            } else {
+                (
+                    Severity::Warning,
+                    "the Plan rolls out only once it exists in the Plan's namespace",
+                )
+            };
             push(
-                Severity::Error,
+                severity,
                 &["spec", "secrets"],
                 format!(
-                    "secret {:?} not found in the input: the controller does not validate a Plan whose Secret is missing, and the latestHash depends on its content",
+                    "secret {:?} not found in the input: {consequence}, and the latestHash depends on its content",
                     s.name
                 ),
             );
@@ -177,18 +190,55 @@ mod tests {
             got.contains(&(Severity::Error, Source::Controller, "spec.window")),
             "{f:?}"
         );
+        let advice = got.iter().filter(|g| g.1 == Source::Advice).count();
+        // No selector, no concurrency, neither version nor channel, an untagged image, and the
+        // Secret that is not in the input.
+        assert_eq!(advice, 5, "{f:?}");
         assert!(
-            got.contains(&(Severity::Error, Source::Controller, "spec.secrets")),
+            got.contains(&(Severity::Warning, Source::Advice, "spec.secrets")),
             "{f:?}"
         );
-        let advice = got.iter().filter(|g| g.1 == Source::Advice).count();
-        // No selector, no concurrency, neither version nor channel, an untagged image.
-        assert_eq!(advice, 4, "{f:?}");
         // The Secret in the input satisfies the controller.
         let secret = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n";
         let f = findings(&format!(
             "{PLAN}  secrets:\n  - name: s\n    path: /s\n{secret}"
         ));
         assert_eq!(f, vec![]);
+    }
+
+    #[test]
+    fn a_secret_missing_from_the_input_is_a_warning_unless_required() {
+        let text = format!("{PLAN}  secrets:\n  - name: sealed\n    path: /s\n");
+        let lenient = findings(&text);
+        assert_eq!(lenient.len(), 1, "{lenient:?}");
+        assert_eq!(
+            (
+                lenient[0].severity,
+                lenient[0].source,
+                lenient[0].field.as_str()
+            ),
+            (Severity::Warning, Source::Advice, "spec.secrets")
+        );
+        assert!(lenient[0].message.contains("\"sealed\""), "{lenient:?}");
+        let strict = findings_with(
+            &text,
+            Options {
+                require_secrets: true,
+            },
+        );
+        assert_eq!(strict.len(), 1, "{strict:?}");
+        assert_eq!(
+            (strict[0].severity, strict[0].source),
+            (Severity::Error, Source::Controller)
+        );
+        // A Secret the Plan ignores the updates of is not needed for the hash.
+        let ignored = text.replace("path: /s", "path: /s\n    ignoreUpdates: true");
+        let strict = findings_with(
+            &ignored,
+            Options {
+                require_secrets: true,
+            },
+        );
+        assert_eq!(strict, vec![]);
     }
 }

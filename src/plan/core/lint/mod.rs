@@ -82,14 +82,33 @@ pub struct FileFinding {
     pub finding: Finding,
 }
 
+/// How strict the checks are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// A Secret that a Plan mounts must be among the inputs: its absence is an error (the
+    /// controller's verdict on a cluster without it) rather than a warning. Off by default: in
+    /// Git, Secrets are usually sealed or kept elsewhere, and reach the cluster another way.
+    pub require_secrets: bool,
+}
+
+/// Checks every Plan of the inputs with the default [`Options`]; see [`lint_with`].
+pub fn lint(checker: &SchemaChecker, inputs: &[Input<'_>], now: Timestamp) -> Vec<FileFinding> {
+    lint_with(checker, inputs, now, Options::default())
+}
+
 /// Checks every Plan of the inputs; other kinds are skipped, Secrets are used for the controller's
 /// checks. `now` is when "a window that never opens" is judged.
-pub fn lint(checker: &SchemaChecker, inputs: &[Input<'_>], now: Timestamp) -> Vec<FileFinding> {
+pub fn lint_with(
+    checker: &SchemaChecker,
+    inputs: &[Input<'_>],
+    now: Timestamp,
+    options: Options,
+) -> Vec<FileFinding> {
     let secrets = secrets_of(inputs);
     let mut out = Vec::new();
     let mut plans: Vec<(&Input<'_>, Plan)> = Vec::new();
     for input in inputs {
-        let (found, plan) = lint_plan(checker, input, &secrets, now);
+        let (found, plan) = lint_plan(checker, input, &secrets, now, options);
         out.extend(found.into_iter().map(|f| in_file(input.file, f)));
         plans.extend(plan.map(|p| (input, p)));
     }
@@ -102,7 +121,7 @@ fn secrets_of(inputs: &[Input<'_>]) -> BTreeMap<(String, String), Secret> {
     let mut secrets = BTreeMap::new();
     for input in inputs {
         if input.doc.kind() == "Secret"
-            && let Ok(secret) = serde_json::from_value::<Secret>(input.doc.value.clone())
+            && let Ok(secret) = crate::plan::core::secret::from_manifest(&input.doc.value)
             && let Some(name) = secret.metadata.name.clone()
         {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
@@ -119,6 +138,7 @@ fn lint_plan(
     input: &Input<'_>,
     secrets: &BTreeMap<(String, String), Secret>,
     now: Timestamp,
+    options: Options,
 ) -> (Vec<Finding>, Option<Plan>) {
     let doc = input.doc;
     let api_version = doc
@@ -183,7 +203,7 @@ fn lint_plan(
             return (found, None);
         }
     };
-    controller_checks(&plan, secrets, now, &mut |s, p, m| {
+    controller_checks(&plan, secrets, now, options, &mut |s, p, m| {
         found.push(mk(source_of(s, Source::Controller), s, p, m))
     });
     // The schema and the controller may both report the same rule; say it once.
