@@ -10,7 +10,7 @@ manifest=$(kubectl kustomize deploy/)
 cat <<HEADER
 # slipway $version: the controller in namespace system-upgrade, with the Plan CRD, in one file.
 #   kubectl apply -f slipway.yaml
-# Its image is slipway:$version (\`just image\`). To run it from your registry:
+# Its image is slipway:$version (\`./dev image\`). To run it from your registry:
 #   kubectl -n system-upgrade set image deployment/system-upgrade-controller \\
 #     system-upgrade-controller=registry.example.com/slipway:$version
 # NodeMaintenance, RebootPolicy, the reboot agent and the monitoring kit are not in it: add them
