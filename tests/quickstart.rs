@@ -75,7 +75,10 @@ fn quickstart_blocks_are_read_as_a_shell_would() {
     assert_eq!(
         quickstart_blocks(readme),
         vec![
-            vec!["kubectl apply -f x.yaml".to_string(), "kubectl get y".to_string()],
+            vec![
+                "kubectl apply -f x.yaml".to_string(),
+                "kubectl get y".to_string()
+            ],
             vec!["echo two".to_string()],
         ]
     );
@@ -128,7 +131,11 @@ fn read_json(path: &Path) -> Value {
 fn unpack(archive: &Path, work: &Path, rootfs: &Path) -> Value {
     let layout = work.join("layout");
     std::fs::create_dir_all(&layout).expect("layout dir");
-    run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&layout));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(&layout));
     let index = read_json(&layout.join("index.json"));
     let manifest_digest = index["manifests"][0]["digest"].as_str().expect("manifest");
     let manifest = read_json(&blob(&layout, manifest_digest));
@@ -140,7 +147,11 @@ fn unpack(archive: &Path, work: &Path, rootfs: &Path) -> Value {
     ));
     std::fs::create_dir_all(rootfs).expect("rootfs dir");
     let layer = blob(&layout, layers[0]["digest"].as_str().expect("layer"));
-    run(Command::new("tar").arg("-xzf").arg(&layer).arg("-C").arg(rootfs));
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(rootfs));
     let listing = run(Command::new("tar").arg("-tzf").arg(&layer));
     let mut files: Vec<&str> = listing.lines().filter(|l| !l.ends_with('/')).collect();
     files.sort();
@@ -237,7 +248,10 @@ fn mount_pod_files(rootfs: &Path, token: &str, ca: &[u8], hosts: &str) {
     std::fs::create_dir_all(&tmp).expect("tmp");
     run(Command::new("chmod").arg("1777").arg(&tmp));
     // Readable by the image's non-root user, as the kubelet's projected volume is.
-    run(Command::new("chmod").arg("-R").arg("a+rX").arg(rootfs.join("var")));
+    run(Command::new("chmod")
+        .arg("-R")
+        .arg("a+rX")
+        .arg(rootfs.join("var")));
 }
 
 /// The command that runs `argv` as `user` in `rootfs` alone, with the devices a container
@@ -247,12 +261,23 @@ fn mount_pod_files(rootfs: &Path, token: &str, ca: &[u8], hosts: &str) {
 fn chroot_command(rootfs: &Path, user: &str, log: PathBuf, argv: &[String]) -> ChildProcess {
     let dev = rootfs.join("dev");
     std::fs::create_dir_all(&dev).expect("dev dir");
-    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n");
     if matches!(root, Ok(true)) {
-        for (name, minor) in [("null", "3"), ("zero", "5"), ("random", "8"), ("urandom", "9")] {
+        for (name, minor) in [
+            ("null", "3"),
+            ("zero", "5"),
+            ("random", "8"),
+            ("urandom", "9"),
+        ] {
             let node = dev.join(name);
             if !node.exists() {
-                run(Command::new("mknod").args(["-m", "666"]).arg(&node).args(["c", "1", minor]));
+                run(Command::new("mknod")
+                    .args(["-m", "666"])
+                    .arg(&node)
+                    .args(["c", "1", minor]));
             }
         }
         ChildProcess::new(which("chroot"), log)
@@ -336,12 +361,18 @@ async fn the_quick_start_runs_on_the_image() {
         .arg("docker.io/library/slipway:0.0.0")
         .output()
         .expect("run ocicheck");
-    assert!(!wrong.status.success(), "ocicheck must refuse a name the archive does not carry");
+    assert!(
+        !wrong.status.success(),
+        "ocicheck must refuse a name the archive does not carry"
+    );
 
     let rootfs = work.join("rootfs");
     let config = unpack(&first, &work, &rootfs);
     let binary = std::fs::read(rootfs.join("slipway")).expect("the binary");
-    assert!(!has_interpreter(&binary), "the image's binary must be static");
+    assert!(
+        !has_interpreter(&binary),
+        "the image's binary must be static"
+    );
     let image = &config["config"];
     let user = image["User"].as_str().expect("the image names its user");
     assert!(!user.starts_with("0:") && user != "0", "a non-root user");
@@ -362,14 +393,27 @@ async fn the_quick_start_runs_on_the_image() {
     // The kubelet's part for the controller's pod.
     let pods: Value = serde_json::from_str(
         &cluster
-            .kubectl(&["-n", NS, "get", "pods", "-l", CONTROLLER_LABEL, "-o", "json"])
+            .kubectl(&[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                CONTROLLER_LABEL,
+                "-o",
+                "json",
+            ])
             .await
             .expect("the controller's pod"),
     )
     .expect("pods JSON");
     let pod = pods["items"]
         .as_array()
-        .and_then(|items| items.iter().find(|p| p["metadata"]["deletionTimestamp"].is_null()))
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        })
         .unwrap_or_else(|| panic!("no controller pod after the install: {pods}"))
         .clone();
     let container = pod["spec"]["containers"][0].clone();
@@ -391,14 +435,23 @@ async fn the_quick_start_runs_on_the_image() {
     );
     let service_account = pod["spec"]["serviceAccountName"].as_str().expect("SA");
     let token = cluster
-        .kubectl(&["-n", NS, "create", "token", service_account, "--duration=1h"])
+        .kubectl(&[
+            "-n",
+            NS,
+            "create",
+            "token",
+            service_account,
+            "--duration=1h",
+        ])
         .await
         .expect("a token for the controller's service account");
     mount_pod_files(
         &rootfs,
         &token,
         &ca,
-        "127.0.0.1 localhost\n127.0.0.1 channel.slipway.test\n",
+        // Both families: the resolver asks for both, and a name missing from /etc/hosts goes to
+        // the nameserver, which does not exist here (a pod's would answer at once).
+        "127.0.0.1 localhost channel.slipway.test\n::1 localhost channel.slipway.test\n",
     );
     env.insert("KUBERNETES_SERVICE_HOST".into(), "127.0.0.1".into());
     env.insert("KUBERNETES_SERVICE_PORT".into(), port.into());
@@ -427,7 +480,10 @@ async fn the_quick_start_runs_on_the_image() {
             let out = tokio::time::timeout(Duration::from_secs(400), shell(&cluster, command))
                 .await
                 .unwrap_or_else(|_| {
-                    panic!("`{command}` did not finish; controller log:\n{}", controller.log_tail())
+                    panic!(
+                        "`{command}` did not finish; controller log:\n{}",
+                        controller.log_tail()
+                    )
                 });
             eprint!("{out}");
         }
@@ -454,18 +510,32 @@ async fn the_quick_start_runs_on_the_image() {
         .create(&PostParams::default(), &plan)
         .await
         .expect("create the channel Plan");
-    let resolved = support::wait_for("the channel's version", Duration::from_secs(60), || {
-        let plans = plans.clone();
-        async move {
-            let plan = plans.get("quickstart-channel").await.map_err(|e| e.to_string())?;
-            match plan.status.and_then(|s| s.latest_version) {
-                Some(v) => Ok(v),
-                None => Err("no latestVersion yet".to_string()),
-            }
+    let mut resolved = None;
+    let mut last = String::new();
+    for _ in 0..120 {
+        let plan = plans
+            .get("quickstart-channel")
+            .await
+            .expect("the channel Plan");
+        resolved = plan.status.as_ref().and_then(|s| s.latest_version.clone());
+        if resolved.is_some() {
+            break;
         }
-    })
-    .await;
-    assert_eq!(resolved, "v1.2.3", "controller log:\n{}", controller.log_tail());
+        last = serde_json::to_string(&plan.status).unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let resolved = resolved.unwrap_or_else(|| {
+        panic!(
+            "the channel Plan never got a latestVersion; its status: {last}\ncontroller log:\n{}",
+            controller.log_tail()
+        )
+    });
+    assert_eq!(
+        resolved,
+        "v1.2.3",
+        "controller log:\n{}",
+        controller.log_tail()
+    );
     plans
         .delete("quickstart-channel", &Default::default())
         .await
