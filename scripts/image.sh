@@ -27,10 +27,9 @@ libc_a=$(cc -print-file-name=libc.a)
 certs=${SLIPWAY_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 [ -f "$certs" ] || { echo "image: no CA bundle at $certs (apt-get install ca-certificates)" >&2; exit 1; }
 
-if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
-  SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
-fi
-export SOURCE_DATE_EPOCH
+# The archive's timestamps: the commit's time. Given to the archive writer only: C build scripts
+# (ring's) rebuild whenever it changes, and the binary does not need it.
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 # slipway_build_info's commit label; the same for every build of one commit.
 if [ -z "${SLIPWAY_COMMIT:-}" ]; then
   SLIPWAY_COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
@@ -47,5 +46,5 @@ RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/slipway --re
 binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
 
 mkdir -p "$(dirname "$out")"
-python3 scripts/oci_image.py --binary "$binary" --ca-bundle "$certs" --version "$version" \
+SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py --binary "$binary" --ca-bundle "$certs" --version "$version" \
   --arch "$arch" --out "$out"

@@ -348,7 +348,7 @@ async fn the_quick_start_runs_on_the_image() {
     );
     let ocicheck = run(&mut Command::new(repo().join("tests/tools/ocicheck.sh")));
     let version = env!("CARGO_PKG_VERSION");
-    let checked = run(&mut Command::new(ocicheck.trim())
+    let checked = run(Command::new(ocicheck.trim())
         .arg(&first)
         .arg(format!("docker.io/library/slipway:{version}")));
     assert_eq!(
