@@ -362,44 +362,6 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
     (controller, drainer)
 }
 
-/// The namespace is shared by every run against the same cluster: start from a clean one.
-async fn remove_namespace(client: &kube::Client) {
-    let api = Api::<Namespace>::all(client.clone());
-    match api.delete(NS, &DeleteParams::background()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return,
-        Err(e) => panic!("deleting namespace {NS}: {e}"),
-    }
-    // A run that failed may have left Plans whose controller is gone: nobody releases their
-    // finalizer, so the namespace would stay Terminating.
-    let plans = Api::<Plan>::namespaced(client.clone(), NS);
-    for plan in plans
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        let _ = plans
-            .patch(
-                &plan.metadata.name.unwrap_or_default(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-    }
-    support::wait_for(
-        &format!("namespace {NS} to be gone"),
-        Duration::from_secs(120),
-        || async {
-            match api.get_opt(NS).await? {
-                None => Ok(()),
-                Some(ns) => Err(anyhow!("phase {:?}", ns.status.and_then(|s| s.phase))),
-            }
-        },
-    )
-    .await;
-}
-
 /// A kubeconfig for the cluster of `admin` that authenticates with `token`.
 fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
     let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
@@ -596,7 +558,7 @@ async fn install_deploy_as_a_user_would(
     cluster: &support::Cluster,
     client: &kube::Client,
 ) -> PathBuf {
-    remove_namespace(client).await;
+    support::remove_namespace(client, NS).await;
     let deploy = repo().join("deploy");
     cluster
         .kubectl(&["apply", "-k", &deploy.display().to_string()])

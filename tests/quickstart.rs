@@ -384,7 +384,8 @@ async fn the_quick_start_runs_on_the_image() {
         "the README's quick start: an install block, then the first Plan (found {blocks:?})"
     );
 
-    // 1. The install.
+    // 1. The install, into a cluster without an earlier install (e2e_rbac's, for one).
+    support::remove_namespace(&cluster.client().await, NS).await;
     for command in &blocks[0] {
         eprintln!("quickstart$ {command}");
         shell(&cluster, command).await;

@@ -592,6 +592,48 @@ where
     }
 }
 
+/// Deletes namespace `ns` and waits until it is gone: for a namespace that tests share (the
+/// install's `system-upgrade`), so that a test starts from a clean one even while an earlier
+/// test's deletion is still under way. Plans whose controller is gone keep their finalizer and
+/// would hold the namespace Terminating, so their finalizers are dropped.
+pub async fn remove_namespace(client: &Client, ns: &str) {
+    let api = Api::<Namespace>::all(client.clone());
+    match api.delete(ns, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return,
+        Err(e) => panic!("deleting namespace {ns}: {e}"),
+    }
+    let plans = Api::<slipway::plan::api::Plan>::namespaced(client.clone(), ns);
+    for plan in plans
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = plans
+            .patch(
+                &plan.metadata.name.unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+    wait_for(
+        &format!("namespace {ns} to be gone"),
+        Duration::from_secs(120),
+        || async {
+            match api.get_opt(ns).await? {
+                None => Ok(()),
+                Some(n) => Err(anyhow::anyhow!(
+                    "phase {:?}",
+                    n.status.and_then(|s| s.phase)
+                )),
+            }
+        },
+    )
+    .await;
+}
+
 /// `<base>-<5 random chars>`, lowercased and reduced to `[a-z0-9-]`, at most 50 characters:
 /// a valid, unique name for namespaces, nodes and most other objects.
 pub fn unique_name(base: &str) -> String {
