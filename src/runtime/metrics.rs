@@ -394,6 +394,12 @@ impl Metrics {
 
     /// The per-Plan gauges and the writes Plans make (Jobs, node patches).
     fn register_plans(&self, registry: &mut Registry) {
+        self.register_plan_gauges(registry);
+        self.register_plan_writes(registry);
+    }
+
+    /// Where each Plan's rollout stands: complete, nodes by state and by phase, nodes targeted.
+    fn register_plan_gauges(&self, registry: &mut Registry) {
         registry.register(
             "plan_complete",
             "1 when the Plan's Complete condition is True, else 0",
@@ -423,6 +429,10 @@ impl Metrics {
                              node there longest entered it",
             },
         );
+    }
+
+    /// The writes Plans make: Jobs created and deleted, node patches.
+    fn register_plan_writes(&self, registry: &mut Registry) {
         registry.register(
             "jobs_created",
             "Upgrade Jobs created",
