@@ -31,16 +31,7 @@ async fn wait_plan(
     timeout: Duration,
     done: impl Fn(&Plan) -> bool,
 ) -> Plan {
-    let api = ns.api::<Plan>();
-    support::wait_for(what, timeout, || async {
-        let plan = api.get(name).await?;
-        if done(&plan) {
-            Ok(plan)
-        } else {
-            Err(anyhow!("status: {}", serde_json::to_string(&plan.status)?))
-        }
-    })
-    .await
+    support::plans::wait_until(&ns.api::<Plan>(), name, what, timeout, done).await
 }
 
 async fn node_labels(

@@ -20,6 +20,10 @@ pub struct NodeChange {
     /// not overwritten (the patch is refused and the reconcile runs again).
     pub taints: Option<Vec<Taint>>,
     pub resource_version: Option<String>,
+    /// Taints to add (replacing one of the same key and effect) or, with `None` as the value of
+    /// their key, to remove, when the caller does not hold the node's taint list: the runtime
+    /// reads the node and writes the edited list guarded by its resource version.
+    pub taint_edits: BTreeMap<String, Option<Taint>>,
 }
 
 impl NodeChange {
@@ -35,6 +39,35 @@ impl NodeChange {
             && self.annotations.is_empty()
             && self.unschedulable.is_none()
             && self.taints.is_none()
+            && self.taint_edits.is_empty()
+    }
+
+    /// Adds `taint` to the node.
+    pub fn add_taint(mut self, taint: Taint) -> Self {
+        self.taint_edits.insert(taint.key.clone(), Some(taint));
+        self
+    }
+
+    /// Removes the node's taints with this key.
+    pub fn remove_taint(mut self, key: &str) -> Self {
+        self.taint_edits.insert(key.to_string(), None);
+        self
+    }
+
+    /// The node's taints with the edits made; `None` when they change nothing.
+    pub fn edited_taints(&self, current: &[Taint]) -> Option<Vec<Taint>> {
+        let mut taints: Vec<Taint> = current
+            .iter()
+            .filter(|t| match self.taint_edits.get(&t.key) {
+                None => true,
+                Some(None) => false,
+                Some(Some(new)) => new.effect != t.effect,
+            })
+            .cloned()
+            .collect();
+        taints.extend(self.taint_edits.values().flatten().cloned());
+        let same = taints.len() == current.len() && taints.iter().all(|t| current.contains(t));
+        (!same).then_some(taints)
     }
 
     pub fn label(mut self, key: &str, value: Option<&str>) -> Self {
@@ -139,6 +172,42 @@ mod tests {
         assert_eq!(body["metadata"]["resourceVersion"], "42");
         assert_eq!(body["spec"]["unschedulable"], true);
         assert_eq!(body["spec"]["taints"][0]["key"], "medik8s.io/drain");
+    }
+
+    #[test]
+    fn taint_edits_add_replace_and_remove_by_key_and_keep_the_others() {
+        let taint = |key: &str, value: &str| Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let current = vec![taint("admin", "x"), taint("q/p", "old")];
+        let change = NodeChange::of("n1").add_taint(taint("q/p", "new"));
+        assert_eq!(
+            change.edited_taints(&current),
+            Some(vec![taint("admin", "x"), taint("q/p", "new")])
+        );
+        assert_eq!(
+            NodeChange::of("n1")
+                .remove_taint("q/p")
+                .edited_taints(&current),
+            Some(vec![taint("admin", "x")])
+        );
+        assert_eq!(
+            NodeChange::of("n1")
+                .add_taint(taint("q/p", "old"))
+                .edited_taints(&current),
+            None,
+            "nothing to write"
+        );
+        assert_eq!(
+            NodeChange::of("n1")
+                .remove_taint("gone")
+                .edited_taints(&current),
+            None
+        );
+        assert!(!NodeChange::of("n1").remove_taint("gone").is_empty());
     }
 
     #[test]

@@ -223,13 +223,27 @@ impl Chores {
             return Ok(true);
         }
         self.leading()?;
-        let patched = self
-            .api::<k8s_openapi::api::core::v1::Node>(None)
-            .patch(
-                &change.node,
-                &PatchParams::default(),
-                &Patch::Merge(&change.patch()),
-            )
+        let nodes = self.api::<k8s_openapi::api::core::v1::Node>(None);
+        let mut body = change.patch();
+        if !change.taint_edits.is_empty() && change.taints.is_none() {
+            // The taint list is replaced whole: read it, and refuse the write if it moved since.
+            let Some(node) = nodes.get_opt(&change.node).await? else {
+                return Ok(false);
+            };
+            let current = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            if let Some(taints) = change.edited_taints(&current) {
+                body["spec"]["taints"] = json!(taints);
+                body["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+            } else if body == json!({}) {
+                return Ok(true);
+            }
+        }
+        let patched = nodes
+            .patch(&change.node, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .found()?;
         if patched.is_some() {

@@ -31,9 +31,28 @@ pub fn is_complete(plan: &Plan) -> bool {
 
 /// Waits up to `timeout` for the Plan `name` to be complete, and returns it.
 pub async fn wait_complete(api: &Api<Plan>, name: &str, timeout: Duration) -> Plan {
-    super::wait_for(&format!("plan {name} to complete"), timeout, || async {
+    wait_until(
+        api,
+        name,
+        &format!("plan {name} to complete"),
+        timeout,
+        is_complete,
+    )
+    .await
+}
+
+/// Waits up to `timeout` (saying `what`) until `done` holds for the Plan `name`, and returns it;
+/// on timeout the panic shows the Plan's last status.
+pub async fn wait_until(
+    api: &Api<Plan>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&Plan) -> bool,
+) -> Plan {
+    super::wait_for(what, timeout, || async {
         let p = api.get(name).await?;
-        if is_complete(&p) {
+        if done(&p) {
             Ok(p)
         } else {
             Err(anyhow::anyhow!(

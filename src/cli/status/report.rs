@@ -7,6 +7,7 @@ use slipway::common::selector::Selector;
 use slipway::maintenance::api::NodeMaintenance;
 use slipway::node::NodeInfo;
 use slipway::plan::api::{Plan, labels};
+use slipway::plan::core::failure::{FailurePolicy, quarantined_at};
 use slipway::reboot_policy::api::{RebootNodeStatus, RebootPolicy, RebootRecord};
 
 /// One resource's status, tagged with its kind in JSON and YAML.
@@ -44,6 +45,12 @@ pub struct PlanReport {
     pub applying: usize,
     pub remaining: usize,
     pub nodes: Vec<PlanNodeReport>,
+    /// `spec.failurePolicy` in words, when the Plan has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<String>,
+    /// Selected nodes the failure policy quarantined at the latest hash.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
 }
 
 #[derive(Serialize, PartialEq, Debug)]
@@ -57,6 +64,14 @@ pub struct PlanNodeReport {
     pub message: Option<String>,
     /// The Job's failure message, when it failed.
     pub job_failure: Option<String>,
+    /// Failed Jobs recreated by the failure policy, and Jobs killed by the node's reboot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reboot_retries: Option<i32>,
+    /// When a `Retrying` node's Job is created again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
 }
 
 #[derive(Serialize, PartialEq, Debug)]
@@ -151,9 +166,26 @@ pub fn plan_report(plan: &Plan, nodes: &[NodeInfo], jobs: &[Job]) -> PlanReport 
                 reason: p.reason.clone(),
                 message: p.message.clone(),
                 job_failure: p.job.as_ref().and_then(|j| failure(jobs, j)),
+                retries: p.retries,
+                reboot_retries: p.reboot_retries,
+                retry_at: p.retry_at.clone(),
             })
             .collect(),
+        failure_policy: plan.spec.failure_policy.as_ref().map(|spec| {
+            FailurePolicy::of(Some(spec)).map_or_else(|e| format!("invalid: {e}"), |p| p.describe())
+        }),
+        quarantined: selected
+            .iter()
+            .filter(|n| {
+                !hash.is_empty() && quarantined_at(n, &name_of(plan)) == Some(hash.as_str())
+            })
+            .map(|n| n.name.clone())
+            .collect(),
     }
+}
+
+fn name_of(plan: &Plan) -> String {
+    plan.metadata.name.clone().unwrap_or_default()
 }
 
 fn failure(jobs: &[Job], name: &str) -> Option<String> {
@@ -281,6 +313,12 @@ fn plan_text(r: &PlanReport, out: &mut String) {
         r.remaining
     ));
     condition_lines(&r.conditions, out);
+    if let Some(policy) = &r.failure_policy {
+        out.push_str(&format!("  failure policy: {policy}\n"));
+    }
+    if !r.quarantined.is_empty() {
+        out.push_str(&format!("  quarantined: {}\n", r.quarantined.join(", ")));
+    }
     for n in &r.nodes {
         let mut line = format!(
             "  node {}  {}  since {}  job {}",
@@ -289,6 +327,9 @@ fn plan_text(r: &PlanReport, out: &mut String) {
             n.since.as_deref().unwrap_or("-"),
             n.job.as_deref().unwrap_or("-")
         );
+        if let Some(at) = &n.retry_at {
+            line.push_str(&format!("  retry {} at {at}", n.retries.unwrap_or(0)));
+        }
         if let Some(m) = n.job_failure.as_ref().or(n.message.as_ref()) {
             line.push_str(&format!("  {m}"));
         }
@@ -426,6 +467,29 @@ mod tests {
         assert_eq!(
             text,
             "plan/p  version v1  done 1  applying 1  remaining 1\n  Complete=False  Applying\n  node n2  Upgrading  since -  job j2  BackoffLimitExceeded: gave up"
+        );
+    }
+
+    #[test]
+    fn a_plan_shows_its_failure_policy_what_it_quarantined_and_when_it_retries() {
+        let plan: Plan = yaml(
+            "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: p\n  namespace: ns\nspec:\n  concurrency: 1\n  nodeSelector: {}\n  upgrade:\n    image: busybox\n  failurePolicy:\n    action: Retry\n    retries: 2\n    backoff: 1m\n    then: Quarantine\nstatus:\n  latestVersion: v1\n  latestHash: h1\n  applying: [n2]\n  nodes:\n  - name: n2\n    phase: Retrying\n    job: j2\n    retries: 1\n    retryAt: \"2026-11-23T10:00:00Z\"\n",
+        );
+        let n1 = NodeInfo {
+            name: "n1".into(),
+            labels: [("quarantine.slipway.dev/p".to_string(), "h1".to_string())].into(),
+            ..Default::default()
+        };
+        let n2 = NodeInfo {
+            name: "n2".into(),
+            ..Default::default()
+        };
+        let r = plan_report(&plan, &[n1, n2], &[]);
+        assert_eq!(r.quarantined, ["n1"]);
+        let text = text(&[Report::Plan(r)], "");
+        assert_eq!(
+            text,
+            "plan/p  version v1  done 0  applying 1  remaining 1\n  failure policy: Retry 2 times (1m0s, doubling), then Quarantine (at most 1 node)\n  quarantined: n1\n  node n2  Retrying  since -  job j2  retry 1 at 2026-11-23T10:00:00Z"
         );
     }
 

@@ -36,6 +36,7 @@ fn add_rules(root: &mut Value) {
     spec_rules(root, spec);
     window_rules(root, &format!("{spec}/properties/window"));
     reboot_rules(root, &format!("{spec}/properties/reboot"));
+    failure_rules(root, &format!("{spec}/properties/failurePolicy"));
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");
     map_list(root, "/properties/status/properties/conditions", "type");
@@ -109,5 +110,34 @@ fn reboot_rules(root: &mut Value, reboot: &str) {
     });
     extend(root, &format!("{reboot}/properties/image"), |s| {
         push_rule(s, rule("self != ''", "spec.reboot.image must not be empty"));
+    });
+}
+
+/// `failurePolicy`: counts not negative, a positive backoff, no retry after the retries.
+fn failure_rules(root: &mut Value, policy: &str) {
+    for field in ["retries", "maxQuarantined"] {
+        extend(root, &format!("{policy}/properties/{field}"), |s| {
+            push_rule(
+                s,
+                rule(
+                    "self >= 0",
+                    &format!("spec.failurePolicy.{field} must not be negative"),
+                ),
+            );
+        });
+    }
+    positive_duration(
+        root,
+        &format!("{policy}/properties/backoff"),
+        "spec.failurePolicy.backoff",
+    );
+    extend(root, &format!("{policy}/properties/then"), |s| {
+        push_rule(
+            s,
+            rule(
+                "self != 'Retry'",
+                "spec.failurePolicy.then must be Hold, Stop or Quarantine",
+            ),
+        );
     });
 }

@@ -178,9 +178,58 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot: Option<RebootSpec>,
 
+    /// slipway only: what happens when a node's Job fails. Absent: SUC's behaviour (the node
+    /// keeps its slot until the Plan changes, the other nodes go on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<FailurePolicySpec>,
+
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,
+}
+
+/// What a Plan does when a node's Job fails (a slipway extension of the Plan). A Job killed by
+/// its own node's reboot is recreated whatever the policy (at most 3 times per node and Plan
+/// generation), without using up `retries`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailurePolicySpec {
+    /// `Hold` (the default): the node keeps its slot, the other nodes go on. `Stop`: no new node
+    /// starts. `Retry`: the Job is recreated after a backoff, `retries` times, then `then`.
+    /// `Quarantine`: the node is labelled and tainted `quarantine.slipway.dev/<plan>` and its
+    /// slot goes to the next node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<FailureAction>,
+    /// `Retry`: how many times a failed Job is recreated (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i32>,
+    /// `Retry`: the delay before the first retry, doubled for each next one, at most 10m (a Go
+    /// duration; default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    /// `Retry`: what happens once the retries are used up: `Hold` (default), `Stop` or `Quarantine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<FailureAction>,
+    /// `Quarantine`: how many nodes the Plan quarantines at one hash (default 1); one more
+    /// failure then stops the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_quarantined: Option<i32>,
+    /// Uncordon a node whose Job failed for good (only a cordon the Plan made, never an admin's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncordon: Option<bool>,
+
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extra: Extra,
+}
+
+/// What a failure does to the rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum FailureAction {
+    Hold,
+    Stop,
+    Retry,
+    Quarantine,
 }
 
 /// How slipway reboots a node after its upgrade (a slipway extension of the Plan).
@@ -324,6 +373,9 @@ pub struct PlanStatus {
     /// What each node in `applying` is doing; only nodes in `applying`, so it stays small.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeProgress>,
+    /// The value of the Plan's `slipway.dev/reset-failures` annotation last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures_reset: Option<String>,
 
     #[serde(flatten)]
     #[schemars(skip)]
@@ -355,6 +407,15 @@ pub struct NodeProgress {
     /// is not retried until the Plan changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// Failed Jobs of the node recreated by the failure policy at this generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i32>,
+    /// Jobs of the node killed by its own reboot and recreated at this generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_retries: Option<i32>,
+    /// For `Retrying`: when the Job is recreated (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
 }
 
 /// Where a node of `status.applying` is.
@@ -373,6 +434,9 @@ pub enum NodePhase {
     Waiting,
     /// Its Job failed, or its reboot or health gate timed out.
     Failed,
+    /// Its Job failed and is recreated at `retryAt` (failure policy `Retry`, or killed by the
+    /// node's own reboot).
+    Retrying,
     /// A phase this version does not know (written by another version of slipway).
     #[serde(other)]
     #[schemars(skip)]
@@ -390,6 +454,7 @@ impl NodePhase {
             NodePhase::WaitingForHealth => "WaitingForHealth",
             NodePhase::Waiting => "Waiting",
             NodePhase::Failed => "Failed",
+            NodePhase::Retrying => "Retrying",
             NodePhase::Unknown => "Unknown",
         }
     }

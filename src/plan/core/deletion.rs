@@ -72,7 +72,9 @@ pub fn cleanup_of(
         .as_ref()
         .map(|s| s.applying.as_slice())
         .unwrap_or_default();
-    let node_patches = nodes
+    let quarantine =
+        super::failure::quarantine_key(plan.metadata.name.as_deref().unwrap_or_default());
+    let mut node_patches: Vec<NodeChange> = nodes
         .iter()
         .filter(|n| cordons && applying.iter().any(|h| h == n.hostname()))
         .filter(|n| cordon::plan_may_uncordon(n) && !shared(&n.name))
@@ -84,6 +86,17 @@ pub fn cleanup_of(
             ..NodeChange::of(&n.name).cordon(false)
         })
         .collect();
+    // The nodes it quarantined are released: nothing would ever lift their taint.
+    node_patches.extend(
+        nodes
+            .iter()
+            .filter(|n| n.labels.contains_key(&quarantine))
+            .map(|n| {
+                NodeChange::of(&n.name)
+                    .label(&quarantine, None)
+                    .remove_taint(&quarantine)
+            }),
+    );
     let names = |metas: Vec<Option<&String>>| metas.into_iter().flatten().cloned().collect();
     Cleanup {
         delete_jobs: names(jobs.iter().map(|j| j.metadata.name.as_ref()).collect()),
@@ -108,6 +121,27 @@ pub fn has_finalizer(plan: &Plan) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deleted_plan_releases_the_nodes_it_quarantined() {
+        let key = "quarantine.slipway.dev/k3s";
+        let quarantined = NodeInfo {
+            name: "n1".into(),
+            labels: [(key.to_string(), "h".to_string())].into(),
+            ..Default::default()
+        };
+        let other = NodeInfo {
+            name: "n2".into(),
+            ..Default::default()
+        };
+        let c = cleanup_of(&plan(false, &[]), &[&quarantined, &other], &[], &[], |_| {
+            false
+        });
+        assert_eq!(
+            c.node_patches,
+            [NodeChange::of("n1").label(key, None).remove_taint(key)]
+        );
+    }
     use crate::plan::api::{PlanSpec, PlanStatus};
     use kube::api::ObjectMeta;
 

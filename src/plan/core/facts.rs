@@ -14,6 +14,7 @@ use crate::common::duration::GoDuration;
 use crate::common::naming;
 use crate::node::NodeInfo;
 use crate::plan::api::{PlanStatus, labels};
+use crate::plan::core::failure::{FailurePolicy, quarantined_at, reset_requested};
 use crate::plan::core::{job, reboot};
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.
@@ -41,13 +42,16 @@ impl<'a> Facts<'a> {
         let plan = input.plan;
         let mut rendered_from = plan.clone();
         rendered_from.status = Some(st.clone());
-        Facts {
+        let name = plan.metadata.name.as_deref().unwrap_or_default();
+        let hash = st.latest_hash.clone().unwrap_or_default();
+        let reset = reset_requested(plan, st).is_some();
+        let mut facts = Facts {
             input,
             now,
-            name: plan.metadata.name.as_deref().unwrap_or_default(),
+            name,
             uid: plan.metadata.uid.as_deref().unwrap_or_default(),
             version: st.latest_version.clone().unwrap_or_default(),
-            hash: st.latest_hash.clone().unwrap_or_default(),
+            hash,
             ctx: PlanContext {
                 namespace: plan.metadata.namespace.clone().unwrap_or_default(),
                 generation: plan.metadata.generation,
@@ -60,12 +64,32 @@ impl<'a> Facts<'a> {
                     .unwrap_or_default(),
                 reboot: reboot::settings(plan, input.job_config).map(|p| p.handoff()),
                 cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
+                failure: FailurePolicy::of(plan.spec.failure_policy.as_ref()).unwrap_or_default(),
+                reset: false,
+                quarantine_room: 0,
             },
             jobs: PlanJobs::new(input.jobs),
             memo_key: plan_memo_key(plan, st),
             rendered_from,
             rendered: BTreeMap::new(),
-        }
+        };
+        // A reset releases every node the Plan quarantined, so the room is whole again.
+        let quarantined = if reset {
+            0
+        } else {
+            input
+                .nodes
+                .iter()
+                .filter(|n| quarantined_at(n, facts.name) == Some(facts.hash.as_str()))
+                .count()
+        };
+        facts.ctx.reset = reset;
+        facts.ctx.quarantine_room = facts
+            .ctx
+            .failure
+            .max_quarantined
+            .saturating_sub(i32::try_from(quarantined).unwrap_or(i32::MAX));
+        facts
     }
 
     pub(super) fn job_name(&self, node: &NodeInfo) -> String {
@@ -134,7 +158,11 @@ impl<'a> Facts<'a> {
                 .other_running(&node.name, &self.version, &job_name),
             health: self.input.health.get(&node.name),
         };
-        node_state::transition(state, &obs, &self.ctx, self.now)
+        let (next, actions) = node_state::transition(state, &obs, &self.ctx, self.now);
+        if next == NodeState::Quarantined {
+            self.ctx.quarantine_room -= 1;
+        }
+        (next, actions)
     }
 }
 

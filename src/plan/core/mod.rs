@@ -22,6 +22,7 @@ mod decision;
 pub mod deletion;
 pub mod expansion;
 mod facts;
+pub mod failure;
 pub mod hash;
 pub mod image;
 pub mod job;
@@ -65,7 +66,14 @@ pub const MSG_WAITING_FOR_WINDOW: &str = "current time is not within configured 
 /// SUC's message when the Plan cannot roll out.
 pub const MSG_NOT_READY: &str = "plan is not valid and resolved";
 /// Reasons of `Complete=False` that a failed node holds.
-pub const FAILURE_REASONS: [&str; 3] = ["JobFailed", "RebootTimedOut", "HealthGateTimedOut"];
+pub const FAILURE_REASONS: [&str; 6] = [
+    "JobFailed",
+    "RebootTimedOut",
+    "HealthGateTimedOut",
+    report::STOPPED,
+    report::QUARANTINED,
+    report::RETRYING,
+];
 
 /// What the channel said, for a Plan that follows one.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use super::facts::{Facts, Steps};
 use super::jobs::PlanJobs;
 use super::node_state::{self, NodeAction, NodeState};
-use super::report::{fail_complete, holder_of, report};
+use super::report::{Situation, fail_complete, holder_of, report};
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::decision::EventType;
 use crate::common::window::TimeWindow;
@@ -19,6 +19,7 @@ use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::expansion::expand_post_complete_labels;
+use crate::plan::core::failure;
 use crate::plan::core::reboot;
 use crate::plan::core::selection::{self, Eligibility};
 
@@ -50,15 +51,23 @@ pub(super) fn roll(
             );
         }
     };
-    let eligible: Vec<&NodeInfo> = input
+    release_quarantines(&facts, input, out);
+    let (quarantined, eligible): (Vec<&NodeInfo>, Vec<&NodeInfo>) = input
         .nodes
         .iter()
         .copied()
         .filter(|n| eligibility.admits(n))
-        .collect();
+        .partition(|n| {
+            !facts.ctx.reset && failure::quarantined_at(n, facts.name) == Some(facts.hash.as_str())
+        });
     let mut steps = step_applying(&mut facts, old, &eligible);
     let window = closed_window(input, old, now);
-    if window.is_none() {
+    let stopped = facts.ctx.failure.held_failure_stops()
+        && steps
+            .values()
+            .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
+    record_reset(input, st, out);
+    if window.is_none() && !stopped {
         let free: Vec<&NodeInfo> = eligible
             .iter()
             .copied()
@@ -70,17 +79,80 @@ pub(super) fn roll(
         fail_complete(st, out, "ValidationFailed", message, &now_text, input);
     }
     reconcile_reboot_pods(&facts, &steps, out);
+    sweep_jobs(&facts, &steps, out);
+    write_nodes(st, &steps);
+    let quarantined: Vec<&str> = quarantined
+        .iter()
+        .copied()
+        .chain(
+            steps
+                .values()
+                .filter(|(_, s, _)| *s == NodeState::Quarantined)
+                .map(|(n, _, _)| *n),
+        )
+        .map(NodeInfo::hostname)
+        .collect();
+    let situation = Situation {
+        window,
+        eligible: &eligible,
+        quarantined: &quarantined,
+        stopped,
+    };
+    report(&facts, old, st, out, &steps, &situation);
+}
+
+/// Jobs no node of the rollout owns go (finished ones once their TTL is over).
+fn sweep_jobs(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
     let owned: BTreeSet<&str> = steps.values().filter_map(|(_, s, _)| s.job()).collect();
     let applying_nodes: BTreeSet<&str> = steps.keys().copied().collect();
     let (deletions, recheck) = facts
         .jobs
-        .sweep(&facts.version, &applying_nodes, &owned, now);
+        .sweep(&facts.version, &applying_nodes, &owned, facts.now);
     out.delete_jobs.extend(deletions);
     if let Some(after) = recheck {
         out.requeue(after);
     }
-    write_nodes(st, &steps);
-    report(&facts, old, st, out, &steps, window, &eligible);
+}
+
+/// A new value of the reset annotation is acted on once: recorded in the status, with an event.
+fn record_reset(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout) {
+    if let Some(token) = failure::reset_requested(input.plan, st) {
+        out.event(
+            EventType::Normal,
+            "FailuresReset",
+            format!(
+                "Failures reset ({}={token}): failed nodes start over, quarantined nodes are released",
+                failure::RESET_ANNOTATION
+            ),
+        );
+        st.failures_reset = Some(token);
+    }
+}
+
+/// Quarantines of another hash of the Plan (or all of them, on a reset) are lifted: the node is
+/// eligible again, and its new Job would not tolerate the taint.
+fn release_quarantines(facts: &Facts<'_>, input: &PlanInput<'_>, out: &mut Rollout) {
+    let key = failure::quarantine_key(facts.name);
+    for node in input.nodes {
+        let Some(at) = node.labels.get(&key) else {
+            continue;
+        };
+        if facts.ctx.reset || *at != facts.hash {
+            out.node_patches.push(
+                NodeChange::of(&node.name)
+                    .label(&key, None)
+                    .remove_taint(&key),
+            );
+        }
+        // Its failed Job goes too, so that the node's next turn creates it again.
+        let job = facts.job_name(node);
+        if facts.ctx.reset && facts.jobs.get(&job).is_some() {
+            out.delete_jobs.push(JobDeletion {
+                name: job,
+                reason: "its node's failures were reset".into(),
+            });
+        }
+    }
 }
 
 /// The nodes of `status.applying` that are still eligible, stepped from their recorded state.
@@ -112,10 +184,7 @@ fn step_applying<'a>(
 fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut Steps<'a>) {
     let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
     loop {
-        let holding = steps
-            .values()
-            .filter(|(_, s, _)| *s != NodeState::Done)
-            .count();
+        let holding = steps.values().filter(|(_, s, _)| s.holds_slot()).count();
         let free = concurrency.saturating_sub(holding);
         let fresh = eligible
             .iter()
@@ -129,7 +198,7 @@ fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut 
         for node in picks {
             let state = NodeState::selected(&facts.job_name(node), facts.now);
             let (next, actions) = facts.step(node, state);
-            freed |= next == NodeState::Done;
+            freed |= !next.holds_slot();
             steps.insert(node.name.as_str(), (node, next, actions));
         }
         if !freed {
@@ -180,6 +249,16 @@ fn apply_actions(
                     unschedulable: uncordon.then_some(false),
                     ..NodeChange::of(&node.name)
                 }),
+                NodeAction::Quarantine { uncordon } => {
+                    let key = failure::quarantine_key(facts.name);
+                    out.node_patches.push(NodeChange {
+                        annotations: forget_cordon(node, uncordon),
+                        unschedulable: uncordon.then_some(false),
+                        ..NodeChange::of(&node.name)
+                            .label(&key, Some(&facts.hash))
+                            .add_taint(failure::quarantine_taint(facts.name, &facts.hash))
+                    })
+                }
                 NodeAction::Uncordon => out.node_patches.push(NodeChange {
                     annotations: forget_cordon(node, true),
                     ..NodeChange::of(&node.name).cordon(false)
@@ -285,7 +364,7 @@ fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout
 
 /// `status.applying` (hostnames, in node-name order, as SUC lists them) and `status.nodes`.
 fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
-    let holding = steps.values().filter(|(_, s, _)| *s != NodeState::Done);
+    let holding = steps.values().filter(|(_, s, _)| s.holds_slot());
     st.applying = holding
         .clone()
         .map(|(n, _, _)| n.hostname().to_string())

@@ -24,22 +24,19 @@ pub(super) fn report(
     st: &mut PlanStatus,
     out: &mut Rollout,
     steps: &Steps<'_>,
-    window: Option<TimeWindow>,
-    eligible: &[&NodeInfo],
+    situation: &Situation<'_>,
 ) {
     let now = rfc3339(facts.now);
     let generation = facts.ctx.generation;
     let (version, hash) = (&facts.version, &facts.hash);
-    let failure = steps.values().find_map(|(_, s, _)| s.failure());
-    let rebooting = steps.values().find_map(|(n, s, _)| match s {
-        NodeState::Rebooting { message, .. } => Some((
-            s.phase().as_str(),
-            format!("node {}: {message}", n.hostname()),
-        )),
-        _ => None,
-    });
+    let (window, eligible) = (&situation.window, situation.eligible);
+    let failure = steps
+        .values()
+        .find_map(|(_, s, _)| s.failure())
+        .map(|(reason, message)| stopped(facts, st, out, situation, reason, message));
+    let rebooting = in_progress(steps);
     if let Some((reason, message)) = failure {
-        cond::set(st, COMPLETE, FALSE, reason, message, &now, generation);
+        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if let Some((reason, message)) = rebooting {
         cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if st.applying.is_empty() && window.is_some() && !eligible.is_empty() {
@@ -62,6 +59,9 @@ pub(super) fn report(
         && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
     {
         // Nodes wait for something that is not the Plan's; the function that found it said so.
+    } else if st.applying.is_empty() && !situation.quarantined.is_empty() {
+        let message = quarantined_message(facts, situation.quarantined);
+        cond::set(st, COMPLETE, FALSE, QUARANTINED, &message, &now, generation);
     } else if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
@@ -93,6 +93,85 @@ pub(super) fn report(
         cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
     }
     progress_event(facts, out);
+}
+
+/// A node on its way that the `Complete` condition names: one whose Job is about to be created
+/// again, else one in its reboot hand-off.
+fn in_progress(steps: &Steps<'_>) -> Option<(&'static str, String)> {
+    let named = |n: &NodeInfo, message: &str| format!("node {}: {message}", n.hostname());
+    let retrying = steps.values().find_map(|(n, s, _)| match s {
+        NodeState::Retrying { message, .. } => Some((RETRYING, named(n, message))),
+        _ => None,
+    });
+    retrying.or_else(|| {
+        steps.values().find_map(|(n, s, _)| match s {
+            NodeState::Rebooting { message, .. } => Some((s.phase().as_str(), named(n, message))),
+            _ => None,
+        })
+    })
+}
+
+/// What the report reads besides the nodes' steps.
+pub(super) struct Situation<'a> {
+    /// The window, when it keeps the rollout from starting.
+    pub window: Option<TimeWindow>,
+    /// The nodes left to upgrade.
+    pub eligible: &'a [&'a NodeInfo],
+    /// Hostnames of the nodes the failure policy quarantined at this hash.
+    pub quarantined: &'a [&'a str],
+    /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
+    pub stopped: bool,
+}
+
+/// The reason of `Complete=False` once a failure stopped the rollout.
+pub const STOPPED: &str = "RolloutStopped";
+/// The reason of `Complete=False` when every node is done but those quarantined.
+pub const QUARANTINED: &str = "Quarantined";
+/// The reason of `Complete=False` while a node's failed Job waits to be recreated.
+pub const RETRYING: &str = "Retrying";
+
+/// The `Complete` reason and message of a failed node; when the failure stops the rollout, says
+/// so and how to go on (once as an event).
+fn stopped(
+    facts: &Facts<'_>,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    situation: &Situation<'_>,
+    reason: &'static str,
+    message: &str,
+) -> (&'static str, String) {
+    if !situation.stopped || reason != super::node_state::JOB_FAILED {
+        return (reason, message.to_string());
+    }
+    let message = format!(
+        "{message}; rollout stopped by failurePolicy {}: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        facts.ctx.failure.last.as_str(),
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    );
+    if cond::reason(st, COMPLETE) != STOPPED {
+        out.event(EventType::Warning, STOPPED, message.clone());
+    }
+    (STOPPED, message)
+}
+
+/// The `Complete` message while quarantined nodes are all that is left.
+fn quarantined_message(facts: &Facts<'_>, quarantined: &[&str]) -> String {
+    let mut names: Vec<&str> = quarantined.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    format!(
+        "{} quarantined after their Job failed: {} (label and taint {}); reset with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        if names.len() == 1 {
+            "1 node".to_string()
+        } else {
+            format!("{} nodes", names.len())
+        },
+        names.join(", "),
+        super::failure::quarantine_key(facts.name),
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
 }
 
 /// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
@@ -214,10 +293,11 @@ fn is_rebooting_reason(reason: &str) -> bool {
 
 /// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
 fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
+    let plan_label = labels::plan_node_label(facts.name);
     let labelled_now = out
         .node_patches
         .iter()
-        .filter(|p| !p.labels.is_empty())
+        .filter(|p| p.labels.contains_key(&plan_label))
         .count();
     let (targeted, upgraded) = upgraded(facts.input, &facts.hash, &out.node_patches);
     if targeted == 0 || labelled_now == 0 || upgraded >= targeted {

@@ -89,6 +89,7 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
                 .map_err(|e| format!("spec.drain.podSelector: {e}"))?;
         }
     }
+    super::failure::FailurePolicy::of(spec.failure_policy.as_ref())?;
     if let Some(window) = &spec.window {
         TimeWindow::new(window).map_err(|e| e.to_string())?;
     }

@@ -1121,6 +1121,9 @@ fn finished_jobs_are_left_to_the_ttl_controller_unless_only_suc_annotates_a_ttl(
 #[cfg(test)]
 mod properties;
 
+#[cfg(test)]
+mod failure_policy;
+
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {
     let mut w = World::new(plan(1), nodes(2));

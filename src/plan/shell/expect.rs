@@ -28,7 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Expectations {
     jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
     pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
-    nodes: Mutex<HashMap<String, (Instant, NodeChange)>>,
+    nodes: Mutex<HashMap<String, (Instant, NodeChange, NodeInfo)>>,
     plans: Mutex<HashMap<Holder, Arc<Plan>>>,
 }
 
@@ -87,8 +87,12 @@ impl Expectations {
         }
     }
 
-    pub fn patched_node(&self, patch: &NodeChange) {
-        lock(&self.nodes).insert(patch.node.clone(), (Instant::now(), patch.clone()));
+    /// `before`: the node as the decision that made the patch saw it.
+    pub fn patched_node(&self, patch: &NodeChange, before: &NodeInfo) {
+        lock(&self.nodes).insert(
+            patch.node.clone(),
+            (Instant::now(), patch.clone(), before.clone()),
+        );
     }
 
     pub fn wrote_status(&self, plan: Plan) {
@@ -106,22 +110,32 @@ impl Expectations {
     }
 
     /// The node with the labels, annotations and uncordon this process patched onto it, until the
-    /// cache shows them.
+    /// cache shows the patch. A merge patch lands whole: once the cache shows any field the patch
+    /// changed, the cache is at or past it and is believed whole, so that a change someone made
+    /// since (an admin cordoning the node again) is not hidden.
     pub fn node(&self, cached: &NodeInfo) -> Option<NodeInfo> {
         let mut nodes = lock(&self.nodes);
-        let (at, patch) = nodes.get(&cached.name)?;
-        let shown = patch
+        let (at, patch, before) = nodes.get(&cached.name)?;
+        let changed = |was: Option<&String>, now: Option<&String>, to: &Option<String>| {
+            was != to.as_ref() && now == to.as_ref()
+        };
+        let past = patch
             .labels
             .iter()
-            .all(|(k, v)| cached.labels.get(k) == v.as_ref())
-            && patch
+            .any(|(k, v)| changed(before.labels.get(k), cached.labels.get(k), v))
+            || patch
                 .annotations
                 .iter()
-                .all(|(k, v)| cached.annotations.get(k) == v.as_ref())
-            && patch
+                .any(|(k, v)| changed(before.annotations.get(k), cached.annotations.get(k), v))
+            || patch
                 .unschedulable
-                .is_none_or(|u| u == cached.unschedulable);
-        if shown || at.elapsed() >= PATIENCE {
+                .is_some_and(|u| u != before.unschedulable && u == cached.unschedulable);
+        let mut patched = before.clone();
+        patch.apply_to(&mut patched);
+        let changes_nothing = patched.labels == before.labels
+            && patched.annotations == before.annotations
+            && patched.unschedulable == before.unschedulable;
+        if past || changes_nothing || at.elapsed() >= PATIENCE {
             nodes.remove(&cached.name);
             return None;
         }
@@ -210,7 +224,10 @@ mod tests {
             unschedulable: true,
             ..Default::default()
         };
-        e.patched_node(&NodeChange::of("n").label("k", Some("v")).cordon(false));
+        e.patched_node(
+            &NodeChange::of("n").label("k", Some("v")).cordon(false),
+            &cached,
+        );
         let seen = e.node(&cached).expect("overlaid");
         assert_eq!(seen.labels["k"], "v");
         assert!(!seen.unschedulable);
@@ -219,6 +236,34 @@ mod tests {
         caught_up.unschedulable = false;
         assert!(e.node(&caught_up).is_none());
         assert!(e.node(&cached).is_none());
+    }
+
+    #[test]
+    fn a_cordon_made_after_the_patch_landed_is_not_hidden() {
+        let e = Expectations::default();
+        let before = NodeInfo {
+            name: "n".into(),
+            unschedulable: true,
+            annotations: [(
+                "slipway.dev/cordoned-by".to_string(),
+                "plan/ns/p".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let uncordon = NodeChange::of("n")
+            .annotation("slipway.dev/cordoned-by", None)
+            .cordon(false);
+        e.patched_node(&uncordon, &before);
+        // The cache has not shown the patch yet: laid over.
+        assert!(e.node(&before).is_some_and(|n| !n.unschedulable));
+        // The patch landed (the record is gone), then an admin cordoned the node again: the
+        // cache is believed.
+        let admin = NodeInfo {
+            annotations: Default::default(),
+            ..before.clone()
+        };
+        assert!(e.node(&admin).is_none());
     }
 
     #[test]

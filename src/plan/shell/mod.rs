@@ -295,8 +295,16 @@ impl Operation for PlanOperation {
         match effect {
             PlanEffect::PatchNode(change) => {
                 info!(plan = %name, node = %change.node, labels = ?change.labels, annotations = ?change.annotations, cordon = ?change.unschedulable, "patching node");
-                if chores.patch_node(change).await? {
-                    self.expect.patched_node(change);
+                // The node as the decision saw it (the cache, with earlier patches laid over).
+                let before = self.shared.nodes().get(&change.node);
+                if chores.patch_node(change).await?
+                    && let Some(cached) = before
+                {
+                    let seen = self
+                        .expect
+                        .node(&cached)
+                        .unwrap_or_else(|| (*cached).clone());
+                    self.expect.patched_node(change, &seen);
                 }
             }
             PlanEffect::DeleteJob(job) => {

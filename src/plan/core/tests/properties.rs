@@ -83,6 +83,41 @@ struct History {
     created: BTreeMap<String, Option<i64>>,
     /// Failed Jobs the status has reported.
     reported: BTreeSet<String>,
+    /// How many times each Job was created at each Plan generation.
+    creations: BTreeMap<(String, Option<i64>), i32>,
+}
+
+/// The failure policies the properties run under: SUC's (none), and each action.
+fn failure_policy(pick: u8) -> Option<crate::plan::api::FailurePolicySpec> {
+    use crate::plan::api::{FailureAction, FailurePolicySpec};
+    let action = match pick {
+        0 => return None,
+        1 => FailureAction::Stop,
+        2 => FailureAction::Retry,
+        _ => FailureAction::Quarantine,
+    };
+    Some(FailurePolicySpec {
+        action: Some(action),
+        retries: Some(2),
+        backoff: Some("1s".into()),
+        then: Some(FailureAction::Stop),
+        max_quarantined: Some(1),
+        ..Default::default()
+    })
+}
+
+fn policy_of(w: &World) -> crate::plan::core::failure::FailurePolicy {
+    crate::plan::core::failure::FailurePolicy::of(w.plan.spec.failure_policy.as_ref())
+        .expect("valid policy")
+}
+
+/// A node of the status failed for good at the Plan's generation.
+fn failed_now(w: &World, st: &PlanStatus) -> bool {
+    st.nodes.iter().any(|p| {
+        p.phase == NodePhase::Failed
+            && p.reason.as_deref() == Some("JobFailed")
+            && p.generation == w.plan.metadata.generation
+    })
 }
 
 fn unfinished(w: &World) -> Vec<&Job> {
@@ -142,6 +177,16 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
             }
         }
         Write::Status(s) => {
+            // A stopped rollout starts nothing: the nodes it holds can only go.
+            let old = w.status();
+            if policy_of(w).held_failure_stops() && failed_now(w, &old) {
+                let new: Vec<&String> = s
+                    .applying
+                    .iter()
+                    .filter(|n| !old.applying.contains(n))
+                    .collect();
+                prop_assert!(new.is_empty(), "a stopped rollout started {new:?}: {s:#?}");
+            }
             for p in s.nodes.iter().filter(|p| p.phase == NodePhase::Failed) {
                 h.reported.extend(p.job.clone());
             }
@@ -163,10 +208,23 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
                 !h.completed.contains(&name),
                 "{name} completed before and runs again"
             );
+            // Never a node twice at one generation, but for the retries the policy allows and
+            // those of a Job killed by its node's reboot.
+            let times = h
+                .creations
+                .entry((name.clone(), w.plan.metadata.generation))
+                .or_insert(0);
+            *times += 1;
+            let allowed = 1 + policy_of(w).retries + crate::plan::core::failure::MAX_REBOOT_RETRIES;
             prop_assert!(
-                h.failed
-                    .get(&name)
-                    .is_none_or(|g| *g != w.plan.metadata.generation),
+                *times <= allowed,
+                "{name} created {times} times at one generation"
+            );
+            prop_assert!(
+                policy_of(w).retries > 0
+                    || h.failed
+                        .get(&name)
+                        .is_none_or(|g| *g != w.plan.metadata.generation),
                 "{name} failed at this generation and is retried"
             );
             if !w.jobs.iter().any(|e| e.metadata.name == j.metadata.name) {
@@ -244,13 +302,34 @@ fn unfinished_one(j: &Job) -> bool {
 
 /// With every Job succeeding and every node coming back, the rollout finishes.
 fn settle(w: &mut World, h: &mut History, concurrency: usize) -> Result<(), TestCaseError> {
-    // Failures hold the Plan until it changes: change it once more.
+    // Failures hold the Plan until it changes: change it once more, and release the nodes the
+    // policy quarantined (a reset).
     let g = w.plan.metadata.generation.unwrap_or(1) + 1;
     w.plan.metadata.generation = Some(g);
-    for _ in 0..200 {
+    w.plan.metadata.annotations = Some(
+        [(
+            crate::plan::core::failure::RESET_ANNOTATION.to_string(),
+            format!("settle-{g}"),
+        )]
+        .into(),
+    );
+    for i in 0..200 {
         run(w, h, &Op::Decide { cut: None }, concurrency)?;
         if cond::is(&w.status(), COMPLETE, TRUE) {
             return Ok(());
+        }
+        // What an operator does on a rollout that says it stopped, or left nodes quarantined.
+        if matches!(
+            cond::reason(&w.status(), COMPLETE),
+            "RolloutStopped" | "Quarantined"
+        ) {
+            w.plan.metadata.annotations = Some(
+                [(
+                    crate::plan::core::failure::RESET_ANNOTATION.to_string(),
+                    format!("settle-{g}-{i}"),
+                )]
+                .into(),
+            );
         }
         let names: Vec<String> = unfinished(w)
             .iter()
@@ -278,9 +357,11 @@ proptest! {
         n in 1usize..7,
         concurrency in 1i64..4,
         rebooting in proptest::bool::ANY,
+        policy in 0u8..4,
         ops in proptest::collection::vec(op(), 1..60),
     ) {
-        let p = if rebooting { rebooting_plan(concurrency, false) } else { plan(concurrency) };
+        let mut p = if rebooting { rebooting_plan(concurrency, false) } else { plan(concurrency) };
+        p.spec.failure_policy = failure_policy(policy);
         let mut w = World::new(p, nodes(n));
         let mut h = History::default();
         let c = usize::try_from(concurrency).unwrap_or(0);

@@ -1,0 +1,418 @@
+//! Failure policies on the local cluster: what a Plan does when a node's Job fails (`Stop`,
+//! `Retry`, `Quarantine`, SUC's `Hold`), uncordoning only its own cordon, retrying a Job killed
+//! by its node's reboot, and resetting failures with an annotation.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use slipway::plan::api::Plan;
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+use support::jobwatch::{JobWatchGuard, watch_jobs};
+use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+
+const RESET: &str = "slipway.dev/reset-failures";
+
+/// A Plan over the test's pool whose pods fail on `fail_on` (a node name, or "true" for every
+/// node; "" for none), with `policy` as its `failurePolicy` (YAML flow mapping).
+fn plan(name: &str, pool: &str, concurrency: i64, fail_on: &str, policy: &str) -> Plan {
+    let fail = if fail_on.is_empty() {
+        String::new()
+    } else {
+        format!("  labels:\n    {}: \"{fail_on}\"\n", support::FAIL_LABEL)
+    };
+    plan_from_yaml(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+{fail}  annotations:
+    slipway.test/complete-delay: "2s"
+spec:
+  concurrency: {concurrency}
+  cordon: true
+  version: v1.30.1+k3s1
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+  failurePolicy: {policy}
+"#
+    ))
+}
+
+async fn start(ns: &TestNamespace, plan: &Plan) -> JobWatchGuard {
+    let jobs = watch_jobs(ns.api());
+    ns.api::<Plan>()
+        .create(&PostParams::default(), plan)
+        .await
+        .expect("create plan");
+    jobs
+}
+
+async fn wait_reason(ns: &TestNamespace, name: &str, reason: &str, timeout: Duration) -> Plan {
+    wait_until(
+        &ns.api::<Plan>(),
+        name,
+        &format!("{name}: {reason}"),
+        timeout,
+        |p| condition_reason(p, "Complete").as_deref() == Some(reason),
+    )
+    .await
+}
+
+fn complete_message(plan: &Plan) -> String {
+    condition(plan, "Complete")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The reasons of the namespace's events.
+async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+/// How many times the Jobs were created, all names together.
+fn creations(jobs: &JobWatchGuard) -> usize {
+    jobs.snapshot().uids.values().map(|u| u.len()).sum()
+}
+
+async fn node(client: &kube::Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .expect("get node")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-stop", 3).await else {
+        return;
+    };
+    let client = ns.client();
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+    let mut p = plan("stop", &pool, 1, "true", "{action: Stop, uncordon: true}");
+    p.metadata.annotations =
+        Some([("slipway.test/complete-delay".to_string(), "6s".to_string())].into());
+    let jobs = start(&ns, &p).await;
+    // The Job cordons its node (kwok runs no container: the test does it for the Job).
+    let started = wait_until(
+        &ns.api::<Plan>(),
+        "stop",
+        "a node started",
+        Duration::from_secs(30),
+        |p| p.status.as_ref().is_some_and(|s| !s.applying.is_empty()),
+    )
+    .await;
+    let first = started.status.expect("status").applying[0].clone();
+    support::set_unschedulable(&client, &first, true).await;
+    let stopped = wait_reason(&ns, "stop", "RolloutStopped", Duration::from_secs(90)).await;
+    let message = complete_message(&stopped);
+    assert!(
+        message.contains("rollout stopped by failurePolicy Stop"),
+        "{message}"
+    );
+    assert!(message.contains(RESET), "{message}");
+    // The first node failed; no other starts, however long we wait.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = ns
+        .api::<Plan>()
+        .get("stop")
+        .await
+        .expect("plan")
+        .status
+        .unwrap_or_default();
+    assert_eq!(creations(&jobs), 1, "{:?}", jobs.snapshot());
+    assert_eq!(
+        status.applying,
+        std::slice::from_ref(&first),
+        "the failed node keeps its slot"
+    );
+    assert!(
+        !cordoned(&client, &first).await,
+        "the Plan's own cordon is undone"
+    );
+    let reasons = event_reasons(&ns).await;
+    assert!(reasons.iter().any(|r| r == "RolloutStopped"), "{reasons:?}");
+
+    // An admin cordons the node; a reset (no edit of the spec) starts it over; it fails again,
+    // and this time its cordon is the admin's: it stays.
+    support::set_unschedulable(&client, &first, true).await;
+    ns.api::<Plan>()
+        .patch(
+            "stop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {RESET: "first"}}})),
+        )
+        .await
+        .expect("annotate");
+    support::wait_for(
+        "the failed Job created again",
+        Duration::from_secs(60),
+        || async {
+            match creations(&jobs) {
+                n if n >= 2 => Ok(()),
+                n => Err(anyhow::anyhow!("{n} creations")),
+            }
+        },
+    )
+    .await;
+    let again = wait_until(
+        &ns.api::<Plan>(),
+        "stop",
+        "stopped again",
+        Duration::from_secs(90),
+        |p| {
+            let st = p.status.clone().unwrap_or_default();
+            st.failures_reset.as_deref() == Some("first")
+                && condition_reason(p, "Complete").as_deref() == Some("RolloutStopped")
+        },
+    )
+    .await;
+    assert_eq!(
+        again.status.expect("status").applying,
+        std::slice::from_ref(&first)
+    );
+    assert_eq!(creations(&jobs), 2, "still no other node");
+    assert!(cordoned(&client, &first).await, "the admin's cordon stays");
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+async fn cordoned(client: &kube::Client, name: &str) -> bool {
+    node(client, name)
+        .await
+        .spec
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_recreates_a_failed_job_with_backoff_until_it_succeeds() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-retry", 1).await else {
+        return;
+    };
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+    let p = plan(
+        "retry",
+        &pool,
+        1,
+        "true",
+        "{action: Retry, retries: 4, backoff: 3s}",
+    );
+    let jobs = start(&ns, &p).await;
+    // Two failed attempts at one generation: the policy, not an edit, made the second.
+    support::wait_for("a second attempt", Duration::from_secs(90), || async {
+        match creations(&jobs) {
+            n if n >= 2 => Ok(()),
+            n => Err(anyhow::anyhow!("{n} creations")),
+        }
+    })
+    .await;
+    let retrying = wait_reason(&ns, "retry", "Retrying", Duration::from_secs(60)).await;
+    let progress = &retrying.status.as_ref().expect("status").nodes[0];
+    assert!(progress.retries.unwrap_or(0) >= 1, "{progress:?}");
+    assert_eq!(
+        retrying.metadata.generation,
+        Some(1),
+        "nobody edited the spec"
+    );
+    // The cause of the failures goes away: the next attempt succeeds and the Plan completes.
+    ns.api::<Plan>()
+        .patch(
+            "retry",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {support::FAIL_LABEL: null}}})),
+        )
+        .await
+        .expect("fix");
+    let done = wait_until(
+        &ns.api::<Plan>(),
+        "retry",
+        "retry to complete",
+        Duration::from_secs(120),
+        is_complete,
+    )
+    .await;
+    assert!(done.status.expect("status").applying.is_empty());
+    let reasons = event_reasons(&ns).await;
+    assert!(
+        reasons.iter().filter(|r| *r == "JobFailed").count() >= 2,
+        "{reasons:?}"
+    );
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-quarantine", 3).await else {
+        return;
+    };
+    let client = ns.client();
+    let bad = nodes[1].clone();
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+    let p = plan(
+        "quarantine",
+        &pool,
+        1,
+        &bad,
+        "{action: Quarantine, maxQuarantined: 1}",
+    );
+    let _jobs = start(&ns, &p).await;
+    let left = wait_reason(&ns, "quarantine", "Quarantined", Duration::from_secs(120)).await;
+    let message = complete_message(&left);
+    assert!(
+        message.starts_with(&format!("1 node quarantined after their Job failed: {bad}")),
+        "{message}"
+    );
+    let hash = left
+        .status
+        .as_ref()
+        .and_then(|s| s.latest_hash.clone())
+        .expect("hash");
+    let key = "quarantine.slipway.dev/quarantine";
+    let q = node(&client, &bad).await;
+    assert_eq!(
+        q.metadata.labels.as_ref().and_then(|l| l.get(key)),
+        Some(&hash)
+    );
+    let taints = q.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == key && t.effect == "NoSchedule" && t.value.as_ref() == Some(&hash)),
+        "{taints:?}"
+    );
+    for n in nodes.iter().filter(|n| **n != bad) {
+        let labels = node(&client, n).await.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("plan.upgrade.cattle.io/quarantine"),
+            Some(&hash),
+            "{n} upgraded"
+        );
+    }
+    let reasons = event_reasons(&ns).await;
+    assert!(reasons.iter().any(|r| r == "Quarantined"), "{reasons:?}");
+
+    // Deleting the Plan releases the node: nothing else would ever lift the taint.
+    ns.api::<Plan>()
+        .delete("quarantine", &Default::default())
+        .await
+        .expect("delete plan");
+    support::wait_for("the quarantine lifted", Duration::from_secs(60), || async {
+        let n = node(&client, &bad).await;
+        let tainted = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == key);
+        let labelled = n.metadata.labels.unwrap_or_default().contains_key(key);
+        if tainted || labelled {
+            Err(anyhow::anyhow!("tainted {tainted}, labelled {labelled}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-reboot", 1).await else {
+        return;
+    };
+    let client = ns.client();
+    let _controller = ControllerProcess::start(
+        &cluster,
+        ns.name(),
+        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
+    );
+    // No failurePolicy: SUC's Hold. The pod stays Running (the hold label) until the test
+    // reboots the node and fails it, as a reboot in the middle of the upgrade would.
+    let mut p = plan("reboot", &pool, 1, "", "null");
+    p.metadata.labels = Some([("slipway.test/hold".to_string(), "true".to_string())].into());
+    let jobs = start(&ns, &p).await;
+    let pods = ns.api::<Pod>();
+    let pod = support::wait_for("the Job's pod running", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await?;
+        list.items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .and_then(|p| p.metadata.name)
+            .ok_or_else(|| anyhow::anyhow!("no running pod"))
+    })
+    .await;
+    support::simulate_reboot(&client, &nodes[0]).await;
+    pods.patch_status(
+        &pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed", "reason": "NodeReboot", "message": "the node rebooted"}})),
+    )
+    .await
+    .expect("fail the pod");
+    let again = support::wait_for("the Job created again", Duration::from_secs(90), || async {
+        match creations(&jobs) {
+            n if n >= 2 => {
+                let plan = ns.api::<Plan>().get("reboot").await?;
+                Ok(plan)
+            }
+            n => Err(anyhow::anyhow!("{n} creations")),
+        }
+    })
+    .await;
+    assert_ne!(
+        condition_reason(&again, "Complete").as_deref(),
+        Some("JobFailed")
+    );
+    let reasons = event_reasons(&ns).await;
+    assert!(
+        reasons.iter().any(|r| r == "JobKilledByReboot"),
+        "{reasons:?}"
+    );
+    let recorded = wait_until(
+        &ns.api::<Plan>(),
+        "reboot",
+        "the reboot retry in the status",
+        Duration::from_secs(30),
+        |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.nodes.iter().any(|n| n.reboot_retries == Some(1)))
+        },
+    )
+    .await;
+    assert!(!is_complete(&recorded));
+    support::delete_nodes(&client, &nodes).await;
+    ns.cleanup().await;
+}
