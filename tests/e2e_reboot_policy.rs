@@ -245,6 +245,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     an_unreachable_prometheus_holds_reboots(&s).await;
     a_node_condition_asks_once_per_occurrence(&s).await;
     a_plan_and_a_policy_share_one_budget(&s).await;
+    soak_separates_two_reboots(&s).await;
 
     drop(controller);
     let Scene {
@@ -525,6 +526,68 @@ async fn a_closed_window_holds_a_reboot_and_says_until_when(s: &Scene) {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!cordoned(&node(client, &n0).await), "held: not cordoned");
+}
+
+/// `soak`: the second node starts at least the soak after the first is back, and waits saying so.
+async fn soak_separates_two_reboots(s: &Scene) {
+    let name = s.policy_name("soak");
+    let pair = [s.nodes[3].clone(), s.nodes[4].clone()];
+    create_policy(
+        &s.api,
+        &policy(&name, &s.pool, json!({"concurrency": 1, "soak": "10s"})),
+    )
+    .await;
+    for n in &pair {
+        support::ask_reboot(&s.client, n).await;
+    }
+    let first = support::wait_for("a first reboot pod", Duration::from_secs(60), || async {
+        let pods = reboot_pods(s.ns.name(), &s.client, &name).await;
+        match pods.first() {
+            Some(p) => Ok(pod_node(p)),
+            None => Err(anyhow!("status: {}", status_of(&s.api, &name).await)),
+        }
+    })
+    .await;
+    let second = pair
+        .iter()
+        .find(|n| **n != first)
+        .expect("the other node")
+        .clone();
+    support::simulate_reboot(&s.client, &first).await;
+    let entry = support::wait_for("the first node back", Duration::from_secs(60), || async {
+        let status = status_of(&s.api, &name).await;
+        let back = status["rebooted"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["name"] == first.as_str()));
+        if back {
+            Ok(status)
+        } else {
+            Err(anyhow!("status: {status}"))
+        }
+    })
+    .await;
+    let back = std::time::Instant::now();
+    support::wait_for(
+        "the second node to wait for the soak",
+        Duration::from_secs(30),
+        || async {
+            let status = status_of(&s.api, &name).await;
+            match node_entry(&status, &second) {
+                Some(n) if n["reason"] == "Soaking" => Ok(()),
+                _ => Err(anyhow!("status: {status}")),
+            }
+        },
+    )
+    .await;
+    wait_reboot_pod(s, &name, &second, "the second reboot pod").await;
+    assert!(
+        back.elapsed() >= Duration::from_secs(8),
+        "the second reboot started {:?} after the first node was back ({entry})",
+        back.elapsed()
+    );
+    support::simulate_reboot(&s.client, &second).await;
+    wait_all_done(&s.client, &s.api, &name, &pair).await;
+    delete_policy(&s.api, &name).await;
 }
 
 /// A blocking pod on the node holds it, named; once it is gone the reboot starts.

@@ -85,6 +85,10 @@ pub struct RebootPolicySpec {
     /// Start no new reboot (the ones under way finish).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// After a node is back (and its health gate passed), keep its slot this long before another
+    /// node starts: a settle time between reboots (a Go duration; none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
     /// Image of the reboot pod; needs `sh`, `cat` and `nsenter` (default: the controller's
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +306,7 @@ fn add_rules(root: &mut Value) {
     });
     window_rules(root, &format!("{spec}/properties/window"));
     positive_duration(root, &format!("{spec}/properties/timeout"), "spec.timeout");
+    positive_duration(root, &format!("{spec}/properties/soak"), "spec.soak");
     positive_duration(
         root,
         &format!("{spec}/properties/drain/properties/timeout"),

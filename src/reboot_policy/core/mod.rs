@@ -161,7 +161,8 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         Ok(spec) => spec,
         Err(message) => return invalid(input, &states, previous, message, now),
     };
-    let settings = spec.settings(now, input.alerts.clone());
+    let mut settings = spec.settings(now, input.alerts.clone());
+    settings.soaking = spec.soaking(&previous.rebooted, now);
     let steps = decide_nodes(
         &settings,
         &spec.signals,

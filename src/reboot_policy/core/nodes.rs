@@ -171,7 +171,18 @@ pub fn decide_nodes(
         }
     }
 
+    // Nodes back from their reboot keep their slot while they soak, those of this decision too.
+    let mut soaking = settings.soaking.clone();
+    if let Some(soak) = settings.soak {
+        let until = now.checked_add(soak).unwrap_or(now);
+        soaking.extend(d.rebooted.iter().map(|r| (r.name.clone(), until)));
+    }
+    soaking.retain(|(n, _)| !d.states.contains_key(n));
+    if let Some(first) = soaking.iter().map(|(_, until)| *until).min() {
+        d.recheck(elapsed(now, first).max(Duration::from_secs(1)));
+    }
     let mut busy = d.states.values().filter(|s| s.holds_slot()).count()
+        + soaking.len()
         + nodes
             .iter()
             .filter(|v| v.selected && v.held_by.is_some() && !d.states.contains_key(&v.node.name))
@@ -184,7 +195,7 @@ pub fn decide_nodes(
     waiting.sort_by(|a, b| a.0.node.name.cmp(&b.0.node.name));
     for (view, signal) in waiting {
         let name = &view.node.name;
-        let hold = hold_reason(settings, view, busy);
+        let hold = hold_reason(settings, view, busy, &soaking);
         let Some((waiting_phase, reason, message)) = hold else {
             start(name, view.node, signal, signals, now, &mut d);
             busy += 1;
@@ -213,6 +224,7 @@ fn hold_reason(
     settings: &PolicySettings,
     view: &NodeView<'_>,
     busy: usize,
+    soaking: &[(String, Timestamp)],
 ) -> Option<(RebootPhase, &'static str, String)> {
     if settings.paused {
         return Some((
@@ -246,6 +258,19 @@ fn hold_reason(
             format!(
                 "blocking pods run on the node: {}",
                 view.blocking_pods.join(", ")
+            ),
+        ));
+    }
+    if busy >= settings.concurrency
+        && busy - soaking.len() < settings.concurrency
+        && let Some((node, until)) = soaking.iter().min_by_key(|(_, until)| *until)
+    {
+        return Some((
+            RebootPhase::Wanting,
+            "Soaking",
+            format!(
+                "node {node} is back and soaks until {} (spec.soak); waiting for its slot",
+                rfc3339(*until)
             ),
         ));
     }

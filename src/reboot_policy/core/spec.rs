@@ -12,7 +12,7 @@ use crate::common::window::TimeWindow;
 use crate::node::drain::DrainOptions;
 use crate::node::handoff::{GatePolicy, HandoffPolicy};
 use crate::node::reboot::{DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, HealthGateSpec};
-use crate::reboot_policy::api::{RebootBlockers, RebootDrain, RebootPolicySpec};
+use crate::reboot_policy::api::{RebootBlockers, RebootDrain, RebootPolicySpec, RebootRecord};
 
 /// The policy's settings, with defaults applied and the clock read.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +26,10 @@ pub struct PolicySettings {
     pub handoff: HandoffPolicy,
     /// Set when Prometheus holds every reboot: which alerts fire, or why it could not be asked.
     pub alerts: Option<String>,
+    /// `spec.soak`.
+    pub soak: Option<Duration>,
+    /// Nodes back from an earlier reboot that still keep their slot, and until when.
+    pub soaking: Vec<(String, Timestamp)>,
 }
 
 /// How long a drain may take unless the policy says otherwise.
@@ -46,6 +50,8 @@ pub struct PolicySpec {
     pub blocking_pods: Vec<Selector>,
     pub alerts: Option<AlertFilter>,
     pub image: String,
+    /// `spec.soak`: how long a node back from its reboot keeps its slot.
+    pub soak: Option<Duration>,
 }
 
 fn duration_field(text: Option<&str>, field: &str, default: Duration) -> Result<Duration, String> {
@@ -101,6 +107,10 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
             .clone()
             .filter(|i| !i.is_empty())
             .unwrap_or_else(|| default_image.to_string()),
+        soak: match spec.soak.as_deref() {
+            None => None,
+            Some(text) => Some(duration_field(Some(text), "spec.soak", Duration::ZERO)?),
+        },
     })
 }
 
@@ -159,6 +169,21 @@ fn read_blockers(
 }
 
 impl PolicySpec {
+    /// The nodes of `rebooted` (the policy's latest reboots) still soaking at `now`.
+    pub fn soaking(&self, rebooted: &[RebootRecord], now: Timestamp) -> Vec<(String, Timestamp)> {
+        let Some(soak) = self.soak else {
+            return Vec::new();
+        };
+        rebooted
+            .iter()
+            .filter_map(|r| {
+                let back = r.at.parse::<Timestamp>().ok()?;
+                let until = back.checked_add(soak).ok()?;
+                (until > now).then(|| (r.name.clone(), until))
+            })
+            .collect()
+    }
+
     /// The settings one decision reads, at `now`; `alerts` is the Prometheus blocker's answer.
     pub fn settings(&self, now: Timestamp, alerts: Option<String>) -> PolicySettings {
         PolicySettings {
@@ -178,6 +203,8 @@ impl PolicySpec {
                 }),
             },
             alerts,
+            soak: self.soak,
+            soaking: Vec::new(),
         }
     }
 }

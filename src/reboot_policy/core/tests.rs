@@ -54,6 +54,8 @@ fn settings(concurrency: usize) -> PolicySettings {
             health_gate: None,
         },
         alerts: None,
+        soak: None,
+        soaking: Vec::new(),
     }
 }
 
@@ -777,4 +779,81 @@ fn the_phase_gauges_count_status_nodes_with_their_oldest_since() {
         got,
         vec![("Draining", 1, Some(at(60))), ("Wanting", 2, Some(at(-60)))]
     );
+}
+
+#[test]
+fn soak_keeps_a_rebooted_nodes_slot_until_it_is_over() {
+    let soaking = PolicySettings {
+        soak: Some(Duration::from_secs(300)),
+        ..settings(1)
+    };
+    let b = asking("b");
+    // Node a comes back in this decision: b waits for a's soak, not for a's reboot.
+    let mut back = node("a");
+    back.boot_id = "a-boot-2".into();
+    let states = BTreeMap::from([("a".to_string(), rebooting("a", at(0)))]);
+    let d = run(&soaking, &states, &[view(&back), view(&b)], at(60));
+    assert_eq!(d.rebooted.len(), 1);
+    assert!(started(&d).is_empty());
+    let waiting = d.nodes.iter().find(|n| n.name == "b").expect("b waits");
+    assert_eq!(waiting.reason.as_deref(), Some("Soaking"));
+    assert!(
+        waiting
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("node a is back and soaks until 2026")),
+        "{waiting:?}"
+    );
+    assert!(d.recheck.is_some_and(|r| r <= Duration::from_secs(300)));
+    // Later decisions read the soak from the history.
+    let history = |until_secs| PolicySettings {
+        soaking: vec![("a".to_string(), at(until_secs))],
+        ..soaking.clone()
+    };
+    let d = run(
+        &history(360),
+        &BTreeMap::new(),
+        &[view(&node("a")), view(&b)],
+        at(200),
+    );
+    assert!(started(&d).is_empty(), "still soaking");
+    // Over: b starts.
+    let d = run(
+        &settings(1),
+        &BTreeMap::new(),
+        &[view(&node("a")), view(&b)],
+        at(361),
+    );
+    assert_eq!(started(&d), ["b"]);
+}
+
+#[test]
+fn soaking_nodes_come_from_the_latest_reboots() {
+    let spec = read_spec(
+        &crate::reboot_policy::api::RebootPolicySpec {
+            soak: Some("5m".into()),
+            ..Default::default()
+        },
+        "busybox",
+    )
+    .expect("spec");
+    let record = |name: &str, at: &str| RebootRecord {
+        name: name.into(),
+        at: at.into(),
+        ..Default::default()
+    };
+    let rebooted = [
+        record("new", "2026-11-22T10:04:00Z"),
+        record("old", "2026-11-22T09:00:00Z"),
+    ];
+    assert_eq!(
+        spec.soaking(&rebooted, t("2026-11-22T10:05:00Z")),
+        vec![("new".to_string(), t("2026-11-22T10:09:00Z"))]
+    );
+    let bad = crate::reboot_policy::api::RebootPolicySpec {
+        soak: Some("0s".into()),
+        ..Default::default()
+    };
+    let e = read_spec(&bad, "busybox").expect_err("zero soak");
+    assert!(e.starts_with("spec.soak"), "{e}");
 }
