@@ -416,3 +416,52 @@ async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
     support::delete_nodes(&client, &nodes).await;
     ns.cleanup().await;
 }
+
+/// Before the next node starts: `postCompleteDelay` is the soak. The node keeps its slot that long
+/// after its Job completed, so the next node's Job is created at least that long after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_complete_delay_soaks_each_node_before_the_next_starts() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-soak", 2).await else {
+        return;
+    };
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let mut p = plan("soak", &pool, 1, "", "null");
+    p.spec.post_complete_delay = Some("8s".into());
+    let _jobs = start(&ns, &p).await;
+    wait_until(
+        &ns.api::<Plan>(),
+        "soak",
+        "soak to complete",
+        Duration::from_secs(120),
+        is_complete,
+    )
+    .await;
+    let mut jobs = ns
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    jobs.sort_by_key(|j| j.metadata.creation_timestamp.clone().map(|t| t.0));
+    assert_eq!(jobs.len(), 2);
+    let first_done = jobs[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone())
+        .expect("the first Job completed")
+        .0;
+    let second_created = jobs[1]
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("created")
+        .0;
+    let gap = second_created.duration_since(first_done);
+    // Timestamps have whole seconds.
+    assert!(
+        gap >= jiff::SignedDuration::from_secs(7),
+        "the second node started {gap:?} after the first was done"
+    );
+    support::delete_nodes(&ns.client(), &nodes).await;
+    ns.cleanup().await;
+}
