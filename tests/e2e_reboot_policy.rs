@@ -601,14 +601,8 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
     } = s;
     // The policy of the step before, and the node it holds.
     let (held, n0) = (s.policy_name("held"), nodes[0].clone());
-    api.patch(
-        &held,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"window": null,
-            "blocking": {"podSelectors": [{"matchLabels": {"app": "blocker"}}]}}})),
-    )
-    .await
-    .expect("open the window, add a blocker");
+    // The blocker runs before the window opens: opened first, a reconcile in between would start
+    // the reboot before the blocker exists.
     let blocker: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "blocker", "labels": {"app": "blocker"}},
@@ -620,6 +614,22 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
     pods.create(&PostParams::default(), &blocker)
         .await
         .expect("create blocker");
+    support::wait_for("the blocker running", Duration::from_secs(30), || async {
+        let phase = pods.get("blocker").await?.status.and_then(|s| s.phase);
+        match phase.as_deref() {
+            Some("Running") => Ok(()),
+            other => Err(anyhow!("phase {other:?}")),
+        }
+    })
+    .await;
+    api.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"window": null,
+            "blocking": {"podSelectors": [{"matchLabels": {"app": "blocker"}}]}}})),
+    )
+    .await
+    .expect("open the window, add a blocker");
     let entry = support::wait_for(
         "the blocker to hold the node",
         Duration::from_secs(60),
