@@ -644,3 +644,45 @@ fn the_readme_lists_every_value() {
         "charts/slipway/README.md has no row for {missing:?}"
     );
 }
+
+#[test]
+fn health_check_rules_become_an_aggregated_cluster_role() {
+    let docs = template(&[]);
+    let role = find(
+        &docs,
+        "ClusterRole",
+        "system-upgrade-controller-health-checks",
+    );
+    assert_eq!(
+        role["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["slipway.dev/aggregate-to-health-checks"],
+        "true"
+    );
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "system-upgrade-controller-health-check-reads"),
+        "no rules, no extra role"
+    );
+    let docs = template(&[
+        "healthChecks.rules[0].apiGroups[0]=ceph.rook.io",
+        "healthChecks.rules[0].resources[0]=cephclusters",
+        "healthChecks.rules[0].verbs[0]=get",
+        "healthChecks.rules[0].verbs[1]=list",
+    ]);
+    let reads = find(
+        &docs,
+        "ClusterRole",
+        "system-upgrade-controller-health-check-reads",
+    );
+    assert_eq!(
+        reads["metadata"]["labels"]["slipway.dev/aggregate-to-health-checks"],
+        "true"
+    );
+    assert_eq!(reads["rules"][0]["resources"][0], "cephclusters");
+    assert_eq!(
+        reads["rules"][0]["verbs"],
+        serde_json::json!(["get", "list"])
+    );
+    let refused = try_template(&["healthChecks.rules[0].verbs[0]=delete"]);
+    assert!(refused.is_err(), "health checks only read");
+}

@@ -133,6 +133,34 @@ pub fn map_list(root: &mut Value, pointer: &str, key: &str) {
 }
 
 /// A Go duration field that must be positive, its message naming `field`.
+/// The rules of a list of health checks at `pointer` (`field` is its path in messages).
+pub fn health_check_rules(root: &mut Value, pointer: &str, field: &str) {
+    extend(root, pointer, |s| {
+        s["maxItems"] = json!(16);
+    });
+    let item = format!("{pointer}/items");
+    extend(root, &item, |s| {
+        push_rule(
+            s,
+            rule(
+                "!(has(self.name) && has(self.selector))",
+                &format!("{field}[]: set name or selector, not both"),
+            ),
+        );
+    });
+    for (key, max) in [("apiVersion", 253), ("kind", 63), ("expr", 2048)] {
+        extend(root, &format!("{item}/properties/{key}"), |s| {
+            s["minLength"] = json!(1);
+            s["maxLength"] = json!(max);
+        });
+    }
+    positive_duration(
+        root,
+        &format!("{item}/properties/timeout"),
+        &format!("{field}[].timeout"),
+    );
+}
+
 pub fn positive_duration(root: &mut Value, pointer: &str, field: &str) {
     extend(root, pointer, |s| {
         s["pattern"] = json!(GO_DURATION_PATTERN);

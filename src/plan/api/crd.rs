@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::Plan;
 use crate::common::crd::{
-    GO_DURATION_PATTERN, extend, map_list, positive_duration, push_rule, rule, window_rules,
-    with_rules,
+    GO_DURATION_PATTERN, extend, health_check_rules, map_list, positive_duration, push_rule, rule,
+    window_rules, with_rules,
 };
 
 /// The CRD that `slipway crd` prints and `slipway run` installs.
@@ -37,6 +37,11 @@ fn add_rules(root: &mut Value) {
     window_rules(root, &format!("{spec}/properties/window"));
     reboot_rules(root, &format!("{spec}/properties/reboot"));
     failure_rules(root, &format!("{spec}/properties/failurePolicy"));
+    health_check_rules(
+        root,
+        &format!("{spec}/properties/healthChecks"),
+        "spec.healthChecks",
+    );
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");
     map_list(root, "/properties/status/properties/conditions", "type");

@@ -18,6 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::common::Extra;
+pub use crate::common::check::{HealthCheckSpec, HealthCheckStatus};
 pub use crate::common::window::TimeWindowSpec;
 pub use crate::node::reboot::HealthGateSpec;
 
@@ -182,6 +183,12 @@ pub struct PlanSpec {
     /// keeps its slot until the Plan changes, the other nodes go on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<FailurePolicySpec>,
+
+    /// slipway only: checks on any resource that must all hold before the rollout starts and
+    /// before each next node (running nodes finish). Past a check's `timeout`, the failure
+    /// policy applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_checks: Option<Vec<HealthCheckSpec>>,
 
     #[serde(flatten)]
     #[schemars(skip)]
@@ -376,6 +383,9 @@ pub struct PlanStatus {
     /// The value of the Plan's `slipway.dev/reset-failures` annotation last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures_reset: Option<String>,
+    /// The health checks of `spec.healthChecks`, as last read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheckStatus>,
 
     #[serde(flatten)]
     #[schemars(skip)]

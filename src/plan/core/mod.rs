@@ -44,6 +44,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
+use crate::common::check::CheckRead;
 use crate::common::selector::Selector;
 use crate::node::NodeInfo;
 use crate::node::holders::{Hold, Holder};
@@ -65,6 +66,7 @@ pub const ERR_UNRESOLVABLE: &str = "cannot resolve plan: missing channel and ver
 pub const MSG_WAITING_FOR_WINDOW: &str = "current time is not within configured window";
 /// SUC's message when the Plan cannot roll out.
 pub const MSG_NOT_READY: &str = "plan is not valid and resolved";
+pub use report::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT};
 /// Reasons of `Complete=False` that a failed node holds.
 pub const FAILURE_REASONS: [&str; 6] = [
     "JobFailed",
@@ -108,6 +110,8 @@ pub struct PlanInput<'a> {
     pub held: &'a BTreeMap<String, Holder>,
     /// Nodes another Plan holds too: a deleted Plan does not uncordon them.
     pub shared: &'a BTreeSet<String>,
+    /// What the shell read for each of `spec.healthChecks`, in order.
+    pub checks: &'a [CheckRead],
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
     /// without rendering them again; `None` renders every time. It changes no decision.
     pub templates: Option<&'a TemplateMemo>,

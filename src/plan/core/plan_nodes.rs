@@ -12,6 +12,7 @@ use super::jobs::PlanJobs;
 use super::node_state::{self, NodeAction, NodeState};
 use super::report::{Situation, fail_complete, holder_of, report};
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
+use crate::common::check;
 use crate::common::decision::EventType;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
@@ -67,7 +68,12 @@ pub(super) fn roll(
             .values()
             .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
     record_reset(input, st, out);
-    if window.is_none() && !stopped {
+    let gate = health_gate(&facts, old);
+    st.health_checks = gate.status.clone();
+    if let Some(after) = gate.recheck {
+        out.requeue(after);
+    }
+    if window.is_none() && !stopped && gate.blocking.is_none() {
         let free: Vec<&NodeInfo> = eligible
             .iter()
             .copied()
@@ -97,8 +103,24 @@ pub(super) fn roll(
         eligible: &eligible,
         quarantined: &quarantined,
         stopped,
+        check: gate.blocking.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
+}
+
+/// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
+/// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
+fn health_gate(facts: &Facts<'_>, old: &PlanStatus) -> check::Gate {
+    let plan = facts.input.plan;
+    let checks = plan.spec.health_checks.as_deref().unwrap_or_default();
+    let cx = check::GateContext {
+        old: &old.health_checks,
+        now: facts.now,
+        stops: facts.ctx.failure.last != failure::Last::Hold,
+        fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
+        field: "spec.healthChecks",
+    };
+    check::gate(checks, facts.input.checks, &cx)
 }
 
 /// Jobs no node of the rollout owns go (finished ones once their TTL is over).

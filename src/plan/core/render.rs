@@ -12,6 +12,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
 use crate::node::holders::{NodeClaims, held_against};
 use crate::plan::api::{Plan, PlanStatus, labels};
@@ -105,12 +106,19 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             job_config: &input.job_config,
             held: &held,
             shared: &BTreeSet::new(),
+            checks: &assumed_checks(&w.plan),
             templates: None,
         },
         w.now,
     );
     let changed = w.plan.status.as_ref() != Some(&decision.status);
     (decision, changed)
+}
+
+/// Offline, the health checks cannot be read: the simulation takes them to hold.
+fn assumed_checks(plan: &Plan) -> Vec<CheckRead> {
+    let n = plan.spec.health_checks.as_ref().map_or(0, Vec::len);
+    vec![CheckRead::Assumed; n]
 }
 
 impl World {

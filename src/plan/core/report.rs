@@ -6,6 +6,7 @@ use super::decision::PlanSummary;
 use super::facts::{Facts, Steps};
 use super::node_state::NodeState;
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
+use crate::common::check::Blocking;
 use crate::common::decision::EventType;
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
@@ -55,6 +56,20 @@ pub(super) fn report(
             &now,
             generation,
         );
+    } else if let Some(check) = situation
+        .check
+        .filter(|_| eligible.len() > st.applying.len())
+    {
+        let (reason, message) = check_message(facts, check);
+        if cond::reason(st, COMPLETE) != reason {
+            let kind = if reason == HEALTH_CHECK_FAILING {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            out.event(kind, reason, message.clone());
+        }
+        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if st.applying.is_empty()
         && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
     {
@@ -77,6 +92,7 @@ pub(super) fn report(
         cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
     } else if st.applying != old.applying
         || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
+        || [HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT].contains(&cond::reason(st, COMPLETE))
         || is_rebooting_reason(cond::reason(st, COMPLETE))
     {
         if old.applying.is_empty() {
@@ -121,6 +137,36 @@ pub(super) struct Situation<'a> {
     pub quarantined: &'a [&'a str],
     /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
     pub stopped: bool,
+    /// A health check that keeps new nodes from starting.
+    pub check: Option<&'a Blocking>,
+}
+
+/// The reason of `Complete=False` while a health check keeps new nodes from starting.
+pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
+/// The reason once the check failed past its timeout (under a failure policy that holds).
+pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
+
+/// The `Complete` reason and message while a health check holds the next nodes.
+fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
+    let what = format!(
+        "waiting: health check {} fails: {}",
+        check.check, check.message
+    );
+    if check.stopped {
+        let message = format!(
+            "health check {} timed out ({}); rollout stopped by failurePolicy {}: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+            check.check,
+            check.message,
+            facts.ctx.failure.last.as_str(),
+            facts.name,
+            super::failure::RESET_ANNOTATION
+        );
+        (STOPPED, message)
+    } else if check.timed_out {
+        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
+    } else {
+        (HEALTH_CHECK_FAILING, what)
+    }
 }
 
 /// The reason of `Complete=False` once a failure stopped the rollout.

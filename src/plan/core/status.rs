@@ -90,6 +90,10 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
         }
     }
     super::failure::FailurePolicy::of(spec.failure_policy.as_ref())?;
+    crate::common::check::validate(
+        spec.health_checks.as_deref().unwrap_or_default(),
+        "spec.healthChecks",
+    )?;
     if let Some(window) = &spec.window {
         TimeWindow::new(window).map_err(|e| e.to_string())?;
     }

@@ -121,6 +121,7 @@ struct World {
     now: Timestamp,
     config: JobConfig,
     held: BTreeMap<String, crate::node::holders::Holder>,
+    checks: Vec<crate::common::check::CheckRead>,
 }
 
 impl World {
@@ -136,6 +137,7 @@ impl World {
             now: now(),
             config: JobConfig::default(),
             held: BTreeMap::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -170,6 +172,7 @@ impl World {
                 job_config: &self.config,
                 held: &held,
                 shared: &BTreeSet::new(),
+                checks: &self.checks,
                 templates: None,
             },
             self.now,
@@ -1123,6 +1126,9 @@ mod properties;
 
 #[cfg(test)]
 mod failure_policy;
+
+#[cfg(test)]
+mod health_checks;
 
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {

@@ -27,6 +27,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
 use crate::node::holders::Holder;
 use crate::node::reboot::HealthObservation;
@@ -36,6 +37,7 @@ use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
 };
+use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::{Kind, PlanGauges};
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
@@ -59,6 +61,7 @@ pub struct PlanOperation {
     /// What this process wrote and the caches have not shown yet.
     expect: Expectations,
     templates: TemplateMemo,
+    checks: CheckReader,
 }
 
 /// What a Plan's decision reads besides the Plan.
@@ -74,6 +77,8 @@ pub struct PlanObserved {
     next_look: Duration,
     /// Candidate nodes another Plan holds too.
     shared: BTreeSet<String>,
+    /// What each of `spec.healthChecks` names.
+    checks: Vec<CheckRead>,
 }
 
 /// What the Plan controller is told at start, besides what every operation shares.
@@ -98,6 +103,7 @@ pub async fn run(
     let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
         .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
     let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
+    let checks = CheckReader::new(shared.chores().client().clone());
     let op = Arc::new(PlanOperation {
         shared,
         plans: watches.plans.clone(),
@@ -109,6 +115,7 @@ pub async fn run(
         channel_answered,
         expect: Expectations::default(),
         templates: TemplateMemo::default(),
+        checks,
     });
     let controller = controller(&op.shared.namespace, watches, channel_answers);
     drive(op, controller, settings.threads, shutdown).await;
@@ -235,7 +242,12 @@ impl Operation for PlanOperation {
         )
         .await;
         let shared = self.shared.held_by_other_plans(&core::holder(plan));
+        let checks = match plan.spec.health_checks.as_deref() {
+            Some(checks) if !checks.is_empty() => self.checks.read_all(checks).await,
+            _ => Vec::new(),
+        };
         Ok(PlanObserved {
+            checks,
             nodes,
             jobs,
             reboot_pods,
@@ -275,6 +287,7 @@ impl Operation for PlanOperation {
                 job_config: &self.job_config,
                 held,
                 shared: &o.shared,
+                checks: &o.checks,
                 templates: Some(&self.templates),
             },
             now,

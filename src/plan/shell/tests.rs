@@ -145,6 +145,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         channel_answered: futures::channel::mpsc::unbounded().0,
         expect: Expectations::default(),
         templates: TemplateMemo::default(),
+        checks: crate::runtime::checks::CheckReader::new(api.client()),
     }
 }
 

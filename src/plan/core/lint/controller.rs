@@ -28,7 +28,11 @@ pub(super) fn controller_checks(
             .unwrap_or("spec")
             .trim_end_matches(':');
         let path: Vec<&str> = if field.starts_with("spec.") {
-            field.split('.').collect()
+            // `spec.healthChecks[0].expr`: the line of the key (the first item's, for any index).
+            field
+                .split('.')
+                .map(|k| k.split_once('[').map_or(k, |(key, _)| key))
+                .collect()
         } else {
             vec!["spec"]
         };
@@ -69,6 +73,16 @@ pub(super) fn controller_checks(
         );
     }
     image_checks(plan, version, push);
+    for check in spec.health_checks.iter().flatten() {
+        if let Some(message) = super::rbac::unreadable(check) {
+            let id = crate::common::check::id(check);
+            push(
+                Severity::Warning,
+                &["spec", "healthChecks"],
+                format!("health check {id}: {message}"),
+            );
+        }
+    }
     if let Some(w) = &spec.window
         && let Ok(window) = TimeWindow::new(w)
         && window.next_opening(now).is_none()

@@ -9,6 +9,7 @@ mod cross_plan;
 mod documents;
 #[cfg(test)]
 mod fixtures;
+mod rbac;
 mod schema;
 
 use std::collections::BTreeMap;

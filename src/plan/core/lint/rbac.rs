@@ -1,0 +1,95 @@
+//! Whether the controller installed from `deploy/` may read what a Plan's health checks name: the
+//! shipped ClusterRole and Role (and none of the aggregated health-check roles a cluster adds), so
+//! a check on a kind it cannot read is a warning before it becomes a `Forbidden` in the status.
+
+use serde_json::Value;
+
+use super::documents::parse_documents;
+use crate::common::check::{HealthCheckSpec, group_of, guess_resource};
+
+/// The controller's RBAC as `deploy/` installs it.
+const DEPLOY_RBAC: &str = include_str!("../../../../deploy/rbac.yaml");
+/// The namespace of the controller's Role.
+const NAMESPACE: &str = "system-upgrade";
+
+/// `Some(message)` when the shipped RBAC does not let the controller read the check's objects.
+pub(super) fn unreadable(check: &HealthCheckSpec) -> Option<String> {
+    let group = group_of(&check.api_version);
+    let resource = guess_resource(&check.kind);
+    let verb = if check.name.is_some() { "get" } else { "list" };
+    let docs = parse_documents(DEPLOY_RBAC).unwrap_or_default();
+    let allowed = docs.iter().any(|d| {
+        let in_scope = match d.kind() {
+            "ClusterRole" => d.name() == "system-upgrade-controller",
+            "Role" => check.namespace.as_deref() == Some(NAMESPACE),
+            _ => false,
+        };
+        in_scope && grants(&d.value, group, &resource, verb, check.name.as_deref())
+    });
+    (!allowed).then(|| {
+        format!(
+            "the RBAC in deploy/ does not let slipway {verb} {resource} (group {:?}): until a ClusterRole labelled slipway.dev/aggregate-to-health-checks=true grants it, the check reports Forbidden and holds the rollout",
+            group
+        )
+    })
+}
+
+fn grants(role: &Value, group: &str, resource: &str, verb: &str, name: Option<&str>) -> bool {
+    let has = |rule: &Value, key: &str, want: &str| {
+        rule.get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().any(|x| x == want || x == "*"))
+    };
+    let rules = role.get("rules").and_then(Value::as_array);
+    rules.into_iter().flatten().any(|rule| {
+        let names = rule.get("resourceNames").and_then(Value::as_array);
+        let named = match (names, name) {
+            (None, _) => true,
+            (Some(list), Some(n)) => list.is_empty() || list.iter().any(|x| x == n),
+            (Some(list), None) => list.is_empty(),
+        };
+        has(rule, "apiGroups", group)
+            && has(rule, "resources", resource)
+            && has(rule, "verbs", verb)
+            && named
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: Option<&str>,
+    ) -> HealthCheckSpec {
+        HealthCheckSpec {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: ns.map(str::to_string),
+            name: name.map(str::to_string),
+            expr: "true".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_shipped_rbac_reads_pods_and_secrets_of_its_namespace_only() {
+        // Pods are listed cluster-wide (health gates); Secrets only in the controller's namespace.
+        assert_eq!(unreadable(&check("v1", "Pod", Some("db"), None)), None);
+        assert_eq!(
+            unreadable(&check("v1", "Secret", Some(NAMESPACE), None)),
+            None
+        );
+        assert!(unreadable(&check("v1", "Secret", Some("db"), None)).is_some());
+        let cm = unreadable(&check("v1", "ConfigMap", Some("ops"), Some("gate"))).unwrap();
+        assert!(cm.contains("get configmaps"), "{cm}");
+        let ceph = unreadable(&check("ceph.rook.io/v1", "CephCluster", None, None)).unwrap();
+        assert!(
+            ceph.contains("list cephclusters (group \"ceph.rook.io\")"),
+            "{ceph}"
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! Reads the objects health checks name, of any kind: the kind is looked up once through API
+//! discovery (remembered for a while, failures too), then the objects are read with a GET or a
+//! LIST. Every way a read can fail becomes a [`CheckRead`] that says what to do about it: the
+//! checks are evaluated by the pure [`crate::common::check`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiResource, Scope};
+use kube::{Client, Error as KubeError};
+
+use crate::common::check::{CheckRead, HealthCheckSpec, group_of};
+use crate::common::selector::Selector;
+
+/// How long a kind's discovery is remembered (a CRD installed later is seen after this).
+const KIND_TTL: Duration = Duration::from_secs(60);
+/// How long one read may take before the check counts as failing.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Discovered = Result<(ApiResource, bool), CheckRead>;
+
+/// Reads health checks' objects; shared by every operation that has checks.
+pub struct CheckReader {
+    client: Client,
+    kinds: Mutex<HashMap<(String, String), (Instant, Discovered)>>,
+}
+
+impl CheckReader {
+    pub fn new(client: Client) -> Self {
+        CheckReader {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What each check names, in order.
+    pub async fn read_all(&self, checks: &[HealthCheckSpec]) -> Vec<CheckRead> {
+        let mut reads = Vec::with_capacity(checks.len());
+        for check in checks {
+            let read = tokio::time::timeout(READ_TIMEOUT, self.read(check)).await;
+            reads.push(read.unwrap_or_else(|_| {
+                CheckRead::Failed(format!("no answer within {}s", READ_TIMEOUT.as_secs()))
+            }));
+        }
+        reads
+    }
+
+    async fn read(&self, check: &HealthCheckSpec) -> CheckRead {
+        let (resource, namespaced) = match self.kind(&check.api_version, &check.kind).await {
+            Ok(found) => found,
+            Err(read) => return read,
+        };
+        let ns = check.namespace.as_deref().filter(|_| namespaced);
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let verb_target = |verb: &str| {
+            let scope = ns.map_or("cluster-wide".to_string(), |n| format!("in namespace {n}"));
+            format!(
+                "slipway may not {verb} {} ({}) {scope}: grant its service account get and list on them (docs/plans.md, \"Health checks\")",
+                resource.plural,
+                if resource.group.is_empty() {
+                    "core group".to_string()
+                } else {
+                    format!("group {}", resource.group)
+                }
+            )
+        };
+        let objects = match &check.name {
+            Some(name) => match api.get_opt(name).await {
+                Ok(Some(o)) => Ok(vec![o]),
+                Ok(None) => {
+                    return CheckRead::NotFound(format!("{} {name} not found", check.kind));
+                }
+                Err(e) => Err((e, "get")),
+            },
+            None => {
+                let selector = Selector::from_label_selector(check.selector.as_ref())
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                let params = ListParams::default().labels(&selector);
+                api.list(&params)
+                    .await
+                    .map(|l| l.items)
+                    .map_err(|e| (e, "list"))
+            }
+        };
+        match objects {
+            Ok(objects) => CheckRead::Objects(
+                objects
+                    .into_iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect(),
+            ),
+            Err((KubeError::Api(s), verb)) if s.code == 403 => {
+                CheckRead::Forbidden(verb_target(verb))
+            }
+            Err((e, verb)) => CheckRead::Failed(format!("cannot {verb} {}: {e}", resource.plural)),
+        }
+    }
+
+    /// The resource and scope of a kind, remembered for [`KIND_TTL`].
+    async fn kind(&self, api_version: &str, kind: &str) -> Discovered {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some((at, found)) = self.lock().get(&key)
+            && at.elapsed() < KIND_TTL
+        {
+            return found.clone();
+        }
+        let version = api_version.rsplit('/').next().unwrap_or_default();
+        let gvk = GroupVersionKind::gvk(group_of(api_version), version, kind);
+        let found = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => Ok((resource, caps.scope == Scope::Namespaced)),
+            Err(KubeError::Api(s)) if s.code == 404 => Err(CheckRead::NotFound(format!(
+                "the API server serves no {api_version}: is the CRD of {kind} installed?"
+            ))),
+            Err(KubeError::Discovery(e)) => Err(CheckRead::NotFound(format!(
+                "the API server serves no kind {kind} in {api_version} ({e})"
+            ))),
+            Err(e) => Err(CheckRead::Failed(format!(
+                "cannot look up kind {kind} in {api_version}: {e}"
+            ))),
+        };
+        // A lookup that failed for a moment is not remembered.
+        if !matches!(found, Err(CheckRead::Failed(_))) {
+            self.lock().insert(key, (Instant::now(), found.clone()));
+        }
+        found
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, Discovered)>> {
+        self.kinds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::testing::{Answer, ApiServer, NOT_FOUND};
+
+    fn check(name: Option<&str>) -> HealthCheckSpec {
+        HealthCheckSpec {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("ops".into()),
+            name: name.map(str::to_string),
+            expr: "data.state == 'ok'".into(),
+            ..Default::default()
+        }
+    }
+
+    fn api() -> ApiServer {
+        let api = ApiServer::new();
+        let resources = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
+            "resources": [{"name": "configmaps", "singularName": "configmap", "namespaced": true,
+                           "kind": "ConfigMap", "verbs": ["get", "list"]}]});
+        api.on("GET", "api/v1", Answer::Json(200, resources));
+        api
+    }
+
+    #[tokio::test]
+    async fn reads_by_name_and_by_list_and_says_what_went_wrong() {
+        let api = api();
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gate", "namespace": "ops"}, "data": {"state": "ok"}});
+        api.on(
+            "GET",
+            "namespaces/ops/configmaps/gate",
+            Answer::Json(200, cm.clone()),
+        );
+        api.on("GET", "namespaces/ops/configmaps", Answer::list(vec![cm]));
+        let reader = CheckReader::new(api.client());
+        let reads = reader.read_all(&[check(Some("gate")), check(None)]).await;
+        for read in &reads {
+            assert_eq!(crate::common::check::evaluate(&check(None), read), Ok(()));
+        }
+        api.on("GET", "namespaces/ops/configmaps/gate", NOT_FOUND);
+        api.on(
+            "GET",
+            "namespaces/ops/configmaps",
+            Answer::Fail(403, "Forbidden"),
+        );
+        let reads = reader.read_all(&[check(Some("gate")), check(None)]).await;
+        assert_eq!(
+            reads[0],
+            CheckRead::NotFound("ConfigMap gate not found".into())
+        );
+        let CheckRead::Forbidden(why) = &reads[1] else {
+            panic!("{:?}", reads[1]);
+        };
+        assert!(
+            why.contains("may not list configmaps (core group) in namespace ops"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_kind_names_its_api_version() {
+        let api = api();
+        let reader = CheckReader::new(api.client());
+        let mut c = check(Some("gate"));
+        c.kind = "Gadget".into();
+        let reads = reader.read_all(&[c]).await;
+        let CheckRead::NotFound(why) = &reads[0] else {
+            panic!("{:?}", reads[0]);
+        };
+        assert!(why.contains("no kind Gadget in v1"), "{why}");
+        c = check(Some("x"));
+        c.api_version = "ceph.rook.io/v1".into();
+        api.on("GET", "apis/ceph.rook.io/v1", NOT_FOUND);
+        let reads = reader.read_all(&[c]).await;
+        assert!(
+            matches!(&reads[0], CheckRead::NotFound(w) if w.contains("is the CRD of ConfigMap installed")),
+            "{:?}",
+            reads[0]
+        );
+    }
+}

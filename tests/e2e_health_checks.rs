@@ -1,0 +1,150 @@
+//! Health checks on the local cluster: a Plan whose check on a ConfigMap fails starts no node,
+//! says which check and why (status, `Complete`, an Event), and rolls out by itself once the
+//! ConfigMap's data makes the check hold; a check on a kind the cluster does not serve says so.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use slipway::plan::api::Plan;
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+use support::jobwatch::watch_jobs;
+use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+
+fn plan(name: &str, pool: &str, check: &str) -> Plan {
+    plan_from_yaml(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+  annotations:
+    slipway.test/complete-delay: "2s"
+spec:
+  concurrency: 1
+  version: v1.30.1+k3s1
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+  healthChecks:
+  - {check}
+"#
+    ))
+}
+
+async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
+    let events = ns.api::<k8s_openapi::api::core::v1::Event>();
+    let list = events.list(&ListParams::default()).await.expect("events");
+    list.items.into_iter().filter_map(|e| e.reason).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
+    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hc-cm", 2).await else {
+        return;
+    };
+    let gate: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "gate"}, "data": {"state": "rebalancing"}
+    }))
+    .expect("a ConfigMap");
+    ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &gate)
+        .await
+        .expect("create the ConfigMap");
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let check = format!(
+        "{{apiVersion: v1, kind: ConfigMap, namespace: {}, name: gate, expr: \"data.state == 'ok'\"}}",
+        ns.name()
+    );
+    let jobs = watch_jobs(ns.api());
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan("gated", &pool, &check))
+        .await
+        .expect("create plan");
+    let held = wait_until(
+        &ns.api::<Plan>(),
+        "gated",
+        "gated: HealthCheckFailing",
+        Duration::from_secs(60),
+        |p| condition_reason(p, "Complete").as_deref() == Some("HealthCheckFailing"),
+    )
+    .await;
+    let message = condition(&held, "Complete")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("ConfigMap {}/gate", ns.name())),
+        "{message}"
+    );
+    let status = held.status.clone().unwrap_or_default();
+    assert_eq!(status.health_checks.len(), 1);
+    assert!(!status.health_checks[0].healthy);
+    assert!(status.applying.is_empty());
+    // Read again every 10 s: it keeps holding, and no Job is ever created.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        jobs.snapshot().uids.len(),
+        0,
+        "no node starts while the check fails"
+    );
+    assert!(
+        event_reasons(&ns)
+            .await
+            .iter()
+            .any(|r| r == "HealthCheckFailing")
+    );
+    ns.api::<ConfigMap>()
+        .patch(
+            "gate",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"state": "ok"}})),
+        )
+        .await
+        .expect("patch the ConfigMap");
+    let done = wait_until(
+        &ns.api::<Plan>(),
+        "gated",
+        "gated: complete",
+        Duration::from_secs(90),
+        is_complete,
+    )
+    .await;
+    assert!(done.status.unwrap_or_default().health_checks[0].healthy);
+    assert_eq!(
+        jobs.snapshot().uids.len(),
+        2,
+        "both nodes upgraded once the check held"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_on_a_kind_the_cluster_does_not_serve_says_so() {
+    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hc-kind", 1).await else {
+        return;
+    };
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let check = "{apiVersion: ceph.rook.io/v1, kind: CephCluster, name: rook-ceph, expr: \"status.ceph.health == 'HEALTH_OK'\"}";
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan("ceph", &pool, check))
+        .await
+        .expect("create plan");
+    let held = wait_until(
+        &ns.api::<Plan>(),
+        "ceph",
+        "ceph: HealthCheckFailing",
+        Duration::from_secs(60),
+        |p| condition_reason(p, "Complete").as_deref() == Some("HealthCheckFailing"),
+    )
+    .await;
+    let status = held.status.unwrap_or_default();
+    let message = status.health_checks[0].message.clone().unwrap_or_default();
+    assert!(message.contains("ceph.rook.io/v1"), "{message}");
+    assert!(message.contains("CephCluster"), "{message}");
+}
