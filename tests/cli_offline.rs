@@ -459,3 +459,31 @@ fn the_krew_manifest_template() {
     // No other placeholder anywhere.
     assert_eq!(text.matches("\"@").count(), placeholders.len(), "{text}");
 }
+
+/// Health checks: an expression that does not compile is an error naming the field; a check on a
+/// kind deploy/'s RBAC cannot read is a warning, gone once the input carries an aggregated
+/// ClusterRole that grants the read.
+#[test]
+fn health_checks_are_compiled_and_their_reads_checked_offline() {
+    let plan = |expr: &str| {
+        format!(
+            "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: p\nspec:\n  concurrency: 1\n  nodeSelector:\n    matchLabels:\n      pool: a\n  version: v1\n  upgrade:\n    image: busybox:1\n  healthChecks:\n  - apiVersion: ceph.rook.io/v1\n    kind: CephCluster\n    namespace: rook-ceph\n    name: rook-ceph\n    expr: \"{expr}\"\n"
+        )
+    };
+    let (code, out, _) = slipway(&["validate", "-"], Some(&plan("status.ceph.health ==")));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            ":18: plan/p: spec.healthChecks.expr: error: spec.healthChecks[0].expr does not compile"
+        ),
+        "{out}"
+    );
+    let good = plan("status.ceph.health == 'HEALTH_OK'");
+    let (code, out, _) = slipway(&["validate", "-"], Some(&good));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("health check CephCluster rook-ceph/rook-ceph: the RBAC in deploy/ does not let slipway get cephclusters"), "{out}");
+    let role = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: ceph-health\n  labels:\n    slipway.dev/aggregate-to-health-checks: \"true\"\nrules:\n- apiGroups: [ceph.rook.io]\n  resources: [cephclusters]\n  verbs: [get]\n";
+    let (code, out, _) = slipway(&["validate", "-"], Some(&format!("{good}{role}")));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("0 errors, 0 warnings\n"), "{out}");
+}

@@ -142,7 +142,8 @@ fn documents(path: &Path) -> Vec<Value> {
 #[test]
 fn every_example_parses_and_round_trips_without_loss() {
     for path in example_files() {
-        for doc in documents(&path) {
+        // Beside a Plan, an example may carry the RBAC it needs (a health check's read).
+        for doc in documents(&path).into_iter().filter(|d| d["kind"] == "Plan") {
             let plan: Plan = serde_json::from_value(doc.clone())
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let back = serde_json::to_value(&plan).expect("serialize");

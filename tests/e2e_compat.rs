@@ -163,6 +163,8 @@ fn corpus(channel: &str) -> Vec<Plan> {
             plan.metadata.namespace = Some(NS.into());
             // `spec.reboot` is slipway's alone (SUC's CRD prunes it); kwok nodes never reboot.
             plan.spec.reboot = None;
+            // So are health checks: what they read (a Deployment of kube-system) is not here.
+            plan.spec.health_checks = None;
             if plan.spec.channel.is_some() {
                 plan.spec.channel = Some(channel.to_string());
             }

@@ -51,6 +51,9 @@ pub struct PlanReport {
     /// Selected nodes the failure policy quarantined at the latest hash.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
+    /// The health checks as the controller last read them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<slipway::common::check::HealthCheckStatus>,
 }
 
 #[derive(Serialize, PartialEq, Debug)]
@@ -181,6 +184,11 @@ pub fn plan_report(plan: &Plan, nodes: &[NodeInfo], jobs: &[Job]) -> PlanReport 
             })
             .map(|n| n.name.clone())
             .collect(),
+        health_checks: plan
+            .status
+            .as_ref()
+            .map(|s| s.health_checks.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -318,6 +326,22 @@ fn plan_text(r: &PlanReport, out: &mut String) {
     }
     if !r.quarantined.is_empty() {
         out.push_str(&format!("  quarantined: {}\n", r.quarantined.join(", ")));
+    }
+    for c in &r.health_checks {
+        let state = match (c.healthy, c.timed_out) {
+            (true, false) => "holds".to_string(),
+            (true, true) => "holds, timed out earlier".to_string(),
+            (false, timed_out) => format!(
+                "fails{}: {}",
+                if timed_out { " (timed out)" } else { "" },
+                c.message.as_deref().unwrap_or("-")
+            ),
+        };
+        let since = c.since.as_deref().unwrap_or("-");
+        out.push_str(&format!(
+            "  health check {}  {state}  since {since}\n",
+            c.name
+        ));
     }
     for n in &r.nodes {
         let mut line = format!(
@@ -484,12 +508,22 @@ mod tests {
             name: "n2".into(),
             ..Default::default()
         };
+        let mut plan = plan;
+        if let Some(st) = plan.status.as_mut() {
+            st.health_checks = vec![slipway::common::check::HealthCheckStatus {
+                name: "ConfigMap ops/gate".into(),
+                healthy: false,
+                message: Some("the expression is false".into()),
+                since: Some("2026-11-23T09:00:00Z".into()),
+                timed_out: false,
+            }];
+        }
         let r = plan_report(&plan, &[n1, n2], &[]);
         assert_eq!(r.quarantined, ["n1"]);
         let text = text(&[Report::Plan(r)], "");
         assert_eq!(
             text,
-            "plan/p  version v1  done 0  applying 1  remaining 1\n  failure policy: Retry 2 times (1m0s, doubling), then Quarantine (at most 1 node)\n  quarantined: n1\n  node n2  Retrying  since -  job j2  retry 1 at 2026-11-23T10:00:00Z"
+            "plan/p  version v1  done 0  applying 1  remaining 1\n  failure policy: Retry 2 times (1m0s, doubling), then Quarantine (at most 1 node)\n  quarantined: n1\n  health check ConfigMap ops/gate  fails: the expression is false  since 2026-11-23T09:00:00Z\n  node n2  Retrying  since -  job j2  retry 1 at 2026-11-23T10:00:00Z"
         );
     }
 

@@ -186,3 +186,22 @@ fn kubectl_guesses_resources_from_kinds() {
     assert_eq!(group_of("apps/v1"), "apps");
     assert_eq!(group_of("v1"), "");
 }
+
+#[test]
+fn numbers_compare_with_int_literals() {
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "coredns"}, "spec": {"replicas": 2},
+        "status": {"readyReplicas": 2, "ratio": 0.5, "negative": -1}});
+    let read = CheckRead::Objects(vec![deploy]);
+    for expr in [
+        "status.readyReplicas == spec.replicas",
+        "status.readyReplicas >= 2",
+        "status.readyReplicas == 2",
+        "status.negative < 0",
+        "status.ratio < 1.0",
+        "has(status.readyReplicas) && status.readyReplicas == spec.replicas",
+        "!has(status.unavailableReplicas)",
+    ] {
+        assert_eq!(evaluate(&check(expr), &read), Ok(()), "{expr}");
+    }
+}

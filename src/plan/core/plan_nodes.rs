@@ -68,11 +68,7 @@ pub(super) fn roll(
             .values()
             .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
     record_reset(input, st, out);
-    let gate = health_gate(&facts, old);
-    st.health_checks = gate.status.clone();
-    if let Some(after) = gate.recheck {
-        out.requeue(after);
-    }
+    let gate = health_gate(&facts, old, st, out);
     if window.is_none() && !stopped && gate.blocking.is_none() {
         let free: Vec<&NodeInfo> = eligible
             .iter()
@@ -110,7 +106,13 @@ pub(super) fn roll(
 
 /// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
 /// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
-fn health_gate(facts: &Facts<'_>, old: &PlanStatus) -> check::Gate {
+/// The checks' status is written; failing checks are read again soon.
+fn health_gate(
+    facts: &Facts<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) -> check::Gate {
     let plan = facts.input.plan;
     let checks = plan.spec.health_checks.as_deref().unwrap_or_default();
     let cx = check::GateContext {
@@ -120,7 +122,12 @@ fn health_gate(facts: &Facts<'_>, old: &PlanStatus) -> check::Gate {
         fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
         field: "spec.healthChecks",
     };
-    check::gate(checks, facts.input.checks, &cx)
+    let gate = check::gate(checks, facts.input.checks, &cx);
+    st.health_checks = gate.status.clone();
+    if let Some(after) = gate.recheck {
+        out.requeue(after);
+    }
+    gate
 }
 
 /// Jobs no node of the rollout owns go (finished ones once their TTL is over).

@@ -40,36 +40,13 @@ pub(super) fn report(
         cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if let Some((reason, message)) = rebooting {
         cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if st.applying.is_empty() && window.is_some() && !eligible.is_empty() {
-        if cond::reason(st, COMPLETE) != "Waiting" {
-            out.event(EventType::Normal, "Waiting", format!("Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"));
-        }
-        if let Some(w) = &window {
-            out.requeue(w.next_check(facts.now));
-        }
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            "Waiting",
-            MSG_WAITING_FOR_WINDOW,
-            &now,
-            generation,
-        );
+    } else if let (true, Some(w), false) = (st.applying.is_empty(), window, eligible.is_empty()) {
+        wait_for_window(facts, st, out, w);
     } else if let Some(check) = situation
         .check
         .filter(|_| eligible.len() > st.applying.len())
     {
-        let (reason, message) = check_message(facts, check);
-        if cond::reason(st, COMPLETE) != reason {
-            let kind = if reason == HEALTH_CHECK_FAILING {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            out.event(kind, reason, message.clone());
-        }
-        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
+        wait_for_check(facts, st, out, check);
     } else if st.applying.is_empty()
         && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
     {
@@ -145,6 +122,56 @@ pub(super) struct Situation<'a> {
 pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
 /// The reason once the check failed past its timeout (under a failure policy that holds).
 pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
+
+/// With nothing applying and nodes left, outside the window: says so (once as an event) and
+/// looks again when it may open.
+fn wait_for_window(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, w: &TimeWindow) {
+    let (version, hash) = (&facts.version, &facts.hash);
+    if cond::reason(st, COMPLETE) != "Waiting" {
+        out.event(
+            EventType::Normal,
+            "Waiting",
+            format!(
+                "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
+            ),
+        );
+    }
+    out.requeue(w.next_check(facts.now));
+    let now = rfc3339(facts.now);
+    let generation = facts.ctx.generation;
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        "Waiting",
+        MSG_WAITING_FOR_WINDOW,
+        &now,
+        generation,
+    );
+}
+
+/// Nodes wait for a health check: says which and why (once per reason as an event).
+fn wait_for_check(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, check: &Blocking) {
+    let (reason, message) = check_message(facts, check);
+    if cond::reason(st, COMPLETE) != reason {
+        let kind = if reason == HEALTH_CHECK_FAILING {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        out.event(kind, reason, message.clone());
+    }
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+}
 
 /// The `Complete` reason and message while a health check holds the next nodes.
 fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {

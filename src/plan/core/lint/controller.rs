@@ -73,16 +73,7 @@ pub(super) fn controller_checks(
         );
     }
     image_checks(plan, version, push);
-    for check in spec.health_checks.iter().flatten() {
-        if let Some(message) = super::rbac::unreadable(check) {
-            let id = crate::common::check::id(check);
-            push(
-                Severity::Warning,
-                &["spec", "healthChecks"],
-                format!("health check {id}: {message}"),
-            );
-        }
-    }
+
     if let Some(w) = &spec.window
         && let Ok(window) = TimeWindow::new(w)
         && window.next_opening(now).is_none()

@@ -114,6 +114,7 @@ pub fn lint_with(
         plans.extend(plan.map(|p| (input, p)));
     }
     cross_plan_checks(&plans, &mut out);
+    rbac::health_check_access(&plans, inputs, &mut out);
     out
 }
 

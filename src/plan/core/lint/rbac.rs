@@ -1,19 +1,64 @@
 //! Whether the controller installed from `deploy/` may read what a Plan's health checks name: the
-//! shipped ClusterRole and Role (and none of the aggregated health-check roles a cluster adds), so
-//! a check on a kind it cannot read is a warning before it becomes a `Forbidden` in the status.
+//! shipped ClusterRole and Role, and the ClusterRoles among the inputs labelled for aggregation
+//! into its health-check role. A check on a kind it cannot read is a warning before it becomes a
+//! `Forbidden` in the status.
 
 use serde_json::Value;
 
 use super::documents::parse_documents;
-use crate::common::check::{HealthCheckSpec, group_of, guess_resource};
+use super::{FileFinding, Finding, Input, Severity, Source, in_file};
+use crate::common::check::{HealthCheckSpec, group_of, guess_resource, id};
+use crate::plan::api::Plan;
+
+/// The label of a ClusterRole whose rules the controller's health-check role aggregates.
+pub const AGGREGATE_LABEL: &str = "slipway.dev/aggregate-to-health-checks";
+
+/// Warns for each health check of the Plans that neither `deploy/` nor the input's aggregated
+/// ClusterRoles let the controller read.
+pub(super) fn health_check_access(
+    plans: &[(&Input<'_>, Plan)],
+    inputs: &[Input<'_>],
+    out: &mut Vec<FileFinding>,
+) {
+    let aggregated: Vec<&Value> = inputs
+        .iter()
+        .filter(|i| i.doc.kind() == "ClusterRole")
+        .map(|i| &i.doc.value)
+        .filter(|v| {
+            v.pointer(&format!(
+                "/metadata/labels/{}",
+                AGGREGATE_LABEL.replace('/', "~1")
+            )) == Some(&Value::from("true"))
+        })
+        .collect();
+    for (input, plan) in plans {
+        for check in plan.spec.health_checks.iter().flatten() {
+            let Some(message) = unreadable(check, &aggregated) else {
+                continue;
+            };
+            out.push(in_file(
+                input.file,
+                Finding {
+                    severity: Severity::Warning,
+                    line: input.doc.line_of(&["spec", "healthChecks"]),
+                    object: format!("plan/{}", input.doc.name()),
+                    field: "spec.healthChecks".into(),
+                    source: Source::Advice,
+                    message: format!("health check {}: {message}", id(check)),
+                },
+            ));
+        }
+    }
+}
 
 /// The controller's RBAC as `deploy/` installs it.
 const DEPLOY_RBAC: &str = include_str!("../../../../deploy/rbac.yaml");
 /// The namespace of the controller's Role.
 const NAMESPACE: &str = "system-upgrade";
 
-/// `Some(message)` when the shipped RBAC does not let the controller read the check's objects.
-pub(super) fn unreadable(check: &HealthCheckSpec) -> Option<String> {
+/// `Some(message)` when neither the shipped RBAC nor the `aggregated` ClusterRoles let the
+/// controller read the check's objects.
+pub(super) fn unreadable(check: &HealthCheckSpec, aggregated: &[&Value]) -> Option<String> {
     let group = group_of(&check.api_version);
     let resource = guess_resource(&check.kind);
     let verb = if check.name.is_some() { "get" } else { "list" };
@@ -25,11 +70,12 @@ pub(super) fn unreadable(check: &HealthCheckSpec) -> Option<String> {
             _ => false,
         };
         in_scope && grants(&d.value, group, &resource, verb, check.name.as_deref())
-    });
+    }) || aggregated
+        .iter()
+        .any(|role| grants(role, group, &resource, verb, check.name.as_deref()));
     (!allowed).then(|| {
         format!(
-            "the RBAC in deploy/ does not let slipway {verb} {resource} (group {:?}): until a ClusterRole labelled slipway.dev/aggregate-to-health-checks=true grants it, the check reports Forbidden and holds the rollout",
-            group
+            "the RBAC in deploy/ does not let slipway {verb} {resource} (group {group:?}), and no ClusterRole of the input labelled {AGGREGATE_LABEL}=true does: until one grants it, the check reports Forbidden and holds the rollout"
         )
     })
 }
@@ -75,18 +121,46 @@ mod tests {
         }
     }
 
+    fn unreadable_alone(c: &HealthCheckSpec) -> Option<String> {
+        unreadable(c, &[])
+    }
+
+    #[test]
+    fn an_aggregated_role_of_the_input_grants_reads() {
+        let role = serde_json::json!({"rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"],
+             "resourceNames": ["coredns"]}]});
+        let c = check(
+            "apps/v1",
+            "Deployment",
+            Some("kube-system"),
+            Some("coredns"),
+        );
+        assert_eq!(unreadable(&c, &[&role]), None);
+        let other = check("apps/v1", "Deployment", Some("kube-system"), Some("other"));
+        assert!(unreadable(&other, &[&role]).is_some(), "another name");
+        let listed = check("apps/v1", "Deployment", Some("kube-system"), None);
+        assert!(
+            unreadable(&listed, &[&role]).is_some(),
+            "list is not granted"
+        );
+    }
+
     #[test]
     fn the_shipped_rbac_reads_pods_and_secrets_of_its_namespace_only() {
         // Pods are listed cluster-wide (health gates); Secrets only in the controller's namespace.
-        assert_eq!(unreadable(&check("v1", "Pod", Some("db"), None)), None);
         assert_eq!(
-            unreadable(&check("v1", "Secret", Some(NAMESPACE), None)),
+            unreadable_alone(&check("v1", "Pod", Some("db"), None)),
             None
         );
-        assert!(unreadable(&check("v1", "Secret", Some("db"), None)).is_some());
-        let cm = unreadable(&check("v1", "ConfigMap", Some("ops"), Some("gate"))).unwrap();
+        assert_eq!(
+            unreadable_alone(&check("v1", "Secret", Some(NAMESPACE), None)),
+            None
+        );
+        assert!(unreadable_alone(&check("v1", "Secret", Some("db"), None)).is_some());
+        let cm = unreadable_alone(&check("v1", "ConfigMap", Some("ops"), Some("gate"))).unwrap();
         assert!(cm.contains("get configmaps"), "{cm}");
-        let ceph = unreadable(&check("ceph.rook.io/v1", "CephCluster", None, None)).unwrap();
+        let ceph = unreadable_alone(&check("ceph.rook.io/v1", "CephCluster", None, None)).unwrap();
         assert!(
             ceph.contains("list cephclusters (group \"ceph.rook.io\")"),
             "{ceph}"
