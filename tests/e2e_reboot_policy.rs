@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -243,6 +243,7 @@ async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
     a_flatcar_node_is_rebooted_through_fluos_protocol(&s).await;
     an_invalid_spec_is_reported_naming_the_field(&s).await;
     an_unreachable_prometheus_holds_reboots(&s).await;
+    a_health_check_holds_reboots_until_it_holds(&s).await;
     a_node_condition_asks_once_per_occurrence(&s).await;
     a_plan_and_a_policy_share_one_budget(&s).await;
     soak_separates_two_reboots(&s).await;
@@ -948,6 +949,70 @@ async fn an_unreachable_prometheus_holds_reboots(s: &Scene) {
     );
     assert!(!cordoned(&node(client, &n4).await));
     delete_policy(api, &alerts).await;
+}
+
+/// A health check on a ConfigMap holds every new reboot, saying which check and why, until the
+/// ConfigMap's data makes it hold; then the node that asked is rebooted.
+async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
+    let Scene {
+        client,
+        api,
+        ns,
+        nodes,
+        pool,
+    } = s;
+    let gate: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "reboot-gate"}, "data": {"state": "rebalancing"}
+    }))
+    .expect("a ConfigMap");
+    let maps = ns.api::<ConfigMap>();
+    maps.create(&PostParams::default(), &gate)
+        .await
+        .expect("create the ConfigMap");
+    let checked = s.policy_name("checked");
+    let check = json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name(),
+        "name": "reboot-gate", "expr": "data.state == 'ok'"});
+    create_policy(
+        api,
+        &policy(&checked, pool, json!({"healthChecks": [check]})),
+    )
+    .await;
+    let n4 = nodes[4].clone();
+    support::ask_reboot(client, &n4).await;
+    let entry = support::wait_for(
+        "the health check to hold the node",
+        Duration::from_secs(60),
+        || async {
+            let status = status_of(api, &checked).await;
+            match node_entry(&status, &n4) {
+                Some(n) if n["reason"] == "HealthCheckFailing" => Ok(status.clone()),
+                _ => Err(anyhow!("status: {status}")),
+            }
+        },
+    )
+    .await;
+    let message = node_entry(&entry, &n4).map(|n| n["message"].to_string());
+    assert!(
+        message.as_deref().unwrap_or("").contains("reboot-gate"),
+        "{entry}"
+    );
+    assert_eq!(entry["healthChecks"][0]["healthy"], false, "{entry}");
+    assert!(!cordoned(&node(client, &n4).await));
+    maps.patch(
+        "reboot-gate",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"state": "ok"}})),
+    )
+    .await
+    .expect("patch the ConfigMap");
+    wait_reboot_pod(s, &checked, &n4, "the reboot pod once the check holds").await;
+    support::simulate_reboot(client, &n4).await;
+    wait_all_done(client, api, &checked, std::slice::from_ref(&n4)).await;
+    assert_eq!(
+        status_of(api, &checked).await["healthChecks"][0]["healthy"],
+        true
+    );
+    delete_policy(api, &checked).await;
 }
 
 /// A Node Problem Detector condition asks once per occurrence: the node is rebooted, and

@@ -9,6 +9,7 @@
 // kube's `printcolumn(...)` repeats `type_ = ...`, which clippy mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+use crate::common::check::{HealthCheckSpec, HealthCheckStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, CustomResourceExt};
@@ -89,6 +90,10 @@ pub struct RebootPolicySpec {
     /// node starts: a settle time between reboots (a Go duration; none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<String>,
+    /// Checks on any resource that must all hold before a node starts its reboot (the same as
+    /// Plans'); a failing one holds new reboots, the ones under way finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_checks: Option<Vec<HealthCheckSpec>>,
     /// Image of the reboot pod; needs `sh`, `cat` and `nsenter` (default: the controller's
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,6 +195,9 @@ pub struct RebootPolicyStatus {
     /// `Validated` and `Progressing`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The health checks of `spec.healthChecks`, as last read (they are read while a node waits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheckStatus>,
 }
 
 /// A node the policy rebooted.
@@ -307,6 +315,11 @@ fn add_rules(root: &mut Value) {
     window_rules(root, &format!("{spec}/properties/window"));
     positive_duration(root, &format!("{spec}/properties/timeout"), "spec.timeout");
     positive_duration(root, &format!("{spec}/properties/soak"), "spec.soak");
+    crate::common::crd::health_check_rules(
+        root,
+        &format!("{spec}/properties/healthChecks"),
+        "spec.healthChecks",
+    );
     positive_duration(
         root,
         &format!("{spec}/properties/drain/properties/timeout"),

@@ -11,6 +11,7 @@
 //! starts more nodes than the concurrency.
 
 pub mod alerts;
+mod checks;
 mod nodes;
 pub mod pod;
 pub mod request;
@@ -68,6 +69,9 @@ pub struct PolicyInput<'a> {
     pub nodes: &'a [NodeView<'a>],
     /// Set when Prometheus holds every reboot: which alerts fire, or why it could not be asked.
     pub alerts: Option<String>,
+    /// What the shell read for each of `spec.healthChecks`; `None` when it did not read them (no
+    /// node wants a reboot).
+    pub checks: Option<&'a [crate::common::check::CheckRead]>,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -163,6 +167,8 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
     };
     let mut settings = spec.settings(now, input.alerts.clone());
     settings.soaking = spec.soaking(&previous.rebooted, now);
+    let checked = checks::checked(p, spec, input.checks, now);
+    settings.health_check = checked.hold.clone();
     let steps = decide_nodes(
         &settings,
         &spec.signals,
@@ -200,8 +206,14 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         nodes: steps.nodes.clone(),
         rebooted: rebooted_history(&previous.rebooted, &steps.rebooted),
         conditions,
+        health_checks: checked.status,
     };
-    into_decision(input, spec, status, steps)
+    let mut decision = into_decision(input, spec, status, steps);
+    decision.events.extend(checked.events);
+    if let Some(soon) = checked.recheck {
+        decision.requeue = Some(decision.requeue.map_or(soon, |r| r.min(soon)));
+    }
+    decision
 }
 
 fn count(n: usize) -> i64 {

@@ -244,6 +244,9 @@ fn hold_reason(
     if let Some(alerts) = &settings.alerts {
         return Some((RebootPhase::Blocked, "AlertsFiring", alerts.clone()));
     }
+    if let Some((reason, message)) = &settings.health_check {
+        return Some((RebootPhase::Blocked, reason, message.clone()));
+    }
     if let Some(holder) = &view.held_by {
         return Some((
             RebootPhase::Blocked,
@@ -572,6 +575,8 @@ fn summary(settings: &PolicySettings, d: &NodeSteps, busy: usize) -> String {
             "outside the window".to_string()
         } else if let Some(alerts) = &settings.alerts {
             alerts.clone()
+        } else if let Some((_, message)) = &settings.health_check {
+            message.clone()
         } else if busy >= settings.concurrency {
             format!("{busy} of {} slots taken", settings.concurrency)
         } else {

@@ -1,5 +1,6 @@
 //! A RebootPolicy's spec, read and checked once per reconcile, and the settings one decision reads.
 
+use crate::common::check::HealthCheckSpec;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -26,6 +27,8 @@ pub struct PolicySettings {
     pub handoff: HandoffPolicy,
     /// Set when Prometheus holds every reboot: which alerts fire, or why it could not be asked.
     pub alerts: Option<String>,
+    /// Set when a health check holds every reboot: its reason and message.
+    pub health_check: Option<(&'static str, String)>,
     /// `spec.soak`.
     pub soak: Option<Duration>,
     /// Nodes back from an earlier reboot that still keep their slot, and until when.
@@ -49,6 +52,7 @@ pub struct PolicySpec {
     pub health_gate: Option<HealthGate>,
     pub blocking_pods: Vec<Selector>,
     pub alerts: Option<AlertFilter>,
+    pub health_checks: Vec<HealthCheckSpec>,
     pub image: String,
     /// `spec.soak`: how long a node back from its reboot keeps its slot.
     pub soak: Option<Duration>,
@@ -91,6 +95,8 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         .map(read_health_gate)
         .transpose()?;
     let (blocking_pods, alerts) = read_blockers(&spec.blocking.clone().unwrap_or_default())?;
+    let health_checks = spec.health_checks.clone().unwrap_or_default();
+    crate::common::check::validate(&health_checks, "spec.healthChecks")?;
     Ok(PolicySpec {
         selector,
         concurrency,
@@ -102,6 +108,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         health_gate,
         blocking_pods,
         alerts,
+        health_checks,
         image: spec
             .image
             .clone()
@@ -203,6 +210,7 @@ impl PolicySpec {
                 }),
             },
             alerts,
+            health_check: None,
             soak: self.soak,
             soaking: Vec::new(),
         }

@@ -54,6 +54,7 @@ fn settings(concurrency: usize) -> PolicySettings {
             health_gate: None,
         },
         alerts: None,
+        health_check: None,
         soak: None,
         soaking: Vec::new(),
     }
@@ -336,6 +337,19 @@ fn window_pause_alerts_and_blocking_pods_hold_new_reboots_and_say_why() {
             vec![],
             RebootPhase::Blocked,
             "AlertsFiring",
+        ),
+        (
+            PolicySettings {
+                health_check: Some((
+                    "HealthCheckFailing",
+                    "health check CephCluster rook-ceph/rook-ceph fails: the expression is false"
+                        .into(),
+                )),
+                ..settings(1)
+            },
+            vec![],
+            RebootPhase::Blocked,
+            "HealthCheckFailing",
         ),
         (
             settings(1),

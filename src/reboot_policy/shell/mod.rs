@@ -23,6 +23,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::drain::PodsView;
@@ -38,6 +39,7 @@ use crate::reboot_policy::core::{
     self as core, DrainView, NodeView, PolicyInput, PolicyReport, PolicySpec, REBOOT_OK,
     RebootDecision, RebootEffect, RebootState, Signal,
 };
+use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
@@ -108,11 +110,13 @@ pub async fn run(
     watches: PolicyWatches,
     shutdown: CancellationToken,
 ) {
+    let checks = CheckReader::new(shared.chores().client().clone());
     let op = Arc::new(PolicyOperation {
         shared,
         policies: watches.store.clone(),
         default_image,
         http: reqwest::Client::builder().build().ok(),
+        checks,
     });
     let controller =
         Controller::for_stream(watches.changes, watches.store).reconcile_all_on(watches.nodes);
@@ -127,6 +131,7 @@ pub struct PolicyOperation {
     default_image: String,
     /// Asks Prometheus for the policies' alert blockers (`None`: it could not be built).
     http: Option<reqwest::Client>,
+    checks: CheckReader,
 }
 
 /// What a policy's decision reads besides the policy.
@@ -135,6 +140,8 @@ pub struct Observed {
     /// The governed nodes, and whether the selector matches each.
     nodes: Vec<(Arc<NodeInfo>, bool)>,
     alerts: Option<String>,
+    /// What each of `spec.healthChecks` names, read only while a node wants a reboot.
+    checks: Option<Vec<CheckRead>>,
     blocking: BTreeMap<String, Vec<String>>,
     drains: BTreeMap<String, PodsView>,
     health: BTreeMap<String, HealthObservation>,
@@ -190,6 +197,11 @@ impl Operation for PolicyOperation {
             (Some(_), false, None) => Some("no HTTP client to ask Prometheus with".into()),
             _ => None,
         };
+        // So are the health checks.
+        let checks = match (s.health_checks.is_empty(), wanting.is_empty()) {
+            (false, false) => Some(self.checks.read_all(&s.health_checks).await),
+            _ => None,
+        };
         let client = self.shared.chores().client();
         let mut blocking = BTreeMap::new();
         for node in &wanting {
@@ -213,6 +225,7 @@ impl Operation for PolicyOperation {
         }
         Ok(Observed {
             alerts,
+            checks,
             blocking,
             drains,
             health,
@@ -245,6 +258,7 @@ impl Operation for PolicyOperation {
                 spec: &o.spec,
                 nodes: &views,
                 alerts: o.alerts.clone(),
+                checks: o.checks.as_deref(),
             },
             now,
         )
@@ -320,6 +334,7 @@ impl Observed {
             spec,
             nodes,
             alerts: None,
+            checks: None,
             blocking: BTreeMap::new(),
             drains: BTreeMap::new(),
             health: BTreeMap::new(),

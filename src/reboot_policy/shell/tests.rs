@@ -203,6 +203,7 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         policies: testing::listed(vec![policy(scene)]),
         default_image: "busybox".into(),
         http: None,
+        checks: crate::runtime::checks::CheckReader::new(api.client()),
     }
 }
 
