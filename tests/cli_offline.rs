@@ -487,3 +487,42 @@ fn health_checks_are_compiled_and_their_reads_checked_offline() {
     assert_eq!(code, 0, "{out}");
     assert!(out.ends_with("0 errors, 0 warnings\n"), "{out}");
 }
+
+/// render shows a Plan's hooks where the controller runs them: the pre hook's Job alone in the
+/// first batch, the post hook's after the last node.
+#[test]
+fn render_shows_the_hooks_around_the_nodes() {
+    let plan = "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata: {name: k3s, namespace: system-upgrade, uid: u1}\nspec:\n  concurrency: 1\n  version: v1.30.1+k3s1\n  nodeSelector: {matchLabels: {pool: a}}\n  upgrade: {image: rancher/k3s-upgrade}\n  hooks:\n    pre:\n      template:\n        spec:\n          containers: [{name: snap, image: rancher/k3s, command: [k3s, etcd-snapshot, save]}]\n    post:\n      template:\n        spec:\n          containers: [{name: notify, image: curlimages/curl}]\n";
+    let dir = std::env::temp_dir().join(format!("slipway-cli-hooks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let nodes = dir.join("nodes.yaml");
+    std::fs::write(
+        &nodes,
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {pool: a, kubernetes.io/hostname: n1}}}\n- {apiVersion: v1, kind: Node, metadata: {name: n2, labels: {pool: a, kubernetes.io/hostname: n2}}}\n",
+    )
+    .expect("write nodes");
+    let nodes = nodes.display().to_string();
+    let (code, out, err) = slipway(&["render", "-", "--nodes", &nodes, "--summary"], Some(plan));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[2].starts_with("(pre hook)   1      k3s-pre-hook-"),
+        "{out}"
+    );
+    assert!(
+        lines[5].starts_with("(post hook)  4      k3s-post-hook-"),
+        "{out}"
+    );
+    let (code, json, err) = slipway(
+        &["render", "-", "--nodes", &nodes, "-o", "json"],
+        Some(plan),
+    );
+    assert_eq!(code, 0, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let first = &list["items"][0];
+    assert_eq!(
+        first["metadata"]["labels"]["slipway.dev/hook"], "pre",
+        "{json}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -163,8 +163,9 @@ fn corpus(channel: &str) -> Vec<Plan> {
             plan.metadata.namespace = Some(NS.into());
             // `spec.reboot` is slipway's alone (SUC's CRD prunes it); kwok nodes never reboot.
             plan.spec.reboot = None;
-            // So are health checks: what they read (a Deployment of kube-system) is not here.
+            // So are health checks and hooks (what the checks read, a Deployment of kube-system, is not here).
             plan.spec.health_checks = None;
+            plan.spec.hooks = None;
             if plan.spec.channel.is_some() {
                 plan.spec.channel = Some(channel.to_string());
             }

@@ -201,6 +201,32 @@ pub fn list(r: &Rendering) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}))
 }
 
+/// The hooks' Jobs, as rows of the summary.
+fn hook_rows(r: &Rendering) -> Vec<[String; 4]> {
+    use slipway::plan::core::hooks::HOOK_LABEL;
+    let mut rows = Vec::new();
+    for (i, batch) in r.batches.iter().enumerate() {
+        for job in &batch.jobs {
+            let hook = job.metadata.labels.as_ref().and_then(|l| l.get(HOOK_LABEL));
+            let (label, note) = match hook.map(String::as_str) {
+                Some("pre") => (
+                    "(pre hook)",
+                    "before the first node; no node starts if it fails",
+                ),
+                Some("post") => ("(post hook)", "after the last node"),
+                _ => continue,
+            };
+            rows.push([
+                label.to_string(),
+                (i + 1).to_string(),
+                job.metadata.name.clone().unwrap_or_default(),
+                note.to_string(),
+            ]);
+        }
+    }
+    rows
+}
+
 /// One line per node: batch, Job, or why it gets none.
 pub fn summary(r: &Rendering) -> String {
     let mut rows = vec![[
@@ -209,6 +235,8 @@ pub fn summary(r: &Rendering) -> String {
         "JOB".to_string(),
         "NOTE".to_string(),
     ]];
+    let hooks = hook_rows(r);
+    rows.extend(hooks.iter().filter(|h| h[0] == "(pre hook)").cloned());
     for n in &r.nodes {
         rows.push([
             n.node.clone(),
@@ -217,6 +245,7 @@ pub fn summary(r: &Rendering) -> String {
             n.note.clone(),
         ]);
     }
+    rows.extend(hooks.into_iter().filter(|h| h[0] == "(post hook)"));
     let mut widths = [0usize; 4];
     for row in &rows {
         for (w, c) in widths.iter_mut().zip(row) {

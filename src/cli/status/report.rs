@@ -54,6 +54,9 @@ pub struct PlanReport {
     /// The health checks as the controller last read them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<slipway::common::check::HealthCheckStatus>,
+    /// The hooks' runs at the latest hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<slipway::plan::api::HooksStatus>,
 }
 
 #[derive(Serialize, PartialEq, Debug)]
@@ -189,6 +192,7 @@ pub fn plan_report(plan: &Plan, nodes: &[NodeInfo], jobs: &[Job]) -> PlanReport 
             .as_ref()
             .map(|s| s.health_checks.clone())
             .unwrap_or_default(),
+        hooks: plan.status.as_ref().and_then(|s| s.hooks.clone()),
     }
 }
 
@@ -342,6 +346,25 @@ fn plan_text(r: &PlanReport, out: &mut String) {
             "  health check {}  {state}  since {since}\n",
             c.name
         ));
+    }
+    let hooks = r
+        .hooks
+        .iter()
+        .flat_map(|h| [("pre", &h.pre), ("post", &h.post)]);
+    for (which, hook) in hooks {
+        if let Some(h) = hook {
+            let why = h
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  {which} hook  {:?}{why}  job {}  since {}\n",
+                h.phase,
+                h.job,
+                h.since.as_deref().unwrap_or("-")
+            ));
+        }
     }
     for n in &r.nodes {
         let mut line = format!(
@@ -517,13 +540,25 @@ mod tests {
                 since: Some("2026-11-23T09:00:00Z".into()),
                 timed_out: false,
             }];
+            st.hooks = Some(slipway::plan::api::HooksStatus {
+                pre: Some(slipway::plan::api::HookStatus {
+                    hash: "h1".into(),
+                    job: "p-pre-hook-h1-1".into(),
+                    attempt: 1,
+                    phase: slipway::plan::api::HookPhase::Failed,
+                    message: Some("BackoffLimitExceeded: snapshot failed".into()),
+                    since: Some("2026-11-23T08:00:00Z".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
         }
         let r = plan_report(&plan, &[n1, n2], &[]);
         assert_eq!(r.quarantined, ["n1"]);
         let text = text(&[Report::Plan(r)], "");
         assert_eq!(
             text,
-            "plan/p  version v1  done 0  applying 1  remaining 1\n  failure policy: Retry 2 times (1m0s, doubling), then Quarantine (at most 1 node)\n  quarantined: n1\n  health check ConfigMap ops/gate  fails: the expression is false  since 2026-11-23T09:00:00Z\n  node n2  Retrying  since -  job j2  retry 1 at 2026-11-23T10:00:00Z"
+            "plan/p  version v1  done 0  applying 1  remaining 1\n  failure policy: Retry 2 times (1m0s, doubling), then Quarantine (at most 1 node)\n  quarantined: n1\n  health check ConfigMap ops/gate  fails: the expression is false  since 2026-11-23T09:00:00Z\n  pre hook  Failed: BackoffLimitExceeded: snapshot failed  job p-pre-hook-h1-1  since 2026-11-23T08:00:00Z\n  node n2  Retrying  since -  job j2  retry 1 at 2026-11-23T10:00:00Z"
         );
     }
 

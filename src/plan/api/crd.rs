@@ -42,9 +42,29 @@ fn add_rules(root: &mut Value) {
         &format!("{spec}/properties/healthChecks"),
         "spec.healthChecks",
     );
+    hook_rules(root, &format!("{spec}/properties/hooks"));
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");
     map_list(root, "/properties/status/properties/conditions", "type");
+}
+
+/// A hook is a Job spec, kept whole but for its required `template` (the API server checks the
+/// rest when the Job is created; the controller reads it first and names a field it cannot use).
+fn hook_rules(root: &mut Value, hooks: &str) {
+    for hook in ["pre", "post"] {
+        extend(root, &format!("{hooks}/properties/{hook}"), |s| {
+            if let Some(o) = s.as_object_mut() {
+                o.remove("additionalProperties");
+            }
+            s["x-kubernetes-preserve-unknown-fields"] = json!(true);
+            s["required"] = json!(["template"]);
+            s["properties"] = json!({"template": {
+                "description": "The Job's pod template.",
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true
+            }});
+        });
+    }
 }
 
 /// `concurrency`, `postCompleteDelay`, `drain` and the containers' images.

@@ -23,6 +23,9 @@ pub use crate::common::window::TimeWindowSpec;
 pub use crate::node::reboot::HealthGateSpec;
 
 pub mod crd;
+mod hooks;
+
+pub use hooks::{HookPhase, HookStatus, HooksSpec, HooksStatus};
 
 /// The API group shared with system-upgrade-controller.
 pub const GROUP: &str = "upgrade.cattle.io";
@@ -189,6 +192,10 @@ pub struct PlanSpec {
     /// policy applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_checks: Option<Vec<HealthCheckSpec>>,
+
+    /// slipway only: Jobs run once per version, before the first node and after the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<HooksSpec>,
 
     #[serde(flatten)]
     #[schemars(skip)]
@@ -386,6 +393,9 @@ pub struct PlanStatus {
     /// The health checks of `spec.healthChecks`, as last read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<HealthCheckStatus>,
+    /// The hooks of `spec.hooks` at the current version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<HooksStatus>,
 
     #[serde(flatten)]
     #[schemars(skip)]

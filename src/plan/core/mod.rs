@@ -24,6 +24,7 @@ pub mod expansion;
 mod facts;
 pub mod failure;
 pub mod hash;
+pub mod hooks;
 pub mod image;
 pub mod job;
 mod jobs;
@@ -110,6 +111,8 @@ pub struct PlanInput<'a> {
     pub held: &'a BTreeMap<String, Holder>,
     /// Nodes another Plan holds too: a deleted Plan does not uncordon them.
     pub shared: &'a BTreeSet<String>,
+    /// The Jobs of the Plan's hooks made by this controller.
+    pub hook_jobs: &'a [&'a Job],
     /// What the shell read for each of `spec.healthChecks`, in order.
     pub checks: &'a [CheckRead],
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against

@@ -21,6 +21,7 @@ use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::expansion::expand_post_complete_labels;
 use crate::plan::core::failure;
+use crate::plan::core::hooks;
 use crate::plan::core::reboot;
 use crate::plan::core::selection::{self, Eligibility};
 
@@ -69,13 +70,17 @@ pub(super) fn roll(
             .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
     record_reset(input, st, out);
     let gate = health_gate(&facts, old, st, out);
+    let mut pre_hook = None;
     if window.is_none() && !stopped && gate.blocking.is_none() {
         let free: Vec<&NodeInfo> = eligible
             .iter()
             .copied()
             .filter(|n| holder_of(input, n).is_none())
             .collect();
-        fill_slots(&mut facts, &free, &mut steps);
+        pre_hook = hooks::before_nodes(&facts, old, &free, &steps, st, out);
+        if pre_hook.is_none() {
+            fill_slots(&mut facts, &free, &mut steps);
+        }
     }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
         fail_complete(st, out, "ValidationFailed", message, &now_text, input);
@@ -83,25 +88,31 @@ pub(super) fn roll(
     reconcile_reboot_pods(&facts, &steps, out);
     sweep_jobs(&facts, &steps, out);
     write_nodes(st, &steps);
-    let quarantined: Vec<&str> = quarantined
-        .iter()
-        .copied()
-        .chain(
-            steps
-                .values()
-                .filter(|(_, s, _)| *s == NodeState::Quarantined)
-                .map(|(n, _, _)| *n),
-        )
-        .map(NodeInfo::hostname)
-        .collect();
+    let quarantined = quarantined_hosts(&quarantined, &steps);
     let situation = Situation {
         window,
         eligible: &eligible,
         quarantined: &quarantined,
         stopped,
         check: gate.blocking.as_ref(),
+        pre_hook: pre_hook.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
+    hooks::after_nodes(&facts, old, st, out);
+}
+
+/// Hostnames of the nodes quarantined before this decision and by it.
+fn quarantined_hosts<'a>(before: &[&'a NodeInfo], steps: &Steps<'a>) -> Vec<&'a str> {
+    let now = steps
+        .values()
+        .filter(|(_, s, _)| *s == NodeState::Quarantined)
+        .map(|(n, _, _)| *n);
+    before
+        .iter()
+        .copied()
+        .chain(now)
+        .map(NodeInfo::hostname)
+        .collect()
 }
 
 /// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the

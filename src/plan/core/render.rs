@@ -18,6 +18,7 @@ use crate::node::holders::{NodeClaims, held_against};
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::plan::core::config::JobConfig;
+use crate::plan::core::hooks;
 use crate::plan::core::{self as rollout, ChannelAnswer, PlanDecision, PlanInput, holder};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -85,7 +86,10 @@ struct World {
 /// slipway does not run (its taint) is held as the controller would see it.
 fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
     let nodes: Vec<&NodeInfo> = w.nodes.iter().collect();
-    let jobs: Vec<&Job> = w.jobs.iter().collect();
+    let is_hook = |j: &&Job| {
+        (j.metadata.labels.as_ref()).is_some_and(|l| l.contains_key(hooks::HOOK_PLAN_LABEL))
+    };
+    let (hook_jobs, jobs): (Vec<&Job>, Vec<&Job>) = w.jobs.iter().partition(is_hook);
     let pods: Vec<&Pod> = w.pods.iter().collect();
     let tainted = w
         .nodes
@@ -98,6 +102,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             plan: &w.plan,
             nodes: &nodes,
             jobs: &jobs,
+            hook_jobs: &hook_jobs,
             reboot_pods: &pods,
             health: &w.health,
             secrets: &input.secrets,

@@ -47,6 +47,10 @@ pub(super) fn report(
         .filter(|_| eligible.len() > st.applying.len())
     {
         wait_for_check(facts, st, out, check);
+    } else if let Some(hook) = situation.pre_hook {
+        let (reason, message) = pre_hook_message(facts, hook);
+        let now = rfc3339(facts.now);
+        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if st.applying.is_empty()
         && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
     {
@@ -69,7 +73,13 @@ pub(super) fn report(
         cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
     } else if st.applying != old.applying
         || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
-        || [HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT].contains(&cond::reason(st, COMPLETE))
+        || [
+            HEALTH_CHECK_FAILING,
+            HEALTH_CHECK_TIMED_OUT,
+            super::hooks::PRE_HOOK,
+            super::hooks::PRE_HOOK_FAILED,
+        ]
+        .contains(&cond::reason(st, COMPLETE))
         || is_rebooting_reason(cond::reason(st, COMPLETE))
     {
         if old.applying.is_empty() {
@@ -116,6 +126,8 @@ pub(super) struct Situation<'a> {
     pub stopped: bool,
     /// A health check that keeps new nodes from starting.
     pub check: Option<&'a Blocking>,
+    /// The pre hook, while it keeps new nodes from starting.
+    pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
 }
 
 /// The reason of `Complete=False` while a health check keeps new nodes from starting.
@@ -171,6 +183,34 @@ fn wait_for_check(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, che
         &now,
         facts.ctx.generation,
     );
+}
+
+/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
+/// events say when it starts and how it ends).
+fn pre_hook_message(
+    facts: &Facts<'_>,
+    hook: &crate::plan::api::HookStatus,
+) -> (&'static str, String) {
+    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
+    match hook.phase {
+        crate::plan::api::HookPhase::Failed => (
+            PRE_HOOK_FAILED,
+            format!(
+                "the pre hook (Job {}) failed: {}; no node is touched: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+                hook.job,
+                hook.message.as_deref().unwrap_or_default(),
+                facts.name,
+                super::failure::RESET_ANNOTATION
+            ),
+        ),
+        _ => (
+            PRE_HOOK,
+            format!(
+                "waiting for the pre hook (Job {}) before the first node",
+                hook.job
+            ),
+        ),
+    }
 }
 
 /// The `Complete` reason and message while a health check holds the next nodes.

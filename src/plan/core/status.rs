@@ -94,6 +94,7 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
         spec.health_checks.as_deref().unwrap_or_default(),
         "spec.healthChecks",
     )?;
+    super::hooks::read(plan)?;
     if let Some(window) = &spec.window {
         TimeWindow::new(window).map_err(|e| e.to_string())?;
     }

@@ -143,7 +143,11 @@ impl World {
 
     fn decide(&self) -> Rollout {
         let nodes: Vec<&NodeInfo> = self.nodes.iter().collect();
-        let jobs: Vec<&Job> = self.jobs.iter().collect();
+        let is_hook = |j: &&Job| {
+            (j.metadata.labels.as_ref())
+                .is_some_and(|l| l.contains_key(crate::plan::core::hooks::HOOK_PLAN_LABEL))
+        };
+        let (hook_jobs, jobs): (Vec<&Job>, Vec<&Job>) = self.jobs.iter().partition(is_hook);
         let pods: Vec<&Pod> = self.pods.iter().collect();
         // As the controller sees them: the holds given, and the nodes in a maintenance.
         let holds: Vec<Hold> = (self.held.iter())
@@ -164,6 +168,7 @@ impl World {
                 plan: &self.plan,
                 nodes: &nodes,
                 jobs: &jobs,
+                hook_jobs: &hook_jobs,
                 reboot_pods: &pods,
                 health: &self.health,
                 secrets: &self.secrets,
@@ -1129,6 +1134,9 @@ mod failure_policy;
 
 #[cfg(test)]
 mod health_checks;
+
+#[cfg(test)]
+mod hooks;
 
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {

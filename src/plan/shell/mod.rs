@@ -69,6 +69,8 @@ pub struct PlanObserved {
     /// The candidate nodes, with what this process patched and the index has not shown yet.
     nodes: Vec<Arc<NodeInfo>>,
     jobs: Vec<Arc<Job>>,
+    /// The Jobs of the Plan's hooks.
+    hook_jobs: Vec<Arc<Job>>,
     reboot_pods: Vec<Arc<Pod>>,
     health: BTreeMap<String, HealthObservation>,
     secrets: BTreeMap<String, Secret>,
@@ -132,8 +134,9 @@ fn controller(
     let by_secret = w.plans.clone();
     Controller::for_stream(w.plan_changes, w.plans.clone())
         .watches_stream(w.job_changes, move |job: Job| {
-            job.labels()
-                .get(labels::PLAN)
+            let labels = job.labels();
+            (labels.get(labels::PLAN))
+                .or_else(|| labels.get(core::hooks::HOOK_PLAN_LABEL))
                 .map(|plan| ObjectRef::new(plan).within(&job_ns))
         })
         .watches_stream(w.pod_changes, move |pod: Pod| {
@@ -246,8 +249,20 @@ impl Operation for PlanOperation {
             Some(checks) if !checks.is_empty() => self.checks.read_all(checks).await,
             _ => Vec::new(),
         };
+        let hook_jobs = self
+            .jobs
+            .state()
+            .into_iter()
+            .filter(|j| {
+                j.labels()
+                    .get(core::hooks::HOOK_PLAN_LABEL)
+                    .map(String::as_str)
+                    == Some(name)
+            })
+            .collect();
         Ok(PlanObserved {
             checks,
+            hook_jobs,
             nodes,
             jobs,
             reboot_pods,
@@ -273,12 +288,14 @@ impl Operation for PlanOperation {
     ) -> PlanDecision {
         let nodes: Vec<&NodeInfo> = o.nodes.iter().map(AsRef::as_ref).collect();
         let jobs: Vec<&Job> = o.jobs.iter().map(AsRef::as_ref).collect();
+        let hook_jobs: Vec<&Job> = o.hook_jobs.iter().map(AsRef::as_ref).collect();
         let reboot_pods: Vec<&Pod> = o.reboot_pods.iter().map(AsRef::as_ref).collect();
         let mut decision = core::decide(
             &PlanInput {
                 plan,
                 nodes: &nodes,
                 jobs: &jobs,
+                hook_jobs: &hook_jobs,
                 reboot_pods: &reboot_pods,
                 health: &o.health,
                 secrets: &o.secrets,

@@ -39,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// The writes of a decision in the order the controller applies them.
 enum Write {
     Patch(NodeChange),
-    Status(PlanStatus),
+    Status(Box<PlanStatus>),
     DeleteJob(String),
     DeletePod(String),
     CreatePod(Box<Pod>),
@@ -49,7 +49,7 @@ enum Write {
 fn writes(r: &Rollout) -> Vec<Write> {
     let mut w: Vec<Write> = r.node_patches.iter().cloned().map(Write::Patch).collect();
     if r.status_changed {
-        w.push(Write::Status(r.status.clone()));
+        w.push(Write::Status(Box::new(r.status.clone())));
     }
     w.extend(
         r.delete_jobs
@@ -190,7 +190,7 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
             for p in s.nodes.iter().filter(|p| p.phase == NodePhase::Failed) {
                 h.reported.extend(p.job.clone());
             }
-            w.plan.status = Some(s);
+            w.plan.status = Some(*s);
         }
         Write::DeleteJob(name) => w.jobs.retain(|j| j.metadata.name.as_deref() != Some(&name)),
         Write::DeletePod(name) => w.pods.retain(|p| p.metadata.name.as_deref() != Some(&name)),

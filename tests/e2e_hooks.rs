@@ -1,0 +1,190 @@
+//! Hooks on the local cluster: a Plan's pre hook runs to completion before its first node's Job
+//! is created and its post hook once the last node is done; a failed pre hook touches no node
+//! (no Job, no label, no cordon) and says so in `status`, `Complete` and an Event.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use slipway::plan::api::{HookPhase, Plan};
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+
+const HOOK: &str = "slipway.dev/hook";
+
+/// A Plan whose hooks' pods carry `pod_labels` (a YAML flow mapping).
+fn plan(name: &str, pool: &str, pod_labels: &str) -> Plan {
+    plan_from_yaml(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {name}
+spec:
+  concurrency: 1
+  cordon: true
+  version: v1.30.1+k3s1
+  serviceAccountName: default
+  nodeSelector:
+    matchLabels:
+      slipway.test/pool: {pool}
+  upgrade:
+    image: rancher/k3s-upgrade
+  hooks:
+    pre:
+      backoffLimit: 0
+      template:
+        metadata:
+          labels: {pod_labels}
+        spec:
+          containers:
+          - name: snapshot
+            image: rancher/k3s
+            command: [k3s, etcd-snapshot, save]
+    post:
+      backoffLimit: 0
+      template:
+        spec:
+          containers:
+          - name: notify
+            image: curlimages/curl
+            args: [https://hooks.example/done]
+"#
+    ))
+}
+
+async fn jobs(ns: &TestNamespace) -> Vec<Job> {
+    ns.api::<Job>()
+        .list(&ListParams::default())
+        .await
+        .expect("list jobs")
+        .items
+}
+
+fn hook_of(job: &Job) -> Option<&str> {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(HOOK))
+        .map(String::as_str)
+}
+
+async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
+    let events = ns.api::<k8s_openapi::api::core::v1::Event>();
+    let list = events.list(&ListParams::default()).await.expect("events");
+    list.items.into_iter().filter_map(|e| e.reason).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_last() {
+    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hooks-ok", 2).await else {
+        return;
+    };
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan("hooked", &pool, "{}"))
+        .await
+        .expect("create plan");
+    let done = wait_until(
+        &ns.api::<Plan>(),
+        "hooked",
+        "hooked: complete, post hook done",
+        Duration::from_secs(120),
+        |p| {
+            is_complete(p)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.hooks.as_ref())
+                    .and_then(|h| h.post.as_ref())
+                    .is_some_and(|h| h.phase == HookPhase::Succeeded)
+        },
+    )
+    .await;
+    let hooks = done.status.and_then(|s| s.hooks).expect("status.hooks");
+    assert_eq!(hooks.pre.expect("pre").phase, HookPhase::Succeeded);
+    let all = jobs(&ns).await;
+    let pre: Vec<&Job> = all.iter().filter(|j| hook_of(j) == Some("pre")).collect();
+    let post: Vec<&Job> = all.iter().filter(|j| hook_of(j) == Some("post")).collect();
+    assert_eq!((pre.len(), post.len()), (1, 1), "each hook ran once");
+    let pre_done = pre[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone())
+        .expect("the pre hook completed");
+    let post_created = post[0]
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("created");
+    let nodes: Vec<&Job> = all.iter().filter(|j| hook_of(j).is_none()).collect();
+    assert_eq!(nodes.len(), 2);
+    for job in nodes {
+        let created = job.metadata.creation_timestamp.clone().expect("created");
+        assert!(
+            created.0 >= pre_done.0,
+            "a node's Job before the pre hook completed"
+        );
+        let finished = job.status.as_ref().and_then(|s| s.completion_time.clone());
+        assert!(
+            finished.is_some_and(|f| f.0 <= post_created.0),
+            "the post hook before a node was done"
+        );
+    }
+    let reasons = event_reasons(&ns).await;
+    assert!(reasons.iter().any(|r| r == "HookSucceeded"), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pre_hook_touches_no_node() {
+    let Some((cluster, ns, nodes, pool)) = support::setup_pool("hooks-fail", 2).await else {
+        return;
+    };
+    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let labels = format!("{{{}: \"true\"}}", support::FAIL_LABEL);
+    ns.api::<Plan>()
+        .create(&PostParams::default(), &plan("broken", &pool, &labels))
+        .await
+        .expect("create plan");
+    let stopped = wait_until(
+        &ns.api::<Plan>(),
+        "broken",
+        "broken: PreHookFailed",
+        Duration::from_secs(60),
+        |p| condition_reason(p, "Complete").as_deref() == Some("PreHookFailed"),
+    )
+    .await;
+    let message = condition(&stopped, "Complete")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("no node is touched"), "{message}");
+    let pre = stopped
+        .status
+        .and_then(|s| s.hooks)
+        .and_then(|h| h.pre)
+        .expect("status.hooks.pre");
+    assert_eq!(pre.phase, HookPhase::Failed);
+    // Some time later, still nothing on any node.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let all = jobs(&ns).await;
+    assert!(
+        all.iter().all(|j| hook_of(j) == Some("pre")),
+        "only the pre hook ran: {all:?}"
+    );
+    let api = Api::<Node>::all(ns.client());
+    for name in &nodes {
+        let node = api.get(name).await.expect("node");
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert!(
+            !labels.contains_key("plan.upgrade.cattle.io/broken"),
+            "{name} labelled"
+        );
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        assert!(!cordoned, "{name} cordoned");
+    }
+    let reasons = event_reasons(&ns).await;
+    assert!(reasons.iter().any(|r| r == "HookFailed"), "{reasons:?}");
+}
