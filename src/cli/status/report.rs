@@ -56,7 +56,7 @@ pub struct PlanReport {
     pub health_checks: Vec<slipway::common::check::HealthCheckStatus>,
     /// The hooks' runs at the latest hash.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hooks: Option<slipway::plan::api::HooksStatus>,
+    pub hooks: Option<Box<slipway::plan::api::HooksStatus>>,
 }
 
 #[derive(Serialize, PartialEq, Debug)]
@@ -192,7 +192,7 @@ pub fn plan_report(plan: &Plan, nodes: &[NodeInfo], jobs: &[Job]) -> PlanReport 
             .as_ref()
             .map(|s| s.health_checks.clone())
             .unwrap_or_default(),
-        hooks: plan.status.as_ref().and_then(|s| s.hooks.clone()),
+        hooks: plan.status.as_ref().and_then(|s| s.hooks.clone()).map(Box::new),
     }
 }
 
