@@ -3,6 +3,8 @@
 //! The controller label is SUC's: slipway's Jobs and pods carry it so that SUC's tools, and the
 //! `kubectl drain` inside a Plan's Job (which skips the controller's own pods), see them as SUC's.
 
+/// The annotation that resets an operation's failures: each new value is acted on once.
+pub const RESET_FAILURES: &str = "slipway.dev/reset-failures";
 /// On Jobs and pods: the name of the controller that made them.
 pub const CONTROLLER: &str = "upgrade.cattle.io/controller";
 /// On Jobs and pods: the node name.

@@ -94,6 +94,10 @@ pub struct RebootPolicySpec {
     /// Plans'); a failing one holds new reboots, the ones under way finish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_checks: Option<Vec<HealthCheckSpec>>,
+    /// What a failed reboot (a drain or a node that did not come back in time) does to the
+    /// others. Absent: `Hold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<RebootFailurePolicy>,
     /// Image of the reboot pod; needs `sh`, `cat` and `nsenter` (default: the controller's
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +202,30 @@ pub struct RebootPolicyStatus {
     /// The health checks of `spec.healthChecks`, as last read (they are read while a node waits).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<HealthCheckStatus>,
+    /// Set while a failure stopped the policy (`failurePolicy.action: Stop`): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// The value of the policy's `slipway.dev/reset-failures` annotation last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures_reset: Option<String>,
+}
+
+/// What a failed reboot does to the policy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootFailurePolicy {
+    /// `Hold` (the default): a node that does not come back keeps its slot, a drain that timed
+    /// out is tried again later, other nodes go on. `Stop`: no node starts its reboot after a
+    /// failure until the policy changes or its failures are reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<RebootFailureAction>,
+}
+
+/// What a failure does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RebootFailureAction {
+    Hold,
+    Stop,
 }
 
 /// A node the policy rebooted.

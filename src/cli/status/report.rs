@@ -117,6 +117,11 @@ pub struct RebootPolicyReport {
     pub nodes: Vec<RebootNodeStatus>,
     /// The latest reboots, newest first.
     pub rebooted: Vec<RebootRecord>,
+    /// Why a failure stopped the policy (`failurePolicy.action: Stop`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<slipway::common::check::HealthCheckStatus>,
 }
 
 /// How many of a RebootPolicy's latest reboots the text shows (JSON and YAML have them all).
@@ -192,7 +197,11 @@ pub fn plan_report(plan: &Plan, nodes: &[NodeInfo], jobs: &[Job]) -> PlanReport 
             .as_ref()
             .map(|s| s.health_checks.clone())
             .unwrap_or_default(),
-        hooks: plan.status.as_ref().and_then(|s| s.hooks.clone()).map(Box::new),
+        hooks: plan
+            .status
+            .as_ref()
+            .and_then(|s| s.hooks.clone())
+            .map(Box::new),
     }
 }
 
@@ -283,6 +292,8 @@ pub fn reboot_policy_report(p: &RebootPolicy) -> RebootPolicyReport {
         conditions: conditions(&st.conditions),
         nodes: st.nodes,
         rebooted: st.rebooted,
+        stopped: st.stopped,
+        health_checks: st.health_checks,
     }
 }
 
@@ -331,22 +342,7 @@ fn plan_text(r: &PlanReport, out: &mut String) {
     if !r.quarantined.is_empty() {
         out.push_str(&format!("  quarantined: {}\n", r.quarantined.join(", ")));
     }
-    for c in &r.health_checks {
-        let state = match (c.healthy, c.timed_out) {
-            (true, false) => "holds".to_string(),
-            (true, true) => "holds, timed out earlier".to_string(),
-            (false, timed_out) => format!(
-                "fails{}: {}",
-                if timed_out { " (timed out)" } else { "" },
-                c.message.as_deref().unwrap_or("-")
-            ),
-        };
-        let since = c.since.as_deref().unwrap_or("-");
-        out.push_str(&format!(
-            "  health check {}  {state}  since {since}\n",
-            c.name
-        ));
-    }
+    health_check_lines(&r.health_checks, out);
     let hooks = r
         .hooks
         .iter()
@@ -417,6 +413,26 @@ fn maintenance_text(m: &MaintenanceReport, out: &mut String) {
     }
 }
 
+/// A line per health check: whether it holds, why not, since when.
+fn health_check_lines(checks: &[slipway::common::check::HealthCheckStatus], out: &mut String) {
+    for c in checks {
+        let state = match (c.healthy, c.timed_out) {
+            (true, false) => "holds".to_string(),
+            (true, true) => "holds, timed out earlier".to_string(),
+            (false, timed_out) => format!(
+                "fails{}: {}",
+                if timed_out { " (timed out)" } else { "" },
+                c.message.as_deref().unwrap_or("-")
+            ),
+        };
+        let since = c.since.as_deref().unwrap_or("-");
+        out.push_str(&format!(
+            "  health check {}  {state}  since {since}\n",
+            c.name
+        ));
+    }
+}
+
 fn reboot_policy_text(p: &RebootPolicyReport, out: &mut String) {
     out.push_str(&format!(
         "rebootpolicy/{}  wanting {}  rebooting {}{}\n",
@@ -426,6 +442,10 @@ fn reboot_policy_text(p: &RebootPolicyReport, out: &mut String) {
         if p.paused { "  paused" } else { "" }
     ));
     condition_lines(&p.conditions, out);
+    if let Some(why) = &p.stopped {
+        out.push_str(&format!("  stopped: {why}\n"));
+    }
+    health_check_lines(&p.health_checks, out);
     for n in &p.nodes {
         let mut line = format!(
             "  node {}  {:?}  since {}",

@@ -14,7 +14,7 @@ use crate::plan::api::{FailureAction, FailurePolicySpec, Plan, PlanStatus};
 
 /// The Plan annotation that resets its failures: each new value is acted on once (failed nodes
 /// start over, quarantined nodes are released, a stopped rollout goes on).
-pub const RESET_ANNOTATION: &str = "slipway.dev/reset-failures";
+pub const RESET_ANNOTATION: &str = crate::common::labels::RESET_FAILURES;
 /// The label and taint key of a node a Plan quarantined: `quarantine.slipway.dev/<plan>=<hash>`.
 pub const QUARANTINE_PREFIX: &str = "quarantine.slipway.dev/";
 /// How many times a node's Job killed by the node's own reboot is recreated, per Plan generation.

@@ -12,6 +12,7 @@
 
 pub mod alerts;
 mod checks;
+mod failures;
 mod nodes;
 pub mod pod;
 pub mod request;
@@ -157,7 +158,7 @@ pub fn holds(policy: &RebootPolicy, now: Timestamp) -> Vec<Hold> {
 pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
     let p = input.policy;
     let previous = p.status.clone().unwrap_or_default();
-    let (states, wanting_since) = read_status(&previous.nodes, now);
+    let (mut states, wanting_since) = read_status(&previous.nodes, now);
     if p.metadata.deletion_timestamp.is_some() {
         return give_back_all(input, &states, previous);
     }
@@ -169,6 +170,8 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
     settings.soaking = spec.soaking(&previous.rebooted, now);
     let checked = checks::checked(p, spec, input.checks, now);
     settings.health_check = checked.hold.clone();
+    let reset = failures::reset_requested(p, &previous);
+    settings.stopped = failures::sticky_stop(p, spec, &previous, reset.is_some(), &mut states);
     let steps = decide_nodes(
         &settings,
         &spec.signals,
@@ -207,9 +210,18 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         rebooted: rebooted_history(&previous.rebooted, &steps.rebooted),
         conditions,
         health_checks: checked.status,
+        stopped: steps.stopped.clone(),
+        failures_reset: reset.clone().or(previous.failures_reset.clone()),
     };
+    let newly_stopped = steps
+        .stopped
+        .clone()
+        .filter(|_| status.stopped != previous.stopped);
     let mut decision = into_decision(input, spec, status, steps);
     decision.events.extend(checked.events);
+    decision
+        .events
+        .extend(failures::events(reset, newly_stopped));
     if let Some(soon) = checked.recheck {
         decision.requeue = Some(decision.requeue.map_or(soon, |r| r.min(soon)));
     }

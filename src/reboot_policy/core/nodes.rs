@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::failures::{STOPPED, first_failure, stopped_message};
 use super::signals::{CONDITION_HANDLED, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
@@ -109,6 +110,8 @@ pub struct NodeSteps {
     pub summary: String,
     /// Look again after this long at the latest.
     pub recheck: Option<Duration>,
+    /// Set when a failure stops every new reboot: why.
+    pub stopped: Option<String>,
 }
 
 impl NodeSteps {
@@ -187,6 +190,11 @@ pub fn decide_nodes(
             .iter()
             .filter(|v| v.selected && v.held_by.is_some() && !d.states.contains_key(&v.node.name))
             .count();
+    d.stopped = settings.stopped.clone().or_else(|| {
+        (settings.stop_on_failure)
+            .then(|| first_failure(&d.states))
+            .flatten()
+    });
     let mut waiting = nodes
         .iter()
         .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
@@ -195,7 +203,10 @@ pub fn decide_nodes(
     waiting.sort_by(|a, b| a.0.node.name.cmp(&b.0.node.name));
     for (view, signal) in waiting {
         let name = &view.node.name;
-        let hold = hold_reason(settings, view, busy, &soaking);
+        let hold = match &d.stopped {
+            Some(why) => Some((RebootPhase::Wanting, STOPPED, stopped_message(why))),
+            None => hold_reason(settings, view, busy, &soaking),
+        };
         let Some((waiting_phase, reason, message)) = hold else {
             start(name, view.node, signal, signals, now, &mut d);
             busy += 1;
@@ -569,7 +580,9 @@ fn summary(settings: &PolicySettings, d: &NodeSteps, busy: usize) -> String {
         parts.push(format!("{} rebooting", d.rebooting));
     }
     if d.wanting > 0 {
-        let why = if settings.paused {
+        let why = if let Some(stopped) = &d.stopped {
+            format!("stopped: {stopped}")
+        } else if settings.paused {
             "paused".to_string()
         } else if settings.window_closed.is_some() {
             "outside the window".to_string()

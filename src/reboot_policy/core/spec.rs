@@ -29,6 +29,10 @@ pub struct PolicySettings {
     pub alerts: Option<String>,
     /// Set when a health check holds every reboot: its reason and message.
     pub health_check: Option<(&'static str, String)>,
+    /// A failure stops every new reboot (`failurePolicy.action: Stop`).
+    pub stop_on_failure: bool,
+    /// Set when an earlier failure stopped the policy and it was not reset since: why.
+    pub stopped: Option<String>,
     /// `spec.soak`.
     pub soak: Option<Duration>,
     /// Nodes back from an earlier reboot that still keep their slot, and until when.
@@ -53,6 +57,8 @@ pub struct PolicySpec {
     pub blocking_pods: Vec<Selector>,
     pub alerts: Option<AlertFilter>,
     pub health_checks: Vec<HealthCheckSpec>,
+    /// `failurePolicy.action: Stop`.
+    pub stop_on_failure: bool,
     pub image: String,
     /// `spec.soak`: how long a node back from its reboot keeps its slot.
     pub soak: Option<Duration>,
@@ -109,6 +115,8 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         blocking_pods,
         alerts,
         health_checks,
+        stop_on_failure: spec.failure_policy.as_ref().and_then(|f| f.action)
+            == Some(crate::reboot_policy::api::RebootFailureAction::Stop),
         image: spec
             .image
             .clone()
@@ -211,6 +219,8 @@ impl PolicySpec {
             },
             alerts,
             health_check: None,
+            stop_on_failure: self.stop_on_failure,
+            stopped: None,
             soak: self.soak,
             soaking: Vec::new(),
         }

@@ -55,6 +55,8 @@ fn settings(concurrency: usize) -> PolicySettings {
         },
         alerts: None,
         health_check: None,
+        stop_on_failure: false,
+        stopped: None,
         soak: None,
         soaking: Vec::new(),
     }
@@ -870,4 +872,101 @@ fn soaking_nodes_come_from_the_latest_reboots() {
     };
     let e = read_spec(&bad, "busybox").expect_err("zero soak");
     assert!(e.starts_with("spec.soak"), "{e}");
+}
+
+#[test]
+fn under_stop_a_failed_node_holds_every_new_reboot_and_the_stop_sticks() {
+    let (a, b) = (node("a"), asking("b"));
+    let failed = BTreeMap::from([(
+        "a".to_string(),
+        RebootState::DrainFailed {
+            signal: Signal::Agent,
+            message: "drain timed out: db/primary stays".into(),
+            since: at(0),
+        },
+    )]);
+    // Hold (the default): the other node starts.
+    let d = run(&settings(2), &failed, &[view(&a), view(&b)], at(10));
+    assert!(d.states.contains_key("b"));
+    assert_eq!(d.stopped, None);
+    // Stop: it waits, saying why and how to go on.
+    let stop = PolicySettings {
+        stop_on_failure: true,
+        ..settings(2)
+    };
+    let d = run(&stop, &failed, &[view(&a), view(&b)], at(10));
+    assert!(!d.states.contains_key("b"), "nothing starts");
+    let entry = d.nodes.iter().find(|n| n.name == "b").expect("b waits");
+    assert_eq!(entry.reason.as_deref(), Some("RolloutStopped"));
+    let message = entry.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("node a failed: drain timed out"),
+        "{message}"
+    );
+    assert!(message.contains("slipway.dev/reset-failures"), "{message}");
+    assert!(d.summary.contains("stopped"), "{}", d.summary);
+    // The failed drain is retried later and gone from the states: the stop stays, from the status.
+    let sticky = PolicySettings {
+        stopped: d.stopped.clone(),
+        ..stop
+    };
+    let d = run(&sticky, &BTreeMap::new(), &[view(&a), view(&b)], at(10));
+    assert!(d.states.is_empty());
+    assert_eq!(d.stopped, sticky.stopped);
+}
+
+#[test]
+fn a_reset_lifts_a_stop_and_is_acted_on_once() {
+    use crate::reboot_policy::api::{
+        RebootFailureAction, RebootFailurePolicy, RebootPolicy, RebootPolicySpec,
+        RebootPolicyStatus,
+    };
+    let mut p = RebootPolicy::new(
+        "nightly",
+        RebootPolicySpec {
+            failure_policy: Some(RebootFailurePolicy {
+                action: Some(RebootFailureAction::Stop),
+            }),
+            ..Default::default()
+        },
+    );
+    p.metadata.generation = Some(1);
+    p.status = Some(RebootPolicyStatus {
+        observed_generation: Some(1),
+        stopped: Some("node a failed: it did not come back".into()),
+        ..Default::default()
+    });
+    let spec = read_spec(&p.spec, "busybox");
+    let b = asking("b");
+    let views = [view(&b)];
+    fn input<'a>(
+        p: &'a RebootPolicy,
+        spec: &'a Result<PolicySpec, String>,
+        views: &'a [NodeView<'a>],
+    ) -> PolicyInput<'a> {
+        PolicyInput {
+            policy: p,
+            spec,
+            nodes: views,
+            alerts: None,
+            checks: None,
+        }
+    }
+    let d = decide(&input(&p, &spec, &views), at(0));
+    assert_eq!(d.status.nodes[0].reason.as_deref(), Some("RolloutStopped"));
+    assert!(d.status.stopped.is_some());
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    p.metadata.annotations =
+        Some([("slipway.dev/reset-failures".to_string(), "1".to_string())].into());
+    let d = decide(&input(&p, &spec, &views), at(1));
+    assert_eq!(d.status.nodes[0].phase, RebootPhase::Draining, "b starts");
+    assert_eq!(d.status.stopped, None);
+    assert_eq!(d.status.failures_reset.as_deref(), Some("1"));
+    assert!(d.events.iter().any(|e| e.reason == "FailuresReset"));
+    p.status = Some(d.status);
+    let d = decide(&input(&p, &spec, &views), at(2));
+    assert!(
+        !d.events.iter().any(|e| e.reason == "FailuresReset"),
+        "acted on once"
+    );
 }

@@ -187,7 +187,16 @@ fn apply_write(w: &mut World, write: Write, h: &mut History) -> Result<(), TestC
                     .collect();
                 prop_assert!(new.is_empty(), "a stopped rollout started {new:?}: {s:#?}");
             }
-            for p in s.nodes.iter().filter(|p| p.phase == NodePhase::Failed) {
+            // A Job's failure (a node that did not come back fails with its Job's name too, and
+            // is released once it is back).
+            let job_failed =
+                |p: &&crate::plan::api::NodeProgress| p.reason.as_deref() == Some("JobFailed");
+            for p in s
+                .nodes
+                .iter()
+                .filter(|p| p.phase == NodePhase::Failed)
+                .filter(job_failed)
+            {
                 h.reported.extend(p.job.clone());
             }
             w.plan.status = Some(*s);
