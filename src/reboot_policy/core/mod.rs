@@ -12,6 +12,7 @@
 
 pub mod alerts;
 mod checks;
+mod drain_view;
 mod failures;
 mod nodes;
 pub mod pod;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+pub use super::drain_view::DrainView;
 use super::failures::{STOPPED, first_failure, stopped_message};
 use super::signals::{CONDITION_HANDLED, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
@@ -14,43 +15,9 @@ use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
-use crate::node::drain::PodKey;
 use crate::node::handoff::{self, Handoff};
 use crate::node::reboot::HealthObservation;
 use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase, RebootRecord};
-
-/// What a drain under way still waits for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DrainView {
-    /// Pods the drain has still to see gone.
-    pub remaining: usize,
-    /// Why the first of them stay, for the status.
-    pub waiting_for: Vec<String>,
-    /// The pods to ask the Eviction API for (those not already terminating).
-    pub to_evict: Vec<PodKey>,
-}
-
-impl DrainView {
-    /// The drain of a node whose pods are `pods`.
-    pub fn of(pods: &crate::node::drain::PodsView) -> DrainView {
-        let mut waiting_for: Vec<String> = pods
-            .blocked
-            .iter()
-            .map(|(p, why)| format!("{p} {why}"))
-            .collect();
-        waiting_for.extend(pods.to_evict.keys().take(5).map(|p| p.to_string()));
-        DrainView {
-            remaining: pods.to_evict.len() + pods.blocked.len(),
-            waiting_for,
-            to_evict: pods
-                .to_evict
-                .iter()
-                .filter(|(_, terminating)| !**terminating)
-                .map(|(k, _)| k.clone())
-                .collect(),
-        }
-    }
-}
 
 /// One node the policy governs (or has a state for), as read now.
 #[derive(Debug, Clone)]
