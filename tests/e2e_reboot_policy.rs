@@ -190,6 +190,27 @@ async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
     .await;
 }
 
+/// Waits (up to 60 s) until `node`'s entry of `policy`'s status has `reason`; the status.
+async fn wait_node_reason(
+    api: &Api<RebootPolicy>,
+    policy: &str,
+    node: &str,
+    reason: &str,
+) -> Value {
+    support::wait_for(
+        &format!("{node} of {policy}: {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let status = status_of(api, policy).await;
+            match node_entry(&status, node) {
+                Some(n) if n["reason"] == reason => Ok(status.clone()),
+                _ => Err(anyhow!("status: {status}")),
+            }
+        },
+    )
+    .await
+}
+
 /// Waits (up to 60 s) for a reboot pod of `policy` on `node`.
 async fn wait_reboot_pod(s: &Scene, policy: &str, node: &str, what: &str) {
     support::wait_for(what, Duration::from_secs(60), || async {
@@ -686,8 +707,45 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
     assert!(message.contains(&format!("failed: {n0}")), "{status}");
     let waiting = node_entry(&status, &n1).cloned().unwrap_or_default();
     assert_eq!(waiting["reason"], "ConcurrencyReached", "{status}");
+    // failurePolicy Stop, with room for n1: the failure holds it, and the stop outlasts n0's
+    // return until the policy's failures are reset.
+    api.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"concurrency": 2, "failurePolicy": {"action": "Stop"}}})),
+    )
+    .await
+    .expect("failurePolicy Stop");
+    let stopped = wait_node_reason(api, &held, &n1, "RolloutStopped").await;
+    assert!(
+        stopped["stopped"].as_str().unwrap_or("").contains(&n0),
+        "{stopped}"
+    );
     support::simulate_reboot(client, &n0).await;
-    wait_reboot_pod(s, &held, &n1, "n1 to start once n0 is back").await;
+    support::wait_for("n0 back", Duration::from_secs(30), || async {
+        let status = status_of(api, &held).await;
+        match node_entry(&status, &n0) {
+            None => Ok(()),
+            Some(_) => Err(anyhow!("status: {status}")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = status_of(api, &held).await;
+    assert_eq!(
+        node_entry(&status, &n1).map(|n| n["reason"].clone()),
+        Some(json!("RolloutStopped")),
+        "{status}"
+    );
+    api.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"slipway.dev/reset-failures": "1"}}})),
+    )
+    .await
+    .expect("reset the failures");
+    wait_reboot_pod(s, &held, &n1, "n1 to start once the failures are reset").await;
+    assert_eq!(status_of(api, &held).await["failuresReset"], "1");
     support::simulate_reboot(client, &n1).await;
     wait_all_done(client, api, &held, &[n0.clone(), n1.clone()]).await;
     delete_policy(api, &held).await;
