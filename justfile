@@ -70,10 +70,16 @@ compat:
 
 # Benchmark on a local cluster: MODE=rollout (slipway against an ideal controller, NODES=1000,
 # CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates).
+# MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
+# comma-separated list of sizes instead), no cluster.
 # Prints numbers; asserts nothing. SLIPWAY_BENCH_SUC=<binary> adds a line for SUC.
 bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     #!/usr/bin/env bash
     set -euo pipefail
+    if [ "{{MODE}}" = decisions ]; then
+      SLIPWAY_BENCH_SIZES={{NODES}} cargo bench --locked --bench decisions
+      exit
+    fi
     cargo build --release --locked
     tests/cluster/build.sh >/dev/null
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \

@@ -1,0 +1,313 @@
+//! `just bench decisions`: the pure decisions alone, no API server, at fleet sizes this machine's
+//! local cluster cannot hold: 10,000, 100,000 and 1,000,000 nodes (`SLIPWAY_BENCH_SIZES`, a
+//! comma-separated list, overrides them).
+//!
+//! Scenarios, each timed as the median of several decisions and printed as one line:
+//! - `plan-first`: one Plan over every node, concurrency 100, nothing done yet: the first decision
+//!   (version and hash, selection, 100 Jobs rendered);
+//! - `plan-steady`: the same Plan with its 100 Jobs running: what a Job or node event costs;
+//! - `plan-done`: every node carries the hash: an idle Plan's decision;
+//! - `plans-50`: 50 Plans, each selecting its share of the nodes, all done: the 50 decisions;
+//! - `policy`: a RebootPolicy over every node, 1% of them asking for a reboot, concurrency 10;
+//! - `index`: the node index built from every node, then one Plan's candidates looked up.
+//!
+//! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
+//! means linear. Nothing here asserts a time: it measures and prints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use slipway::node::NodeInfo;
+use slipway::node::holders::Holder;
+use slipway::node::index::{Interest, NodeIndex};
+use slipway::plan::api::{ContainerSpec, Plan, PlanSpec, labels};
+use slipway::plan::core::config::JobConfig;
+use slipway::plan::core::{self as plan_core, PlanInput, TemplateMemo};
+use slipway::reboot_policy::api::{RebootPolicy, RebootPolicySpec};
+use slipway::reboot_policy::core::request::REBOOT_REQUIRED_ANNOTATION;
+use slipway::reboot_policy::core::{self as policy_core, NodeView, PolicyInput};
+
+const CONCURRENCY: i64 = 100;
+const PLANS: usize = 50;
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("SLIPWAY_BENCH_SIZES")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000]);
+    for n in sizes {
+        let nodes = fleet(n);
+        print_line("plan-first", n, n, plan_first(&nodes));
+        let (steady, done) = plan_steady_and_done(&nodes);
+        print_line("plan-steady", n, n, steady);
+        print_line("plan-done", n, n, done);
+        print_line("plans-50", n, n, many_plans(&nodes));
+        print_line("policy", n, n, policy(&nodes));
+        print_line("index", n, n, index(&nodes));
+    }
+}
+
+fn print_line(scenario: &str, nodes: usize, looked_at: usize, d: Duration) {
+    let ms = d.as_secs_f64() * 1e3;
+    let per_node = d.as_nanos() as f64 / looked_at.max(1) as f64;
+    println!("decisions {scenario:<11} nodes={nodes:<8} ms={ms:<10.2} per_node_ns={per_node:.0}");
+}
+
+/// `n` Ready nodes, each in pool `i % 50` (what `plans-50` selects on).
+fn fleet(n: usize) -> Vec<NodeInfo> {
+    (0..n)
+        .map(|i| {
+            let name = format!("node-{i:07}");
+            NodeInfo {
+                uid: format!("uid-{i}"),
+                labels: BTreeMap::from([
+                    (labels::HOSTNAME.to_string(), name.clone()),
+                    (labels::OS.to_string(), "linux".to_string()),
+                    ("pool".to_string(), format!("p{}", i % PLANS)),
+                ]),
+                name,
+                ready: true,
+                boot_id: format!("boot-{i}"),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn plan(name: &str, selector: BTreeMap<String, String>) -> Plan {
+    Plan {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("system-upgrade".into()),
+            uid: Some(format!("uid-{name}")),
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec: PlanSpec {
+            concurrency: Some(CONCURRENCY),
+            version: Some("v1.34.2+k3s1".into()),
+            service_account_name: Some("system-upgrade".into()),
+            node_selector: Some(LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            }),
+            upgrade: ContainerSpec {
+                image: "rancher/k3s-upgrade".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+/// One decision of `plan` over `nodes` with `jobs` live.
+fn decide(
+    plan: &Plan,
+    nodes: &[&NodeInfo],
+    jobs: &[&Job],
+    memo: &TemplateMemo,
+) -> plan_core::PlanDecision {
+    let config = JobConfig::default();
+    plan_core::decide(
+        &PlanInput {
+            plan,
+            nodes,
+            jobs,
+            hook_jobs: &[],
+            reboot_pods: &[],
+            health: &BTreeMap::new(),
+            secrets: &BTreeMap::new(),
+            channel: None,
+            controller_name: "system-upgrade-controller",
+            job_config: &config,
+            held: &BTreeMap::new(),
+            shared: &BTreeSet::new(),
+            checks: &[],
+            templates: Some(memo),
+        },
+        now(),
+    )
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The median of `runs` timings of `f` (at least 3 at small sizes, 1 at a million nodes).
+fn median(n: usize, mut f: impl FnMut()) -> Duration {
+    let runs = (2_000_000 / n.max(1)).clamp(1, 9);
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn everything() -> BTreeMap<String, String> {
+    BTreeMap::from([(labels::OS.to_string(), "linux".to_string())])
+}
+
+fn plan_first(nodes: &[NodeInfo]) -> Duration {
+    let refs: Vec<&NodeInfo> = nodes.iter().collect();
+    let p = plan("first", everything());
+    median(nodes.len(), || {
+        let memo = TemplateMemo::default();
+        std::hint::black_box(decide(&p, &refs, &[], &memo));
+    })
+}
+
+fn plan_steady_and_done(nodes: &[NodeInfo]) -> (Duration, Duration) {
+    let refs: Vec<&NodeInfo> = nodes.iter().collect();
+    let mut p = plan("steady", everything());
+    let memo = TemplateMemo::default();
+    let first = decide(&p, &refs, &[], &memo);
+    let jobs: Vec<Job> = first.create_jobs().into_iter().cloned().collect();
+    let hash = first.status.latest_hash.clone().unwrap_or_default();
+    p.status = Some(first.status);
+    let job_refs: Vec<&Job> = jobs.iter().collect();
+    let steady = median(nodes.len(), || {
+        std::hint::black_box(decide(&p, &refs, &job_refs, &memo));
+    });
+    let key = labels::plan_node_label("steady");
+    let done: Vec<NodeInfo> = nodes
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            n.labels.insert(key.clone(), hash.clone());
+            n
+        })
+        .collect();
+    let done_refs: Vec<&NodeInfo> = done.iter().collect();
+    if let Some(s) = p.status.as_mut() {
+        s.applying.clear();
+    }
+    let settled = decide(&p, &done_refs, &[], &memo);
+    p.status = Some(settled.status);
+    let idle = median(nodes.len(), || {
+        std::hint::black_box(decide(&p, &done_refs, &[], &memo));
+    });
+    (steady, idle)
+}
+
+/// 50 Plans, each over its pool, every node done: the sum of their decisions. Each Plan sees only
+/// its candidates, as the node index gives them.
+fn many_plans(nodes: &[NodeInfo]) -> Duration {
+    let memo = TemplateMemo::default();
+    let mut plans: Vec<(Plan, Vec<NodeInfo>)> = (0..PLANS)
+        .map(|i| {
+            let pool = BTreeMap::from([("pool".to_string(), format!("p{i}"))]);
+            let p = plan(&format!("plan-{i}"), pool);
+            let mine: Vec<NodeInfo> = nodes
+                .iter()
+                .filter(|n| n.labels.get("pool").map(String::as_str) == Some(&format!("p{i}")))
+                .cloned()
+                .collect();
+            (p, mine)
+        })
+        .collect();
+    for (p, mine) in &mut plans {
+        let refs: Vec<&NodeInfo> = mine.iter().collect();
+        let hash = decide(p, &refs, &[], &memo)
+            .status
+            .latest_hash
+            .unwrap_or_default();
+        let key = labels::plan_node_label(p.metadata.name.as_deref().unwrap_or_default());
+        for n in mine.iter_mut() {
+            n.labels.insert(key.clone(), hash.clone());
+        }
+        let refs: Vec<&NodeInfo> = mine.iter().collect();
+        p.status = Some(decide(p, &refs, &[], &memo).status);
+    }
+    median(nodes.len(), || {
+        for (p, mine) in &plans {
+            let refs: Vec<&NodeInfo> = mine.iter().collect();
+            std::hint::black_box(decide(p, &refs, &[], &memo));
+        }
+    })
+}
+
+fn policy(nodes: &[NodeInfo]) -> Duration {
+    let asking: Vec<NodeInfo> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut n = n.clone();
+            if i % 100 == 0 {
+                n.annotations
+                    .insert(REBOOT_REQUIRED_ANNOTATION.to_string(), n.boot_id.clone());
+            }
+            n
+        })
+        .collect();
+    let views: Vec<NodeView<'_>> = asking
+        .iter()
+        .map(|n| NodeView {
+            node: n,
+            selected: true,
+            held_by: None,
+            blocking_pods: Vec::new(),
+            drain: None,
+            health: None,
+        })
+        .collect();
+    let mut p = RebootPolicy::new(
+        "nightly",
+        RebootPolicySpec {
+            concurrency: Some(10),
+            ..Default::default()
+        },
+    );
+    p.metadata.generation = Some(1);
+    let spec = policy_core::read_spec(&p.spec, "busybox");
+    median(nodes.len(), || {
+        std::hint::black_box(policy_core::decide(
+            &PolicyInput {
+                policy: &p,
+                spec: &spec,
+                nodes: &views,
+                alerts: None,
+                checks: None,
+            },
+            now(),
+        ));
+    })
+}
+
+fn index(nodes: &[NodeInfo]) -> Duration {
+    median(nodes.len(), || {
+        let mut index = NodeIndex::new();
+        index.relist_start();
+        for n in nodes {
+            index.relisted(n.clone());
+        }
+        index.relist_done();
+        let who = Holder::Plan {
+            namespace: "system-upgrade".into(),
+            name: "p".into(),
+        };
+        let selector =
+            slipway::common::selector::Selector::from_label_selector(Some(&LabelSelector {
+                match_labels: Some(BTreeMap::from([("pool".to_string(), "p7".to_string())])),
+                ..Default::default()
+            }))
+            .unwrap_or(slipway::common::selector::Selector::Nothing);
+        let found = index.candidates(&who, "uid-p", Some(1), || Interest {
+            selector,
+            label: None,
+        });
+        std::hint::black_box(found);
+    })
+}
