@@ -13,7 +13,9 @@ use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 use support::jobwatch::{JobWatchGuard, watch_jobs};
-use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+use support::plans::{
+    complete_message, condition_reason, is_complete, plan_from_yaml, wait_reason, wait_until,
+};
 
 const RESET: &str = "slipway.dev/reset-failures";
 
@@ -57,36 +59,6 @@ async fn start(ns: &TestNamespace, plan: &Plan) -> JobWatchGuard {
     jobs
 }
 
-async fn wait_reason(ns: &TestNamespace, name: &str, reason: &str, timeout: Duration) -> Plan {
-    wait_until(
-        &ns.api::<Plan>(),
-        name,
-        &format!("{name}: {reason}"),
-        timeout,
-        |p| condition_reason(p, "Complete").as_deref() == Some(reason),
-    )
-    .await
-}
-
-fn complete_message(plan: &Plan) -> String {
-    condition(plan, "Complete")
-        .and_then(|c| c.message.clone())
-        .unwrap_or_default()
-}
-
-/// The reasons of the namespace's events.
-async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
-    let events: Api<k8s_openapi::api::core::v1::Event> = ns.api();
-    events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect()
-}
-
 /// How many times the Jobs were created, all names together.
 fn creations(jobs: &JobWatchGuard) -> usize {
     jobs.snapshot().uids.values().map(|u| u.len()).sum()
@@ -125,7 +97,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
     .await;
     let first = started.status.expect("status").applying[0].clone();
     support::set_unschedulable(&client, &first, true).await;
-    let stopped = wait_reason(&ns, "stop", "RolloutStopped", Duration::from_secs(90)).await;
+    let stopped = wait_reason(&ns.api(), "stop", "RolloutStopped", Duration::from_secs(90)).await;
     let message = complete_message(&stopped);
     assert!(
         message.contains("rollout stopped by failurePolicy Stop"),
@@ -151,7 +123,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
         !cordoned(&client, &first).await,
         "the Plan's own cordon is undone"
     );
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "RolloutStopped"), "{reasons:?}");
 
     // An admin cordons the node; a reset (no edit of the spec) starts it over; it fails again,
@@ -232,7 +204,7 @@ async fn retry_recreates_a_failed_job_with_backoff_until_it_succeeds() {
         }
     })
     .await;
-    let retrying = wait_reason(&ns, "retry", "Retrying", Duration::from_secs(60)).await;
+    let retrying = wait_reason(&ns.api(), "retry", "Retrying", Duration::from_secs(60)).await;
     let progress = &retrying.status.as_ref().expect("status").nodes[0];
     assert!(progress.retries.unwrap_or(0) >= 1, "{progress:?}");
     assert_eq!(
@@ -258,7 +230,7 @@ async fn retry_recreates_a_failed_job_with_backoff_until_it_succeeds() {
     )
     .await;
     assert!(done.status.expect("status").applying.is_empty());
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(
         reasons.iter().filter(|r| *r == "JobFailed").count() >= 2,
         "{reasons:?}"
@@ -287,7 +259,13 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
         "{action: Quarantine, maxQuarantined: 1}",
     );
     let _jobs = start(&ns, &p).await;
-    let left = wait_reason(&ns, "quarantine", "Quarantined", Duration::from_secs(120)).await;
+    let left = wait_reason(
+        &ns.api(),
+        "quarantine",
+        "Quarantined",
+        Duration::from_secs(120),
+    )
+    .await;
     let message = complete_message(&left);
     assert!(
         message.starts_with(&format!("1 node quarantined after their Job failed: {bad}")),
@@ -319,7 +297,7 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
             "{n} upgraded"
         );
     }
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "Quarantined"), "{reasons:?}");
 
     // Deleting the Plan releases the node: nothing else would ever lift the taint.
@@ -395,7 +373,7 @@ async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
         condition_reason(&again, "Complete").as_deref(),
         Some("JobFailed")
     );
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(
         reasons.iter().any(|r| r == "JobKilledByReboot"),
         "{reasons:?}"

@@ -7,13 +7,12 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
 use support::controller::ControllerProcess;
 use support::jobwatch::watch_jobs;
-use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+use support::plans::{complete_message, is_complete, plan_from_yaml, wait_reason, wait_until};
 
 fn plan(name: &str, pool: &str, check: &str) -> Plan {
     plan_from_yaml(&format!(
@@ -39,12 +38,6 @@ spec:
     ))
 }
 
-async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
-    let events = ns.api::<k8s_openapi::api::core::v1::Event>();
-    let list = events.list(&ListParams::default()).await.expect("events");
-    list.items.into_iter().filter_map(|e| e.reason).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
     let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hc-cm", 2).await else {
@@ -68,17 +61,14 @@ async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
         .create(&PostParams::default(), &plan("gated", &pool, &check))
         .await
         .expect("create plan");
-    let held = wait_until(
-        &ns.api::<Plan>(),
+    let held = wait_reason(
+        &ns.api(),
         "gated",
-        "gated: HealthCheckFailing",
+        "HealthCheckFailing",
         Duration::from_secs(60),
-        |p| condition_reason(p, "Complete").as_deref() == Some("HealthCheckFailing"),
     )
     .await;
-    let message = condition(&held, "Complete")
-        .and_then(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = complete_message(&held);
     assert!(
         message.contains(&format!("ConfigMap {}/gate", ns.name())),
         "{message}"
@@ -95,7 +85,7 @@ async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
         "no node starts while the check fails"
     );
     assert!(
-        event_reasons(&ns)
+        ns.event_reasons()
             .await
             .iter()
             .any(|r| r == "HealthCheckFailing")
@@ -135,12 +125,11 @@ async fn a_check_on_a_kind_the_cluster_does_not_serve_says_so() {
         .create(&PostParams::default(), &plan("ceph", &pool, check))
         .await
         .expect("create plan");
-    let held = wait_until(
-        &ns.api::<Plan>(),
+    let held = wait_reason(
+        &ns.api(),
         "ceph",
-        "ceph: HealthCheckFailing",
+        "HealthCheckFailing",
         Duration::from_secs(60),
-        |p| condition_reason(p, "Complete").as_deref() == Some("HealthCheckFailing"),
     )
     .await;
     let status = held.status.unwrap_or_default();

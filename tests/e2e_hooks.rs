@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams, PostParams};
 use slipway::plan::api::{HookPhase, Plan};
 use support::TestNamespace;
 use support::controller::ControllerProcess;
-use support::plans::{condition, condition_reason, is_complete, plan_from_yaml, wait_until};
+use support::plans::{complete_message, is_complete, plan_from_yaml, wait_reason, wait_until};
 
 const HOOK: &str = "slipway.dev/hook";
 
@@ -73,12 +73,6 @@ fn hook_of(job: &Job) -> Option<&str> {
         .map(String::as_str)
 }
 
-async fn event_reasons(ns: &TestNamespace) -> Vec<String> {
-    let events = ns.api::<k8s_openapi::api::core::v1::Event>();
-    let list = events.list(&ListParams::default()).await.expect("events");
-    list.items.into_iter().filter_map(|e| e.reason).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_last() {
     let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hooks-ok", 2).await else {
@@ -134,7 +128,7 @@ async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_las
             "the post hook before a node was done"
         );
     }
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "HookSucceeded"), "{reasons:?}");
 }
 
@@ -149,17 +143,14 @@ async fn a_failed_pre_hook_touches_no_node() {
         .create(&PostParams::default(), &plan("broken", &pool, &labels))
         .await
         .expect("create plan");
-    let stopped = wait_until(
-        &ns.api::<Plan>(),
+    let stopped = wait_reason(
+        &ns.api(),
         "broken",
-        "broken: PreHookFailed",
+        "PreHookFailed",
         Duration::from_secs(60),
-        |p| condition_reason(p, "Complete").as_deref() == Some("PreHookFailed"),
     )
     .await;
-    let message = condition(&stopped, "Complete")
-        .and_then(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = complete_message(&stopped);
     assert!(message.contains("no node is touched"), "{message}");
     let pre = stopped
         .status
@@ -185,6 +176,6 @@ async fn a_failed_pre_hook_touches_no_node() {
         let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
         assert!(!cordoned, "{name} cordoned");
     }
-    let reasons = event_reasons(&ns).await;
+    let reasons = ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "HookFailed"), "{reasons:?}");
 }

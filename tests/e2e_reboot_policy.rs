@@ -111,18 +111,8 @@ fn node_entry<'a>(status: &'a Value, node: &str) -> Option<&'a Value> {
 }
 
 async fn wait_node_phase(api: &Api<RebootPolicy>, name: &str, node: &str, phase: &str) -> Value {
-    support::wait_for(
-        &format!("{node} to be {phase} in {name}"),
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(api, name).await;
-            match node_entry(&status, node) {
-                Some(n) if n["phase"] == phase => Ok(n.clone()),
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await
+    let status = wait_node_field(api, name, node, "phase", phase).await;
+    node_entry(&status, node).cloned().unwrap_or_default()
 }
 
 /// Until the policy has no node left and every node of `names` is schedulable.
@@ -197,13 +187,24 @@ async fn wait_node_reason(
     node: &str,
     reason: &str,
 ) -> Value {
+    wait_node_field(api, policy, node, "reason", reason).await
+}
+
+/// Waits (up to 60 s) until `node`'s entry of `policy`'s status has `value` at `key`; the status.
+async fn wait_node_field(
+    api: &Api<RebootPolicy>,
+    policy: &str,
+    node: &str,
+    key: &str,
+    value: &str,
+) -> Value {
     support::wait_for(
-        &format!("{node} of {policy}: {reason}"),
+        &format!("{node} of {policy}: {key} {value}"),
         Duration::from_secs(60),
         || async {
             let status = status_of(api, policy).await;
             match node_entry(&status, node) {
-                Some(n) if n["reason"] == reason => Ok(status.clone()),
+                Some(n) if n[key] == value => Ok(status.clone()),
                 _ => Err(anyhow!("status: {status}")),
             }
         },
@@ -652,18 +653,8 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
     )
     .await
     .expect("open the window, add a blocker");
-    let entry = support::wait_for(
-        "the blocker to hold the node",
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(api, &held).await;
-            match node_entry(&status, &n0) {
-                Some(n) if n["reason"] == "BlockingPods" => Ok(n.clone()),
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await;
+    let status = wait_node_reason(api, &held, &n0, "BlockingPods").await;
+    let entry = node_entry(&status, &n0).cloned().unwrap_or_default();
     assert!(
         entry["message"].as_str().unwrap_or("").contains("blocker"),
         "{entry}"
@@ -986,18 +977,8 @@ async fn an_unreachable_prometheus_holds_reboots(s: &Scene) {
     .await;
     let n4 = nodes[4].clone();
     support::ask_reboot(client, &n4).await;
-    let entry = support::wait_for(
-        "alerts to hold the node",
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(api, &alerts).await;
-            match node_entry(&status, &n4) {
-                Some(n) if n["reason"] == "AlertsFiring" => Ok(n.clone()),
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await;
+    let status = wait_node_reason(api, &alerts, &n4, "AlertsFiring").await;
+    let entry = node_entry(&status, &n4).cloned().unwrap_or_default();
     assert!(
         entry["message"]
             .as_str()
@@ -1037,18 +1018,7 @@ async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
     .await;
     let n4 = nodes[4].clone();
     support::ask_reboot(client, &n4).await;
-    let entry = support::wait_for(
-        "the health check to hold the node",
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(api, &checked).await;
-            match node_entry(&status, &n4) {
-                Some(n) if n["reason"] == "HealthCheckFailing" => Ok(status.clone()),
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await;
+    let entry = wait_node_reason(api, &checked, &n4, "HealthCheckFailing").await;
     let message = node_entry(&entry, &n4).map(|n| n["message"].to_string());
     assert!(
         message.as_deref().unwrap_or("").contains("reboot-gate"),

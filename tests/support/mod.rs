@@ -298,6 +298,16 @@ impl TestNamespace {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
+    /// The reasons of the namespace's core/v1 Events, in no particular order.
+    pub async fn event_reasons(&self) -> Vec<String> {
+        let events = self.api::<k8s_openapi::api::core::v1::Event>();
+        let list = events
+            .list(&kube::api::ListParams::default())
+            .await
+            .expect("list events");
+        list.items.into_iter().filter_map(|e| e.reason).collect()
+    }
+
     /// Deletes the namespace (background deletion; does not wait for it to be gone).
     pub async fn cleanup(mut self) {
         self.cleaned = true;

@@ -63,3 +63,18 @@ pub async fn wait_until(
     })
     .await
 }
+
+/// Waits until the Plan's `Complete` condition has `reason`.
+pub async fn wait_reason(api: &Api<Plan>, name: &str, reason: &str, timeout: Duration) -> Plan {
+    wait_until(api, name, &format!("{name}: {reason}"), timeout, |p| {
+        condition_reason(p, "Complete").as_deref() == Some(reason)
+    })
+    .await
+}
+
+/// The message of the Plan's `Complete` condition ("" without one).
+pub fn complete_message(plan: &Plan) -> String {
+    condition(plan, "Complete")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default()
+}

@@ -196,11 +196,10 @@ fn pre_hook_message(
         crate::plan::api::HookPhase::Failed => (
             PRE_HOOK_FAILED,
             format!(
-                "the pre hook (Job {}) failed: {}; no node is touched: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+                "the pre hook (Job {}) failed: {}; no node is touched: {}",
                 hook.job,
                 hook.message.as_deref().unwrap_or_default(),
-                facts.name,
-                super::failure::RESET_ANNOTATION
+                how_to_go_on(facts)
             ),
         ),
         _ => (
@@ -213,6 +212,15 @@ fn pre_hook_message(
     }
 }
 
+/// What an operator does to go on after a failure stopped the rollout.
+fn how_to_go_on(facts: &Facts<'_>) -> String {
+    format!(
+        "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
+}
+
 /// The `Complete` reason and message while a health check holds the next nodes.
 fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
     let what = format!(
@@ -221,12 +229,11 @@ fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) 
     );
     if check.stopped {
         let message = format!(
-            "health check {} timed out ({}); rollout stopped by failurePolicy {}: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
             check.check,
             check.message,
             facts.ctx.failure.last.as_str(),
-            facts.name,
-            super::failure::RESET_ANNOTATION
+            how_to_go_on(facts)
         );
         (STOPPED, message)
     } else if check.timed_out {
@@ -257,10 +264,9 @@ fn stopped(
         return (reason, message.to_string());
     }
     let message = format!(
-        "{message}; rollout stopped by failurePolicy {}: change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        "{message}; rollout stopped by failurePolicy {}: {}",
         facts.ctx.failure.last.as_str(),
-        facts.name,
-        super::failure::RESET_ANNOTATION
+        how_to_go_on(facts)
     );
     if cond::reason(st, COMPLETE) != STOPPED {
         out.event(EventType::Warning, STOPPED, message.clone());

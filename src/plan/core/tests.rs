@@ -241,6 +241,18 @@ impl World {
         });
     }
 
+    /// Completes every Job that has not finished, now.
+    fn complete_unfinished(&mut self) {
+        for name in self.job_names() {
+            let unfinished = (self.jobs.iter())
+                .find(|j| j.metadata.name.as_deref() == Some(name.as_str()))
+                .is_some_and(|j| j.status.is_none());
+            if unfinished {
+                self.finish(&name, "Complete", self.now, "", "");
+            }
+        }
+    }
+
     fn job_names(&self) -> Vec<String> {
         self.jobs
             .iter()

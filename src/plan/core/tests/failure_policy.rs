@@ -24,19 +24,6 @@ fn fail_all_running(w: &mut World) {
     }
 }
 
-fn complete_all(w: &mut World) {
-    for name in w.job_names() {
-        let unfinished = w
-            .jobs
-            .iter()
-            .find(|j| j.metadata.name.as_deref() == Some(name.as_str()))
-            .is_some_and(|j| j.status.is_none());
-        if unfinished {
-            w.finish(&name, "Complete", w.now, "", "");
-        }
-    }
-}
-
 fn reset(w: &mut World, value: &str) {
     w.plan.metadata.annotations = Some([(RESET_ANNOTATION.to_string(), value.to_string())].into());
 }
@@ -74,7 +61,7 @@ fn stop_starts_no_other_node_after_a_failure_until_a_reset() {
     let r = w.step();
     assert_eq!(r.create_jobs.len(), 1, "the failed node's Job again");
     for _ in 0..10 {
-        complete_all(&mut w);
+        w.complete_unfinished();
         w.step();
     }
     assert_eq!(complete(&w.status()).0, "True");
@@ -88,7 +75,7 @@ fn hold_lets_the_other_nodes_go_on_as_suc_does() {
     w.finish(&first, "Failed", w.now, "BackoffLimitExceeded", "boom");
     let r = w.step();
     assert_eq!(complete(&r.status).1, "JobFailed");
-    complete_all(&mut w);
+    w.complete_unfinished();
     let r = w.step();
     assert_eq!(
         r.create_jobs.len(),
@@ -151,7 +138,7 @@ fn quarantine_labels_and_taints_the_node_and_gives_its_slot_to_the_next() {
         r.node_patches
     );
     for _ in 0..20 {
-        complete_all(&mut w);
+        w.complete_unfinished();
         w.step();
     }
     assert_eq!(
@@ -172,7 +159,7 @@ fn a_rollout_that_left_nodes_quarantined_says_so_instead_of_complete() {
     w.step();
     let names = w.job_names();
     w.finish(&names[0], "Failed", w.now, "BackoffLimitExceeded", "boom");
-    complete_all(&mut w);
+    w.complete_unfinished();
     w.step();
     let r = w.step();
     let (status, reason, message) = complete(&r.status);
@@ -221,7 +208,7 @@ fn retry_reports_the_node_retrying_and_finishes_when_a_retry_succeeds() {
         Some(1),
         "the count survives in the status"
     );
-    complete_all(&mut w);
+    w.complete_unfinished();
     let r = w.step();
     assert_eq!(complete(&r.status).0, "True");
 }

@@ -31,17 +31,6 @@ fn state(w: &mut World, value: &str) {
     })])];
 }
 
-fn complete_running(w: &mut World) {
-    for name in w.job_names() {
-        let unfinished = (w.jobs.iter())
-            .find(|j| j.metadata.name.as_deref() == Some(name.as_str()))
-            .is_some_and(|j| j.status.is_none());
-        if unfinished {
-            w.finish(&name, "Complete", w.now, "", "");
-        }
-    }
-}
-
 #[test]
 fn a_failing_check_starts_no_node_and_says_which_check() {
     let mut w = World::new(checked(2, None), nodes(3));
@@ -84,7 +73,7 @@ fn running_nodes_finish_while_the_check_holds_the_next_ones() {
     state(&mut w, "ok");
     assert_eq!(w.step().create_jobs.len(), 1);
     state(&mut w, "degraded");
-    complete_running(&mut w);
+    w.complete_unfinished();
     let r = w.step();
     assert!(
         r.create_jobs.is_empty(),
@@ -98,7 +87,7 @@ fn running_nodes_finish_while_the_check_holds_the_next_ones() {
     }
     state(&mut w, "ok");
     for _ in 0..10 {
-        complete_running(&mut w);
+        w.complete_unfinished();
         w.step();
     }
     assert_eq!(complete(&w.status()).0, "True");

@@ -35,17 +35,6 @@ fn node_jobs(r: &Rollout) -> usize {
         .count()
 }
 
-fn complete_unfinished(w: &mut World) {
-    for name in w.job_names() {
-        let unfinished = (w.jobs.iter())
-            .find(|j| j.metadata.name.as_deref() == Some(name.as_str()))
-            .is_some_and(|j| j.status.is_none());
-        if unfinished {
-            w.finish(&name, "Complete", w.now, "", "");
-        }
-    }
-}
-
 #[test]
 fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_last() {
     let mut w = World::new(hooked(2, true, true), nodes(3));
@@ -76,7 +65,7 @@ fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_last() {
     let hooks = r.status.hooks.clone().expect("hooks status");
     assert_eq!(hooks.pre.expect("pre").phase, HookPhase::Succeeded);
     for _ in 0..10 {
-        complete_unfinished(&mut w);
+        w.complete_unfinished();
         w.step();
     }
     assert_eq!(complete(&w.status()).0, "True");
