@@ -1127,6 +1127,41 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
             .output()
             .expect("run slipway agent")
     };
+    let as_agent = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("agent config"),
+    )
+    .expect("agent client");
+    // The API server loads a new admission policy a moment after it is created (the agent once
+    // changed another node under load before it had): wait until a label patch of the agent's
+    // own node is refused, which only the policy does, then check each rule once.
+    let mut probe = 0;
+    support::wait_for(
+        "the agent's admission policy to be enforced",
+        Duration::from_secs(60),
+        || {
+            probe += 1;
+            let api = Api::<Node>::all(as_agent.clone());
+            let value = probe.to_string();
+            async move {
+                let patch = json!({"metadata": {"labels": {"slipway.test/probe": value}}});
+                match api
+                    .patch(&nodes[0], &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.message.contains("only the annotations") => {
+                        Ok(())
+                    }
+                    other => Err(anyhow!("not refused yet: {other:?}")),
+                }
+            }
+        },
+    )
+    .await;
     let own = agent(&nodes[0]);
     assert!(
         own.status.success(),
@@ -1148,15 +1183,6 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
         "{}",
         String::from_utf8_lossy(&foreign.stderr)
     );
-    let as_agent = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig"),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("agent config"),
-    )
-    .expect("agent client");
     let label = Api::<Node>::all(as_agent)
         .patch(
             &nodes[0],
