@@ -14,7 +14,7 @@ use crate::common::duration::GoDuration;
 use crate::common::naming;
 use crate::node::NodeInfo;
 use crate::plan::api::{PlanStatus, labels};
-use crate::plan::core::failure::{FailurePolicy, quarantined_at, reset_requested};
+use crate::plan::core::failure::{FailurePolicy, quarantine_key, quarantined_by, reset_requested};
 use crate::plan::core::{job, reboot};
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.
@@ -77,10 +77,11 @@ impl<'a> Facts<'a> {
         let quarantined = if reset {
             0
         } else {
+            let key = quarantine_key(facts.name);
             input
                 .nodes
                 .iter()
-                .filter(|n| quarantined_at(n, facts.name) == Some(facts.hash.as_str()))
+                .filter(|n| quarantined_by(n, &key) == Some(facts.hash.as_str()))
                 .count()
         };
         facts.ctx.reset = reset;

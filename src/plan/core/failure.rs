@@ -239,7 +239,13 @@ pub fn quarantine_taint(plan: &str, hash: &str) -> Taint {
 
 /// The hash at which `plan` quarantined the node, if it did.
 pub fn quarantined_at<'a>(node: &'a NodeInfo, plan: &str) -> Option<&'a str> {
-    node.labels.get(&quarantine_key(plan)).map(String::as_str)
+    quarantined_by(node, &quarantine_key(plan))
+}
+
+/// [`quarantined_at`] with the Plan's [`quarantine_key`] made once: a decision asks it of every
+/// node (formatting the key per node was a sixth of a decision's time at 100,000 nodes).
+pub fn quarantined_by<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a str> {
+    node.labels.get(key).map(String::as_str)
 }
 
 /// The reset the Plan asks for and has not had yet: its annotation's new value.

@@ -54,13 +54,14 @@ pub(super) fn roll(
         }
     };
     release_quarantines(&facts, input, out);
+    let quarantine = failure::quarantine_key(facts.name);
     let (quarantined, eligible): (Vec<&NodeInfo>, Vec<&NodeInfo>) = input
         .nodes
         .iter()
         .copied()
         .filter(|n| eligibility.admits(n))
         .partition(|n| {
-            !facts.ctx.reset && failure::quarantined_at(n, facts.name) == Some(facts.hash.as_str())
+            !facts.ctx.reset && failure::quarantined_by(n, &quarantine) == Some(facts.hash.as_str())
         });
     let mut steps = step_applying(&mut facts, old, &eligible);
     let window = closed_window(input, old, now);
