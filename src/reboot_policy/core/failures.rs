@@ -13,8 +13,21 @@ use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
 /// The reason of a node held because a failure stopped the policy.
 pub const STOPPED: &str = "RolloutStopped";
 
+/// Why a failure stops every new reboot, if one does: an earlier stop not reset, or under `Stop`
+/// a node failed now.
+pub(super) fn stopped(
+    settings: &super::PolicySettings,
+    states: &BTreeMap<String, RebootState>,
+) -> Option<String> {
+    settings.stopped.clone().or_else(|| {
+        (settings.stop_on_failure)
+            .then(|| first_failure(states))
+            .flatten()
+    })
+}
+
 /// The first failed node of `states`, and why, in words.
-pub(super) fn first_failure(states: &BTreeMap<String, RebootState>) -> Option<String> {
+fn first_failure(states: &BTreeMap<String, RebootState>) -> Option<String> {
     states.iter().find_map(|(name, s)| match s {
         RebootState::DrainFailed { message, .. } => Some(format!("node {name} failed: {message}")),
         RebootState::Rebooting {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 pub use super::drain_view::DrainView;
-use super::failures::{STOPPED, first_failure, stopped_message};
+use super::failures::{STOPPED, stopped, stopped_message};
 use super::signals::{CONDITION_HANDLED, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
@@ -141,27 +141,14 @@ pub fn decide_nodes(
         }
     }
 
-    // Nodes back from their reboot keep their slot while they soak, those of this decision too.
-    let mut soaking = settings.soaking.clone();
-    if let Some(soak) = settings.soak {
-        let until = now.checked_add(soak).unwrap_or(now);
-        soaking.extend(d.rebooted.iter().map(|r| (r.name.clone(), until)));
-    }
-    soaking.retain(|(n, _)| !d.states.contains_key(n));
-    if let Some(first) = soaking.iter().map(|(_, until)| *until).min() {
-        d.recheck(elapsed(now, first).max(Duration::from_secs(1)));
-    }
+    let soaking = soaking(settings, &mut d, now);
     let mut busy = d.states.values().filter(|s| s.holds_slot()).count()
         + soaking.len()
         + nodes
             .iter()
             .filter(|v| v.selected && v.held_by.is_some() && !d.states.contains_key(&v.node.name))
             .count();
-    d.stopped = settings.stopped.clone().or_else(|| {
-        (settings.stop_on_failure)
-            .then(|| first_failure(&d.states))
-            .flatten()
-    });
+    d.stopped = stopped(settings, &d.states);
     let mut waiting = nodes
         .iter()
         .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
@@ -195,6 +182,25 @@ pub fn decide_nodes(
     d.rebooting = d.states.values().filter(|s| s.holds_slot()).count();
     d.summary = summary(settings, &d, busy);
     d
+}
+
+/// The nodes back from their reboot that keep their slot while they soak (those of this decision
+/// too), and until when; the decision looks again when the first soak ends.
+fn soaking(
+    settings: &PolicySettings,
+    d: &mut NodeSteps,
+    now: Timestamp,
+) -> Vec<(String, Timestamp)> {
+    let mut soaking = settings.soaking.clone();
+    if let Some(soak) = settings.soak {
+        let until = now.checked_add(soak).unwrap_or(now);
+        soaking.extend(d.rebooted.iter().map(|r| (r.name.clone(), until)));
+    }
+    soaking.retain(|(n, _)| !d.states.contains_key(n));
+    if let Some(first) = soaking.iter().map(|(_, until)| *until).min() {
+        d.recheck(elapsed(now, first).max(Duration::from_secs(1)));
+    }
+    soaking
 }
 
 /// Why a node that wants a reboot does not start now: its phase, a reason and a message.
