@@ -307,6 +307,7 @@ fn index(nodes: &[NodeInfo]) -> Duration {
         let found = index.candidates(&who, "uid-p", Some(1), || Interest {
             selector,
             label: None,
+            conditions: false,
         });
         std::hint::black_box(found);
     })

@@ -61,7 +61,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         install_crds(&client, &settings).await?;
     }
     let nodes = Arc::new(RwLock::new(NodeIndex::new()));
-    let triggers = watch::NodeTriggers::default();
+    let triggers = Arc::new(watch::NodeTriggers::default());
     let plans = plan::shell::watch(&client, &settings.namespace, &settings.name, &triggers);
     let maintenances = settings
         .maintenance
@@ -70,7 +70,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     let policies = settings
         .reboot_policies
         .then(|| reboot_policy::shell::watch(&client, &triggers));
-    let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers);
+    let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers.clone());
     let mut ready = plans.ready();
     ready.push(("node", watch::index_ready(nodes.clone())));
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
@@ -85,6 +85,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         settings.namespace.clone(),
         nodes,
         sources,
+        triggers,
     ));
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     let shutdown = ops.shutdown.clone();

@@ -6,7 +6,10 @@
 //! concerns. A change concerns an object only if the node enters or leaves the object's selector,
 //! or a field a decision reads changes on a node the object matches (its hostname or OS label, the
 //! object's own label, `unschedulable`, Ready, the boot ID, a kept annotation, the maintenance
-//! taint). A kubelet heartbeat, a new image list or a label nobody reads concerns nobody.
+//! taint; for an object that reads them, the node's other conditions). An object is also
+//! concerned by the nodes it [follows](NodeIndex::follow) outside its selector (a RebootPolicy's
+//! nodes in progress). A kubelet heartbeat, a new image list or a label nobody reads concerns
+//! nobody.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,11 +20,13 @@ use crate::common::labels;
 use crate::common::selector::Selector;
 
 /// What an object reads of the nodes: the nodes its selector matches, and of those, besides what
-/// every decision reads, one label of its own (a Plan's `plan.upgrade.cattle.io/<plan>`).
+/// every decision reads, one label of its own (a Plan's `plan.upgrade.cattle.io/<plan>`) and
+/// perhaps the conditions other than Ready (a RebootPolicy's node-condition signals).
 #[derive(Debug, Clone)]
 pub struct Interest {
     pub selector: Selector,
     pub label: Option<String>,
+    pub conditions: bool,
 }
 
 #[derive(Debug)]
@@ -30,6 +35,8 @@ struct Entry {
     generation: Option<i64>,
     interest: Interest,
     candidates: BTreeSet<String>,
+    /// Nodes read outside the selector (see [`NodeIndex::follow`]).
+    followed: BTreeSet<String>,
 }
 
 impl Entry {
@@ -49,7 +56,13 @@ impl Entry {
             &n.annotations,
             &n.uid,
             n.in_maintenance,
+            self.interest.conditions.then_some(&n.true_conditions),
         )
+    }
+
+    /// Whether a decision of this object reads `n` at all.
+    fn reads(&self, n: &NodeInfo) -> bool {
+        self.interest.selector.matches(&n.labels) || self.followed.contains(&n.name)
     }
 }
 
@@ -188,11 +201,17 @@ impl NodeIndex {
                 .filter(|n| interest.selector.matches(&n.labels))
                 .map(|n| n.name.clone())
                 .collect();
+            let followed = self
+                .entries
+                .remove(who)
+                .map(|e| e.followed)
+                .unwrap_or_default();
             let entry = Entry {
                 uid: uid.to_string(),
                 generation,
                 interest,
                 candidates,
+                followed,
             };
             self.entries.insert(who.clone(), entry);
         }
@@ -204,6 +223,29 @@ impl NodeIndex {
             .collect()
     }
 
+    /// Makes changes of `nodes` concern `who` whether or not its selector matches them (the nodes
+    /// a RebootPolicy has in progress stay its own when their labels change). Replaces what `who`
+    /// followed before; `who` must have asked for its [candidates](NodeIndex::candidates).
+    pub fn follow(&mut self, who: &Holder, nodes: BTreeSet<String>) {
+        if let Some(entry) = self.entries.get_mut(who) {
+            entry.followed = nodes;
+        }
+    }
+
+    /// The objects that read `node` (it is their candidate or they follow it), but `except`.
+    pub fn readers_of<'a>(
+        &'a self,
+        node: &'a str,
+        except: &'a Holder,
+    ) -> impl Iterator<Item = &'a Holder> + 'a {
+        self.entries
+            .iter()
+            .filter(move |(h, e)| {
+                *h != except && (e.candidates.contains(node) || e.followed.contains(node))
+            })
+            .map(|(h, _)| h)
+    }
+
     /// Forgets the objects for which `exists` is false.
     pub fn retain(&mut self, mut exists: impl FnMut(&Holder) -> bool) {
         self.entries.retain(|k, _| exists(k));
@@ -212,15 +254,15 @@ impl NodeIndex {
     fn concerned(&mut self, old: Option<&NodeInfo>, new: Option<&NodeInfo>) -> Vec<Holder> {
         let mut out = Vec::new();
         for (key, entry) in &mut self.entries {
-            let was = old.is_some_and(|n| entry.interest.selector.matches(&n.labels));
-            let is = new.is_some_and(|n| entry.interest.selector.matches(&n.labels));
+            let was = old.is_some_and(|n| entry.reads(n));
+            let is = new.is_some_and(|n| entry.reads(n));
             let changed = match (old.filter(|_| was), new.filter(|_| is)) {
                 (Some(o), Some(n)) => entry.view(o) != entry.view(n),
                 (None, None) => false,
                 _ => true,
             };
             if let Some(n) = old.or(new) {
-                if is {
+                if new.is_some_and(|n| entry.interest.selector.matches(&n.labels)) {
                     entry.candidates.insert(n.name.clone());
                 } else {
                     entry.candidates.remove(&n.name);
@@ -275,6 +317,7 @@ mod tests {
             Interest {
                 selector,
                 label: Some(format!("plan.upgrade.cattle.io/{name}")),
+                conditions: false,
             }
         })
     }
@@ -389,6 +432,45 @@ mod tests {
         i.delete("a1");
         assert_eq!(i.node_of_hostname("host-a1"), None);
         assert_eq!(i.tainted().count(), 0);
+    }
+
+    #[test]
+    fn conditions_concern_only_objects_that_read_them() {
+        let mut i = index();
+        ask(&mut i, "pa", "a", 1);
+        let policy = Holder::Reboot { policy: "r".into() };
+        i.candidates(&policy, "uid-r", Some(1), || Interest {
+            selector: Selector::Requirements(Vec::new()),
+            label: None,
+            conditions: true,
+        });
+        let mut n = node("a1", "a");
+        n.true_conditions
+            .insert("KernelDeadlock".into(), "2026-01-01T00:00:00Z".into());
+        assert_eq!(i.apply(n), [policy]);
+    }
+
+    #[test]
+    fn followed_nodes_concern_their_reader_outside_its_selector() {
+        let mut i = index();
+        ask(&mut i, "pa", "a", 1);
+        i.follow(&key("pa"), BTreeSet::from(["b1".to_string()]));
+        let mut n = node("b1", "b");
+        n.boot_id = "b2".into();
+        assert_eq!(i.apply(n.clone()), [key("pa")]);
+        assert_eq!(
+            names(&ask(&mut i, "pa", "a", 1)),
+            ["a1", "a2"],
+            "not a candidate"
+        );
+        assert_eq!(
+            i.readers_of("b1", &key("other")).collect::<Vec<_>>(),
+            [&key("pa")]
+        );
+        assert_eq!(i.readers_of("b1", &key("pa")).count(), 0, "not itself");
+        i.follow(&key("pa"), BTreeSet::new());
+        n.boot_id = "b3".into();
+        assert!(i.apply(n).is_empty());
     }
 
     #[test]

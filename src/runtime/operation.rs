@@ -188,8 +188,10 @@ where
     let me = op.holder(&obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
+    let before = shared.claimed_by(&me);
     if deleting && !finalized {
         shared.release(&me);
+        shared.wake_readers(&me, &before);
         return Ok(Action::await_change());
     }
     let obj = match finalized {
@@ -221,13 +223,17 @@ where
         }
     };
     let requeue = decision.requeue;
-    apply(op, &obj, &observed, decision).await?;
+    let applied = apply(op, &obj, &observed, decision).await;
+    // After the status write: the woken find this object's record already letting go.
+    shared.wake_readers(&me, &before);
+    applied?;
     if deleting {
         shared
             .chores()
             .set_finalizer(obj.as_ref(), O::FINALIZER, false)
             .await?;
         shared.release(&me);
+        shared.wake_readers(&me, &before);
         info!(kind = %O::KIND, name = %obj.name_any(), "deleted: cleaned up");
         return Ok(Action::await_change());
     }

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use super::chores::Chores;
 use super::error::Error;
 use super::metrics::Metrics;
+use super::watch::NodeTriggers;
 use crate::node::holders::{Hold, Holder, NodeClaims, held_against};
 use crate::node::index::NodeIndex;
 
@@ -38,7 +39,14 @@ pub struct Shared {
     nodes: Arc<RwLock<NodeIndex>>,
     claims: Mutex<NodeClaims>,
     sources: HoldSources,
+    /// Wakes the objects that wait for a node another lets go of.
+    triggers: Arc<NodeTriggers>,
 }
+
+/// How long after letting go of nodes their readers are woken: the status write that ends the
+/// holder's own record must reach the caches first, or the woken decision still finds the node
+/// held (and looks again only at its recheck).
+const WAKE_DELAY: Duration = Duration::from_secs(1);
 
 impl Shared {
     pub fn new(
@@ -47,6 +55,7 @@ impl Shared {
         namespace: String,
         nodes: Arc<RwLock<NodeIndex>>,
         sources: HoldSources,
+        triggers: Arc<NodeTriggers>,
     ) -> Shared {
         Shared {
             chores,
@@ -55,6 +64,7 @@ impl Shared {
             nodes,
             claims: Mutex::default(),
             sources,
+            triggers,
         }
     }
 
@@ -123,6 +133,36 @@ impl Shared {
             .nodes_held_by(|h| h != me && h.is_plan())
     }
 
+    /// The nodes `me` holds in this process.
+    pub fn claimed_by(&self, me: &Holder) -> BTreeSet<String> {
+        self.claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .nodes_held_by(|h| h == me)
+    }
+
+    /// Wakes, shortly, the other objects that read a node `me` held (`before`) and holds no more:
+    /// one that waits for it need not wait for its recheck. A node's own changes wake its readers
+    /// through the node watch; letting go of a node may change nothing on it.
+    pub fn wake_readers(&self, me: &Holder, before: &BTreeSet<String>) {
+        let now = self.claimed_by(me);
+        let readers: BTreeSet<Holder> = {
+            let index = self.nodes();
+            before
+                .difference(&now)
+                .flat_map(|node| index.readers_of(node, me).cloned().collect::<Vec<_>>())
+                .collect()
+        };
+        if readers.is_empty() {
+            return;
+        }
+        let triggers = self.triggers.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(WAKE_DELAY).await;
+            triggers.send(readers);
+        });
+    }
+
     /// Lets go of every node `me` holds.
     pub fn release(&self, me: &Holder) {
         self.claims
@@ -187,14 +227,24 @@ mod tests {
     }
 
     fn shared(sources: HoldSources) -> Shared {
+        woken(sources, Arc::default())
+    }
+
+    fn woken(sources: HoldSources, triggers: Arc<NodeTriggers>) -> Shared {
         let api = ApiServer::new();
-        let index = Arc::new(RwLock::new(NodeIndex::new()));
+        let index = Arc::new(RwLock::new(crate::runtime::testing::node_index(vec![
+            crate::node::NodeInfo {
+                name: "n1".into(),
+                ..Default::default()
+            },
+        ])));
         Shared::new(
             chores(&api.client()),
             "c".into(),
             "ns".into(),
             index,
             sources,
+            triggers,
         )
     }
 
@@ -260,5 +310,40 @@ mod tests {
         let me = Holder::Maintenance { name: "me".into() };
         let held: Vec<String> = held_against(&shared, &me).into_keys().collect();
         assert_eq!(held, ["n1", "n2", "n3"], "only what existing objects hold");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn letting_go_of_a_node_wakes_its_other_readers_after_the_status_write() {
+        use futures::StreamExt;
+        let triggers = Arc::new(NodeTriggers::default());
+        let mut policies = triggers.concerned(|h| matches!(h, Holder::Reboot { .. }));
+        let mut plans = triggers.concerned(Holder::is_plan);
+        let shared = woken(HoldSources::new(), triggers);
+        let policy = Holder::Reboot { policy: "p".into() };
+        for reader in [&policy, &plan("a"), &plan("b")] {
+            shared.nodes_mut().candidates(reader, "uid", Some(1), || {
+                crate::node::index::Interest {
+                    selector: crate::common::selector::Selector::Requirements(Vec::new()),
+                    label: None,
+                    conditions: false,
+                }
+            });
+        }
+        claim(&shared, &plan("a"), "n1");
+        let before = shared.claimed_by(&plan("a"));
+        shared.wake_readers(&plan("a"), &before);
+        tokio::time::sleep(WAKE_DELAY * 2).await;
+        assert!(policies.try_recv().is_err(), "still held: nobody woken");
+        shared.release(&plan("a"));
+        shared.wake_readers(&plan("a"), &before);
+        assert!(policies.try_recv().is_err(), "not before the delay");
+        tokio::time::sleep(WAKE_DELAY * 2).await;
+        assert_eq!(policies.next().await, Some(policy));
+        assert_eq!(
+            plans.next().await,
+            Some(plan("b")),
+            "not the Plan that let go"
+        );
+        assert!(plans.try_recv().is_err());
     }
 }

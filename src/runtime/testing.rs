@@ -335,7 +335,7 @@ where
 }
 
 /// A node index that has listed `nodes`.
-fn node_index(nodes: Vec<NodeInfo>) -> NodeIndex {
+pub(crate) fn node_index(nodes: Vec<NodeInfo>) -> NodeIndex {
     let mut index = NodeIndex::new();
     index.relist_start();
     for node in nodes {
@@ -357,6 +357,7 @@ pub(crate) fn shared(client: &Client, nodes: Vec<NodeInfo>) -> Arc<Shared> {
         NAMESPACE.into(),
         Arc::new(RwLock::new(node_index(nodes))),
         HoldSources::new(),
+        Arc::default(),
     ))
 }
 

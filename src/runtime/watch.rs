@@ -18,38 +18,36 @@ use crate::node::NodeInfo;
 use crate::node::holders::Holder;
 use crate::node::index::NodeIndex;
 
-/// Who hears of node changes: each object the change concerns (by its [`NodeIndex`] interest),
-/// and those that read every node (RebootPolicies), of any change at all.
+/// Who hears of node changes: each object a change concerns (by its [`NodeIndex`] interest), on
+/// the receiver of its kind. Also how one operation wakes the others when it lets go of nodes.
 #[derive(Default)]
 pub struct NodeTriggers {
-    concerned: Mutex<Option<UnboundedSender<Holder>>>,
-    any: Mutex<Option<UnboundedSender<()>>>,
+    routes: Mutex<Vec<Route>>,
+}
+
+/// The receiver of the objects `which` picks.
+struct Route {
+    which: fn(&Holder) -> bool,
+    tx: UnboundedSender<Holder>,
 }
 
 impl NodeTriggers {
-    /// The objects node changes concern (one receiver; a second call replaces the first).
-    pub fn concerned(&self) -> UnboundedReceiver<Holder> {
+    /// The objects of one kind (those `which` picks) that node changes concern.
+    pub fn concerned(&self, which: fn(&Holder) -> bool) -> UnboundedReceiver<Holder> {
         let (tx, rx) = unbounded();
-        *self.concerned.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        routes.push(Route { which, tx });
         rx
     }
 
-    /// A signal on every change of a node's pruned view.
-    pub fn any_change(&self) -> UnboundedReceiver<()> {
-        let (tx, rx) = unbounded();
-        *self.any.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-        rx
-    }
-
-    fn send(&self, concerned: Vec<Holder>, changed: bool) {
-        // Nobody listening (an operation not run by this process) is fine.
-        if let Some(tx) = &*self.concerned.lock().unwrap_or_else(|e| e.into_inner()) {
-            for h in concerned {
-                let _ = tx.unbounded_send(h);
+    /// Tells each object's kind that it is concerned (no receiver for a kind the process does not
+    /// run is fine).
+    pub fn send(&self, concerned: impl IntoIterator<Item = Holder>) {
+        let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        for h in concerned {
+            if let Some(route) = routes.iter().find(|r| (r.which)(&h)) {
+                let _ = route.tx.unbounded_send(h);
             }
-        }
-        if changed && let Some(tx) = &*self.any.lock().unwrap_or_else(|e| e.into_inner()) {
-            let _ = tx.unbounded_send(());
         }
     }
 }
@@ -59,7 +57,7 @@ pub async fn nodes(
     client: &Client,
     index: Arc<RwLock<NodeIndex>>,
     kept: Vec<&'static str>,
-    triggers: NodeTriggers,
+    triggers: Arc<NodeTriggers>,
 ) {
     let events =
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff();
@@ -71,7 +69,7 @@ pub async fn apply_node_events(
     events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send,
     index: Arc<RwLock<NodeIndex>>,
     kept: Vec<&'static str>,
-    triggers: NodeTriggers,
+    triggers: Arc<NodeTriggers>,
 ) {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
@@ -82,30 +80,25 @@ pub async fn apply_node_events(
                 continue;
             }
         };
-        let (concerned, changed) = {
+        let concerned = {
             let mut index = index.write().unwrap_or_else(|e| e.into_inner());
             match event {
-                watcher::Event::Apply(n) => {
-                    let info = NodeInfo::from_node_keeping(&n, &kept);
-                    let changed = index.get(&info.name).as_deref() != Some(&info);
-                    (index.apply(info), changed)
+                watcher::Event::Apply(n) => index.apply(NodeInfo::from_node_keeping(&n, &kept)),
+                watcher::Event::Delete(n) => {
+                    index.delete(n.metadata.name.as_deref().unwrap_or_default())
                 }
-                watcher::Event::Delete(n) => (
-                    index.delete(n.metadata.name.as_deref().unwrap_or_default()),
-                    true,
-                ),
                 watcher::Event::Init => {
                     index.relist_start();
-                    (Vec::new(), false)
+                    Vec::new()
                 }
                 watcher::Event::InitApply(n) => {
                     index.relisted(NodeInfo::from_node_keeping(&n, &kept));
-                    (Vec::new(), false)
+                    Vec::new()
                 }
-                watcher::Event::InitDone => (index.relist_done(), true),
+                watcher::Event::InitDone => index.relist_done(),
             }
         };
-        triggers.send(concerned, changed);
+        triggers.send(concerned);
     }
 }
 

@@ -171,6 +171,7 @@ pub fn interest(plan: &Plan) -> Interest {
         label: Some(crate::plan::api::labels::plan_node_label(
             plan.metadata.name.as_deref().unwrap_or_default(),
         )),
+        conditions: false,
     }
 }
 

@@ -140,7 +140,7 @@ pub fn watch(
         job_changes: changes(job_events, job_view).map(Ok).boxed(),
         secret_changes,
         pod_changes: changes(pod_events, pod_view).map(Ok).boxed(),
-        nodes: triggers.concerned(),
+        nodes: triggers.concerned(Holder::is_plan),
     }
 }
 

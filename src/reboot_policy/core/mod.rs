@@ -29,10 +29,12 @@ use jiff::Timestamp;
 use crate::common::condition::{Condition, set_condition};
 use crate::common::decision::{Decision, Effect, Event};
 use crate::common::phase::{PhaseTally, tally};
+use crate::common::selector::Selector;
 use crate::node::change::NodeChange;
 use crate::node::cordon::{self, CordonOwner};
 use crate::node::drain::PodKey;
 use crate::node::holders::{Hold, Holder};
+use crate::node::index::Interest;
 pub use crate::reboot_policy::api::RebootPhase;
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus, RebootRecord};
 pub use nodes::{DrainView, NodeSteps, NodeView, RebootAction, decide_nodes};
@@ -135,6 +137,23 @@ pub type RebootDecision = Decision<RebootPolicyStatus, RebootEffect, PolicyRepor
 pub fn holder(policy: &RebootPolicy) -> Holder {
     Holder::Reboot {
         policy: policy.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// What a policy reads of the nodes: those its selector matches (none while its spec is invalid),
+/// with their conditions when a node condition asks for reboots.
+pub fn interest(spec: Result<&PolicySpec, &String>) -> Interest {
+    match spec {
+        Ok(s) => Interest {
+            selector: s.selector.clone(),
+            label: None,
+            conditions: !s.signals.node_conditions.is_empty(),
+        },
+        Err(_) => Interest {
+            selector: Selector::Nothing,
+            label: None,
+            conditions: false,
+        },
     }
 }
 

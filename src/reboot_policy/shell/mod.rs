@@ -7,7 +7,7 @@
 
 pub mod alerts;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -50,8 +50,9 @@ pub struct PolicyWatches {
     /// A policy's spec and deletion (not its status: a reconcile that finds nothing to change
     /// writes nothing, and its own writes trigger nothing).
     changes: BoxStream<'static, Result<RebootPolicy, watcher::Error>>,
-    /// Every change of a node's pruned view (a signal, Ready, a boot ID).
-    nodes: UnboundedReceiver<()>,
+    /// The policies a node change concerns (a signal, Ready, a boot ID on a node a policy
+    /// governs), and those another operation woke by letting go of a node they wait for.
+    nodes: UnboundedReceiver<Holder>,
 }
 
 impl PolicyWatches {
@@ -93,7 +94,7 @@ pub fn watch(client: &Client, triggers: &NodeTriggers) -> PolicyWatches {
     PolicyWatches {
         store,
         changes: changes(events, policy_view).map(Ok).boxed(),
-        nodes: triggers.any_change(),
+        nodes: triggers.concerned(|h| matches!(h, Holder::Reboot { .. })),
     }
 }
 
@@ -118,8 +119,13 @@ pub async fn run(
         http: reqwest::Client::builder().build().ok(),
         checks,
     });
-    let controller =
-        Controller::for_stream(watches.changes, watches.store).reconcile_all_on(watches.nodes);
+    let concerned = watches.nodes.filter_map(|h| async move {
+        match h {
+            Holder::Reboot { policy } => Some(ObjectRef::new(&policy)),
+            _ => None,
+        }
+    });
+    let controller = Controller::for_stream(watches.changes, watches.store).reconcile_on(concerned);
     drive(op, controller, 0, shutdown).await;
 }
 
@@ -180,11 +186,10 @@ impl Operation for PolicyOperation {
         let spec = core::read_spec(&p.spec, &self.default_image);
         let previous = p.status.clone().unwrap_or_default();
         let (states, _) = core::read_status(&previous.nodes, now);
+        let nodes = self.governed(p, spec.as_ref(), &states);
         let Ok(s) = &spec else {
-            let nodes = self.governed(None, &states);
             return Ok(Observed::of(spec, nodes));
         };
-        let nodes = self.governed(Some(s), &states);
         let wanting: Vec<&NodeInfo> = nodes
             .iter()
             .filter(|(_, selected)| *selected)
@@ -347,24 +352,32 @@ impl PolicyOperation {
     /// match (or every node with a state, when the spec cannot be read).
     fn governed(
         &self,
-        spec: Option<&PolicySpec>,
+        p: &RebootPolicy,
+        spec: Result<&PolicySpec, &String>,
         states: &BTreeMap<String, RebootState>,
     ) -> Vec<(Arc<NodeInfo>, bool)> {
-        let index = self.shared.nodes();
-        let selects = |n: &NodeInfo| spec.is_some_and(|s| s.selector.matches(&n.labels));
-        let mut nodes: Vec<(Arc<NodeInfo>, bool)> = match spec {
-            Some(_) => index
-                .all()
-                .filter(|n| selects(n))
-                .map(|n| (n.clone(), true))
-                .collect(),
-            None => Vec::new(),
-        };
-        for name in states.keys() {
-            if let Some(n) = index.get(name).filter(|n| !selects(n)) {
+        let me = core::holder(p);
+        let mut index = self.shared.nodes_mut();
+        let selected = index.candidates(
+            &me,
+            p.metadata.uid.as_deref().unwrap_or_default(),
+            p.metadata.generation,
+            || core::interest(spec),
+        );
+        let in_progress: BTreeSet<String> = states.keys().cloned().collect();
+        let mut nodes: Vec<(Arc<NodeInfo>, bool)> = Vec::with_capacity(selected.len());
+        let mut seen = BTreeSet::new();
+        for n in selected {
+            seen.insert(n.name.clone());
+            nodes.push((n, true));
+        }
+        for name in in_progress.difference(&seen) {
+            if let Some(n) = index.get(name) {
                 nodes.push((n, false));
             }
         }
+        // A node in progress that leaves the selector is still this policy's to finish.
+        index.follow(&me, in_progress);
         nodes
     }
 
