@@ -261,6 +261,7 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
             blocking_pods: Vec::new(),
             drain: None,
             health: None,
+            reboot_pod: false,
         })
         .collect();
     let mut p = RebootPolicy::new(

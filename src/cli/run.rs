@@ -67,9 +67,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         .maintenance
         .is_some()
         .then(|| maintenance::shell::watch(&client));
-    let policies = settings
-        .reboot_policies
-        .then(|| reboot_policy::shell::watch(&client, &triggers));
+    let policies = settings.reboot_policies.then(|| {
+        reboot_policy::shell::watch(&client, &settings.namespace, &settings.name, &triggers)
+    });
     let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers.clone());
     let mut ready = plans.ready();
     ready.push(("node", watch::index_ready(nodes.clone())));

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 pub use super::drain_view::DrainView;
 use super::failures::{STOPPED, stopped, stopped_message};
-use super::signals::{CONDITION_HANDLED, Signal, Signals, condition_marker, requested};
+use super::signals::{CONDITION_HANDLED, REBOOT_OK, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
@@ -34,6 +34,26 @@ pub struct NodeView<'a> {
     pub drain: Option<DrainView>,
     /// For a node in its health gate: the gate's pods.
     pub health: Option<&'a HealthObservation>,
+    /// The policy's reboot pod for the node exists: its reboot was asked for, and asking again
+    /// (while the node is down, say) would only be refused.
+    pub reboot_pod: bool,
+}
+
+impl NodeView<'_> {
+    /// Whether the node's reboot by `signal` is already asked for: the pod is there, or the
+    /// update agent's `reboot-ok` grant is on the node.
+    fn reboot_asked(&self, signal: Signal) -> bool {
+        match signal.update_agent() {
+            Some(prefix) => {
+                self.node
+                    .annotations
+                    .get(&format!("{prefix}{REBOOT_OK}"))
+                    .map(String::as_str)
+                    == Some("true")
+            }
+            None => self.reboot_pod,
+        }
+    }
 }
 
 /// What the controller does for one node.
@@ -519,6 +539,7 @@ fn rebooting(
     }
     if let Handoff::AwaitingBoot { before, .. } = &step.state
         && view.node.boot_id == *before
+        && !view.reboot_asked(signal)
     {
         d.act(
             name,

@@ -74,6 +74,7 @@ fn view(n: &NodeInfo) -> NodeView<'_> {
         blocking_pods: vec![],
         drain: None,
         health: None,
+        reboot_pod: false,
     }
 }
 
@@ -417,9 +418,17 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     assert_eq!(actions_of(&d, "a"), vec![&reboot]);
     assert_eq!(d.nodes[0].phase, RebootPhase::Rebooting);
 
-    // Asked again while the boot is unchanged (a crash may have lost the first ask).
+    // Asked again while the boot is unchanged (a crash may have lost the first ask)...
     let d2 = run(&settings(1), &d.states, &[view(&n)], at(50));
     assert_eq!(actions_of(&d2, "a"), vec![&reboot]);
+    // ...unless the reboot pod is there: a node going down is not asked again and again.
+    let asked = NodeView {
+        reboot_pod: true,
+        ..view(&n)
+    };
+    let d2b = run(&settings(1), &d.states, &[asked], at(55));
+    assert!(actions_of(&d2b, "a").is_empty());
+    assert_eq!(d2b.rebooting, 1);
 
     // Down (new boot, not Ready yet): nothing more to ask.
     let mut down = n.clone();
@@ -428,6 +437,29 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     let d3 = run(&settings(1), &d2.states, &[view(&down)], at(60));
     assert!(actions_of(&d3, "a").is_empty());
     assert_eq!(d3.rebooting, 1);
+}
+
+#[test]
+fn an_update_agent_s_grant_is_given_until_it_is_on_the_node() {
+    let states = BTreeMap::from([(
+        "f".to_string(),
+        RebootState::Rebooting {
+            signal: Signal::Flatcar,
+            cordoned: false,
+            handoff: Handoff::start("f-boot-1".to_string(), t(T0)),
+        },
+    )]);
+    let n = flatcar("f", &[]);
+    let d = run(&settings(1), &states, &[view(&n)], at(10));
+    let grant = RebootAction::Reboot {
+        signal: Signal::Flatcar,
+        before: "f-boot-1".into(),
+    };
+    assert_eq!(actions_of(&d, "f"), vec![&grant]);
+    let granted = flatcar("f", &[(REBOOT_OK, "true")]);
+    let d = run(&settings(1), &states, &[view(&granted)], at(20));
+    assert!(actions_of(&d, "f").is_empty(), "granted: not again");
+    assert_eq!(d.rebooting, 1);
 }
 
 #[test]

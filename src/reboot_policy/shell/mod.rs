@@ -33,7 +33,7 @@ use crate::node::reboot::HealthObservation;
 use crate::node::shell::{evict_all, gate_pods, pods_view};
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
 use crate::reboot_policy::core::pod::{
-    PolicyPod, policy_reboot_pod_name, render_policy_reboot_pod,
+    PolicyPod, REBOOT_POLICY_LABEL, policy_reboot_pod_name, render_policy_reboot_pod,
 };
 use crate::reboot_policy::core::{
     self as core, DrainView, NodeView, PolicyInput, PolicyReport, PolicySpec, REBOOT_OK,
@@ -53,6 +53,9 @@ pub struct PolicyWatches {
     /// The policies a node change concerns (a signal, Ready, a boot ID on a node a policy
     /// governs), and those another operation woke by letting go of a node they wait for.
     nodes: UnboundedReceiver<Holder>,
+    /// The policies' reboot pods (their metadata): which reboots were asked for.
+    pods: Store<Pod>,
+    pod_events: BoxStream<'static, ()>,
 }
 
 impl PolicyWatches {
@@ -82,8 +85,30 @@ impl HoldSource for PolicyHolds {
     }
 }
 
-/// Starts (lazily) the watch of every RebootPolicy.
-pub fn watch(client: &Client, triggers: &NodeTriggers) -> PolicyWatches {
+/// Starts (lazily) the watch of every RebootPolicy, and of their reboot pods in `namespace`.
+pub fn watch(
+    client: &Client,
+    namespace: &str,
+    controller_name: &str,
+    triggers: &NodeTriggers,
+) -> PolicyWatches {
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = watcher(
+        Api::<Pod>::namespaced(client.clone(), namespace),
+        watcher::Config::default().labels(&format!(
+            "{}={controller_name},{REBOOT_POLICY_LABEL}",
+            crate::common::labels::CONTROLLER
+        )),
+    )
+    .default_backoff()
+    .modify(|pod| {
+        pod.metadata.managed_fields = None;
+        pod.spec = None;
+        pod.status = None;
+    })
+    .reflect(pod_writer)
+    .map(|_| ())
+    .boxed();
     let (store, writer) = reflector::store();
     let events = watcher(
         Api::<RebootPolicy>::all(client.clone()),
@@ -95,6 +120,8 @@ pub fn watch(client: &Client, triggers: &NodeTriggers) -> PolicyWatches {
         store,
         changes: changes(events, policy_view).map(Ok).boxed(),
         nodes: triggers.concerned(|h| matches!(h, Holder::Reboot { .. })),
+        pods,
+        pod_events,
     }
 }
 
@@ -118,6 +145,7 @@ pub async fn run(
         default_image,
         http: reqwest::Client::builder().build().ok(),
         checks,
+        pods: watches.pods,
     });
     let concerned = watches.nodes.filter_map(|h| async move {
         match h {
@@ -126,7 +154,12 @@ pub async fn run(
         }
     });
     let controller = Controller::for_stream(watches.changes, watches.store).reconcile_on(concerned);
-    drive(op, controller, 0, shutdown).await;
+    // The pod cache only saves asking twice: a reboot pod's change triggers nothing.
+    let pods = watches.pod_events.for_each(|()| async {});
+    tokio::select! {
+        () = drive(op, controller, 0, shutdown) => {}
+        () = pods => {}
+    }
 }
 
 /// The RebootPolicy controller.
@@ -138,6 +171,7 @@ pub struct PolicyOperation {
     /// Asks Prometheus for the policies' alert blockers (`None`: it could not be built).
     http: Option<reqwest::Client>,
     checks: CheckReader,
+    pods: Store<Pod>,
 }
 
 /// What a policy's decision reads besides the policy.
@@ -151,6 +185,8 @@ pub struct Observed {
     blocking: BTreeMap<String, Vec<String>>,
     drains: BTreeMap<String, PodsView>,
     health: BTreeMap<String, HealthObservation>,
+    /// The nodes in progress whose reboot pod exists.
+    reboot_pods: BTreeSet<String>,
 }
 
 impl Operation for PolicyOperation {
@@ -228,12 +264,14 @@ impl Operation for PolicyOperation {
                 _ => {}
             }
         }
+        let reboot_pods = self.reboot_pods(p, &states);
         Ok(Observed {
             alerts,
             checks,
             blocking,
             drains,
             health,
+            reboot_pods,
             ..Observed::of(spec, nodes)
         })
     }
@@ -255,6 +293,7 @@ impl Operation for PolicyOperation {
                 blocking_pods: o.blocking.get(&n.name).cloned().unwrap_or_default(),
                 drain: o.drains.get(&n.name).map(DrainView::of),
                 health: o.health.get(&n.name),
+                reboot_pod: o.reboot_pods.contains(&n.name),
             })
             .collect();
         core::decide(
@@ -343,6 +382,7 @@ impl Observed {
             blocking: BTreeMap::new(),
             drains: BTreeMap::new(),
             health: BTreeMap::new(),
+            reboot_pods: BTreeSet::new(),
         }
     }
 }
@@ -379,6 +419,28 @@ impl PolicyOperation {
         // A node in progress that leaves the selector is still this policy's to finish.
         index.follow(&me, in_progress);
         nodes
+    }
+
+    /// The rebooting nodes whose reboot pod from this policy is in the cache (not being deleted).
+    fn reboot_pods(
+        &self,
+        p: &RebootPolicy,
+        states: &BTreeMap<String, RebootState>,
+    ) -> BTreeSet<String> {
+        let policy = p.name_any();
+        states
+            .iter()
+            .filter(|(_, s)| matches!(s, RebootState::Rebooting { .. }))
+            .map(|(node, _)| node)
+            .filter(|node| {
+                let name = policy_reboot_pod_name(&policy, node);
+                let pod = ObjectRef::new(&name).within(&self.shared.namespace);
+                self.pods
+                    .get(&pod)
+                    .is_some_and(|pod| pod.metadata.deletion_timestamp.is_none())
+            })
+            .cloned()
+            .collect()
     }
 
     /// Withdraws an update-agent's grant, removes the reboot pod, and gives the cordon back.

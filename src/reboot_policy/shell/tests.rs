@@ -204,6 +204,7 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         default_image: "busybox".into(),
         http: None,
         checks: crate::runtime::checks::CheckReader::new(api.client()),
+        pods: testing::listed(vec![]),
     }
 }
 
@@ -373,5 +374,40 @@ async fn a_failed_cordon_or_record_is_asked_again_before_the_node_goes_on() {
             again.contains(&write),
             "{scene:?}: {write} failed; the next look sent {writes}"
         );
+    }
+}
+
+/// A node that has not rebooted yet gets its reboot pod again only when the pod is not there:
+/// the controller does not ask a node going down again and again.
+#[tokio::test]
+async fn a_reboot_already_asked_for_is_not_asked_again() {
+    let mut p = policy(Start);
+    p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    let state = RebootState::Rebooting {
+        signal: Signal::Agent,
+        cordoned: false,
+        handoff: Handoff::start("boot-1".to_string(), Timestamp::now()),
+    };
+    p.status = Some(RebootPolicyStatus {
+        nodes: vec![state.to_status("n1", String::new())],
+        ..Default::default()
+    });
+    let mut n = node(Start);
+    n.ready = false;
+    let reboot_pod = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json!({
+        "metadata": {"name": policy_reboot_pod_name("rp", "n1"), "namespace": testing::NAMESPACE}
+    }))
+    .expect("a pod");
+    for (cached, writes) in [(vec![], "status pod"), (vec![reboot_pod], "status")] {
+        let api = cluster(Start);
+        let op = PolicyOperation {
+            shared: testing::shared(&api.client(), vec![n.clone()]),
+            policies: testing::listed(vec![p.clone()]),
+            pods: testing::listed(cached),
+            ..operation(&api, Start)
+        };
+        let result = testing::reconcile(&op, p.clone()).await;
+        let sent = testing::named_writes(&api, name_of);
+        assert_eq!((result, sent.as_str()), (Ok(()), writes));
     }
 }
