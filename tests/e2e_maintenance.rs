@@ -349,6 +349,7 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
     )
     .await
     .expect("relax the pdb");
+    let relaxed = std::time::Instant::now();
     wait_phase(
         nms,
         &s.nm_name("pdb"),
@@ -356,6 +357,8 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
         Duration::from_secs(60),
     )
     .await;
+    // Printed, not asserted: the watched budget wakes the drain (its backoff was up to a minute).
+    eprintln!("drained {:?} after the budget allowed it", relaxed.elapsed());
 }
 
 /// A second maintenance for the same node is reported, and changes nothing.

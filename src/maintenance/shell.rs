@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
+use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{DeleteParams, ObjectMeta, Preconditions};
 use kube::runtime::controller::Controller;
@@ -32,12 +33,15 @@ use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
+use crate::runtime::watch::{self, digest};
 use crate::runtime::{ApiResult, Error, HoldSource, Operation, Shared, drive};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct MaintenanceWatches {
     store: Store<NodeMaintenance>,
     changes: futures::stream::BoxStream<'static, Result<NodeMaintenance, watcher::Error>>,
+    /// The PodDisruptionBudgets that allow a disruption (again): each may end a refusal's wait.
+    allowing: futures::stream::BoxStream<'static, PodDisruptionBudget>,
 }
 
 impl MaintenanceWatches {
@@ -74,7 +78,30 @@ pub fn watch(client: &Client) -> MaintenanceWatches {
     .reflect(writer)
     .touched_objects()
     .boxed();
-    MaintenanceWatches { store, changes }
+    let budgets = watcher(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff();
+    let allowing = watch::changes(budgets, budget_view)
+        .filter(|pdb| future::ready(allows_disruption(pdb)))
+        .boxed();
+    MaintenanceWatches {
+        store,
+        changes,
+        allowing,
+    }
+}
+
+/// What wakes a refused drain of a budget: whether it allows a disruption now.
+fn budget_view(pdb: &PodDisruptionBudget) -> u64 {
+    digest((&pdb.metadata.uid, allows_disruption(pdb)))
+}
+
+fn allows_disruption(pdb: &PodDisruptionBudget) -> bool {
+    pdb.status
+        .as_ref()
+        .is_some_and(|s| s.disruptions_allowed > 0)
 }
 
 /// Reconciles every NodeMaintenance of the cluster until `shutdown`.
@@ -91,7 +118,13 @@ pub async fn run(
         failures: Mutex::default(),
         maintenances: watches.store.clone(),
     });
-    let controller = Controller::for_stream(watches.changes, watches.store);
+    // A budget that allows a disruption again wakes the drains it refused (they would otherwise
+    // wait out their backoff, up to a minute).
+    let waker = op.clone();
+    let unblocked = watches
+        .allowing
+        .flat_map(move |pdb| futures::stream::iter(waker.unblocked(&pdb)));
+    let controller = Controller::for_stream(watches.changes, watches.store).reconcile_on(unblocked);
     drive(op, controller, 0, shutdown).await;
 }
 
@@ -106,6 +139,21 @@ pub struct MaintenanceOperation {
     failures: Mutex<HashMap<String, String>>,
     /// The cache: which maintenances still exist (their gauges go with them).
     maintenances: Store<NodeMaintenance>,
+}
+
+impl MaintenanceOperation {
+    /// The maintenances whose last round `pdb` may have refused, their wait ended.
+    fn unblocked(&self, pdb: &PodDisruptionBudget) -> Vec<ObjectRef<NodeMaintenance>> {
+        let namespace = pdb.namespace().unwrap_or_default();
+        lock(&self.evictions)
+            .iter_mut()
+            .filter_map(|(name, round)| {
+                round
+                    .budget_allows(&namespace)
+                    .then(|| ObjectRef::new(name))
+            })
+            .collect()
+    }
 }
 
 /// What a maintenance's decision reads besides the NodeMaintenance.

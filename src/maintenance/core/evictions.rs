@@ -57,4 +57,19 @@ impl EvictionRound {
             })
             .flatten()
     }
+
+    /// A PodDisruptionBudget in `namespace` allows a disruption again: if it may be what refused
+    /// this round (a refused pod lives there), the wait is over and the next decision asks at once
+    /// (the count stays: refused again, the next wait is as long as it would have been). Whether
+    /// it may be.
+    pub fn budget_allows(&mut self, namespace: &str) -> bool {
+        let refused_there = self.refused_in_a_row > 0
+            && self.results.iter().any(|(pod, result)| {
+                pod.namespace == namespace && matches!(result, EvictionResult::Refused(_))
+            });
+        if refused_there {
+            self.at = None;
+        }
+        refused_there
+    }
 }

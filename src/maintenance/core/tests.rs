@@ -538,6 +538,37 @@ fn after_a_refusal_the_drain_waits_before_asking_again() {
 }
 
 #[test]
+fn a_budget_that_allows_a_disruption_again_ends_the_wait_of_the_rounds_it_refused() {
+    let m = nm(true);
+    let p = pods(&[("web-1", false)]);
+    let refused = vec![(pod("web-1"), EvictionResult::Refused("PDB".into()))];
+    let first = EvictionRound::next(None, refused.clone(), now());
+    let mut round = EvictionRound::next(Some(&first), refused, now());
+    let mut elsewhere = round.clone();
+    assert!(
+        !elsewhere.budget_allows("other"),
+        "a budget of another namespace"
+    );
+    assert_eq!(elsewhere, round);
+    assert!(round.budget_allows(&pod("web-1").namespace));
+    assert_eq!(round.refused_in_a_row, 2, "the count stays");
+    let n = taken();
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.evictions = Some(&round);
+    i.now = now() + jiff::SignedDuration::from_secs(1);
+    assert_eq!(decide(&i).evict, [pod("web-1")], "at once");
+    let mut accepted = EvictionRound::next(
+        Some(&round),
+        vec![(pod("web-1"), EvictionResult::Accepted)],
+        now(),
+    );
+    assert!(
+        !accepted.budget_allows(&pod("web-1").namespace),
+        "nothing was refused"
+    );
+}
+
+#[test]
 fn the_decision_gives_back_before_the_status_and_takes_after_it() {
     let mut m = nm(true);
     let n = node();
