@@ -358,7 +358,10 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
     )
     .await;
     // Printed, not asserted: the watched budget wakes the drain (its backoff was up to a minute).
-    eprintln!("drained {:?} after the budget allowed it", relaxed.elapsed());
+    eprintln!(
+        "drained {:?} after the budget allowed it",
+        relaxed.elapsed()
+    );
 }
 
 /// A second maintenance for the same node is reported, and changes nothing.

@@ -9,9 +9,11 @@ use std::time::Duration;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::Node;
+use kube::api::{WatchEvent, WatchParams};
+use kube::runtime::watcher::InitialListStrategy;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::ReadyFuture;
 use crate::node::NodeInfo;
@@ -59,10 +61,54 @@ pub async fn nodes(
     kept: Vec<&'static str>,
     triggers: Arc<NodeTriggers>,
 ) {
-    let events =
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff();
+    let api = Api::<Node>::all(client.clone());
+    // Streamed, the initial list is decoded one Node at a time, not in pages of 500: the memory
+    // peak at start no longer grows with the fleet.
+    let config = match streams_lists(&api).await {
+        true => watcher::Config::default().streaming_lists(),
+        false => watcher::Config::default(),
+    };
+    info!(
+        streamed = config.initial_list_strategy == InitialListStrategy::StreamingList,
+        "watching nodes"
+    );
+    let events = watcher(api, config).default_backoff();
     apply_node_events(events, index, kept, triggers).await;
 }
+
+/// Whether the API server streams a watch's initial list (WatchList, Kubernetes 1.27+, on by
+/// default in 1.34): asked with a selector that matches no node, so that the answer is one
+/// bookmark ending the initial events. A server that refuses the parameters, or ignores them
+/// (no such bookmark), is watched the old way: list, then watch.
+async fn streams_lists(api: &Api<Node>) -> bool {
+    let params = WatchParams::streaming_lists()
+        .labels("slipway.dev/watch-list-probe")
+        .timeout(2);
+    let probe = async {
+        let events = api.watch(&params, "0").await.ok()?;
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            if let Ok(WatchEvent::Bookmark(b)) = event {
+                return Some(
+                    b.metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .map(String::as_str)
+                        == Some("true"),
+                );
+            }
+        }
+        Some(false)
+    };
+    tokio::time::timeout(Duration::from_secs(10), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// The annotation on the bookmark that ends a streamed initial list.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// Folds node watch events into `index` (pruned to what decisions read).
 pub async fn apply_node_events(
@@ -149,4 +195,37 @@ pub fn digest(parts: impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::testing::{Answer, ApiServer};
+
+    fn bookmark(annotations: serde_json::Value) -> Answer {
+        Answer::Json(
+            200,
+            json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
+                "metadata": {"resourceVersion": "7", "annotations": annotations}}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn lists_are_streamed_only_where_the_server_says_it_streamed_one() {
+        let cases = [
+            (bookmark(json!({INITIAL_EVENTS_END: "true"})), true),
+            // An old server that ignores the parameters: no bookmark ends the initial events.
+            (bookmark(json!({})), false),
+            (Answer::Fail(422, "Invalid"), false),
+            (Answer::Fail(403, "Forbidden"), false),
+        ];
+        for (answer, streamed) in cases {
+            let api = ApiServer::new();
+            api.on("GET", "nodes", answer);
+            let nodes = Api::<Node>::all(api.client());
+            assert_eq!(streams_lists(&nodes).await, streamed);
+        }
+    }
 }
