@@ -1,6 +1,6 @@
 //! `just bench decisions`: the pure decisions alone, no API server, at fleet sizes this machine's
 //! local cluster cannot hold: 10,000, 100,000 and 1,000,000 nodes (`SLIPWAY_BENCH_SIZES`, a
-//! comma-separated list, overrides them).
+//! comma-separated list, overrides them; `SLIPWAY_BENCH_ONLY=plan-first,policy` runs only those).
 //!
 //! Scenarios, each timed as the median of several decisions and printed as one line:
 //! - `plan-first`: one Plan over every node, concurrency 100, nothing done yet: the first decision
@@ -43,15 +43,28 @@ fn main() {
         })
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000]);
+    // SLIPWAY_BENCH_ONLY: a comma-separated list of scenarios, to profile one alone.
+    let only = std::env::var("SLIPWAY_BENCH_ONLY").unwrap_or_default();
+    let runs = |scenario: &str| only.is_empty() || only.split(',').any(|s| s.trim() == scenario);
     for n in sizes {
         let nodes = fleet(n);
-        print_line("plan-first", n, n, plan_first(&nodes));
-        let (steady, done) = plan_steady_and_done(&nodes);
-        print_line("plan-steady", n, n, steady);
-        print_line("plan-done", n, n, done);
-        print_line("plans-50", n, n, many_plans(&nodes));
-        print_line("policy", n, n, policy(&nodes));
-        print_line("index", n, n, index(&nodes));
+        if runs("plan-first") {
+            print_line("plan-first", n, n, plan_first(&nodes));
+        }
+        if runs("plan-steady") || runs("plan-done") {
+            let (steady, done) = plan_steady_and_done(&nodes);
+            print_line("plan-steady", n, n, steady);
+            print_line("plan-done", n, n, done);
+        }
+        if runs("plans-50") {
+            print_line("plans-50", n, n, many_plans(&nodes));
+        }
+        if runs("policy") {
+            print_line("policy", n, n, policy(&nodes));
+        }
+        if runs("index") {
+            print_line("index", n, n, index(&nodes));
+        }
     }
 }
 

@@ -196,15 +196,19 @@ impl Rollout {
     }
 }
 
-/// The names of the nodes whose hostname `status.applying` lists, among `nodes`.
+/// The names of the nodes whose hostname `status.applying` lists, among `nodes` (each with its
+/// hostname, read once per decision).
 pub(super) fn applying_nodes<'a>(
     applying: &[String],
-    nodes: impl IntoIterator<Item = &'a crate::node::NodeInfo>,
+    nodes: impl IntoIterator<Item = (&'a str, &'a crate::node::NodeInfo)>,
 ) -> BTreeSet<String> {
+    if applying.is_empty() {
+        return BTreeSet::new();
+    }
     let hosts: BTreeSet<&str> = applying.iter().map(String::as_str).collect();
     nodes
         .into_iter()
-        .filter(|n| hosts.contains(n.hostname()))
-        .map(|n| n.name.clone())
+        .filter(|(host, _)| hosts.contains(host))
+        .map(|(_, n)| n.name.clone())
         .collect()
 }

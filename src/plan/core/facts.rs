@@ -9,12 +9,13 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::PlanInput;
 use super::jobs::PlanJobs;
+use super::node_labels::NodeLabels;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
 use crate::common::duration::GoDuration;
 use crate::common::naming;
 use crate::node::NodeInfo;
 use crate::plan::api::{PlanStatus, labels};
-use crate::plan::core::failure::{FailurePolicy, quarantine_key, quarantined_by, reset_requested};
+use crate::plan::core::failure::{FailurePolicy, reset_requested};
 use crate::plan::core::{job, reboot};
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.
@@ -23,6 +24,8 @@ pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<Node
 /// The Plan's facts for this decision, read once.
 pub(super) struct Facts<'a> {
     pub(super) input: &'a PlanInput<'a>,
+    /// Every node's labels, read once.
+    pub(super) read: &'a [NodeLabels<'a>],
     pub(super) now: Timestamp,
     pub(super) name: &'a str,
     pub(super) uid: &'a str,
@@ -38,7 +41,12 @@ pub(super) struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    pub(super) fn new(input: &'a PlanInput<'a>, now: Timestamp, st: &PlanStatus) -> Facts<'a> {
+    pub(super) fn new(
+        input: &'a PlanInput<'a>,
+        read: &'a [NodeLabels<'a>],
+        now: Timestamp,
+        st: &PlanStatus,
+    ) -> Facts<'a> {
         let plan = input.plan;
         let mut rendered_from = plan.clone();
         rendered_from.status = Some(st.clone());
@@ -47,6 +55,7 @@ impl<'a> Facts<'a> {
         let reset = reset_requested(plan, st).is_some();
         let mut facts = Facts {
             input,
+            read,
             now,
             name,
             uid: plan.metadata.uid.as_deref().unwrap_or_default(),
@@ -77,11 +86,8 @@ impl<'a> Facts<'a> {
         let quarantined = if reset {
             0
         } else {
-            let key = quarantine_key(facts.name);
-            input
-                .nodes
-                .iter()
-                .filter(|n| quarantined_by(n, &key) == Some(facts.hash.as_str()))
+            read.iter()
+                .filter(|r| r.quarantine == Some(facts.hash.as_str()))
                 .count()
         };
         facts.ctx.reset = reset;

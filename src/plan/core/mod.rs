@@ -29,6 +29,7 @@ pub mod image;
 pub mod job;
 mod jobs;
 pub mod lint;
+mod node_labels;
 pub mod node_state;
 mod plan_nodes;
 pub mod reboot;
@@ -134,8 +135,9 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     let old = plan.status.clone().unwrap_or_default();
     let mut st = old.clone();
     let mut out = Rollout::default();
+    let read = node_labels::read(input);
     if status::handle(input, &mut st, &mut out, &now_text) {
-        plan_nodes::roll(input, now, &old, &mut st, &mut out);
+        plan_nodes::roll(input, &read, now, &old, &mut st, &mut out);
     } else {
         cond::set(
             &mut st,
@@ -149,8 +151,8 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
         plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
-    let summary = report::summary(input, &st, &out.node_patches);
-    let holds = decision::applying_nodes(&st.applying, input.nodes.iter().copied());
+    let summary = report::summary(input, &read, &st, &out.node_patches);
+    let holds = decision::applying_nodes(&st.applying, read.iter().map(|r| (r.hostname(), r.node)));
     out.into_decision(st, holds, summary)
 }
 

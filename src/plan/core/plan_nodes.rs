@@ -9,6 +9,7 @@ use jiff::Timestamp;
 
 use super::facts::{Facts, Steps};
 use super::jobs::PlanJobs;
+use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
 use super::report::{Situation, fail_complete, holder_of, report};
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
@@ -26,44 +27,44 @@ use crate::plan::core::reboot;
 use crate::plan::core::selection::{self, Eligibility};
 
 /// Steps the applying nodes, fills free slots, and turns the states into the decision.
-pub(super) fn roll(
-    input: &PlanInput<'_>,
+pub(super) fn roll<'a>(
+    input: &'a PlanInput<'a>,
+    read: &'a [NodeLabels<'a>],
     now: Timestamp,
     old: &PlanStatus,
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) {
-    let mut facts = Facts::new(input, now, st);
+    let mut facts = Facts::new(input, read, now, st);
     let now_text = rfc3339(now);
-    let eligibility = match Eligibility::new(
+    // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
+    if let Err(e) = Eligibility::new(
         facts.name,
         input.plan.spec.node_selector.as_ref(),
         &facts.hash,
         &old.applying,
     ) {
-        Ok(e) => e,
-        Err(e) => {
-            return fail_complete(
-                st,
-                out,
-                "SelectNodesFailed",
-                format!("Failed to select nodes: {e}"),
-                &now_text,
-                input,
-            );
+        return fail_complete(
+            st,
+            out,
+            "SelectNodesFailed",
+            format!("Failed to select nodes: {e}"),
+            &now_text,
+            input,
+        );
+    }
+    release_quarantines(&facts, out);
+    let hash = facts.hash.as_str();
+    let (mut quarantined, mut eligible_read): (Vec<&NodeInfo>, Vec<&NodeLabels>) =
+        Default::default();
+    for r in read.iter().filter(|r| r.eligible(hash)) {
+        match !facts.ctx.reset && r.quarantine == Some(hash) {
+            true => quarantined.push(r.node),
+            false => eligible_read.push(r),
         }
-    };
-    release_quarantines(&facts, input, out);
-    let quarantine = failure::quarantine_key(facts.name);
-    let (quarantined, eligible): (Vec<&NodeInfo>, Vec<&NodeInfo>) = input
-        .nodes
-        .iter()
-        .copied()
-        .filter(|n| eligibility.admits(n))
-        .partition(|n| {
-            !facts.ctx.reset && failure::quarantined_by(n, &quarantine) == Some(facts.hash.as_str())
-        });
-    let mut steps = step_applying(&mut facts, old, &eligible);
+    }
+    let eligible: Vec<&NodeInfo> = eligible_read.iter().map(|r| r.node).collect();
+    let mut steps = step_applying(&mut facts, old, &eligible_read);
     let window = closed_window(input, old, now);
     let stopped = facts.ctx.failure.held_failure_stops()
         && steps
@@ -172,13 +173,13 @@ fn record_reset(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout) {
 
 /// Quarantines of another hash of the Plan (or all of them, on a reset) are lifted: the node is
 /// eligible again, and its new Job would not tolerate the taint.
-fn release_quarantines(facts: &Facts<'_>, input: &PlanInput<'_>, out: &mut Rollout) {
+fn release_quarantines(facts: &Facts<'_>, out: &mut Rollout) {
     let key = failure::quarantine_key(facts.name);
-    for node in input.nodes {
-        let Some(at) = node.labels.get(&key) else {
+    for r in facts.read {
+        let (node, Some(at)) = (r.node, r.quarantine) else {
             continue;
         };
-        if facts.ctx.reset || *at != facts.hash {
+        if facts.ctx.reset || at != facts.hash {
             out.node_patches.push(
                 NodeChange::of(&node.name)
                     .label(&key, None)
@@ -200,9 +201,19 @@ fn release_quarantines(facts: &Facts<'_>, input: &PlanInput<'_>, out: &mut Rollo
 fn step_applying<'a>(
     facts: &mut Facts<'_>,
     old: &PlanStatus,
-    eligible: &[&'a NodeInfo],
+    eligible: &[&NodeLabels<'a>],
 ) -> Steps<'a> {
-    let by_host: BTreeMap<&str, &NodeInfo> = eligible.iter().map(|n| (n.hostname(), *n)).collect();
+    if old.applying.is_empty() {
+        return Steps::new();
+    }
+    // Only the applying nodes are kept: a map of every eligible node cost more than the rest of a
+    // 100,000-node decision.
+    let applying: BTreeSet<&str> = old.applying.iter().map(String::as_str).collect();
+    let by_host: BTreeMap<&str, &NodeInfo> = eligible
+        .iter()
+        .map(|r| (r.hostname(), r.node))
+        .filter(|(host, _)| applying.contains(host))
+        .collect();
     let recorded: BTreeMap<&str, &crate::plan::api::NodeProgress> =
         old.nodes.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut steps = Steps::new();

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use super::decision::PlanSummary;
 use super::facts::{Facts, Steps};
+use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
 use crate::common::check::Blocking;
@@ -66,7 +67,7 @@ pub(super) fn report(
                 format!("Jobs complete for version {version}. Hash: {hash}"),
             );
         }
-        let message = selects_nothing(facts.input).unwrap_or_default();
+        let message = selects_nothing(facts).unwrap_or_default();
         if !message.is_empty() && cond::message(st, COMPLETE) != message {
             out.event(EventType::Normal, NO_NODES, message.clone());
         }
@@ -332,13 +333,13 @@ fn no_concurrency(
 
 /// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
 /// nothing done, which deserves a word (SUC issues #217, #285).
-fn selects_nothing(input: &PlanInput<'_>) -> Option<String> {
-    let selector = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()).ok()?;
-    let any = input
-        .nodes
-        .iter()
-        .any(|n| selector.matches(&n.labels) && n.labels.contains_key(labels::HOSTNAME));
-    (!any).then(|| match selector {
+fn selects_nothing(facts: &Facts<'_>) -> Option<String> {
+    if facts.read.iter().any(|r| r.selected && r.host.is_some()) {
+        return None;
+    }
+    let plan = facts.input.plan;
+    let selector = Selector::from_label_selector(plan.spec.node_selector.as_ref()).ok()?;
+    Some(match selector {
         Selector::Nothing => {
             "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".to_string()
         }
@@ -418,7 +419,7 @@ fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
         .iter()
         .filter(|p| p.labels.contains_key(&plan_label))
         .count();
-    let (targeted, upgraded) = upgraded(facts.input, &facts.hash, &out.node_patches);
+    let (targeted, upgraded) = upgraded(facts.read, facts.name, &facts.hash, &out.node_patches);
     if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
         return;
     }
@@ -437,12 +438,13 @@ fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
 
 /// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
 /// and how many of them carry `hash`, counting this decision's labels.
-fn upgraded(input: &PlanInput<'_>, hash: &str, patches: &[NodeChange]) -> (usize, usize) {
-    let Ok(selector) = Selector::from_label_selector(input.plan.spec.node_selector.as_ref()) else {
-        return (0, 0);
-    };
-    let plan_label =
-        labels::plan_node_label(input.plan.metadata.name.as_deref().unwrap_or_default());
+fn upgraded(
+    read: &[NodeLabels<'_>],
+    plan: &str,
+    hash: &str,
+    patches: &[NodeChange],
+) -> (usize, usize) {
+    let plan_label = labels::plan_node_label(plan);
     let patched: BTreeSet<&str> = patches
         .iter()
         .filter(|p| p.labels.get(&plan_label).and_then(Option::as_deref) == Some(hash))
@@ -450,13 +452,9 @@ fn upgraded(input: &PlanInput<'_>, hash: &str, patches: &[NodeChange]) -> (usize
         .collect();
     let mut targeted = 0;
     let mut upgraded = 0;
-    for n in input.nodes.iter().filter(|n| selector.matches(&n.labels)) {
-        let value = n.labels.get(&plan_label).map(String::as_str);
-        if !n.labels.contains_key(labels::HOSTNAME) || value == Some(labels::DISABLED) {
-            continue;
-        }
+    for r in read.iter().filter(|r| r.targeted()) {
         targeted += 1;
-        if !hash.is_empty() && (value == Some(hash) || patched.contains(n.name.as_str())) {
+        if !hash.is_empty() && (r.plan == Some(hash) || patched.contains(r.node.name.as_str())) {
             upgraded += 1;
         }
     }
@@ -488,11 +486,13 @@ pub(super) fn fail_complete(
 /// The gauges' view of the decision.
 pub(super) fn summary(
     input: &PlanInput<'_>,
+    read: &[NodeLabels<'_>],
     st: &PlanStatus,
     patches: &[NodeChange],
 ) -> PlanSummary {
     let (targeted, upgraded) = upgraded(
-        input,
+        read,
+        input.plan.metadata.name.as_deref().unwrap_or_default(),
         st.latest_hash.as_deref().unwrap_or_default(),
         patches,
     );

@@ -1,6 +1,6 @@
 //! SUC's choice of the nodes a Plan runs on (`SelectConcurrentNodes`), and the drain's pod selector.
 
-use std::collections::HashSet;
+use std::collections::{BinaryHeap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use sha2::{Digest, Sha256};
@@ -73,17 +73,42 @@ pub fn first_in_order<'a>(
     if n == 0 {
         return Vec::new();
     }
-    // One digest per candidate; raw digest bytes order exactly as their lower-case hex does.
-    let mut keyed: Vec<([u8; 32], &NodeInfo)> = candidates
-        .into_iter()
-        .map(|c| (order_key(&c.uid, plan_uid, latest_hash), c))
-        .collect();
-    if n < keyed.len() {
-        keyed.select_nth_unstable_by_key(n, |k| k.0);
-        keyed.truncate(n);
+    // One digest per candidate; raw digest bytes order exactly as their lower-case hex does. Only
+    // the `n` smallest are kept (a max-heap), so a fleet's candidates are never all held at once.
+    let mut first: BinaryHeap<Keyed<'a>> = BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
+    for c in candidates {
+        let key = order_key(&c.uid, plan_uid, latest_hash);
+        if first.len() < n {
+            first.push(Keyed(key, c));
+        } else if first.peek().is_some_and(|top| key < top.0) {
+            first.pop();
+            first.push(Keyed(key, c));
+        }
     }
-    keyed.sort_unstable_by_key(|k| k.0);
-    keyed.into_iter().map(|(_, c)| c).collect()
+    first.into_sorted_vec().into_iter().map(|k| k.1).collect()
+}
+
+/// A candidate with its order key, ordered by the key alone.
+struct Keyed<'a>([u8; 32], &'a NodeInfo);
+
+impl PartialEq for Keyed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Keyed<'_> {}
+
+impl PartialOrd for Keyed<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Keyed<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
 }
 
 /// SUC's `SelectConcurrentNodes`: the nodes that should be running `plan` now, sorted by name.
