@@ -69,7 +69,10 @@ compat:
     tests/cluster/with-cluster.sh cargo test --locked --test e2e_compat -- --nocapture
 
 # Benchmark on a local cluster: MODE=rollout (slipway against an ideal controller, NODES=1000,
-# CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates).
+# CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates),
+# MODE=idle (the same fleet with nothing to do for SLIPWAY_BENCH_IDLE_SECS, 600) or MODE=restart
+# (the controller started, SIGKILLed and started again: time to its first decision).
+# SLIPWAY_CLUSTER_KCM_FLAGS passes flags to the cluster's controller-manager ("--kube-api-qps=100").
 # MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
 # comma-separated list of sizes instead), no cluster.
 # Prints numbers; asserts nothing. SLIPWAY_BENCH_SUC=<binary> adds a line for SUC.
