@@ -14,6 +14,8 @@
 //! `SLIPWAY_BENCH_CHURN_RATE` (50) node label patches per second change a label no Plan reads.
 //! It prints the controller's CPU seconds and reconciles per minute during that window.
 //!
+//! Modes `idle` and `restart`: see [`quiet`].
+//!
 //! With `SLIPWAY_BENCH_SUC=<path>` (a system-upgrade-controller binary), the rollout mode also
 //! runs SUC on the same nodes and prints its line.
 //!
@@ -41,10 +43,15 @@ const IDEAL_LABEL: &str = "bench.slipway.dev/ideal";
 const CHURN_LABEL: &str = "bench.slipway.dev/churn";
 const GROUP_LABEL: &str = "bench.slipway.dev/group";
 
+#[path = "rollout/quiet.rs"]
+mod quiet;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Rollout,
     Churn,
+    Idle,
+    Restart,
 }
 
 struct Options {
@@ -54,6 +61,7 @@ struct Options {
     plans: usize,
     churn_secs: u64,
     churn_rate: u64,
+    idle_secs: u64,
     suc: Option<PathBuf>,
 }
 
@@ -70,10 +78,12 @@ impl Options {
     fn from_env() -> Result<Options> {
         let mode = match std::env::var("SLIPWAY_BENCH_MODE").as_deref() {
             Ok("churn") => Mode::Churn,
+            Ok("idle") => Mode::Idle,
+            Ok("restart") => Mode::Restart,
             Ok("rollout") | Err(_) => Mode::Rollout,
-            Ok(other) => bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout or churn"),
+            Ok(other) => bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, idle or restart"),
         };
-        let default_nodes = if mode == Mode::Churn { 5000 } else { 1000 };
+        let default_nodes = if mode == Mode::Rollout { 1000 } else { 5000 };
         Ok(Options {
             mode,
             nodes: env_or("SLIPWAY_BENCH_NODES", default_nodes)?,
@@ -81,6 +91,7 @@ impl Options {
             plans: env_or("SLIPWAY_BENCH_PLANS", 50)?,
             churn_secs: env_or("SLIPWAY_BENCH_CHURN_SECS", 120)?,
             churn_rate: env_or("SLIPWAY_BENCH_CHURN_RATE", 50)?,
+            idle_secs: env_or("SLIPWAY_BENCH_IDLE_SECS", 600)?,
             suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
         })
     }
@@ -217,6 +228,11 @@ fn base64_decode(s: &str) -> Vec<u8> {
 
 /// Writes (create, update, patch, delete) by `resource verb`, from the audit log, for one token.
 fn writes(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
+    requests(audit_log, jti, true)
+}
+
+/// Requests (or only writes) by `resource verb`, from the audit log, for one token.
+fn requests(audit_log: &Path, jti: &str, only_writes: bool) -> Result<BTreeMap<String, usize>> {
     let text = std::fs::read_to_string(audit_log).context("the audit log")?;
     let credential = format!("JTI={jti}");
     let mut counts = BTreeMap::new();
@@ -224,11 +240,19 @@ fn writes(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
         let Ok(ev) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        // One event per request: the one that says the request is done.
+        if ev["stage"]
+            .as_str()
+            .is_some_and(|s| s != "ResponseComplete")
+        {
+            continue;
+        }
         let ours = ev["user"]["extra"]["authentication.kubernetes.io/credential-id"]
             .as_array()
             .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(credential.as_str())));
         let verb = ev["verb"].as_str().unwrap_or_default();
-        if !ours || !["create", "update", "patch", "delete"].contains(&verb) {
+        let write = ["create", "update", "patch", "delete"].contains(&verb);
+        if !ours || (only_writes && !write) {
             continue;
         }
         let obj = &ev["objectRef"];
@@ -755,11 +779,10 @@ async fn prepare_churn(admin: &Client, opts: &Options) -> Result<Vec<String>> {
     Ok(nodes)
 }
 
+/// Reconciles of every kind (the counter has a `kind` label).
 fn reconciles(metrics: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("slipway_reconciles_total "))
-        .and_then(|v| v.trim().parse().ok())
+    let by_kind = quiet::reconciles_by_kind(metrics);
+    (!by_kind.is_empty()).then(|| by_kind.values().sum())
 }
 
 async fn scrape(port: u16) -> Result<String> {
@@ -838,6 +861,7 @@ async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result
             .peak_rss_mib()
             .map_or("-".into(), |m| format!("{m:.1} MiB"))
     );
+    println!("  since its start: {}", quiet::reconcile_line(port).await);
     Ok(())
 }
 
@@ -872,5 +896,7 @@ async fn main() -> Result<()> {
     match opts.mode {
         Mode::Rollout => rollout(&cluster, &admin, &opts).await,
         Mode::Churn => churn(&cluster, &admin, &opts).await,
+        Mode::Idle => quiet::idle(&cluster, &admin, &opts).await,
+        Mode::Restart => quiet::restart(&cluster, &admin, &opts).await,
     }
 }
