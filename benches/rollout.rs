@@ -795,10 +795,7 @@ async fn scrape(port: u16) -> Result<String> {
 async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
     let nodes = prepare_churn(admin, opts).await?;
     let (kubeconfig, _) = cluster.service_account("slipway-churn")?;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        l.local_addr()?.port()
-    };
+    let port = quiet::free_port()?;
     let addr = format!("127.0.0.1:{port}");
     let env = controller_env(&kubeconfig)?;
     let process = Process::start(
@@ -808,25 +805,7 @@ async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result
         cluster.dir().join("slipway-churn.log"),
     )?;
     // Settle: every Plan reconciled once (all complete), then quiet.
-    let plans = Api::<Plan>::namespaced(admin.clone(), NS);
-    for _ in 0..600 {
-        let complete = plans
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|p| {
-                p.status
-                    .iter()
-                    .flat_map(|s| s.conditions.iter())
-                    .any(|c| c.type_ == "Complete" && c.status == "True")
-            })
-            .count();
-        if complete == opts.plans {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    quiet::settled(admin, opts.plans).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let before = reconciles(&scrape(port).await?).unwrap_or(0.0);
     let cpu_before = process.cpu_seconds().unwrap_or(0.0);

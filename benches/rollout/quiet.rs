@@ -24,7 +24,7 @@ use super::{
 };
 
 /// A free port for the controller's metrics.
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
@@ -109,7 +109,7 @@ async fn scrape(port: u16) -> Option<String> {
 }
 
 /// Waits until every Plan of the namespace is `Complete`.
-async fn settled(admin: &Client, plans: usize) -> Result<()> {
+pub(super) async fn settled(admin: &Client, plans: usize) -> Result<()> {
     let api = Api::<Plan>::namespaced(admin.clone(), NS);
     for _ in 0..1200 {
         let complete = api
