@@ -34,6 +34,7 @@ use crate::node::index::NodeIndex;
 use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{self, digest};
+use crate::runtime::written::Written;
 use crate::runtime::{ApiResult, Error, HoldSource, Operation, Shared, drive};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
@@ -117,6 +118,8 @@ pub async fn run(
         evictions: Mutex::default(),
         failures: Mutex::default(),
         maintenances: watches.store.clone(),
+
+        written: Written::default(),
     });
     // A budget that allows a disruption again wakes the drains it refused (they would otherwise
     // wait out their backoff, up to a minute).
@@ -139,6 +142,7 @@ pub struct MaintenanceOperation {
     failures: Mutex<HashMap<String, String>>,
     /// The cache: which maintenances still exist (their gauges go with them).
     maintenances: Store<NodeMaintenance>,
+    written: Written<NodeMaintenance>,
 }
 
 impl MaintenanceOperation {
@@ -179,6 +183,10 @@ impl Operation for MaintenanceOperation {
 
     fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    fn written(&self) -> &Written<NodeMaintenance> {
+        &self.written
     }
 
     fn holder(&self, nm: &NodeMaintenance) -> Holder {

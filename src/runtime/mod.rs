@@ -17,6 +17,7 @@ pub mod shared;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod watch;
+pub mod written;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,6 +25,7 @@ use super::chores::{Object, Scope};
 use super::error::{Error, ErrorKind};
 use super::metrics::Kind;
 use super::shared::Shared;
+use super::written::Written;
 use crate::common::decision::{Decision, Effect, Event};
 use crate::node::holders::Holder;
 
@@ -79,8 +80,9 @@ pub trait Operation: Send + Sync + Sized + 'static {
         effect: &Self::Effect,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// The status write landed (the kind may remember the written object).
-    fn wrote_status(&self, _written: Self::Object) {}
+    /// The objects of this kind as this process last wrote them (held by the kind's value, so
+    /// that every reconcile of it sees the same).
+    fn written(&self) -> &Written<Self::Object>;
 
     /// The decision was applied: gauges. `obj` carries the decided status (the object the status
     /// write returned, or the one read when the status did not change); being deleted, the last.
@@ -184,12 +186,13 @@ where
 {
     let shared = op.shared();
     shared.chores().leading()?;
-    let obj = op.prepare(obj).await?;
+    let obj = op.prepare(op.written().latest(obj)).await?;
     let me = op.holder(&obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
     let before = shared.claimed_by(&me);
     if deleting && !finalized {
+        op.written().forget(&obj);
         shared.release(&me);
         shared.wake_readers(&me, &before);
         return Ok(Action::await_change());
@@ -203,7 +206,10 @@ where
             .set_finalizer(obj.as_ref(), O::FINALIZER, true)
             .await?
         {
-            Some(patched) => Arc::new(patched),
+            Some(patched) => {
+                op.written().remember(&patched);
+                Arc::new(patched)
+            }
             None => return Ok(Action::await_change()),
         },
     };
@@ -232,6 +238,7 @@ where
             .chores()
             .set_finalizer(obj.as_ref(), O::FINALIZER, false)
             .await?;
+        op.written().forget(&obj);
         shared.release(&me);
         shared.wake_readers(&me, &before);
         info!(kind = %O::KIND, name = %obj.name_any(), "deleted: cleaned up");
@@ -270,7 +277,7 @@ where
             // Gone: nothing is taken for an object that no longer exists.
             return Ok(());
         };
-        op.wrote_status(w.clone());
+        op.written().remember(&w);
         written = Some(w);
     }
     // Effects on the object itself name the resourceVersion the status write left.

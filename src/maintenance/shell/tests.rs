@@ -160,6 +160,7 @@ fn operation(api: &ApiServer) -> MaintenanceOperation {
         evictions: Mutex::default(),
         failures: Mutex::default(),
         maintenances: kube::runtime::reflector::store().0,
+        written: Default::default(),
     }
 }
 

@@ -16,9 +16,8 @@ use kube::Resource;
 
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
-use crate::node::holders::Holder;
-use crate::plan::api::{Plan, labels};
-use crate::plan::core::{holder, reboot};
+use crate::plan::api::labels;
+use crate::plan::core::reboot;
 
 /// How long a write is laid over a cache that does not show it. Past that, the cache is believed
 /// (the object may have been deleted or changed by someone else since).
@@ -29,7 +28,6 @@ pub struct Expectations {
     jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
     pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
     nodes: Mutex<HashMap<String, (Instant, NodeChange, NodeInfo)>>,
-    plans: Mutex<HashMap<Holder, Arc<Plan>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -95,10 +93,6 @@ impl Expectations {
         );
     }
 
-    pub fn wrote_status(&self, plan: Plan) {
-        lock(&self.plans).insert(holder(&plan), Arc::new(plan));
-    }
-
     /// `cached`: the cache's Jobs of `plan`.
     pub fn jobs(&self, cached: Vec<Arc<Job>>, plan: &str) -> Vec<Arc<Job>> {
         overlay(cached, &self.jobs, labels::PLAN, plan)
@@ -142,36 +136,6 @@ impl Expectations {
         let mut node = cached.clone();
         patch.apply_to(&mut node);
         Some(node)
-    }
-
-    /// The newer of the cached Plan and the one this process last wrote the status of.
-    /// resourceVersions are etcd revisions; compared as numbers, and the cache wins when either is not one.
-    pub fn plan(&self, cached: Arc<Plan>) -> Arc<Plan> {
-        let mut plans = lock(&self.plans);
-        let key = holder(&cached);
-        let Some(written) = plans.get(&key) else {
-            return cached;
-        };
-        let revision = |p: &Plan| {
-            p.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        match (revision(&cached), revision(written)) {
-            (Some(c), Some(w)) if w > c && written.metadata.uid == cached.metadata.uid => {
-                written.clone()
-            }
-            _ => {
-                plans.remove(&key);
-                cached
-            }
-        }
-    }
-
-    /// Drops what is remembered about Plans that are gone.
-    pub fn retain_plans(&self, mut exists: impl FnMut(&Holder) -> bool) {
-        lock(&self.plans).retain(|k, _| exists(k));
     }
 }
 
@@ -264,26 +228,5 @@ mod tests {
             ..before.clone()
         };
         assert!(e.node(&admin).is_none());
-    }
-
-    #[test]
-    fn the_newer_plan_wins() {
-        let e = Expectations::default();
-        let plan = |rv: &str| {
-            let mut p = Plan::default();
-            p.metadata.name = Some("p".into());
-            p.metadata.namespace = Some("ns".into());
-            p.metadata.uid = Some("u".into());
-            p.metadata.resource_version = Some(rv.into());
-            p
-        };
-        e.wrote_status(plan("11"));
-        let chosen = e.plan(Arc::new(plan("10")));
-        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("11"));
-        let chosen = e.plan(Arc::new(plan("12")));
-        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("12"));
-        // Forgotten once the cache moved past it.
-        let chosen = e.plan(Arc::new(plan("10")));
-        assert_eq!(chosen.metadata.resource_version.as_deref(), Some("10"));
     }
 }

@@ -39,6 +39,7 @@ use crate::plan::core::{
 };
 use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::{Kind, PlanGauges};
+use crate::runtime::written::Written;
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
@@ -60,6 +61,7 @@ pub struct PlanOperation {
     channel_answered: UnboundedSender<ObjectRef<Plan>>,
     /// What this process wrote and the caches have not shown yet.
     expect: Expectations,
+    written: Written<Plan>,
     templates: TemplateMemo,
     checks: CheckReader,
 }
@@ -116,6 +118,7 @@ pub async fn run(
         channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
         channel_answered,
         expect: Expectations::default(),
+        written: Written::default(),
         templates: TemplateMemo::default(),
         checks,
     });
@@ -173,10 +176,6 @@ impl PlanOperation {
         let exists =
             |ns: &str, name: &str| self.plans.get(&ObjectRef::new(name).within(ns)).is_some();
         self.shared.metrics().retain_plans(exists);
-        self.expect.retain_plans(|h| match h {
-            Holder::Plan { namespace, name } => exists(namespace, name),
-            _ => false,
-        });
         self.shared.forget_gone();
     }
 
@@ -218,7 +217,7 @@ impl Operation for PlanOperation {
     async fn prepare(&self, plan: Arc<Plan>) -> Result<Arc<Plan>, Error> {
         self.forget_gone_plans();
         self.caches_synced().await?;
-        Ok(self.expect.plan(plan))
+        Ok(plan)
     }
 
     async fn observe(&self, plan: &Plan, _now: Timestamp) -> Result<PlanObserved, Error> {
@@ -369,8 +368,8 @@ impl Operation for PlanOperation {
         Ok(())
     }
 
-    fn wrote_status(&self, written: Plan) {
-        self.expect.wrote_status(written);
+    fn written(&self) -> &Written<Plan> {
+        &self.written
     }
 
     fn applied(&self, plan: &Plan, summary: &PlanSummary) {

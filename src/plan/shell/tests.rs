@@ -146,6 +146,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         expect: Expectations::default(),
         templates: TemplateMemo::default(),
         checks: crate::runtime::checks::CheckReader::new(api.client()),
+        written: Default::default(),
     }
 }
 

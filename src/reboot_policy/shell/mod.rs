@@ -42,6 +42,7 @@ use crate::reboot_policy::core::{
 use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::written::Written;
 use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
@@ -146,6 +147,8 @@ pub async fn run(
         http: reqwest::Client::builder().build().ok(),
         checks,
         pods: watches.pods,
+
+        written: Written::default(),
     });
     let concerned = watches.nodes.filter_map(|h| async move {
         match h {
@@ -172,6 +175,7 @@ pub struct PolicyOperation {
     http: Option<reqwest::Client>,
     checks: CheckReader,
     pods: Store<Pod>,
+    written: Written<RebootPolicy>,
 }
 
 /// What a policy's decision reads besides the policy.
@@ -201,6 +205,10 @@ impl Operation for PolicyOperation {
 
     fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    fn written(&self) -> &Written<RebootPolicy> {
+        &self.written
     }
 
     fn holder(&self, p: &RebootPolicy) -> Holder {

@@ -205,6 +205,7 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         http: None,
         checks: crate::runtime::checks::CheckReader::new(api.client()),
         pods: testing::listed(vec![]),
+        written: Default::default(),
     }
 }
 
@@ -410,4 +411,38 @@ async fn a_reboot_already_asked_for_is_not_asked_again() {
         let sent = testing::named_writes(&api, name_of);
         assert_eq!((result, sent.as_str()), (Ok(()), writes));
     }
+}
+
+/// A reconcile that runs before the watch shows the previous one's writes (a node event came
+/// first) decides on the policy as it was written: no second finalizer, and its status write
+/// names the written resourceVersion instead of being refused as a conflict.
+#[tokio::test]
+async fn a_stale_copy_is_decided_on_as_this_process_wrote_it() {
+    let api = cluster(New);
+    let mut finalized = serde_json::to_value(policy(New)).expect("encodes");
+    finalized["metadata"]["finalizers"] = json!([FINALIZER]);
+    finalized["metadata"]["resourceVersion"] = json!("2");
+    let mut with_status = finalized.clone();
+    with_status["metadata"]["resourceVersion"] = json!("3");
+    api.on("PATCH", "rebootpolicies/rp", Answer::Json(200, finalized));
+    api.on(
+        "PATCH",
+        "rebootpolicies/rp/status",
+        Answer::Json(200, with_status),
+    );
+    let op = operation(&api, New);
+    for _ in 0..2 {
+        assert_eq!(testing::reconcile(&op, policy(New)).await, Ok(()));
+    }
+    let policy_writes: Vec<(String, Value)> = api
+        .writes()
+        .into_iter()
+        .filter_map(|s| {
+            let name = name_of(&s)?;
+            (name == "finalizer" || name == "status").then(|| (name.to_string(), s.body))
+        })
+        .collect();
+    let names: Vec<&str> = policy_writes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["finalizer", "status", "status"]);
+    assert_eq!(policy_writes[2].1["metadata"]["resourceVersion"], "3");
 }

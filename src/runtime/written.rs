@@ -1,0 +1,110 @@
+//! The objects this process last wrote, until its cache shows them.
+//!
+//! A reconcile can run before the watch brings back the finalizer or the status the previous one
+//! wrote: another trigger (a node event, a wake) fires in between. Deciding on the stale copy
+//! would make the next write, guarded by the resourceVersion it was decided on, fail with a
+//! conflict: a wasted request, a warning and a backoff. So the loop remembers each object as its
+//! own write returned it and decides on the newer of the two.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::{Resource, ResourceExt};
+
+/// One kind's objects as this process last wrote them, by namespace and name.
+pub struct Written<K> {
+    objects: Mutex<HashMap<(String, String), Arc<K>>>,
+}
+
+impl<K> Default for Written<K> {
+    fn default() -> Self {
+        Written {
+            objects: Mutex::default(),
+        }
+    }
+}
+
+fn key<K: Resource>(obj: &K) -> (String, String) {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// resourceVersions are etcd revisions: compared as numbers; anything else is no revision.
+fn revision<K: Resource>(obj: &K) -> Option<u64> {
+    obj.meta().resource_version.as_deref()?.parse().ok()
+}
+
+impl<K: Resource + Clone> Written<K> {
+    pub fn remember(&self, written: &K) {
+        self.lock().insert(key(written), Arc::new(written.clone()));
+    }
+
+    /// The newer of the cached object and the one this process last wrote. The cache wins, and
+    /// the written copy is forgotten, once it is as new, when it is another object of the same
+    /// name (a new uid), or when either revision is not a number.
+    pub fn latest(&self, cached: Arc<K>) -> Arc<K> {
+        let mut objects = self.lock();
+        let k = key(cached.as_ref());
+        let Some(written) = objects.get(&k) else {
+            return cached;
+        };
+        match (revision(cached.as_ref()), revision(written.as_ref())) {
+            (Some(c), Some(w)) if w > c && written.meta().uid == cached.meta().uid => {
+                written.clone()
+            }
+            _ => {
+                objects.remove(&k);
+                cached
+            }
+        }
+    }
+
+    /// Forgets the object (it is gone).
+    pub fn forget(&self, obj: &K) {
+        self.lock().remove(&key(obj));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<K>>> {
+        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn object(uid: &str, rv: &str) -> ConfigMap {
+        let mut o = ConfigMap::default();
+        o.metadata.name = Some("o".into());
+        o.metadata.namespace = Some("ns".into());
+        o.metadata.uid = Some(uid.into());
+        o.metadata.resource_version = Some(rv.into());
+        o
+    }
+
+    fn rv(o: &ConfigMap) -> &str {
+        o.metadata.resource_version.as_deref().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_newer_object_wins_until_the_cache_catches_up() {
+        let w = Written::default();
+        w.remember(&object("u", "11"));
+        assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "11");
+        assert_eq!(rv(&w.latest(Arc::new(object("u", "12")))), "12");
+        // Forgotten once the cache moved past it.
+        assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "10");
+    }
+
+    #[test]
+    fn another_object_of_the_same_name_or_no_revision_is_believed() {
+        let w = Written::default();
+        w.remember(&object("u", "11"));
+        assert_eq!(rv(&w.latest(Arc::new(object("other", "10")))), "10");
+        w.remember(&object("u", "11"));
+        assert_eq!(rv(&w.latest(Arc::new(object("u", "x")))), "x");
+        w.remember(&object("u", "11"));
+        w.forget(&object("u", "11"));
+        assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "10");
+    }
+}
