@@ -14,7 +14,7 @@
 //! `SLIPWAY_BENCH_CHURN_RATE` (50) node label patches per second change a label no Plan reads.
 //! It prints the controller's CPU seconds and reconciles per minute during that window.
 //!
-//! Modes `idle` and `restart`: see [`quiet`].
+//! Modes `idle` and `restart`: see [`quiet`]; mode `fleet` (every operation at once): see [`fleet`].
 //!
 //! With `SLIPWAY_BENCH_SUC=<path>` (a system-upgrade-controller binary), the rollout mode also
 //! runs SUC on the same nodes and prints its line.
@@ -42,7 +42,10 @@ const SA: &str = "system-upgrade";
 const IDEAL_LABEL: &str = "bench.slipway.dev/ideal";
 const CHURN_LABEL: &str = "bench.slipway.dev/churn";
 const GROUP_LABEL: &str = "bench.slipway.dev/group";
+const POOL_LABEL: &str = "bench.slipway.dev/pool";
 
+#[path = "rollout/fleet.rs"]
+mod fleet;
 #[path = "rollout/quiet.rs"]
 mod quiet;
 
@@ -52,6 +55,7 @@ enum Mode {
     Churn,
     Idle,
     Restart,
+    Fleet,
 }
 
 struct Options {
@@ -62,6 +66,7 @@ struct Options {
     churn_secs: u64,
     churn_rate: u64,
     idle_secs: u64,
+    quiet_secs: u64,
     suc: Option<PathBuf>,
 }
 
@@ -80,8 +85,11 @@ impl Options {
             Ok("churn") => Mode::Churn,
             Ok("idle") => Mode::Idle,
             Ok("restart") => Mode::Restart,
+            Ok("fleet") => Mode::Fleet,
             Ok("rollout") | Err(_) => Mode::Rollout,
-            Ok(other) => bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, idle or restart"),
+            Ok(other) => {
+                bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, fleet, idle or restart")
+            }
         };
         let default_nodes = if mode == Mode::Rollout { 1000 } else { 5000 };
         Ok(Options {
@@ -89,9 +97,13 @@ impl Options {
             nodes: env_or("SLIPWAY_BENCH_NODES", default_nodes)?,
             concurrency: env_or("SLIPWAY_BENCH_CONCURRENCY", 100)?,
             plans: env_or("SLIPWAY_BENCH_PLANS", 50)?,
-            churn_secs: env_or("SLIPWAY_BENCH_CHURN_SECS", 120)?,
+            churn_secs: env_or(
+                "SLIPWAY_BENCH_CHURN_SECS",
+                if mode == Mode::Fleet { 240 } else { 120 },
+            )?,
             churn_rate: env_or("SLIPWAY_BENCH_CHURN_RATE", 50)?,
             idle_secs: env_or("SLIPWAY_BENCH_IDLE_SECS", 600)?,
+            quiet_secs: env_or("SLIPWAY_BENCH_QUIET_SECS", 60)?,
             suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
         })
     }
@@ -231,8 +243,32 @@ fn writes(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
     requests(audit_log, jti, true)
 }
 
+/// Reads (get, list, watch) by `resource verb`, from the audit log, for one token.
+fn reads(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
+    let mut all = requests(audit_log, jti, false)?;
+    let writes = requests(audit_log, jti, true)?;
+    all.retain(|k, _| !writes.contains_key(k));
+    Ok(all)
+}
+
 /// Requests (or only writes) by `resource verb`, from the audit log, for one token.
 fn requests(audit_log: &Path, jti: &str, only_writes: bool) -> Result<BTreeMap<String, usize>> {
+    requests_where(audit_log, jti, |verb, _| {
+        !only_writes || ["create", "update", "patch", "delete"].contains(&verb)
+    })
+}
+
+/// Requests refused with 409 (a conflict, or already there) by `resource verb`, for one token.
+fn conflicts(audit_log: &Path, jti: &str) -> Result<BTreeMap<String, usize>> {
+    requests_where(audit_log, jti, |_, ev| ev["responseStatus"]["code"] == 409)
+}
+
+/// Requests by `resource verb` that `keep` (given the verb and the audit event) keeps.
+fn requests_where(
+    audit_log: &Path,
+    jti: &str,
+    keep: impl Fn(&str, &Value) -> bool,
+) -> Result<BTreeMap<String, usize>> {
     let text = std::fs::read_to_string(audit_log).context("the audit log")?;
     let credential = format!("JTI={jti}");
     let mut counts = BTreeMap::new();
@@ -251,8 +287,7 @@ fn requests(audit_log: &Path, jti: &str, only_writes: bool) -> Result<BTreeMap<S
             .as_array()
             .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(credential.as_str())));
         let verb = ev["verb"].as_str().unwrap_or_default();
-        let write = ["create", "update", "patch", "delete"].contains(&verb);
-        if !ours || (only_writes && !write) {
+        if !ours || !keep(verb, &ev) {
             continue;
         }
         let obj = &ev["objectRef"];
@@ -331,6 +366,10 @@ struct Line {
     rss_mib: Option<f64>,
     cpu_seconds: Option<f64>,
     writes: BTreeMap<String, usize>,
+    /// Reads (get, list, watch) by resource and verb.
+    reads: BTreeMap<String, usize>,
+    /// Reconciles per kind and p50/p99 latency, where the controller serves metrics.
+    reconciles: Option<String>,
 }
 
 /// Writes that scale with nodes (Jobs, pods, nodes, the Plan's status); Events, the Lease and the
@@ -353,27 +392,37 @@ fn print_lines(lines: &[Line], nodes: usize, concurrency: usize) {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:>8} {:>8} {:>10} {:>7} {:>7} {:>9}  writes by resource and verb",
-        "controller", "seconds", "max Jobs", "peak RSS", "CPU s", "writes", "per node"
+        "{:<10} {:>8} {:>8} {:>10} {:>7} {:>9} {:>7} {:>9}  writes by resource and verb",
+        "controller", "seconds", "max Jobs", "peak RSS", "CPU s", "CPU ms/n", "writes", "per node"
     );
+    let per_node = |v: f64| v / nodes.max(1) as f64;
     for l in lines {
         let total: usize = l.writes.values().sum();
         let detail: Vec<String> = l.writes.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!(
-            "{:<10} {:>8.1} {:>8} {:>10} {:>7} {:>7} {:>9.2}  {}",
+            "{:<10} {:>8.1} {:>8} {:>10} {:>7} {:>9} {:>7} {:>9.2}  {}",
             l.who,
             l.seconds,
             l.max_active,
             l.rss_mib.map_or("-".into(), |m| format!("{m:.1} MiB")),
             l.cpu_seconds.map_or("-".into(), |c| format!("{c:.1}")),
+            l.cpu_seconds
+                .map_or("-".into(), |c| format!("{:.2}", per_node(c * 1000.0))),
             total,
-            per_node_writes(&l.writes) as f64 / nodes.max(1) as f64,
+            per_node(per_node_writes(&l.writes) as f64),
             detail.join(", ")
         );
     }
     println!(
         "(per node: writes to Jobs, pods, nodes and Plan status; Events, Lease and CRD writes apart)"
     );
+    for l in lines {
+        let detail: Vec<String> = l.reads.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("{} reads: {}", l.who, detail.join(", "));
+        if let Some(r) = &l.reconciles {
+            println!("{} {r}", l.who);
+        }
+    }
 }
 
 /// The floor: one Job per node, `concurrency` in flight, the node labelled when its Job completes.
@@ -592,9 +641,16 @@ async fn controller_run(
     let (who, program, args, plan_name) = (c.who, c.program, c.args, c.plan_name);
     let (kubeconfig, jti) = cluster.service_account(who)?;
     let env = controller_env(&kubeconfig)?;
+    // slipway serves its metrics on a free port, to read its reconciles at the end.
+    let port = (who == "slipway").then(quiet::free_port).transpose()?;
+    let addr = port.map(|p| format!("127.0.0.1:{p}"));
+    let args: Vec<&str> = match &addr {
+        Some(addr) => vec!["run", "--metrics-addr", addr],
+        None => args.to_vec(),
+    };
     let process = Process::start(
         program,
-        args,
+        &args,
         &env,
         cluster.dir().join(format!("{who}.log")),
     )?;
@@ -618,6 +674,10 @@ async fn controller_run(
     refresh_done(admin, &label, seen, wanted).await?;
     wait_done(seen, opts.nodes, who).await?;
     let seconds = started.elapsed().as_secs_f64();
+    let reconciles = match port {
+        Some(port) => Some(quiet::reconcile_line(port).await),
+        None => None,
+    };
     let line = Line {
         who: who.to_string(),
         seconds,
@@ -625,6 +685,8 @@ async fn controller_run(
         rss_mib: process.peak_rss_mib(),
         cpu_seconds: process.cpu_seconds(),
         writes: BTreeMap::new(),
+        reads: BTreeMap::new(),
+        reconciles,
     };
     drop(process);
     eprintln!(
@@ -633,8 +695,10 @@ async fn controller_run(
     );
     plans.delete(plan_name, &DeleteParams::default()).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let audit = cluster.dir().join("logs/audit.log");
     Ok(Line {
-        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
+        writes: writes(&audit, &jti)?,
+        reads: reads(&audit, &jti)?,
         ..line
     })
 }
@@ -696,6 +760,8 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
         rss_mib: None,
         cpu_seconds: None,
         writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
+        reads: reads(&cluster.dir().join("logs/audit.log"), &jti)?,
+        reconciles: None,
     });
     watch.abort();
     cluster.kubectl(&[
@@ -737,8 +803,9 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
 }
 
 /// The node labels that make every churn Plan done already: each node is in one group, selected
-/// by one Plan, and carries that Plan's hash.
-async fn prepare_churn(admin: &Client, opts: &Options) -> Result<Vec<String>> {
+/// by one Plan, and carries that Plan's hash. With `pools` > 0, each node is also in one of that
+/// many pools of consecutive nodes ([`POOL_LABEL`]).
+async fn prepare_churn(admin: &Client, opts: &Options, pools: usize) -> Result<Vec<String>> {
     let plans = Api::<Plan>::namespaced(admin.clone(), NS);
     let mut hashes = Vec::new();
     for g in 0..opts.plans {
@@ -763,10 +830,14 @@ async fn prepare_churn(admin: &Client, opts: &Options) -> Result<Vec<String>> {
     futures::stream::iter(nodes.iter().enumerate())
         .map(|(i, n)| {
             let (plan, hash) = &hashes[i % hashes.len()];
-            let patch = json!({"metadata": {"labels": {
+            let mut labels = json!({
                 GROUP_LABEL: (i % hashes.len()).to_string(),
                 format!("plan.upgrade.cattle.io/{plan}"): hash,
-            }}});
+            });
+            if pools > 0 {
+                labels[POOL_LABEL] = json!((i * pools / nodes.len()).to_string());
+            }
+            let patch = json!({"metadata": {"labels": labels}});
             let api = node_api.clone();
             async move {
                 api.patch(n, &PatchParams::default(), &Patch::Merge(&patch))
@@ -793,7 +864,7 @@ async fn scrape(port: u16) -> Result<String> {
 }
 
 async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
-    let nodes = prepare_churn(admin, opts).await?;
+    let nodes = prepare_churn(admin, opts, 0).await?;
     let (kubeconfig, _) = cluster.service_account("slipway-churn")?;
     let port = quiet::free_port()?;
     let addr = format!("127.0.0.1:{port}");
@@ -877,5 +948,6 @@ async fn main() -> Result<()> {
         Mode::Churn => churn(&cluster, &admin, &opts).await,
         Mode::Idle => quiet::idle(&cluster, &admin, &opts).await,
         Mode::Restart => quiet::restart(&cluster, &admin, &opts).await,
+        Mode::Fleet => fleet::fleet(&cluster, &admin, &opts).await,
     }
 }

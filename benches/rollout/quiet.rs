@@ -30,7 +30,7 @@ pub(super) fn free_port() -> Result<u16> {
 }
 
 /// The samples of the metric family `name` (no suffix), with their labels as written.
-fn samples<'a>(metrics: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+pub(super) fn samples<'a>(metrics: &'a str, name: &str) -> Vec<(&'a str, f64)> {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -98,7 +98,7 @@ fn latency_quantile(metrics: &str, q: f64) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn scrape(port: u16) -> Option<String> {
+pub(super) async fn scrape(port: u16) -> Option<String> {
     let out = std::process::Command::new("curl")
         .args(["-fsS", &format!("http://127.0.0.1:{port}/metrics")])
         .output()
@@ -132,7 +132,7 @@ pub(super) async fn settled(admin: &Client, plans: usize) -> Result<()> {
     bail!("the Plans did not all complete")
 }
 
-fn vm_rss_mib(process: &Process) -> Option<f64> {
+pub(super) fn vm_rss_mib(process: &Process) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", process.child.id())).ok()?;
     let kib: f64 = status
         .lines()
@@ -145,11 +145,11 @@ fn vm_rss_mib(process: &Process) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-fn mib(v: Option<f64>) -> String {
+pub(super) fn mib(v: Option<f64>) -> String {
     v.map_or("-".into(), |m| format!("{m:.1} MiB"))
 }
 
-fn joined<V: std::fmt::Display>(m: &BTreeMap<String, V>) -> String {
+pub(super) fn joined<V: std::fmt::Display>(m: &BTreeMap<String, V>) -> String {
     let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
     match parts.is_empty() {
         true => "none".into(),
@@ -171,7 +171,7 @@ fn start(cluster: &LocalCluster, who: &str, port: u16) -> Result<(Process, Strin
 }
 
 pub(super) async fn idle(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
-    prepare_churn(admin, opts).await?;
+    prepare_churn(admin, opts, 0).await?;
     let port = free_port()?;
     let (process, jti) = start(cluster, "slipway-idle", port)?;
     settled(admin, opts.plans).await?;
@@ -225,7 +225,7 @@ pub(super) async fn idle(cluster: &LocalCluster, admin: &Client, opts: &Options)
 }
 
 pub(super) async fn restart(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
-    prepare_churn(admin, opts).await?;
+    prepare_churn(admin, opts, 0).await?;
     println!(
         "\nrestart: {} nodes, {} Plans (all done), on {} cores",
         opts.nodes,
