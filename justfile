@@ -71,7 +71,9 @@ compat:
 # Benchmark on a local cluster: MODE=rollout (slipway against an ideal controller, NODES=1000,
 # CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates),
 # MODE=idle (the same fleet with nothing to do for SLIPWAY_BENCH_IDLE_SECS, 600) or MODE=restart
-# (the controller started, SIGKILLed and started again: time to its first decision).
+# (the controller started, SIGKILLed and started again: time to its first decision) or MODE=fleet
+# (NODES=5000 with every operation at once: RebootPolicies, NodeMaintenances held by PDBs, reboot
+# requests, node churn with deletes; SLIPWAY_BENCH_CHURN_SECS, 240).
 # SLIPWAY_CLUSTER_KCM_FLAGS passes flags to the cluster's controller-manager ("--kube-api-qps=100").
 # MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
 # comma-separated list of sizes instead), no cluster.
