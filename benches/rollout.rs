@@ -566,7 +566,9 @@ fn controller_env(kubeconfig: &Path) -> Result<BTreeMap<String, String>> {
         kubeconfig.display().to_string(),
     );
     env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
-    env.insert("RUST_LOG".into(), "warn".into());
+    // SLIPWAY_BENCH_LOG: the controller's RUST_LOG (to see what triggers its reconciles).
+    let log = std::env::var("SLIPWAY_BENCH_LOG").unwrap_or_else(|_| "warn".into());
+    env.insert("RUST_LOG".into(), log);
     Ok(env)
 }
 

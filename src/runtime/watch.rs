@@ -13,7 +13,7 @@ use kube::api::{WatchEvent, WatchParams};
 use kube::runtime::watcher::InitialListStrategy;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::ReadyFuture;
 use crate::node::NodeInfo;
@@ -126,6 +126,10 @@ pub async fn apply_node_events(
                 continue;
             }
         };
+        let node = match &event {
+            watcher::Event::Apply(n) | watcher::Event::Delete(n) => n.metadata.name.clone(),
+            _ => None,
+        };
         let concerned = {
             let mut index = index.write().unwrap_or_else(|e| e.into_inner());
             match event {
@@ -144,6 +148,14 @@ pub async fn apply_node_events(
                 watcher::Event::InitDone => index.relist_done(),
             }
         };
+        if !concerned.is_empty() {
+            // What a node change wakes, for whoever wonders why a kind reconciles so often.
+            debug!(
+                node = node.as_deref().unwrap_or("(list)"),
+                ?concerned,
+                "node change"
+            );
+        }
         triggers.send(concerned);
     }
 }
