@@ -374,3 +374,22 @@ async fn a_success_in_between_starts_the_count_again() {
         "one failure in a row"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_sooner_than_a_second_after_the_last_reconcile_waits_for_the_second_to_end() {
+    let api = cluster(Start);
+    let driver = Driver::new(Arc::new(operation(&api)));
+    let nm = maintenance(Start);
+    let mut other = maintenance(Start);
+    other.metadata.name = Some("other".into());
+    assert_eq!(driver.too_soon(&nm), None, "the first reconcile runs");
+    tokio::time::advance(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        driver.too_soon(&nm),
+        Some(std::time::Duration::from_millis(700))
+    );
+    assert_eq!(driver.too_soon(&other), None, "another object is not held back");
+    tokio::time::advance(std::time::Duration::from_millis(700)).await;
+    assert_eq!(driver.too_soon(&nm), None, "the interval is over");
+    assert!(driver.too_soon(&nm).is_some(), "and a new one starts");
+}
