@@ -9,6 +9,7 @@ pub mod duration;
 pub mod labels;
 pub mod naming;
 pub mod phase;
+pub mod schedule;
 pub mod selector;
 pub mod window;
 
@@ -22,4 +23,9 @@ pub type Extra = BTreeMap<String, serde_json::Value>;
 /// Formats a time as SUC does (RFC 3339, whole seconds, UTC).
 pub fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// How long from `now` until `then` (zero when it has passed).
+pub fn until(now: Timestamp, then: Timestamp) -> std::time::Duration {
+    std::time::Duration::try_from(then.duration_since(now)).unwrap_or_default()
 }
