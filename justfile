@@ -24,6 +24,8 @@ crd:
     cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
     cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
+    cargo run --locked --quiet -- crd disruptionbudgets > crds/disruptionbudgets.slipway.dev.yaml
+    cp crds/disruptionbudgets.slipway.dev.yaml deploy/disruptionbudgets.slipway.dev.yaml
     just chart-files release-manifest
 
 # Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads

@@ -14,6 +14,7 @@
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
 //! means linear. Nothing here asserts a time: it measures and prints.
 
+use slipway::node::budget::Budget;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -142,9 +143,10 @@ fn decide(
             channel: None,
             controller_name: "system-upgrade-controller",
             job_config: &config,
-            held: &BTreeMap::new(),
+            budget: &Budget::unlimited(),
             shared: &BTreeSet::new(),
             checks: &[],
+            stages: Some(&[]),
             templates: Some(memo),
         },
         now(),
@@ -294,6 +296,7 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
                 nodes: &views,
                 alerts: None,
                 checks: None,
+                budget: &Budget::unlimited(),
             },
             now(),
         ));

@@ -36,7 +36,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
-    /// nodemaintenances.nodemaintenance.medik8s.io or rebootpolicies.slipway.dev.
+    /// nodemaintenances.nodemaintenance.medik8s.io, rebootpolicies.slipway.dev or
+    /// disruptionbudgets.slipway.dev.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
@@ -82,6 +83,7 @@ enum CrdResource {
     Plans,
     Nodemaintenances,
     Rebootpolicies,
+    Disruptionbudgets,
 }
 
 #[derive(clap::Args)]
@@ -163,6 +165,11 @@ struct RunArgs {
     /// Plans and NodeMaintenances. Do not enable it where kured or FLUO's operator runs.
     #[arg(long, env = "SLIPWAY_REBOOT_POLICIES", default_value_t = false, action = clap::ArgAction::Set)]
     reboot_policies: bool,
+    /// Read DisruptionBudgets (slipway.dev, cluster-wide): every operation asks the budgets that
+    /// select a node before it starts one, and each budget's status keeps the ledger of who holds
+    /// its nodes. Off, the process needs neither their CRD nor the right to read them.
+    #[arg(long, env = "SLIPWAY_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    disruption_budgets: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -284,6 +291,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 ..Default::default()
             }),
         reboot_policies: args.reboot_policies,
+        disruption_budgets: args.disruption_budgets,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -520,6 +528,7 @@ fn crd(args: &CrdArgs) -> anyhow::Result<String> {
         CrdResource::Plans => slipway::plan::api::crd::plan_crd(),
         CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd(),
         CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd(),
+        CrdResource::Disruptionbudgets => slipway::node::budget::api::disruption_budget_crd(),
     };
     // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
     Ok(match args.output {

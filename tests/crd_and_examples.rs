@@ -22,16 +22,28 @@ fn slipway(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Every CRD of `crds/`, with the `slipway crd` argument that prints it.
+const CRDS: [(&str, &str); 4] = [
+    ("plans.upgrade.cattle.io", "plans"),
+    ("nodemaintenances.nodemaintenance.medik8s.io", "nodemaintenances"),
+    ("rebootpolicies.slipway.dev", "rebootpolicies"),
+    ("disruptionbudgets.slipway.dev", "disruptionbudgets"),
+];
+
 #[test]
-fn committed_crd_is_what_slipway_crd_prints() {
-    let committed = std::fs::read_to_string(repo().join("crds/plans.upgrade.cattle.io.yaml"))
-        .expect("read committed CRD");
-    let (ok, printed, stderr) = slipway(&["crd"]);
-    assert!(ok, "slipway crd failed: {stderr}");
-    assert!(
-        committed == printed,
-        "crds/plans.upgrade.cattle.io.yaml is stale: run `just crd` and commit the result"
-    );
+fn every_committed_crd_is_what_slipway_crd_prints() {
+    for (name, arg) in CRDS {
+        let path = format!("crds/{name}.yaml");
+        let committed = std::fs::read_to_string(repo().join(&path)).expect("read committed CRD");
+        let (ok, printed, stderr) = slipway(&["crd", arg]);
+        assert!(ok, "slipway crd {arg} failed: {stderr}");
+        assert!(
+            committed == printed,
+            "{path} is stale: run `just crd` and commit the result"
+        );
+    }
+    let (ok, printed, _) = slipway(&["crd"]);
+    assert!(ok && printed.contains("name: plans.upgrade.cattle.io"), "the default");
 }
 
 #[test]
@@ -245,30 +257,6 @@ fn every_subcommand_has_help() {
         assert!(ok, "{sub:?}: {err}");
         assert!(out.contains("Usage"), "{sub:?}: {out}");
     }
-}
-
-#[test]
-fn committed_maintenance_crd_is_what_slipway_crd_prints() {
-    let path = "crds/nodemaintenances.nodemaintenance.medik8s.io.yaml";
-    let committed = std::fs::read_to_string(repo().join(path)).expect("read committed CRD");
-    let (ok, printed, stderr) = slipway(&["crd", "nodemaintenances"]);
-    assert!(ok, "slipway crd nodemaintenances failed: {stderr}");
-    assert!(
-        committed == printed,
-        "{path} is stale: run `just crd` and commit the result"
-    );
-}
-
-#[test]
-fn committed_reboot_policy_crd_is_what_slipway_crd_prints() {
-    let path = "crds/rebootpolicies.slipway.dev.yaml";
-    let committed = std::fs::read_to_string(repo().join(path)).expect("read committed CRD");
-    let (ok, printed, stderr) = slipway(&["crd", "rebootpolicies"]);
-    assert!(ok, "slipway crd rebootpolicies failed: {stderr}");
-    assert!(
-        committed == printed,
-        "{path} is stale: run `just crd` and commit the result"
-    );
 }
 
 #[test]

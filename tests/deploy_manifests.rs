@@ -255,6 +255,19 @@ fn kustomize_builds_it_and_an_overlay_can_move_it_to_another_namespace() {
 }
 
 #[test]
+fn the_base_carries_the_committed_disruption_budget_crd_and_its_rights() {
+    let name = "disruptionbudgets.slipway.dev.yaml";
+    assert!(
+        read(&format!("deploy/{name}")) == read(&format!("crds/{name}")),
+        "deploy/{name} differs from crds/{name}: run `just crd`"
+    );
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(base.contains("name: disruptionbudgets.slipway.dev"));
+    assert!(base.contains("resources:\n  - disruptionbudgets/status"), "{base}");
+    assert!(!base.contains("SLIPWAY_DISRUPTION_BUDGETS"), "on by default");
+}
+
+#[test]
 fn the_maintenance_component_carries_the_committed_crd() {
     let name = "nodemaintenances.nodemaintenance.medik8s.io.yaml";
     assert!(
@@ -303,7 +316,8 @@ fn an_overlay_with_the_maintenance_component_enables_it_with_its_rights() {
         !base.contains("SLIPWAY_MAINTENANCE"),
         "Plans alone do not change"
     );
-    assert!(!base.contains("nodemaintenance"));
+    assert!(!base.contains("name: nodemaintenances.nodemaintenance.medik8s.io"));
+    assert!(!base.contains("resources:\n  - nodemaintenances"));
 }
 
 #[test]
@@ -397,12 +411,14 @@ fn the_release_manifest_is_deploy_built() {
         header == want_header && objects == want,
         "dist/slipway.yaml is out of date with deploy/: run `just release-manifest` and commit it"
     );
+    let crds: Vec<&serde_json::Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .map(|o| &o["metadata"]["name"])
+        .collect();
     assert_eq!(
-        objects
-            .iter()
-            .filter(|o| o["kind"] == "CustomResourceDefinition")
-            .count(),
-        1,
-        "the Plan CRD"
+        crds,
+        ["disruptionbudgets.slipway.dev", "plans.upgrade.cattle.io"],
+        "the Plan and DisruptionBudget CRDs"
     );
 }

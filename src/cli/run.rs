@@ -15,8 +15,8 @@ use slipway::plan::core::config::JobConfig;
 use slipway::plan::shell::PlanSettings;
 use slipway::runtime::health::Transition;
 use slipway::runtime::{
-    Chores, Error, HoldSources, Operations, Shared, cluster_id, install_crd, spawn_sync_watch,
-    watch,
+    Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd,
+    spawn_sync_watch, watch,
 };
 use slipway::{maintenance, plan, reboot_policy};
 
@@ -39,6 +39,8 @@ pub struct Settings {
     pub maintenance: Option<LeaseSettings>,
     /// Reconcile RebootPolicies (cluster-wide): reboot the nodes that ask for it.
     pub reboot_policies: bool,
+    /// Read DisruptionBudgets (cluster-wide) and keep their ledgers.
+    pub disruption_budgets: bool,
 }
 
 /// Node annotations the index keeps: the few small ones that decisions read.
@@ -46,6 +48,7 @@ fn kept_annotations() -> Vec<&'static str> {
     let mut kept = vec![
         slipway::node::cordon::CORDONED_BY,
         slipway::node::cordon::LEGACY_UPGRADE_CORDON,
+        slipway::node::budget::HOLD_ANNOTATION,
     ];
     kept.extend(reboot_policy::core::SIGNAL_ANNOTATIONS);
     kept
@@ -62,17 +65,20 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     }
     let nodes = Arc::new(RwLock::new(NodeIndex::new()));
     let triggers = Arc::new(watch::NodeTriggers::default());
-    let plans = plan::shell::watch(&client, &settings.namespace, &settings.name, &triggers);
-    let maintenances = settings
-        .maintenance
-        .is_some()
-        .then(|| maintenance::shell::watch(&client));
-    let policies = settings.reboot_policies.then(|| {
-        reboot_policy::shell::watch(&client, &settings.namespace, &settings.name, &triggers)
-    });
+    let Watches {
+        plans,
+        maintenances,
+        policies,
+        budgets,
+    } = watches(&client, &settings, &triggers);
     let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers.clone());
     let mut ready = plans.ready();
     ready.push(("node", watch::index_ready(nodes.clone())));
+    ready.extend(
+        budgets
+            .as_ref()
+            .map(|b| ("disruption budget", b.budgets.ready())),
+    );
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
     // The order in which the budget lets what survived a restart keep a node: a Plan's or a
     // policy's step under way finishes before a maintenance starts.
@@ -86,6 +92,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         nodes,
         sources,
         triggers,
+        budgets.as_ref().map(|b| b.budgets.clone()),
     ));
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     let shutdown = ops.shutdown.clone();
@@ -111,15 +118,39 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
         }
     };
+    let ledgers = async {
+        if let Some(b) = budgets {
+            budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
+        }
+    };
     let nodes = async {
         tokio::select! {
             _ = node_watch => warn!("the node watch stopped"),
             _ = shutdown.cancelled() => {}
         }
     };
-    let (plan, ..) = futures::join!(plan, nm, rp, nodes);
+    let (plan, ..) = futures::join!(plan, nm, rp, nodes, ledgers);
     info!("controller stopped");
     plan
+}
+
+/// The watches of the kinds the process runs (nothing runs until they are polled).
+struct Watches {
+    plans: plan::shell::PlanWatches,
+    maintenances: Option<maintenance::shell::MaintenanceWatches>,
+    policies: Option<reboot_policy::shell::PolicyWatches>,
+    budgets: Option<budget::BudgetWatch>,
+}
+
+fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers) -> Watches {
+    let (ns, name) = (&settings.namespace, &settings.name);
+    Watches {
+        plans: plan::shell::watch(client, ns, name, triggers),
+        maintenances: (settings.maintenance.is_some()).then(|| maintenance::shell::watch(client)),
+        policies: (settings.reboot_policies)
+            .then(|| reboot_policy::shell::watch(client, ns, name, triggers)),
+        budgets: settings.disruption_budgets.then(|| budget::watch(client)),
+    }
 }
 
 /// The chores every operation does through: the clients, the leader guard, the event recorder.
@@ -142,6 +173,10 @@ fn chores(client: &Client, settings: &Settings, ops: &Operations) -> Chores {
 /// The Plan CRD, and the CRDs of the operations this process runs.
 async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error> {
     install_crd(client, plan::api::crd::plan_crd()).await?;
+    if settings.disruption_budgets {
+        let crd = slipway::node::budget::api::disruption_budget_crd();
+        install_crd(client, crd).await?;
+    }
     if settings.maintenance.is_some() {
         install_crd(client, maintenance::api::maintenance_crd()).await?;
     }

@@ -4,7 +4,7 @@
 //! answers come back as the next decision's input. The runtime's one reconcile loop does the rest.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, future};
@@ -27,6 +27,8 @@ use crate::maintenance::core::{
     self as core, DRAIN_TAINT_KEY, EXCLUDE_LABEL, EXCLUDED_BY, EvictionRound, LeaseSettings,
     LeaseView, MaintenanceDecision, MaintenanceEffect, MaintenanceInput, NodeFacts, Stage,
 };
+use crate::node::NodeInfo;
+use crate::node::budget::{Budget, HOLD_ANNOTATION, Refusal};
 use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{DrainOptions, PodsView};
 use crate::node::holders::{Hold, Holder};
@@ -231,14 +233,20 @@ impl Operation for MaintenanceOperation {
         &self,
         nm: &NodeMaintenance,
         o: &Observed,
-        held: &BTreeMap<String, Holder>,
+        budget: &Budget,
         now: Timestamp,
     ) -> MaintenanceDecision {
+        // Who holds the node is `held_by`; the budgets' other refusals come apart.
+        let refusal = (o.node.as_ref())
+            .map(|n| NodeInfo::from_node_keeping(n, &[HOLD_ANNOTATION]))
+            .and_then(|info| budget.check(&info).err())
+            .filter(|r| !matches!(r, Refusal::Held(_)));
         core::decide(
             &MaintenanceInput {
                 maintenance: nm,
                 node: o.facts.as_ref(),
-                held_by: held.get(&nm.spec.node_name),
+                held_by: budget.holder_of(&nm.spec.node_name),
+                refusal: refusal.as_ref(),
                 lease: o.lease_view.clone(),
                 pods: o.pods.as_ref(),
                 evictions: o.evictions.as_ref(),

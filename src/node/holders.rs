@@ -36,6 +36,10 @@ pub enum Holder {
     /// A node tainted `medik8s.io/drain` by a maintenance slipway does not run (medik8s
     /// node-maintenance-operator, or a slipway of another namespace).
     MaintenanceTaint,
+    /// A node a person or another controller holds with the `slipway.dev/hold` annotation.
+    Hold {
+        by: String,
+    },
 }
 
 impl Holder {
@@ -56,6 +60,7 @@ impl Holder {
             Holder::Maintenance { name } => format!("nodemaintenance/{name}"),
             Holder::Reboot { policy } => format!("rebootpolicy/{policy}"),
             Holder::MaintenanceTaint => "medik8s.io/drain".to_string(),
+            Holder::Hold { by } => format!("hold/{by}"),
         }
     }
 
@@ -73,6 +78,7 @@ impl Holder {
             ("rebootpolicy", policy, None) => Some(Holder::Reboot {
                 policy: policy.to_string(),
             }),
+            ("hold", by, None) => Some(Holder::Hold { by: by.to_string() }),
             _ => None,
         }
     }
@@ -85,6 +91,7 @@ impl fmt::Display for Holder {
             Holder::Maintenance { name } => write!(f, "nodemaintenance {name}"),
             Holder::Reboot { policy } => write!(f, "rebootpolicy {policy}"),
             Holder::MaintenanceTaint => write!(f, "a node maintenance (medik8s.io/drain taint)"),
+            Holder::Hold { by } => write!(f, "{by} (slipway.dev/hold annotation)"),
         }
     }
 }
@@ -133,6 +140,11 @@ impl NodeClaims {
         Ok(())
     }
 
+    /// Every node held in this process, with its holders.
+    pub fn all(&self) -> impl Iterator<Item = (&str, &BTreeSet<Holder>)> {
+        self.by_node.iter().map(|(n, h)| (n.as_str(), h))
+    }
+
     /// The nodes a holder that `which` picks holds.
     pub fn nodes_held_by(&self, mut which: impl FnMut(&Holder) -> bool) -> BTreeSet<String> {
         self.by_node
@@ -164,13 +176,15 @@ impl NodeClaims {
 /// A node's holders come in order: this process's claims first, then the objects' own records
 /// (`persisted`, in the order given: a kind lists its oldest first), then a maintenance taint
 /// (`tainted`: nodes carrying [`MAINTENANCE_TAINT`]), which counts only when no slipway
-/// maintenance holds the node. The first holder that does not share with `me` holds the node
-/// against it, unless `me` comes first: what an operation already holds stays its own.
+/// maintenance holds the node, then the `slipway.dev/hold` annotation (`annotated`: node and who
+/// holds it). The first holder that does not share with `me` holds the node against it, unless
+/// `me` comes first: what an operation already holds stays its own.
 pub fn held_against<'a>(
     me: &Holder,
     claims: &NodeClaims,
     persisted: impl IntoIterator<Item = &'a Hold>,
     tainted: impl IntoIterator<Item = &'a str>,
+    annotated: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> BTreeMap<String, Holder> {
     let mut order: BTreeMap<&str, Vec<&Holder>> = BTreeMap::new();
     for (node, holders) in &claims.by_node {
@@ -188,6 +202,13 @@ pub fn held_against<'a>(
         {
             holders.push(&taint);
         }
+    }
+    let annotated: Vec<(&str, Holder)> = annotated
+        .into_iter()
+        .map(|(node, by)| (node, Holder::Hold { by: by.to_string() }))
+        .collect();
+    for (node, holder) in &annotated {
+        order.entry(node).or_default().push(holder);
     }
     order
         .into_iter()
@@ -233,7 +254,7 @@ mod tests {
     }
 
     fn against(me: &Holder, c: &NodeClaims, persisted: &[Hold], tainted: &[&str]) -> Vec<String> {
-        held_against(me, c, persisted, tainted.iter().copied())
+        held_against(me, c, persisted, tainted.iter().copied(), [])
             .into_iter()
             .map(|(n, h)| format!("{n}:{}", h.key()))
             .collect()
@@ -340,6 +361,28 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_annotation_holds_the_node_against_every_operation() {
+        let c = NodeClaims::default();
+        let persisted = [hold("n2", plan("k3s"))];
+        let annotated = [("n1", "storage-team"), ("n2", "storage-team")];
+        let held = |me: &Holder| {
+            held_against(me, &c, &persisted, [], annotated)
+                .into_iter()
+                .map(|(n, h)| format!("{n}:{}", h.key()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            held(&nm("m")),
+            ["n1:hold/storage-team", "n2:plan/system-upgrade/k3s"]
+        );
+        assert_eq!(
+            held(&plan("k3s")),
+            ["n1:hold/storage-team"],
+            "a node the Plan holds already stays its own"
+        );
+    }
+
+    #[test]
     fn gone_holders_release_their_nodes() {
         let mut c = NodeClaims::default();
         c.set(&plan("gone"), &nodes(&["n1"])).ok();
@@ -353,7 +396,10 @@ mod tests {
     fn holders_say_what_they_are_and_read_back() {
         assert_eq!(plan("k3s").to_string(), "plan system-upgrade/k3s");
         assert_eq!(nm("disk").to_string(), "nodemaintenance disk");
-        for h in [plan("k3s"), nm("disk"), reboot("kured")] {
+        let hold = Holder::Hold {
+            by: "storage-team".into(),
+        };
+        for h in [plan("k3s"), nm("disk"), reboot("kured"), hold] {
             assert_eq!(Holder::from_key(&h.key()), Some(h));
         }
         assert_eq!(Holder::from_key("admin"), None);

@@ -74,6 +74,8 @@ pub struct NodeIndex {
     hostnames: HashMap<String, String>,
     /// Nodes carrying the maintenance taint.
     tainted: BTreeSet<String>,
+    /// Nodes held by the `slipway.dev/hold` annotation, with who holds each.
+    annotated: BTreeMap<String, String>,
     entries: BTreeMap<Holder, Entry>,
     /// Nodes seen since a (re-)list started; swapped in when it ends.
     relisting: Option<HashMap<String, Arc<NodeInfo>>>,
@@ -117,6 +119,18 @@ impl NodeIndex {
         self.tainted.iter().map(String::as_str)
     }
 
+    /// The nodes held by the `slipway.dev/hold` annotation, each with who holds it.
+    pub fn annotated(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.annotated
+            .iter()
+            .map(|(n, by)| (n.as_str(), by.as_str()))
+    }
+
+    /// Every object that asked for its candidates.
+    pub fn readers(&self) -> impl Iterator<Item = &Holder> {
+        self.entries.keys()
+    }
+
     /// A node was added or changed; returns the objects it concerns.
     pub fn apply(&mut self, node: NodeInfo) -> Vec<Holder> {
         let node = Arc::new(node);
@@ -126,6 +140,9 @@ impl NodeIndex {
             .insert(node.hostname().to_string(), node.name.clone());
         if node.in_maintenance {
             self.tainted.insert(node.name.clone());
+        }
+        if let Some(by) = node.held_by() {
+            self.annotated.insert(node.name.clone(), by.to_string());
         }
         self.concerned(old.as_deref(), Some(&node))
     }
@@ -143,6 +160,7 @@ impl NodeIndex {
                 self.hostnames.remove(old.hostname());
             }
             self.tainted.remove(&old.name);
+            self.annotated.remove(&old.name);
         }
     }
 

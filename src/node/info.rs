@@ -31,6 +31,16 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// Who holds the node by the `slipway.dev/hold` annotation (`<who>` or `<who>: <why>`).
+    pub fn held_by(&self) -> Option<&str> {
+        let value = self.annotations.get(super::budget::HOLD_ANNOTATION)?;
+        let who = value
+            .split_once(':')
+            .map_or(value.as_str(), |(who, _)| who)
+            .trim();
+        Some(if who.is_empty() { "someone" } else { who })
+    }
+
     pub fn from_node(node: &Node) -> Self {
         Self::from_node_keeping(node, &[])
     }

@@ -3,6 +3,7 @@
 //! drain, and the reboot hand-off with its reboot pod and health gate. The [`shell`] is the only
 //! part here that talks to the cluster.
 
+pub mod budget;
 pub mod change;
 pub mod cordon;
 pub mod drain;

@@ -5,6 +5,7 @@
 //! wires them onto it.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod budget;
 pub mod checks;
 pub mod chores;
 pub mod error;

@@ -6,7 +6,7 @@
 //! lock, the order of effects and status, the events, the metrics, the backoff after errors, and
 //! an event when a failure persists (so it reaches the object, not only the log).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,7 @@ use super::metrics::Kind;
 use super::shared::Shared;
 use super::written::Written;
 use crate::common::decision::{Decision, Effect, Event};
+use crate::node::budget::Budget;
 use crate::node::holders::Holder;
 
 /// One kind of node operation, as the runtime drives it.
@@ -62,13 +63,14 @@ pub trait Operation: Send + Sync + Sized + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Self::Observed, Error>> + Send;
 
-    /// The kind's pure core, given who else holds which node (`held`). An object being deleted
-    /// is decided on once more: its decision gives back what it holds.
+    /// The kind's pure core, given the budget: who else holds which node, and the
+    /// DisruptionBudgets that limit this object. An object being deleted is decided on once more:
+    /// its decision gives back what it holds.
     fn decide(
         &self,
         obj: &Self::Object,
         observed: &Self::Observed,
-        held: &BTreeMap<String, Holder>,
+        budget: &Budget,
         now: Timestamp,
     ) -> Decision<Self::Status, Self::Effect, Self::Report>;
 
@@ -225,6 +227,7 @@ where
     let shared = op.shared();
     shared.chores().leading()?;
     let obj = op.prepare(op.written().latest(obj)).await?;
+    shared.budgets_synced().await?;
     let me = op.holder(&obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
@@ -256,13 +259,13 @@ where
     let decided = shared.decide_and_claim(
         &me,
         deleting,
-        |held| op.decide(&obj, &observed, held, now),
+        |budget| op.decide(&obj, &observed, budget, now),
         |d| &d.holds,
     );
     let decision = match decided {
         Ok(d) => d,
-        Err((node, other)) => {
-            warn!(kind = %O::KIND, name = %obj.name_any(), "node {node} is held by {other}; deciding again");
+        Err((node, refusal)) => {
+            warn!(kind = %O::KIND, name = %obj.name_any(), "node {node} may not be taken ({refusal}); deciding again");
             return Ok(Action::requeue(CLAIM_RETRY));
         }
     };

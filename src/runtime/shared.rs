@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::budget::Budgets;
 use super::chores::Chores;
 use super::error::Error;
 use super::metrics::Metrics;
 use super::watch::NodeTriggers;
+use crate::node::budget::{Budget, Pool, PoolState, Refusal, reason_of};
 use crate::node::holders::{Hold, Holder, NodeClaims, held_against};
 use crate::node::index::NodeIndex;
 
@@ -41,6 +43,9 @@ pub struct Shared {
     sources: HoldSources,
     /// Wakes the objects that wait for a node another lets go of.
     triggers: Arc<NodeTriggers>,
+    /// The cluster's DisruptionBudgets; `None`: the process reads none (the budget is then only
+    /// who holds which node).
+    budgets: Option<Arc<Budgets>>,
 }
 
 /// How long after letting go of nodes their readers are woken: the status write that ends the
@@ -56,6 +61,7 @@ impl Shared {
         nodes: Arc<RwLock<NodeIndex>>,
         sources: HoldSources,
         triggers: Arc<NodeTriggers>,
+        budgets: Option<Arc<Budgets>>,
     ) -> Shared {
         Shared {
             chores,
@@ -65,6 +71,7 @@ impl Shared {
             claims: Mutex::default(),
             sources,
             triggers,
+            budgets,
         }
     }
 
@@ -100,29 +107,163 @@ impl Shared {
         Err(Error::CacheStopped("node"))
     }
 
+    /// Waits until the DisruptionBudgets have been listed: a decision made before would not know
+    /// what they allow.
+    pub async fn budgets_synced(&self) -> Result<(), Error> {
+        let Some(budgets) = &self.budgets else {
+            return Ok(());
+        };
+        match tokio::time::timeout(Duration::from_secs(60), budgets.ready()).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Error::CacheStopped("disruption budget")),
+        }
+    }
+
     /// Decides, and claims the nodes the decision holds, in one step of the process's one budget
     /// (under the claims' lock, so that no other operation takes a node in between). `decide`
-    /// gets the nodes `me` must not take, with who holds each. An object being deleted claims
-    /// nothing new (it lets go once its cleanup is done). `Err`: a node the decision holds is
-    /// held by another operation; nothing was claimed.
+    /// gets the [`Budget`]: the nodes `me` must not take, with who holds each, and the
+    /// DisruptionBudgets that limit it. The nodes the decision newly holds are checked against
+    /// that budget again here, whatever the kind's core did. An object being deleted claims nothing
+    /// new (it lets go once its cleanup is done). `Err`: a node the decision holds may not be
+    /// taken, and why; nothing was claimed.
     pub fn decide_and_claim<D>(
         &self,
         me: &Holder,
         deleting: bool,
-        decide: impl FnOnce(&BTreeMap<String, Holder>) -> D,
+        decide: impl FnOnce(&Budget) -> D,
         holds: impl FnOnce(&D) -> &BTreeSet<String>,
-    ) -> Result<D, (String, Holder)> {
+    ) -> Result<D, (String, Refusal)> {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let persisted = self.persisted_holds(Timestamp::now());
-        let held = {
+        let now = Timestamp::now();
+        let persisted = self.persisted_holds(now);
+        let budget = {
             let index = self.nodes();
-            held_against(me, &claims, &persisted, index.tainted())
+            let held = held_against(me, &claims, &persisted, index.tainted(), index.annotated());
+            let pools = self.measured(me, &index, &claims, &persisted, now);
+            match reason_of(me) {
+                Some(reason) if !pools.is_empty() => Budget::new(held, &pools, reason),
+                _ => Budget::holds_only(held),
+            }
         };
-        let decision = decide(&held);
-        if !deleting {
-            claims.set(me, holds(&decision))?;
+        let decision = decide(&budget);
+        if deleting {
+            return Ok(decision);
+        }
+        let wanted = holds(&decision);
+        let mine: BTreeSet<&str> = claims
+            .all()
+            .filter(|(_, hs)| hs.contains(me))
+            .map(|(n, _)| n)
+            .chain(
+                persisted
+                    .iter()
+                    .filter(|h| h.holder == *me)
+                    .map(|h| h.node.as_str()),
+            )
+            .collect();
+        let mut check = budget;
+        for node in mine.iter().filter(|n| !wanted.contains(**n)) {
+            check.release(node);
+        }
+        let index = self.nodes();
+        for node in wanted.iter().filter(|n| !mine.contains(n.as_str())) {
+            let info = index.get(node);
+            let taken = match &info {
+                Some(info) => check.take(info),
+                None => check
+                    .holder_of(node)
+                    .map_or(Ok(()), |h| Err(Refusal::Held(h.clone()))),
+            };
+            taken.map_err(|refusal| (node.clone(), refusal))?;
+        }
+        drop(index);
+        let changed =
+            mine.len() != wanted.len() || wanted.iter().any(|n| !mine.contains(n.as_str()));
+        claims
+            .set(me, wanted)
+            .map_err(|(node, holder)| (node, Refusal::Held(holder)))?;
+        if changed && let Some(b) = &self.budgets {
+            b.changed.notify_one();
         }
         Ok(decision)
+    }
+
+    /// The pools of every DisruptionBudget, measured now (for a decision or a ledger).
+    pub fn measure_pools(&self, pools: &[Arc<Pool>], now: Timestamp) -> Vec<PoolState> {
+        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let persisted = self.persisted_holds(now);
+        let index = self.nodes();
+        let held = all_held(&claims, &persisted, &index);
+        pools
+            .iter()
+            .map(|p| p.measure(index.all().map(AsRef::as_ref), &held, now))
+            .collect()
+    }
+
+    /// The pools of the budgets the process reads, as `me` decides on them (none without
+    /// budgets).
+    fn measured(
+        &self,
+        me: &Holder,
+        index: &NodeIndex,
+        claims: &NodeClaims,
+        persisted: &[Hold],
+        now: Timestamp,
+    ) -> Vec<PoolState> {
+        let Some(budgets) = &self.budgets else {
+            return Vec::new();
+        };
+        let pools = budgets.pools();
+        if pools.is_empty() {
+            return Vec::new();
+        }
+        let (mut others, mut mine) = (BTreeSet::new(), BTreeSet::new());
+        let claimed = claims
+            .all()
+            .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)));
+        let recorded = persisted.iter().map(|h| (h.node.as_str(), &h.holder));
+        for (node, holder) in claimed.chain(recorded) {
+            match holder == me {
+                true => mine.insert(node.to_string()),
+                false => others.insert(node.to_string()),
+            };
+        }
+        others.extend(index.tainted().map(str::to_string));
+        pools
+            .iter()
+            .map(|p| p.measure_for(index.all().map(AsRef::as_ref), &others, &mine, now))
+            .collect()
+    }
+
+    /// Every node a slipway operation holds, with its holders: this process's claims, the
+    /// objects' own records, and maintenance taints.
+    pub fn holders_by_node(&self) -> BTreeMap<String, Vec<Holder>> {
+        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let persisted = self.persisted_holds(Timestamp::now());
+        let index = self.nodes();
+        let mut by_node: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+        let mut add = |node: &str, holder: &Holder| {
+            let holders = by_node.entry(node.to_string()).or_default();
+            if !holders.contains(holder) {
+                holders.push(holder.clone());
+            }
+        };
+        for (node, holders) in claims.all() {
+            holders.iter().for_each(|h| add(node, h));
+        }
+        for hold in &persisted {
+            add(&hold.node, &hold.holder);
+        }
+        for node in index.tainted() {
+            add(node, &Holder::MaintenanceTaint);
+        }
+        by_node
+    }
+
+    /// Wakes every object that reads nodes: a budget changed.
+    pub fn wake_all(&self) {
+        let readers: Vec<Holder> = self.nodes().readers().cloned().collect();
+        self.triggers.send(readers);
     }
 
     /// The nodes another Plan than `me` holds in this process.
@@ -146,12 +287,23 @@ impl Shared {
     /// through the node watch; letting go of a node may change nothing on it.
     pub fn wake_readers(&self, me: &Holder, before: &BTreeSet<String>) {
         let now = self.claimed_by(me);
+        let released: Vec<&String> = before.difference(&now).collect();
+        if released.is_empty() {
+            return;
+        }
+        if let Some(b) = &self.budgets {
+            b.changed.notify_one();
+        }
         let readers: BTreeSet<Holder> = {
             let index = self.nodes();
-            before
-                .difference(&now)
-                .flat_map(|node| index.readers_of(node, me).cloned().collect::<Vec<_>>())
-                .collect()
+            match self.budgets.as_ref().is_some_and(|b| b.any()) {
+                // The room a node leaves in its pools may be what any other object waits for.
+                true => index.readers().filter(|h| *h != me).cloned().collect(),
+                false => released
+                    .iter()
+                    .flat_map(|node| index.readers_of(node, me).cloned().collect::<Vec<_>>())
+                    .collect(),
+            }
         };
         if readers.is_empty() {
             return;
@@ -189,6 +341,16 @@ impl Shared {
             .retain_holders(exists);
         self.nodes_mut().retain(exists);
     }
+}
+
+/// Every node a slipway operation or a maintenance taint holds.
+fn all_held(claims: &NodeClaims, persisted: &[Hold], index: &NodeIndex) -> BTreeSet<String> {
+    claims
+        .all()
+        .map(|(n, _)| n.to_string())
+        .chain(persisted.iter().map(|h| h.node.clone()))
+        .chain(index.tainted().map(str::to_string))
+        .collect()
 }
 
 #[cfg(test)]
@@ -245,6 +407,7 @@ mod tests {
             index,
             sources,
             triggers,
+            None,
         )
     }
 
@@ -264,7 +427,7 @@ mod tests {
 
     /// What a decision of `me` is told it must not take.
     fn held_against(shared: &Shared, me: &Holder) -> BTreeMap<String, Holder> {
-        let decided = |held: &BTreeMap<String, Holder>| (held.clone(), BTreeSet::new());
+        let decided = |budget: &Budget| (budget.held().clone(), BTreeSet::new());
         shared
             .decide_and_claim(me, false, decided, |(_, nothing)| nothing)
             .expect("claims nothing")

@@ -358,6 +358,7 @@ pub(crate) fn shared(client: &Client, nodes: Vec<NodeInfo>) -> Arc<Shared> {
         Arc::new(RwLock::new(node_index(nodes))),
         HoldSources::new(),
         Arc::default(),
+        None,
     ))
 }
 

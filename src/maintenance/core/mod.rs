@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::Taint;
 
 use crate::common::decision::{Decision, Effect, Event};
 use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{PodKey, PodsView};
@@ -81,6 +82,8 @@ pub struct MaintenanceInput<'a> {
     /// the same node (then this one is a duplicate), or another slipway operation in the middle of
     /// its step.
     pub held_by: Option<&'a Holder>,
+    /// Why the DisruptionBudgets do not let the node go now, if they do not.
+    pub refusal: Option<&'a Refusal>,
     pub lease: LeaseView,
     /// The node's pods; `None` when they were not listed (not draining).
     pub pods: Option<&'a PodsView>,
@@ -102,6 +105,11 @@ pub enum Stage {
     /// Another slipway operation holds the node; nothing was done to it yet.
     WaitingForNode {
         holder: String,
+    },
+    /// A DisruptionBudget does not let the node go now; nothing was done to it yet.
+    WaitingForBudget {
+        reason: &'static str,
+        message: String,
     },
     /// Another medik8s operator holds the node's Lease; nothing was done to it yet.
     LeaseHeld {
@@ -328,6 +336,13 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         return finish(input, step, old, now);
     }
     let started = node.cordoned_by.as_deref() == Some(me(nm).as_str()) || node.drain_taint;
+    if let (Some(refusal), None, false) = (input.refusal, input.held_by, started) {
+        step.stage = Stage::WaitingForBudget {
+            reason: refusal.reason(),
+            message: refusal.to_string(),
+        };
+        return finish(input, step, old, now);
+    }
     match (&input.lease, input.held_by) {
         (_, Some(holder)) if !started => {
             step.stage = Stage::WaitingForNode {

@@ -88,6 +88,11 @@ fn describe(
             "WaitingForNode",
             format!("waiting for {holder} to finish its step on node {node}"),
         ),
+        Stage::WaitingForBudget { reason, message } => (
+            MaintenancePhase::Running,
+            *reason,
+            format!("waiting to take node {node}: {message}"),
+        ),
         Stage::LeaseHeld { holder } => (
             MaintenancePhase::Running,
             "LeaseHeld",
@@ -148,7 +153,10 @@ fn stage_events(
 /// enough to keep its Lease.
 fn requeue(step: &Step) -> Option<Duration> {
     match (&step.stage, step.requeue_after) {
-        (Stage::WaitingForNode { .. } | Stage::LeaseHeld { .. }, _) => Some(WAIT_RECHECK),
+        (
+            Stage::WaitingForNode { .. } | Stage::WaitingForBudget { .. } | Stage::LeaseHeld { .. },
+            _,
+        ) => Some(WAIT_RECHECK),
         // Nothing else tells a maintenance that its node appeared.
         (Stage::NodeMissing, _) => Some(WAIT_RECHECK * 6),
         // Keep the Lease while the node is held.
@@ -305,7 +313,10 @@ fn set_condition(
 
 /// Reasons of `Drained=False` before the drain started.
 pub(super) fn is_waiting(reason: &str) -> bool {
-    matches!(reason, "WaitingForNode" | "LeaseHeld")
+    matches!(
+        reason,
+        "WaitingForNode" | "LeaseHeld" | "DisruptionBudget" | "Halted" | "DisruptionBudgetInvalid"
+    )
 }
 
 /// The phase gauge of a maintenance: its phase, since the last transition of its `Drained`

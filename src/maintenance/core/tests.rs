@@ -71,6 +71,7 @@ struct TestInput<'a> {
     node: Option<&'a NodeFacts>,
     duplicate_of: Option<&'a str>,
     busy: Option<&'a Holder>,
+    refusal: Option<&'a crate::node::budget::Refusal>,
     lease: LeaseView,
     pods: Option<&'a PodsView>,
     evictions: Option<&'a EvictionRound>,
@@ -88,6 +89,7 @@ fn input<'a>(
         node,
         duplicate_of: None,
         busy: None,
+        refusal: None,
         lease: LeaseView::Free,
         pods,
         evictions: None,
@@ -105,6 +107,7 @@ fn decide(i: &TestInput<'_>) -> Step {
         maintenance: i.maintenance,
         node: i.node,
         held_by: duplicate.as_ref().or(i.busy),
+        refusal: i.refusal,
         lease: i.lease.clone(),
         pods: i.pods,
         evictions: i.evictions,
@@ -579,6 +582,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             maintenance: i.maintenance,
             node: i.node,
             held_by: None,
+            refusal: None,
             lease: LeaseView::Free,
             pods: i.pods,
             evictions: None,
@@ -617,6 +621,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             maintenance: &m,
             node: Some(&t),
             held_by: None,
+            refusal: None,
             lease: LeaseView::Ours,
             pods: None,
             evictions: None,
@@ -676,4 +681,28 @@ fn the_phase_gauge_runs_from_the_start_of_the_drain_until_it_is_done() {
     let drained = phase(Some(&decide(&done).status)).expect("a phase");
     assert_eq!(drained.phase, "Succeeded");
     assert_eq!(drained.oldest_since, Some(t("2026-11-22T11:00:00Z")));
+}
+
+#[test]
+fn a_disruption_budget_without_room_keeps_a_new_maintenance_waiting_and_says_which() {
+    let nm = nm(true);
+    let n = node();
+    let refusal = crate::node::budget::Refusal::Full {
+        budget: "workers".into(),
+        max: 1,
+        unavailable: 1,
+        schedule: None,
+    };
+    let mut i = input(&nm, Some(&n), None);
+    i.refusal = Some(&refusal);
+    assert_eq!(decide(&i).status.phase, Some(MaintenancePhase::Running));
+    let step = decide(&i);
+    assert!(!step.hold_node && step.node.is_empty() && step.evict.is_empty());
+    let c = condition(&step);
+    assert_eq!(c.reason, "DisruptionBudget");
+    assert_eq!(
+        c.message,
+        "waiting to take node n1: disruptionbudget workers allows 1 unavailable node and 1 is"
+    );
+    assert_eq!(step.requeue_after, Some(WAIT_RECHECK));
 }

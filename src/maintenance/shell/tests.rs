@@ -388,7 +388,11 @@ async fn a_trigger_sooner_than_a_second_after_the_last_reconcile_waits_for_the_s
         driver.too_soon(&nm),
         Some(std::time::Duration::from_millis(700))
     );
-    assert_eq!(driver.too_soon(&other), None, "another object is not held back");
+    assert_eq!(
+        driver.too_soon(&other),
+        None,
+        "another object is not held back"
+    );
     tokio::time::advance(std::time::Duration::from_millis(700)).await;
     assert_eq!(driver.too_soon(&nm), None, "the interval is over");
     assert!(driver.too_soon(&nm).is_some(), "and a new one starts");

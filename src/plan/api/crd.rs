@@ -43,9 +43,32 @@ fn add_rules(root: &mut Value) {
         "spec.healthChecks",
     );
     hook_rules(root, &format!("{spec}/properties/hooks"));
+    promotion_rules(root, spec);
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");
     map_list(root, "/properties/status/properties/conditions", "type");
+}
+
+/// `after` names other Plans with positive soaks; `minVersionAge` is a positive duration.
+fn promotion_rules(root: &mut Value, spec: &str) {
+    positive_duration(
+        root,
+        &format!("{spec}/properties/minVersionAge"),
+        "spec.minVersionAge",
+    );
+    extend(root, &format!("{spec}/properties/after"), |s| {
+        s["maxItems"] = json!(16);
+    });
+    let item = format!("{spec}/properties/after/items");
+    extend(root, &format!("{item}/properties/plan"), |s| {
+        s["minLength"] = json!(1);
+        s["maxLength"] = json!(63);
+    });
+    positive_duration(
+        root,
+        &format!("{item}/properties/soak"),
+        "spec.after[].soak",
+    );
 }
 
 /// A hook is a Job spec, kept whole but for its required `template` (the API server checks the

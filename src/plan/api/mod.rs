@@ -197,9 +197,46 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<HooksSpec>,
 
+    /// slipway only: staged promotion. No node starts a version until each Plan named here (in
+    /// this namespace) has completed that same version and soaked for its `soak`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<AfterPlan>>,
+
+    /// slipway only: how long a version the channel gives must have been seen before it rolls
+    /// out (a Go duration). Until then the previous version stays in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version_age: Option<String>,
+
+    /// slipway only: the order nodes start in. `Default`: system-upgrade-controller's;
+    /// `ControlPlaneFirst`: control-plane nodes (labelled `node-role.kubernetes.io/control-plane`
+    /// or `node-role.kubernetes.io/master`) before the others, each group in the default order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<NodeOrder>,
+
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,
+}
+
+/// A Plan another one goes after.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AfterPlan {
+    /// The Plan's name, in this Plan's namespace.
+    pub plan: String,
+    /// How long after it completed the version this Plan waits (a Go duration; none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
+}
+
+/// The order a Plan's nodes start in.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodeOrder {
+    /// system-upgrade-controller's order (a hash of node, Plan and version).
+    #[default]
+    Default,
+    /// Control-plane nodes first.
+    ControlPlaneFirst,
 }
 
 /// What a Plan does when a node's Job fails (a slipway extension of the Plan). A Job killed by
@@ -396,10 +433,23 @@ pub struct PlanStatus {
     /// The hooks of `spec.hooks` at the current version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<HooksStatus>,
+    /// With `spec.minVersionAge`: the newest version the channel gave, and when it was first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_version: Option<SeenVersion>,
 
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,
+}
+
+/// A version the channel gave, and when slipway first saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenVersion {
+    /// As the channel gave it (before `+` becomes `-`).
+    pub version: String,
+    /// RFC 3339.
+    pub first_seen: String,
 }
 
 /// The progress of one node of `status.applying`.

@@ -38,6 +38,8 @@ pub(super) struct Facts<'a> {
     pub(super) rendered: BTreeMap<String, Result<Job, String>>,
     /// The part of a [`super::TemplateMemo`] key that is the Plan's.
     pub(super) memo_key: String,
+    /// The order its nodes start in.
+    pub(super) order: crate::plan::api::NodeOrder,
 }
 
 impl<'a> Facts<'a> {
@@ -79,6 +81,7 @@ impl<'a> Facts<'a> {
             },
             jobs: PlanJobs::new(input.jobs),
             memo_key: plan_memo_key(plan, st),
+            order: plan.spec.order.unwrap_or_default(),
             rendered_from,
             rendered: BTreeMap::new(),
         };

@@ -32,12 +32,14 @@ pub mod lint;
 mod node_labels;
 pub mod node_state;
 mod plan_nodes;
+pub mod promotion;
 pub mod reboot;
 pub mod render;
 mod report;
 pub mod secret;
 pub mod selection;
 mod status;
+mod waits;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -49,6 +51,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use crate::common::check::CheckRead;
 use crate::common::selector::Selector;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
 use crate::node::reboot::HealthObservation;
@@ -106,16 +109,19 @@ pub struct PlanInput<'a> {
     pub channel: Option<ChannelAnswer>,
     pub controller_name: &'a str,
     pub job_config: &'a JobConfig,
-    /// Nodes another slipway operation holds against this Plan, by node name, with who holds
-    /// each: the Plan does not start them (nodes it already runs finish their step) and says it
-    /// waits.
-    pub held: &'a BTreeMap<String, Holder>,
+    /// The budget: nodes another slipway operation holds against this Plan (the Plan does not
+    /// start them; nodes it already runs finish their step) and the DisruptionBudgets that limit
+    /// its upgrades. The Plan says what it waits for.
+    pub budget: &'a Budget,
     /// Nodes another Plan holds too: a deleted Plan does not uncordon them.
     pub shared: &'a BTreeSet<String>,
     /// The Jobs of the Plan's hooks made by this controller.
     pub hook_jobs: &'a [&'a Job],
     /// What the shell read for each of `spec.healthChecks`, in order.
     pub checks: &'a [CheckRead],
+    /// What the shell read of each Plan of `spec.after`; `None`: not read, taken to allow
+    /// (`slipway render`, which shows a Plan on its own).
+    pub stages: Option<&'a [promotion::StageRead]>,
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
     /// without rendering them again; `None` renders every time. It changes no decision.
     pub templates: Option<&'a TemplateMemo>,
@@ -139,12 +145,20 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     if status::handle(input, &mut st, &mut out, &now_text) {
         plan_nodes::roll(input, &read, now, &old, &mut st, &mut out);
     } else {
+        // A version too new to roll out says so; anything else that stops a Plan is SUC's.
+        let (reason, message) = match cond::get(&st, cond::LATEST_RESOLVED) {
+            Some(c) if c.reason.as_deref() == Some(status::VERSION_TOO_NEW) => (
+                status::VERSION_TOO_NEW,
+                c.message.clone().unwrap_or_default(),
+            ),
+            _ => ("NotReady", MSG_NOT_READY.to_string()),
+        };
         cond::set(
             &mut st,
             COMPLETE,
             FALSE,
-            "NotReady",
-            MSG_NOT_READY,
+            reason,
+            &message,
             &now_text,
             plan.metadata.generation,
         );

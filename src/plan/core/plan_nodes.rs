@@ -11,12 +11,14 @@ use super::facts::{Facts, Steps};
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
-use super::report::{Situation, fail_complete, holder_of, report};
+use super::report::{Situation, fail_complete, report};
+use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::check;
 use crate::common::decision::EventType;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
+use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::plan::api::{PlanStatus, labels};
@@ -72,8 +74,11 @@ pub(super) fn roll<'a>(
             .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
     record_reset(input, st, out);
     let gate = health_gate(&facts, old, st, out);
+    let stage = (input.stages)
+        .and_then(|read| super::promotion::gate(input.plan, read, &facts.version, now));
     let mut pre_hook = None;
-    if window.is_none() && !stopped && gate.blocking.is_none() {
+    let mut refused = Vec::new();
+    if window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none() {
         let free: Vec<&NodeInfo> = eligible
             .iter()
             .copied()
@@ -81,7 +86,7 @@ pub(super) fn roll<'a>(
             .collect();
         pre_hook = hooks::before_nodes(&facts, old, &free, &steps, st, out);
         if pre_hook.is_none() {
-            fill_slots(&mut facts, &free, &mut steps);
+            refused = fill_slots(&mut facts, &free, &mut steps);
         }
     }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
@@ -98,6 +103,8 @@ pub(super) fn roll<'a>(
         stopped,
         check: gate.blocking.as_ref(),
         pre_hook: pre_hook.as_ref(),
+        refused: &refused,
+        stage: stage.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
     hooks::after_nodes(&facts, old, st, out);
@@ -231,32 +238,70 @@ fn step_applying<'a>(
     steps
 }
 
-/// Gives free slots to eligible nodes in the Plan's order. A node picked whose Job already
-/// completed (a crash between its label and the status) is done at once, and its slot goes on.
-fn fill_slots<'a>(facts: &mut Facts<'_>, eligible: &[&'a NodeInfo], steps: &mut Steps<'a>) {
+/// Gives free slots to eligible nodes in the Plan's order, each as the budget lets it start. A
+/// node picked whose Job already completed (a crash between its label and the status) is done at
+/// once, and its slot goes on. The nodes the DisruptionBudgets refused come back, in order.
+fn fill_slots<'a>(
+    facts: &mut Facts<'_>,
+    eligible: &[&'a NodeInfo],
+    steps: &mut Steps<'a>,
+) -> Vec<(&'a NodeInfo, Refusal)> {
     let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
-    loop {
-        let holding = steps.values().filter(|(_, s, _)| s.holds_slot()).count();
-        let free = concurrency.saturating_sub(holding);
+    let holding = |steps: &Steps<'_>| steps.values().filter(|(_, s, _)| s.holds_slot()).count();
+    let mut budget = facts.input.budget.clone();
+    // The nodes whose step ended in this decision give their room back.
+    budget.keep_only(|n| steps.get(n).is_some_and(|(_, s, _)| s.holds_slot()));
+    let mut refused = Vec::new();
+    if budget.is_limited() {
+        // Refused nodes are passed over: walk the whole order once.
         let fresh = eligible
             .iter()
             .copied()
             .filter(|n| !steps.contains_key(n.name.as_str()));
-        let picks = selection::first_in_order(free, facts.uid, &facts.hash, fresh);
+        let order = selection::first_in_plan_order(
+            eligible.len(),
+            facts.uid,
+            &facts.hash,
+            facts.order,
+            fresh,
+        );
+        for node in order {
+            if holding(steps) >= concurrency {
+                break;
+            }
+            match budget.take(node) {
+                Ok(()) => start(facts, node, steps),
+                Err(refusal) => refused.push((node, refusal)),
+            }
+        }
+        return refused;
+    }
+    loop {
+        let free = concurrency.saturating_sub(holding(steps));
+        let fresh = eligible
+            .iter()
+            .copied()
+            .filter(|n| !steps.contains_key(n.name.as_str()));
+        let picks =
+            selection::first_in_plan_order(free, facts.uid, &facts.hash, facts.order, fresh);
         if picks.is_empty() {
-            return;
+            return refused;
         }
-        let mut freed = false;
+        let before = holding(steps);
         for node in picks {
-            let state = NodeState::selected(&facts.job_name(node), facts.now);
-            let (next, actions) = facts.step(node, state);
-            freed |= !next.holds_slot();
-            steps.insert(node.name.as_str(), (node, next, actions));
+            start(facts, node, steps);
         }
-        if !freed {
-            return;
+        if holding(steps) == before + free {
+            return refused;
         }
     }
+}
+
+/// Starts `node`: its first step from `Selected`.
+fn start<'a>(facts: &mut Facts<'_>, node: &'a NodeInfo, steps: &mut Steps<'a>) {
+    let state = NodeState::selected(&facts.job_name(node), facts.now);
+    let (next, actions) = facts.step(node, state);
+    steps.insert(node.name.as_str(), (node, next, actions));
 }
 
 /// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
 use crate::node::holders::{NodeClaims, held_against};
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, LATEST_RESOLVED, TRUE, VALIDATED};
@@ -96,7 +97,18 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
         .iter()
         .filter(|n| n.in_maintenance)
         .map(|n| n.name.as_str());
-    let held = held_against(&holder(&w.plan), &NodeClaims::default(), &[], tainted);
+    let annotated = w
+        .nodes
+        .iter()
+        .filter_map(|n| n.held_by().map(|by| (n.name.as_str(), by)));
+    let held = held_against(
+        &holder(&w.plan),
+        &NodeClaims::default(),
+        &[],
+        tainted,
+        annotated,
+    );
+    let budget = Budget::holds_only(held);
     let decision = rollout::decide(
         &PlanInput {
             plan: &w.plan,
@@ -109,9 +121,10 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             channel: input.channel.clone(),
             controller_name: &input.controller_name,
             job_config: &input.job_config,
-            held: &held,
+            budget: &budget,
             shared: &BTreeSet::new(),
             checks: &assumed_checks(&w.plan),
+            stages: None,
             templates: None,
         },
         w.now,

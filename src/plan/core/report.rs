@@ -6,13 +6,15 @@ use super::decision::PlanSummary;
 use super::facts::{Facts, Steps};
 use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
-use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, Rollout, rfc3339};
+use super::waits;
+use super::{FAILURE_REASONS, PlanInput, Rollout, rfc3339};
 use crate::common::check::Blocking;
 use crate::common::decision::EventType;
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
+use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::plan::api::{NodePhase, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
@@ -31,7 +33,7 @@ pub(super) fn report(
     let now = rfc3339(facts.now);
     let generation = facts.ctx.generation;
     let (version, hash) = (&facts.version, &facts.hash);
-    let (window, eligible) = (&situation.window, situation.eligible);
+    let eligible = situation.eligible;
     let failure = steps
         .values()
         .find_map(|(_, s, _)| s.failure())
@@ -41,24 +43,8 @@ pub(super) fn report(
         cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
     } else if let Some((reason, message)) = rebooting {
         cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if let (true, Some(w), false) = (st.applying.is_empty(), window, eligible.is_empty()) {
-        wait_for_window(facts, st, out, w);
-    } else if let Some(check) = situation
-        .check
-        .filter(|_| eligible.len() > st.applying.len())
-    {
-        wait_for_check(facts, st, out, check);
-    } else if let Some(hook) = situation.pre_hook {
-        let (reason, message) = pre_hook_message(facts, hook);
-        let now = rfc3339(facts.now);
-        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if st.applying.is_empty()
-        && (wait_for_held(facts, st, out, eligible) || no_concurrency(facts, st, out, eligible))
-    {
-        // Nodes wait for something that is not the Plan's; the function that found it said so.
-    } else if st.applying.is_empty() && !situation.quarantined.is_empty() {
-        let message = quarantined_message(facts, situation.quarantined);
-        cond::set(st, COMPLETE, FALSE, QUARANTINED, &message, &now, generation);
+    } else if waits::waiting(facts, st, out, situation) {
+        // The function said what the nodes wait for.
     } else if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
@@ -73,6 +59,7 @@ pub(super) fn report(
         }
         cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
     } else if st.applying != old.applying
+        || cond::message(st, COMPLETE) != waits::refused_message(situation.refused)
         || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
         || [
             HEALTH_CHECK_FAILING,
@@ -94,7 +81,16 @@ pub(super) fn report(
                 ),
             );
         }
-        cond::set(st, COMPLETE, FALSE, "SyncJob", "", &now, generation);
+        let waiting = waits::refused_message(situation.refused);
+        cond::set(st, COMPLETE, FALSE, "SyncJob", &waiting, &now, generation);
+    }
+    if let Some(after) = situation
+        .refused
+        .iter()
+        .filter_map(|(_, r)| r.until())
+        .min()
+    {
+        out.requeue(crate::common::until(facts.now, after));
     }
     progress_event(facts, out);
 }
@@ -129,6 +125,10 @@ pub(super) struct Situation<'a> {
     pub check: Option<&'a Blocking>,
     /// The pre hook, while it keeps new nodes from starting.
     pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
+    /// Nodes a DisruptionBudget did not let start, in the Plan's order.
+    pub refused: &'a [(&'a NodeInfo, Refusal)],
+    /// A Plan of `spec.after` that keeps new nodes from starting.
+    pub stage: Option<&'a super::promotion::Waiting>,
 }
 
 /// The reason of `Complete=False` while a health check keeps new nodes from starting.
@@ -136,112 +136,13 @@ pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
 /// The reason once the check failed past its timeout (under a failure policy that holds).
 pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
 
-/// With nothing applying and nodes left, outside the window: says so (once as an event) and
-/// looks again when it may open.
-fn wait_for_window(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, w: &TimeWindow) {
-    let (version, hash) = (&facts.version, &facts.hash);
-    if cond::reason(st, COMPLETE) != "Waiting" {
-        out.event(
-            EventType::Normal,
-            "Waiting",
-            format!(
-                "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
-            ),
-        );
-    }
-    out.requeue(w.next_check(facts.now));
-    let now = rfc3339(facts.now);
-    let generation = facts.ctx.generation;
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        "Waiting",
-        MSG_WAITING_FOR_WINDOW,
-        &now,
-        generation,
-    );
-}
-
-/// Nodes wait for a health check: says which and why (once per reason as an event).
-fn wait_for_check(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, check: &Blocking) {
-    let (reason, message) = check_message(facts, check);
-    if cond::reason(st, COMPLETE) != reason {
-        let kind = if reason == HEALTH_CHECK_FAILING {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        out.event(kind, reason, message.clone());
-    }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        reason,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
-}
-
-/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
-/// events say when it starts and how it ends).
-fn pre_hook_message(
-    facts: &Facts<'_>,
-    hook: &crate::plan::api::HookStatus,
-) -> (&'static str, String) {
-    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
-    match hook.phase {
-        crate::plan::api::HookPhase::Failed => (
-            PRE_HOOK_FAILED,
-            format!(
-                "the pre hook (Job {}) failed: {}; no node is touched: {}",
-                hook.job,
-                hook.message.as_deref().unwrap_or_default(),
-                how_to_go_on(facts)
-            ),
-        ),
-        _ => (
-            PRE_HOOK,
-            format!(
-                "waiting for the pre hook (Job {}) before the first node",
-                hook.job
-            ),
-        ),
-    }
-}
-
 /// What an operator does to go on after a failure stopped the rollout.
-fn how_to_go_on(facts: &Facts<'_>) -> String {
+pub(super) fn how_to_go_on(facts: &Facts<'_>) -> String {
     format!(
         "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
         facts.name,
         super::failure::RESET_ANNOTATION
     )
-}
-
-/// The `Complete` reason and message while a health check holds the next nodes.
-fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
-    let what = format!(
-        "waiting: health check {} fails: {}",
-        check.check, check.message
-    );
-    if check.stopped {
-        let message = format!(
-            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
-            check.check,
-            check.message,
-            facts.ctx.failure.last.as_str(),
-            how_to_go_on(facts)
-        );
-        (STOPPED, message)
-    } else if check.timed_out {
-        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
-    } else {
-        (HEALTH_CHECK_FAILING, what)
-    }
 }
 
 /// The reason of `Complete=False` once a failure stopped the rollout.
@@ -275,61 +176,8 @@ fn stopped(
     (STOPPED, message)
 }
 
-/// The `Complete` message while quarantined nodes are all that is left.
-fn quarantined_message(facts: &Facts<'_>, quarantined: &[&str]) -> String {
-    let mut names: Vec<&str> = quarantined.to_vec();
-    names.sort_unstable();
-    names.dedup();
-    format!(
-        "{} quarantined after their Job failed: {} (label and taint {}); reset with `kubectl annotate plan {} {}=<new value> --overwrite`",
-        if names.len() == 1 {
-            "1 node".to_string()
-        } else {
-            format!("{} nodes", names.len())
-        },
-        names.join(", "),
-        super::failure::quarantine_key(facts.name),
-        facts.name,
-        super::failure::RESET_ANNOTATION
-    )
-}
-
-/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
-const NO_CONCURRENCY: &str = "NoConcurrency";
 /// The event of a Plan whose selector matches no node.
 const NO_NODES: &str = "NoNodes";
-
-/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
-/// (SUC reports the Plan complete, a trap of its issues #217 and #285). `false` otherwise.
-fn no_concurrency(
-    facts: &Facts<'_>,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> bool {
-    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
-    if concurrency > 0 || eligible.is_empty() {
-        return false;
-    }
-    let message = format!(
-        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
-        eligible.len()
-    );
-    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
-        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
-    }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        NO_CONCURRENCY,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
-    true
-}
 
 /// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
 /// nothing done, which deserves a word (SUC issues #217, #285).
@@ -347,63 +195,6 @@ fn selects_nothing(facts: &Facts<'_>) -> Option<String> {
             "no node with a kubernetes.io/hostname label".to_string()
         }
         selector => format!("no node matches spec.nodeSelector {selector}"),
-    })
-}
-
-/// The reason of `Complete=False` while the only nodes left are held by another operation.
-const WAITING_FOR_NODES: &str = "WaitingForNodes";
-const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// With nothing applying and nodes left that another operation holds: says so (once as an
-/// event) and looks again later. `false` when no node is held.
-fn wait_for_held(
-    facts: &Facts<'_>,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> bool {
-    let Some(message) = held_message(facts.input, eligible) else {
-        return false;
-    };
-    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
-        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
-    }
-    // A taint going away triggers a reconcile; a hold without one is looked at again.
-    out.requeue(HELD_RECHECK);
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        WAITING_FOR_NODES,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
-    true
-}
-
-/// The operation that holds `node` against this Plan, if any.
-pub(super) fn holder_of(
-    input: &PlanInput<'_>,
-    node: &NodeInfo,
-) -> Option<crate::node::holders::Holder> {
-    input.held.get(&node.name).cloned()
-}
-
-/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
-fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
-    let held: Vec<String> = eligible
-        .iter()
-        .filter_map(|n| {
-            let holder = holder_of(input, n)?;
-            Some(format!("node {} is held by {holder}", n.hostname()))
-        })
-        .collect();
-    let first = held.first()?;
-    Some(match held.len() {
-        1 => format!("waiting: {first}"),
-        n => format!("waiting: {first} (and {} more nodes)", n - 1),
     })
 }
 

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::common::selector::{Operator, Requirement, SelectionError, Selector};
 use crate::node::NodeInfo;
-use crate::plan::api::labels;
+use crate::plan::api::{NodeOrder, labels};
 
 /// The `--pod-selector` of the drain container: `!upgrade.cattle.io/controller`, so that drain
 /// never evicts the controller or an upgrade pod, and the requirements of `drain.podSelector`.
@@ -70,14 +70,43 @@ pub fn first_in_order<'a>(
     latest_hash: &str,
     candidates: impl IntoIterator<Item = &'a NodeInfo>,
 ) -> Vec<&'a NodeInfo> {
+    first_in_plan_order(n, plan_uid, latest_hash, NodeOrder::Default, candidates)
+}
+
+/// Node labels that make a node a control-plane node for [`NodeOrder::ControlPlaneFirst`].
+pub const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// The `n` candidates that come first in the order `order` asks for, in that order: SUC's
+/// per-hash order, within control-plane nodes first and then the others for
+/// [`NodeOrder::ControlPlaneFirst`].
+pub fn first_in_plan_order<'a>(
+    n: usize,
+    plan_uid: &str,
+    latest_hash: &str,
+    order: NodeOrder,
+    candidates: impl IntoIterator<Item = &'a NodeInfo>,
+) -> Vec<&'a NodeInfo> {
     if n == 0 {
         return Vec::new();
     }
+    let rank = |c: &NodeInfo| match order {
+        NodeOrder::ControlPlaneFirst
+            if CONTROL_PLANE_LABELS
+                .iter()
+                .any(|l| c.labels.contains_key(*l)) =>
+        {
+            0
+        }
+        _ => 1,
+    };
     // One digest per candidate; raw digest bytes order exactly as their lower-case hex does. Only
     // the `n` smallest are kept (a max-heap), so a fleet's candidates are never all held at once.
     let mut first: BinaryHeap<Keyed<'a>> = BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
     for c in candidates {
-        let key = order_key(&c.uid, plan_uid, latest_hash);
+        let key = (rank(c), order_key(&c.uid, plan_uid, latest_hash));
         if first.len() < n {
             first.push(Keyed(key, c));
         } else if first.peek().is_some_and(|top| key < top.0) {
@@ -88,8 +117,8 @@ pub fn first_in_order<'a>(
     first.into_sorted_vec().into_iter().map(|k| k.1).collect()
 }
 
-/// A candidate with its order key, ordered by the key alone.
-struct Keyed<'a>([u8; 32], &'a NodeInfo);
+/// A candidate with its order key (rank, then digest), ordered by the key alone.
+struct Keyed<'a>((u8, [u8; 32]), &'a NodeInfo);
 
 impl PartialEq for Keyed<'_> {
     fn eq(&self, other: &Self) -> bool {

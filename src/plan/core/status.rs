@@ -95,6 +95,7 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
         "spec.healthChecks",
     )?;
     super::hooks::read(plan)?;
+    super::promotion::validate(plan)?;
     if let Some(window) = &spec.window {
         TimeWindow::new(window).map_err(|e| e.to_string())?;
     }
@@ -135,7 +136,13 @@ pub(super) fn resolve(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Roll
         (Some(v), _) => (munge_version(v), "Version"),
         (None, Some(url)) => match &input.channel {
             Some(ChannelAnswer::Version(v)) => match version_label(v) {
-                Ok(()) => (munge_version(v), "Channel"),
+                Ok(()) => match old_enough(input, st, out, v, now) {
+                    true => (munge_version(v), "Channel"),
+                    false => {
+                        digest(input, st);
+                        return;
+                    }
+                },
                 Err(e) => {
                     channel_failed(
                         st,
@@ -194,6 +201,86 @@ pub(super) fn resolve(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Roll
     st.latest_version = Some(latest);
     cond::set(st, LATEST_RESOLVED, TRUE, reason, "", now, generation);
     digest(input, st);
+}
+
+/// The reason of `LatestResolved` (and of `Complete=False` when no version is in force yet) while
+/// the channel's version is younger than `spec.minVersionAge`.
+pub const VERSION_TOO_NEW: &str = "VersionTooNew";
+
+/// With `spec.minVersionAge`: whether the channel's `version` has been seen long enough to roll
+/// out. Until it has, the version in force stays (and `LatestResolved` says when the new one
+/// goes); with none in force yet, `LatestResolved` is `False`. Records when each new version was
+/// first seen.
+fn old_enough(
+    input: &PlanInput<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    version: &str,
+    now: &str,
+) -> bool {
+    let Some(age) = super::promotion::min_version_age(input.plan) else {
+        st.channel_version = None;
+        return true;
+    };
+    let seen = match &st.channel_version {
+        Some(seen) if seen.version == version => seen.first_seen.clone(),
+        _ => {
+            st.channel_version = Some(crate::plan::api::SeenVersion {
+                version: version.to_string(),
+                first_seen: now.to_string(),
+            });
+            now.to_string()
+        }
+    };
+    let (Ok(seen_at), Ok(now_at)) = (
+        seen.parse::<jiff::Timestamp>(),
+        now.parse::<jiff::Timestamp>(),
+    ) else {
+        return true;
+    };
+    let from = seen_at.checked_add(age).unwrap_or(seen_at);
+    if now_at >= from {
+        return true;
+    }
+    let generation = input.plan.metadata.generation;
+    let waits = format!(
+        "the channel's version {version}, first seen at {seen}, rolls out from {} (spec.minVersionAge)",
+        super::rfc3339(from)
+    );
+    out.requeue(crate::common::until(now_at, from));
+    let shown = cond::get(st, LATEST_RESOLVED).and_then(|c| c.message.clone());
+    match st.latest_version.clone() {
+        Some(kept) if cond::is(st, LATEST_RESOLVED, TRUE) => {
+            let message = format!("keeping {kept}: {waits}");
+            if shown.as_deref() != Some(message.as_str()) {
+                out.event(EventType::Normal, VERSION_TOO_NEW, message.clone());
+            }
+            cond::set(
+                st,
+                LATEST_RESOLVED,
+                TRUE,
+                "Channel",
+                &message,
+                now,
+                generation,
+            );
+        }
+        _ => {
+            if shown.as_deref() != Some(waits.as_str()) {
+                out.event(EventType::Normal, VERSION_TOO_NEW, waits.clone());
+            }
+            cond::set(
+                st,
+                LATEST_RESOLVED,
+                FALSE,
+                VERSION_TOO_NEW,
+                &waits,
+                now,
+                generation,
+            );
+        }
+    }
+    false
 }
 
 /// A version (before `+` becomes `-`) is the Jobs' `upgrade.cattle.io/version` label: one that

@@ -122,6 +122,8 @@ struct World {
     config: JobConfig,
     held: BTreeMap<String, crate::node::holders::Holder>,
     checks: Vec<crate::common::check::CheckRead>,
+    budgets: Vec<crate::node::budget::DisruptionBudget>,
+    stages: Vec<crate::plan::core::promotion::StageRead>,
 }
 
 impl World {
@@ -138,6 +140,8 @@ impl World {
             config: JobConfig::default(),
             held: BTreeMap::new(),
             checks: Vec::new(),
+            budgets: Vec::new(),
+            stages: Vec::new(),
         }
     }
 
@@ -162,7 +166,24 @@ impl World {
             &NodeClaims::default(),
             &holds,
             tainted.map(|n| n.name.as_str()),
+            [],
         );
+        // The pools count what every operation holds, this Plan's applying nodes among them.
+        let mine: BTreeSet<String> = self
+            .plan
+            .status
+            .iter()
+            .flat_map(|s| s.applying.clone())
+            .collect();
+        let others: BTreeSet<String> = self.held.keys().cloned().collect();
+        let pools: Vec<_> = (self.budgets.iter())
+            .map(|b| {
+                let pool = crate::node::budget::Pool::new(b);
+                pool.measure_for(&self.nodes, &others, &mine, self.now)
+            })
+            .collect();
+        let budget =
+            crate::node::budget::Budget::new(held, &pools, crate::node::budget::Reason::Upgrade);
         let d = decide(
             &PlanInput {
                 plan: &self.plan,
@@ -175,9 +196,10 @@ impl World {
                 channel: self.channel.clone(),
                 controller_name: CONTROLLER,
                 job_config: &self.config,
-                held: &held,
+                budget: &budget,
                 shared: &BTreeSet::new(),
                 checks: &self.checks,
+                stages: Some(&self.stages),
                 templates: None,
             },
             self.now,
@@ -1149,6 +1171,12 @@ mod health_checks;
 
 #[cfg(test)]
 mod hooks;
+
+#[cfg(test)]
+mod budgets;
+
+#[cfg(test)]
+mod promotion;
 
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {

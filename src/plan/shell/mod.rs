@@ -29,10 +29,12 @@ use tracing::info;
 
 use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
 use crate::node::holders::Holder;
 use crate::node::reboot::HealthObservation;
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::config::JobConfig;
+use crate::plan::core::promotion::{StagePlan, StageRead};
 use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
@@ -83,6 +85,8 @@ pub struct PlanObserved {
     shared: BTreeSet<String>,
     /// What each of `spec.healthChecks` names.
     checks: Vec<CheckRead>,
+    /// The Plans of `spec.after`.
+    stages: Vec<StageRead>,
 }
 
 /// What the Plan controller is told at start, besides what every operation shares.
@@ -259,7 +263,16 @@ impl Operation for PlanOperation {
                     == Some(name)
             })
             .collect();
+        let ns = plan.metadata.namespace.as_deref().unwrap_or_default();
+        let stages = (plan.spec.after.iter().flatten())
+            .map(|a| StageRead {
+                plan: a.plan.clone(),
+                found: (self.plans.get(&ObjectRef::new(&a.plan).within(ns)))
+                    .map(|p| StagePlan::of(&p)),
+            })
+            .collect();
         Ok(PlanObserved {
+            stages,
             checks,
             hook_jobs,
             nodes,
@@ -282,7 +295,7 @@ impl Operation for PlanOperation {
         &self,
         plan: &Plan,
         o: &PlanObserved,
-        held: &BTreeMap<String, Holder>,
+        budget: &Budget,
         now: Timestamp,
     ) -> PlanDecision {
         let nodes: Vec<&NodeInfo> = o.nodes.iter().map(AsRef::as_ref).collect();
@@ -301,9 +314,10 @@ impl Operation for PlanOperation {
                 channel: o.channel.clone(),
                 controller_name: &self.shared.controller_name,
                 job_config: &self.job_config,
-                held,
+                budget,
                 shared: &o.shared,
                 checks: &o.checks,
+                stages: Some(&o.stages),
                 templates: Some(&self.templates),
             },
             now,

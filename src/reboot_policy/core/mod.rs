@@ -20,6 +20,7 @@ pub mod request;
 mod signals;
 mod spec;
 mod state;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -76,6 +77,8 @@ pub struct PolicyInput<'a> {
     /// What the shell read for each of `spec.healthChecks`; `None` when it did not read them (no
     /// node wants a reboot).
     pub checks: Option<&'a [crate::common::check::CheckRead]>,
+    /// Who else holds which node, and the DisruptionBudgets a reboot must fit in.
+    pub budget: &'a crate::node::budget::Budget,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -197,6 +200,7 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         &spec.signals,
         &states,
         input.nodes,
+        input.budget,
         &wanting_since,
         now,
     );

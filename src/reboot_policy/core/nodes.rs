@@ -11,10 +11,12 @@ use super::failures::{STOPPED, stopped, stopped_message};
 use super::signals::{CONDITION_HANDLED, REBOOT_OK, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
+use super::waiting::{hold_reason, refused, soaking};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
 use crate::node::handoff::{self, Handoff};
 use crate::node::reboot::HealthObservation;
 use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase, RebootRecord};
@@ -102,7 +104,7 @@ pub struct NodeSteps {
 }
 
 impl NodeSteps {
-    fn recheck(&mut self, after: Duration) {
+    pub(super) fn recheck(&mut self, after: Duration) {
         self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
     }
 
@@ -128,20 +130,21 @@ impl NodeSteps {
     }
 }
 
-fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+pub(super) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     now.duration_since(since).try_into().unwrap_or_default()
 }
 
 /// Decides the next step of every node of one policy.
 ///
 /// `states` are the nodes in progress, as persisted; `nodes` every node the policy governs or has
-/// a state for; `held_elsewhere` counts the governed nodes another slipway operation holds (they
-/// use the same budget); `wanting_since` the first time each waiting node was reported waiting.
+/// a state for (with who else holds each); `budget` the DisruptionBudgets a reboot must fit in;
+/// `wanting_since` the first time each waiting node was reported waiting.
 pub fn decide_nodes(
     settings: &PolicySettings,
     signals: &Signals,
     states: &BTreeMap<String, RebootState>,
     nodes: &[NodeView<'_>],
+    budget: &Budget,
     wanting_since: &BTreeMap<String, Timestamp>,
     now: Timestamp,
 ) -> NodeSteps {
@@ -175,11 +178,15 @@ pub fn decide_nodes(
         .filter_map(|v| requested(v.node, signals).map(|s| (v, s)))
         .collect::<Vec<_>>();
     waiting.sort_by(|a, b| a.0.node.name.cmp(&b.0.node.name));
+    let mut budget = budget.clone();
+    // The nodes whose reboot ended in this decision give their room back.
+    budget.keep_only(|n| d.states.get(n).is_some_and(RebootState::holds_slot));
     for (view, signal) in waiting {
         let name = &view.node.name;
         let hold = match &d.stopped {
             Some(why) => Some((RebootPhase::Wanting, STOPPED, stopped_message(why))),
-            None => hold_reason(settings, view, busy, &soaking),
+            None => hold_reason(settings, view, busy, &soaking)
+                .or_else(|| refused(&mut budget, view.node, now, &mut d)),
         };
         let Some((waiting_phase, reason, message)) = hold else {
             start(name, view.node, signal, signals, now, &mut d);
@@ -202,96 +209,6 @@ pub fn decide_nodes(
     d.rebooting = d.states.values().filter(|s| s.holds_slot()).count();
     d.summary = summary(settings, &d, busy);
     d
-}
-
-/// The nodes back from their reboot that keep their slot while they soak (those of this decision
-/// too), and until when; the decision looks again when the first soak ends.
-fn soaking(
-    settings: &PolicySettings,
-    d: &mut NodeSteps,
-    now: Timestamp,
-) -> Vec<(String, Timestamp)> {
-    let mut soaking = settings.soaking.clone();
-    if let Some(soak) = settings.soak {
-        let until = now.checked_add(soak).unwrap_or(now);
-        soaking.extend(d.rebooted.iter().map(|r| (r.name.clone(), until)));
-    }
-    soaking.retain(|(n, _)| !d.states.contains_key(n));
-    if let Some(first) = soaking.iter().map(|(_, until)| *until).min() {
-        d.recheck(elapsed(now, first).max(Duration::from_secs(1)));
-    }
-    soaking
-}
-
-/// Why a node that wants a reboot does not start now: its phase, a reason and a message.
-fn hold_reason(
-    settings: &PolicySettings,
-    view: &NodeView<'_>,
-    busy: usize,
-    soaking: &[(String, Timestamp)],
-) -> Option<(RebootPhase, &'static str, String)> {
-    if settings.paused {
-        return Some((
-            RebootPhase::Wanting,
-            "Paused",
-            "the policy is paused (spec.paused)".into(),
-        ));
-    }
-    if let Some(next) = settings.window_closed {
-        let when = next.map_or_else(|| "never".to_string(), rfc3339);
-        return Some((
-            RebootPhase::WaitingForWindow,
-            "OutsideWindow",
-            format!("outside spec.window; it opens next at {when}"),
-        ));
-    }
-    if let Some(alerts) = &settings.alerts {
-        return Some((RebootPhase::Blocked, "AlertsFiring", alerts.clone()));
-    }
-    if let Some((reason, message)) = &settings.health_check {
-        return Some((RebootPhase::Blocked, reason, message.clone()));
-    }
-    if let Some(holder) = &view.held_by {
-        return Some((
-            RebootPhase::Blocked,
-            "NodeBusy",
-            format!("{holder} holds the node"),
-        ));
-    }
-    if !view.blocking_pods.is_empty() {
-        return Some((
-            RebootPhase::Blocked,
-            "BlockingPods",
-            format!(
-                "blocking pods run on the node: {}",
-                view.blocking_pods.join(", ")
-            ),
-        ));
-    }
-    if busy >= settings.concurrency
-        && busy - soaking.len() < settings.concurrency
-        && let Some((node, until)) = soaking.iter().min_by_key(|(_, until)| *until)
-    {
-        return Some((
-            RebootPhase::Wanting,
-            "Soaking",
-            format!(
-                "node {node} is back and soaks until {} (spec.soak); waiting for its slot",
-                rfc3339(*until)
-            ),
-        ));
-    }
-    if busy >= settings.concurrency {
-        return Some((
-            RebootPhase::Wanting,
-            "ConcurrencyReached",
-            format!(
-                "{busy} of at most {} nodes are being disrupted; waiting for a slot",
-                settings.concurrency
-            ),
-        ));
-    }
-    None
 }
 
 fn start(

@@ -1,5 +1,8 @@
 use super::*;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
+
+static NO_BUDGET: Budget = Budget::unlimited();
 use crate::node::handoff::{GatePolicy, Handoff, HandoffPolicy, Stage};
 use crate::node::reboot::HealthObservation;
 use crate::reboot_policy::api::{RebootNodeStatus, RebootRecord};
@@ -84,7 +87,15 @@ fn run(
     views: &[NodeView<'_>],
     now: Timestamp,
 ) -> NodeSteps {
-    decide_nodes(s, &signals(), states, views, &BTreeMap::new(), now)
+    decide_nodes(
+        s,
+        &signals(),
+        states,
+        views,
+        &Budget::default(),
+        &BTreeMap::new(),
+        now,
+    )
 }
 
 fn started(d: &NodeSteps) -> Vec<&str> {
@@ -208,6 +219,7 @@ fn a_named_condition_asks_once_per_occurrence() {
         &npd,
         &BTreeMap::new(),
         &[view(&n)],
+        &Budget::default(),
         &BTreeMap::new(),
         t(T0),
     );
@@ -757,7 +769,15 @@ fn a_cordon_or_a_condition_record_that_did_not_land_is_asked_again() {
     };
     let states = BTreeMap::from([("a".to_string(), state)]);
     let v = view(&n);
-    let d = decide_nodes(&settings(1), &npd, &states, &[v], &BTreeMap::new(), at(5));
+    let d = decide_nodes(
+        &settings(1),
+        &npd,
+        &states,
+        &[v],
+        &Budget::default(),
+        &BTreeMap::new(),
+        at(5),
+    );
     let marker = "KernelDeadlock=2026-11-22T09:00:00Z".to_string();
     assert_eq!(
         actions_of(&d, "a"),
@@ -771,7 +791,15 @@ fn a_cordon_or_a_condition_record_that_did_not_land_is_asked_again() {
     n.unschedulable = true;
     n.annotations.insert(CONDITION_HANDLED.into(), marker);
     let v = view(&n);
-    let d = decide_nodes(&settings(1), &npd, &states, &[v], &BTreeMap::new(), at(10));
+    let d = decide_nodes(
+        &settings(1),
+        &npd,
+        &states,
+        &[v],
+        &Budget::default(),
+        &BTreeMap::new(),
+        at(10),
+    );
     assert_eq!(actions_of(&d, "a"), [&RebootAction::Drain], "both landed");
 }
 
@@ -982,6 +1010,7 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
             nodes: views,
             alerts: None,
             checks: None,
+            budget: &NO_BUDGET,
         }
     }
     let d = decide(&input(&p, &spec, &views), at(0));
@@ -1000,5 +1029,76 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
     assert!(
         !d.events.iter().any(|e| e.reason == "FailuresReset"),
         "acted on once"
+    );
+}
+
+/// The budget `max` allows over every node given, as a decision of this policy sees it.
+fn pool_budget(nodes: &[NodeInfo], max: i32, halt: bool) -> Budget {
+    use crate::node::budget::api::DisruptionBudgetSpec;
+    use crate::node::budget::{DisruptionBudget, Pool, Reason};
+    let b = DisruptionBudget::new(
+        "pool",
+        DisruptionBudgetSpec {
+            max_unavailable: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(max),
+            halt: Some(halt),
+            ..Default::default()
+        },
+    );
+    let none = std::collections::BTreeSet::new();
+    let state = Pool::new(&b).measure(nodes, &none, t(T0));
+    Budget::new(BTreeMap::new(), &[state], Reason::Reboot)
+}
+
+#[test]
+fn a_disruption_budget_bounds_reboots_below_the_policy_s_concurrency() {
+    let mut down = node("down");
+    down.ready = false;
+    let nodes = [asking("a"), asking("b"), asking("c"), down];
+    let views: Vec<_> = nodes.iter().map(view).collect();
+    let budget = pool_budget(&nodes, 2, false);
+    let d = decide_nodes(
+        &settings(3),
+        &signals(),
+        &BTreeMap::new(),
+        &views,
+        &budget,
+        &BTreeMap::new(),
+        t(T0),
+    );
+    assert_eq!(
+        started(&d),
+        vec!["a"],
+        "a NotReady node uses one of the two"
+    );
+    let b = d.nodes.iter().find(|n| n.name == "b").expect("b waits");
+    assert_eq!(
+        (b.phase, b.reason.as_deref()),
+        (RebootPhase::Wanting, Some("DisruptionBudget"))
+    );
+    assert_eq!(
+        b.message.as_deref(),
+        Some("disruptionbudget pool allows 2 unavailable nodes and 2 are")
+    );
+}
+
+#[test]
+fn a_halted_budget_blocks_every_new_reboot_and_says_so() {
+    let nodes = [asking("a")];
+    let views: Vec<_> = nodes.iter().map(view).collect();
+    let budget = pool_budget(&nodes, 5, true);
+    let d = decide_nodes(
+        &settings(1),
+        &signals(),
+        &BTreeMap::new(),
+        &views,
+        &budget,
+        &BTreeMap::new(),
+        t(T0),
+    );
+    assert!(started(&d).is_empty());
+    let a = &d.nodes[0];
+    assert_eq!(
+        (a.phase, a.reason.as_deref()),
+        (RebootPhase::Blocked, Some("Halted"))
     );
 }

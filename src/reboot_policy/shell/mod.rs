@@ -25,6 +25,7 @@ use tracing::{debug, info};
 
 use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
 use crate::node::change::NodeChange;
 use crate::node::drain::PodsView;
 use crate::node::holders::{Hold, Holder};
@@ -288,7 +289,7 @@ impl Operation for PolicyOperation {
         &self,
         p: &RebootPolicy,
         o: &Observed,
-        held: &BTreeMap<String, Holder>,
+        budget: &Budget,
         now: Timestamp,
     ) -> RebootDecision {
         let views: Vec<NodeView<'_>> = o
@@ -297,7 +298,7 @@ impl Operation for PolicyOperation {
             .map(|(n, selected)| NodeView {
                 node: n.as_ref(),
                 selected: *selected,
-                held_by: held.get(&n.name).map(ToString::to_string),
+                held_by: budget.holder_of(&n.name).map(ToString::to_string),
                 blocking_pods: o.blocking.get(&n.name).cloned().unwrap_or_default(),
                 drain: o.drains.get(&n.name).map(DrainView::of),
                 health: o.health.get(&n.name),
@@ -311,6 +312,7 @@ impl Operation for PolicyOperation {
                 nodes: &views,
                 alerts: o.alerts.clone(),
                 checks: o.checks.as_deref(),
+                budget,
             },
             now,
         )

@@ -1,0 +1,357 @@
+//! Why a Plan's next nodes wait, when the Plan itself is not done: a closed window, a failing
+//! health check, a Plan it goes after, its pre hook, a DisruptionBudget, another operation holding
+//! the nodes, no concurrency, quarantined nodes. Each says so in the `Complete` condition (and once
+//! as an event) and says when to look again.
+
+use super::decision::Rollout;
+use super::facts::Facts;
+use super::report::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, QUARANTINED, STOPPED};
+use super::report::{Situation, how_to_go_on};
+use super::{MSG_WAITING_FOR_WINDOW, PlanInput, rfc3339};
+use crate::common::check::Blocking;
+use crate::common::decision::EventType;
+use crate::common::window::TimeWindow;
+use crate::node::NodeInfo;
+use crate::node::budget::Refusal;
+use crate::plan::api::PlanStatus;
+use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
+
+/// With nodes left to start that something outside the rollout keeps waiting: says what in the
+/// `Complete` condition and returns `true`; `false` when nothing does.
+pub(super) fn waiting(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    situation: &Situation<'_>,
+) -> bool {
+    let eligible = situation.eligible;
+    let left = eligible.len() > st.applying.len();
+    if let (true, Some(w), false) = (
+        st.applying.is_empty(),
+        &situation.window,
+        eligible.is_empty(),
+    ) {
+        wait_for_window(facts, st, out, w);
+    } else if let Some(check) = situation.check.filter(|_| left) {
+        wait_for_check(facts, st, out, check);
+    } else if let Some(stage) = situation.stage.filter(|_| left) {
+        wait_for_stage(facts, st, out, stage);
+    } else if let Some(hook) = situation.pre_hook {
+        let (reason, message) = pre_hook_message(facts, hook);
+        let now = rfc3339(facts.now);
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            reason,
+            &message,
+            &now,
+            facts.ctx.generation,
+        );
+    } else if st.applying.is_empty()
+        && (wait_for_budget(facts, st, out, situation.refused)
+            || wait_for_held(facts, st, out, eligible)
+            || no_concurrency(facts, st, out, eligible))
+    {
+        // Nodes wait for something that is not the Plan's; the function that found it said so.
+    } else if st.applying.is_empty() && !situation.quarantined.is_empty() {
+        let message = quarantined_message(facts, situation.quarantined);
+        let now = rfc3339(facts.now);
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            QUARANTINED,
+            &message,
+            &now,
+            facts.ctx.generation,
+        );
+    } else {
+        return false;
+    }
+    true
+}
+
+/// With nothing applying and nodes left, outside the window: says so (once as an event) and
+/// looks again when it may open.
+fn wait_for_window(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, w: &TimeWindow) {
+    let (version, hash) = (&facts.version, &facts.hash);
+    if cond::reason(st, COMPLETE) != "Waiting" {
+        out.event(
+            EventType::Normal,
+            "Waiting",
+            format!(
+                "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
+            ),
+        );
+    }
+    out.requeue(w.next_check(facts.now));
+    let now = rfc3339(facts.now);
+    let generation = facts.ctx.generation;
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        "Waiting",
+        MSG_WAITING_FOR_WINDOW,
+        &now,
+        generation,
+    );
+}
+
+/// Nodes wait for a health check: says which and why (once per reason as an event).
+fn wait_for_check(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, check: &Blocking) {
+    let (reason, message) = check_message(facts, check);
+    if cond::reason(st, COMPLETE) != reason {
+        let kind = if reason == HEALTH_CHECK_FAILING {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        out.event(kind, reason, message.clone());
+    }
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+}
+
+/// Nodes wait for a Plan of `spec.after`: says which and why (once per reason as an event), and
+/// looks again when its soak ends (at most 30 seconds away: the other Plan's progress wakes none).
+fn wait_for_stage(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    stage: &super::promotion::Waiting,
+) {
+    use super::promotion::WAITING_FOR_PLAN;
+    if cond::reason(st, COMPLETE) != WAITING_FOR_PLAN {
+        out.event(EventType::Normal, WAITING_FOR_PLAN, stage.message.clone());
+    }
+    out.requeue(BUDGET_RECHECK);
+    if let Some(until) = stage.until {
+        out.requeue(crate::common::until(facts.now, until));
+    }
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        WAITING_FOR_PLAN,
+        &stage.message,
+        &now,
+        facts.ctx.generation,
+    );
+}
+
+/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
+/// events say when it starts and how it ends).
+fn pre_hook_message(
+    facts: &Facts<'_>,
+    hook: &crate::plan::api::HookStatus,
+) -> (&'static str, String) {
+    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
+    match hook.phase {
+        crate::plan::api::HookPhase::Failed => (
+            PRE_HOOK_FAILED,
+            format!(
+                "the pre hook (Job {}) failed: {}; no node is touched: {}",
+                hook.job,
+                hook.message.as_deref().unwrap_or_default(),
+                how_to_go_on(facts)
+            ),
+        ),
+        _ => (
+            PRE_HOOK,
+            format!(
+                "waiting for the pre hook (Job {}) before the first node",
+                hook.job
+            ),
+        ),
+    }
+}
+
+/// The `Complete` reason and message while a health check holds the next nodes.
+fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
+    let what = format!(
+        "waiting: health check {} fails: {}",
+        check.check, check.message
+    );
+    if check.stopped {
+        let message = format!(
+            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
+            check.check,
+            check.message,
+            facts.ctx.failure.last.as_str(),
+            how_to_go_on(facts)
+        );
+        (STOPPED, message)
+    } else if check.timed_out {
+        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
+    } else {
+        (HEALTH_CHECK_FAILING, what)
+    }
+}
+
+/// The `Complete` message while quarantined nodes are all that is left.
+fn quarantined_message(facts: &Facts<'_>, quarantined: &[&str]) -> String {
+    let mut names: Vec<&str> = quarantined.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    format!(
+        "{} quarantined after their Job failed: {} (label and taint {}); reset with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        if names.len() == 1 {
+            "1 node".to_string()
+        } else {
+            format!("{} nodes", names.len())
+        },
+        names.join(", "),
+        super::failure::quarantine_key(facts.name),
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
+}
+
+/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
+const NO_CONCURRENCY: &str = "NoConcurrency";
+
+/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
+/// (SUC reports the Plan complete, a trap of its issues #217 and #285). `false` otherwise.
+fn no_concurrency(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    if concurrency > 0 || eligible.is_empty() {
+        return false;
+    }
+    let message = format!(
+        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
+        eligible.len()
+    );
+    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
+        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
+    }
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        NO_CONCURRENCY,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// How long a Plan that a DisruptionBudget holds back waits before it looks again (letting go of
+/// a node wakes it sooner).
+const BUDGET_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes a DisruptionBudget refused: says which budget and why (once
+/// per reason as an event). `false` when none was refused.
+fn wait_for_budget(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    refused: &[(&NodeInfo, Refusal)],
+) -> bool {
+    let Some((_, first)) = refused.first() else {
+        return false;
+    };
+    let (reason, message) = (first.reason(), refused_message(refused));
+    if cond::reason(st, COMPLETE) != reason {
+        out.event(EventType::Normal, reason, message.clone());
+    }
+    out.requeue(BUDGET_RECHECK);
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// `waiting: node a: <why> (and N more nodes)`; empty when no node was refused.
+pub(super) fn refused_message(refused: &[(&NodeInfo, Refusal)]) -> String {
+    let Some((node, why)) = refused.first() else {
+        return String::new();
+    };
+    let first = format!("waiting: node {}: {why}", node.hostname());
+    match refused.len() {
+        1 => first,
+        n => format!("{first} (and {} more nodes)", n - 1),
+    }
+}
+
+/// The reason of `Complete=False` while the only nodes left are held by another operation.
+const WAITING_FOR_NODES: &str = "WaitingForNodes";
+
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes left that another operation holds: says so (once as an
+/// event) and looks again later. `false` when no node is held.
+fn wait_for_held(
+    facts: &Facts<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> bool {
+    let Some(message) = held_message(facts.input, eligible) else {
+        return false;
+    };
+    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
+        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
+    }
+    // A taint going away triggers a reconcile; a hold without one is looked at again.
+    out.requeue(HELD_RECHECK);
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        WAITING_FOR_NODES,
+        &message,
+        &now,
+        facts.ctx.generation,
+    );
+    true
+}
+
+/// The operation that holds `node` against this Plan, if any.
+pub(super) fn holder_of(
+    input: &PlanInput<'_>,
+    node: &NodeInfo,
+) -> Option<crate::node::holders::Holder> {
+    input.budget.holder_of(&node.name).cloned()
+}
+
+/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
+fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String> {
+    let held: Vec<String> = eligible
+        .iter()
+        .filter_map(|n| {
+            let holder = holder_of(input, n)?;
+            Some(format!("node {} is held by {holder}", n.hostname()))
+        })
+        .collect();
+    let first = held.first()?;
+    Some(match held.len() {
+        1 => format!("waiting: {first}"),
+        n => format!("waiting: {first} (and {} more nodes)", n - 1),
+    })
+}

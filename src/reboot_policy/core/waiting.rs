@@ -1,0 +1,123 @@
+//! Why a node that wants a reboot does not start now: the policy (paused, its window, alerts,
+//! health checks), the node (another holder, blocking pods), the slots (concurrency, soaking
+//! nodes) or a DisruptionBudget.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::nodes::{NodeSteps, NodeView, elapsed};
+use super::spec::PolicySettings;
+use crate::common::rfc3339;
+use crate::node::NodeInfo;
+use crate::node::budget::{Budget, Refusal};
+use crate::reboot_policy::api::RebootPhase;
+
+/// The nodes back from their reboot that keep their slot while they soak (those of this decision
+/// too), and until when; the decision looks again when the first soak ends.
+pub(super) fn soaking(
+    settings: &PolicySettings,
+    d: &mut NodeSteps,
+    now: Timestamp,
+) -> Vec<(String, Timestamp)> {
+    let mut soaking = settings.soaking.clone();
+    if let Some(soak) = settings.soak {
+        let until = now.checked_add(soak).unwrap_or(now);
+        soaking.extend(d.rebooted.iter().map(|r| (r.name.clone(), until)));
+    }
+    soaking.retain(|(n, _)| !d.states.contains_key(n));
+    if let Some(first) = soaking.iter().map(|(_, until)| *until).min() {
+        d.recheck(elapsed(now, first).max(Duration::from_secs(1)));
+    }
+    soaking
+}
+
+/// Why a node that wants a reboot does not start now: its phase, a reason and a message.
+pub(super) fn hold_reason(
+    settings: &PolicySettings,
+    view: &NodeView<'_>,
+    busy: usize,
+    soaking: &[(String, Timestamp)],
+) -> Option<(RebootPhase, &'static str, String)> {
+    if settings.paused {
+        return Some((
+            RebootPhase::Wanting,
+            "Paused",
+            "the policy is paused (spec.paused)".into(),
+        ));
+    }
+    if let Some(next) = settings.window_closed {
+        let when = next.map_or_else(|| "never".to_string(), rfc3339);
+        return Some((
+            RebootPhase::WaitingForWindow,
+            "OutsideWindow",
+            format!("outside spec.window; it opens next at {when}"),
+        ));
+    }
+    if let Some(alerts) = &settings.alerts {
+        return Some((RebootPhase::Blocked, "AlertsFiring", alerts.clone()));
+    }
+    if let Some((reason, message)) = &settings.health_check {
+        return Some((RebootPhase::Blocked, reason, message.clone()));
+    }
+    if let Some(holder) = &view.held_by {
+        return Some((
+            RebootPhase::Blocked,
+            "NodeBusy",
+            format!("{holder} holds the node"),
+        ));
+    }
+    if !view.blocking_pods.is_empty() {
+        return Some((
+            RebootPhase::Blocked,
+            "BlockingPods",
+            format!(
+                "blocking pods run on the node: {}",
+                view.blocking_pods.join(", ")
+            ),
+        ));
+    }
+    if busy >= settings.concurrency
+        && busy - soaking.len() < settings.concurrency
+        && let Some((node, until)) = soaking.iter().min_by_key(|(_, until)| *until)
+    {
+        return Some((
+            RebootPhase::Wanting,
+            "Soaking",
+            format!(
+                "node {node} is back and soaks until {} (spec.soak); waiting for its slot",
+                rfc3339(*until)
+            ),
+        ));
+    }
+    if busy >= settings.concurrency {
+        return Some((
+            RebootPhase::Wanting,
+            "ConcurrencyReached",
+            format!(
+                "{busy} of at most {} nodes are being disrupted; waiting for a slot",
+                settings.concurrency
+            ),
+        ));
+    }
+    None
+}
+
+/// Why the DisruptionBudgets do not let `node` reboot now, if they do not; takes its room if
+/// they do.
+pub(super) fn refused(
+    budget: &mut Budget,
+    node: &NodeInfo,
+    now: Timestamp,
+    d: &mut NodeSteps,
+) -> Option<(RebootPhase, &'static str, String)> {
+    let refusal = budget.take(node).err()?;
+    if let Some(until) = refusal.until() {
+        d.recheck(crate::common::until(now, until).max(Duration::from_secs(1)));
+    }
+    let phase = match refusal {
+        Refusal::Full { .. } => RebootPhase::Wanting,
+        _ => RebootPhase::Blocked,
+    };
+    Some((phase, refusal.reason(), refusal.to_string()))
+}
