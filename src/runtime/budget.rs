@@ -143,9 +143,12 @@ pub async fn keep_ledgers(
 
 /// Writes every budget's status that changed.
 async fn write_ledgers(shared: &Shared, budgets: &Budgets) {
+    let objects = budgets.objects();
+    if objects.is_empty() {
+        return;
+    }
     let now = Timestamp::now();
     let pools = budgets.pools();
-    let objects = budgets.objects();
     let measured = shared.measure_pools(&pools, now);
     let holders = shared.holders_by_node();
     let statuses: Vec<_> = {

@@ -200,6 +200,8 @@ const MAX_UNAVAILABLE_RULE: &str =
 
 fn max_unavailable(root: &mut Value, pointer: &str, field: &str) {
     extend(root, pointer, |s| {
+        // Bounds the rule's cost ("100%" is the longest valid string).
+        s["maxLength"] = json!(4);
         push_rule(
             s,
             rule(
