@@ -265,6 +265,25 @@ fn each_toggle_adds_exactly_its_kustomize_component() {
         kustomize(&components),
         "every toggle against every component",
     );
+    // The agent's update-engine option, a component on top of the agent's.
+    let engine = ["reboot-agent", "reboot-agent/update-engine"];
+    assert!(
+        !differences(
+            &by_key(kustomize(&engine)),
+            &by_key(kustomize(&engine[..1]))
+        )
+        .is_empty(),
+        "deploy/components/reboot-agent/update-engine changes nothing"
+    );
+    assert_same(
+        template(&[
+            "rebootAgent.enabled=true",
+            "rebootAgent.updateEngine.enabled=true",
+            "namespace.create=true",
+        ]),
+        kustomize(&engine),
+        "--set rebootAgent.updateEngine.enabled=true against its component",
+    );
 }
 
 /// The monitoring kit's toggles, each against the objects of deploy/components/monitoring it
@@ -426,7 +445,7 @@ nodeSelector: {kubernetes.io/os: linux}
 affinity: null
 tolerations: [{operator: Exists}]
 maintenance: {enabled: true, leaseNamespace: {name: leases, create: false}}
-rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical, nodeSelector: {pool: a}, tolerations: []}
+rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical, nodeSelector: {pool: a}, tolerations: [], updateEngine: {enabled: true, runAsUser: 1001}}
 serviceMonitor: {enabled: true, interval: 1m, labels: {release: kube-prometheus-stack}}
 prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}
 dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: null, dashboards: slipway}}
@@ -511,7 +530,8 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
         agent["containers"][0]["image"],
         "registry.example.com/slipway:9.9.9"
     );
-    assert_eq!(agent["containers"][0]["env"][1]["value"], "5m");
+    assert_eq!(agent["containers"][0]["env"][3]["value"], "5m");
+    assert_eq!(agent["securityContext"]["runAsUser"], 1001);
     assert_eq!(agent["priorityClassName"], "system-node-critical");
     assert_eq!(agent["nodeSelector"], json!({"pool": "a"}));
     assert!(agent["tolerations"].is_null());

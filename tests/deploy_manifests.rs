@@ -278,9 +278,14 @@ fn the_maintenance_component_carries_the_committed_crd() {
 
 /// `kubectl kustomize` of an overlay of deploy/ with one component.
 fn with_component(component: &str) -> String {
+    with_components(&[component])
+}
+
+/// `kubectl kustomize` of an overlay of deploy/ with these components, in this order.
+fn with_components(components: &[&str]) -> String {
     let overlay = std::env::temp_dir().join(format!(
         "slipway-overlay-{}-{}",
-        component.replace('/', "-"),
+        components.join("+").replace('/', "-"),
         std::process::id()
     ));
     std::fs::create_dir_all(&overlay).expect("overlay dir");
@@ -290,15 +295,11 @@ fn with_component(component: &str) -> String {
         let abs = repo().join(p).canonicalize().expect("path");
         format!("{up}{}", abs.strip_prefix("/").expect("absolute").display())
     };
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "resources:\n- {}\ncomponents:\n- {}\n",
-            rel("deploy"),
-            rel(component)
-        ),
-    )
-    .expect("write overlay");
+    let mut kustomization = format!("resources:\n- {}\ncomponents:\n", rel("deploy"));
+    for c in components {
+        kustomization += &format!("- {}\n", rel(c));
+    }
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).expect("write overlay");
     let out = kubectl_kustomize(&overlay);
     let _ = std::fs::remove_dir_all(&overlay);
     out
@@ -363,8 +364,21 @@ fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
         false
     );
     assert!(pod["hostPID"].is_null() && pod["hostNetwork"].is_null());
-    assert_eq!(container["volumeMounts"][0]["readOnly"], true);
-    assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/var/run");
+    let mounts = container["volumeMounts"].as_array().expect("mounts");
+    assert!(mounts.iter().all(|m| m["readOnly"] == true), "{mounts:?}");
+    let host_paths: Vec<&serde_json::Value> = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .map(|v| &v["hostPath"]["path"])
+        .collect();
+    assert_eq!(host_paths, ["/var/run", "/etc"]);
+    assert!(
+        container["env"]
+            .as_array()
+            .expect("env")
+            .contains(&serde_json::json!({"name": "SLIPWAY_AGENT_HOST_ETC", "value": "/host/etc"}))
+    );
     assert_eq!(pod["tolerations"][0]["operator"], "Exists");
     let role = docs
         .iter()
@@ -380,6 +394,52 @@ fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
     );
     let base = kubectl_kustomize(&repo().join("deploy"));
     assert!(!base.contains("slipway-agent"), "Plans alone do not change");
+}
+
+/// The update-engine option adds the host's system bus socket, read-only, and runs the agent as
+/// Flatcar's `core`, still not root; nothing else changes.
+#[test]
+fn the_update_engine_option_adds_only_the_bus_socket_and_the_uid() {
+    let daemon_set = |out: &str| {
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(out).expect("kustomize output parses");
+        docs.into_iter()
+            .find(|d| d["kind"] == "DaemonSet")
+            .expect("a DaemonSet")
+    };
+    let base = daemon_set(&with_component("deploy/components/reboot-agent"));
+    let mut with = daemon_set(&with_components(&[
+        "deploy/components/reboot-agent",
+        "deploy/components/reboot-agent/update-engine",
+    ]));
+    let pod = &mut with["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 500);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    pod["securityContext"]["runAsUser"] = 65534.into();
+    let volumes = pod["volumes"].as_array_mut().expect("volumes");
+    assert_eq!(
+        volumes.remove(0),
+        serde_json::json!({"name": "host-dbus", "hostPath": {"path": "/run/dbus/system_bus_socket", "type": "Socket"}})
+    );
+    let container = &mut pod["containers"][0];
+    let mounts = container["volumeMounts"].as_array_mut().expect("mounts");
+    assert_eq!(
+        mounts.remove(0),
+        serde_json::json!({"name": "host-dbus", "mountPath": "/host/run/dbus/system_bus_socket", "readOnly": true})
+    );
+    let env = container["env"].as_array_mut().expect("env");
+    let added: Vec<serde_json::Value> = env.drain(..2).collect();
+    assert_eq!(
+        added,
+        [
+            serde_json::json!({"name": "SLIPWAY_AGENT_UPDATE_ENGINE", "value": "true"}),
+            serde_json::json!({"name": "SLIPWAY_AGENT_DBUS_ADDRESS", "value": "unix:path=/host/run/dbus/system_bus_socket"}),
+        ]
+    );
+    assert_eq!(
+        with, base,
+        "the option changes only the uid, the socket and the env"
+    );
 }
 
 /// The leading comment lines of a manifest, and its objects.

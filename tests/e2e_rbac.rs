@@ -1116,13 +1116,18 @@ async fn a_kubeconfig_bound_to_the_agent_pod_on(
     kubeconfig
 }
 
-/// `slipway agent --once` with that token marks its own node and is refused another; a label
-/// patch of its own node is refused too (only the annotations).
+/// `slipway agent --once` with that token marks its own node, and labels it `kairos.io/managed:
+/// "true"` on a Kairos host, and is refused another node; any other label patch of its own node
+/// is refused too (only the annotations, and that one label set to "true").
 async fn the_agent_changes_only_its_own_nodes_annotations(
     client: &kube::Client,
     kubeconfig: &Path,
     nodes: &[String],
 ) {
+    // A Kairos host's /etc.
+    let host_etc = std::env::temp_dir().join(support::unique_name("rbac-agent-etc"));
+    std::fs::create_dir_all(&host_etc).expect("the stand-in for /etc");
+    std::fs::write(host_etc.join("kairos-release"), "KAIROS_ID=kairos\n").expect("kairos-release");
     let agent = |node: &str| {
         support::process::slipway()
             .args([
@@ -1133,7 +1138,8 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
                 "--kubeconfig",
             ])
             .arg(kubeconfig)
-            .args(["--node", node])
+            .args(["--node", node, "--host-etc"])
+            .arg(&host_etc)
             .output()
             .expect("run slipway agent")
     };
@@ -1178,14 +1184,23 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
         "{}",
         String::from_utf8_lossy(&own.stderr)
     );
-    let annotated = Api::<Node>::all(client.clone())
+    let own_node = Api::<Node>::all(client.clone())
         .get(&nodes[0])
         .await
         .expect("node")
-        .metadata
+        .metadata;
+    let annotated = own_node
         .annotations
         .is_some_and(|a| a.contains_key(support::REBOOT_REQUIRED_ANNOTATION));
     assert!(annotated, "the agent marked its own node");
+    let labelled = own_node
+        .labels
+        .and_then(|l| l.get("kairos.io/managed").cloned());
+    assert_eq!(
+        labelled.as_deref(),
+        Some("true"),
+        "the agent labelled its Kairos node"
+    );
     let foreign = agent(&nodes[1]);
     assert!(!foreign.status.success(), "the agent changed another node");
     assert!(
@@ -1193,17 +1208,34 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
         "{}",
         String::from_utf8_lossy(&foreign.stderr)
     );
-    let label = Api::<Node>::all(as_agent)
+    for labels in [
+        json!({"example.com/chosen": "yes"}),
+        json!({"kairos.io/managed": "false"}),
+        json!({"kairos.io/managed": null}),
+        json!({"kairos.io/managed": "true", "kairos.io/flavor": "ubuntu"}),
+    ] {
+        let label = Api::<Node>::all(as_agent.clone())
+            .patch(
+                &nodes[0],
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await;
+        assert!(
+            matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
+            "{labels}: {label:?}"
+        );
+    }
+    // The one label it may set, set again: allowed (and a no-op).
+    Api::<Node>::all(as_agent)
         .patch(
             &nodes[0],
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"example.com/chosen": "yes"}}})),
+            &Patch::Merge(json!({"metadata": {"labels": {"kairos.io/managed": "true"}}})),
         )
-        .await;
-    assert!(
-        matches!(&label, Err(kube::Error::Api(s)) if s.message.contains("only the annotations")),
-        "{label:?}"
-    );
+        .await
+        .expect("kairos.io/managed: \"true\" is allowed");
+    let _ = std::fs::remove_dir_all(&host_etc);
 }
 
 /// Removes the agent component's DaemonSet, admission policy and ClusterRole.

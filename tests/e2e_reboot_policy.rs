@@ -27,7 +27,9 @@ use slipway::reboot_policy::api::RebootPolicy;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 
-const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.org/";
+/// FLUO's prefix, written here as FLUO's `pkg/constants/constants.go` has it (not from the library,
+/// so a wrong constant there fails these tests).
+const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.net/";
 /// The controller's setting that turns RebootPolicies on.
 const POLICIES_ON: [(&str, &str); 1] = [("SLIPWAY_REBOOT_POLICIES", "true")];
 

@@ -112,7 +112,7 @@ pub struct RebootSignals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<bool>,
     /// Flatcar's update-agent (FLUO): the annotation
-    /// `flatcar-linux-update.v1.flatcar-linux.org/reboot-needed: "true"` (default false).
+    /// `flatcar-linux-update.v1.flatcar-linux.net/reboot-needed: "true"` (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flatcar: Option<bool>,
     /// Container Linux's update-agent (CLUO): the annotation

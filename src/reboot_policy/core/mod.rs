@@ -10,6 +10,7 @@
 //! the action, so a controller killed at any point finds the node where it left it and never
 //! starts more nodes than the concurrency.
 
+pub mod agent;
 pub mod alerts;
 mod checks;
 mod drain_view;

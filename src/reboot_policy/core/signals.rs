@@ -7,8 +7,9 @@ pub use crate::reboot_policy::api::Signal;
 
 use super::request::REBOOT_REQUIRED_ANNOTATION;
 
-/// The annotation prefix of Flatcar's update operator (FLUO) and its agent.
-pub const FLATCAR_PREFIX: &str = "flatcar-linux-update.v1.flatcar-linux.org/";
+/// The annotation prefix of Flatcar's update operator (FLUO) and its agent (FLUO's
+/// `pkg/constants/constants.go`: `.net`, since its 2019 rename from CoreOS's operator).
+pub const FLATCAR_PREFIX: &str = "flatcar-linux-update.v1.flatcar-linux.net/";
 /// The annotation prefix of Container Linux's update operator (CLUO) and its agent.
 pub const CONTAINER_LINUX_PREFIX: &str = "container-linux-update.v1.coreos.com/";
 /// Set `"true"` by the update-agent when the node needs a reboot.
@@ -72,10 +73,10 @@ pub const CONDITION_HANDLED: &str = "slipway.dev/reboot-conditions-handled";
 pub const SIGNAL_ANNOTATIONS: [&str; 10] = [
     "slipway.dev/reboot-required",
     "slipway.dev/reboot-conditions-handled",
-    "flatcar-linux-update.v1.flatcar-linux.org/reboot-needed",
-    "flatcar-linux-update.v1.flatcar-linux.org/reboot-in-progress",
-    "flatcar-linux-update.v1.flatcar-linux.org/reboot-ok",
-    "flatcar-linux-update.v1.flatcar-linux.org/reboot-paused",
+    "flatcar-linux-update.v1.flatcar-linux.net/reboot-needed",
+    "flatcar-linux-update.v1.flatcar-linux.net/reboot-in-progress",
+    "flatcar-linux-update.v1.flatcar-linux.net/reboot-ok",
+    "flatcar-linux-update.v1.flatcar-linux.net/reboot-paused",
     "container-linux-update.v1.coreos.com/reboot-needed",
     "container-linux-update.v1.coreos.com/reboot-in-progress",
     "container-linux-update.v1.coreos.com/reboot-ok",

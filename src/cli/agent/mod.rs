@@ -1,18 +1,25 @@
 //! `slipway agent`: runs on every node (a DaemonSet, `deploy/components/reboot-agent`) and keeps
-//! the `slipway.dev/reboot-required` annotation of its own Node in step with the node's sentinel;
-//! the decision is `slipway::reboot_policy::core::request::agent_step`.
+//! its own Node in step with the host: the `slipway.dev/reboot-required` annotation while the
+//! node's sentinel or, with `--update-engine`, Flatcar's update engine wants a reboot, and the
+//! label `kairos.io/managed: "true"` on a Kairos host. The decision is
+//! `slipway::reboot_policy::core::agent::decide`; this reads the host and the Node and patches.
 
-use std::path::PathBuf;
+mod update_engine;
+
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
 use slipway::common::duration::GoDuration;
+use slipway::reboot_policy::core::agent::{
+    self, HostFile, HostRelease, HostSeen, KAIROS_MANAGED_LABEL, NodeSeen, UpdateEngine,
+};
 use slipway::reboot_policy::core::request::{
     self, AnnotationChange, REBOOT_REQUIRED_ANNOTATION, Sentinel,
 };
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// The field manager of the agent's patches.
@@ -21,7 +28,9 @@ const FIELD_MANAGER: &str = "slipway-agent";
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
     slipway agent --node \"$NODE_NAME\" --sentinel-file /host/var/run/reboot-required\n  \
-    slipway agent --node worker-1 --sentinel-command '/usr/local/bin/needs-reboot' --once")]
+    slipway agent --node worker-1 --sentinel-command '/usr/local/bin/needs-reboot' --once\n  \
+    slipway agent --node \"$NODE_NAME\" --host-etc /host/etc --update-engine \\\n      \
+    --dbus-address unix:path=/host/run/dbus/system_bus_socket")]
 pub struct AgentArgs {
     /// The Node this agent speaks for (the DaemonSet passes spec.nodeName).
     #[arg(long, env = "NODE_NAME")]
@@ -51,6 +60,23 @@ pub struct AgentArgs {
     /// Look once, update the Node, and exit.
     #[arg(long)]
     pub once: bool,
+    /// The host's /etc as this process sees it (the DaemonSet mounts it read-only at /host/etc):
+    /// a host with an etc/kairos-release, or an etc/os-release whose ID contains "kairos", gets
+    /// its Node labelled kairos.io/managed=true. Unset: the agent does not look.
+    #[arg(long, env = "SLIPWAY_AGENT_HOST_ETC")]
+    pub host_etc: Option<PathBuf>,
+    /// Also want a reboot while Flatcar's update engine says UPDATE_STATUS_UPDATED_NEED_REBOOT,
+    /// read over the host's system D-Bus (`--dbus-address`).
+    #[arg(long, env = "SLIPWAY_AGENT_UPDATE_ENGINE")]
+    pub update_engine: bool,
+    /// The address of the host's system bus, for `--update-engine` (the component's option
+    /// mounts the host's socket at /host/run/dbus/system_bus_socket).
+    #[arg(
+        long,
+        env = "SLIPWAY_AGENT_DBUS_ADDRESS",
+        default_value = "unix:path=/run/dbus/system_bus_socket"
+    )]
+    pub dbus_address: String,
 }
 
 pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
@@ -71,17 +97,30 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let client = super::client(&args.kubeconfig, args.context.as_deref()).await?;
         let nodes: Api<Node> = Api::all(client);
-        info!(node = %args.node, period = %args.period, "watching the reboot sentinel");
+        info!(
+            node = %args.node,
+            period = %args.period,
+            update_engine = args.update_engine,
+            "watching the reboot sentinel"
+        );
+        if args.once {
+            let engine = if args.update_engine {
+                Some(update_engine::read_once(&args.dbus_address).await)
+            } else {
+                None
+            };
+            return step(&nodes, args, engine).await;
+        }
+        let mut engine = args
+            .update_engine
+            .then(|| update_engine::watch(args.dbus_address.clone(), period));
         let mut stop = Stop::new();
         loop {
-            let result = step(&nodes, args).await;
-            if args.once {
-                return result;
-            }
-            if let Err(e) = result {
+            let seen = engine.as_mut().map(|rx| rx.borrow_and_update().clone());
+            if let Err(e) = step(&nodes, args, seen).await {
                 warn!("{e:#}");
             }
-            if !stop.sleep(period).await {
+            if !stop.wait(period, engine.as_mut()).await {
                 info!("stopping");
                 return Ok(());
             }
@@ -89,8 +128,12 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     })
 }
 
-/// One look at the sentinel and, if it changed, one patch of the Node.
-async fn step(nodes: &Api<Node>, args: &AgentArgs) -> anyhow::Result<()> {
+/// One look at the host and, if the Node must change, one patch of it.
+async fn step(
+    nodes: &Api<Node>,
+    args: &AgentArgs,
+    update_engine: Option<UpdateEngine>,
+) -> anyhow::Result<()> {
     let node = nodes.get(&args.node).await.map_err(|e| {
         anyhow::anyhow!("cannot read node {}: {}", args.node, super::kube_error(&e))
     })?;
@@ -98,30 +141,49 @@ async fn step(nodes: &Api<Node>, args: &AgentArgs) -> anyhow::Result<()> {
         .status
         .as_ref()
         .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
+        .map(|i| i.boot_id.as_str())
         .unwrap_or_default();
-    let current = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REBOOT_REQUIRED_ANNOTATION))
-        .map(String::as_str);
+    let meta = &node.metadata;
+    let seen = NodeSeen {
+        boot_id,
+        reboot_required: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REBOOT_REQUIRED_ANNOTATION))
+            .map(String::as_str),
+        kairos_managed: meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(KAIROS_MANAGED_LABEL))
+            .map(String::as_str),
+    };
     let sentinel = look(args).await;
     if let Sentinel::Unknown(why) = &sentinel {
         warn!(node = %args.node, "cannot tell whether a reboot is needed: {why}");
     }
-    let value = match request::agent_step(&sentinel, &boot_id, current) {
-        AnnotationChange::Keep => return Ok(()),
-        AnnotationChange::Set(boot) => {
-            info!(node = %args.node, boot_id = %boot, "the node wants a reboot");
-            json!(boot)
-        }
-        AnnotationChange::Remove => {
-            info!(node = %args.node, "the node no longer wants a reboot");
-            serde_json::Value::Null
-        }
+    let host = HostSeen {
+        sentinel,
+        update_engine,
+        release: args
+            .host_etc
+            .as_deref()
+            .filter(|etc| !etc.as_os_str().is_empty())
+            .map(host_release),
     };
-    let patch = json!({"metadata": {"annotations": {REBOOT_REQUIRED_ANNOTATION: value}}});
+    let decision = agent::decide(&host, seen);
+    let Some(patch) = decision.merge_patch() else {
+        return Ok(());
+    };
+    match &decision.request {
+        AnnotationChange::Keep => {}
+        AnnotationChange::Set(boot) => {
+            info!(node = %args.node, boot_id = %boot, "the node wants a reboot")
+        }
+        AnnotationChange::Remove => info!(node = %args.node, "the node no longer wants a reboot"),
+    }
+    if decision.label_kairos {
+        info!(node = %args.node, "the host runs Kairos: labelling the node {KAIROS_MANAGED_LABEL}=true");
+    }
     nodes
         .patch(
             &args.node,
@@ -134,12 +196,28 @@ async fn step(nodes: &Api<Node>, args: &AgentArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot annotate node {}: {}",
+                "cannot change node {}: {}",
                 args.node,
                 super::kube_error(&e)
             )
         })?;
     Ok(())
+}
+
+/// The host's kairos-release and os-release under its /etc.
+fn host_release(etc: &Path) -> HostRelease {
+    let read = |name: &str| {
+        let path = etc.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => HostFile::Read(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HostFile::Missing,
+            Err(e) => HostFile::Unreadable(format!("{}: {e}", path.display())),
+        }
+    };
+    HostRelease {
+        kairos_release: read("kairos-release"),
+        os_release: read("os-release"),
+    }
 }
 
 /// What the sentinel says now.
@@ -190,14 +268,33 @@ impl Stop {
         Stop { signals }
     }
 
-    /// Sleeps for `period`; false if a signal came first.
-    async fn sleep(&mut self, period: Duration) -> bool {
+    /// Sleeps for `period`, or until the update engine's status changes; false if a signal
+    /// came first.
+    async fn wait(
+        &mut self,
+        period: Duration,
+        engine: Option<&mut watch::Receiver<UpdateEngine>>,
+    ) -> bool {
+        let changed = async {
+            // An error means the watcher is gone; the period still runs.
+            let gone = match engine {
+                Some(rx) => rx.changed().await.is_err(),
+                None => true,
+            };
+            if gone {
+                std::future::pending::<()>().await;
+            }
+        };
         let Some((term, int)) = self.signals.as_mut() else {
-            tokio::time::sleep(period).await;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = changed => {}
+            }
             return true;
         };
         tokio::select! {
             _ = tokio::time::sleep(period) => true,
+            _ = changed => true,
             _ = term.recv() => false,
             _ = int.recv() => false,
         }
