@@ -148,6 +148,7 @@ fn decide(
             checks: &[],
             stages: Some(&[]),
             templates: Some(memo),
+            explain: false,
         },
         now(),
     )

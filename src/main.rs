@@ -59,6 +59,9 @@ enum Command {
     /// Show how far Plans, NodeMaintenances and RebootPolicies are, from the cluster (read-only):
     /// conditions, and per node its phase and why it waits.
     Status(cli::status::StatusArgs),
+    /// Explain what goes next and why the rest waits: for a Plan, RebootPolicy, NodeMaintenance,
+    /// DisruptionBudget or node, read-only, decided by the controller's own code.
+    Explain(cli::explain::ExplainArgs),
     /// Run on a node (a DaemonSet): mark the node's own Node with slipway.dev/reboot-required
     /// while its sentinel (kured's /var/run/reboot-required, or a command) says it needs a
     /// reboot, and clear the mark once it no longer does.
@@ -227,6 +230,7 @@ fn main() -> std::process::ExitCode {
         Command::Render(args) => cli::render::run(&args),
         Command::Resolve(args) => cli::resolve::run(&args),
         Command::Status(args) => cli::status::run(&args),
+        Command::Explain(args) => cli::explain::run(&args),
         Command::Agent(args) => cli::agent::run(&args),
         Command::Completions(args) => {
             use std::io::Write;

@@ -3,6 +3,7 @@
 //! in the library.
 
 pub mod agent;
+pub mod explain;
 pub mod generate;
 pub mod render;
 pub mod resolve;

@@ -44,7 +44,7 @@ pub struct Settings {
 }
 
 /// Node annotations the index keeps: the few small ones that decisions read.
-fn kept_annotations() -> Vec<&'static str> {
+pub fn kept_annotations() -> Vec<&'static str> {
     let mut kept = vec![
         slipway::node::cordon::CORDONED_BY,
         slipway::node::cordon::LEGACY_UPGRADE_CORDON,

@@ -46,6 +46,42 @@ impl Event {
     }
 }
 
+/// Nodes a decision does not start, grouped by why: what a status says first, and what
+/// `slipway explain` shows. The nodes are in the order they would start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// A short word: `Concurrency`, `DisruptionBudget`, `Halted`, `OutsideWindow`...
+    pub reason: &'static str,
+    /// What holds them, for people.
+    pub message: String,
+    pub nodes: Vec<String>,
+    /// When the wait ends by the clock alone (a window opens, a soak or a schedule ends).
+    pub until: Option<jiff::Timestamp>,
+}
+
+/// Adds `node` to the group of `reason` and `message` (made on first use).
+pub fn wait(
+    groups: &mut Vec<Waiting>,
+    node: &str,
+    reason: &'static str,
+    message: impl FnOnce() -> String,
+    until: Option<jiff::Timestamp>,
+) {
+    let message = message();
+    match groups
+        .iter_mut()
+        .find(|g| g.reason == reason && g.message == message)
+    {
+        Some(group) => group.nodes.push(node.to_string()),
+        None => groups.push(Waiting {
+            reason,
+            message,
+            nodes: vec![node.to_string()],
+            until,
+        }),
+    }
+}
+
 /// An effect of a decision, as the runtime orders it.
 pub trait Effect {
     /// Applied before the status is written: the effect only gives back (a label on a finished
@@ -66,6 +102,8 @@ pub struct Decision<S, E, R = ()> {
     pub holds: BTreeSet<String>,
     /// Look again after this long at the latest; `None`: only when something changes.
     pub requeue: Option<Duration>,
+    /// The nodes it does not start, and why (a Plan fills it only when asked to explain).
+    pub waiting: Vec<Waiting>,
     /// What the kind reports besides its status (gauges, log fields).
     pub report: R,
 }
@@ -79,6 +117,7 @@ impl<S, E, R: Default> Decision<S, E, R> {
             events: Vec::new(),
             holds: BTreeSet::new(),
             requeue: None,
+            waiting: Vec::new(),
             report: R::default(),
         }
     }
@@ -93,6 +132,7 @@ impl<S, E, R> Decision<S, E, R> {
             events: self.events,
             holds: self.holds,
             requeue: self.requeue,
+            waiting: self.waiting,
             report,
         }
     }

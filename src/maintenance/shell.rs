@@ -50,7 +50,30 @@ pub struct MaintenanceWatches {
 impl MaintenanceWatches {
     /// The nodes NodeMaintenances hold by their own records, for the budget.
     pub fn holds(&self) -> Arc<dyn HoldSource> {
-        Arc::new(MaintenanceHolds(self.store.clone()))
+        hold_source(self.store.clone())
+    }
+}
+
+/// The nodes the NodeMaintenances of `store` hold by their own records.
+pub fn hold_source(store: Store<NodeMaintenance>) -> Arc<dyn HoldSource> {
+    Arc::new(MaintenanceHolds(store))
+}
+
+impl MaintenanceOperation {
+    /// The NodeMaintenance controller over the maintenances of `store`.
+    pub fn new(
+        shared: Arc<Shared>,
+        lease: LeaseSettings,
+        maintenances: Store<NodeMaintenance>,
+    ) -> MaintenanceOperation {
+        MaintenanceOperation {
+            shared,
+            lease,
+            evictions: Mutex::default(),
+            failures: Mutex::default(),
+            maintenances,
+            written: Written::default(),
+        }
     }
 }
 
@@ -114,15 +137,11 @@ pub async fn run(
     watches: MaintenanceWatches,
     shutdown: CancellationToken,
 ) {
-    let op = Arc::new(MaintenanceOperation {
+    let op = Arc::new(MaintenanceOperation::new(
         shared,
         lease,
-        evictions: Mutex::default(),
-        failures: Mutex::default(),
-        maintenances: watches.store.clone(),
-
-        written: Written::default(),
-    });
+        watches.store.clone(),
+    ));
     // A budget that allows a disruption again wakes the drains it refused (they would otherwise
     // wait out their backoff, up to a minute).
     let waker = op.clone();

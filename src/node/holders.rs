@@ -101,6 +101,21 @@ impl fmt::Display for Holder {
 pub struct Hold {
     pub node: String,
     pub holder: Holder,
+    /// The object keeps the node for itself but has done nothing to it yet (a NodeMaintenance
+    /// that waits for a budget or another holder): no other operation takes the node, and the
+    /// node does not count unavailable in a budget's pool.
+    pub waiting: bool,
+}
+
+impl Hold {
+    /// A node the object has started on.
+    pub fn new(node: impl Into<String>, holder: Holder) -> Hold {
+        Hold {
+            node: node.into(),
+            holder,
+            waiting: false,
+        }
+    }
 }
 
 /// The nodes each operation holds in this process, by node name.
@@ -247,10 +262,7 @@ mod tests {
     }
 
     fn hold(node: &str, holder: Holder) -> Hold {
-        Hold {
-            node: node.into(),
-            holder,
-        }
+        Hold::new(node, holder)
     }
 
     fn against(me: &Holder, c: &NodeClaims, persisted: &[Hold], tainted: &[&str]) -> Vec<String> {

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use super::shared::Shared;
 use super::watch::{changes, digest};
 use super::{ReadyFuture, ready};
+use crate::node::budget::api::DisruptionBudgetStatus;
 use crate::node::budget::ledger::{self, Holding, LedgerInput};
 use crate::node::budget::{DisruptionBudget, Pool, PoolState};
 use crate::node::holders::Holder;
@@ -72,6 +73,15 @@ pub fn watch(client: &Client) -> BudgetWatch {
 }
 
 impl Budgets {
+    /// The budgets of a list (`slipway explain`).
+    pub fn listed(budgets: Vec<DisruptionBudget>) -> Arc<Budgets> {
+        Arc::new(Budgets {
+            store: super::listed(budgets),
+            parsed: Mutex::default(),
+            changed: Notify::new(),
+        })
+    }
+
     /// Resolves once every budget has been listed.
     pub fn ready(&self) -> ReadyFuture {
         ready(self.store.clone())
@@ -105,7 +115,8 @@ impl Budgets {
         !self.store.is_empty()
     }
 
-    fn objects(&self) -> Vec<Arc<DisruptionBudget>> {
+    /// Every budget.
+    pub fn objects(&self) -> Vec<Arc<DisruptionBudget>> {
         self.store.state()
     }
 }
@@ -143,30 +154,7 @@ pub async fn keep_ledgers(
 
 /// Writes every budget's status that changed.
 async fn write_ledgers(shared: &Shared, budgets: &Budgets) {
-    let objects = budgets.objects();
-    if objects.is_empty() {
-        return;
-    }
-    let now = Timestamp::now();
-    let pools = budgets.pools();
-    let measured = shared.measure_pools(&pools, now);
-    let holders = shared.holders_by_node();
-    let statuses: Vec<_> = {
-        let index = shared.nodes();
-        objects
-            .iter()
-            .filter_map(|b| {
-                let pool = measured.iter().find(|p| p.name == b.name_any())?;
-                let nodes: BTreeMap<String, Arc<crate::node::NodeInfo>> = pool
-                    .unavailable
-                    .iter()
-                    .filter_map(|n| index.get(n).map(|i| (n.clone(), i)))
-                    .collect();
-                Some((b.clone(), status_of(b, pool, &nodes, &holders, now)))
-            })
-            .collect()
-    };
-    for (budget, status) in statuses {
+    for (budget, status) in ledgers(shared, budgets, Timestamp::now()) {
         if budget.status.as_ref() == Some(&status) {
             continue;
         }
@@ -176,13 +164,40 @@ async fn write_ledgers(shared: &Shared, budgets: &Budgets) {
     }
 }
 
+/// Every budget with its status (its ledger) as of `now`.
+pub fn ledgers(
+    shared: &Shared,
+    budgets: &Budgets,
+    now: Timestamp,
+) -> Vec<(Arc<DisruptionBudget>, DisruptionBudgetStatus)> {
+    let objects = budgets.objects();
+    if objects.is_empty() {
+        return Vec::new();
+    }
+    let measured = shared.measure_pools(&budgets.pools(), now);
+    let holders = shared.holders_by_node();
+    let index = shared.nodes();
+    objects
+        .iter()
+        .filter_map(|b| {
+            let pool = measured.iter().find(|p| p.name == b.name_any())?;
+            let nodes: BTreeMap<String, Arc<crate::node::NodeInfo>> = pool
+                .unavailable
+                .iter()
+                .filter_map(|n| index.get(n).map(|i| (n.clone(), i)))
+                .collect();
+            Some((b.clone(), status_of(b, pool, &nodes, &holders, now)))
+        })
+        .collect()
+}
+
 fn status_of(
     budget: &DisruptionBudget,
     pool: &PoolState,
     nodes: &BTreeMap<String, Arc<crate::node::NodeInfo>>,
     holders: &BTreeMap<String, Vec<Holder>>,
     now: Timestamp,
-) -> crate::node::budget::api::DisruptionBudgetStatus {
+) -> DisruptionBudgetStatus {
     let nodes: BTreeMap<String, &crate::node::NodeInfo> =
         nodes.iter().map(|(k, v)| (k.clone(), v.as_ref())).collect();
     let holdings: BTreeMap<String, Vec<Holding<'_>>> = holders

@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 
 pub use chores::{Chores, FIELD_MANAGER};
 pub use error::{ApiResult, Error, ErrorKind};
-pub use operation::{Operation, drive};
+pub use operation::{Operation, drive, predict};
 pub use shared::{HoldSource, HoldSources, Shared};
 
 use health::{Health, Transition};
@@ -87,6 +87,21 @@ pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) -> Resu
         Ok(Err(e)) => Err(Error::CrdNotEstablished(e.to_string())),
         Err(_) => Err(Error::CrdNotEstablished("timed out after 60s".into())),
     }
+}
+
+/// A cache that has listed `objects` (and is ready): what `slipway explain` decides from, and
+/// what the shells' tests read.
+pub fn listed<K>(objects: Vec<K>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+    store
 }
 
 /// Resolves once a cache has its first full list.

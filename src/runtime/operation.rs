@@ -288,6 +288,23 @@ where
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
+/// What `obj`'s next decision is, now, claiming nothing and applying nothing: what
+/// `slipway explain` shows, decided by the same code as a reconcile.
+pub async fn predict<O>(
+    op: &O,
+    obj: Arc<O::Object>,
+) -> Result<Decision<O::Status, O::Effect, O::Report>, Error>
+where
+    O: Operation,
+{
+    let obj = op.prepare(obj).await?;
+    op.shared().budgets_synced().await?;
+    let now = Timestamp::now();
+    let observed = op.observe(&obj, now).await?;
+    let budget = op.shared().budget_for(&op.holder(&obj));
+    Ok(op.decide(&obj, &observed, &budget, now))
+}
+
 /// Applies a decision: the effects that give back, the status, the events, then the effects that
 /// take, in the order decided. The first failure stops it: a later effect may rest on an earlier
 /// one (the Lease before the cordon), and the next reconcile decides again from what the cluster

@@ -136,15 +136,7 @@ impl Shared {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let now = Timestamp::now();
         let persisted = self.persisted_holds(now);
-        let budget = {
-            let index = self.nodes();
-            let held = held_against(me, &claims, &persisted, index.tainted(), index.annotated());
-            let pools = self.measured(me, &index, &claims, &persisted, now);
-            match reason_of(me) {
-                Some(reason) if !pools.is_empty() => Budget::new(held, &pools, reason),
-                _ => Budget::holds_only(held),
-            }
-        };
+        let budget = self.budget_of(me, &claims, &persisted, now);
         let decision = decide(&budget);
         if deleting {
             return Ok(decision);
@@ -188,6 +180,30 @@ impl Shared {
         Ok(decision)
     }
 
+    /// What a decision of `me` may take now (`slipway explain` decides with it, claiming nothing).
+    pub fn budget_for(&self, me: &Holder) -> Budget {
+        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Timestamp::now();
+        let persisted = self.persisted_holds(now);
+        self.budget_of(me, &claims, &persisted, now)
+    }
+
+    fn budget_of(
+        &self,
+        me: &Holder,
+        claims: &NodeClaims,
+        persisted: &[Hold],
+        now: Timestamp,
+    ) -> Budget {
+        let index = self.nodes();
+        let held = held_against(me, claims, persisted, index.tainted(), index.annotated());
+        let pools = self.measured(me, &index, claims, persisted, now);
+        match reason_of(me) {
+            Some(reason) if !pools.is_empty() => Budget::new(held, &pools, reason),
+            _ => Budget::holds_only(held),
+        }
+    }
+
     /// The pools of every DisruptionBudget, measured now (for a decision or a ledger).
     pub fn measure_pools(&self, pools: &[Arc<Pool>], now: Timestamp) -> Vec<PoolState> {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
@@ -221,7 +237,9 @@ impl Shared {
         let claimed = claims
             .all()
             .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)));
-        let recorded = persisted.iter().map(|h| (h.node.as_str(), &h.holder));
+        let recorded = (persisted.iter())
+            .filter(|h| !h.waiting)
+            .map(|h| (h.node.as_str(), &h.holder));
         for (node, holder) in claimed.chain(recorded) {
             match holder == me {
                 true => mine.insert(node.to_string()),
@@ -236,7 +254,7 @@ impl Shared {
     }
 
     /// Every node a slipway operation holds, with its holders: this process's claims, the
-    /// objects' own records, and maintenance taints.
+    /// objects' own records (but those that wait), and maintenance taints.
     pub fn holders_by_node(&self) -> BTreeMap<String, Vec<Holder>> {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let persisted = self.persisted_holds(Timestamp::now());
@@ -251,7 +269,7 @@ impl Shared {
         for (node, holders) in claims.all() {
             holders.iter().for_each(|h| add(node, h));
         }
-        for hold in &persisted {
+        for hold in persisted.iter().filter(|h| !h.waiting) {
             add(&hold.node, &hold.holder);
         }
         for node in index.tainted() {
@@ -343,12 +361,18 @@ impl Shared {
     }
 }
 
-/// Every node a slipway operation or a maintenance taint holds.
+/// Every node a slipway operation or a maintenance taint holds (an object that only waits for
+/// its node does not make it unavailable).
 fn all_held(claims: &NodeClaims, persisted: &[Hold], index: &NodeIndex) -> BTreeSet<String> {
     claims
         .all()
         .map(|(n, _)| n.to_string())
-        .chain(persisted.iter().map(|h| h.node.clone()))
+        .chain(
+            persisted
+                .iter()
+                .filter(|h| !h.waiting)
+                .map(|h| h.node.clone()),
+        )
         .chain(index.tainted().map(str::to_string))
         .collect()
 }
@@ -382,10 +406,7 @@ mod tests {
     }
 
     fn hold(node: &str, holder: Holder) -> Hold {
-        Hold {
-            node: node.into(),
-            holder,
-        }
+        Hold::new(node, holder)
     }
 
     fn shared(sources: HoldSources) -> Shared {

@@ -10,8 +10,6 @@ use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::chores::{Chores, Scope};
@@ -320,19 +318,7 @@ pub(crate) fn chores(client: &Client) -> Chores {
     chores_with(client, LeaseGuard::always())
 }
 
-/// A cache that has listed `objects` (and is ready).
-pub(crate) fn listed<K>(objects: Vec<K>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    store
-}
+pub(crate) use super::listed;
 
 /// A node index that has listed `nodes`.
 pub(crate) fn node_index(nodes: Vec<NodeInfo>) -> NodeIndex {

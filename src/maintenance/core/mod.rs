@@ -250,8 +250,19 @@ pub fn holds(maintenances: &[Arc<NodeMaintenance>]) -> Vec<Hold> {
         .map(|nm| Hold {
             node: nm.spec.node_name.clone(),
             holder: holder(nm),
+            waiting: not_started(nm.status.as_ref()),
         })
         .collect()
+}
+
+/// Whether the maintenance has done nothing to its node yet: no status, or its `Drained`
+/// condition says it waits (for a budget, another holder, the Lease).
+fn not_started(status: Option<&NodeMaintenanceStatus>) -> bool {
+    let Some(st) = status else { return true };
+    match st.conditions.iter().find(|c| c.type_ == DRAINED) {
+        Some(c) => status::is_waiting(&c.reason),
+        None => st.phase.is_none(),
+    }
 }
 
 /// A failure after which the maintenance does not hold its node (a timed-out drain keeps it).
@@ -378,6 +389,7 @@ fn owned_by_node(input: &MaintenanceInput<'_>) -> Option<MaintenanceEffect> {
 
 /// The effects of a step, in the order the shell performs them.
 fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecision {
+    let waiting = status::waiting(&step, &input.maintenance.spec.node_name);
     let releasing = step.lease == Some(LeaseAction::Release);
     let change = input.node.map(|node| step.node.change(node));
     let mut effects = Vec::new();
@@ -416,6 +428,7 @@ fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecisio
         events: step.events,
         holds,
         requeue: step.requeue_after,
+        waiting,
         report: step.stage,
     }
 }

@@ -311,6 +311,27 @@ fn set_condition(
     }
 }
 
+/// The node, when the maintenance waits to take it: why, as its `Drained` condition says.
+pub(super) fn waiting(step: &Step, node: &str) -> Vec<crate::common::decision::Waiting> {
+    let condition = step.status.conditions.iter().find(|c| c.type_ == DRAINED);
+    match (&step.stage, condition) {
+        (
+            Stage::WaitingForNode { .. } | Stage::WaitingForBudget { .. } | Stage::LeaseHeld { .. },
+            Some(c),
+        ) => vec![crate::common::decision::Waiting {
+            reason: match &step.stage {
+                Stage::WaitingForBudget { reason, .. } => reason,
+                Stage::LeaseHeld { .. } => "LeaseHeld",
+                _ => "WaitingForNode",
+            },
+            message: c.message.clone(),
+            nodes: vec![node.to_string()],
+            until: None,
+        }],
+        _ => Vec::new(),
+    }
+}
+
 /// Reasons of `Drained=False` before the drain started.
 pub(super) fn is_waiting(reason: &str) -> bool {
     matches!(

@@ -706,3 +706,40 @@ fn a_disruption_budget_without_room_keeps_a_new_maintenance_waiting_and_says_whi
     );
     assert_eq!(step.requeue_after, Some(WAIT_RECHECK));
 }
+
+#[test]
+fn a_maintenance_that_waits_keeps_its_node_without_making_it_unavailable() {
+    let refusal = crate::node::budget::Refusal::Full {
+        budget: "workers".into(),
+        max: 1,
+        unavailable: 1,
+        schedule: None,
+    };
+    let mut waiting = nm(true);
+    let n = node();
+    let mut i = input(&waiting, Some(&n), None);
+    i.refusal = Some(&refusal);
+    waiting.status = Some(decide(&i).status);
+    let mut started = nm(true);
+    started.metadata.name = Some("kernel".into());
+    started.status = Some(decide(&input(&started, Some(&n), None)).status);
+    let mut gone = nm(true);
+    gone.metadata.name = Some("lost".into());
+    gone.status = Some(decide(&input(&gone, None, None)).status);
+    let mut fresh = nm(false);
+    fresh.metadata.name = Some("new".into());
+
+    let waits: Vec<(String, bool)> = holds(&[waiting, started, gone, fresh].map(Arc::new))
+        .into_iter()
+        .map(|h| (h.holder.key(), h.waiting))
+        .collect();
+    // Oldest first (equal times: by name); the maintenance of a missing node gave it back.
+    assert_eq!(
+        waits,
+        [
+            ("nodemaintenance/disk".to_string(), true),
+            ("nodemaintenance/kernel".to_string(), false),
+            ("nodemaintenance/new".to_string(), true),
+        ]
+    );
+}

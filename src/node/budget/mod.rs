@@ -445,6 +445,14 @@ impl Budget {
         Ok(())
     }
 
+    /// Why no node like `node` may start whatever the room: a halted or unreadable budget
+    /// selects it.
+    pub fn stopped(&self, node: &NodeInfo) -> Option<Refusal> {
+        self.check(node)
+            .err()
+            .filter(|r| matches!(r, Refusal::Halted { .. } | Refusal::Invalid { .. }))
+    }
+
     /// Starts `node` if every budget lets it: it then counts as unavailable in each pool.
     pub fn take(&mut self, node: &NodeInfo) -> Result<(), Refusal> {
         self.check(node)?;

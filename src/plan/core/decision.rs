@@ -147,6 +147,8 @@ pub(super) struct Rollout {
     pub node_patches: Vec<NodeChange>,
     pub events: Vec<Event>,
     pub requeue_after: Option<Duration>,
+    /// The nodes that wait, and why (only when the input asks to explain).
+    pub waiting: Vec<crate::common::decision::Waiting>,
 }
 
 impl Rollout {
@@ -191,6 +193,7 @@ impl Rollout {
             events: self.events,
             holds,
             requeue: self.requeue_after,
+            waiting: self.waiting,
             report: summary,
         }
     }

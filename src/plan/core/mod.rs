@@ -125,6 +125,9 @@ pub struct PlanInput<'a> {
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
     /// without rendering them again; `None` renders every time. It changes no decision.
     pub templates: Option<&'a TemplateMemo>,
+    /// List every node that waits, and why, in the decision's `waiting` (`slipway explain`). It
+    /// changes no decision.
+    pub explain: bool,
 }
 
 pub use crate::common::rfc3339;
@@ -162,6 +165,13 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
             &now_text,
             plan.metadata.generation,
         );
+        if input.explain {
+            let until = promotion::rolls_out_at(plan, &st);
+            for r in read.iter().filter(|r| r.targeted()) {
+                let why = || message.clone();
+                crate::common::decision::wait(&mut out.waiting, r.hostname(), reason, why, until);
+            }
+        }
         plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
@@ -199,10 +209,7 @@ pub fn holds(plans: &[Arc<Plan>], nodes: &NodeIndex) -> Vec<Hold> {
         let me = holder(plan);
         let applying = plan.status.iter().flat_map(|s| s.applying.iter());
         for node in applying.filter_map(|host| nodes.node_of_hostname(host)) {
-            holds.push(Hold {
-                node: node.to_string(),
-                holder: me.clone(),
-            });
+            holds.push(Hold::new(node, me.clone()));
         }
     }
     holds

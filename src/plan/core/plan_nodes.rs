@@ -107,6 +107,9 @@ pub(super) fn roll<'a>(
         stage: stage.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
+    if input.explain {
+        out.waiting = super::waits::explain(&facts, &steps, &situation);
+    }
     hooks::after_nodes(&facts, old, st, out);
 }
 

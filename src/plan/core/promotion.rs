@@ -71,6 +71,12 @@ pub fn min_version_age(plan: &Plan) -> Option<Duration> {
         .flatten()
 }
 
+/// When the channel's newest version may roll out (`spec.minVersionAge` after it was first seen).
+pub fn rolls_out_at(plan: &Plan, st: &crate::plan::api::PlanStatus) -> Option<Timestamp> {
+    let seen: Timestamp = st.channel_version.as_ref()?.first_seen.parse().ok()?;
+    seen.checked_add(min_version_age(plan)?).ok()
+}
+
 /// The promotion fields' errors, naming the field.
 pub fn validate(plan: &Plan) -> Result<(), String> {
     duration(plan.spec.min_version_age.as_deref())

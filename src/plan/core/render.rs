@@ -125,6 +125,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             shared: &BTreeSet::new(),
             checks: &assumed_checks(&w.plan),
             stages: None,
+            explain: false,
             templates: None,
         },
         w.now,

@@ -92,6 +92,7 @@ pub(super) struct Rollout {
     pub node_patches: Vec<NodeChange>,
     pub events: Vec<crate::common::decision::Event>,
     pub requeue_after: Option<std::time::Duration>,
+    pub waiting: Vec<crate::common::decision::Waiting>,
 }
 
 impl Rollout {
@@ -106,6 +107,7 @@ impl Rollout {
             status: d.status,
             events: d.events,
             requeue_after: d.requeue,
+            waiting: d.waiting,
         }
     }
 }
@@ -124,6 +126,8 @@ struct World {
     checks: Vec<crate::common::check::CheckRead>,
     budgets: Vec<crate::node::budget::DisruptionBudget>,
     stages: Vec<crate::plan::core::promotion::StageRead>,
+    /// Decide as `slipway explain` does (the properties check it changes nothing).
+    explain: bool,
 }
 
 impl World {
@@ -142,6 +146,7 @@ impl World {
             checks: Vec::new(),
             budgets: Vec::new(),
             stages: Vec::new(),
+            explain: true,
         }
     }
 
@@ -155,10 +160,7 @@ impl World {
         let pods: Vec<&Pod> = self.pods.iter().collect();
         // As the controller sees them: the holds given, and the nodes in a maintenance.
         let holds: Vec<Hold> = (self.held.iter())
-            .map(|(node, holder)| Hold {
-                node: node.clone(),
-                holder: holder.clone(),
-            })
+            .map(|(node, holder)| Hold::new(node.clone(), holder.clone()))
             .collect();
         let tainted = self.nodes.iter().filter(|n| n.in_maintenance);
         let held = held_against(
@@ -201,6 +203,7 @@ impl World {
                 checks: &self.checks,
                 stages: Some(&self.stages),
                 templates: None,
+                explain: self.explain,
             },
             self.now,
         );
@@ -1344,14 +1347,8 @@ fn a_plan_holds_the_nodes_its_status_applying_names_by_hostname() {
     assert_eq!(
         held,
         [
-            Hold {
-                node: "node-1".into(),
-                holder: holder(&p)
-            },
-            Hold {
-                node: "node-2".into(),
-                holder: holder(&p)
-            },
+            Hold::new("node-1", holder(&p)),
+            Hold::new("node-2", holder(&p)),
         ],
         "by node name; a hostname no node has holds nothing"
     );

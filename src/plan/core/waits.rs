@@ -9,7 +9,7 @@ use super::report::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, QUARANTINED, S
 use super::report::{Situation, how_to_go_on};
 use super::{MSG_WAITING_FOR_WINDOW, PlanInput, rfc3339};
 use crate::common::check::Blocking;
-use crate::common::decision::EventType;
+use crate::common::decision::{EventType, Waiting, wait};
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::budget::Refusal;
@@ -354,4 +354,83 @@ fn held_message(input: &PlanInput<'_>, eligible: &[&NodeInfo]) -> Option<String>
         1 => format!("waiting: {first}"),
         n => format!("waiting: {first} (and {} more nodes)", n - 1),
     })
+}
+
+/// Every eligible node this decision does not start, grouped by why, in the Plan's order (what
+/// `slipway explain` shows; the controller does not ask for it).
+pub(super) fn explain(
+    facts: &Facts<'_>,
+    steps: &super::facts::Steps<'_>,
+    situation: &Situation<'_>,
+) -> Vec<Waiting> {
+    let left: Vec<&NodeInfo> = (situation.eligible.iter().copied())
+        .filter(|n| !steps.contains_key(n.name.as_str()))
+        .collect();
+    let order = super::selection::first_in_plan_order(
+        left.len(),
+        facts.uid,
+        &facts.hash,
+        facts.order,
+        left,
+    );
+    let mut groups = Vec::new();
+    let whole = whole_plan_wait(facts, situation);
+    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    for node in order {
+        let name = node.hostname();
+        if let Some((reason, message, until)) = &whole {
+            wait(&mut groups, name, reason, || message.clone(), *until);
+        } else if let Some(holder) = holder_of(facts.input, node) {
+            wait(
+                &mut groups,
+                name,
+                "HeldByOther",
+                || format!("held by {holder}"),
+                None,
+            );
+        } else if let Some((_, refusal)) =
+            situation.refused.iter().find(|(n, _)| n.name == node.name)
+        {
+            wait(
+                &mut groups,
+                name,
+                refusal.reason(),
+                || refusal.to_string(),
+                refusal.until(),
+            );
+        } else if concurrency <= 0 {
+            let message = || format!("spec.concurrency is {concurrency}");
+            wait(&mut groups, name, NO_CONCURRENCY, message, None);
+        } else {
+            let message = || format!("all {concurrency} slots are taken");
+            wait(&mut groups, name, "Concurrency", message, None);
+        }
+    }
+    groups
+}
+
+/// What keeps every node of the Plan from starting, if something does.
+fn whole_plan_wait(
+    facts: &Facts<'_>,
+    situation: &Situation<'_>,
+) -> Option<(&'static str, String, Option<jiff::Timestamp>)> {
+    if let Some(w) = &situation.window {
+        let opens = w.next_opening(facts.now);
+        return Some(("Waiting", MSG_WAITING_FOR_WINDOW.to_string(), opens));
+    }
+    if situation.stopped {
+        let why = format!("a failed node stopped the rollout: {}", how_to_go_on(facts));
+        return Some((STOPPED, why, None));
+    }
+    if let Some(check) = situation.check {
+        let (reason, message) = check_message(facts, check);
+        return Some((reason, message, None));
+    }
+    if let Some(stage) = situation.stage {
+        let reason = super::promotion::WAITING_FOR_PLAN;
+        return Some((reason, stage.message.clone(), stage.until));
+    }
+    let hook = situation.pre_hook?;
+    let (reason, message) = pre_hook_message(facts, hook);
+    Some((reason, message, None))
 }

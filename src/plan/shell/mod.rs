@@ -45,7 +45,7 @@ use crate::runtime::written::Written;
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
-pub use watch::{PlanWatches, watch};
+pub use watch::{PlanWatches, hold_source, watch};
 
 /// How often every Plan is looked at even when nothing changes.
 const RESYNC: Duration = Duration::from_secs(10 * 60);
@@ -66,6 +66,8 @@ pub struct PlanOperation {
     written: Written<Plan>,
     templates: TemplateMemo,
     checks: CheckReader,
+    /// Decisions list every waiting node (`slipway explain`).
+    explaining: bool,
 }
 
 /// What a Plan's decision reads besides the Plan.
@@ -108,26 +110,20 @@ pub async fn run(
     watches: PlanWatches,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
-        .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
     let (channel_answered, channel_answers) = futures::channel::mpsc::unbounded();
-    let checks = CheckReader::new(shared.chores().client().clone());
+    let threads = settings.threads;
+    let stores = (
+        watches.plans.clone(),
+        watches.jobs.clone(),
+        watches.secrets.clone(),
+    );
+    let op = PlanOperation::new(shared, settings, stores, watches.reboot_pods.clone())?;
     let op = Arc::new(PlanOperation {
-        shared,
-        plans: watches.plans.clone(),
-        jobs: watches.jobs.clone(),
-        secrets: watches.secrets.clone(),
-        reboot_pods: watches.reboot_pods.clone(),
-        job_config: settings.job,
-        channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
         channel_answered,
-        expect: Expectations::default(),
-        written: Written::default(),
-        templates: TemplateMemo::default(),
-        checks,
+        ..op
     });
     let controller = controller(&op.shared.namespace, watches, channel_answers);
-    drive(op, controller, settings.threads, shutdown).await;
+    drive(op, controller, threads, shutdown).await;
     Ok(())
 }
 
@@ -174,7 +170,45 @@ fn plans_reading(plans: &Store<Plan>, secret: &str) -> Vec<ObjectRef<Plan>> {
         .collect()
 }
 
+/// The caches a Plan's decision reads: Plans, Jobs, Secrets (reboot pods apart).
+pub type PlanStores = (Store<Plan>, Store<Job>, Store<Secret>);
+
 impl PlanOperation {
+    /// The Plan controller over `stores` (a channel that answers late triggers nothing).
+    pub fn new(
+        shared: Arc<Shared>,
+        settings: PlanSettings,
+        (plans, jobs, secrets): PlanStores,
+        reboot_pods: Store<Pod>,
+    ) -> Result<PlanOperation, Error> {
+        let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
+            .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
+        let checks = CheckReader::new(shared.chores().client().clone());
+        Ok(PlanOperation {
+            shared,
+            plans,
+            jobs,
+            secrets,
+            reboot_pods,
+            job_config: settings.job,
+            channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
+            channel_answered: futures::channel::mpsc::unbounded().0,
+            expect: Expectations::default(),
+            written: Written::default(),
+            templates: TemplateMemo::default(),
+            checks,
+            explaining: false,
+        })
+    }
+
+    /// The same, deciding as `slipway explain` does: every waiting node listed.
+    pub fn explaining(self) -> PlanOperation {
+        PlanOperation {
+            explaining: true,
+            ..self
+        }
+    }
+
     /// Gauges, index entries, claims and remembered writes of deleted Plans go.
     fn forget_gone_plans(&self) {
         let exists =
@@ -319,6 +353,7 @@ impl Operation for PlanOperation {
                 checks: &o.checks,
                 stages: Some(&o.stages),
                 templates: Some(&self.templates),
+                explain: self.explaining,
             },
             now,
         );

@@ -147,6 +147,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         templates: TemplateMemo::default(),
         checks: crate::runtime::checks::CheckReader::new(api.client()),
         written: Default::default(),
+        explaining: false,
     }
 }
 

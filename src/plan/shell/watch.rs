@@ -40,7 +40,7 @@ pub struct PlanWatches {
 impl PlanWatches {
     /// The nodes Plans hold by their own records, for the budget.
     pub fn holds(&self) -> Arc<dyn HoldSource> {
-        Arc::new(PlanHolds(self.plans.clone()))
+        hold_source(self.plans.clone())
     }
 
     /// The caches the process must have listed before it is ready.
@@ -64,6 +64,11 @@ impl PlanWatches {
             }
         })
     }
+}
+
+/// The nodes the Plans of `store` hold by their own records.
+pub fn hold_source(store: Store<Plan>) -> Arc<dyn HoldSource> {
+    Arc::new(PlanHolds(store))
 }
 
 /// Plans as holders of nodes: what their `status.applying` says.

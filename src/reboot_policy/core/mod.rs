@@ -169,10 +169,7 @@ pub fn holds(policy: &RebootPolicy, now: Timestamp) -> Vec<Hold> {
     states
         .into_iter()
         .filter(|(_, s)| s.holds_slot())
-        .map(|(node, _)| Hold {
-            node,
-            holder: me.clone(),
-        })
+        .map(|(node, _)| Hold::new(node, me.clone()))
         .collect()
 }
 
@@ -267,6 +264,7 @@ fn into_decision(
     let me = holder(input.policy);
     let views = input.views_by_name();
     let mut decision = RebootDecision::keep(status);
+    decision.waiting = steps.waiting;
     for (node, action) in steps.actions {
         let view = views.get(node.as_str()).copied();
         let effect = match action {

@@ -11,7 +11,7 @@ use super::failures::{STOPPED, stopped, stopped_message};
 use super::signals::{CONDITION_HANDLED, REBOOT_OK, Signal, Signals, condition_marker, requested};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
-use super::waiting::{hold_reason, refused, soaking};
+use super::waiting::{halted, hold_reason, refused, soaking};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
@@ -101,6 +101,8 @@ pub struct NodeSteps {
     pub recheck: Option<Duration>,
     /// Set when a failure stops every new reboot: why.
     pub stopped: Option<String>,
+    /// The nodes that want a reboot and wait, grouped by why.
+    pub waiting: Vec<crate::common::decision::Waiting>,
 }
 
 impl NodeSteps {
@@ -185,7 +187,8 @@ pub fn decide_nodes(
         let name = &view.node.name;
         let hold = match &d.stopped {
             Some(why) => Some((RebootPhase::Wanting, STOPPED, stopped_message(why))),
-            None => hold_reason(settings, view, busy, &soaking)
+            None => halted(&budget, view.node)
+                .or_else(|| hold_reason(settings, view, busy, &soaking))
                 .or_else(|| refused(&mut budget, view.node, now, &mut d)),
         };
         let Some((waiting_phase, reason, message)) = hold else {
@@ -194,6 +197,7 @@ pub fn decide_nodes(
             continue;
         };
         d.wanting += 1;
+        crate::common::decision::wait(&mut d.waiting, name, reason, || message.clone(), None);
         d.nodes.push(RebootNodeStatus {
             name: name.clone(),
             phase: waiting_phase,

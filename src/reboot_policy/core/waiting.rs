@@ -103,6 +103,16 @@ pub(super) fn hold_reason(
     None
 }
 
+/// A halted (or unreadable) DisruptionBudget holds the node before anything else is looked at:
+/// the kill switch says so at once.
+pub(super) fn halted(
+    budget: &Budget,
+    node: &NodeInfo,
+) -> Option<(RebootPhase, &'static str, String)> {
+    let refusal = budget.stopped(node)?;
+    Some((RebootPhase::Blocked, refusal.reason(), refusal.to_string()))
+}
+
 /// Why the DisruptionBudgets do not let `node` reboot now, if they do not; takes its room if
 /// they do.
 pub(super) fn refused(

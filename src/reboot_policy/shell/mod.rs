@@ -63,7 +63,33 @@ pub struct PolicyWatches {
 impl PolicyWatches {
     /// The nodes RebootPolicies hold by their own records, for the budget.
     pub fn holds(&self) -> Arc<dyn HoldSource> {
-        Arc::new(PolicyHolds(self.store.clone()))
+        hold_source(self.store.clone())
+    }
+}
+
+/// The nodes the RebootPolicies of `store` hold by their own records.
+pub fn hold_source(store: Store<RebootPolicy>) -> Arc<dyn HoldSource> {
+    Arc::new(PolicyHolds(store))
+}
+
+impl PolicyOperation {
+    /// The RebootPolicy controller over the policies and reboot pods of these caches.
+    pub fn new(
+        shared: Arc<Shared>,
+        default_image: String,
+        policies: Store<RebootPolicy>,
+        pods: Store<Pod>,
+    ) -> PolicyOperation {
+        let checks = CheckReader::new(shared.chores().client().clone());
+        PolicyOperation {
+            shared,
+            policies,
+            default_image,
+            http: reqwest::Client::builder().build().ok(),
+            checks,
+            pods,
+            written: Written::default(),
+        }
     }
 }
 
@@ -140,17 +166,12 @@ pub async fn run(
     watches: PolicyWatches,
     shutdown: CancellationToken,
 ) {
-    let checks = CheckReader::new(shared.chores().client().clone());
-    let op = Arc::new(PolicyOperation {
+    let op = Arc::new(PolicyOperation::new(
         shared,
-        policies: watches.store.clone(),
         default_image,
-        http: reqwest::Client::builder().build().ok(),
-        checks,
-        pods: watches.pods,
-
-        written: Written::default(),
-    });
+        watches.store.clone(),
+        watches.pods,
+    ));
     let concerned = watches.nodes.filter_map(|h| async move {
         match h {
             Holder::Reboot { policy } => Some(ObjectRef::new(&policy)),

@@ -80,6 +80,12 @@ fn a_halted_budget_starts_nothing_and_lets_started_nodes_finish() {
     let r = w.step();
     assert_eq!(applying(&w).len(), 1, "the other node is still running");
     assert!(r.create_jobs.is_empty(), "no new node starts");
+    let (_, reason, message) = complete(&r.status);
+    assert_eq!(reason, "SyncJob");
+    assert!(
+        message.ends_with(": disruptionbudget pool is halted (spec.halt)"),
+        "said at once, while a node still runs: {message}"
+    );
     w.finish(&jobs[1], "Complete", now(), "", "");
     let r = w.step();
     let (status, reason, message) = complete(&r.status);
@@ -129,4 +135,44 @@ fn a_budget_that_limits_other_reasons_does_not_hold_a_plan() {
     reboots.spec.reasons = Some(vec![crate::node::budget::Reason::Reboot]);
     w.budgets = vec![reboots];
     assert_eq!(w.step().create_jobs.len(), 2);
+}
+
+/// The waiting groups of a decision: reason, how many nodes, the message.
+fn groups(r: &Rollout) -> Vec<(&'static str, usize, String)> {
+    (r.waiting.iter())
+        .map(|g| (g.reason, g.nodes.len(), g.message.clone()))
+        .collect()
+}
+
+#[test]
+fn explaining_lists_every_waiting_node_under_its_reason() {
+    let mut w = World::new(plan(2), nodes(5));
+    w.budgets = vec![budget("pool", 1)];
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1);
+    assert_eq!(
+        groups(&r),
+        [(
+            "DisruptionBudget",
+            4,
+            "disruptionbudget pool allows 1 unavailable node and 1 is".to_string()
+        )]
+    );
+    let mut w = World::new(plan(1), nodes(3));
+    w.held.insert(
+        "node-2".into(),
+        crate::node::holders::Holder::Maintenance {
+            name: "disk".into(),
+        },
+    );
+    let r = w.step();
+    let mut seen = groups(&r);
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("Concurrency", 1, "all 1 slots are taken".to_string()),
+            ("HeldByOther", 1, "held by nodemaintenance disk".to_string()),
+        ]
+    );
 }

@@ -37,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// The writes of a decision in the order the controller applies them.
+#[derive(Debug, PartialEq)]
 enum Write {
     Patch(NodeChange),
     Status(Box<PlanStatus>),
@@ -248,6 +249,19 @@ fn run(w: &mut World, h: &mut History, op: &Op, concurrency: usize) -> Result<()
     match op {
         Op::Decide { cut } => {
             let r = w.decide();
+            w.explain = false;
+            let unexplained = w.decide();
+            w.explain = true;
+            prop_assert_eq!(
+                &r.status,
+                &unexplained.status,
+                "explaining changes no decision"
+            );
+            prop_assert_eq!(
+                writes(&r),
+                writes(&unexplained),
+                "explaining changes no decision"
+            );
             let all = writes(&r);
             let n = cut.map_or(all.len(), |c| c.min(all.len()));
             for write in all.into_iter().take(n) {
