@@ -25,7 +25,10 @@ fn slipway(args: &[&str]) -> (bool, String, String) {
 /// Every CRD of `crds/`, with the `slipway crd` argument that prints it.
 const CRDS: [(&str, &str); 4] = [
     ("plans.upgrade.cattle.io", "plans"),
-    ("nodemaintenances.nodemaintenance.medik8s.io", "nodemaintenances"),
+    (
+        "nodemaintenances.nodemaintenance.medik8s.io",
+        "nodemaintenances",
+    ),
     ("rebootpolicies.slipway.dev", "rebootpolicies"),
     ("disruptionbudgets.slipway.dev", "disruptionbudgets"),
 ];
@@ -43,7 +46,10 @@ fn every_committed_crd_is_what_slipway_crd_prints() {
         );
     }
     let (ok, printed, _) = slipway(&["crd"]);
-    assert!(ok && printed.contains("name: plans.upgrade.cattle.io"), "the default");
+    assert!(
+        ok && printed.contains("name: plans.upgrade.cattle.io"),
+        "the default"
+    );
 }
 
 #[test]

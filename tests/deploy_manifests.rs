@@ -263,8 +263,14 @@ fn the_base_carries_the_committed_disruption_budget_crd_and_its_rights() {
     );
     let base = kubectl_kustomize(&repo().join("deploy"));
     assert!(base.contains("name: disruptionbudgets.slipway.dev"));
-    assert!(base.contains("resources:\n  - disruptionbudgets/status"), "{base}");
-    assert!(!base.contains("SLIPWAY_DISRUPTION_BUDGETS"), "on by default");
+    assert!(
+        base.contains("resources:\n  - disruptionbudgets/status"),
+        "{base}"
+    );
+    assert!(
+        !base.contains("SLIPWAY_DISRUPTION_BUDGETS"),
+        "on by default"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Fault injection on the local cluster: rollouts under controller kills, leader failovers, kills
-//! while nodes reboot, an API server restart, a paused etcd, a cut connection, Job and node churn,
+//! while nodes reboot, kills under a DisruptionBudget shared by a Plan and a RebootPolicy, an API
+//! server restart, a paused etcd, a cut connection, Job and node churn,
 //! Plan edits and deletion, and a soak of Plan changes. An invariant checker watches Jobs, reboot
 //! pods and Nodes on its own (it knows nothing of slipway's state) and records every violation; the
 //! suite prints a table and fails on any violation.
@@ -33,6 +34,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::maintenance::api::NodeMaintenance;
+use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 use support::controller::{ControllerProcess, FAST_ELECTION};
@@ -1517,6 +1519,114 @@ async fn policy_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     stage.end(finished, kills).await
 }
+/// One DisruptionBudget over the pool, a Plan and a RebootPolicy that would each take more nodes
+/// than it allows, and the controller killed again and again: no kill or restart ever lets more
+/// nodes of the pool be unavailable at once than the budget allows (an independent count of
+/// cordoned and NotReady nodes, live Jobs and reboot pods), and both operations finish.
+async fn budget_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    let c = sizes.concurrency.max(2);
+    let allowed = (c - 1).max(1);
+    let name = support::unique_name("chaos-budget");
+    let limits = Limits {
+        concurrency: BTreeMap::from([("up".to_string(), c), (format!("policy:{name}"), c)]),
+        cordons: allowed,
+    };
+    let stage = Stage::new(cluster, "chaos-budget", sizes, limits).await;
+    let client = stage.ns.client();
+    let budgets = Api::<DisruptionBudget>::all(client.clone());
+    let budget: DisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "DisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"maxUnavailable": allowed,
+                 "nodeSelector": {"matchLabels": {POOL_LABEL: stage.pool}}},
+    }))
+    .expect("budget literal");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create the budget");
+    let pool = support::budgets::PoolChecker::start(
+        client.clone(),
+        stage.ns.name().to_string(),
+        stage.pool.clone(),
+    );
+    let replicas = Replicas::start_with(
+        stage.ns.name(),
+        &[("a", cluster.kubeconfig_path())],
+        false,
+        &[("SLIPWAY_REBOOT_POLICIES", "true")],
+    );
+    // The budget takes effect once the controller has seen it: its ledger says so.
+    support::wait_for("the budget's ledger", Duration::from_secs(60), || async {
+        let b = budgets.get(&name).await?;
+        match b.status.is_some_and(|s| s.nodes > 0) {
+            true => Ok(()),
+            false => Err(anyhow!("no ledger yet")),
+        }
+    })
+    .await;
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {"concurrency": c, "timeout": "5m",
+                 "nodeSelector": {"matchLabels": {POOL_LABEL: stage.pool}}},
+    }))
+    .expect("policy literal");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let nodes = Api::<Node>::all(client.clone());
+    let mut before = BTreeMap::new();
+    for n in stage.nodes.iter().step_by(2) {
+        before.insert(n.clone(), support::current_boot_id(&client, n).await);
+        support::ask_reboot(&client, n).await;
+    }
+    stage
+        .create_plan(&rollout_plan("up", &stage.pool, c, "v1", ""))
+        .await;
+    let player = play_reboot_pods(
+        client.clone(),
+        stage.ns.name().to_string(),
+        name.clone(),
+        Random(rng.next().max(1)),
+    );
+    let done = || async {
+        stage.is_rolled_out("up").await && every_node_back(&policies, &nodes, &name, &before).await
+    };
+    let mut kills = 0;
+    while kills < sizes.kills && !done().await {
+        tokio::time::sleep(rng.millis(300, 2000)).await;
+        replicas.crash("a");
+        kills += 1;
+    }
+    stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    let deadline = Instant::now() + ROLLOUT_LIMIT;
+    while !every_node_back(&policies, &nodes, &name, &before).await {
+        if Instant::now() >= deadline {
+            let status = policies.get(&name).await.map(|p| p.status);
+            stage.checker.violation(format!(
+                "RebootPolicy {name} did not reboot every node within {ROLLOUT_LIMIT:?}: {status:?}"
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    player.abort();
+    replicas.stop();
+    let most = pool.most();
+    if most.len() > allowed {
+        stage.checker.violation(format!(
+            "{} nodes of the pool were unavailable at once ({most:?}); the budget allows {allowed}",
+            most.len()
+        ));
+    }
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    let _ = budgets.delete(&name, &DeleteParams::default()).await;
+    stage.end(Instant::now(), kills).await
+}
+
 /// Plays the nodes of the RebootPolicy `policy`: a node with a reboot pod of it comes back with a
 /// new boot ID a moment later, once.
 fn play_reboot_pods(client: Client, ns: String, policy: String, mut rng: Random) -> JoinHandle<()> {
@@ -1783,6 +1893,7 @@ async fn chaos_suite() {
     scenario!("reboot-kills", reboot_kills);
     scenario!("maintenance-kills", maintenance_kills);
     scenario!("policy-kills", policy_kills);
+    scenario!("budget-kills", budget_kills);
     scenario!("apiserver-restart", apiserver_restart);
     scenario!("etcd-pause", etcd_pause);
     scenario!("connection-cut", connection_cut);

@@ -42,6 +42,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 use support::controller::ControllerProcess;
@@ -500,6 +501,20 @@ async fn deploy_grants_exactly_what_slipway_uses() {
 
     let pool = support::unique_name("rbac");
     let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
+    // A DisruptionBudget over the pool that limits nothing: the controller reads it and keeps its
+    // ledger (the status patch its ClusterRole grants).
+    let budgets = Api::<DisruptionBudget>::all(client.clone());
+    let budget: DisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1", "kind": "DisruptionBudget",
+        "metadata": {"name": pool},
+        "spec": {"maxUnavailable": "100%",
+                 "nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}},
+    }))
+    .expect("a DisruptionBudget");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create the budget");
     let env = controller_env(&deploy, &nodes[0]);
     let help = help_of_run();
     let leader_election = help.contains("--leader-elect");
@@ -517,6 +532,14 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     let more =
         a_new_node_makes_the_complete_event_a_series(&client, &controller, &plans, &pool).await;
     let rebooted = a_reboot_behind_a_health_gate(&client, &controller, &plans).await;
+    support::wait_for("the budget's ledger", Duration::from_secs(30), || async {
+        let b = budgets.get(&pool).await?;
+        match b.status.is_some_and(|s| s.nodes == 3) {
+            true => Ok(()),
+            false => Err(anyhow!("no ledger of the pool yet")),
+        }
+    })
+    .await;
 
     if leader_election {
         // Renewals are patches too; give the lease manager a moment to have done all it does.
@@ -537,6 +560,7 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     // The RebootPolicy component, with a token of its own.
     prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
 
+    let _ = budgets.delete(&pool, &DeleteParams::default()).await;
     support::delete_nodes(&client, &nodes).await;
     support::delete_nodes(&client, &more).await;
     support::delete_nodes(&client, &rebooted).await;

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use slipway::reboot_policy::api::RebootPolicy;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
+use support::reboots::{pod_node, reboot_pods};
 
 /// FLUO's prefix, written here as FLUO's `pkg/constants/constants.go` has it (not from the library,
 /// so a wrong constant there fails these tests).
@@ -80,24 +81,6 @@ async fn annotate(client: &Client, name: &str, annotations: Value) {
         )
         .await
         .expect("annotate node");
-}
-
-async fn reboot_pods(ns: &str, client: &Client, policy: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={policy}")))
-        .await
-        .expect("list reboot pods")
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect()
-}
-
-fn pod_node(p: &Pod) -> String {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
 }
 
 async fn status_of(api: &Api<RebootPolicy>, name: &str) -> Value {

@@ -36,10 +36,12 @@
 //! its own client with [`Cluster::client`].
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod budgets;
 pub mod controller;
 pub mod jobwatch;
 pub mod plans;
 pub mod process;
+pub mod reboots;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -691,47 +693,59 @@ fn random_hex(len: usize) -> String {
     out
 }
 
-/// Applies the committed CRD (`crds/plans.upgrade.cattle.io.yaml`) and waits until it is
-/// Established, so a test can create Plans before its controller has installed the CRD itself.
+/// Applies the committed CRDs of the base install (`crds/plans.upgrade.cattle.io.yaml` and
+/// `crds/disruptionbudgets.slipway.dev.yaml`) and waits until they are Established, so a test can
+/// create Plans and budgets before its controller has installed the CRDs itself.
 pub async fn install_crd(client: &Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Patch, PatchParams};
-    let text = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/plans.upgrade.cattle.io.yaml"),
-    )
-    .expect("read crds/plans.upgrade.cattle.io.yaml");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("parse the CRD");
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(
-        "plans.upgrade.cattle.io",
-        &PatchParams::apply("slipway-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the API server accepts the CRD");
-    wait_for(
-        "the CRD to be Established",
-        Duration::from_secs(30),
-        || async {
-            let crd = api.get("plans.upgrade.cattle.io").await?;
-            let established = crd
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                Ok(())
-            } else {
-                Err(anyhow::anyhow!(
-                    "conditions: {:?}",
-                    crd.status.and_then(|s| s.conditions)
-                ))
-            }
-        },
+    install_crds(
+        client,
+        &["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"],
     )
     .await;
+}
+
+/// Applies the committed CRDs `names` (files of `crds/`) and waits until they are Established.
+pub async fn install_crds(client: &Client, names: &[&str]) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for name in names {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("crds/{name}.yaml"));
+        let text = std::fs::read_to_string(&path).expect("read a committed CRD");
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("parse the CRD");
+        api.patch(
+            name,
+            &PatchParams::apply("slipway-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("the API server accepts the CRD");
+    }
+    for name in names {
+        wait_for(
+            &format!("the CRD {name} to be Established"),
+            Duration::from_secs(30),
+            || async {
+                let crd = api.get(name).await?;
+                let established = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!(
+                        "conditions: {:?}",
+                        crd.status.and_then(|s| s.conditions)
+                    ))
+                }
+            },
+        )
+        .await;
+    }
 }
 
 /// A namespace for one test with `n` fake nodes of its own (labelled `slipway.test/pool=<namespace>`,
