@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use slipway::maintenance::api::NodeMaintenance;
+use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
@@ -544,6 +544,23 @@ async fn the_kill_switch_stops_new_starts_and_says_so(s: &Scene) {
         "a halted maintenance does not cordon"
     );
     s.patch_budget(&budget, json!({"halt": false})).await;
+    // The maintenance goes first (its node counts against the policy's concurrency while it is
+    // cordoned), then the reboot and the rest of the Plan.
+    support::wait_for(
+        "the maintenance to drain its node",
+        Duration::from_secs(60),
+        || async {
+            let m = nms.get(&maintenance).await?;
+            match m.status.and_then(|st| st.phase) {
+                Some(MaintenancePhase::Succeeded) => Ok(()),
+                other => bail!("{other:?}"),
+            }
+        },
+    )
+    .await;
+    nms.delete(&maintenance, &DeleteParams::default())
+        .await
+        .expect("delete the maintenance");
     let mut rebooted = BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(240);
     loop {
@@ -561,9 +578,6 @@ async fn the_kill_switch_stops_new_starts_and_says_so(s: &Scene) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    nms.delete(&maintenance, &DeleteParams::default())
-        .await
-        .expect("delete the maintenance");
     policies
         .delete(&policy, &DeleteParams::default())
         .await
