@@ -89,6 +89,8 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     fi
     cargo build --release --locked
     tests/cluster/build.sh >/dev/null
+    # The audit log holds every request the bench counts, at thousands of nodes too.
+    export SLIPWAY_CLUSTER_AUDIT_MB=${SLIPWAY_CLUSTER_AUDIT_MB:-500}
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
       SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
 

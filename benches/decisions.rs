@@ -9,12 +9,15 @@
 //! - `plan-done`: every node carries the hash: an idle Plan's decision;
 //! - `plans-50`: 50 Plans, each selecting its share of the nodes, all done: the 50 decisions;
 //! - `policy`: a RebootPolicy over every node, 1% of them asking for a reboot, concurrency 10;
+//! - `plan-budgets`: `plan-first` under 10 DisruptionBudgets (each a fifth of the pools, 1%), the
+//!   pools measured as the controller measures them before each decision, then the decision;
 //! - `index`: the node index built from every node, then one Plan's candidates looked up.
 //!
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
 //! means linear. Nothing here asserts a time: it measures and prints.
 
-use slipway::node::budget::Budget;
+use slipway::node::budget::api::Reason;
+use slipway::node::budget::{Budget, DisruptionBudget, Pool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -62,6 +65,9 @@ fn main() {
         }
         if runs("policy") {
             print_line("policy", n, n, policy(&nodes));
+        }
+        if runs("plan-budgets") {
+            print_line("plan-budgets", n, n, plan_budgets(&nodes));
         }
         if runs("index") {
             print_line("index", n, n, index(&nodes));
@@ -130,6 +136,16 @@ fn decide(
     jobs: &[&Job],
     memo: &TemplateMemo,
 ) -> plan_core::PlanDecision {
+    decide_under(plan, nodes, jobs, memo, &Budget::unlimited())
+}
+
+fn decide_under(
+    plan: &Plan,
+    nodes: &[&NodeInfo],
+    jobs: &[&Job],
+    memo: &TemplateMemo,
+    budget: &Budget,
+) -> plan_core::PlanDecision {
     let config = JobConfig::default();
     plan_core::decide(
         &PlanInput {
@@ -143,7 +159,7 @@ fn decide(
             channel: None,
             controller_name: "system-upgrade-controller",
             job_config: &config,
-            budget: &Budget::unlimited(),
+            budget,
             shared: &BTreeSet::new(),
             checks: &[],
             stages: Some(&[]),
@@ -182,6 +198,37 @@ fn plan_first(nodes: &[NodeInfo]) -> Duration {
     median(nodes.len(), || {
         let memo = TemplateMemo::default();
         std::hint::black_box(decide(&p, &refs, &[], &memo));
+    })
+}
+
+/// `plan-first` under 10 budgets: each a fifth of the pools (every node is in two), 1% of its
+/// nodes. The pools are measured over every node, as `runtime::Shared` does before each decision.
+fn plan_budgets(nodes: &[NodeInfo]) -> Duration {
+    let refs: Vec<&NodeInfo> = nodes.iter().collect();
+    let p = plan("budgeted", everything());
+    let pools: Vec<Pool> = (0..10)
+        .map(|b| {
+            let values: Vec<String> = (0..PLANS / 5)
+                .map(|i| format!("p{}", (b * 5 + i) % PLANS))
+                .collect();
+            let budget: DisruptionBudget = serde_json::from_value(serde_json::json!({
+                "apiVersion": "slipway.dev/v1alpha1", "kind": "DisruptionBudget",
+                "metadata": {"name": format!("budget-{b}")},
+                "spec": {"maxUnavailable": "1%", "nodeSelector": {"matchExpressions": [
+                    {"key": "pool", "operator": "In", "values": values}]}},
+            }))
+            .unwrap_or_default();
+            Pool::new(&budget)
+        })
+        .collect();
+    let held = BTreeSet::new();
+    median(nodes.len(), || {
+        let memo = TemplateMemo::default();
+        let measured: Vec<_> = (pools.iter())
+            .map(|pool| pool.measure_for(nodes.iter(), &held, &held, now()))
+            .collect();
+        let budget = Budget::new(BTreeMap::new(), &measured, Reason::Upgrade);
+        std::hint::black_box(decide_under(&p, &refs, &[], &memo, &budget));
     })
 }
 

@@ -17,8 +17,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::error::ErrorKind;
 use super::shared::Shared;
 use super::watch::{changes, digest};
 use super::{ReadyFuture, ready};
@@ -147,21 +148,32 @@ pub async fn keep_ledgers(
         if shared.chores().leading().is_err() {
             continue;
         }
-        write_ledgers(&shared, &budgets).await;
+        if !write_ledgers(&shared, &budgets).await {
+            // Written again after the floor, from the copy the watch has by then.
+            budgets.changed.notify_one();
+        }
         tokio::time::sleep(LEDGER_FLOOR).await;
     }
 }
 
-/// Writes every budget's status that changed.
-async fn write_ledgers(shared: &Shared, budgets: &Budgets) {
+/// Writes every budget's status that changed; false if one was refused because the cached copy
+/// it was computed from is older than the object (the watch has not shown the last write yet).
+async fn write_ledgers(shared: &Shared, budgets: &Budgets) -> bool {
+    let mut all = true;
     for (budget, status) in ledgers(shared, budgets, Timestamp::now()) {
         if budget.status.as_ref() == Some(&status) {
             continue;
         }
-        if let Err(e) = shared.chores().write_status(budget.as_ref(), &status).await {
-            warn!(budget = %budget.name_any(), "cannot write the ledger: {e}");
+        match shared.chores().write_status(budget.as_ref(), &status).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::conflict => {
+                debug!(budget = %budget.name_any(), "the ledger changed meanwhile; writing it again");
+                all = false;
+            }
+            Err(e) => warn!(budget = %budget.name_any(), "cannot write the ledger: {e}"),
         }
     }
+    all
 }
 
 /// Every budget with its status (its ledger) as of `now`.

@@ -20,6 +20,8 @@
 #   SLIPWAY_CLUSTER_KEEP_ON_FAILURE=1  keep the directory (logs) when startup fails
 #   SLIPWAY_CLUSTER_KCM_FLAGS    extra kube-controller-manager flags for the cluster's life (a bench
 #                                raising the cluster's own floor: "--kube-api-qps=100 ...")
+#   SLIPWAY_CLUSTER_AUDIT_MB     size in MB at which the audit log rotates (default 20; a bench at
+#                                thousands of nodes needs more to keep every request it counts)
 #   SLIPWAY_CACHE_DIR            where build.sh caches the binaries
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -203,7 +205,7 @@ start kube-apiserver "$bin_dir/kube-apiserver" \
   --allow-privileged=true \
   --disable-admission-plugins=ServiceAccount \
   --audit-policy-file="$dir/audit-policy.yaml" \
-  --audit-log-path="$dir/logs/audit.log" --audit-log-maxsize=20 --audit-log-maxbackup=1 \
+  --audit-log-path="$dir/logs/audit.log" --audit-log-maxsize="${SLIPWAY_CLUSTER_AUDIT_MB:-20}" --audit-log-maxbackup=1 \
   --cert-dir="$dir/apiserver-certs"
 wait_for kube-apiserver "kube-apiserver /readyz" \
   curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
