@@ -56,15 +56,7 @@ pub(super) fn roll<'a>(
         );
     }
     release_quarantines(&facts, out);
-    let hash = facts.hash.as_str();
-    let (mut quarantined, mut eligible_read): (Vec<&NodeInfo>, Vec<&NodeLabels>) =
-        Default::default();
-    for r in read.iter().filter(|r| r.eligible(hash)) {
-        match !facts.ctx.reset && r.quarantine == Some(hash) {
-            true => quarantined.push(r.node),
-            false => eligible_read.push(r),
-        }
-    }
+    let (quarantined, eligible_read) = split_quarantined(&facts, read);
     let eligible: Vec<&NodeInfo> = eligible_read.iter().map(|r| r.node).collect();
     let mut steps = step_applying(&mut facts, old, &eligible_read);
     let window = closed_window(input, old, now);
@@ -111,6 +103,23 @@ pub(super) fn roll<'a>(
         out.waiting = super::waits::explain(&facts, &steps, &situation);
     }
     hooks::after_nodes(&facts, old, st, out);
+}
+
+/// The eligible nodes, split into those quarantined for this hash (left alone unless the Plan
+/// was reset) and the rest.
+fn split_quarantined<'a>(
+    facts: &Facts,
+    read: &'a [NodeLabels<'a>],
+) -> (Vec<&'a NodeInfo>, Vec<&'a NodeLabels<'a>>) {
+    let hash = facts.hash.as_str();
+    let (mut quarantined, mut eligible) = (Vec::new(), Vec::new());
+    for r in read.iter().filter(|r| r.eligible(hash)) {
+        match !facts.ctx.reset && r.quarantine == Some(hash) {
+            true => quarantined.push(r.node),
+            false => eligible.push(r),
+        }
+    }
+    (quarantined, eligible)
 }
 
 /// Hostnames of the nodes quarantined before this decision and by it.
