@@ -1,0 +1,7 @@
+//! NodeOps (`operator.kairos.io/v1alpha1`): kairos-operator's command on selected nodes, with the
+//! host's root mounted, run by slipway in the one budget with its other operations.
+//!
+//! - [`api`]: the NodeOp resource as kairos-operator defines it, and its CRD.
+//! - [`core`]: the pure decision: which node starts next, what each started node does next.
+pub mod api;
+pub mod core;
