@@ -3,5 +3,8 @@
 //!
 //! - [`api`]: the NodeOp resource as kairos-operator defines it, and its CRD.
 //! - [`core`]: the pure decision: which node starts next, what each started node does next.
+//! - [`shell`]: reads the nodes, the Jobs and pods of the NodeOp, asks [`core::decide`], acts.
+
 pub mod api;
 pub mod core;
+pub mod shell;

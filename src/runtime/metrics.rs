@@ -69,6 +69,12 @@ pub struct MaintenanceLabels {
     pub node: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct NodeOpLabels {
+    pub namespace: String,
+    pub nodeop: String,
+}
+
 /// The labels of `slipway_build_info`: the version, and the commit when the build was given one
 /// (`SLIPWAY_COMMIT` at compile time; a build from a source tarball has none).
 pub fn build_labels() -> Vec<(&'static str, String)> {
@@ -86,6 +92,7 @@ pub enum Kind {
     plan,
     nodemaintenance,
     rebootpolicy,
+    nodeop,
 }
 
 impl std::fmt::Display for Kind {
@@ -137,6 +144,7 @@ pub struct Metrics {
     policies: Mutex<BTreeSet<PolicyLabels>>,
     reboot_phases: PhaseGauges<PolicyLabels>,
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
+    nodeop_phases: PhaseGauges<NodeOpLabels>,
 }
 
 impl Default for Metrics {
@@ -173,6 +181,7 @@ impl Metrics {
             policies: Mutex::default(),
             reboot_phases: PhaseGauges::default(),
             maintenance_phases: PhaseGauges::default(),
+            nodeop_phases: PhaseGauges::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -184,6 +193,7 @@ impl Metrics {
         m.register_leader(registry);
         m.register_reboot_policies(registry);
         m.register_maintenances(registry);
+        m.register_nodeops(registry);
         Metrics {
             registry: root,
             ..m
@@ -355,6 +365,21 @@ impl Metrics {
         self.maintenance_phases
             .retain(|key| exists(&key.nodemaintenance));
     }
+
+    /// Sets the per-phase gauges of a NodeOp's nodes (`status.nodeStatuses`).
+    pub fn nodeop_phases(&self, namespace: &str, nodeop: &str, phases: &[PhaseTally]) {
+        let key = NodeOpLabels {
+            namespace: namespace.to_string(),
+            nodeop: nodeop.to_string(),
+        };
+        self.nodeop_phases.set(&key, phases);
+    }
+
+    /// Drops the gauges of NodeOps for which `exists` is false.
+    pub fn retain_nodeops(&self, mut exists: impl FnMut(&str, &str) -> bool) {
+        self.nodeop_phases
+            .retain(|key| exists(&key.namespace, &key.nodeop));
+    }
 }
 
 fn count(n: usize) -> i64 {
@@ -520,6 +545,23 @@ impl Metrics {
                 since_help: "The last transition of a NodeMaintenance's Drained condition: for \
                              Running, since when the node has not been drained (its start); for \
                              Succeeded, since when it is",
+            },
+        );
+    }
+}
+
+impl Metrics {
+    /// The per-NodeOp gauges.
+    fn register_nodeops(&self, registry: &mut Registry) {
+        self.nodeop_phases.register(
+            registry,
+            &Names {
+                nodes: "nodeop_phase_nodes",
+                nodes_help: "Nodes of a NodeOp's status.nodeStatuses by phase: Preflight, Pending, \
+                             Running, Completed, Failed",
+                since: "nodeop_phase_since_timestamp",
+                since_help: "The earliest time a NodeOp's node in a phase entered it (its since, \
+                             else its lastUpdated)",
             },
         );
     }

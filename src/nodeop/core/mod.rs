@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::common::decision::{Decision, Effect, Event, Waiting};
+use crate::common::phase::{PhaseTally, tally};
 use crate::node::NodeInfo;
 use crate::node::budget::Budget;
 use crate::node::change::NodeChange;
@@ -112,14 +113,8 @@ impl Effect for NodeOpEffect {
     }
 }
 
-/// The gauges of a NodeOp: its nodes by kairos-operator's phase.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeOpReport {
-    pub phases: BTreeMap<&'static str, usize>,
-}
-
 /// What one decision of a NodeOp is.
-pub type NodeOpDecision = Decision<NodeOpStatus, NodeOpEffect, NodeOpReport>;
+pub type NodeOpDecision = Decision<NodeOpStatus, NodeOpEffect>;
 
 /// The holder of a NodeOp in the budget.
 pub fn holder(op: &NodeOp) -> Holder {
@@ -183,13 +178,14 @@ fn into_decision(
     steps: nodes::Steps,
     now: Timestamp,
 ) -> NodeOpDecision {
-    let mut node_statuses = BTreeMap::new();
-    let mut report = NodeOpReport::default();
-    for (node, state) in &steps.states {
-        let entry = state.write(settings.reboot, previous.node_statuses.get(node), now);
-        *report.phases.entry(phase_word(&entry.phase)).or_default() += 1;
-        node_statuses.insert(node.clone(), entry);
-    }
+    let node_statuses = steps
+        .states
+        .iter()
+        .map(|(node, state)| {
+            let entry = state.write(settings.reboot, previous.node_statuses.get(node), now);
+            (node.clone(), entry)
+        })
+        .collect();
     let phase = top_phase(&steps.states, steps.targets.len());
     let message = summary(&steps.waiting);
     let changed = message != previous.message;
@@ -219,8 +215,22 @@ fn into_decision(
         .collect();
     decision.waiting = steps.waiting;
     decision.requeue = Some(steps.recheck.unwrap_or(RESYNC));
-    decision.report = report;
     decision
+}
+
+/// The per-phase gauges of a NodeOp's nodes (`status.nodeStatuses`), each phase with the
+/// earliest time a node entered it.
+pub fn phases(status: Option<&NodeOpStatus>) -> Vec<PhaseTally> {
+    let nodes = status.map(|s| &s.node_statuses);
+    let entries: Vec<(&'static str, Option<String>)> = nodes
+        .into_iter()
+        .flatten()
+        .map(|(_, st)| {
+            let since = st.since.as_ref().or(st.last_updated.as_ref());
+            (phase_word(&st.phase), since.map(|t| t.0.to_string()))
+        })
+        .collect();
+    tally(entries.iter().map(|(p, since)| (*p, since.as_deref())))
 }
 
 fn phase_word(phase: &str) -> &'static str {
