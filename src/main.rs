@@ -37,7 +37,8 @@ struct Cli {
 enum Command {
     /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
     /// nodemaintenances.nodemaintenance.medik8s.io, rebootpolicies.slipway.dev,
-    /// disruptionbudgets.slipway.dev or nodeops.operator.kairos.io.
+    /// disruptionbudgets.slipway.dev, nodeops.operator.kairos.io or
+    /// nodeopupgrades.operator.kairos.io.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
@@ -88,6 +89,7 @@ enum CrdResource {
     Rebootpolicies,
     Disruptionbudgets,
     Nodeops,
+    Nodeopupgrades,
 }
 
 #[derive(clap::Args)]
@@ -174,9 +176,10 @@ struct RunArgs {
     /// its nodes. Off, the process needs neither their CRD nor the right to read them.
     #[arg(long, env = "SLIPWAY_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
     disruption_budgets: bool,
-    /// Also reconcile kairos-operator's NodeOps (operator.kairos.io, every namespace): run a
-    /// command on selected nodes with the host's root mounted, in one budget with the Plans,
-    /// NodeMaintenances and RebootPolicies. Do not enable it where kairos-operator runs.
+    /// Also reconcile kairos-operator's NodeOps and NodeOpUpgrades (operator.kairos.io, every
+    /// namespace): run a command on selected nodes with the host's root mounted, in one budget
+    /// with the Plans, NodeMaintenances and RebootPolicies. Do not enable it where
+    /// kairos-operator runs.
     #[arg(long, env = "SLIPWAY_NODEOPS", default_value_t = false, action = clap::ArgAction::Set)]
     nodeops: bool,
 }
@@ -541,6 +544,7 @@ fn crd(args: &CrdArgs) -> anyhow::Result<String> {
         CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd(),
         CrdResource::Disruptionbudgets => slipway::node::budget::api::disruption_budget_crd(),
         CrdResource::Nodeops => slipway::nodeop::api::nodeop_crd(),
+        CrdResource::Nodeopupgrades => slipway::nodeop::api::nodeopupgrade_crd(),
     };
     // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
     Ok(match args.output {

@@ -23,7 +23,7 @@ fn slipway(args: &[&str]) -> (bool, String, String) {
 }
 
 /// Every CRD of `crds/`, with the `slipway crd` argument that prints it.
-const CRDS: [(&str, &str); 5] = [
+const CRDS: [(&str, &str); 6] = [
     ("plans.upgrade.cattle.io", "plans"),
     (
         "nodemaintenances.nodemaintenance.medik8s.io",
@@ -32,6 +32,7 @@ const CRDS: [(&str, &str); 5] = [
     ("rebootpolicies.slipway.dev", "rebootpolicies"),
     ("disruptionbudgets.slipway.dev", "disruptionbudgets"),
     ("nodeops.operator.kairos.io", "nodeops"),
+    ("nodeopupgrades.operator.kairos.io", "nodeopupgrades"),
 ];
 
 #[test]

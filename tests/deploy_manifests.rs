@@ -352,14 +352,19 @@ fn the_reboot_policy_component_carries_the_committed_crd_and_enables_it() {
 
 #[test]
 fn the_kairos_component_carries_the_committed_crd_and_enables_nodeops() {
-    let name = "nodeops.operator.kairos.io.yaml";
-    assert!(
-        read(&format!("deploy/components/kairos/{name}")) == read(&format!("crds/{name}")),
-        "deploy/components/kairos/{name} differs from crds/{name}: run `just crd`"
-    );
+    for name in [
+        "nodeops.operator.kairos.io.yaml",
+        "nodeopupgrades.operator.kairos.io.yaml",
+    ] {
+        assert!(
+            read(&format!("deploy/components/kairos/{name}")) == read(&format!("crds/{name}")),
+            "deploy/components/kairos/{name} differs from crds/{name}: run `just crd`"
+        );
+    }
     let out = with_component("deploy/components/kairos");
     assert!(out.contains("SLIPWAY_NODEOPS: \"true\""), "{out}");
     assert!(out.contains("name: nodeops.operator.kairos.io"));
+    assert!(out.contains("name: nodeopupgrades.operator.kairos.io"));
     assert!(out.contains("resources:\n  - nodeops/status"), "{out}");
     assert!(out.contains("resources:\n  - jobs"), "{out}");
     assert!(out.contains("resources:\n  - pods/eviction"), "{out}");

@@ -17,7 +17,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
-use slipway::nodeop::api::NodeOp;
+use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 
@@ -126,6 +126,7 @@ async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
     a_canary_that_fails_starts_no_other_node_and_says_so(&s).await;
     concurrency_zero_runs_every_node_at_once(&s).await;
     a_node_in_maintenance_waits_then_runs(&s).await;
+    an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(&s).await;
     drop(controller);
     controller = ControllerProcess::start(&cluster, s.ns.name(), &env);
     a_controller_killed_mid_operation_resumes_without_a_second_job(&s, &cluster, &env, controller)
@@ -445,6 +446,142 @@ async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
         assert!(!unschedulable(&s.client, n).await, "{n} uncordoned");
     }
     delete_and_wait_gone(&s.ops, "resume").await;
+}
+
+/// A NodeOpUpgrade of two nodes, one at a time: its NodeOp starts with the control-plane node,
+/// reboots it through the sentinel, and starts the other only once the first runs a new boot ID
+/// and is Ready.
+async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(s: &Scene) {
+    let (worker, server) = (&s.nodes[0], &s.nodes[1]);
+    let role = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    Api::<Node>::all(s.client.clone())
+        .patch(server, &PatchParams::default(), &Patch::Merge(&role))
+        .await
+        .expect("label the control-plane node");
+    let upgrades = s.ns.api::<NodeOpUpgrade>();
+    let u: NodeOpUpgrade = serde_json::from_value(json!({
+        "apiVersion": "operator.kairos.io/v1alpha1",
+        "kind": "NodeOpUpgrade",
+        "metadata": {"name": "to-v3"},
+        "spec": {
+            "image": "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3s",
+            "concurrency": 1,
+            "stopOnFailure": true,
+            // kwok runs no preflight container: the version check is skipped.
+            "force": true,
+            "nodeSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [worker, server]}
+            ]},
+        },
+    }))
+    .expect("a NodeOpUpgrade");
+    upgrades
+        .create(&PostParams::default(), &u)
+        .await
+        .expect("create the NodeOpUpgrade");
+    for (node, other) in [(server, worker), (worker, server)] {
+        let rebooting = |op: &NodeOp| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.node_statuses.get(node.as_str()))
+                .is_some_and(|n| {
+                    n.reboot_status.as_deref() == Some("pending") && n.phase == "Completed"
+                })
+        };
+        let op = wait_nodeop(
+            &s.ops,
+            "to-v3",
+            &format!("{node} to wait for its reboot"),
+            Duration::from_secs(90),
+            rebooting,
+        )
+        .await;
+        let statuses = op.status.clone().unwrap_or_default().node_statuses;
+        if node == server {
+            assert!(
+                !statuses.contains_key(other.as_str()),
+                "the worker waits: {statuses:?}"
+            );
+        }
+        assert!(
+            unschedulable(&s.client, node).await,
+            "{node} stays cordoned until it is back"
+        );
+        let job = statuses[node.as_str()].job_name.clone().unwrap_or_default();
+        let pods =
+            s.ns.api::<Pod>()
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("kairos.io/reboot=true,kairos.io/node={node}")),
+                )
+                .await
+                .expect("list reboot pods")
+                .items;
+        let script = pods
+            .first()
+            .and_then(|p| p.spec.as_ref()?.containers[0].command.clone())
+            .unwrap_or_default()
+            .join(" ");
+        assert!(
+            script.contains(&format!("/sentinel/{job}")),
+            "the reboot pod waits for {job}: {script}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let still = s.ops.get("to-v3").await.expect("get");
+        assert!(
+            rebooting(&still),
+            "no reboot seen yet: {}",
+            status_of(&still)
+        );
+        support::simulate_reboot(&s.client, node).await;
+        let back = |op: &NodeOp| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.node_statuses.get(node.as_str()))
+                .is_some_and(|n| n.reboot_status.as_deref() == Some("completed"))
+        };
+        wait_nodeop(
+            &s.ops,
+            "to-v3",
+            &format!("{node} back"),
+            Duration::from_secs(60),
+            back,
+        )
+        .await;
+        assert!(
+            !unschedulable(&s.client, node).await,
+            "{node} uncordoned once back"
+        );
+    }
+    let done = support::wait_for(
+        "the upgrade to complete",
+        Duration::from_secs(60),
+        || async {
+            let u = upgrades.get("to-v3").await?;
+            match u.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Completed") => Ok(u),
+                _ => bail!("status: {}", serde_json::to_string(&u.status)?),
+            }
+        },
+    )
+    .await;
+    let status = done.status.unwrap_or_default();
+    assert_eq!(status.node_op_name.as_deref(), Some("to-v3"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Upgrade operation completed successfully")
+    );
+    assert_eq!(status.node_statuses.len(), 2);
+    let nodeop = s.ops.get("to-v3").await.expect("the upgrade's NodeOp");
+    let command = nodeop.spec.command.join(" ");
+    assert!(
+        command.contains("kairos-agent upgrade --source dir:/ --exclude-path '/etc/hostname'"),
+        "{command}"
+    );
+    upgrades
+        .delete("to-v3", &DeleteParams::default())
+        .await
+        .expect("delete the upgrade");
 }
 
 async fn delete_and_wait_gone(api: &Api<NodeOp>, name: &str) {

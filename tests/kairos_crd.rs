@@ -1,9 +1,9 @@
-//! slipway's NodeOp CRD against kairos-operator v0.1.3's, field by field.
+//! slipway's NodeOp and NodeOpUpgrade CRDs against kairos-operator v0.1.3's, field by field.
 //!
 //! `tests/kairos/` holds kairos-operator's published CRDs as they are at its tag v0.1.3
 //! (`config/crd/bases/operator.kairos.io_nodeops.yaml` and `..._nodeopupgrades.yaml` of
-//! github.com/kairos-io/kairos-operator, Apache-2.0), vendored unchanged as test data. The test
-//! walks both schemas and compares, at every property, its type, format, default, minimum, the
+//! github.com/kairos-io/kairos-operator, Apache-2.0), vendored unchanged as test data. For NodeOp
+//! and NodeOpUpgrade the test walks slipway's schema and kairos-operator's and compares, at every property, its type, format, default, minimum, the
 //! required fields and the list and map types. Every difference must be one listed in
 //! [`DELIBERATE`] (and in COMPATIBILITY.md): anything else fails.
 
@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 const KAIROS_NODEOP: &str = include_str!("kairos/operator.kairos.io_nodeops.yaml");
+const KAIROS_NODEOPUPGRADE: &str = include_str!("kairos/operator.kairos.io_nodeopupgrades.yaml");
 
 /// What slipway's schema has that kairos-operator's has not, and why (COMPATIBILITY.md, NodeOp).
 const DELIBERATE: &[(&str, &str)] = &[
@@ -26,6 +27,18 @@ const DELIBERATE: &[(&str, &str)] = &[
     (
         ".status.nodeStatuses.*.since: only in slipway",
         "when the drain or the wait for the reboot started (their timeouts)",
+    ),
+];
+
+/// The same for NodeOpUpgrade: its status copies the NodeOp's node entries.
+const DELIBERATE_UPGRADE: &[(&str, &str)] = &[
+    (
+        ".status.nodeStatuses.*.bootID: only in slipway",
+        "copied from the NodeOp",
+    ),
+    (
+        ".status.nodeStatuses.*.since: only in slipway",
+        "copied from the NodeOp",
     ),
 ];
 
@@ -100,10 +113,11 @@ fn compare(path: &str, theirs: &Value, ours: &Value, out: &mut Vec<String>) {
     }
 }
 
-#[test]
-fn the_nodeop_crd_is_kairos_operators_field_by_field() {
-    let theirs: Value = serde_saphyr::from_str(KAIROS_NODEOP).expect("kairos-operator's CRD");
-    let ours = serde_json::to_value(slipway::nodeop::api::nodeop_crd()).expect("slipway's CRD");
+/// Compares slipway's CRD `ours` with kairos-operator's `theirs` (YAML): names, scope, version,
+/// then the schema field by field; every difference must be in `deliberate`, and every one listed
+/// there must be found.
+fn same_as_kairos(theirs: &str, ours: Value, deliberate: &[(&str, &str)]) {
+    let theirs: Value = serde_saphyr::from_str(theirs).expect("kairos-operator's CRD");
     for key in ["group", "scope"] {
         assert_eq!(ours["spec"][key], theirs["spec"][key], "spec.{key}");
     }
@@ -128,7 +142,7 @@ fn the_nodeop_crd_is_kairos_operators_field_by_field() {
             &mut found,
         );
     }
-    let allowed: Vec<&str> = DELIBERATE.iter().map(|(d, _)| *d).collect();
+    let allowed: Vec<&str> = deliberate.iter().map(|(d, _)| *d).collect();
     let unexpected: Vec<&String> = found
         .iter()
         .filter(|f| !allowed.contains(&f.as_str()))
@@ -148,6 +162,19 @@ fn the_nodeop_crd_is_kairos_operators_field_by_field() {
             "listed as deliberate but not found (remove it): {d}"
         );
     }
+}
+
+#[test]
+fn the_nodeop_crd_is_kairos_operators_field_by_field() {
+    let ours = serde_json::to_value(slipway::nodeop::api::nodeop_crd()).expect("slipway's CRD");
+    same_as_kairos(KAIROS_NODEOP, ours, DELIBERATE);
+}
+
+#[test]
+fn the_nodeopupgrade_crd_is_kairos_operators_field_by_field() {
+    let ours =
+        serde_json::to_value(slipway::nodeop::api::nodeopupgrade_crd()).expect("slipway's CRD");
+    same_as_kairos(KAIROS_NODEOPUPGRADE, ours, DELIBERATE_UPGRADE);
 }
 
 #[test]

@@ -41,7 +41,7 @@ pub struct Settings {
     pub reboot_policies: bool,
     /// Read DisruptionBudgets (cluster-wide) and keep their ledgers.
     pub disruption_budgets: bool,
-    /// Reconcile kairos-operator's NodeOps (every namespace).
+    /// Reconcile kairos-operator's NodeOps and NodeOpUpgrades (every namespace).
     pub nodeops: bool,
 }
 
@@ -87,7 +87,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     // policy's or a NodeOp's step under way finishes before a maintenance starts.
     let mut sources: HoldSources = vec![plans.holds()];
     sources.extend(policies.as_ref().map(|p| p.holds()));
-    sources.extend(nodeops.as_ref().map(|n| n.holds()));
+    sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
     sources.extend(maintenances.as_ref().map(|m| m.holds()));
     let shared = Arc::new(Shared::new(
         chores(&client, &settings, &ops),
@@ -141,7 +141,10 @@ async fn operations(
     settings: &Settings,
     maintenances: Option<maintenance::shell::MaintenanceWatches>,
     policies: Option<reboot_policy::shell::PolicyWatches>,
-    nodeops: Option<nodeop::shell::NodeOpWatches>,
+    nodeops: Option<(
+        nodeop::shell::NodeOpWatches,
+        nodeop::shell::upgrade::UpgradeWatches,
+    )>,
     shutdown: &tokio_util::sync::CancellationToken,
 ) {
     let image = &settings.job.reboot_image;
@@ -157,9 +160,11 @@ async fn operations(
         }
     };
     let no = async {
-        if let Some(watches) = nodeops {
+        if let Some((watches, upgrades)) = nodeops {
             let image = image.clone();
-            nodeop::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
+            let upgrades = nodeop::shell::upgrade::run(shared.clone(), upgrades, shutdown.clone());
+            let nodeops = nodeop::shell::run(shared.clone(), image, watches, shutdown.clone());
+            futures::join!(nodeops, upgrades);
         }
     };
     futures::join!(nm, rp, no);
@@ -170,7 +175,11 @@ struct Watches {
     plans: plan::shell::PlanWatches,
     maintenances: Option<maintenance::shell::MaintenanceWatches>,
     policies: Option<reboot_policy::shell::PolicyWatches>,
-    nodeops: Option<nodeop::shell::NodeOpWatches>,
+    /// NodeOps and NodeOpUpgrades.
+    nodeops: Option<(
+        nodeop::shell::NodeOpWatches,
+        nodeop::shell::upgrade::UpgradeWatches,
+    )>,
     budgets: Option<budget::BudgetWatch>,
 }
 
@@ -181,9 +190,12 @@ fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers)
         maintenances: (settings.maintenance.is_some()).then(|| maintenance::shell::watch(client)),
         policies: (settings.reboot_policies)
             .then(|| reboot_policy::shell::watch(client, ns, name, triggers)),
-        nodeops: settings
-            .nodeops
-            .then(|| nodeop::shell::watch(client, triggers)),
+        nodeops: settings.nodeops.then(|| {
+            (
+                nodeop::shell::watch(client, triggers),
+                nodeop::shell::upgrade::watch(client),
+            )
+        }),
         budgets: settings.disruption_budgets.then(|| budget::watch(client)),
     }
 }
@@ -220,6 +232,7 @@ async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error>
     }
     if settings.nodeops {
         install_crd(client, nodeop::api::nodeop_crd()).await?;
+        install_crd(client, nodeop::api::nodeopupgrade_crd()).await?;
     }
     Ok(())
 }

@@ -38,6 +38,11 @@ pub enum Holder {
         namespace: String,
         name: String,
     },
+    /// A NodeOpUpgrade: it never holds a node itself (its NodeOp does).
+    NodeOpUpgrade {
+        namespace: String,
+        name: String,
+    },
     /// A node tainted `medik8s.io/drain` by a maintenance slipway does not run (medik8s
     /// node-maintenance-operator, or a slipway of another namespace).
     MaintenanceTaint,
@@ -65,6 +70,9 @@ impl Holder {
             Holder::Maintenance { name } => format!("nodemaintenance/{name}"),
             Holder::Reboot { policy } => format!("rebootpolicy/{policy}"),
             Holder::NodeOp { namespace, name } => format!("nodeop/{namespace}/{name}"),
+            Holder::NodeOpUpgrade { namespace, name } => {
+                format!("nodeopupgrade/{namespace}/{name}")
+            }
             Holder::MaintenanceTaint => "medik8s.io/drain".to_string(),
             Holder::Hold { by } => format!("hold/{by}"),
         }
@@ -79,6 +87,10 @@ impl Holder {
                 name: name.to_string(),
             }),
             ("nodeop", namespace, Some(name)) => Some(Holder::NodeOp {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            ("nodeopupgrade", namespace, Some(name)) => Some(Holder::NodeOpUpgrade {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             }),
@@ -101,6 +113,9 @@ impl fmt::Display for Holder {
             Holder::Maintenance { name } => write!(f, "nodemaintenance {name}"),
             Holder::Reboot { policy } => write!(f, "rebootpolicy {policy}"),
             Holder::NodeOp { namespace, name } => write!(f, "nodeop {namespace}/{name}"),
+            Holder::NodeOpUpgrade { namespace, name } => {
+                write!(f, "nodeopupgrade {namespace}/{name}")
+            }
             Holder::MaintenanceTaint => write!(f, "a node maintenance (medik8s.io/drain taint)"),
             Holder::Hold { by } => write!(f, "{by} (slipway.dev/hold annotation)"),
         }

@@ -176,6 +176,97 @@ pub struct NodeStatus {
     pub since: Option<Time>,
 }
 
+/// `NodeOpUpgrade.spec`: upgrade Kairos on the selected nodes to the OS in `image`, through a
+/// NodeOp of the same name (cordon, drain, `kairos-agent upgrade`, reboot), control-plane nodes
+/// first.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "operator.kairos.io",
+    version = "v1alpha1",
+    kind = "NodeOpUpgrade",
+    plural = "nodeopupgrades",
+    singular = "nodeopupgrade",
+    namespaced,
+    status = "NodeOpUpgradeStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A NodeOpUpgrade upgrades Kairos on selected nodes to the OS of an image.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOpUpgradeSpec {
+    /// The nodes to upgrade; every node when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// The Kairos image to upgrade to: its root filesystem is the upgrade's source.
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    /// How many nodes upgrade at once; 0 (the default): every selected node at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_on_failure: Option<bool>,
+    /// Upgrade the recovery partition (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_recovery: Option<bool>,
+    /// Upgrade the active partition and reboot into it (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_active: Option<bool>,
+    /// Upgrade even a node that already runs the image's version (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    /// `kairos-agent --debug` (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncordon_on_failure: Option<bool>,
+    /// Paths the upgrade leaves as they are, besides `/etc/hostname` and `/etc/hosts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_paths: Option<Vec<String>>,
+}
+
+/// `NodeOpUpgrade.status`: the NodeOp's, copied.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOpUpgradeStatus {
+    /// `Initializing` once the NodeOp is created, then the NodeOp's phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_op_name: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_statuses: BTreeMap<String, NodeStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+}
+
+/// The CRD of `nodeopupgrades.operator.kairos.io`: kairos-operator's.
+pub fn nodeopupgrade_crd() -> CustomResourceDefinition {
+    let mut crd = with_rules(NodeOpUpgrade::crd(), |root| {
+        let spec = "/properties/spec/properties";
+        extend(root, &format!("{spec}/concurrency"), |s| {
+            s["default"] = json!(0);
+            s["minimum"] = json!(0);
+        });
+        kubernetes_types(root);
+    });
+    crd.spec.names.list_kind = Some("NodeOpUpgradeList".into());
+    crd
+}
+
+/// The CRD as YAML, exactly as committed in `crds/`.
+pub fn nodeopupgrade_crd_yaml() -> Result<String, crate::Error> {
+    serde_saphyr::to_string(&nodeopupgrade_crd()).map_err(|e| crate::Error::Yaml(e.to_string()))
+}
+
 /// The CRD of `nodeops.operator.kairos.io`: kairos-operator's, with its defaults and bounds.
 pub fn nodeop_crd() -> CustomResourceDefinition {
     let mut crd = with_rules(NodeOp::crd(), add_defaults);
@@ -214,7 +305,13 @@ fn add_defaults(root: &mut Value) {
     extend(root, &format!("{spec}/concurrency"), |s| {
         s["minimum"] = json!(0);
     });
-    // Kubernetes' own list and map types, as controller-gen writes them for these core types.
+    kubernetes_types(root);
+}
+
+/// Kubernetes' own list and map types, as controller-gen writes them for the core types of a spec
+/// (`imagePullSecrets`, `nodeSelector`).
+fn kubernetes_types(root: &mut Value) {
+    let spec = "/properties/spec/properties";
     extend(root, &format!("{spec}/imagePullSecrets/items"), |s| {
         s["x-kubernetes-map-type"] = json!("atomic");
         if let Some(o) = s.as_object_mut() {

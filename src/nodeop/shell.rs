@@ -5,6 +5,8 @@
 //! `status.nodeStatuses`, and the Job it was about to create under the same name.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod upgrade;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -93,6 +93,7 @@ pub enum Kind {
     nodemaintenance,
     rebootpolicy,
     nodeop,
+    nodeopupgrade,
 }
 
 impl std::fmt::Display for Kind {

@@ -15,6 +15,7 @@ mod nodes;
 pub mod objects;
 pub mod spec;
 pub mod state;
+pub mod upgrade;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
