@@ -199,7 +199,7 @@ fn begin_work(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeStat
 /// A node whose Job is not created yet: cordon it (again, if the cordon is gone), drain it, and
 /// create the Job once the drain is over.
 fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -> NodeState {
-    let NodeState::Pending { since, .. } = &state else {
+    let NodeState::Pending { since, job, .. } = &state else {
         return state;
     };
     let info = ctx.nodes.get(node).copied();
@@ -252,10 +252,10 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
         }
     }
     if ctx.settings.reboot && !ctx.input.reboot_pods.contains(node) {
-        let pod = objects::reboot_pod(&ctx.owner, node, ctx.input.reboot_image);
+        let pod = objects::reboot_pod(&ctx.owner, node, ctx.input.reboot_image, job);
         steps.effects.push(NodeOpEffect::CreatePod(Box::new(pod)));
     }
-    let job = objects::job(&ctx.owner, ctx.settings, node);
+    let job = objects::job(&ctx.owner, ctx.settings, node, job);
     steps.effects.push(NodeOpEffect::CreateJob(Box::new(job)));
     steps.recheck(PROGRESS_RECHECK);
     state

@@ -137,9 +137,10 @@ fn host_mount(s: &Settings, read_only: bool) -> VolumeMount {
 /// The Job of `node`: the command in a privileged container with the host's root at
 /// `hostMountPath`, pinned to the node. With a reboot, the command runs first (an init
 /// container) and the one container writes the sentinel, so the file exists only if the command
-/// succeeded.
-pub fn job(owner: &Owner, s: &Settings, node: &str) -> Job {
-    let name = job_name(owner, node);
+/// succeeded. `name`: [`job_name`], or the name a NodeOp's status already gives the node's Job
+/// (kairos-operator's own, for a NodeOp it started).
+pub fn job(owner: &Owner, s: &Settings, node: &str, name: &str) -> Job {
+    let name = name.to_string();
     let command = Container {
         name: "nodeop".into(),
         image: Some(s.image.clone()),
@@ -222,11 +223,11 @@ pub fn preflight_pod(owner: &Owner, s: &Settings, node: &str) -> Option<Pod> {
     })
 }
 
-/// The reboot pod of `node`: waits for the sentinel of the node's Job, then reboots the host
-/// once (it remembers the boot it left on the host).
-pub fn reboot_pod(owner: &Owner, node: &str, image: &str) -> Pod {
+/// The reboot pod of `node`: waits for the sentinel of the node's Job `job`, then reboots the
+/// host once (it remembers the boot it left on the host).
+pub fn reboot_pod(owner: &Owner, node: &str, image: &str, job: &str) -> Pod {
     let name = reboot_pod_name(owner, node);
-    let script = reboot_script(&job_name(owner, node));
+    let script = reboot_script(job);
     Pod {
         metadata: owner.meta(
             name,

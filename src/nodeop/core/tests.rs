@@ -682,6 +682,22 @@ fn a_controller_killed_after_the_status_creates_the_same_job_again_never_a_secon
     let op = with_status(op, &d1);
     let d2 = decide_with(&op, &[node("n1")], &Seen::default(), "2026-11-25T10:00:30Z");
     assert_eq!(jobs_created(&d2), first);
+    // A node kairos-operator itself started keeps the Job name its status gives.
+    let mut theirs = op.clone();
+    if let Some(st) = theirs
+        .status
+        .as_mut()
+        .and_then(|s| s.node_statuses.get_mut("n1"))
+    {
+        st.job_name = Some("op-n1-x7k2p".into());
+    }
+    let d2b = decide_with(
+        &theirs,
+        &[node("n1")],
+        &Seen::default(),
+        "2026-11-25T10:00:30Z",
+    );
+    assert_eq!(jobs_created(&d2b), ["op-n1-x7k2p"]);
     // The Job exists: nothing is created.
     let mut seen = Seen::default();
     seen.jobs.insert(first[0].clone(), JobView::Running);
