@@ -127,6 +127,7 @@ async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
     concurrency_zero_runs_every_node_at_once(&s).await;
     a_node_in_maintenance_waits_then_runs(&s).await;
     an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(&s).await;
+    a_plan_and_nodeops_share_one_budget(&s).await;
     drop(controller);
     controller = ControllerProcess::start(&cluster, s.ns.name(), &env);
     a_controller_killed_mid_operation_resumes_without_a_second_job(&s, &cluster, &env, controller)
@@ -582,6 +583,119 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
         .delete("to-v3", &DeleteParams::default())
         .await
         .expect("delete the upgrade");
+}
+
+/// A node a NodeOp holds (waiting for its reboot) is left out by a Plan, which takes it once the
+/// NodeOp is done with it; a NodeOp waits for a node the Plan upgrades, naming the Plan.
+async fn a_plan_and_nodeops_share_one_budget(s: &Scene) {
+    use slipway::plan::api::Plan;
+    let (held, busy) = (&s.nodes[0], &s.nodes[1]);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &nodeop("hold", &[held], json!({"rebootOnSuccess": true})),
+        )
+        .await
+        .expect("create the NodeOp");
+    let rebooting = |op: &NodeOp| {
+        op.status
+            .as_ref()
+            .and_then(|s| s.node_statuses.get(held.as_str()))
+            .is_some_and(|n| {
+                n.reboot_status.as_deref() == Some("pending") && n.phase == "Completed"
+            })
+    };
+    wait_nodeop(
+        &s.ops,
+        "hold",
+        "its node to wait for the reboot",
+        Duration::from_secs(60),
+        rebooting,
+    )
+    .await;
+    let plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: os
+  annotations:
+    slipway.test/complete-delay: "15s"
+spec:
+  concurrency: 2
+  version: "2026-11-25"
+  nodeSelector:
+    matchExpressions:
+    - {{key: kubernetes.io/hostname, operator: In, values: ["{held}", "{busy}"]}}
+  upgrade:
+    image: debian:bookworm-slim
+"#
+    ))
+    .expect("the Plan parses");
+    let plans = s.ns.api::<Plan>();
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create the Plan");
+    let applying = || async {
+        let p = plans.get("os").await?;
+        anyhow::Ok(p.status.map(|s| s.applying).unwrap_or_default())
+    };
+    support::wait_for(
+        "the Plan to start the free node only",
+        Duration::from_secs(60),
+        || async {
+            match applying().await? {
+                a if a == [busy.to_string()] => Ok(()),
+                a => bail!("applying {a:?}"),
+            }
+        },
+    )
+    .await;
+    // The other way round: a NodeOp waits for the node the Plan upgrades.
+    s.ops
+        .create(&PostParams::default(), &nodeop("after", &[busy], json!({})))
+        .await
+        .expect("create the NodeOp");
+    let waits = format!("node {busy} waits: plan {}/os holds the node", s.ns.name());
+    wait_nodeop(
+        &s.ops,
+        "after",
+        "waiting for the Plan",
+        Duration::from_secs(30),
+        |op| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains(&waits))
+        },
+    )
+    .await;
+    assert!(jobs_of(&s.ns, "after").await.is_empty());
+    assert!(
+        !applying().await.unwrap_or_default().contains(held),
+        "the Plan leaves the held node"
+    );
+    support::simulate_reboot(&s.client, held).await;
+    wait_nodeop(&s.ops, "hold", "Completed", Duration::from_secs(60), |op| {
+        phase(op) == "Completed"
+    })
+    .await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(120)).await;
+    wait_nodeop(
+        &s.ops,
+        "after",
+        "Completed",
+        Duration::from_secs(90),
+        |op| phase(op) == "Completed",
+    )
+    .await;
+    delete_and_wait_gone(&s.ops, "after").await;
+    delete_and_wait_gone(&s.ops, "hold").await;
+    plans
+        .delete("os", &DeleteParams::default())
+        .await
+        .expect("delete the Plan");
 }
 
 async fn delete_and_wait_gone(api: &Api<NodeOp>, name: &str) {
