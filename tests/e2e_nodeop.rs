@@ -93,6 +93,7 @@ async fn unschedulable(client: &kube::Client, node: &str) -> bool {
 
 /// What every step works with.
 struct Scene {
+    kubeconfig: std::path::PathBuf,
     client: kube::Client,
     ns: TestNamespace,
     nodes: Vec<String>,
@@ -117,6 +118,7 @@ async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
     let env = [("SLIPWAY_NODEOPS", "true"), ("SLIPWAY_MAINTENANCE", "true")];
     let mut controller = ControllerProcess::start(&cluster, ns.name(), &env);
     let s = Scene {
+        kubeconfig: cluster.kubeconfig_path().to_path_buf(),
         ops: ns.api::<NodeOp>(),
         client,
         ns,
@@ -383,6 +385,26 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(jobs_of(&s.ns, "held").await.is_empty(), "no Job while held");
+    // `slipway explain` says the same, decided by the controller's own code.
+    let out = support::process::slipway()
+        .args([
+            "explain",
+            &format!("nodeop/{}/held", s.ns.name()),
+            "-o",
+            "json",
+        ])
+        .env("KUBECONFIG", &s.kubeconfig)
+        .output()
+        .expect("run slipway explain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).expect("explain's JSON");
+    assert_eq!(e["object"], format!("nodeop/{}/held", s.ns.name()), "{e}");
+    assert_eq!(e["waiting"][0]["reason"], "NodeBusy", "{e}");
+    assert_eq!(e["waiting"][0]["nodes"][0], node.as_str(), "{e}");
     let reasons = s.ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "Waiting"), "{reasons:?}");
     nms.delete(&nm_name, &DeleteParams::default())
