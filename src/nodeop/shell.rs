@@ -307,7 +307,7 @@ impl Operation for NodeOpOperation {
                     info!(nodeop = %name, job = %job.name_any(), "created Job");
                 }
             }
-            NodeOpEffect::DeletePod(pod) => {
+            NodeOpEffect::DeletePod(pod) | NodeOpEffect::CallOffReboot(pod) => {
                 let now = DeleteParams {
                     grace_period_seconds: Some(0),
                     ..Default::default()

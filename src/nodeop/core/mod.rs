@@ -104,13 +104,19 @@ pub enum NodeOpEffect {
     CreatePod(Box<Pod>),
     /// Create the node's Job (already there: nothing to do).
     CreateJob(Box<Job>),
-    /// Delete a pod of the NodeOp that has done its work (gone: nothing to do).
+    /// Delete a preflight pod that has answered (gone: nothing to do).
     DeletePod(String),
+    /// Delete a reboot pod: its node is back, failed, or the NodeOp is deleted (before the status
+    /// lets the slot go, so no more nodes than the concurrency ever have one).
+    CallOffReboot(String),
 }
 
 impl Effect for NodeOpEffect {
     fn before_status(&self) -> bool {
-        matches!(self, NodeOpEffect::Uncordon(_))
+        matches!(
+            self,
+            NodeOpEffect::Uncordon(_) | NodeOpEffect::CallOffReboot(_)
+        )
     }
 }
 
@@ -296,7 +302,7 @@ fn give_back(
         if state.in_flight() && input.reboot_pods.contains(node) {
             decision
                 .effects
-                .push(NodeOpEffect::DeletePod(objects::reboot_pod_name(
+                .push(NodeOpEffect::CallOffReboot(objects::reboot_pod_name(
                     &owner, node,
                 )));
         }

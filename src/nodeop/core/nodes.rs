@@ -74,6 +74,7 @@ pub(super) fn step_all(
     let mut steps = Steps::default();
     for (node, state) in states {
         let next = advance(&ctx, node, state, &mut steps);
+        clean_up(&ctx, node, &next, &mut steps);
         steps.states.insert(node.clone(), next);
     }
     let selected = selected(&ctx);
@@ -261,6 +262,21 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
     state
 }
 
+/// Deletes what a node no longer needs, from its state (so a controller killed before the
+/// deletion deletes it on its next look): the preflight pod once it answered, the reboot pod once
+/// the node is done or failed.
+fn clean_up(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps) {
+    let answered = !matches!(state, NodeState::Preflight { .. });
+    if answered && ctx.input.preflights.contains_key(node) {
+        let pod = objects::preflight_pod_name(&ctx.owner, node);
+        steps.effects.push(NodeOpEffect::DeletePod(pod));
+    }
+    if !state.in_flight() && ctx.input.reboot_pods.contains(node) {
+        let pod = objects::reboot_pod_name(&ctx.owner, node);
+        steps.effects.push(NodeOpEffect::CallOffReboot(pod));
+    }
+}
+
 /// The next state of a started node.
 fn advance(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps) -> NodeState {
     match state {
@@ -281,7 +297,6 @@ fn advance(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps) 
 }
 
 fn preflight(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps) -> NodeState {
-    let pod = || objects::preflight_pod_name(&ctx.owner, node);
     let Some(view) = ctx.input.preflights.get(node) else {
         // Not created yet (the controller stopped after the status said Preflight).
         if let Some(p) = objects::preflight_pod(&ctx.owner, ctx.settings, node) {
@@ -296,7 +311,6 @@ fn preflight(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps
             state.clone()
         }
         PreflightView::Skip(reason) => {
-            steps.effects.push(NodeOpEffect::DeletePod(pod()));
             steps.events.push(Event::normal(
                 "NodeSkipped",
                 format!("Node {node} skipped by preflight: {reason}"),
@@ -307,23 +321,17 @@ fn preflight(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps
                 rebooted: false,
             }
         }
-        PreflightView::Failed(reason) => {
-            steps.effects.push(NodeOpEffect::DeletePod(pod()));
-            fail(
-                ctx,
-                node,
-                None,
-                format!("Preflight failed: {reason}"),
-                steps,
-            )
-        }
-        PreflightView::Proceed => {
-            steps.effects.push(NodeOpEffect::DeletePod(pod()));
-            match ctx.nodes.get(node).copied() {
-                Some(info) => begin_work(ctx, info, steps),
-                None => fail(ctx, node, None, "Node not found".into(), steps),
-            }
-        }
+        PreflightView::Failed(reason) => fail(
+            ctx,
+            node,
+            None,
+            format!("Preflight failed: {reason}"),
+            steps,
+        ),
+        PreflightView::Proceed => match ctx.nodes.get(node).copied() {
+            Some(info) => begin_work(ctx, info, steps),
+            None => fail(ctx, node, None, "Node not found".into(), steps),
+        },
     }
 }
 
@@ -423,10 +431,6 @@ fn done(ctx: &Ctx<'_, '_>, node: &str, job: &str, rebooted: bool, steps: &mut St
     if let Some(change) = uncordon(&ctx.me, ctx.input.nodes, node) {
         steps.effects.push(NodeOpEffect::Uncordon(change));
     }
-    if rebooted && ctx.input.reboot_pods.contains(node) {
-        let pod = objects::reboot_pod_name(&ctx.owner, node);
-        steps.effects.push(NodeOpEffect::DeletePod(pod));
-    }
     let message = match rebooted {
         true => "Job and reboot completed successfully",
         false => "Job completed successfully",
@@ -455,10 +459,6 @@ fn fail(
         && let Some(change) = uncordon(&ctx.me, ctx.input.nodes, node)
     {
         steps.effects.push(NodeOpEffect::Uncordon(change));
-    }
-    if ctx.input.reboot_pods.contains(node) {
-        let pod = objects::reboot_pod_name(&ctx.owner, node);
-        steps.effects.push(NodeOpEffect::DeletePod(pod));
     }
     steps.events.push(Event::warning(
         "NodeFailed",

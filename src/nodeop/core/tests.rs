@@ -529,7 +529,7 @@ fn reboot_on_success_uses_the_sentinel_and_waits_for_a_new_boot_and_ready() {
     );
     assert_eq!(d4.status.phase.as_deref(), Some("Completed"));
     assert!(
-        matches!(&d4.effects[..], [NodeOpEffect::Uncordon(_), NodeOpEffect::DeletePod(p)] if p.starts_with("op-reboot-n1-"))
+        matches!(&d4.effects[..], [NodeOpEffect::Uncordon(_), NodeOpEffect::CallOffReboot(p)] if p.starts_with("op-reboot-n1-"))
     );
 }
 
@@ -588,7 +588,7 @@ fn a_failed_job_cancels_the_reboot() {
         Some("cancelled")
     );
     assert!(
-        matches!(&d.effects[..], [NodeOpEffect::DeletePod(p)] if p.starts_with("op-reboot-n1-"))
+        matches!(&d.effects[..], [NodeOpEffect::CallOffReboot(p)] if p.starts_with("op-reboot-n1-"))
     );
 }
 
@@ -729,7 +729,7 @@ fn a_deleted_nodeop_gives_back_its_cordons_and_calls_off_its_reboots() {
     );
     assert!(matches!(
         &d.effects[..],
-        [NodeOpEffect::Uncordon(_), NodeOpEffect::DeletePod(_)]
+        [NodeOpEffect::Uncordon(_), NodeOpEffect::CallOffReboot(_)]
     ));
     assert!(d.holds.is_empty());
 }

@@ -117,7 +117,8 @@ impl World {
                     .unwrap_or_default();
                 self.seen.reboot_pods.insert(node);
             }
-            NodeOpEffect::DeletePod(name) => {
+            NodeOpEffect::DeletePod(_) => {}
+            NodeOpEffect::CallOffReboot(name) => {
                 self.seen
                     .reboot_pods
                     .retain(|n| !name.contains(&format!("-{n}-")));
@@ -229,7 +230,18 @@ fn check(
 
 fn run(w: &mut World, op: &Op) -> Result<(), TestCaseError> {
     match op {
-        Op::Decide { cut } => w.decide(*cut)?,
+        Op::Decide { cut } => {
+            w.decide(*cut)?;
+            // A reboot pod is removed before its node's slot goes to another node.
+            if let Some(c) = w.op.spec.concurrency.filter(|c| *c > 0) {
+                let pods = w.seen.reboot_pods.len();
+                prop_assert!(
+                    pods <= usize::try_from(c).unwrap_or(0),
+                    "reboot pods on {pods} nodes: {:?}",
+                    w.seen.reboot_pods
+                );
+            }
+        }
         Op::Finish { pick, fail } => w.finish(*pick, *fail),
         Op::Reboot { pick } => w.reboot(*pick),
         Op::Wait { secs } => {
@@ -273,6 +285,12 @@ fn settle(w: &mut World) -> Result<(), TestCaseError> {
         match status.phase.as_deref() {
             Some("Completed") => {
                 prop_assert_eq!(status.node_statuses.len(), w.nodes.len());
+                w.decide(None)?;
+                prop_assert!(
+                    w.seen.reboot_pods.is_empty(),
+                    "reboot pods left: {:?}",
+                    w.seen.reboot_pods
+                );
                 prop_assert!(w.nodes.iter().all(|n| !n.unschedulable), "a cordon stayed");
                 return Ok(());
             }
