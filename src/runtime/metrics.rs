@@ -767,6 +767,35 @@ mod tests {
     }
 
     #[test]
+    fn nodeops_have_phase_gauges_until_they_are_gone() {
+        let m = Metrics::new();
+        m.nodeop_phases(
+            "default",
+            "upgrade",
+            &[
+                tally("Running", 2, Some("2026-01-01T00:00:00Z")),
+                tally("Completed", 1, None),
+            ],
+        );
+        m.nodeop_phases("other", "upgrade", &[tally("Failed", 1, None)]);
+        let text = m.render();
+        for line in [
+            "slipway_nodeop_phase_nodes{namespace=\"default\",nodeop=\"upgrade\",phase=\"Running\"} 2",
+            "slipway_nodeop_phase_nodes{namespace=\"default\",nodeop=\"upgrade\",phase=\"Completed\"} 1",
+            "slipway_nodeop_phase_since_timestamp_seconds{namespace=\"default\",nodeop=\"upgrade\",phase=\"Running\"} 1767225600",
+        ] {
+            assert!(has(&text, line), "missing {line:?} in\n{text}");
+        }
+        m.retain_nodeops(|ns, _| ns == "other");
+        let text = m.render();
+        assert!(!text.contains("namespace=\"default\",nodeop="), "{text}");
+        assert!(
+            text.contains("namespace=\"other\",nodeop=\"upgrade\""),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn gone_plans_lose_their_gauges() {
         let m = Metrics::new();
         m.plan("ns", "keep", PlanGauges::default());

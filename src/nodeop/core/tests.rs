@@ -790,3 +790,14 @@ fn kairos_operators_own_status_is_read_and_kept() {
     );
     assert_eq!(holds(&op, t(T0)), [Hold::new("n1", holder(&op))]);
 }
+
+#[test]
+fn the_phase_gauges_count_nodes_by_kairos_phase_with_their_oldest_time() {
+    let op = nodeop(NodeOpSpec::default());
+    let d = decide_with(&op, &three(), &Seen::default(), T0);
+    let tallies = phases(Some(&d.status));
+    assert_eq!(tallies.len(), 1);
+    assert_eq!((tallies[0].phase, tallies[0].nodes), ("Pending", 3));
+    assert_eq!(tallies[0].oldest_since, Some(t(T0)));
+    assert!(phases(None).is_empty());
+}
