@@ -26,6 +26,10 @@ crd:
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
     cargo run --locked --quiet -- crd disruptionbudgets > crds/disruptionbudgets.slipway.dev.yaml
     cp crds/disruptionbudgets.slipway.dev.yaml deploy/disruptionbudgets.slipway.dev.yaml
+    cargo run --locked --quiet -- crd nodeops > crds/nodeops.operator.kairos.io.yaml
+    cp crds/nodeops.operator.kairos.io.yaml deploy/components/kairos/
+    cargo run --locked --quiet -- crd nodeopupgrades > crds/nodeopupgrades.operator.kairos.io.yaml
+    cp crds/nodeopupgrades.operator.kairos.io.yaml deploy/components/kairos/
     just chart-files release-manifest
 
 # Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads

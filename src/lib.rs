@@ -1,6 +1,6 @@
 //! slipway: a drop-in, faster and safer replacement for rancher/system-upgrade-controller.
 //!
-//! One module per node operation ([`plan`], [`maintenance`], [`reboot_policy`]), each with the
+//! One module per node operation ([`plan`], [`maintenance`], [`reboot_policy`], [`nodeop`]), each with the
 //! same three parts: `api` (the resource), `core` (the pure decision) and `shell` (reads the
 //! cluster and applies the decision). [`node`] holds what the operations share on a node,
 //! [`common`] the vocabulary of their specs, and [`runtime`] the controller process and its
@@ -13,6 +13,7 @@
 pub mod common;
 pub mod maintenance;
 pub mod node;
+pub mod nodeop;
 pub mod plan;
 pub mod reboot_policy;
 pub mod runtime;

@@ -36,8 +36,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
-    /// nodemaintenances.nodemaintenance.medik8s.io, rebootpolicies.slipway.dev or
-    /// disruptionbudgets.slipway.dev.
+    /// nodemaintenances.nodemaintenance.medik8s.io, rebootpolicies.slipway.dev,
+    /// disruptionbudgets.slipway.dev, nodeops.operator.kairos.io or
+    /// nodeopupgrades.operator.kairos.io.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
@@ -87,6 +88,8 @@ enum CrdResource {
     Nodemaintenances,
     Rebootpolicies,
     Disruptionbudgets,
+    Nodeops,
+    Nodeopupgrades,
 }
 
 #[derive(clap::Args)]
@@ -173,6 +176,12 @@ struct RunArgs {
     /// its nodes. Off, the process needs neither their CRD nor the right to read them.
     #[arg(long, env = "SLIPWAY_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
     disruption_budgets: bool,
+    /// Also reconcile kairos-operator's NodeOps and NodeOpUpgrades (operator.kairos.io, every
+    /// namespace): run a command on selected nodes with the host's root mounted, in one budget
+    /// with the Plans, NodeMaintenances and RebootPolicies. Do not enable it where
+    /// kairos-operator runs.
+    #[arg(long, env = "SLIPWAY_NODEOPS", default_value_t = false, action = clap::ArgAction::Set)]
+    nodeops: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -296,6 +305,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }),
         reboot_policies: args.reboot_policies,
         disruption_budgets: args.disruption_budgets,
+        nodeops: args.nodeops,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -533,6 +543,8 @@ fn crd(args: &CrdArgs) -> anyhow::Result<String> {
         CrdResource::Nodemaintenances => slipway::maintenance::api::maintenance_crd(),
         CrdResource::Rebootpolicies => slipway::reboot_policy::api::reboot_policy_crd(),
         CrdResource::Disruptionbudgets => slipway::node::budget::api::disruption_budget_crd(),
+        CrdResource::Nodeops => slipway::nodeop::api::nodeop_crd(),
+        CrdResource::Nodeopupgrades => slipway::nodeop::api::nodeopupgrade_crd(),
     };
     // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
     Ok(match args.output {

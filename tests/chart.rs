@@ -245,6 +245,7 @@ fn each_toggle_adds_exactly_its_kustomize_component() {
         ("maintenance.enabled=true", "maintenance"),
         ("rebootPolicies.enabled=true", "reboot-policy"),
         ("rebootAgent.enabled=true", "reboot-agent"),
+        ("nodeOps.enabled=true", "kairos"),
     ];
     for (set, component) in toggles {
         let with = kustomize(&[component]);

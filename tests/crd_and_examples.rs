@@ -23,7 +23,7 @@ fn slipway(args: &[&str]) -> (bool, String, String) {
 }
 
 /// Every CRD of `crds/`, with the `slipway crd` argument that prints it.
-const CRDS: [(&str, &str); 4] = [
+const CRDS: [(&str, &str); 6] = [
     ("plans.upgrade.cattle.io", "plans"),
     (
         "nodemaintenances.nodemaintenance.medik8s.io",
@@ -31,6 +31,8 @@ const CRDS: [(&str, &str); 4] = [
     ),
     ("rebootpolicies.slipway.dev", "rebootpolicies"),
     ("disruptionbudgets.slipway.dev", "disruptionbudgets"),
+    ("nodeops.operator.kairos.io", "nodeops"),
+    ("nodeopupgrades.operator.kairos.io", "nodeopupgrades"),
 ];
 
 #[test]

@@ -351,6 +351,32 @@ fn the_reboot_policy_component_carries_the_committed_crd_and_enables_it() {
 }
 
 #[test]
+fn the_kairos_component_carries_the_committed_crd_and_enables_nodeops() {
+    for name in [
+        "nodeops.operator.kairos.io.yaml",
+        "nodeopupgrades.operator.kairos.io.yaml",
+    ] {
+        assert!(
+            read(&format!("deploy/components/kairos/{name}")) == read(&format!("crds/{name}")),
+            "deploy/components/kairos/{name} differs from crds/{name}: run `just crd`"
+        );
+    }
+    let out = with_component("deploy/components/kairos");
+    assert!(out.contains("SLIPWAY_NODEOPS: \"true\""), "{out}");
+    assert!(out.contains("name: nodeops.operator.kairos.io"));
+    assert!(out.contains("name: nodeopupgrades.operator.kairos.io"));
+    assert!(out.contains("resources:\n  - nodeops/status"), "{out}");
+    assert!(out.contains("resources:\n  - jobs"), "{out}");
+    assert!(out.contains("resources:\n  - pods/eviction"), "{out}");
+    let base = kubectl_kustomize(&repo().join("deploy"));
+    assert!(
+        !base.contains("SLIPWAY_NODEOPS"),
+        "Plans alone do not change"
+    );
+    assert!(!base.contains("nodeops"));
+}
+
+#[test]
 fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
     let out = with_component("deploy/components/reboot-agent");
     let docs: Vec<serde_json::Value> =

@@ -1,6 +1,6 @@
 //! Fault injection on the local cluster: rollouts under controller kills, leader failovers, kills
-//! while nodes reboot, kills under a DisruptionBudget shared by a Plan and a RebootPolicy, an API
-//! server restart, a paused etcd, a cut connection, Job and node churn,
+//! while nodes reboot, kills under a DisruptionBudget shared by a Plan and a RebootPolicy, a NodeOp
+//! that reboots its nodes under kills, an API server restart, a paused etcd, a cut connection, Job and node churn,
 //! Plan edits and deletion, and a soak of Plan changes. An invariant checker watches Jobs, reboot
 //! pods and Nodes on its own (it knows nothing of slipway's state) and records every violation; the
 //! suite prints a table and fails on any violation.
@@ -50,6 +50,9 @@ const REBOOT_LABEL: &str = "slipway.dev/reboot";
 const DRAIN_TAINT: &str = "medik8s.io/drain";
 const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
 const REBOOT_POLICY_LABEL: &str = "slipway.dev/reboot-policy";
+/// The labels of a NodeOp's Jobs and pods (kairos-operator's).
+const NODEOP_LABEL: &str = "kairos.io/nodeop";
+const NODEOP_NODE_LABEL: &str = "kairos.io/node";
 
 /// The lease duration of [`FAST_ELECTION`].
 const LEASE: Duration = Duration::from_secs(10);
@@ -188,9 +191,13 @@ impl Observed {
 
     fn apply_job(&mut self, job: &Job, limits: &Limits) {
         let labels = job.labels();
+        // A NodeOp's Job counts as a Plan `nodeop:<name>`'s.
+        let nodeop = labels.get(NODEOP_LABEL).map(|n| format!("nodeop:{n}"));
         let (Some(plan), Some(node)) = (
-            labels.get("upgrade.cattle.io/plan"),
-            labels.get("upgrade.cattle.io/node"),
+            nodeop.as_ref().or(labels.get("upgrade.cattle.io/plan")),
+            labels
+                .get("upgrade.cattle.io/node")
+                .or(labels.get(NODEOP_NODE_LABEL)),
         ) else {
             return;
         };
@@ -289,9 +296,13 @@ impl Observed {
         let name = pod.name_any();
         // A RebootPolicy's reboot pods count against the policy's concurrency, keyed
         // `policy:<name>` in the limits.
-        let plan = match pod.labels().get(REBOOT_POLICY_LABEL) {
-            Some(policy) => format!("policy:{policy}"),
-            None => pod
+        let plan = match (
+            pod.labels().get(REBOOT_POLICY_LABEL),
+            pod.labels().get(NODEOP_LABEL),
+        ) {
+            (Some(policy), _) => format!("policy:{policy}"),
+            (None, Some(nodeop)) => format!("nodeop:{nodeop}"),
+            (None, None) => pod
                 .labels()
                 .get(REBOOT_PLAN_LABEL)
                 .cloned()
@@ -1795,6 +1806,103 @@ async fn maintenance_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -
     stage.end(finished, faults).await
 }
 
+/// A NodeOp over the pool that cordons and reboots each node, under controller kills: at most
+/// `concurrency` nodes with a live Job or a reboot pod, never two of either on a node, every node
+/// rebooted once its Job succeeded, and at the end the NodeOp `Completed` with no node cordoned.
+async fn nodeop_kills(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
+    use slipway::nodeop::api::NodeOp;
+    let c = sizes.concurrency;
+    let mut limits = Limits::default();
+    limits.concurrency.insert("nodeop:chaos".into(), c);
+    limits.cordons = c;
+    let stage = Stage::new(cluster, "chaos-nodeop", sizes, limits).await;
+    let ns = stage.ns.name().to_string();
+    let client = stage.ns.client();
+    support::install_crds(&client, &["nodeops.operator.kairos.io"]).await;
+    let replicas = Replicas::start_with(
+        &ns,
+        &[("a", cluster.kubeconfig_path())],
+        false,
+        &[("SLIPWAY_NODEOPS", "true")],
+    );
+    let op: NodeOp = serde_json::from_value(json!({
+        "apiVersion": "operator.kairos.io/v1alpha1", "kind": "NodeOp",
+        "metadata": {"name": "chaos"},
+        "spec": {"command": ["sh", "-c", "true"], "concurrency": c, "cordon": true,
+                 "rebootOnSuccess": true,
+                 "nodeSelector": {"matchLabels": {POOL_LABEL: stage.pool}}},
+    }))
+    .expect("a NodeOp");
+    let ops = stage.ns.api::<NodeOp>();
+    ops.create(&PostParams::default(), &op)
+        .await
+        .expect("create the NodeOp");
+    let rebooter = reboot_after_jobs(client.clone(), ops.clone(), Random(rng.next().max(1)));
+    let completed = || async {
+        let op = ops.get("chaos").await.ok()?;
+        (op.status?.phase.as_deref() == Some("Completed")).then_some(())
+    };
+    let mut kills = 0;
+    while kills < sizes.kills && completed().await.is_none() {
+        tokio::time::sleep(rng.millis(300, 2500)).await;
+        replicas.crash("a");
+        kills += 1;
+    }
+    let deadline = Instant::now() + ROLLOUT_LIMIT;
+    while completed().await.is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let finished = Instant::now();
+    if completed().await.is_none() {
+        let status = ops
+            .get("chaos")
+            .await
+            .map(|o| serde_json::to_string(&o.status));
+        stage.checker.violation(format!(
+            "NodeOp chaos did not complete within {ROLLOUT_LIMIT:?}: {status:?}"
+        ));
+    }
+    rebooter.abort();
+    let _ = ops.delete("chaos", &DeleteParams::default()).await;
+    let _ = support::wait_for("the NodeOp to go", Duration::from_secs(60), || async {
+        match ops.get_opt("chaos").await? {
+            None => Ok(()),
+            Some(_) => Err(anyhow!("still there")),
+        }
+    })
+    .await;
+    replicas.stop();
+    stage.end(finished, kills).await
+}
+
+/// Plays the reboot pods of a NodeOp's nodes: a node whose Job succeeded and whose reboot the
+/// NodeOp awaits gets a new boot ID, once, after a short while.
+fn reboot_after_jobs(
+    client: Client,
+    ops: Api<slipway::nodeop::api::NodeOp>,
+    mut rng: Random,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut rebooted = BTreeSet::new();
+        loop {
+            tokio::time::sleep(rng.millis(200, 1500)).await;
+            let Ok(op) = ops.get("chaos").await else {
+                continue;
+            };
+            for (node, st) in op.status.map(|s| s.node_statuses).unwrap_or_default() {
+                let awaited =
+                    st.phase == "Completed" && st.reboot_status.as_deref() == Some("pending");
+                if awaited
+                    && !rebooted.contains(&node)
+                    && support::try_simulate_reboot(&client, &node).await.is_ok()
+                {
+                    rebooted.insert(node);
+                }
+            }
+        }
+    })
+}
+
 async fn soak(cluster: &Cluster, sizes: &Sizes, rng: &mut Random) -> Row {
     let c = sizes.concurrency;
     let mut limits = Limits::default();
@@ -1893,6 +2001,7 @@ async fn chaos_suite() {
     scenario!("reboot-kills", reboot_kills);
     scenario!("maintenance-kills", maintenance_kills);
     scenario!("policy-kills", policy_kills);
+    scenario!("nodeop-kills", nodeop_kills);
     scenario!("budget-kills", budget_kills);
     scenario!("apiserver-restart", apiserver_restart);
     scenario!("etcd-pause", etcd_pause);

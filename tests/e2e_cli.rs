@@ -458,7 +458,7 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
     let (code, out, err) = slipway(&["status", "-n", ns.name(), "--kubeconfig", &kc]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("plan/follow  "), "{out}");
-    for kind in ["nodemaintenances", "rebootpolicies"] {
+    for kind in ["nodemaintenances", "rebootpolicies", "nodeops"] {
         assert!(
             err.lines()
                 .any(|l| l.starts_with("note: ") && l.contains(kind) && l.ends_with("left out")),

@@ -59,6 +59,8 @@ const MAINTENANCE_ROLE: &str = "system-upgrade-controller-maintenance";
 const LEASES: &str = "medik8s-leases";
 /// The ClusterRole, Role and bindings of deploy/components/reboot-policy.
 const POLICY_ROLE: &str = "system-upgrade-controller-reboot-policy";
+/// The ClusterRole and binding of deploy/components/kairos.
+const KAIROS_ROLE: &str = "system-upgrade-controller-kairos";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -180,11 +182,14 @@ const ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// Problems with `grants` given the controller's `requests`; empty means least privilege, proven.
-/// `may_be_unused(grant, group, resource, verb)` says which rights need not be used.
+/// `may_be_unused(grant, group, resource, verb)` says which rights need not be used. `component`:
+/// the role of a component on top of deploy/; deploy/'s own Role rights are not reported as
+/// repeated by the component's ClusterRole (deploy/ needs them without the component).
 fn audit_rbac(
     grants: &[Grant],
     requests: &BTreeSet<Request>,
     may_be_unused: &dyn Fn(&Grant, &str, &str, &str) -> bool,
+    component: Option<&str>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     for r in requests {
@@ -196,8 +201,11 @@ fn audit_rbac(
     }
     for g in grants.iter().filter(|g| g.namespace.is_some()) {
         for (group, resource, verb) in g.tuples() {
+            let base_under_component =
+                |c: &Grant| component.is_some_and(|r| c.role == r && g.role != r);
             let also = grants.iter().find(|c| {
                 c.namespace.is_none()
+                    && !base_under_component(c)
                     && c.rule.resource_names.as_ref().is_none_or(Vec::is_empty)
                     && c.tuples()
                         .contains(&(group.clone(), resource.clone(), verb.clone()))
@@ -559,6 +567,8 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     prove_agent_component(&cluster, &client).await;
     // The RebootPolicy component, with a token of its own.
     prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
+    // The kairos component (NodeOp, NodeOpUpgrade), with a token of its own.
+    prove_kairos_component(&cluster, &client, &audit_log, &args).await;
 
     let _ = budgets.delete(&pool, &DeleteParams::default()).await;
     support::delete_nodes(&client, &nodes).await;
@@ -919,9 +929,12 @@ impl Evidence {
     }
 
     fn audit(&self, grants: &[Grant]) -> Vec<String> {
-        audit_rbac(grants, &self.requests, &|g, group, resource, verb| {
-            self.may_be_unused(g, group, resource, verb)
-        })
+        audit_rbac(
+            grants,
+            &self.requests,
+            &|g, group, resource, verb| self.may_be_unused(g, group, resource, verb),
+            None,
+        )
     }
 
     /// Prints the requests and what may be unused.
@@ -1376,7 +1389,7 @@ async fn prove_maintenance_component(
         &jti,
         ("maintenance", MAINTENANCE_ROLE),
         MAINTENANCE_ALLOWED_UNUSED,
-        None,
+        &[],
     )
     .await;
 
@@ -1617,7 +1630,7 @@ async fn prove_reboot_policy_component(
         &jti,
         ("reboot-policy", POLICY_ROLE),
         POLICY_ALLOWED_UNUSED,
-        Some(MAINTENANCE_ROLE),
+        &[MAINTENANCE_ROLE],
     )
     .await;
 
@@ -1730,20 +1743,20 @@ async fn reboot_the_node_through_its_budget(
 
 /// The audit of a component's run with the token `jti`: every request is granted, and every
 /// right of the component's role is used but those of `allowed_unused` (and [`ALLOWED_UNUSED`]);
-/// deploy/'s own rights were proven before. `leave_out` is a role not counted as granted.
+/// deploy/'s own rights were proven before. `leave_out`: roles not counted as granted.
 async fn prove_component_audit(
     client: &kube::Client,
     audit_log: &Path,
     jti: &str,
     (component, role): (&str, &str),
     allowed_unused: &[(&str, &str, &str, &str)],
-    leave_out: Option<&str>,
+    leave_out: &[&str],
 ) {
     let (requests, refused, audited) = read_audit_log(audit_log, jti);
     let (grants, _) = bound_rules(client).await;
     let grants: Vec<Grant> = grants
         .into_iter()
-        .filter(|g| Some(g.role.as_str()) != leave_out)
+        .filter(|g| !leave_out.contains(&g.role.as_str()))
         .collect();
     let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
         g.role != role
@@ -1752,7 +1765,7 @@ async fn prove_component_audit(
                 .chain(allowed_unused)
                 .any(|(gr, r, v, _)| (*gr, *r, *v) == (group, resource, verb))
     };
-    let problems = audit_rbac(&grants, &requests, &may_be_unused);
+    let problems = audit_rbac(&grants, &requests, &may_be_unused, Some(role));
     assert_component_proven(component, audited, &requests, &refused, &problems);
 }
 
@@ -1799,6 +1812,174 @@ fn assert_component_proven(
         problems.join("\n")
     );
 }
+
+/// deploy/components/kairos: a NodeOpUpgrade (in a namespace of its own) creates its NodeOp, which
+/// cordons the node, drains it through a PodDisruptionBudget's refusal and a DaemonSet's pod, runs
+/// its Job, reboots the node with its reboot pod (created, then deleted once the node is back) and
+/// uncordons it; events; the finalizers of both removed on deletion. Every rule of the component
+/// must be used, and every request granted by deploy/ and the component alone.
+async fn prove_kairos_component(
+    cluster: &support::Cluster,
+    client: &kube::Client,
+    audit_log: &Path,
+    args: &[String],
+) {
+    apply_with_component(cluster, "deploy/components/kairos").await;
+    let mut env = overlay_env(
+        client,
+        ("SLIPWAY_NODEOPS", "the NodeOp controller"),
+        "slipway-rbac-kairos",
+    )
+    .await;
+    // Only NodeOps here (the settings of the components before stay in the ConfigMap).
+    env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
+    env.insert("SLIPWAY_REBOOT_POLICIES".into(), "false".into());
+    let pool = support::unique_name("rbac-kairos");
+    let nodes =
+        support::create_nodes(client, "rbac-kairos", 1, &[("slipway.test/pool", &pool)]).await;
+    let node = &nodes[0];
+    let workloads = workloads_on(client, node, "rbac-kairos").await;
+
+    let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-kairos").await;
+    let mut controller = start_controller(&kubeconfig, &env, args);
+    upgrade_the_node_through_its_budget(client, &controller, node, &pool, &workloads).await;
+    controller.stop();
+
+    prove_component_audit(
+        client,
+        audit_log,
+        &jti,
+        ("kairos", KAIROS_ROLE),
+        KAIROS_ALLOWED_UNUSED,
+        &[MAINTENANCE_ROLE, POLICY_ROLE],
+    )
+    .await;
+
+    support::delete_nodes(client, &nodes).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(controller.log_path());
+    remove_component(client, &workloads, KAIROS_ROLE, &[]).await;
+}
+
+/// A NodeOpUpgrade of the pool's node in `workloads`; its drain waits for the PDB `web`, which is
+/// then deleted; the Job runs, the reboot pod comes, the node reboots and is given back; the
+/// upgrade is deleted and gone with its NodeOp.
+async fn upgrade_the_node_through_its_budget(
+    client: &kube::Client,
+    controller: &ControllerProcess,
+    node: &str,
+    pool: &str,
+    workloads: &str,
+) {
+    use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
+    let upgrades = Api::<NodeOpUpgrade>::namespaced(client.clone(), workloads);
+    let nodeops = Api::<NodeOp>::namespaced(client.clone(), workloads);
+    let upgrade: NodeOpUpgrade = serde_json::from_value(json!({
+        "apiVersion": "operator.kairos.io/v1alpha1", "kind": "NodeOpUpgrade",
+        "metadata": {"name": "to-v3"},
+        "spec": {"image": "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3s",
+                 "force": true,
+                 "nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}},
+    }))
+    .expect("a NodeOpUpgrade");
+    support::wait_for("the NodeOpUpgrade", Duration::from_secs(60), || async {
+        upgrades.create(&PostParams::default(), &upgrade).await
+    })
+    .await;
+    let entry = |op: &NodeOp| {
+        op.status
+            .as_ref()
+            .and_then(|s| s.node_statuses.get(node))
+            .cloned()
+            .unwrap_or_default()
+    };
+    support::wait_for(
+        "the drain to wait for the PDB's pod",
+        Duration::from_secs(60),
+        || async {
+            assert_not_refused(controller);
+            let op = nodeops.get("to-v3").await?;
+            let e = entry(&op);
+            match (e.phase.as_str(), e.job_name) {
+                ("Pending", Some(_)) => Ok(()),
+                _ => Err(anyhow!("status: {:?}", op.status)),
+            }
+        },
+    )
+    .await;
+    // Let a refused eviction be asked (and its PDB looked up) at least once more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads)
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the PDB");
+    support::wait_for(
+        "the reboot to be awaited",
+        Duration::from_secs(60),
+        || async {
+            assert_not_refused(controller);
+            let op = nodeops.get("to-v3").await?;
+            match entry(&op).reboot_status.as_deref() {
+                Some("pending") if entry(&op).phase == "Completed" => Ok(()),
+                _ => Err(anyhow!("status: {:?}", op.status)),
+            }
+        },
+    )
+    .await;
+    support::simulate_reboot(client, node).await;
+    let nodes_api = Api::<Node>::all(client.clone());
+    support::wait_for(
+        "the upgrade to complete",
+        Duration::from_secs(60),
+        || async {
+            assert_not_refused(controller);
+            let u = upgrades.get("to-v3").await?;
+            let cordoned = nodes_api
+                .get(node)
+                .await?
+                .spec
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            match u.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Completed") if !cordoned => Ok(()),
+                _ => Err(anyhow!("cordoned {cordoned}, status: {:?}", u.status)),
+            }
+        },
+    )
+    .await;
+    upgrades
+        .delete("to-v3", &DeleteParams::foreground())
+        .await
+        .expect("delete the upgrade");
+    support::wait_for(
+        "the upgrade and its NodeOp gone",
+        Duration::from_secs(60),
+        || async {
+            assert_not_refused(controller);
+            match (
+                upgrades.get_opt("to-v3").await?,
+                nodeops.get_opt("to-v3").await?,
+            ) {
+                (None, None) => Ok(()),
+                (u, op) => Err(anyhow!(
+                    "still there: {:?} {:?}",
+                    u.map(|u| u.metadata.finalizers),
+                    op.map(|o| o.metadata.finalizers)
+                )),
+            }
+        },
+    )
+    .await;
+}
+
+/// The kairos component's rights the run above need not use.
+const KAIROS_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
+    "events.k8s.io",
+    "events",
+    "patch",
+    "an Event of a NodeOp repeated while the recorder remembers it becomes a series (a patch). \
+         The run above publishes each of its Events once.",
+)];
 
 /// The RebootPolicy component's rights the run above need not use.
 const POLICY_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(

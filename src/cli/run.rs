@@ -18,7 +18,7 @@ use slipway::runtime::{
     Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd,
     spawn_sync_watch, watch,
 };
-use slipway::{maintenance, plan, reboot_policy};
+use slipway::{maintenance, nodeop, plan, reboot_policy};
 
 /// What the controller is told at start.
 #[derive(Debug, Clone)]
@@ -41,6 +41,8 @@ pub struct Settings {
     pub reboot_policies: bool,
     /// Read DisruptionBudgets (cluster-wide) and keep their ledgers.
     pub disruption_budgets: bool,
+    /// Reconcile kairos-operator's NodeOps and NodeOpUpgrades (every namespace).
+    pub nodeops: bool,
 }
 
 /// Node annotations the index keeps: the few small ones that decisions read.
@@ -69,6 +71,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         plans,
         maintenances,
         policies,
+        nodeops,
         budgets,
     } = watches(&client, &settings, &triggers);
     let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers.clone());
@@ -80,10 +83,11 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             .map(|b| ("disruption budget", b.budgets.ready())),
     );
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
-    // The order in which the budget lets what survived a restart keep a node: a Plan's or a
-    // policy's step under way finishes before a maintenance starts.
+    // The order in which the budget lets what survived a restart keep a node: a Plan's, a
+    // policy's or a NodeOp's step under way finishes before a maintenance starts.
     let mut sources: HoldSources = vec![plans.holds()];
     sources.extend(policies.as_ref().map(|p| p.holds()));
+    sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
     sources.extend(maintenances.as_ref().map(|m| m.holds()));
     let shared = Arc::new(Shared::new(
         chores(&client, &settings, &ops),
@@ -107,17 +111,14 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         plans,
         shutdown.clone(),
     );
-    let nm = async {
-        if let (Some(watches), Some(lease)) = (maintenances, settings.maintenance.clone()) {
-            maintenance::shell::run(shared.clone(), lease, watches, shutdown.clone()).await;
-        }
-    };
-    let rp = async {
-        if let Some(watches) = policies {
-            let image = settings.job.reboot_image.clone();
-            reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
-        }
-    };
+    let others = operations(
+        &shared,
+        &settings,
+        maintenances,
+        policies,
+        nodeops,
+        &shutdown,
+    );
     let ledgers = async {
         if let Some(b) = budgets {
             budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
@@ -129,9 +130,44 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             _ = shutdown.cancelled() => {}
         }
     };
-    let (plan, ..) = futures::join!(plan, nm, rp, nodes, ledgers);
+    let (plan, ..) = futures::join!(plan, others, nodes, ledgers);
     info!("controller stopped");
     plan
+}
+
+/// The operations besides Plans that the process runs, until `shutdown`.
+async fn operations(
+    shared: &Arc<Shared>,
+    settings: &Settings,
+    maintenances: Option<maintenance::shell::MaintenanceWatches>,
+    policies: Option<reboot_policy::shell::PolicyWatches>,
+    nodeops: Option<(
+        nodeop::shell::NodeOpWatches,
+        nodeop::shell::upgrade::UpgradeWatches,
+    )>,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let image = &settings.job.reboot_image;
+    let nm = async {
+        if let (Some(watches), Some(lease)) = (maintenances, settings.maintenance.clone()) {
+            maintenance::shell::run(shared.clone(), lease, watches, shutdown.clone()).await;
+        }
+    };
+    let rp = async {
+        if let Some(watches) = policies {
+            let image = image.clone();
+            reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
+        }
+    };
+    let no = async {
+        if let Some((watches, upgrades)) = nodeops {
+            let image = image.clone();
+            let upgrades = nodeop::shell::upgrade::run(shared.clone(), upgrades, shutdown.clone());
+            let nodeops = nodeop::shell::run(shared.clone(), image, watches, shutdown.clone());
+            futures::join!(nodeops, upgrades);
+        }
+    };
+    futures::join!(nm, rp, no);
 }
 
 /// The watches of the kinds the process runs (nothing runs until they are polled).
@@ -139,6 +175,11 @@ struct Watches {
     plans: plan::shell::PlanWatches,
     maintenances: Option<maintenance::shell::MaintenanceWatches>,
     policies: Option<reboot_policy::shell::PolicyWatches>,
+    /// NodeOps and NodeOpUpgrades.
+    nodeops: Option<(
+        nodeop::shell::NodeOpWatches,
+        nodeop::shell::upgrade::UpgradeWatches,
+    )>,
     budgets: Option<budget::BudgetWatch>,
 }
 
@@ -149,6 +190,12 @@ fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers)
         maintenances: (settings.maintenance.is_some()).then(|| maintenance::shell::watch(client)),
         policies: (settings.reboot_policies)
             .then(|| reboot_policy::shell::watch(client, ns, name, triggers)),
+        nodeops: settings.nodeops.then(|| {
+            (
+                nodeop::shell::watch(client, triggers),
+                nodeop::shell::upgrade::watch(client),
+            )
+        }),
         budgets: settings.disruption_budgets.then(|| budget::watch(client)),
     }
 }
@@ -182,6 +229,10 @@ async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error>
     }
     if settings.reboot_policies {
         install_crd(client, reboot_policy::api::reboot_policy_crd()).await?;
+    }
+    if settings.nodeops {
+        install_crd(client, nodeop::api::nodeop_crd()).await?;
+        install_crd(client, nodeop::api::nodeopupgrade_crd()).await?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! `slipway status`: how far each Plan's rollout, each NodeMaintenance and each RebootPolicy is,
-//! read-only.
+//! `slipway status`: how far each Plan's rollout, each NodeMaintenance, each RebootPolicy and each
+//! NodeOp is, read-only.
 
 mod report;
 
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use slipway::maintenance::api::NodeMaintenance;
 use slipway::node::NodeInfo;
+use slipway::nodeop::api::NodeOp;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 
@@ -24,12 +25,13 @@ use report::Report;
     slipway status nodemaintenances rebootpolicy/weekly\n  \
     kubectl slipway status plans --context prod -o json")]
 pub struct StatusArgs {
-    /// What to show: `plans`, `nodemaintenances` (`nm`), `rebootpolicies` (`rbp`) or `all`,
-    /// `KIND/NAME` for one, or a bare NAME for a Plan. Default: all three kinds (those whose CRD
+    /// What to show: `plans`, `nodemaintenances` (`nm`), `rebootpolicies` (`rbp`), `nodeops` or
+    /// `all`, `KIND/NAME` for one, or a bare NAME for a Plan. Default: every kind (those whose CRD
     /// the cluster lacks, or this user may not list, are left out with a note).
     #[arg(value_name = "RESOURCE")]
     pub resources: Vec<String>,
-    /// The namespace of the Plans (NodeMaintenances and RebootPolicies are cluster-wide).
+    /// The namespace of the Plans (NodeMaintenances and RebootPolicies are cluster-wide; NodeOps
+    /// are shown from every namespace).
     #[arg(long, short, default_value = "system-upgrade")]
     pub namespace: String,
     /// Kubeconfig; empty means the usual lookup (KUBECONFIG, ~/.kube/config, in-cluster).
@@ -52,10 +54,16 @@ pub enum Kind {
     Plan,
     NodeMaintenance,
     RebootPolicy,
+    NodeOp,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Plan, Kind::NodeMaintenance, Kind::RebootPolicy];
+    const ALL: [Kind; 4] = [
+        Kind::Plan,
+        Kind::NodeMaintenance,
+        Kind::RebootPolicy,
+        Kind::NodeOp,
+    ];
 
     fn parse(word: &str) -> Option<Kind> {
         match word.to_ascii_lowercase().as_str() {
@@ -67,6 +75,7 @@ impl Kind {
             "rebootpolicy" | "rebootpolicies" | "rbp" | "rebootpolicies.slipway.dev" => {
                 Some(Kind::RebootPolicy)
             }
+            "nodeop" | "nodeops" | "nodeops.operator.kairos.io" => Some(Kind::NodeOp),
             _ => None,
         }
     }
@@ -77,6 +86,7 @@ impl Kind {
             Kind::Plan => "plan",
             Kind::NodeMaintenance => "nodemaintenance",
             Kind::RebootPolicy => "rebootpolicy",
+            Kind::NodeOp => "nodeop",
         }
     }
 
@@ -85,6 +95,7 @@ impl Kind {
             Kind::Plan => "plans",
             Kind::NodeMaintenance => "nodemaintenances",
             Kind::RebootPolicy => "rebootpolicies",
+            Kind::NodeOp => "nodeops",
         }
     }
 }
@@ -114,7 +125,7 @@ pub fn query(words: &[String]) -> anyhow::Result<BTreeMap<Kind, Wanted>> {
         let (kind, name) = match word.split_once('/') {
             Some((kind, name)) => {
                 let kind = Kind::parse(kind).with_context(|| {
-                    format!("{word}: unknown kind {kind:?} (plan, nodemaintenance, rebootpolicy)")
+                    format!("{word}: unknown kind {kind:?} (plan, nodemaintenance, rebootpolicy, nodeop)")
                 })?;
                 if name.is_empty() {
                     bail!("{word}: no name after the kind");
@@ -223,6 +234,18 @@ async fn gather(
                     })
                     .collect()
             }),
+            Kind::NodeOp => Api::<NodeOp>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .map(|op| {
+                            let r = report::nodeop_report(op);
+                            (r.name.clone(), Report::NodeOp(r))
+                        })
+                        .collect()
+                }),
         };
         let found: Vec<(String, Report)> = match listed {
             Ok(found) => found,
@@ -268,6 +291,7 @@ fn unlistable(kind: Kind, e: &kube::Error, namespace: &str) -> String {
         Kind::RebootPolicy => {
             "rebootpolicies.slipway.dev: slipway runs them with --reboot-policies"
         }
+        Kind::NodeOp => "nodeops.operator.kairos.io: slipway runs them with --nodeops",
     };
     let place = match kind {
         Kind::Plan => format!(" in namespace {namespace}"),
@@ -365,6 +389,8 @@ mod tests {
         assert_eq!(names(&w[&Kind::NodeMaintenance]), None);
         assert_eq!(names(&w[&Kind::RebootPolicy]), Some(vec!["weekly"]));
         assert!(w.values().all(|w| w.explicit));
+        let w = q(&["nodeop/canary"]).expect("query");
+        assert_eq!(names(&w[&Kind::NodeOp]), Some(vec!["canary"]));
         // A kind and a name of it: the whole kind.
         let w = q(&["rbp/weekly", "rebootpolicies"]).expect("query");
         assert_eq!(names(&w[&Kind::RebootPolicy]), None);
@@ -372,7 +398,7 @@ mod tests {
         // `all` with a name, in either order: every kind, the named one explicit.
         for words in [["all", "nodemaintenance/m"], ["nodemaintenance/m", "all"]] {
             let w = q(&words).expect("query");
-            assert_eq!(w.len(), 3);
+            assert_eq!(w.len(), 4);
             assert!(w[&Kind::NodeMaintenance].explicit);
             assert_eq!(names(&w[&Kind::NodeMaintenance]), None);
             assert!(!w[&Kind::RebootPolicy].explicit);

@@ -33,6 +33,16 @@ pub enum Holder {
     Reboot {
         policy: String,
     },
+    /// A NodeOp (kairos-operator's API) running its command on the node.
+    NodeOp {
+        namespace: String,
+        name: String,
+    },
+    /// A NodeOpUpgrade: it never holds a node itself (its NodeOp does).
+    NodeOpUpgrade {
+        namespace: String,
+        name: String,
+    },
     /// A node tainted `medik8s.io/drain` by a maintenance slipway does not run (medik8s
     /// node-maintenance-operator, or a slipway of another namespace).
     MaintenanceTaint,
@@ -53,12 +63,16 @@ impl Holder {
     }
 
     /// The holder as a node annotation names it (`plan/<namespace>/<name>`,
-    /// `nodemaintenance/<name>`, `rebootpolicy/<name>`).
+    /// `nodemaintenance/<name>`, `rebootpolicy/<name>`, `nodeop/<namespace>/<name>`).
     pub fn key(&self) -> String {
         match self {
             Holder::Plan { namespace, name } => format!("plan/{namespace}/{name}"),
             Holder::Maintenance { name } => format!("nodemaintenance/{name}"),
             Holder::Reboot { policy } => format!("rebootpolicy/{policy}"),
+            Holder::NodeOp { namespace, name } => format!("nodeop/{namespace}/{name}"),
+            Holder::NodeOpUpgrade { namespace, name } => {
+                format!("nodeopupgrade/{namespace}/{name}")
+            }
             Holder::MaintenanceTaint => "medik8s.io/drain".to_string(),
             Holder::Hold { by } => format!("hold/{by}"),
         }
@@ -69,6 +83,14 @@ impl Holder {
         let mut parts = key.splitn(3, '/');
         match (parts.next()?, parts.next()?, parts.next()) {
             ("plan", namespace, Some(name)) => Some(Holder::Plan {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            ("nodeop", namespace, Some(name)) => Some(Holder::NodeOp {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            ("nodeopupgrade", namespace, Some(name)) => Some(Holder::NodeOpUpgrade {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             }),
@@ -90,6 +112,10 @@ impl fmt::Display for Holder {
             Holder::Plan { namespace, name } => write!(f, "plan {namespace}/{name}"),
             Holder::Maintenance { name } => write!(f, "nodemaintenance {name}"),
             Holder::Reboot { policy } => write!(f, "rebootpolicy {policy}"),
+            Holder::NodeOp { namespace, name } => write!(f, "nodeop {namespace}/{name}"),
+            Holder::NodeOpUpgrade { namespace, name } => {
+                write!(f, "nodeopupgrade {namespace}/{name}")
+            }
             Holder::MaintenanceTaint => write!(f, "a node maintenance (medik8s.io/drain taint)"),
             Holder::Hold { by } => write!(f, "{by} (slipway.dev/hold annotation)"),
         }
@@ -411,7 +437,12 @@ mod tests {
         let hold = Holder::Hold {
             by: "storage-team".into(),
         };
-        for h in [plan("k3s"), nm("disk"), reboot("kured"), hold] {
+        let nodeop = Holder::NodeOp {
+            namespace: "default".into(),
+            name: "upgrade".into(),
+        };
+        assert_eq!(nodeop.key(), "nodeop/default/upgrade");
+        for h in [plan("k3s"), nm("disk"), reboot("kured"), hold, nodeop] {
             assert_eq!(Holder::from_key(&h.key()), Some(h));
         }
         assert_eq!(Holder::from_key("admin"), None);

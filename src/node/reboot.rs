@@ -1,11 +1,14 @@
 //! What every reboot slipway asks for has in common: the pod that reboots a node (pinned to it,
-//! privileged in the host's PID namespace) and the health gate a rebooted node must pass before
-//! its slot is free again. The hand-off that waits for the new boot is [`super::handoff`].
+//! privileged in the host's PID namespace), the sentinel file through which a Job that succeeded
+//! tells it to reboot (so the Job is complete before the node goes down and never runs again), and
+//! the health gate a rebooted node must pass before its slot is free again. The hand-off that
+//! waits for the new boot is [`super::handoff`]. Plans (`spec.reboot`) and NodeOps
+//! (`rebootOnSuccess`) reboot this way.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, SecurityContext, Toleration, VolumeMount,
+    Container, HostPathVolumeSource, Pod, PodSpec, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use schemars::JsonSchema;
@@ -101,6 +104,65 @@ pub fn reboot_pod_spec(
             volume_mounts,
             ..Default::default()
         }],
+        ..Default::default()
+    }
+}
+
+/// Where the sentinel directory is mounted in the reboot pod and the Job's sentinel step.
+pub const SENTINEL_MOUNT: &str = "/sentinel";
+/// Name of the sentinel volume and of the Job's last container.
+pub const SENTINEL_NAME: &str = "reboot-sentinel";
+
+/// The Job's last step: runs only if every step before it succeeded, and writes the sentinel the
+/// reboot pod waits for. The file is named after the Job, so a stale file never matches.
+pub fn sentinel_step_command(job_name: &str) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "touch {SENTINEL_MOUNT}/{job_name} && echo \"upgrade succeeded; {SENTINEL_MOUNT}/{job_name} tells the reboot pod to reboot\""
+        ),
+    ]
+}
+
+/// The reboot pod's script. It exits 0 once the node runs a boot other than the one it rebooted
+/// from (recorded on the host before rebooting), so a restart of the pod never reboots twice.
+pub fn reboot_script(job_name: &str) -> String {
+    format!(
+        r#"set -u
+sentinel="{SENTINEL_MOUNT}/{job_name}"
+marker="{SENTINEL_MOUNT}/{job_name}.rebooting-from"
+boot=$(cat /proc/sys/kernel/random/boot_id)
+if [ -f "$marker" ] && [ "$(cat "$marker")" != "$boot" ]; then
+  echo "rebooted: boot $(cat "$marker") is now $boot"
+  rm -f "$marker"
+  exit 0
+fi
+echo "waiting for $sentinel (written when the upgrade succeeds)"
+while [ ! -f "$sentinel" ] && [ ! -f "$marker" ]; do sleep 5; done
+echo "$boot" > "$marker"
+rm -f "$sentinel"
+echo "upgrade done; rebooting the host from boot $boot"
+{REBOOT_HOST}"#
+    )
+}
+
+/// The host directory of the sentinel files, created if missing.
+pub fn sentinel_volume_at(path: &str) -> Volume {
+    Volume {
+        name: SENTINEL_NAME.to_string(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.to_string(),
+            type_: Some("DirectoryOrCreate".to_string()),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn sentinel_mount() -> VolumeMount {
+    VolumeMount {
+        name: SENTINEL_NAME.to_string(),
+        mount_path: SENTINEL_MOUNT.to_string(),
         ..Default::default()
     }
 }

@@ -69,6 +69,12 @@ pub struct MaintenanceLabels {
     pub node: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct NodeOpLabels {
+    pub namespace: String,
+    pub nodeop: String,
+}
+
 /// The labels of `slipway_build_info`: the version, and the commit when the build was given one
 /// (`SLIPWAY_COMMIT` at compile time; a build from a source tarball has none).
 pub fn build_labels() -> Vec<(&'static str, String)> {
@@ -86,6 +92,8 @@ pub enum Kind {
     plan,
     nodemaintenance,
     rebootpolicy,
+    nodeop,
+    nodeopupgrade,
 }
 
 impl std::fmt::Display for Kind {
@@ -137,6 +145,7 @@ pub struct Metrics {
     policies: Mutex<BTreeSet<PolicyLabels>>,
     reboot_phases: PhaseGauges<PolicyLabels>,
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
+    nodeop_phases: PhaseGauges<NodeOpLabels>,
 }
 
 impl Default for Metrics {
@@ -173,6 +182,7 @@ impl Metrics {
             policies: Mutex::default(),
             reboot_phases: PhaseGauges::default(),
             maintenance_phases: PhaseGauges::default(),
+            nodeop_phases: PhaseGauges::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -184,6 +194,7 @@ impl Metrics {
         m.register_leader(registry);
         m.register_reboot_policies(registry);
         m.register_maintenances(registry);
+        m.register_nodeops(registry);
         Metrics {
             registry: root,
             ..m
@@ -355,6 +366,21 @@ impl Metrics {
         self.maintenance_phases
             .retain(|key| exists(&key.nodemaintenance));
     }
+
+    /// Sets the per-phase gauges of a NodeOp's nodes (`status.nodeStatuses`).
+    pub fn nodeop_phases(&self, namespace: &str, nodeop: &str, phases: &[PhaseTally]) {
+        let key = NodeOpLabels {
+            namespace: namespace.to_string(),
+            nodeop: nodeop.to_string(),
+        };
+        self.nodeop_phases.set(&key, phases);
+    }
+
+    /// Drops the gauges of NodeOps for which `exists` is false.
+    pub fn retain_nodeops(&self, mut exists: impl FnMut(&str, &str) -> bool) {
+        self.nodeop_phases
+            .retain(|key| exists(&key.namespace, &key.nodeop));
+    }
 }
 
 fn count(n: usize) -> i64 {
@@ -520,6 +546,23 @@ impl Metrics {
                 since_help: "The last transition of a NodeMaintenance's Drained condition: for \
                              Running, since when the node has not been drained (its start); for \
                              Succeeded, since when it is",
+            },
+        );
+    }
+}
+
+impl Metrics {
+    /// The per-NodeOp gauges.
+    fn register_nodeops(&self, registry: &mut Registry) {
+        self.nodeop_phases.register(
+            registry,
+            &Names {
+                nodes: "nodeop_phase_nodes",
+                nodes_help: "Nodes of a NodeOp's status.nodeStatuses by phase: Preflight, Pending, \
+                             Running, Completed, Failed",
+                since: "nodeop_phase_since_timestamp",
+                since_help: "The earliest time a NodeOp's node in a phase entered it (its since, \
+                             else its lastUpdated)",
             },
         );
     }
@@ -719,6 +762,35 @@ mod tests {
         let text = m.render();
         assert!(
             !text.contains("plan=") && !text.contains("nodemaintenance="),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn nodeops_have_phase_gauges_until_they_are_gone() {
+        let m = Metrics::new();
+        m.nodeop_phases(
+            "default",
+            "upgrade",
+            &[
+                tally("Running", 2, Some("2026-01-01T00:00:00Z")),
+                tally("Completed", 1, None),
+            ],
+        );
+        m.nodeop_phases("other", "upgrade", &[tally("Failed", 1, None)]);
+        let text = m.render();
+        for line in [
+            "slipway_nodeop_phase_nodes{namespace=\"default\",nodeop=\"upgrade\",phase=\"Running\"} 2",
+            "slipway_nodeop_phase_nodes{namespace=\"default\",nodeop=\"upgrade\",phase=\"Completed\"} 1",
+            "slipway_nodeop_phase_since_timestamp_seconds{namespace=\"default\",nodeop=\"upgrade\",phase=\"Running\"} 1767225600",
+        ] {
+            assert!(has(&text, line), "missing {line:?} in\n{text}");
+        }
+        m.retain_nodeops(|ns, _| ns == "other");
+        let text = m.render();
+        assert!(!text.contains("namespace=\"default\",nodeop="), "{text}");
+        assert!(
+            text.contains("namespace=\"other\",nodeop=\"upgrade\""),
             "{text}"
         );
     }

@@ -1,4 +1,5 @@
-//! `slipway explain`: for a Plan, a RebootPolicy, a NodeMaintenance, a DisruptionBudget or a node,
+//! `slipway explain`: for a Plan, a RebootPolicy, a NodeMaintenance, a NodeOp, a DisruptionBudget
+//! or a node,
 //! which node goes next, why each waiting node waits, and when it can next move. Read-only: the
 //! cluster is read once, and each object is decided on by the controller's own code
 //! ([`slipway::runtime::predict`]), as a controller that starts now would decide: so the answer
@@ -26,7 +27,8 @@ use world::World;
     slipway explain disruptionbudget/workers")]
 pub struct ExplainArgs {
     /// What to explain: `plan/NAME` (or a bare NAME), `rebootpolicy/NAME` (`rbp/`),
-    /// `nodemaintenance/NAME` (`nm/`), `disruptionbudget/NAME` (`dbudget/`) or `node/NAME`.
+    /// `nodemaintenance/NAME` (`nm/`), `nodeop/[NAMESPACE/]NAME`, `disruptionbudget/NAME`
+    /// (`dbudget/`) or `node/NAME`.
     #[arg(value_name = "KIND/NAME")]
     pub target: String,
     /// The namespace of the Plans (and of the controller's Jobs and reboot pods).
@@ -52,6 +54,8 @@ pub enum Target {
     Plan(String),
     RebootPolicy(String),
     NodeMaintenance(String),
+    /// A NodeOp by name, and its namespace when given (else the one NodeOp of that name).
+    NodeOp(Option<String>, String),
     DisruptionBudget(String),
     Node(String),
 }
@@ -69,10 +73,17 @@ impl Target {
             "plan" | "plans" => Target::Plan(name),
             "rebootpolicy" | "rebootpolicies" | "rbp" => Target::RebootPolicy(name),
             "nodemaintenance" | "nodemaintenances" | "nm" => Target::NodeMaintenance(name),
+            "nodeop" | "nodeops" => match name.split_once('/') {
+                Some((ns, n)) if !ns.is_empty() && !n.is_empty() => {
+                    Target::NodeOp(Some(ns.to_string()), n.to_string())
+                }
+                Some(_) => bail!("{text:?}: nodeop/NAME or nodeop/NAMESPACE/NAME"),
+                None => Target::NodeOp(None, name),
+            },
             "disruptionbudget" | "disruptionbudgets" | "dbudget" => Target::DisruptionBudget(name),
             "node" | "nodes" | "no" => Target::Node(name),
             other => bail!(
-                "unknown kind {other:?}: plan, rebootpolicy, nodemaintenance, disruptionbudget or node"
+                "unknown kind {other:?}: plan, rebootpolicy, nodemaintenance, nodeop, disruptionbudget or node"
             ),
         })
     }
@@ -82,7 +93,8 @@ impl Target {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
-    /// `plan/<namespace>/<name>`, `rebootpolicy/<name>`, `nodemaintenance/<name>`.
+    /// `plan/<namespace>/<name>`, `rebootpolicy/<name>`, `nodemaintenance/<name>`,
+    /// `nodeop/<namespace>/<name>`.
     pub object: String,
     /// The nodes it holds now, by its own record.
     pub holding: Vec<String>,
@@ -160,7 +172,10 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
 async fn explain(world: &World, target: &Target, output: super::Output) -> anyhow::Result<String> {
     let now = Timestamp::now();
     match target {
-        Target::Plan(name) | Target::RebootPolicy(name) | Target::NodeMaintenance(name) => {
+        Target::Plan(name)
+        | Target::RebootPolicy(name)
+        | Target::NodeMaintenance(name)
+        | Target::NodeOp(_, name) => {
             let e = world.explain(target, now).await?;
             let name = name.as_str();
             let e = e.with_context(|| format!("no {} named {name}", kind_word(target)))?;
@@ -193,6 +208,7 @@ fn kind_word(target: &Target) -> &'static str {
         Target::Plan(_) => "plan",
         Target::RebootPolicy(_) => "rebootpolicy",
         Target::NodeMaintenance(_) => "nodemaintenance",
+        Target::NodeOp(..) => "nodeop",
         Target::DisruptionBudget(_) => "disruptionbudget",
         Target::Node(_) => "node",
     }
@@ -286,6 +302,15 @@ mod tests {
             Target::parse("node/n1").ok(),
             Some(Target::Node("n1".into()))
         );
+        assert_eq!(
+            Target::parse("nodeop/upgrade").ok(),
+            Some(Target::NodeOp(None, "upgrade".into()))
+        );
+        assert_eq!(
+            Target::parse("nodeop/default/upgrade").ok(),
+            Some(Target::NodeOp(Some("default".into()), "upgrade".into()))
+        );
+        assert!(Target::parse("nodeop/default/").is_err());
         assert!(Target::parse("pod/x").is_err());
         assert!(Target::parse("plan/").is_err());
     }

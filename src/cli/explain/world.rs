@@ -20,6 +20,8 @@ use slipway::node::budget::api::DisruptionBudgetStatus;
 use slipway::node::budget::{DisruptionBudget, HOLD_ANNOTATION};
 use slipway::node::holders::Holder;
 use slipway::node::index::NodeIndex;
+use slipway::nodeop::api::NodeOp;
+use slipway::nodeop::shell::NodeOpOperation;
 use slipway::plan::api::Plan;
 use slipway::plan::core::config::EnvSettings;
 use slipway::plan::shell::{PlanOperation, PlanSettings};
@@ -38,10 +40,12 @@ pub struct World {
     plans: Vec<Arc<Plan>>,
     policies: Vec<Arc<RebootPolicy>>,
     maintenances: Vec<Arc<NodeMaintenance>>,
+    nodeops: Vec<Arc<NodeOp>>,
     budgets: Option<Arc<Budgets>>,
     plan_op: PlanOperation,
     policy_op: PolicyOperation,
     maintenance_op: MaintenanceOperation,
+    nodeop_op: NodeOpOperation,
 }
 
 /// The items of a list, or none when the cluster does not serve the kind (its CRD is missing).
@@ -84,6 +88,7 @@ impl World {
         .await?;
         let policies: Vec<RebootPolicy> = optional(Api::all(client.clone())).await?;
         let maintenances: Vec<NodeMaintenance> = optional(Api::all(client.clone())).await?;
+        let nodeops: Vec<NodeOp> = optional(Api::all(client.clone())).await?;
         let budgets: Vec<DisruptionBudget> = optional(Api::all(client.clone())).await?;
         let settings = settings(client, namespace).await;
 
@@ -97,9 +102,12 @@ impl World {
 
         let (plan_store, policy_store) = (listed(plans), listed(policies));
         let maintenance_store = listed(maintenances);
+        let nodeop_store = listed(nodeops);
+        // In the controller's order (`slipway run`).
         let sources: HoldSources = vec![
             slipway::plan::shell::hold_source(plan_store.clone()),
             slipway::reboot_policy::shell::hold_source(policy_store.clone()),
+            slipway::nodeop::shell::hold_source(nodeop_store.clone()),
             slipway::maintenance::shell::hold_source(maintenance_store.clone()),
         ];
         let budgets = Budgets::listed(budgets);
@@ -126,7 +134,9 @@ impl World {
             plans: plan_store.state(),
             policies: policy_store.state(),
             maintenances: maintenance_store.state(),
+            nodeops: nodeop_store.state(),
             budgets: Some(budgets),
+            nodeop_op: NodeOpOperation::new(shared.clone(), reboot_image.clone(), nodeop_store),
             policy_op: PolicyOperation::new(shared.clone(), reboot_image, policy_store, pod_store),
             maintenance_op: MaintenanceOperation::new(
                 shared.clone(),
@@ -194,8 +204,27 @@ impl World {
                     None => None,
                 }
             }
+            Target::NodeOp(namespace, name) => match self.nodeop(namespace.as_deref(), name)? {
+                Some(op) => Some(self.explain_one(&self.nodeop_op, op, now).await?),
+                None => None,
+            },
             Target::DisruptionBudget(_) | Target::Node(_) => None,
         })
+    }
+
+    /// The NodeOp `name` (of `namespace`, or the only one of that name in any namespace).
+    fn nodeop(&self, namespace: Option<&str>, name: &str) -> anyhow::Result<Option<Arc<NodeOp>>> {
+        let found: Vec<&Arc<NodeOp>> = (self.nodeops.iter())
+            .filter(|op| op.name_any() == name)
+            .filter(|op| namespace.is_none_or(|ns| op.namespace().as_deref() == Some(ns)))
+            .collect();
+        match found[..] {
+            [] => Ok(None),
+            [one] => Ok(Some(one.clone())),
+            _ => {
+                anyhow::bail!("NodeOps named {name} in several namespaces: nodeop/NAMESPACE/{name}")
+            }
+        }
     }
 
     /// Every operation object, explained.
@@ -212,6 +241,9 @@ impl World {
                 self.explain_one(&self.maintenance_op, m.clone(), now)
                     .await?,
             );
+        }
+        for op in &self.nodeops {
+            all.push(self.explain_one(&self.nodeop_op, op.clone(), now).await?);
         }
         Ok(all)
     }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use slipway::common::selector::Selector;
 use slipway::maintenance::api::NodeMaintenance;
 use slipway::node::NodeInfo;
+use slipway::nodeop::api::NodeOp;
 use slipway::plan::api::{Plan, labels};
 use slipway::plan::core::failure::{FailurePolicy, quarantined_at};
 use slipway::reboot_policy::api::{RebootNodeStatus, RebootPolicy, RebootRecord};
@@ -17,6 +18,7 @@ pub enum Report {
     Plan(PlanReport),
     NodeMaintenance(MaintenanceReport),
     RebootPolicy(RebootPolicyReport),
+    NodeOp(NodeOpReport),
 }
 
 /// A condition of any of the kinds, in the words they share.
@@ -122,6 +124,28 @@ pub struct RebootPolicyReport {
     pub stopped: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<slipway::common::check::HealthCheckStatus>,
+}
+
+#[derive(Serialize, PartialEq, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOpReport {
+    pub name: String,
+    pub namespace: String,
+    /// `Running`, `Completed` or `Failed`; none before the controller first wrote the status.
+    pub phase: Option<String>,
+    /// Why the nodes not started yet wait.
+    pub message: Option<String>,
+    pub nodes: Vec<NodeOpNodeReport>,
+}
+
+#[derive(Serialize, PartialEq, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOpNodeReport {
+    pub name: String,
+    pub phase: String,
+    pub job: Option<String>,
+    pub reboot_status: Option<String>,
+    pub message: Option<String>,
 }
 
 /// How many of a RebootPolicy's latest reboots the text shows (JSON and YAML have them all).
@@ -297,6 +321,25 @@ pub fn reboot_policy_report(p: &RebootPolicy) -> RebootPolicyReport {
     }
 }
 
+pub fn nodeop_report(op: &NodeOp) -> NodeOpReport {
+    let st = op.status.clone().unwrap_or_default();
+    NodeOpReport {
+        name: op.metadata.name.clone().unwrap_or_default(),
+        namespace: op.metadata.namespace.clone().unwrap_or_default(),
+        phase: st.phase,
+        message: st.message,
+        nodes: (st.node_statuses.into_iter())
+            .map(|(name, n)| NodeOpNodeReport {
+                name,
+                phase: n.phase,
+                job: n.job_name,
+                reboot_status: n.reboot_status,
+                message: n.message,
+            })
+            .collect(),
+    }
+}
+
 /// The reports for people: a line per resource, then its conditions and nodes, indented.
 /// `nothing` is what to say when there is no report.
 pub fn text(reports: &[Report], nothing: &str) -> String {
@@ -306,6 +349,7 @@ pub fn text(reports: &[Report], nothing: &str) -> String {
             Report::Plan(p) => plan_text(p, &mut out),
             Report::NodeMaintenance(m) => maintenance_text(m, &mut out),
             Report::RebootPolicy(p) => reboot_policy_text(p, &mut out),
+            Report::NodeOp(op) => nodeop_text(op, &mut out),
         }
     }
     if reports.is_empty() {
@@ -478,6 +522,32 @@ fn reboot_policy_text(p: &RebootPolicyReport, out: &mut String) {
     }
 }
 
+fn nodeop_text(op: &NodeOpReport, out: &mut String) {
+    out.push_str(&format!(
+        "nodeop/{}/{}  {}\n",
+        op.namespace,
+        op.name,
+        op.phase.as_deref().unwrap_or("-")
+    ));
+    if let Some(m) = &op.message {
+        out.push_str(&format!("  {m}\n"));
+    }
+    for n in &op.nodes {
+        let mut line = format!("  node {}  {}", n.name, n.phase);
+        if let Some(r) = n.reboot_status.as_deref().filter(|r| *r != "not-requested") {
+            line.push_str(&format!("  reboot {r}"));
+        }
+        if let Some(j) = &n.job {
+            line.push_str(&format!("  job {j}"));
+        }
+        if let Some(m) = n.message.as_deref().filter(|m| !m.is_empty()) {
+            line.push_str(&format!("  {m}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
 /// A signal as the API writes it (`agent`, `flatcar`, `containerLinux`, `nodeCondition`).
 fn signal(s: slipway::reboot_policy::api::Signal) -> String {
     serde_json::to_value(s)
@@ -630,6 +700,21 @@ mod tests {
         assert_eq!(json["kind"], "RebootPolicy");
         assert_eq!(json["rebooted"].as_array().map(Vec::len), Some(4));
         assert_eq!(json["nodes"][0]["phase"], "Draining");
+    }
+
+    #[test]
+    fn a_nodeop_shows_why_its_nodes_wait_and_each_started_node() {
+        let op: NodeOp = yaml(
+            "apiVersion: operator.kairos.io/v1alpha1\nkind: NodeOp\nmetadata:\n  name: canary\n  namespace: default\nspec:\n  command: [\"true\"]\nstatus:\n  phase: Failed\n  message: \"2 nodes (n2, n3) waits: node n1 failed and spec.stopOnFailure is set\"\n  nodeStatuses:\n    n1: {phase: Failed, jobName: canary-n1-abcde, message: Job failed, rebootStatus: cancelled}\n",
+        );
+        let r = nodeop_report(&op);
+        assert_eq!(
+            text(&[Report::NodeOp(r)], ""),
+            "nodeop/default/canary  Failed\n  2 nodes (n2, n3) waits: node n1 failed and spec.stopOnFailure is set\n  node n1  Failed  reboot cancelled  job canary-n1-abcde  Job failed"
+        );
+        let json = serde_json::to_value(Report::NodeOp(nodeop_report(&op))).expect("json");
+        assert_eq!(json["kind"], "NodeOp");
+        assert_eq!(json["nodes"][0]["rebootStatus"], "cancelled");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub fn reason_of(holder: &Holder) -> Option<Reason> {
         Holder::Plan { .. } => Some(Reason::Upgrade),
         Holder::Maintenance { .. } => Some(Reason::Maintenance),
         Holder::Reboot { .. } => Some(Reason::Reboot),
+        Holder::NodeOp { .. } | Holder::NodeOpUpgrade { .. } => Some(Reason::Nodeop),
         Holder::MaintenanceTaint | Holder::Hold { .. } => None,
     }
 }

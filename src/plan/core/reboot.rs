@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{HostPathVolumeSource, Pod, PodSpec, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume};
 use kube::api::ObjectMeta;
 
 use super::config::JobConfig;
@@ -19,7 +19,11 @@ use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::node::handoff;
 use crate::node::reboot::{
-    DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, REBOOT_HOST, REBOOT_LABEL, reboot_pod_spec,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, REBOOT_LABEL, reboot_pod_spec,
+    sentinel_volume_at,
+};
+pub use crate::node::reboot::{
+    SENTINEL_MOUNT, SENTINEL_NAME, reboot_script, sentinel_mount, sentinel_step_command,
 };
 use crate::plan::api::{Plan, labels};
 
@@ -29,11 +33,6 @@ pub const DEFAULT_SENTINEL_PATH: &str = "/var/lib/slipway/reboot";
 /// The Plan of a reboot pod. Not `upgrade.cattle.io/plan`: the Job's pod anti-affinity on that
 /// label would keep the Job off the node its reboot pod waits on.
 pub const REBOOT_PLAN_LABEL: &str = "slipway.dev/plan";
-/// Where the sentinel directory is mounted in the reboot pod and the Job's sentinel step.
-pub const SENTINEL_MOUNT: &str = "/sentinel";
-/// Name of the sentinel volume and of the Job's last container.
-pub const SENTINEL_NAME: &str = "reboot-sentinel";
-
 /// The reboot settings of a Plan, with defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RebootSettings {
@@ -95,40 +94,6 @@ pub fn reboot_pod_name(plan: &str, node_name: &str, hash: &str) -> String {
     safe_concat_name(&["reboot", plan, "on", short_node, "with", hash])
 }
 
-/// The Job's last step: runs only if every step before it succeeded, and writes the sentinel the
-/// reboot pod waits for. The file is named after the Job, so a stale file never matches.
-pub fn sentinel_step_command(job_name: &str) -> Vec<String> {
-    vec![
-        "sh".into(),
-        "-c".into(),
-        format!(
-            "touch {SENTINEL_MOUNT}/{job_name} && echo \"upgrade succeeded; {SENTINEL_MOUNT}/{job_name} tells the reboot pod to reboot\""
-        ),
-    ]
-}
-
-/// The reboot pod's script. It exits 0 once the node runs a boot other than the one it rebooted
-/// from (recorded on the host before rebooting), so a restart of the pod never reboots twice.
-pub fn reboot_script(job_name: &str) -> String {
-    format!(
-        r#"set -u
-sentinel="{SENTINEL_MOUNT}/{job_name}"
-marker="{SENTINEL_MOUNT}/{job_name}.rebooting-from"
-boot=$(cat /proc/sys/kernel/random/boot_id)
-if [ -f "$marker" ] && [ "$(cat "$marker")" != "$boot" ]; then
-  echo "rebooted: boot $(cat "$marker") is now $boot"
-  rm -f "$marker"
-  exit 0
-fi
-echo "waiting for $sentinel (written when the upgrade succeeds)"
-while [ ! -f "$sentinel" ] && [ ! -f "$marker" ]; do sleep 5; done
-echo "$boot" > "$marker"
-rm -f "$sentinel"
-echo "upgrade done; rebooting the host from boot $boot"
-{REBOOT_HOST}"#
-    )
-}
-
 /// The reboot pod for `node`, created before its Job.
 pub fn render_reboot_pod(
     plan: &Plan,
@@ -172,22 +137,7 @@ pub fn render_reboot_pod(
 
 /// The host directory of the sentinel files, created if missing.
 pub fn sentinel_volume(policy: &RebootSettings) -> Volume {
-    Volume {
-        name: SENTINEL_NAME.to_string(),
-        host_path: Some(HostPathVolumeSource {
-            path: policy.sentinel_path.clone(),
-            type_: Some("DirectoryOrCreate".to_string()),
-        }),
-        ..Default::default()
-    }
-}
-
-pub fn sentinel_mount() -> VolumeMount {
-    VolumeMount {
-        name: SENTINEL_NAME.to_string(),
-        mount_path: SENTINEL_MOUNT.to_string(),
-        ..Default::default()
-    }
+    sentinel_volume_at(&policy.sentinel_path)
 }
 
 #[cfg(test)]

@@ -1,0 +1,753 @@
+//! End-to-end tests of NodeOp (kairos-operator's `operator.kairos.io/v1alpha1` API) on the local
+//! cluster: real Jobs run by the Job controller, kwok playing the kubelet (a Job's pod succeeds
+//! after a second, or fails when it carries the `slipway.test/fail` label).
+//!
+//! A NodeOp-enabled controller reconciles the NodeOps of every namespace, so the scenarios run as
+//! named steps of one test, one after the other, with one controller.
+
+mod support;
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
+use support::TestNamespace;
+use support::controller::ControllerProcess;
+
+const LEASES: &str = "medik8s-leases";
+
+/// A NodeOp named `name` on the nodes `nodes` (by hostname), with `extra` merged into its spec.
+fn nodeop(name: &str, nodes: &[&String], extra: Value) -> NodeOp {
+    let mut spec = json!({
+        "command": ["sh", "-c", "echo done"],
+        "nodeSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+        ]},
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "operator.kairos.io/v1alpha1",
+        "kind": "NodeOp",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("a NodeOp")
+}
+
+fn status_of(op: &NodeOp) -> String {
+    serde_json::to_string(&op.status).unwrap_or_default()
+}
+
+/// Waits until NodeOp `name` satisfies `done`.
+async fn wait_nodeop(
+    api: &Api<NodeOp>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&NodeOp) -> bool,
+) -> NodeOp {
+    support::wait_for(&format!("{name}: {what}"), timeout, || async {
+        let op = api.get(name).await?;
+        if done(&op) {
+            Ok(op)
+        } else {
+            Err(anyhow!("status: {}", status_of(&op)))
+        }
+    })
+    .await
+}
+
+fn phase(op: &NodeOp) -> &str {
+    op.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+async fn jobs_of(ns: &TestNamespace, nodeop: &str) -> Vec<Job> {
+    ns.api::<Job>()
+        .list(&ListParams::default().labels(&format!("kairos.io/nodeop={nodeop}")))
+        .await
+        .expect("list Jobs")
+        .items
+}
+
+async fn unschedulable(client: &kube::Client, node: &str) -> bool {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("get node")
+        .spec
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// What every step works with.
+struct Scene {
+    kubeconfig: std::path::PathBuf,
+    client: kube::Client,
+    ns: TestNamespace,
+    nodes: Vec<String>,
+    ops: Api<NodeOp>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
+    let Some((cluster, ns, nodes, _pool)) = support::setup_pool("nodeop", 7).await else {
+        return;
+    };
+    let client = ns.client();
+    support::install_crds(
+        &client,
+        &[
+            "nodeops.operator.kairos.io",
+            "nodemaintenances.nodemaintenance.medik8s.io",
+        ],
+    )
+    .await;
+    ensure_lease_namespace(&client).await;
+    let env = [("SLIPWAY_NODEOPS", "true"), ("SLIPWAY_MAINTENANCE", "true")];
+    let mut controller = ControllerProcess::start(&cluster, ns.name(), &env);
+    let s = Scene {
+        kubeconfig: cluster.kubeconfig_path().to_path_buf(),
+        ops: ns.api::<NodeOp>(),
+        client,
+        ns,
+        nodes,
+    };
+    kairos_examples_apply_unchanged(&s).await;
+    a_canary_that_fails_starts_no_other_node_and_says_so(&s).await;
+    concurrency_zero_runs_every_node_at_once(&s).await;
+    a_node_in_maintenance_waits_then_runs(&s).await;
+    an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(&s).await;
+    a_plan_and_nodeops_share_one_budget(&s).await;
+    drop(controller);
+    controller = ControllerProcess::start(&cluster, s.ns.name(), &env);
+    a_controller_killed_mid_operation_resumes_without_a_second_job(&s, &cluster, &env, controller)
+        .await;
+    s.ns.cleanup().await;
+}
+
+/// kairos-operator's own examples (tests/kairos/), sent as they are: the API server takes them
+/// with slipway's CRD and fills in kairos-operator's defaults. (A dry run: without a selector they
+/// run on every node of the shared cluster.)
+async fn kairos_examples_apply_unchanged(s: &Scene) {
+    let resource = ApiResource::erase::<NodeOp>(&());
+    for file in [
+        "kairos.io_v1alpha1_nodeop.yaml",
+        "nodeop-generateName-demo.yaml",
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/kairos")
+            .join(file);
+        let text = std::fs::read_to_string(&path).expect("example");
+        let obj: DynamicObject = serde_saphyr::from_str(&text).expect("YAML");
+        let ns = obj.metadata.namespace.clone();
+        let api = Api::<DynamicObject>::namespaced_with(
+            s.client.clone(),
+            ns.as_deref().unwrap_or(s.ns.name()),
+            &resource,
+        );
+        let params = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let created = api
+            .create(&params, &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{file} is refused: {e}"));
+        let spec = &created.data["spec"];
+        assert_eq!(spec["hostMountPath"], "/host", "{file}: {spec}");
+        assert_eq!(spec["concurrency"], 0, "{file}");
+        assert_eq!(spec["stopOnFailure"], false, "{file}");
+        assert_eq!(spec["rebootOnSuccess"], false, "{file}");
+        let op: NodeOp = serde_json::from_value(serde_json::to_value(&created).expect("JSON"))
+            .expect("slipway reads what the API server made of it");
+        assert_eq!(
+            op.spec.command,
+            obj.data["spec"]["command"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        );
+        if file == "kairos.io_v1alpha1_nodeop.yaml" {
+            let drain = &spec["drainOptions"];
+            assert_eq!(drain["ignoreDaemonSets"], true, "{drain}");
+            assert_eq!(drain["timeoutSeconds"], 300, "{drain}");
+        }
+    }
+}
+
+/// Marks the pods of `nodeop` on `node` to fail (kwok's `slipway.test/fail` label), as soon as
+/// they appear, until aborted.
+fn fail_pods_on(ns: &TestNamespace, nodeop: &str, node: &str) -> tokio::task::JoinHandle<()> {
+    let pods = ns.api::<Pod>();
+    let selector = format!("kairos.io/nodeop={nodeop},kairos.io/node={node}");
+    tokio::spawn(async move {
+        loop {
+            if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+                for pod in list.items {
+                    let marked = pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(support::FAIL_LABEL));
+                    if let (false, Some(name)) = (marked, pod.metadata.name) {
+                        let patch = json!({"metadata": {"labels": {support::FAIL_LABEL: "true"}}});
+                        let _ = pods
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Three nodes, `concurrency: 1` and `stopOnFailure`: the first node's Job fails, no other node
+/// starts, and the status says why.
+async fn a_canary_that_fails_starts_no_other_node_and_says_so(s: &Scene) {
+    let nodes: Vec<&String> = s.nodes[0..3].iter().collect();
+    let failing = fail_pods_on(&s.ns, "canary", nodes[0]);
+    let spec = json!({"concurrency": 1, "stopOnFailure": true, "backoffLimit": 0, "cordon": true});
+    s.ops
+        .create(&PostParams::default(), &nodeop("canary", &nodes, spec))
+        .await
+        .expect("create the NodeOp");
+    let failed = wait_nodeop(&s.ops, "canary", "Failed", Duration::from_secs(90), |op| {
+        phase(op) == "Failed"
+    })
+    .await;
+    // Time for a wrong start to show.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    failing.abort();
+    let op = s.ops.get("canary").await.expect("get");
+    let status = op.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.node_statuses.keys().collect::<Vec<_>>(),
+        [nodes[0]],
+        "{}",
+        status_of(&failed)
+    );
+    let first = &status.node_statuses[nodes[0]];
+    assert_eq!(first.phase, "Failed");
+    assert!(
+        first
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Job failed")),
+        "{first:?}"
+    );
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "2 nodes ({}, {}) waits: node {} failed and spec.stopOnFailure is set",
+            nodes[1], nodes[2], nodes[0]
+        )),
+        "{message}"
+    );
+    assert_eq!(jobs_of(&s.ns, "canary").await.len(), 1);
+    assert!(
+        unschedulable(&s.client, nodes[0]).await,
+        "a failed node stays cordoned without uncordonOnFailure"
+    );
+    let reasons = s.ns.event_reasons().await;
+    assert!(reasons.iter().any(|r| r == "NodeFailed"), "{reasons:?}");
+    delete_and_wait_gone(&s.ops, "canary").await;
+    assert!(
+        !unschedulable(&s.client, nodes[0]).await,
+        "deleting the NodeOp gives its cordon back"
+    );
+}
+
+/// `concurrency: 0`: every selected node's Job is created before any of them completes.
+async fn concurrency_zero_runs_every_node_at_once(s: &Scene) {
+    let nodes: Vec<&String> = s.nodes[3..6].iter().collect();
+    s.ops
+        .create(&PostParams::default(), &nodeop("all", &nodes, json!({})))
+        .await
+        .expect("create the NodeOp");
+    let done = wait_nodeop(&s.ops, "all", "Completed", Duration::from_secs(90), |op| {
+        phase(op) == "Completed"
+    })
+    .await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(status.node_statuses.len(), 3, "{}", status_of(&done));
+    for st in status.node_statuses.values() {
+        assert_eq!(
+            (st.phase.as_str(), st.message.as_deref()),
+            ("Completed", Some("Job completed successfully"))
+        );
+    }
+    let jobs = jobs_of(&s.ns, "all").await;
+    assert_eq!(jobs.len(), 3);
+    let created = jobs
+        .iter()
+        .filter_map(|j| j.metadata.creation_timestamp.clone())
+        .map(|t| t.0)
+        .max();
+    let completed = jobs
+        .iter()
+        .filter_map(|j| j.status.as_ref()?.completion_time.clone())
+        .map(|t| t.0)
+        .min();
+    assert!(
+        created.is_some() && created <= completed,
+        "the last Job was created at {created:?}, the first completed at {completed:?}"
+    );
+    // The Job as kairos-operator makes it: the command, privileged, the host's root at /host.
+    let pod = jobs[0]
+        .spec
+        .clone()
+        .unwrap_or_default()
+        .template
+        .spec
+        .unwrap_or_default();
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.security_context.as_ref().and_then(|s| s.privileged),
+        Some(true)
+    );
+    assert_eq!(
+        c.volume_mounts.as_ref().map(|m| m[0].mount_path.as_str()),
+        Some("/host")
+    );
+    assert!(
+        nodes
+            .iter()
+            .any(|n| pod.node_name.as_deref() == Some(n.as_str()))
+    );
+    delete_and_wait_gone(&s.ops, "all").await;
+}
+
+/// A node a NodeMaintenance holds: the NodeOp waits, saying who holds it, and runs once the
+/// maintenance is gone.
+async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
+    let node = &s.nodes[6];
+    let nms = Api::<NodeMaintenance>::all(s.client.clone());
+    let nm_name = format!("{}-disk", s.ns.name());
+    let nm: NodeMaintenance = serde_json::from_value(json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": nm_name},
+        "spec": {"nodeName": node, "reason": "e2e"},
+    }))
+    .expect("a NodeMaintenance");
+    nms.create(&PostParams::default(), &nm)
+        .await
+        .expect("create the NodeMaintenance");
+    support::wait_for(
+        "the maintenance to drain",
+        Duration::from_secs(60),
+        || async {
+            let nm = nms.get(&nm_name).await?;
+            match nm.status.and_then(|s| s.phase) {
+                Some(MaintenancePhase::Succeeded) => Ok(()),
+                p => bail!("phase {p:?}"),
+            }
+        },
+    )
+    .await;
+    s.ops
+        .create(
+            &PostParams::default(),
+            &nodeop("held", &[node], json!({"cordon": true})),
+        )
+        .await
+        .expect("create the NodeOp");
+    let holder = format!("node {node} waits: nodemaintenance {nm_name} holds the node");
+    wait_nodeop(
+        &s.ops,
+        "held",
+        "waiting for the maintenance",
+        Duration::from_secs(60),
+        |op| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains(&holder))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(jobs_of(&s.ns, "held").await.is_empty(), "no Job while held");
+    // `slipway explain` says the same, decided by the controller's own code.
+    let out = support::process::slipway()
+        .args([
+            "explain",
+            &format!("nodeop/{}/held", s.ns.name()),
+            "-o",
+            "json",
+        ])
+        .env("KUBECONFIG", &s.kubeconfig)
+        .output()
+        .expect("run slipway explain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).expect("explain's JSON");
+    assert_eq!(e["object"], format!("nodeop/{}/held", s.ns.name()), "{e}");
+    assert_eq!(e["waiting"][0]["reason"], "NodeBusy", "{e}");
+    assert_eq!(e["waiting"][0]["nodes"][0], node.as_str(), "{e}");
+    let reasons = s.ns.event_reasons().await;
+    assert!(reasons.iter().any(|r| r == "Waiting"), "{reasons:?}");
+    nms.delete(&nm_name, &DeleteParams::default())
+        .await
+        .expect("delete the NodeMaintenance");
+    let done = wait_nodeop(&s.ops, "held", "Completed", Duration::from_secs(90), |op| {
+        phase(op) == "Completed"
+    })
+    .await;
+    assert!(done.status.and_then(|s| s.message).is_none());
+    assert!(
+        !unschedulable(&s.client, node).await,
+        "the NodeOp's cordon goes after its Job, the maintenance's with it"
+    );
+    delete_and_wait_gone(&s.ops, "held").await;
+}
+
+/// The controller is killed once the first node's Job exists; a new one finishes the NodeOp with
+/// one Job per node.
+async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
+    s: &Scene,
+    cluster: &support::Cluster,
+    env: &[(&str, &str)],
+    controller: ControllerProcess,
+) {
+    let nodes: Vec<&String> = s.nodes[3..6].iter().collect();
+    let spec = json!({"concurrency": 1, "cordon": true});
+    s.ops
+        .create(&PostParams::default(), &nodeop("resume", &nodes, spec))
+        .await
+        .expect("create the NodeOp");
+    support::wait_for("the first Job", Duration::from_secs(60), || async {
+        match jobs_of(&s.ns, "resume").await.len() {
+            0 => bail!("no Job yet"),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    drop(controller);
+    let _controller = ControllerProcess::start(cluster, s.ns.name(), env);
+    let done = wait_nodeop(
+        &s.ops,
+        "resume",
+        "Completed",
+        Duration::from_secs(90),
+        |op| phase(op) == "Completed",
+    )
+    .await;
+    assert_eq!(done.status.map(|s| s.node_statuses.len()), Some(3));
+    let mut on: Vec<String> = jobs_of(&s.ns, "resume")
+        .await
+        .iter()
+        .filter_map(|j| j.metadata.labels.as_ref()?.get("kairos.io/node").cloned())
+        .collect();
+    on.sort();
+    assert_eq!(
+        on,
+        nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "one Job per node"
+    );
+    for n in &nodes {
+        assert!(!unschedulable(&s.client, n).await, "{n} uncordoned");
+    }
+    delete_and_wait_gone(&s.ops, "resume").await;
+}
+
+/// A NodeOpUpgrade of two nodes, one at a time: its NodeOp starts with the control-plane node,
+/// reboots it through the sentinel, and starts the other only once the first runs a new boot ID
+/// and is Ready.
+async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(s: &Scene) {
+    let (worker, server) = (&s.nodes[0], &s.nodes[1]);
+    let role = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    Api::<Node>::all(s.client.clone())
+        .patch(server, &PatchParams::default(), &Patch::Merge(&role))
+        .await
+        .expect("label the control-plane node");
+    let upgrades = s.ns.api::<NodeOpUpgrade>();
+    let u: NodeOpUpgrade = serde_json::from_value(json!({
+        "apiVersion": "operator.kairos.io/v1alpha1",
+        "kind": "NodeOpUpgrade",
+        "metadata": {"name": "to-v3"},
+        "spec": {
+            "image": "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3s",
+            "concurrency": 1,
+            "stopOnFailure": true,
+            // kwok runs no preflight container: the version check is skipped.
+            "force": true,
+            "nodeSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [worker, server]}
+            ]},
+        },
+    }))
+    .expect("a NodeOpUpgrade");
+    upgrades
+        .create(&PostParams::default(), &u)
+        .await
+        .expect("create the NodeOpUpgrade");
+    for (node, other) in [(server, worker), (worker, server)] {
+        let rebooting = |op: &NodeOp| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.node_statuses.get(node.as_str()))
+                .is_some_and(|n| {
+                    n.reboot_status.as_deref() == Some("pending") && n.phase == "Completed"
+                })
+        };
+        let op = wait_nodeop(
+            &s.ops,
+            "to-v3",
+            &format!("{node} to wait for its reboot"),
+            Duration::from_secs(90),
+            rebooting,
+        )
+        .await;
+        let statuses = op.status.clone().unwrap_or_default().node_statuses;
+        if node == server {
+            assert!(
+                !statuses.contains_key(other.as_str()),
+                "the worker waits: {statuses:?}"
+            );
+        }
+        assert!(
+            unschedulable(&s.client, node).await,
+            "{node} stays cordoned until it is back"
+        );
+        let job = statuses[node.as_str()].job_name.clone().unwrap_or_default();
+        let pods =
+            s.ns.api::<Pod>()
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("kairos.io/reboot=true,kairos.io/node={node}")),
+                )
+                .await
+                .expect("list reboot pods")
+                .items;
+        let script = pods
+            .first()
+            .and_then(|p| p.spec.as_ref()?.containers[0].command.clone())
+            .unwrap_or_default()
+            .join(" ");
+        assert!(
+            script.contains(&format!("/sentinel/{job}")),
+            "the reboot pod waits for {job}: {script}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let still = s.ops.get("to-v3").await.expect("get");
+        assert!(
+            rebooting(&still),
+            "no reboot seen yet: {}",
+            status_of(&still)
+        );
+        support::simulate_reboot(&s.client, node).await;
+        let back = |op: &NodeOp| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.node_statuses.get(node.as_str()))
+                .is_some_and(|n| n.reboot_status.as_deref() == Some("completed"))
+        };
+        wait_nodeop(
+            &s.ops,
+            "to-v3",
+            &format!("{node} back"),
+            Duration::from_secs(60),
+            back,
+        )
+        .await;
+        assert!(
+            !unschedulable(&s.client, node).await,
+            "{node} uncordoned once back"
+        );
+    }
+    let done = support::wait_for(
+        "the upgrade to complete",
+        Duration::from_secs(60),
+        || async {
+            let u = upgrades.get("to-v3").await?;
+            match u.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Completed") => Ok(u),
+                _ => bail!("status: {}", serde_json::to_string(&u.status)?),
+            }
+        },
+    )
+    .await;
+    let status = done.status.unwrap_or_default();
+    assert_eq!(status.node_op_name.as_deref(), Some("to-v3"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Upgrade operation completed successfully")
+    );
+    assert_eq!(status.node_statuses.len(), 2);
+    let nodeop = s.ops.get("to-v3").await.expect("the upgrade's NodeOp");
+    let command = nodeop.spec.command.join(" ");
+    assert!(
+        command.contains("kairos-agent upgrade --source dir:/ --exclude-path '/etc/hostname'"),
+        "{command}"
+    );
+    upgrades
+        .delete("to-v3", &DeleteParams::default())
+        .await
+        .expect("delete the upgrade");
+}
+
+/// A node a NodeOp holds (waiting for its reboot) is left out by a Plan, which takes it once the
+/// NodeOp is done with it; a NodeOp waits for a node the Plan upgrades, naming the Plan.
+async fn a_plan_and_nodeops_share_one_budget(s: &Scene) {
+    use slipway::plan::api::Plan;
+    let (held, busy) = (&s.nodes[0], &s.nodes[1]);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &nodeop("hold", &[held], json!({"rebootOnSuccess": true})),
+        )
+        .await
+        .expect("create the NodeOp");
+    let rebooting = |op: &NodeOp| {
+        op.status
+            .as_ref()
+            .and_then(|s| s.node_statuses.get(held.as_str()))
+            .is_some_and(|n| {
+                n.reboot_status.as_deref() == Some("pending") && n.phase == "Completed"
+            })
+    };
+    wait_nodeop(
+        &s.ops,
+        "hold",
+        "its node to wait for the reboot",
+        Duration::from_secs(60),
+        rebooting,
+    )
+    .await;
+    let plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: os
+  annotations:
+    slipway.test/complete-delay: "15s"
+spec:
+  concurrency: 2
+  version: "2026-11-25"
+  nodeSelector:
+    matchExpressions:
+    - {{key: kubernetes.io/hostname, operator: In, values: ["{held}", "{busy}"]}}
+  upgrade:
+    image: debian:bookworm-slim
+"#
+    ))
+    .expect("the Plan parses");
+    let plans = s.ns.api::<Plan>();
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create the Plan");
+    let applying = || async {
+        let p = plans.get("os").await?;
+        anyhow::Ok(p.status.map(|s| s.applying).unwrap_or_default())
+    };
+    support::wait_for(
+        "the Plan to start the free node only",
+        Duration::from_secs(60),
+        || async {
+            match applying().await? {
+                a if a == [busy.to_string()] => Ok(()),
+                a => bail!("applying {a:?}"),
+            }
+        },
+    )
+    .await;
+    // The other way round: a NodeOp waits for the node the Plan upgrades.
+    s.ops
+        .create(&PostParams::default(), &nodeop("after", &[busy], json!({})))
+        .await
+        .expect("create the NodeOp");
+    let waits = format!("node {busy} waits: plan {}/os holds the node", s.ns.name());
+    wait_nodeop(
+        &s.ops,
+        "after",
+        "waiting for the Plan",
+        Duration::from_secs(30),
+        |op| {
+            op.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains(&waits))
+        },
+    )
+    .await;
+    assert!(jobs_of(&s.ns, "after").await.is_empty());
+    assert!(
+        !applying().await.unwrap_or_default().contains(held),
+        "the Plan leaves the held node"
+    );
+    support::simulate_reboot(&s.client, held).await;
+    wait_nodeop(&s.ops, "hold", "Completed", Duration::from_secs(60), |op| {
+        phase(op) == "Completed"
+    })
+    .await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(120)).await;
+    wait_nodeop(
+        &s.ops,
+        "after",
+        "Completed",
+        Duration::from_secs(90),
+        |op| phase(op) == "Completed",
+    )
+    .await;
+    delete_and_wait_gone(&s.ops, "after").await;
+    delete_and_wait_gone(&s.ops, "hold").await;
+    plans
+        .delete("os", &DeleteParams::default())
+        .await
+        .expect("delete the Plan");
+}
+
+async fn delete_and_wait_gone(api: &Api<NodeOp>, name: &str) {
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the NodeOp");
+    support::wait_for(
+        &format!("{name} to be gone"),
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt(name).await? {
+                None => Ok(()),
+                Some(op) => bail!("still there: {:?}", op.metadata.finalizers),
+            }
+        },
+    )
+    .await
+}
+
+/// The namespace of the nodes' Leases, as medik8s has it.
+async fn ensure_lease_namespace(client: &kube::Client) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    if namespaces
+        .get_opt(LEASES)
+        .await
+        .expect("get namespace")
+        .is_none()
+    {
+        let lease_ns: Namespace =
+            serde_json::from_value(json!({ "metadata": { "name": LEASES } })).expect("namespace");
+        let _ = namespaces.create(&PostParams::default(), &lease_ns).await;
+    }
+}
