@@ -10,15 +10,15 @@
 //! - `plans-50`: 50 Plans, each selecting its share of the nodes, all done: the 50 decisions;
 //! - `policy`: a RebootPolicy over every node, 1% of them asking for a reboot, concurrency 10;
 //! - `plan-budgets`: `plan-first` under 10 DisruptionBudgets (each a fifth of the pools, 1%), the
-//!   pools measured as the controller measures them before each decision, then the decision;
+//!   pools measured from the members the node index keeps, as the controller does, then the decision;
 //! - `index`: the node index built from every node, then one Plan's candidates looked up.
 //!
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
 //! means linear. Nothing here asserts a time: it measures and prints.
 
 use slipway::node::budget::api::Reason;
-use slipway::node::budget::{Budget, DisruptionBudget, Pool};
-use std::collections::{BTreeMap, BTreeSet};
+use slipway::node::budget::{Budget, DisruptionBudget, Members, Pool};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -222,10 +222,17 @@ fn plan_budgets(nodes: &[NodeInfo]) -> Duration {
         })
         .collect();
     let held = BTreeSet::new();
+    // The node index counts each pool's members once per budget read, then node by node.
+    let kept: Vec<Members> = pools.iter().map(|p| Members::of(p, nodes)).collect();
+    let by_name: HashMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     median(nodes.len(), || {
         let memo = TemplateMemo::default();
-        let measured: Vec<_> = (pools.iter())
-            .map(|pool| pool.measure_for(nodes.iter(), &held, &held, now()))
+        let measured: Vec<_> = (pools.iter().zip(&kept))
+            .map(|(pool, kept)| {
+                let member =
+                    |n: &str| (by_name.get(n)).is_some_and(|n| pool.selector.matches(&n.labels));
+                pool.measure_kept(kept, member, &held, &held, now())
+            })
             .collect();
         let budget = Budget::new(BTreeMap::new(), &measured, Reason::Upgrade);
         std::hint::black_box(decide_under(&p, &refs, &[], &memo, &budget));

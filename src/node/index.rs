@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::NodeInfo;
+use super::budget::{Members, Pool};
 use super::holders::Holder;
 use crate::common::labels;
 use crate::common::selector::Selector;
@@ -77,6 +78,9 @@ pub struct NodeIndex {
     /// Nodes held by the `slipway.dev/hold` annotation, with who holds each.
     annotated: BTreeMap<String, String>,
     entries: BTreeMap<Holder, Entry>,
+    /// The members of each DisruptionBudget's pool, by budget name, with the budget read they
+    /// were counted for (see [`NodeIndex::keep_pools`]).
+    pools: BTreeMap<String, (Arc<Pool>, Members)>,
     /// Nodes seen since a (re-)list started; swapped in when it ends.
     relisting: Option<HashMap<String, Arc<NodeInfo>>>,
     synced: bool,
@@ -144,6 +148,7 @@ impl NodeIndex {
         if let Some(by) = node.held_by() {
             self.annotated.insert(node.name.clone(), by.to_string());
         }
+        self.count(old.as_deref(), Some(&node));
         self.concerned(old.as_deref(), Some(&node))
     }
 
@@ -151,7 +156,53 @@ impl NodeIndex {
     pub fn delete(&mut self, name: &str) -> Vec<Holder> {
         let old = self.nodes.remove(name);
         self.forget_lookups(old.as_deref());
+        self.count(old.as_deref(), None);
         self.concerned(old.as_deref(), None)
+    }
+
+    fn count(&mut self, old: Option<&NodeInfo>, new: Option<&NodeInfo>) {
+        for (pool, members) in self.pools.values_mut() {
+            members.change(pool, old, new);
+        }
+    }
+
+    /// Whether the pools kept are those of `pools` (the same reads of the same budgets).
+    pub fn pools_kept(&self, pools: &[Arc<Pool>]) -> bool {
+        self.pools.len() == pools.len()
+            && (pools.iter()).all(|p| {
+                self.pools
+                    .get(&p.name)
+                    .is_some_and(|(k, _)| Arc::ptr_eq(k, p))
+            })
+    }
+
+    /// Keeps the members of `pools` from now on, node by node, and forgets other budgets'. A
+    /// budget read again (a new generation) is counted again over every node, once.
+    pub fn keep_pools(&mut self, pools: &[Arc<Pool>]) {
+        self.pools.retain(|name, (kept, _)| {
+            pools
+                .iter()
+                .any(|p| Arc::ptr_eq(p, kept) && p.name == *name)
+        });
+        for pool in pools {
+            if !self.pools.contains_key(&pool.name) {
+                let members = Members::of(pool, self.nodes.values().map(AsRef::as_ref));
+                self.pools
+                    .insert(pool.name.clone(), (pool.clone(), members));
+            }
+        }
+    }
+
+    /// The members of budget `name`'s pool, if they are kept.
+    pub fn pool_members(&self, name: &str) -> Option<&Members> {
+        self.pools.get(name).map(|(_, m)| m)
+    }
+
+    /// Whether `node` exists and `pool` selects it.
+    pub fn in_pool(&self, pool: &Pool, node: &str) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|n| pool.selector.matches(&n.labels))
     }
 
     fn forget_lookups(&mut self, old: Option<&NodeInfo>) {
@@ -499,5 +550,90 @@ mod tests {
         let mut n = node("a1", "a");
         n.boot_id = "b2".into();
         assert!(i.apply(n).is_empty());
+    }
+
+    fn pool_of(name: &str, pool: &str) -> Arc<Pool> {
+        let budget: crate::node::budget::DisruptionBudget =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"maxUnavailable": 1, "nodeSelector": {"matchLabels": {"pool": pool}}},
+            }))
+            .unwrap_or_default();
+        Arc::new(Pool::new(&budget))
+    }
+
+    /// What the index keeps of each pool is what counting every node again gives.
+    fn assert_kept_is_counted(i: &NodeIndex, pools: &[Arc<Pool>]) {
+        assert!(i.pools_kept(pools));
+        for p in pools {
+            let counted = Members::of(p, i.all().map(AsRef::as_ref));
+            assert_eq!(i.pool_members(&p.name), Some(&counted), "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn pools_are_kept_node_by_node_and_counted_again_for_a_new_read() {
+        let mut i = index();
+        let pools = vec![pool_of("a", "a"), pool_of("b", "b")];
+        assert!(!i.pools_kept(&pools));
+        i.keep_pools(&pools);
+        assert_kept_is_counted(&i, &pools);
+        assert_eq!(i.pool_members("a").map(|m| m.count), Some(2));
+        let mut down = node("a1", "a");
+        down.ready = false;
+        i.apply(down);
+        let mut moved = node("a2", "b");
+        moved.unschedulable = true;
+        i.apply(moved);
+        i.delete("b1");
+        assert_kept_is_counted(&i, &pools);
+        assert_eq!(
+            i.pool_members("b").map(|m| m.down.clone()),
+            Some(BTreeSet::from(["a2".to_string()]))
+        );
+        // The same budget read again (a new generation): counted afresh; a budget gone: forgotten.
+        let again = vec![pool_of("a", "b")];
+        assert!(!i.pools_kept(&again));
+        i.keep_pools(&again);
+        assert_kept_is_counted(&i, &again);
+        assert_eq!(i.pool_members("b"), None);
+    }
+
+    proptest::proptest! {
+        /// After any sequence of node changes, deletions and re-lists, the kept members are a
+        /// recount's.
+        #[test]
+        fn kept_pools_match_a_recount(
+            steps in proptest::collection::vec((0..6usize, 0..3usize, 0..4u8, 0..4u8), 1..40)
+        ) {
+            let mut i = index();
+            let pools = vec![pool_of("a", "a"), pool_of("b", "b"), pool_of("c", "c")];
+            i.keep_pools(&pools);
+            for (n, pool, state, op) in steps {
+                let name = format!("n{n}");
+                let mut info = node(&name, ["a", "b", "c"][pool]);
+                info.ready = state & 1 == 0;
+                info.unschedulable = state & 2 != 0;
+                match op {
+                    0 => {
+                        i.delete(&name);
+                    }
+                    1 => {
+                        let others: Vec<NodeInfo> = (i.all())
+                            .filter(|o| o.name != name)
+                            .map(|o| NodeInfo::clone(o))
+                            .collect();
+                        i.relist_start();
+                        others.into_iter().for_each(|o| i.relisted(o));
+                        i.relisted(info);
+                        i.relist_done();
+                    }
+                    _ => {
+                        i.apply(info);
+                    }
+                }
+                assert_kept_is_counted(&i, &pools);
+            }
+        }
     }
 }

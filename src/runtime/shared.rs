@@ -195,9 +195,10 @@ impl Shared {
         persisted: &[Hold],
         now: Timestamp,
     ) -> Budget {
-        let index = self.nodes();
+        let pools = self.budgets.as_ref().map(|b| b.pools()).unwrap_or_default();
+        let index = self.nodes_keeping(&pools);
         let held = held_against(me, claims, persisted, index.tainted(), index.annotated());
-        let pools = self.measured(me, &index, claims, persisted, now);
+        let pools = measured(me, &pools, &index, claims, persisted, now);
         match reason_of(me) {
             Some(reason) if !pools.is_empty() => Budget::new(held, &pools, reason),
             _ => Budget::holds_only(held),
@@ -208,49 +209,24 @@ impl Shared {
     pub fn measure_pools(&self, pools: &[Arc<Pool>], now: Timestamp) -> Vec<PoolState> {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let persisted = self.persisted_holds(now);
-        let index = self.nodes();
+        let index = self.nodes_keeping(pools);
         let held = all_held(&claims, &persisted, &index);
-        pools
-            .iter()
-            .map(|p| p.measure(index.all().map(AsRef::as_ref), &held, now))
+        let none = BTreeSet::new();
+        (pools.iter())
+            .map(|p| measure(p, &index, &held, &none, now))
             .collect()
     }
 
-    /// The pools of the budgets the process reads, as `me` decides on them (none without
-    /// budgets).
-    fn measured(
-        &self,
-        me: &Holder,
-        index: &NodeIndex,
-        claims: &NodeClaims,
-        persisted: &[Hold],
-        now: Timestamp,
-    ) -> Vec<PoolState> {
-        let Some(budgets) = &self.budgets else {
-            return Vec::new();
-        };
-        let pools = budgets.pools();
-        if pools.is_empty() {
-            return Vec::new();
+    /// The node index, keeping the members of `pools` (counted once per budget read, then kept
+    /// node by node by the watch), so that measuring a pool costs its held nodes, not the fleet.
+    fn nodes_keeping(&self, pools: &[Arc<Pool>]) -> RwLockReadGuard<'_, NodeIndex> {
+        let index = self.nodes();
+        if index.pools_kept(pools) {
+            return index;
         }
-        let (mut others, mut mine) = (BTreeSet::new(), BTreeSet::new());
-        let claimed = claims
-            .all()
-            .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)));
-        let recorded = (persisted.iter())
-            .filter(|h| !h.waiting)
-            .map(|h| (h.node.as_str(), &h.holder));
-        for (node, holder) in claimed.chain(recorded) {
-            match holder == me {
-                true => mine.insert(node.to_string()),
-                false => others.insert(node.to_string()),
-            };
-        }
-        others.extend(index.tainted().map(str::to_string));
-        pools
-            .iter()
-            .map(|p| p.measure_for(index.all().map(AsRef::as_ref), &others, &mine, now))
-            .collect()
+        drop(index);
+        self.nodes_mut().keep_pools(pools);
+        self.nodes()
     }
 
     /// Every node a slipway operation holds, with its holders: this process's claims, the
@@ -358,6 +334,51 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .retain_holders(exists);
         self.nodes_mut().retain(exists);
+    }
+}
+
+/// The pools of `pools`, as `me` decides on them.
+fn measured(
+    me: &Holder,
+    pools: &[Arc<Pool>],
+    index: &NodeIndex,
+    claims: &NodeClaims,
+    persisted: &[Hold],
+    now: Timestamp,
+) -> Vec<PoolState> {
+    if pools.is_empty() {
+        return Vec::new();
+    }
+    let (mut others, mut mine) = (BTreeSet::new(), BTreeSet::new());
+    let claimed = claims
+        .all()
+        .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)));
+    let recorded = (persisted.iter())
+        .filter(|h| !h.waiting)
+        .map(|h| (h.node.as_str(), &h.holder));
+    for (node, holder) in claimed.chain(recorded) {
+        match holder == me {
+            true => mine.insert(node.to_string()),
+            false => others.insert(node.to_string()),
+        };
+    }
+    others.extend(index.tainted().map(str::to_string));
+    (pools.iter())
+        .map(|p| measure(p, index, &others, &mine, now))
+        .collect()
+}
+
+/// One pool from the members the index keeps (or, not kept, from every node).
+fn measure(
+    pool: &Pool,
+    index: &NodeIndex,
+    held: &BTreeSet<String>,
+    mine: &BTreeSet<String>,
+    now: Timestamp,
+) -> PoolState {
+    match index.pool_members(&pool.name) {
+        Some(kept) => pool.measure_kept(kept, |n| index.in_pool(pool, n), held, mine, now),
+        None => pool.measure_for(index.all().map(AsRef::as_ref), held, mine, now),
     }
 }
 

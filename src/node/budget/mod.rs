@@ -169,6 +169,7 @@ impl Pool {
 
     /// The pool as one decision sees it: `held` by others, `mine` by the deciding object alone.
     /// A node of `mine` the decision lets go of ([`Budget::release`]) gives its room back.
+    /// Walks every node: the controller keeps [`Members`] instead ([`Pool::measure_kept`]).
     pub fn measure_for<'a>(
         &self,
         nodes: impl IntoIterator<Item = &'a NodeInfo>,
@@ -176,31 +177,79 @@ impl Pool {
         mine: &BTreeSet<String>,
         now: Timestamp,
     ) -> PoolState {
-        let mut members = 0;
-        let (mut unavailable, mut releasable) = (BTreeSet::new(), BTreeSet::new());
+        let mut members = Members::default();
+        let mut matched = BTreeSet::new();
         for n in nodes {
-            if !self.selector.matches(&n.labels) {
-                continue;
+            if self.selector.matches(&n.labels) {
+                members.change(self, None, Some(n));
+                matched.insert(n.name.as_str());
             }
-            members += 1;
-            let by_others = held.contains(&n.name) || unavailable_by_itself(n);
-            if by_others || mine.contains(&n.name) {
-                unavailable.insert(n.name.clone());
-            }
-            if !by_others && mine.contains(&n.name) {
-                releasable.insert(n.name.clone());
+        }
+        self.measure_kept(&members, |n| matched.contains(n), held, mine, now)
+    }
+
+    /// [`Pool::measure_for`] from the pool's [`Members`] as kept node by node: costs the held
+    /// nodes, not the fleet. `member` says whether a node exists and this pool selects it.
+    pub fn measure_kept(
+        &self,
+        kept: &Members,
+        member: impl Fn(&str) -> bool,
+        held: &BTreeSet<String>,
+        mine: &BTreeSet<String>,
+        now: Timestamp,
+    ) -> PoolState {
+        let mut unavailable = kept.down.clone();
+        let mut releasable = BTreeSet::new();
+        for n in held.union(mine).filter(|n| member(n)) {
+            unavailable.insert(n.clone());
+            if !held.contains(n) && !kept.down.contains(n) {
+                releasable.insert(n.clone());
             }
         }
         PoolState {
             name: self.name.clone(),
             selector: self.selector.clone(),
-            members,
+            members: kept.count,
             unavailable,
             releasable,
-            limit: self.limit(members, now),
+            limit: self.limit(kept.count, now),
             halt: self.halt,
             invalid: self.invalid.clone(),
             reasons: self.reasons.clone(),
+        }
+    }
+}
+
+/// A pool's members as the node index keeps them, node by node: how many nodes its selector
+/// matches, and which of those are unavailable by themselves ([`unavailable_by_itself`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    pub count: usize,
+    pub down: BTreeSet<String>,
+}
+
+impl Members {
+    /// The members of `pool` among `nodes`.
+    pub fn of<'a>(pool: &Pool, nodes: impl IntoIterator<Item = &'a NodeInfo>) -> Members {
+        let mut members = Members::default();
+        for n in nodes {
+            members.change(pool, None, Some(n));
+        }
+        members
+    }
+
+    /// A node changed from `old` to `new` (`None`: absent).
+    pub fn change(&mut self, pool: &Pool, old: Option<&NodeInfo>, new: Option<&NodeInfo>) {
+        let selects = |n: &&NodeInfo| pool.selector.matches(&n.labels);
+        if let Some(o) = old.filter(selects) {
+            self.count = self.count.saturating_sub(1);
+            self.down.remove(&o.name);
+        }
+        if let Some(n) = new.filter(selects) {
+            self.count += 1;
+            if unavailable_by_itself(n) {
+                self.down.insert(n.name.clone());
+            }
         }
     }
 }

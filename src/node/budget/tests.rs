@@ -310,3 +310,49 @@ fn the_ledger_names_every_unavailable_node_keeps_since_and_counts() {
     let validated = status.conditions.iter().find(|c| c.type_ == "Validated");
     assert_eq!(validated.map(|c| c.status.as_str()), Some("True"));
 }
+
+proptest::proptest! {
+    /// Measuring from kept members gives what a walk over every node gives: each member held,
+    /// mine or down by itself is unavailable, and only those mine alone makes unavailable are
+    /// releasable.
+    #[test]
+    fn a_pool_measured_from_kept_members_is_a_walk_over_every_node(
+        picks in proptest::collection::vec((0..2usize, 0..4u8, 0..4u8), 0..12)
+    ) {
+        let nodes: Vec<NodeInfo> = (picks.iter().enumerate())
+            .map(|(i, (pool, state, _))| {
+                let mut n = node(&format!("n{i}"), ["a", "b"][*pool]);
+                n.ready = state & 1 == 0;
+                n.unschedulable = state & 2 != 0;
+                n
+            })
+            .collect();
+        // Held by others (1), mine (2), both (3), or neither.
+        let pick = |bit: u8| -> BTreeSet<String> {
+            (nodes.iter().zip(&picks))
+                .filter(|(_, (_, _, by))| by & bit != 0)
+                .map(|(n, _)| n.name.clone())
+                .collect()
+        };
+        let (held, mine) = (pick(1), pick(2));
+        let pool = Pool::new(&budget("b", Some("a"), IntOrString::Int(3)));
+        let now = at("2026-11-25T12:00:00Z");
+        let kept = Members::of(&pool, &nodes);
+        let member = |name: &str| nodes.iter().any(|n| n.name == name && n.labels["pool"] == "a");
+        let state = pool.measure_kept(&kept, member, &held, &mine, now);
+        let in_pool: Vec<&NodeInfo> = nodes.iter().filter(|n| n.labels["pool"] == "a").collect();
+        let by_others = |n: &NodeInfo| held.contains(&n.name) || !n.ready || n.unschedulable;
+        let unavailable: BTreeSet<String> = (in_pool.iter())
+            .filter(|n| by_others(n) || mine.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect();
+        let releasable: BTreeSet<String> = (in_pool.iter())
+            .filter(|n| !by_others(n) && mine.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect();
+        proptest::prop_assert_eq!(state.members, in_pool.len());
+        proptest::prop_assert_eq!(&state.unavailable, &unavailable);
+        proptest::prop_assert_eq!(&state.releasable, &releasable);
+        proptest::prop_assert_eq!(state, pool.measure_for(&nodes, &held, &mine, now));
+    }
+}
