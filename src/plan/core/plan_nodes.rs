@@ -1,7 +1,7 @@
 //! The Plan-level rules around the node state machines: which nodes hold a slot, how the states'
 //! actions become Jobs, pods and patches, which Jobs no node owns, and what the Plan reports.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::batch::v1::Job;
 
@@ -227,7 +227,7 @@ fn step_applying<'a>(
     }
     // Only the applying nodes are kept: a map of every eligible node cost more than the rest of a
     // 100,000-node decision.
-    let applying: BTreeSet<&str> = old.applying.iter().map(String::as_str).collect();
+    let applying: HashSet<&str> = old.applying.iter().map(String::as_str).collect();
     let by_host: BTreeMap<&str, &NodeInfo> = eligible
         .iter()
         .map(|r| (r.hostname(), r.node))
@@ -265,18 +265,12 @@ fn fill_slots<'a>(
     budget.keep_only(|n| steps.get(n).is_some_and(|(_, s, _)| s.holds_slot()));
     let mut refused = Vec::new();
     if budget.is_limited() {
-        // Refused nodes are passed over: walk the whole order once.
+        // Refused nodes are passed over: walk the order until the slots are full.
         let fresh = eligible
             .iter()
             .copied()
             .filter(|n| !steps.contains_key(n.name.as_str()));
-        let order = selection::first_in_plan_order(
-            eligible.len(),
-            facts.uid,
-            &facts.hash,
-            facts.order,
-            fresh,
-        );
+        let order = selection::in_plan_order(facts.uid, &facts.hash, facts.order, fresh);
         for node in order {
             if holding(steps) >= concurrency {
                 break;

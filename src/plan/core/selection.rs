@@ -1,5 +1,6 @@
 //! SUC's choice of the nodes a Plan runs on (`SelectConcurrentNodes`), and the drain's pod selector.
 
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -92,7 +93,57 @@ pub fn first_in_plan_order<'a>(
     if n == 0 {
         return Vec::new();
     }
-    let rank = |c: &NodeInfo| match order {
+    // One digest per candidate; raw digest bytes order exactly as their lower-case hex does. Only
+    // the `n` smallest are kept (a max-heap), so a fleet's candidates are never all held at once.
+    let mut first: BinaryHeap<Keyed<'a>> = BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
+    for c in candidates {
+        let key = plan_order_key(c, plan_uid, latest_hash, order);
+        if first.len() < n {
+            first.push(Keyed(key, c));
+        } else if first.peek().is_some_and(|top| key < top.0) {
+            first.pop();
+            first.push(Keyed(key, c));
+        }
+    }
+    first.into_sorted_vec().into_iter().map(|k| k.1).collect()
+}
+
+/// Every candidate in the order [`first_in_plan_order`] gives, taken lazily: the digests are
+/// computed once, then each next candidate comes off a heap, so a decision that walks the order
+/// until its slots are full (past nodes a DisruptionBudget refuses) sorts no more than it takes.
+pub fn in_plan_order<'a>(
+    plan_uid: &str,
+    latest_hash: &str,
+    order: NodeOrder,
+    candidates: impl IntoIterator<Item = &'a NodeInfo>,
+) -> PlanOrder<'a> {
+    let keyed: Vec<Reverse<Keyed<'a>>> = candidates
+        .into_iter()
+        .map(|c| Reverse(Keyed(plan_order_key(c, plan_uid, latest_hash, order), c)))
+        .collect();
+    PlanOrder(BinaryHeap::from(keyed))
+}
+
+/// The candidates left in the Plan's order ([`in_plan_order`]).
+pub struct PlanOrder<'a>(BinaryHeap<Reverse<Keyed<'a>>>);
+
+impl<'a> Iterator for PlanOrder<'a> {
+    type Item = &'a NodeInfo;
+
+    fn next(&mut self) -> Option<&'a NodeInfo> {
+        self.0.pop().map(|Reverse(k)| k.1)
+    }
+}
+
+/// A node's place in the Plan's order: control-plane nodes first if `order` asks, then SUC's
+/// digest.
+fn plan_order_key(
+    c: &NodeInfo,
+    plan_uid: &str,
+    latest_hash: &str,
+    order: NodeOrder,
+) -> (u8, [u8; 32]) {
+    let rank = match order {
         NodeOrder::ControlPlaneFirst
             if CONTROL_PLANE_LABELS
                 .iter()
@@ -102,19 +153,7 @@ pub fn first_in_plan_order<'a>(
         }
         _ => 1,
     };
-    // One digest per candidate; raw digest bytes order exactly as their lower-case hex does. Only
-    // the `n` smallest are kept (a max-heap), so a fleet's candidates are never all held at once.
-    let mut first: BinaryHeap<Keyed<'a>> = BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
-    for c in candidates {
-        let key = (rank(c), order_key(&c.uid, plan_uid, latest_hash));
-        if first.len() < n {
-            first.push(Keyed(key, c));
-        } else if first.peek().is_some_and(|top| key < top.0) {
-            first.pop();
-            first.push(Keyed(key, c));
-        }
-    }
-    first.into_sorted_vec().into_iter().map(|k| k.1).collect()
+    (rank, order_key(&c.uid, plan_uid, latest_hash))
 }
 
 /// A candidate with its order key (rank, then digest), ordered by the key alone.
@@ -417,5 +456,27 @@ mod tests {
             format!("{}{}{}", n.uid, PLAN_UID, HASH).as_bytes(),
         ));
         assert_eq!(hex_key(&n), expected);
+    }
+
+    /// Taken lazily, the order is the one the bounded pick gives, whatever is asked for.
+    #[test]
+    fn the_lazy_order_is_the_plan_order() {
+        let cp = [("node-role.kubernetes.io/control-plane", "true")];
+        let nodes: Vec<NodeInfo> = (0..40)
+            .map(|i| node(&format!("n{i}"), if i % 7 == 3 { &cp } else { &[] }))
+            .collect();
+        for order in [NodeOrder::Default, NodeOrder::ControlPlaneFirst] {
+            let all = first_in_plan_order(nodes.len(), PLAN_UID, HASH, order, &nodes);
+            let lazy: Vec<&NodeInfo> = in_plan_order(PLAN_UID, HASH, order, &nodes).collect();
+            assert_eq!(names(&lazy), names(&all), "{order:?}");
+            let first: Vec<&NodeInfo> = in_plan_order(PLAN_UID, HASH, order, &nodes)
+                .take(5)
+                .collect();
+            let picked = first_in_plan_order(5, PLAN_UID, HASH, order, &nodes);
+            assert_eq!(names(&first), names(&picked), "{order:?}");
+        }
+        let lazy: Vec<&NodeInfo> =
+            in_plan_order(PLAN_UID, HASH, NodeOrder::ControlPlaneFirst, &nodes).collect();
+        assert!(lazy[..6].iter().all(|n| n.labels.contains_key(cp[0].0)));
     }
 }
