@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -28,8 +28,6 @@ use support::budgets::PoolChecker;
 use support::controller::ControllerProcess;
 use support::plans::{complete_message, condition_reason, wait_complete, wait_reason};
 use support::reboots::{play_reboots, reboot_pods};
-
-const LEASES: &str = "medik8s-leases";
 
 /// What every step works with.
 struct Scene {
@@ -145,6 +143,21 @@ impl Scene {
             .expect("list jobs")
             .items
     }
+
+    /// When the Plan's first Job for `version` was created.
+    async fn first_job_of(&self, plan: &str, version: &str) -> Timestamp {
+        (self.jobs_of(plan).await.iter())
+            .filter(|j| {
+                j.labels()
+                    .get("upgrade.cattle.io/version")
+                    .map(String::as_str)
+                    == Some(version)
+            })
+            .filter_map(|j| j.metadata.creation_timestamp.clone())
+            .map(|t| t.0)
+            .min()
+            .unwrap_or_else(|| panic!("no Job of {plan} for {version}"))
+    }
 }
 
 fn merge(base: &mut Value, extra: Value) {
@@ -191,7 +204,7 @@ async fn disruption_budgets_bound_every_operation_and_say_why() {
         ],
     )
     .await;
-    leases_namespace(&client).await;
+    support::ensure_lease_namespace(&client).await;
     let s = Scene {
         client,
         ns,
@@ -214,15 +227,6 @@ async fn disruption_budgets_bound_every_operation_and_say_why() {
     drop(controller);
     support::delete_nodes(&s.client, &s.nodes).await;
     s.ns.cleanup().await;
-}
-
-async fn leases_namespace(client: &Client) {
-    let api = Api::<Namespace>::all(client.clone());
-    if api.get_opt(LEASES).await.ok().flatten().is_none() {
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": LEASES}})).expect("namespace");
-        let _ = api.create(&PostParams::default(), &ns).await;
-    }
 }
 
 /// Before any controller runs: `slipway explain` names the nodes a Plan starts first under a
@@ -439,17 +443,7 @@ async fn a_frozen_schedule_holds_everything_until_it_ends(s: &Scene) {
     assert_eq!(ledger["schedule"]["name"], "freeze", "{ledger}");
     assert_eq!(ledger["allowed"], 0, "{ledger}");
     s.wait_upgraded("upgrade").await;
-    let first = (s.jobs_of("upgrade").await.iter())
-        .filter(|j| {
-            j.labels()
-                .get("upgrade.cattle.io/version")
-                .map(String::as_str)
-                == Some("v3")
-        })
-        .filter_map(|j| j.metadata.creation_timestamp.clone())
-        .map(|t| t.0)
-        .min()
-        .expect("Jobs of v3");
+    let first = s.first_job_of("upgrade", "v3").await;
     assert!(
         first >= ends,
         "the first Job at {first}, the freeze ended at {ends}"
@@ -658,17 +652,7 @@ async fn a_young_channel_version_waits_for_its_age(s: &Scene) {
         .ok_or_else(|| anyhow!("no time in {message:?}"))
         .expect("the status says when it rolls out");
     s.wait_upgraded("channel").await;
-    let first = (s.jobs_of("channel").await.iter())
-        .filter(|j| {
-            j.labels()
-                .get("upgrade.cattle.io/version")
-                .map(String::as_str)
-                == Some("v6.0.0")
-        })
-        .filter_map(|j| j.metadata.creation_timestamp.clone())
-        .map(|t| t.0)
-        .min()
-        .expect("Jobs of v6.0.0");
+    let first = s.first_job_of("channel", "v6.0.0").await;
     assert!(
         first >= from,
         "the first Job at {first}, the version was old enough at {from}"

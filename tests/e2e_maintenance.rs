@@ -14,16 +14,16 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::plan::api::Plan;
 use support::TestNamespace;
 use support::controller::ControllerProcess;
 
-const LEASES: &str = "medik8s-leases";
+use support::LEASES;
 
 fn maintenance(name: &str, node: &str, timeout: Option<&str>) -> NodeMaintenance {
     let mut spec = json!({ "nodeName": node, "reason": "e2e" });
@@ -155,23 +155,6 @@ async fn node_state(client: &kube::Client, node: &str) -> NodeState {
     }
 }
 
-async fn delete_and_wait_gone(api: &Api<NodeMaintenance>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete the NodeMaintenance");
-    support::wait_for(
-        &format!("{name} to be gone"),
-        Duration::from_secs(60),
-        || async {
-            match api.get_opt(name).await? {
-                None => Ok(()),
-                Some(nm) => bail!("still there: {:?}", nm.metadata.finalizers),
-            }
-        },
-    )
-    .await
-}
-
 /// What every step of the scenario works with: the test's namespace and its six nodes (pool
 /// `pool`), and the APIs of NodeMaintenances, Deployments and PodDisruptionBudgets.
 struct Scene {
@@ -203,31 +186,13 @@ async fn one_pod_held_by_a_budget(s: &Scene, name: &str, node: &str) {
     wait_running(&s.ns, node, 1).await;
 }
 
-/// The namespace of the nodes' Leases, as medik8s has it.
-async fn ensure_lease_namespace(client: &kube::Client) {
-    let namespaces = Api::<Namespace>::all(client.clone());
-    if namespaces
-        .get_opt(LEASES)
-        .await
-        .expect("get namespace")
-        .is_none()
-    {
-        let lease_ns: Namespace =
-            serde_json::from_value(json!({ "metadata": { "name": LEASES } })).expect("namespace");
-        namespaces
-            .create(&PostParams::default(), &lease_ns)
-            .await
-            .expect("create the lease namespace");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_maintenance_drains_respects_budgets_and_restores() {
     let Some((cluster, ns, nodes, pool)) = support::setup_pool("maint", 6).await else {
         return;
     };
     let client = ns.client();
-    ensure_lease_namespace(&client).await;
+    support::ensure_lease_namespace(&client).await;
     let mut controller =
         ControllerProcess::start(&cluster, ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
     let s = Scene {
@@ -300,7 +265,7 @@ async fn a_drain_succeeds_and_deleting_it_restores_the_node(s: &Scene) {
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some("node-maintenance")
     );
-    delete_and_wait_gone(nms, &s.nm_name("drain")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("drain")).await;
     let st = node_state(client, node).await;
     assert!(!st.unschedulable && !st.drain_taint && !st.excluded);
     assert!(
@@ -387,12 +352,12 @@ async fn a_second_maintenance_of_the_node_is_reported_and_changes_nothing(s: &Sc
         "{}",
         drained_message(&dup)
     );
-    delete_and_wait_gone(nms, &s.nm_name("again")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("again")).await;
     assert!(
         node_state(client, node).await.drain_taint,
         "the first one still holds it"
     );
-    delete_and_wait_gone(nms, &s.nm_name("pdb")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("pdb")).await;
 }
 
 /// A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
@@ -426,7 +391,7 @@ async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
     );
     let st = node_state(client, node).await;
     assert!(st.unschedulable && st.drain_taint);
-    delete_and_wait_gone(nms, &s.nm_name("timeout")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("timeout")).await;
     let st = node_state(client, node).await;
     assert!(st.unschedulable, "the admin's cordon stays");
     assert!(!st.drain_taint && !st.excluded);
@@ -468,7 +433,7 @@ async fn a_controller_killed_mid_drain_resumes(s: &Scene, controller: &mut Contr
         Duration::from_secs(90),
     )
     .await;
-    delete_and_wait_gone(nms, &s.nm_name("crash")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("crash")).await;
 }
 
 /// One budget: a Plan does not start a node in maintenance, and a maintenance waits for
@@ -478,8 +443,8 @@ async fn a_plan_and_a_maintenance_share_one_budget(s: &Scene) {
     let (busy, held) = (&nodes[4], &nodes[5]);
     a_plan_leaves_out_the_node_in_maintenance(s, busy, held).await;
     a_maintenance_waits_for_the_nodes_upgrade_step(s, busy, held).await;
-    delete_and_wait_gone(nms, &s.nm_name("held")).await;
-    delete_and_wait_gone(nms, &s.nm_name("busy")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("held")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("busy")).await;
     support::plans::wait_complete(&ns.api::<Plan>(), "os", Duration::from_secs(90)).await;
 }
 
@@ -616,7 +581,7 @@ async fn a_maintenance_of_a_missing_node_fails_saying_so(s: &Scene) {
     )
     .await;
     assert!(drained_message(&ghost).contains("no node with name no-such-node"));
-    delete_and_wait_gone(nms, &s.nm_name("ghost")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("ghost")).await;
 }
 
 /// A controller whose Lease namespace does not exist (`--maintenance` without the component's
@@ -682,7 +647,7 @@ async fn a_missing_lease_namespace_is_told_on_the_maintenance(
         !state.unschedulable && !state.drain_taint,
         "no cordon or taint without the Lease"
     );
-    delete_and_wait_gone(nms, &name).await;
+    support::delete_and_wait_gone(nms, &name).await;
 }
 
 /// nodeName is immutable (CEL).
@@ -706,5 +671,5 @@ async fn node_name_is_immutable(s: &Scene) {
             .is_err_and(|e| e.to_string().contains("spec.nodeName is immutable")),
         "{refused:?}"
     );
-    delete_and_wait_gone(nms, &s.nm_name("immutable")).await;
+    support::delete_and_wait_gone(nms, &s.nm_name("immutable")).await;
 }

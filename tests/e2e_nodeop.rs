@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
@@ -20,8 +20,6 @@ use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
 use support::TestNamespace;
 use support::controller::ControllerProcess;
-
-const LEASES: &str = "medik8s-leases";
 
 /// A NodeOp named `name` on the nodes `nodes` (by hostname), with `extra` merged into its spec.
 fn nodeop(name: &str, nodes: &[&String], extra: Value) -> NodeOp {
@@ -114,7 +112,7 @@ async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
         ],
     )
     .await;
-    ensure_lease_namespace(&client).await;
+    support::ensure_lease_namespace(&client).await;
     let env = [("SLIPWAY_NODEOPS", "true"), ("SLIPWAY_MAINTENANCE", "true")];
     let mut controller = ControllerProcess::start(&cluster, ns.name(), &env);
     let s = Scene {
@@ -267,7 +265,7 @@ async fn a_canary_that_fails_starts_no_other_node_and_says_so(s: &Scene) {
     );
     let reasons = s.ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "NodeFailed"), "{reasons:?}");
-    delete_and_wait_gone(&s.ops, "canary").await;
+    support::delete_and_wait_gone(&s.ops, "canary").await;
     assert!(
         !unschedulable(&s.client, nodes[0]).await,
         "deleting the NodeOp gives its cordon back"
@@ -331,7 +329,7 @@ async fn concurrency_zero_runs_every_node_at_once(s: &Scene) {
             .iter()
             .any(|n| pod.node_name.as_deref() == Some(n.as_str()))
     );
-    delete_and_wait_gone(&s.ops, "all").await;
+    support::delete_and_wait_gone(&s.ops, "all").await;
 }
 
 /// A node a NodeMaintenance holds: the NodeOp waits, saying who holds it, and runs once the
@@ -419,7 +417,7 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
         !unschedulable(&s.client, node).await,
         "the NodeOp's cordon goes after its Job, the maintenance's with it"
     );
-    delete_and_wait_gone(&s.ops, "held").await;
+    support::delete_and_wait_gone(&s.ops, "held").await;
 }
 
 /// The controller is killed once the first node's Job exists; a new one finishes the NodeOp with
@@ -468,7 +466,7 @@ async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
     for n in &nodes {
         assert!(!unschedulable(&s.client, n).await, "{n} uncordoned");
     }
-    delete_and_wait_gone(&s.ops, "resume").await;
+    support::delete_and_wait_gone(&s.ops, "resume").await;
 }
 
 /// A NodeOpUpgrade of two nodes, one at a time: its NodeOp starts with the control-plane node,
@@ -712,42 +710,10 @@ spec:
         |op| phase(op) == "Completed",
     )
     .await;
-    delete_and_wait_gone(&s.ops, "after").await;
-    delete_and_wait_gone(&s.ops, "hold").await;
+    support::delete_and_wait_gone(&s.ops, "after").await;
+    support::delete_and_wait_gone(&s.ops, "hold").await;
     plans
         .delete("os", &DeleteParams::default())
         .await
         .expect("delete the Plan");
-}
-
-async fn delete_and_wait_gone(api: &Api<NodeOp>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete the NodeOp");
-    support::wait_for(
-        &format!("{name} to be gone"),
-        Duration::from_secs(60),
-        || async {
-            match api.get_opt(name).await? {
-                None => Ok(()),
-                Some(op) => bail!("still there: {:?}", op.metadata.finalizers),
-            }
-        },
-    )
-    .await
-}
-
-/// The namespace of the nodes' Leases, as medik8s has it.
-async fn ensure_lease_namespace(client: &kube::Client) {
-    let namespaces = Api::<Namespace>::all(client.clone());
-    if namespaces
-        .get_opt(LEASES)
-        .await
-        .expect("get namespace")
-        .is_none()
-    {
-        let lease_ns: Namespace =
-            serde_json::from_value(json!({ "metadata": { "name": LEASES } })).expect("namespace");
-        let _ = namespaces.create(&PostParams::default(), &lease_ns).await;
-    }
 }

@@ -36,6 +36,32 @@ pub struct ResolveArgs {
 }
 
 pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
+    let (plan, secrets) = read_plan(args)?;
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let (raw, source) = match (
+        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
+        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
+    ) {
+        (Some(v), _) => (v.to_string(), "spec.version".to_string()),
+        (None, Some(url)) => (fetch_channel(args, &plan, url)?, format!("channel {url}")),
+        (None, None) => bail!("plan/{name}: {}", slipway::plan::core::ERR_UNRESOLVABLE),
+    };
+    let latest = slipway::plan::core::image::munge_version(&raw);
+    let hash = slipway::plan::core::hash::plan_latest_hash(&plan, &latest, &secrets)
+        .with_context(|| format!("plan/{name}: cannot compute the latestHash"))?;
+    let resolved = Resolved {
+        plan: name,
+        from: source,
+        version: raw,
+        latest_version: latest,
+        latest_hash: hash,
+    };
+    println!("{}", resolved.show(args.output)?);
+    Ok(())
+}
+
+/// The first Plan of the file, and the Secrets of the file and of `--secrets` by name.
+fn read_plan(args: &ResolveArgs) -> anyhow::Result<(Plan, BTreeMap<String, Secret>)> {
     let file = args.plan.display().to_string();
     let docs = super::render::read_documents(&args.plan)?;
     let doc = docs
@@ -44,7 +70,6 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{file}: no Plan in the file"))?;
     let plan: Plan = serde_json::from_value(doc.value.clone())
         .with_context(|| format!("{file}:{}: not a valid Plan", doc.line))?;
-    let name = plan.metadata.name.clone().unwrap_or_default();
     let mut secrets: BTreeMap<String, Secret> = BTreeMap::new();
     let extra: Vec<_> = args
         .secrets
@@ -60,60 +85,45 @@ pub fn run(args: &ResolveArgs) -> anyhow::Result<()> {
             }
         }
     }
+    Ok((plan, secrets))
+}
+
+/// The version the channel `url` serves now, asked as SUC asks it (with the cluster's id: given,
+/// read from the cluster, or none offline).
+fn fetch_channel(args: &ResolveArgs, plan: &Plan, url: &str) -> anyhow::Result<String> {
+    let name = plan.metadata.name.clone().unwrap_or_default();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let (raw, source) = match (
-        plan.spec.version.as_deref().filter(|v| !v.is_empty()),
-        plan.spec.channel.as_deref().filter(|c| !c.is_empty()),
-    ) {
-        (Some(v), _) => (v.to_string(), "spec.version".to_string()),
-        (None, Some(url)) => {
-            let raw = runtime.block_on(async {
-                let cluster_id = match (&args.cluster_id, &args.kubeconfig) {
-                    (Some(id), _) => id.clone(),
-                    (None, None) if args.context.is_none() => String::new(),
-                    (None, k) => {
-                        let k = k.as_deref().unwrap_or("");
-                        let client = super::client(k, args.context.as_deref()).await?;
-                        let ns = Api::<Namespace>::all(client)
-                            .get("kube-system")
-                            .await
-                            .map_err(|e| {
-                                anyhow::anyhow!(
-                                    "cannot read namespace kube-system: {}",
-                                    super::kube_error(&e)
-                                )
-                            })?;
-                        ns.metadata.uid.unwrap_or_default()
-                    }
-                };
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                let client = ChannelClient::new(cluster_id, &ChannelConfig::default())?;
-                let current = plan
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.latest_version.clone())
-                    .unwrap_or_default();
-                client
-                    .fetch(url, &current)
+    runtime.block_on(async {
+        let cluster_id = match (&args.cluster_id, &args.kubeconfig) {
+            (Some(id), _) => id.clone(),
+            (None, None) if args.context.is_none() => String::new(),
+            (None, k) => {
+                let k = k.as_deref().unwrap_or("");
+                let client = super::client(k, args.context.as_deref()).await?;
+                let ns = Api::<Namespace>::all(client)
+                    .get("kube-system")
                     .await
-                    .with_context(|| format!("plan/{name}: cannot resolve the channel {url}"))
-            })?;
-            (raw, format!("channel {url}"))
-        }
-        (None, None) => bail!("plan/{name}: {}", slipway::plan::core::ERR_UNRESOLVABLE),
-    };
-    let latest = slipway::plan::core::image::munge_version(&raw);
-    let hash = slipway::plan::core::hash::plan_latest_hash(&plan, &latest, &secrets)
-        .with_context(|| format!("plan/{name}: cannot compute the latestHash"))?;
-    let resolved = Resolved {
-        plan: name,
-        from: source,
-        version: raw,
-        latest_version: latest,
-        latest_hash: hash,
-    };
-    println!("{}", resolved.show(args.output)?);
-    Ok(())
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot read namespace kube-system: {}",
+                            super::kube_error(&e)
+                        )
+                    })?;
+                ns.metadata.uid.unwrap_or_default()
+            }
+        };
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = ChannelClient::new(cluster_id, &ChannelConfig::default())?;
+        let current = plan
+            .status
+            .as_ref()
+            .and_then(|s| s.latest_version.clone())
+            .unwrap_or_default();
+        client
+            .fetch(url, &current)
+            .await
+            .with_context(|| format!("plan/{name}: cannot resolve the channel {url}"))
+    })
 }
 
 /// What `resolve` prints.

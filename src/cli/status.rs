@@ -210,45 +210,8 @@ async fn gather(
     let mut reports = Vec::new();
     let mut notes = Vec::new();
     for (&kind, want) in wanted {
-        let listed = match kind {
-            Kind::Plan => match Api::<Plan>::namespaced(client.clone(), &args.namespace)
-                .list(&ListParams::default())
-                .await
-            {
-                Ok(list) => Ok(plan_reports(client, &args.namespace, &list.items).await?),
-                Err(e) => Err(e),
-            },
-            Kind::NodeMaintenance => list::<NodeMaintenance>(client).await.map(|l| {
-                l.iter()
-                    .map(|m| {
-                        let r = report::maintenance_report(m);
-                        (r.name.clone(), Report::NodeMaintenance(r))
-                    })
-                    .collect()
-            }),
-            Kind::RebootPolicy => list::<RebootPolicy>(client).await.map(|l| {
-                l.iter()
-                    .map(|p| {
-                        let r = report::reboot_policy_report(p);
-                        (r.name.clone(), Report::RebootPolicy(r))
-                    })
-                    .collect()
-            }),
-            Kind::NodeOp => Api::<NodeOp>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .map(|op| {
-                            let r = report::nodeop_report(op);
-                            (r.name.clone(), Report::NodeOp(r))
-                        })
-                        .collect()
-                }),
-        };
-        let found: Vec<(String, Report)> = match listed {
-            Ok(found) => found,
+        let found: Vec<(String, Report)> = match list_kind(client, args, kind).await {
+            Ok(found) => found?,
             Err(e) => {
                 let why = unlistable(kind, &e, &args.namespace);
                 if want.explicit {
@@ -279,6 +242,49 @@ async fn gather(
         );
     }
     Ok((reports, notes))
+}
+
+/// Every object of `kind` the caller may list, each as its report by name. The outer error is the
+/// list's (the caller says why it cannot list); the inner one, reading a listed Plan's Jobs.
+async fn list_kind(
+    client: &kube::Client,
+    args: &StatusArgs,
+    kind: Kind,
+) -> Result<anyhow::Result<Vec<(String, Report)>>, kube::Error> {
+    Ok(match kind {
+        Kind::Plan => {
+            let plans = Api::<Plan>::namespaced(client.clone(), &args.namespace)
+                .list(&ListParams::default())
+                .await?;
+            plan_reports(client, &args.namespace, &plans.items).await
+        }
+        Kind::NodeMaintenance => Ok(list::<NodeMaintenance>(client)
+            .await?
+            .iter()
+            .map(|m| {
+                let r = report::maintenance_report(m);
+                (r.name.clone(), Report::NodeMaintenance(r))
+            })
+            .collect()),
+        Kind::RebootPolicy => Ok(list::<RebootPolicy>(client)
+            .await?
+            .iter()
+            .map(|p| {
+                let r = report::reboot_policy_report(p);
+                (r.name.clone(), Report::RebootPolicy(r))
+            })
+            .collect()),
+        Kind::NodeOp => Ok(Api::<NodeOp>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|op| {
+                let r = report::nodeop_report(op);
+                (r.name.clone(), Report::NodeOp(r))
+            })
+            .collect()),
+    })
 }
 
 /// Why a kind could not be listed, in a user's words.

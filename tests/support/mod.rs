@@ -646,6 +646,45 @@ pub async fn remove_namespace(client: &Client, ns: &str) {
     .await;
 }
 
+/// The namespace of the nodes' Leases, as medik8s has it (NodeMaintenances take a Lease there).
+pub const LEASES: &str = "medik8s-leases";
+
+/// Creates the [`LEASES`] namespace unless it exists (tests share it; another may create it first).
+pub async fn ensure_lease_namespace(client: &Client) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    if namespaces.get_opt(LEASES).await.ok().flatten().is_some() {
+        return;
+    }
+    let ns: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": LEASES } })).expect("namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {LEASES}: {e}"),
+    }
+}
+
+/// Deletes `name` and waits until it is gone (its finalizers done).
+pub async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    wait_for(
+        &format!("{name} to be gone"),
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt(name).await? {
+                None => Ok(()),
+                Some(o) => bail!("still there: {:?}", o.meta().finalizers),
+            }
+        },
+    )
+    .await
+}
+
 /// `<base>-<5 random chars>`, lowercased and reduced to `[a-z0-9-]`, at most 50 characters:
 /// a valid, unique name for namespaces, nodes and most other objects.
 pub fn unique_name(base: &str) -> String {
