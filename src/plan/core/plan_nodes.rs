@@ -266,12 +266,14 @@ fn fill_slots<'a>(
     let mut refused = Vec::new();
     if budget.is_limited() {
         // Refused nodes are passed over: walk the order until the slots are full.
-        let fresh = eligible
-            .iter()
-            .copied()
-            .filter(|n| !steps.contains_key(n.name.as_str()));
-        let order = selection::in_plan_order(facts.uid, &facts.hash, facts.order, fresh);
-        for node in order {
+        let free = concurrency.saturating_sub(holding(steps));
+        if free == 0 {
+            return refused;
+        }
+        let fresh: Vec<&'a NodeInfo> = (eligible.iter().copied())
+            .filter(|n| !steps.contains_key(n.name.as_str()))
+            .collect();
+        for node in budgeted_order(facts, free, fresh) {
             if holding(steps) >= concurrency {
                 break;
             }
@@ -301,6 +303,29 @@ fn fill_slots<'a>(
             return refused;
         }
     }
+}
+
+/// The Plan's order over `fresh` for a decision under DisruptionBudgets. Its first nodes (twice
+/// the free slots) come from a bounded pick, as without budgets; only when the budgets refuse
+/// enough of them is the rest of the order taken, lazily.
+fn budgeted_order<'a>(
+    facts: &Facts<'_>,
+    free: usize,
+    fresh: Vec<&'a NodeInfo>,
+) -> impl Iterator<Item = &'a NodeInfo> + use<'a> {
+    let (uid, hash, order) = (facts.uid.to_string(), facts.hash.clone(), facts.order);
+    let first = selection::first_in_plan_order(
+        free.saturating_mul(2),
+        &uid,
+        &hash,
+        order,
+        fresh.iter().copied(),
+    );
+    let picked = first.len();
+    let rest = std::iter::once(()).flat_map(move |()| {
+        selection::in_plan_order(&uid, &hash, order, fresh.iter().copied()).skip(picked)
+    });
+    first.into_iter().chain(rest)
 }
 
 /// Starts `node`: its first step from `Selected`.

@@ -176,3 +176,41 @@ fn explaining_lists_every_waiting_node_under_its_reason() {
         ]
     );
 }
+
+/// Past the first nodes of the order (a bounded pick), the rest of the order is walked: the one
+/// node a budget lets start comes last in the Plan's order and still starts, and every node the
+/// budget refuses waits under it.
+#[test]
+fn a_node_last_in_the_order_starts_when_the_budget_refuses_all_before_it() {
+    let mut w = World::new(plan(2), nodes(30));
+    let mut frozen = budget("frozen", 0);
+    w.budgets = vec![frozen.clone()];
+    let r = w.step();
+    assert!(r.create_jobs.is_empty(), "every node in the frozen pool");
+    let hash = w.status().latest_hash.unwrap_or_default();
+    let last = crate::plan::core::selection::in_plan_order(
+        "plan-uid",
+        &hash,
+        crate::plan::api::NodeOrder::Default,
+        &w.nodes,
+    )
+    .last()
+    .map(|n| n.name.clone())
+    .expect("nodes");
+    for n in w.nodes.iter_mut().filter(|n| n.name != last) {
+        n.labels.insert("frozen".into(), "yes".into());
+    }
+    frozen.spec.node_selector = Some(LabelSelector {
+        match_labels: Some([("frozen".to_string(), "yes".to_string())].into()),
+        ..Default::default()
+    });
+    w.budgets = vec![frozen];
+    let r = w.step();
+    assert_eq!(applying(&w), [last]);
+    assert_eq!(r.create_jobs.len(), 1);
+    let waiting: usize = (r.waiting.iter())
+        .filter(|g| g.reason == "DisruptionBudget")
+        .map(|g| g.nodes.len())
+        .sum();
+    assert_eq!(waiting, 29, "{:?}", r.waiting);
+}
