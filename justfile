@@ -70,9 +70,9 @@ compat:
     #!/usr/bin/env bash
     set -euo pipefail
     # Only what the test needs (the slipway binary comes with it), before the cluster starts.
-    cargo test --locked --test e2e_compat --no-run
+    cargo test --locked --test e2e --no-run
     tests/compat/build.sh >/dev/null
-    tests/cluster/with-cluster.sh cargo test --locked --test e2e_compat -- --nocapture
+    tests/cluster/with-cluster.sh cargo test --locked --test e2e -- compat:: --nocapture
 
 # Benchmark on a local cluster: MODE=rollout (slipway against an ideal controller, NODES=1000,
 # CONCURRENCY=100) or MODE=churn (NODES=5000, PLANS=50, all done, under unrelated node updates),
@@ -103,18 +103,18 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
 fuzz SECONDS="60" *TARGETS:
     scripts/fuzz.sh {{SECONDS}} {{TARGETS}}
 
-# Fault injection at full size (tests/e2e_chaos.rs; `just test` runs it small): rollouts of NODES
+# Fault injection at full size (tests/e2e/chaos.rs; `just test` runs it small): rollouts of NODES
 # nodes under controller kills, leader failovers, an API server restart, a paused etcd, a cut
 # connection, Job and node churn, Plan edits and deletion, then an hour-long soak of Plan changes.
 # Prints a table (scenario, runs, faults, violations, longest stall) and fails on any violation.
 chaos NODES="200" RUNS="3" SOAK_SECS="3600":
     #!/usr/bin/env bash
     set -euo pipefail
-    cargo test --locked --test e2e_chaos --no-run
+    cargo test --locked --test e2e --no-run
     export SLIPWAY_CHAOS_NODES={{NODES}} SLIPWAY_CHAOS_RUNS={{RUNS}} SLIPWAY_CHAOS_SOAK_SECS={{SOAK_SECS}}
     export SLIPWAY_CHAOS_CONCURRENCY=${SLIPWAY_CHAOS_CONCURRENCY:-10}
     export SLIPWAY_CHAOS_SOAK_CYCLES=${SLIPWAY_CHAOS_SOAK_CYCLES:-300}
-    tests/cluster/with-cluster.sh cargo test --locked --test e2e_chaos -- --nocapture
+    tests/cluster/with-cluster.sh cargo test --locked --test e2e -- chaos:: --nocapture
 
 # Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
 demo:

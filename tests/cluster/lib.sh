@@ -95,7 +95,7 @@ EOF
 
 # AUDIT_USER: the one user whose requests the API server's audit log records (at level Metadata:
 # who, verb, resource, response code; no bodies): slipway's ServiceAccount as deploy/ installs it.
-# tests/e2e_rbac.rs reads the log to prove that deploy/'s RBAC grants exactly what slipway uses.
+# tests/e2e/rbac.rs reads the log to prove that deploy/'s RBAC grants exactly what slipway uses.
 # Nobody else is logged, so the log stays small even when every test shares the cluster.
 AUDIT_USER=system:serviceaccount:system-upgrade:system-upgrade
 
@@ -114,7 +114,7 @@ EOF
 }
 
 # node_manifest NAME CONTROL_PLANE(true|false) : a kwok-managed Node with its status set on
-# create (the API server keeps status on Node create). tests/support/mod.rs builds the same node.
+# create (the API server keeps status on Node create). tests/e2e/support/mod.rs builds the same node.
 node_manifest() {
   local name=$1 cp=$2 cp_label=""
   if [ "$cp" = true ]; then

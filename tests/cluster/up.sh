@@ -7,7 +7,7 @@
 #
 # Last stdout line: `export KUBECONFIG=<dir>/kubeconfig`; progress goes to stderr.
 # The API server audits the requests of one user only (AUDIT_USER in lib.sh: the ServiceAccount
-# deploy/ creates for slipway) to <dir>/logs/audit.log; tests/e2e_rbac.rs reads it.
+# deploy/ creates for slipway) to <dir>/logs/audit.log; tests/e2e/rbac.rs reads it.
 # Stop it with `tests/cluster/down.sh <dir>`.
 #
 # Environment:

@@ -5,10 +5,12 @@
 //! A NodeOp-enabled controller reconciles the NodeOps of every namespace, so the scenarios run as
 //! named steps of one test, one after the other, with one controller.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -18,8 +20,6 @@ use kube::api::{
 use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
-use support::TestNamespace;
-use support::controller::ControllerProcess;
 
 /// A NodeOp named `name` on the nodes `nodes` (by hostname), with `extra` merged into its spec.
 fn nodeop(name: &str, nodes: &[&String], extra: Value) -> NodeOp {

@@ -1,17 +1,17 @@
 //! End-to-end checks of the local test cluster itself (tests/cluster/): fake nodes become Ready
 //! and keep their bootID, and Job pods run, complete, fail or hold as the kwok stages promise.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{FAIL_LABEL, HOLD_LABEL, TestNamespace};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-use support::{FAIL_LABEL, HOLD_LABEL, TestNamespace};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -15,7 +15,7 @@
 //!   SLIPWAY_CHAOS_SCENARIOS (all)   comma-separated names to run
 //!   SLIPWAY_CHAOS_SEED (random)     for the random choices, printed to repeat a run
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,6 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::controller::{ControllerProcess, FAST_ELECTION};
+use crate::support::process::signal;
+use crate::support::{Cluster, TestNamespace};
 use anyhow::anyhow;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -37,9 +40,6 @@ use slipway::maintenance::api::NodeMaintenance;
 use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::{ControllerProcess, FAST_ELECTION};
-use support::process::signal;
-use support::{Cluster, TestNamespace};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 

@@ -3,18 +3,18 @@
 //! up by the others, failing channels are asked no more often than the backoff allows, and a body
 //! of gigabytes is not read.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
 use anyhow::anyhow;
 use kube::api::PostParams;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

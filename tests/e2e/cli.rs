@@ -2,18 +2,18 @@
 //! `resolve` say offline is what the API server and the controller then do; `status` reads every
 //! kind, from the kubeconfig context given, under a read-only user too.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ListParams;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
 
 fn slipway(args: &[&str]) -> (i32, String, String) {
     let out = support::process::slipway()

@@ -24,13 +24,15 @@
 //! Leader election (Lease rights) is exercised when `slipway run --help` offers `--leader-elect`;
 //! otherwise the two Lease rules are the only allowed-unused rights, and the test says so.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{condition_reason, is_complete};
 use anyhow::anyhow;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -45,8 +47,6 @@ use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::ControllerProcess;
-use support::plans::{condition_reason, is_complete};
 
 const NS: &str = "system-upgrade";
 const SA: &str = "system-upgrade";

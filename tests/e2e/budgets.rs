@@ -3,46 +3,56 @@
 //! schedule; the kill switch; staged promotion and a channel version's minimum age; and
 //! `slipway explain` predicting the nodes the controller then starts.
 //!
-//! DisruptionBudgets are cluster-scoped and every controller reads them all, so the scenarios run
-//! as steps of one test with one controller, each on budgets that select only this test's pool.
+//! DisruptionBudgets are cluster-scoped and every controller reads them and writes their ledgers,
+//! so a scene with a budget runs alone; staged promotion and a version's minimum age need none
+//! and share the cluster.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::budgets::PoolChecker;
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{complete_message, condition_reason, wait_complete, wait_reason};
+use crate::support::reboots::{play_reboots, reboot_pods};
+use crate::support::scene::Scene;
 use anyhow::{anyhow, bail};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::TestNamespace;
-use support::budgets::PoolChecker;
-use support::controller::ControllerProcess;
-use support::plans::{complete_message, condition_reason, wait_complete, wait_reason};
-use support::reboots::{play_reboots, reboot_pods};
 
-/// What every step works with.
-struct Scene {
-    client: Client,
-    ns: TestNamespace,
-    nodes: Vec<String>,
-    pool: String,
+/// What the scenes do with their pool.
+trait Pool {
+    fn plans(&self) -> Api<Plan>;
+    fn budgets(&self) -> Api<DisruptionBudget>;
+    async fn budget(&self, what: &str, spec: Value) -> String;
+    async fn seen_budget(&self, what: &str, spec: Value) -> String;
+    async fn patch_budget(&self, name: &str, spec: Value);
+    async fn delete_budget(&self, name: &str);
+    async fn plan(&self, name: &str, concurrency: i64, version: &str, extra: Value);
+    async fn plan_taking(
+        &self,
+        name: &str,
+        concurrency: i64,
+        version: &str,
+        extra: Value,
+        delay: &str,
+    );
+    async fn wait_upgraded(&self, plan: &str);
+    async fn jobs_of(&self, plan: &str) -> Vec<Job>;
+    async fn first_job_of(&self, plan: &str, version: &str) -> Timestamp;
 }
 
-impl Scene {
-    /// `<namespace>-<what>`: a cluster-scoped name of this test's own.
-    fn name(&self, what: &str) -> String {
-        format!("{}-{what}", self.ns.name())
-    }
-
+impl Pool for Scene {
     fn plans(&self) -> Api<Plan> {
         self.ns.api()
     }
@@ -190,48 +200,97 @@ async fn budget_status(s: &Scene, name: &str) -> Value {
     serde_json::to_value(&b.status).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disruption_budgets_bound_every_operation_and_say_why() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("budget", 6).await else {
-        return;
-    };
-    let client = ns.client();
-    support::install_crds(
-        &client,
-        &[
+/// The controller of a scene: Plans, RebootPolicies and NodeMaintenances.
+const EVERY_OPERATION: [(&str, &str); 2] = [
+    ("SLIPWAY_REBOOT_POLICIES", "true"),
+    ("SLIPWAY_MAINTENANCE", "true"),
+];
+
+/// Six nodes, and nothing else on the cluster: every controller reads every budget.
+async fn budget_scene() -> Option<Scene> {
+    let s = Scene::new("budget")
+        .nodes(6)
+        .alone()
+        .crds(&[
             "rebootpolicies.slipway.dev",
             "nodemaintenances.nodemaintenance.medik8s.io",
-        ],
-    )
-    .await;
-    support::ensure_lease_namespace(&client).await;
-    let s = Scene {
-        client,
-        ns,
-        nodes,
-        pool,
+        ])
+        .start()
+        .await?;
+    support::ensure_lease_namespace(&s.client).await;
+    Some(s)
+}
+
+/// A scene with its controller running.
+async fn with_controller(s: Option<Scene>) -> Option<(Scene, ControllerProcess)> {
+    let s = s?;
+    let controller = ControllerProcess::start(&s.cluster, s.ns.name(), &EVERY_OPERATION);
+    Some((s, controller))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_predicts_the_first_nodes_under_a_budget() {
+    let Some(s) = budget_scene().await else {
+        return;
     };
-    let env = [
-        ("SLIPWAY_REBOOT_POLICIES", "true"),
-        ("SLIPWAY_MAINTENANCE", "true"),
-    ];
-    explain_predicts_the_first_nodes(&cluster, &s).await;
-    let controller = ControllerProcess::start(&cluster, s.ns.name(), &env);
-    gone(&s, "predicted").await;
+    explain_predicts_the_first_nodes(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_budget_bounds_a_plan_and_a_policy() {
+    let Some((s, _controller)) = with_controller(budget_scene().await).await else {
+        return;
+    };
     one_budget_bounds_a_plan_and_a_policy_together(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admins_cordon_counts() {
+    let Some((s, _controller)) = with_controller(budget_scene().await).await else {
+        return;
+    };
     an_admins_cordon_uses_the_room(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_schedule_holds_everything() {
+    let Some((s, _controller)) = with_controller(budget_scene().await).await else {
+        return;
+    };
     a_frozen_schedule_holds_everything_until_it_ends(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_switch_stops_new_starts() {
+    let Some((s, _controller)) = with_controller(budget_scene().await).await else {
+        return;
+    };
     the_kill_switch_stops_new_starts_and_says_so(&s).await;
+}
+
+/// Staged promotion and a version's minimum age need no budget: shared scenes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_plan_waits_for_the_other() {
+    let s = Scene::new("staged").nodes(3).start().await;
+    let Some((s, _controller)) = with_controller(s).await else {
+        return;
+    };
     a_staged_plan_waits_for_the_other_and_its_soak(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_channel_version_waits() {
+    let s = Scene::new("young").nodes(3).start().await;
+    let Some((s, _controller)) = with_controller(s).await else {
+        return;
+    };
     a_young_channel_version_waits_for_its_age(&s).await;
-    drop(controller);
-    support::delete_nodes(&s.client, &s.nodes).await;
-    s.ns.cleanup().await;
 }
 
 /// Before any controller runs: `slipway explain` names the nodes a Plan starts first under a
 /// budget; the controller, started, starts exactly those.
-async fn explain_predicts_the_first_nodes(cluster: &support::Cluster, s: &Scene) {
+async fn explain_predicts_the_first_nodes(s: &Scene) {
+    let cluster = &s.cluster;
     let budget = s.budget("first", json!({"maxUnavailable": 2})).await;
     s.plan("predicted", 3, "v1", json!({})).await;
     let out = support::process::slipway()
@@ -269,28 +328,7 @@ async fn explain_predicts_the_first_nodes(cluster: &support::Cluster, s: &Scene)
         "explain predicted what the controller started"
     );
     drop(controller);
-    // The next controller finishes its cleanup (`gone`).
-    s.plans()
-        .delete("predicted", &DeleteParams::default())
-        .await
-        .expect("delete the Plan");
     s.delete_budget(&budget).await;
-}
-
-/// Until the Plan `name` and its Jobs are gone.
-async fn gone(s: &Scene, name: &str) {
-    support::wait_for(
-        &format!("the Plan {name} to go"),
-        Duration::from_secs(60),
-        || async {
-            let jobs = s.jobs_of(name).await.len();
-            match (s.plans().get_opt(name).await?, jobs) {
-                (None, 0) => Ok(()),
-                (plan, jobs) => bail!("{jobs} Jobs; still there: {}", plan.is_some()),
-            }
-        },
-    )
-    .await;
 }
 
 /// A budget of 1 over a Plan at concurrency 3 and a RebootPolicy at concurrency 2 on the same
@@ -407,8 +445,8 @@ async fn a_frozen_schedule_holds_everything_until_it_ends(s: &Scene) {
     let now = Timestamp::now();
     let utc = now.to_zoned(jiff::tz::TimeZone::UTC);
     let cron = format!("{} {} * * *", utc.minute(), utc.hour());
-    // The period started at the top of this minute and lasts until 40 s from now at least.
-    let duration = 60 + 40;
+    // The period started at the top of this minute and ends 15 s from now.
+    let duration = i64::from(utc.second()) + 15;
     let budget = s
         .seen_budget(
             "freeze",
@@ -623,12 +661,8 @@ async fn a_staged_plan_waits_for_the_other_and_its_soak(s: &Scene) {
 async fn a_young_channel_version_waits_for_its_age(s: &Scene) {
     let target = Arc::new(Mutex::new("v6.0.0".to_string()));
     let url = support::channel_server(target).await;
-    s.plans()
-        .delete("stage-b", &DeleteParams::default())
-        .await
-        .expect("delete stage-b");
-    // `version: ""` with a channel: the channel resolves. A Plan of its own: with no version in
-    // force yet, nothing rolls out until the channel's is old enough.
+    // `version: ""` with a channel: the channel resolves. With no version in force yet, nothing
+    // rolls out until the channel's is old enough.
     s.plan(
         "channel",
         3,

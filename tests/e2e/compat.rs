@@ -15,7 +15,7 @@
 //! `SLIPWAY_SUC_BINARY` uses that SUC binary instead of building one; `SLIPWAY_COMPAT_DUMP=<dir>`
 //! writes both snapshots there as JSON.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,13 +23,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::process::ChildProcess;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
-use support::process::ChildProcess;
 
 const NS: &str = "slipway-compat";
 const CONTROLLER: &str = "system-upgrade-controller";

@@ -34,7 +34,7 @@
 //! `#[tokio::test]` gives every test its own runtime, and a kube `Client`'s connection pool is
 //! bound to the runtime that made it. So only the kubeconfig path is shared; every test builds
 //! its own client with [`Cluster::client`].
-#![allow(dead_code)] // every test binary uses a different part of this module
+#![allow(dead_code)] // not every helper is used by a scene yet
 
 pub mod budgets;
 pub mod controller;
@@ -42,6 +42,7 @@ pub mod jobwatch;
 pub mod plans;
 pub mod process;
 pub mod reboots;
+pub mod scene;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

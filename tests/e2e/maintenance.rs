@@ -6,11 +6,13 @@
 //! them, so the scenarios run as named steps of one test, one after the other, with one
 //! controller.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,10 +22,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
 
-use support::LEASES;
+use crate::support::LEASES;
 
 fn maintenance(name: &str, node: &str, timeout: Option<&str>) -> NodeMaintenance {
     let mut spec = json!({ "nodeName": node, "reason": "e2e" });

@@ -11,7 +11,7 @@
 //! quick start's Plan must complete, `/metrics` must answer, and a channel given by host name
 //! must resolve inside the image (no glibc NSS there).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,10 +19,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::process::ChildProcess;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use slipway::plan::api::Plan;
-use support::process::ChildProcess;
 
 const NS: &str = "system-upgrade";
 const CONTROLLER_LABEL: &str = "upgrade.cattle.io/controller=system-upgrade-controller";

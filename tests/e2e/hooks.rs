@@ -2,17 +2,19 @@
 //! is created and its post hook once the last node is done; a failed pre hook touches no node
 //! (no Job, no label, no cordon) and says so in `status`, `Complete` and an Event.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{
+    complete_message, is_complete, plan_from_yaml, wait_reason, wait_until,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
 use slipway::plan::api::{HookPhase, Plan};
-use support::TestNamespace;
-use support::controller::ControllerProcess;
-use support::plans::{complete_message, is_complete, plan_from_yaml, wait_reason, wait_until};
 
 const HOOK: &str = "slipway.dev/hook";
 

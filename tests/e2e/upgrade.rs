@@ -7,18 +7,18 @@
 //! RebootPolicies are cluster-scoped and a policy-enabled controller reconciles all of them, so
 //! the two parts run as steps of one test, with one controller.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{plan_from_yaml, wait_complete};
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::ControllerProcess;
-use support::plans::{plan_from_yaml, wait_complete};
 
 const OLD_PLAN_RECORD: &str = "slipway.dev/upgrade-cordon";
 const RECORD: &str = "slipway.dev/cordoned-by";

@@ -1,24 +1,23 @@
 //! `slipway agent` on the local cluster. kwok nodes run no processes, so the agent runs as a
 //! process on the test machine, pointed at a directory that stands in for the host's /var/run
 //! (and /etc), and at a private D-Bus with a stand-in for Flatcar's update engine
-//! (`e2e_agent/update_engine.rs`); a reboot is simulated as the reboot tests do (a new
+//! (`agent/update_engine.rs`); a reboot is simulated as the reboot tests do (a new
 //! `status.nodeInfo.bootID`).
 
-mod support;
-#[path = "e2e_agent/update_engine.rs"]
+use crate::support;
 mod update_engine;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::controller::ControllerProcess;
+use crate::support::process::ChildProcess;
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use slipway::reboot_policy::api::RebootPolicy;
-use support::controller::ControllerProcess;
-use support::process::ChildProcess;
 use update_engine::{Bus, DOWNLOADING, Engine, FINALIZING, IDLE, NEED_REBOOT};
 
 const ANNOTATION: &str = support::REBOOT_REQUIRED_ANNOTATION;

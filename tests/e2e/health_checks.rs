@@ -2,17 +2,19 @@
 //! says which check and why (status, `Complete`, an Event), and rolls out by itself once the
 //! ConfigMap's data makes the check hold; a check on a kind the cluster does not serve says so.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::controller::ControllerProcess;
+use crate::support::jobwatch::watch_jobs;
+use crate::support::plans::{
+    complete_message, is_complete, plan_from_yaml, wait_reason, wait_until,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
-use support::controller::ControllerProcess;
-use support::jobwatch::watch_jobs;
-use support::plans::{complete_message, is_complete, plan_from_yaml, wait_reason, wait_until};
 
 fn plan(name: &str, pool: &str, check: &str) -> Plan {
     plan_from_yaml(&format!(

@@ -1,21 +1,21 @@
 //! End-to-end tests of `slipway run` against the local cluster: real API server, job controller,
 //! scheduler and kwok nodes. Each test runs its own controller in its own namespace over its own nodes.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{condition, condition_reason, is_complete, plan_from_yaml};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
-use support::plans::{condition, condition_reason, is_complete, plan_from_yaml};
 
 async fn create_plan(ns: &TestNamespace, plan: &Plan) {
     ns.api::<Plan>()

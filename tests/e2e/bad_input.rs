@@ -2,11 +2,12 @@
 //! the CRD with the field named, reported in `Validated` with nothing done to its nodes, or rolled
 //! out as any other Plan. The controller never restarts and never panics on any of them.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::controller::ControllerProcess;
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -14,7 +15,6 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
-use support::controller::ControllerProcess;
 
 /// What becomes of a Plan.
 enum Outcome {

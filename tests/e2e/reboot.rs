@@ -1,19 +1,19 @@
 //! End-to-end tests of `spec.reboot` on the local cluster. kwok nodes do not reboot, so the test
 //! plays the node: it changes `status.nodeInfo.bootID` (and the Ready condition) itself.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::{condition, is_complete};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
-use support::plans::{condition, is_complete};
 
 fn reboot_plan(name: &str, pool: &str, timeout: &str) -> Plan {
     serde_saphyr::from_str(&format!(

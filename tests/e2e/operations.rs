@@ -1,19 +1,19 @@
 //! End-to-end tests of running slipway in production: /metrics, /healthz and /readyz, leader
 //! election with failover after a crash, and a clean SIGTERM that hands the Lease over.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::controller::ControllerProcess;
+use crate::support::plans::wait_complete;
+use crate::support::{Cluster, TestNamespace};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use slipway::plan::api::Plan;
-use support::controller::ControllerProcess;
-use support::plans::wait_complete;
-use support::{Cluster, TestNamespace};
 
 /// A `slipway run` replica `id` with a metrics port of its own; under leader election (with
 /// short timing) when `leader_elect`.

@@ -2,14 +2,14 @@
 //! accepted, every CEL rule rejects what it should with the field named, and `kubectl get plans`
 //! shows SUC's columns.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 
+use crate::support::TestNamespace;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
-use support::TestNamespace;
 
 fn minimal_plan(name: &str, spec: Value) -> Value {
     json!({

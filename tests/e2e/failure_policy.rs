@@ -2,20 +2,20 @@
 //! `Retry`, `Quarantine`, SUC's `Hold`), uncordoning only its own cordon, retrying a Job killed
 //! by its node's reboot, and resetting failures with an annotation.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
+use crate::support::jobwatch::{JobWatchGuard, watch_jobs};
+use crate::support::plans::{
+    complete_message, condition_reason, is_complete, plan_from_yaml, wait_reason, wait_until,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
-use support::jobwatch::{JobWatchGuard, watch_jobs};
-use support::plans::{
-    complete_message, condition_reason, is_complete, plan_from_yaml, wait_reason, wait_until,
-};
 
 const RESET: &str = "slipway.dev/reset-failures";
 

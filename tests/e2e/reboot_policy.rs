@@ -8,13 +8,16 @@
 //! the scenarios run as named steps of one test, one after the other, with one controller; the
 //! other test of this file waits for its turn ([`ONE_CONTROLLER_AT_A_TIME`]).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::TestNamespace;
+use crate::support::controller::ControllerProcess;
+use crate::support::reboots::{pod_node, reboot_pods};
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -24,9 +27,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use slipway::reboot_policy::api::RebootPolicy;
-use support::TestNamespace;
-use support::controller::ControllerProcess;
-use support::reboots::{pod_node, reboot_pods};
 
 /// FLUO's prefix, written here as FLUO's `pkg/constants/constants.go` has it (not from the library,
 /// so a wrong constant there fails these tests).

@@ -1,0 +1,359 @@
+//! A scene: one end-to-end test with the cluster objects it owns, and how it shares the cluster
+//! with the scenes that run beside it.
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! async fn a_plan_upgrades_its_pool() {
+//!     let Some(s) = Scene::new("upgrade").nodes(3).start().await else { return };
+//!     let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
+//!     // ... Plans in s.ns over the nodes labelled slipway.test/pool=<s.pool>
+//! }
+//! ```
+//!
+//! Every scene has a namespace of its own and fake nodes of its own (the pool), and names the
+//! cluster-scoped objects it makes `<namespace>-<what>` ([`Scene::name`]). When the scene ends,
+//! passed or failed, its namespace, its nodes (and the pods bound to them) and those objects
+//! are deleted, with the finalizers no controller is left to remove, and a line with its
+//! outcome and time goes to the run's report (`SLIPWAY_TEST_REPORT`).
+//!
+//! Scenes run side by side (`--test-threads`). A scene says what it cannot share:
+//! - [`Sharing::Shared`]: its namespace and nodes are all it touches;
+//! - [`Sharing::Group`]: its controller also reconciles a cluster-wide kind (NodeMaintenances,
+//!   RebootPolicies, NodeOps in every namespace), so it never runs beside another scene of the
+//!   same group, which would have a second controller reconcile the same objects;
+//! - [`Sharing::Alone`]: nothing else runs while it does, because it changes what every scene
+//!   sees (the API server or etcd stopped, DisruptionBudgets that every controller reads and
+//!   writes the ledger of, the install's fixed names in `system-upgrade`).
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::{OwnedMutexGuard, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+use super::{Cluster, TestNamespace};
+
+/// The label of a scene's nodes; its value is the scene's namespace.
+pub const POOL_LABEL: &str = "slipway.test/pool";
+
+/// What a scene cannot share with the scenes beside it (see the module's documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    Shared,
+    Group(&'static str),
+    Alone,
+}
+
+/// The group of scenes whose controllers reconcile cluster-wide kinds: NodeMaintenances,
+/// RebootPolicies, NodeOps (watched in every namespace).
+pub const CLUSTER_WIDE: Sharing = Sharing::Group("cluster-wide kinds");
+
+/// Shared scenes hold it for reading, a scene alone for writing. tokio's lock is fair: a scene
+/// waiting to be alone keeps new scenes from starting, so it is not starved.
+static ROOM: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
+/// One lock per group of [`Sharing::Group`].
+type Groups = HashMap<&'static str, Arc<tokio::sync::Mutex<()>>>;
+static GROUPS: LazyLock<Mutex<Groups>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+enum Access {
+    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
+    Group(
+        #[allow(dead_code)] OwnedRwLockReadGuard<()>,
+        #[allow(dead_code)] OwnedMutexGuard<()>,
+    ),
+    Alone(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
+}
+
+async fn enter(sharing: Sharing) -> Access {
+    match sharing {
+        Sharing::Shared => Access::Shared(ROOM.clone().read_owned().await),
+        Sharing::Group(group) => {
+            // The room first, then the group: a scene never waits for the room while it holds
+            // a group that a scene inside the room waits for.
+            let room = ROOM.clone().read_owned().await;
+            let lock = GROUPS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(group)
+                .or_default()
+                .clone();
+            Access::Group(room, lock.lock_owned().await)
+        }
+        Sharing::Alone => Access::Alone(ROOM.clone().write_owned().await),
+    }
+}
+
+/// How a scene is set up; see [`Scene::new`].
+pub struct SceneBuilder {
+    name: String,
+    nodes: usize,
+    labels: Vec<(String, String)>,
+    sharing: Sharing,
+    crds: Vec<&'static str>,
+}
+
+impl SceneBuilder {
+    /// `n` fake nodes in the scene's pool (none unless told).
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = n;
+        self
+    }
+
+    /// A label on each of the pool's nodes, beside `slipway.test/pool`.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn sharing(mut self, sharing: Sharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+
+    /// Nothing else runs beside this scene.
+    pub fn alone(self) -> Self {
+        self.sharing(Sharing::Alone)
+    }
+
+    /// The scene's controller reconciles NodeMaintenances, RebootPolicies or NodeOps.
+    pub fn cluster_wide(self) -> Self {
+        self.sharing(CLUSTER_WIDE)
+    }
+
+    /// Committed CRDs (files of `crds/`) to apply beside the Plan's and DisruptionBudget's.
+    pub fn crds(mut self, names: &[&'static str]) -> Self {
+        self.crds.extend_from_slice(names);
+        self
+    }
+
+    /// Waits for the scene's turn, then makes its namespace and nodes. `None` when end-to-end
+    /// tests are skipped (`SLIPWAY_E2E=skip`).
+    pub async fn start(self) -> Option<Scene> {
+        let cluster = super::cluster().await?;
+        let waiting = Instant::now();
+        let access = enter(self.sharing).await;
+        let started = Instant::now();
+        let client = cluster.client().await;
+        let mut crds = vec!["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"];
+        crds.extend(self.crds.iter().copied());
+        super::install_crds(&client, &crds).await;
+        let ns = TestNamespace::create(&cluster, &self.name).await;
+        let pool = ns.name().to_string();
+        let mut labels: Vec<(&str, &str)> = vec![(POOL_LABEL, &pool)];
+        labels.extend(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let nodes = match self.nodes {
+            0 => Vec::new(),
+            n => super::create_nodes(&client, &self.name, n, &labels).await,
+        };
+        Some(Scene {
+            cluster,
+            client,
+            ns,
+            nodes,
+            pool,
+            test: test_name(&self.name),
+            waited: started - waiting,
+            started,
+            _access: access,
+        })
+    }
+}
+
+/// One running scene; ending it (dropping it) cleans up after it. See the module's documentation.
+pub struct Scene {
+    pub cluster: Cluster,
+    pub client: Client,
+    pub ns: TestNamespace,
+    /// The pool's fake nodes, in order of creation.
+    pub nodes: Vec<String>,
+    /// The value of [`POOL_LABEL`] on the scene's nodes: the namespace's name.
+    pub pool: String,
+    test: String,
+    waited: Duration,
+    started: Instant,
+    _access: Access,
+}
+
+impl Scene {
+    /// A scene named `name` (a short word: it prefixes the namespace and the nodes), shared,
+    /// without nodes until told.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(name: &str) -> SceneBuilder {
+        SceneBuilder {
+            name: name.to_string(),
+            nodes: 0,
+            labels: Vec::new(),
+            sharing: Sharing::Shared,
+            crds: Vec::new(),
+        }
+    }
+
+    /// `<namespace>-<what>`: the name of a cluster-scoped object of this scene's own, deleted
+    /// when the scene ends.
+    pub fn name(&self, what: &str) -> String {
+        format!("{}-{what}", self.ns.name())
+    }
+
+    /// The label selector of the pool's nodes.
+    pub fn pool_selector(&self) -> String {
+        format!("{POOL_LABEL}={}", self.pool)
+    }
+
+    /// More fake nodes in the pool, with `extra` labels; returns their names.
+    pub async fn add_nodes(
+        &mut self,
+        prefix: &str,
+        n: usize,
+        extra: &[(&str, &str)],
+    ) -> Vec<String> {
+        let mut labels: Vec<(&str, &str)> = vec![(POOL_LABEL, &self.pool)];
+        labels.extend_from_slice(extra);
+        let names = super::create_nodes(&self.client, prefix, n, &labels).await;
+        self.nodes.extend(names.iter().cloned());
+        names
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let failed = std::thread::panicking();
+        // The clean-up below deletes the namespace (after what would keep it Terminating).
+        self.ns.cleaned = true;
+        // Async clean-up cannot run in this runtime from `drop` (it may be unwinding): it gets a
+        // thread and a runtime of its own, and a client built there.
+        let (kubeconfig, ns, pool) = (
+            self.cluster.kubeconfig_path().to_path_buf(),
+            self.ns.name().to_string(),
+            self.pool.clone(),
+        );
+        let cleaned = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(clean_up(kubeconfig, ns, pool))
+                .map_err(|e| format!("{e:#}"))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the clean-up panicked".to_string()));
+        let took = self.started.elapsed();
+        if let Err(e) = &cleaned {
+            eprintln!("scene {}: clean-up failed: {e}", self.test);
+        }
+        report(&self.test, failed, cleaned.is_err(), self.waited, took);
+    }
+}
+
+/// Kinds of cluster-scoped objects scenes make, named `<namespace>-<what>`.
+const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
+    ("slipway.dev", "v1alpha1", "DisruptionBudget"),
+    ("slipway.dev", "v1alpha1", "RebootPolicy"),
+    ("nodemaintenance.medik8s.io", "v1beta1", "NodeMaintenance"),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+];
+
+async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Result<()> {
+    let client = Cluster { kubeconfig }.try_client().await?;
+    let prefix = format!("{ns}-");
+    for (group, version, kind) in CLUSTER_KINDS {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+        // A kind whose CRD no scene installed has nothing to clean.
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for o in list
+            .items
+            .iter()
+            .filter(|o| o.name_any().starts_with(&prefix))
+        {
+            delete_without_finalizers(&api, &o.name_any()).await;
+        }
+    }
+    let plans = Api::<slipway::plan::api::Plan>::namespaced(client.clone(), &ns);
+    for p in plans.list(&ListParams::default()).await?.items {
+        delete_without_finalizers(&plans, &p.name_any()).await;
+    }
+    let nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await?
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    // Pods bound to the nodes first: kwok stops managing a deleted node's pods.
+    for node in &nodes {
+        let bound = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await?;
+        for p in bound.items {
+            let api = Api::<Pod>::namespaced(client.clone(), &p.namespace().unwrap_or_default());
+            let _ = api
+                .delete(&p.name_any(), &DeleteParams::default().grace_period(0))
+                .await;
+        }
+    }
+    let node_api = Api::<Node>::all(client.clone());
+    for node in &nodes {
+        let _ = node_api.delete(node, &DeleteParams::default()).await;
+    }
+    let _ = Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::background())
+        .await;
+    Ok(())
+}
+
+async fn delete_without_finalizers<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let _ = api.delete(name, &DeleteParams::background()).await;
+    let _ = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+}
+
+/// The running test's name: libtest names each test's thread after it, unless it runs one test
+/// at a time on its main thread.
+fn test_name(scene: &str) -> String {
+    match std::thread::current().name() {
+        Some(name) if name.contains("::") => name.to_string(),
+        _ => format!("{scene} (scene)"),
+    }
+}
+
+/// Appends the scene's line to the run's report, when the run keeps one.
+fn report(test: &str, failed: bool, unclean: bool, waited: Duration, took: Duration) {
+    let Some(path) = std::env::var_os("SLIPWAY_TEST_REPORT") else {
+        return;
+    };
+    let outcome = match (failed, unclean) {
+        (true, _) => "FAILED",
+        (false, true) => "unclean",
+        (false, false) => "ok",
+    };
+    let line = format!(
+        "scene\t{test}\t{outcome}\t{:.1}\t{:.1}\n",
+        took.as_secs_f64(),
+        waited.as_secs_f64()
+    );
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
