@@ -6,40 +6,37 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 build:
     cargo build --locked
 
-# Format check and clippy with warnings as errors.
+# Format check and clippy with warnings as errors, for slipway and its fuzz targets (a workspace
+# member; `just fuzz` runs them). `just ci` lints the same way as it compiles.
 lint:
     cargo fmt --all -- --check
     cargo clippy --locked --all-targets -- -D warnings
-    # The fuzz targets (a crate of their own) keep building; `just fuzz` runs them.
-    cargo fmt --manifest-path fuzz/Cargo.toml -- --check
-    CARGO_TARGET_DIR=target cargo clippy --locked --manifest-path fuzz/Cargo.toml --bins -- -D warnings
-    CARGO_TARGET_DIR=target cargo build --locked --manifest-path fuzz/Cargo.toml --bins
 
 # Write the CRDs to crds/ and their copies in deploy/ and the Helm chart, then the release
 # manifest (tests check them all).
 crd:
-    cargo run --locked --quiet -- crd > crds/plans.upgrade.cattle.io.yaml
+    cargo run --locked --quiet --bin slipway -- crd > crds/plans.upgrade.cattle.io.yaml
     cp crds/plans.upgrade.cattle.io.yaml deploy/plans.upgrade.cattle.io.yaml
-    cargo run --locked --quiet -- crd nodemaintenances > crds/nodemaintenances.nodemaintenance.medik8s.io.yaml
+    cargo run --locked --quiet --bin slipway -- crd nodemaintenances > crds/nodemaintenances.nodemaintenance.medik8s.io.yaml
     cp crds/nodemaintenances.nodemaintenance.medik8s.io.yaml deploy/components/maintenance/
-    cargo run --locked --quiet -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
+    cargo run --locked --quiet --bin slipway -- crd rebootpolicies > crds/rebootpolicies.slipway.dev.yaml
     cp crds/rebootpolicies.slipway.dev.yaml deploy/components/reboot-policy/
-    cargo run --locked --quiet -- crd disruptionbudgets > crds/disruptionbudgets.slipway.dev.yaml
+    cargo run --locked --quiet --bin slipway -- crd disruptionbudgets > crds/disruptionbudgets.slipway.dev.yaml
     cp crds/disruptionbudgets.slipway.dev.yaml deploy/disruptionbudgets.slipway.dev.yaml
-    cargo run --locked --quiet -- crd nodeops > crds/nodeops.operator.kairos.io.yaml
+    cargo run --locked --quiet --bin slipway -- crd nodeops > crds/nodeops.operator.kairos.io.yaml
     cp crds/nodeops.operator.kairos.io.yaml deploy/components/kairos/
-    cargo run --locked --quiet -- crd nodeopupgrades > crds/nodeopupgrades.operator.kairos.io.yaml
+    cargo run --locked --quiet --bin slipway -- crd nodeopupgrades > crds/nodeopupgrades.operator.kairos.io.yaml
     cp crds/nodeopupgrades.operator.kairos.io.yaml deploy/components/kairos/
     just chart-files release-manifest
 
 # Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads
-# nothing outside the chart; tests/chart.rs checks the copies).
+# nothing outside the chart; tests/offline/chart.rs checks the copies).
 chart-files:
     cp crds/*.yaml charts/slipway/files/crds/
     cp deploy/components/monitoring/prometheusrule.yaml deploy/components/monitoring/dashboard.json charts/slipway/files/monitoring/
 
 # Write dist/slipway.yaml, the single-file install (`kubectl kustomize deploy/`: the namespace, the
-# Plan CRD, RBAC, ConfigMap, Deployment); tests/deploy_manifests.rs checks it is up to date.
+# Plan CRD, RBAC, ConfigMap, Deployment); tests/offline/deploy_manifests.rs checks it is up to date.
 release-manifest:
     scripts/release-manifest.sh > dist/slipway.yaml.tmp
     mv dist/slipway.yaml.tmp dist/slipway.yaml
@@ -49,20 +46,13 @@ release-manifest:
 image OUT="":
     scripts/image.sh {{OUT}}
 
-# Unit and end-to-end tests, the differential test against SUC included. The end-to-end tests share
-# one local cluster, started here (the first run builds it and SUC: ~20 minutes). SLIPWAY_E2E=skip
-# skips them, loudly.
+# Every check, timed: one static dev-profile compile (with clippy, -D warnings) for the tests, the
+# fuzz targets and CI's image, the Go tools in the background, then unit, offline and end-to-end
+# tests (the scenes side by side on one local cluster); prints where the time went
+# (target/ci/report.txt). SLIPWAY_E2E=skip skips the end-to-end scenes, loudly;
+# SLIPWAY_E2E_THREADS (6) and SLIPWAY_E2E_FILTER choose how many and which (scripts/ci.sh).
 test:
-    #!/usr/bin/env bash
-    set -euo pipefail
-    cargo build --locked --all-targets
-    # Helm for tests/chart.rs, built once from the Go module proxy (cold: ~4 minutes), cached.
-    tests/tools/helm/build.sh >/dev/null
-    if [ "${SLIPWAY_E2E:-}" = skip ] || [ -n "${SLIPWAY_TEST_KUBECONFIG:-}" ]; then
-      exec cargo test --locked
-    fi
-    tests/compat/build.sh >/dev/null
-    tests/cluster/with-cluster.sh cargo test --locked
+    scripts/ci.sh
 
 # The differential test alone: system-upgrade-controller v0.20.1 (built once from the Go module
 # proxy, cached) and slipway on the same cluster with the same Plans; fails on any new difference.
@@ -120,8 +110,8 @@ chaos NODES="200" RUNS="3" SOAK_SECS="3600":
 demo:
     scripts/demo.sh
 
-# What CI runs: lint, then every test.
-ci: lint test
+# What CI runs: the same as `test` (which lints as it compiles).
+ci: test
 
 # Build (once, cached) the local test cluster's binaries: kube-apiserver & co, etcd, kwok.
 cluster-build:

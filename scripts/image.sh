@@ -7,13 +7,23 @@
 # ordered and owned by 0:0.
 #
 #   scripts/image.sh [OUT]          # default: target/image/slipway-<version>.oci.tar
+#
+# SLIPWAY_IMAGE_PROFILE=dev takes the binary of the dev profile instead of the release one (stripped
+# here): CI builds its image from the same compile as its tests (scripts/ci.sh), and ships nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 out=${1:-target/image/slipway-$version.oci.tar}
-host=$(rustc -vV | sed -n 's/^host: //p')
+# shellcheck source=scripts/static-env.sh
+source "$root/scripts/static-env.sh"
+host=$SLIPWAY_STATIC_TARGET
+profile=${SLIPWAY_IMAGE_PROFILE:-release}
+case "$profile" in
+  release | dev) ;;
+  *) echo "image: SLIPWAY_IMAGE_PROFILE is release or dev, not $profile" >&2; exit 1 ;;
+esac
 case "$host" in
   x86_64-unknown-linux-gnu) arch=amd64 ;;
   aarch64-unknown-linux-gnu) arch=arm64 ;;
@@ -30,20 +40,18 @@ certs=${SLIPWAY_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 # The archive's timestamps: the commit's time. Given to the archive writer only: C build scripts
 # (ring's) rebuild whenever it changes, and the binary does not need it.
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
-# slipway_build_info's commit label; the same for every build of one commit.
-if [ -z "${SLIPWAY_COMMIT:-}" ]; then
-  SLIPWAY_COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
+echo "image: building the static slipway binary for $host ($profile; the first build takes minutes)" >&2
+if [ "$profile" = release ]; then
+  CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$host" --bin slipway
+  binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
+else
+  # All targets, as scripts/ci.sh builds them: the tests' dev-dependencies turn on features of
+  # shared dependencies, so a build of the binary alone would compile them again.
+  cargo build --locked --target "$host" --all-targets
+  # Stripped as the release profile strips, on a copy: the profile itself stays the tests'.
+  binary="${CARGO_TARGET_DIR:-target}/$host/debug/slipway.stripped"
+  strip --strip-all -o "$binary" "${CARGO_TARGET_DIR:-target}/$host/debug/slipway"
 fi
-export SLIPWAY_COMMIT
-
-echo "image: building the static slipway binary for $host (release; the first build takes minutes)" >&2
-cargo_home=${CARGO_HOME:-$HOME/.cargo}
-# --target keeps the static flags off build scripts and proc macros; the remaps keep this
-# checkout's and the cargo registry's paths out of the binary, so any clone builds the same bytes.
-RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/slipway --remap-path-prefix=$cargo_home=/cargo" \
-  CARGO_PROFILE_RELEASE_STRIP=symbols \
-  cargo build --release --locked --target "$host" --bin slipway
-binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
 
 mkdir -p "$(dirname "$out")"
 SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py --binary "$binary" --ca-bundle "$certs" --version "$version" \

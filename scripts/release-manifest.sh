@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the single-file release manifest: a header, then `kubectl kustomize deploy/`.
-# `just release-manifest` writes it to dist/slipway.yaml; tests/deploy_manifests.rs checks it.
+# `just release-manifest` writes it to dist/slipway.yaml; tests/offline/deploy_manifests.rs checks it.
 # The optional parts stay out of it: each kustomize component patches the base's ConfigMap, which
 # a second file could only do by replacing the whole ConfigMap (and undoing another part's).
 set -euo pipefail

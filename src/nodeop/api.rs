@@ -1,7 +1,7 @@
 //! The `NodeOp` resource of kairos-operator (`operator.kairos.io/v1alpha1`, namespaced), field for
 //! field as kairos-operator v0.1.3 defines it in `api/v1alpha1/nodeop_types.go`, with the same
 //! defaults in its CRD, plus a few optional slipway fields in the status that a kairos user never
-//! sets (listed in `tests/kairos_crd.rs` and COMPATIBILITY.md).
+//! sets (listed in `tests/offline/kairos_crd.rs` and COMPATIBILITY.md).
 //!
 //! JSON names and omitted-when-empty fields match kairos-operator's, so its tools and its users'
 //! scripts read what slipway writes.

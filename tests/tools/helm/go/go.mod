@@ -1,4 +1,4 @@
-// Helm, built by tests/tools/helm/build.sh from the Go module proxy for the chart tests (tests/chart.rs).
+// Helm, built by tests/tools/helm/build.sh from the Go module proxy for the chart tests (tests/offline/chart.rs).
 // To move to another Helm: change the version below, run `go mod tidy` here, commit go.mod and go.sum.
 module slipway.local/tools/helm
 

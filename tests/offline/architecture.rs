@@ -918,7 +918,7 @@ fn the_source_tree_follows_the_architecture() {
     let list: Vec<String> = found.iter().map(ToString::to_string).collect();
     assert!(
         found.is_empty(),
-        "{} architecture violation(s) (operations: {:?}; see tests/architecture.rs for the rules):\n{}",
+        "{} architecture violation(s) (operations: {:?}; see tests/offline/architecture.rs for the rules):\n{}",
         found.len(),
         layout.operations,
         list.join("\n")

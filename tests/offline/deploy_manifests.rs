@@ -1,7 +1,7 @@
 //! Offline checks of `deploy/` (the kustomize base): it carries the committed CRD, the image tag is
 //! the crate's version, the ConfigMap holds SUC's manifest values under names slipway reads, and the
 //! Deployment keeps its security settings; dist/slipway.yaml is its build. tests/e2e/rbac.rs
-//! installs it on a cluster; tests/chart.rs compares the Helm chart with it.
+//! installs it on a cluster; tests/offline/chart.rs compares the Helm chart with it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

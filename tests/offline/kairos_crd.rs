@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-const KAIROS_NODEOP: &str = include_str!("kairos/operator.kairos.io_nodeops.yaml");
-const KAIROS_NODEOPUPGRADE: &str = include_str!("kairos/operator.kairos.io_nodeopupgrades.yaml");
+const KAIROS_NODEOP: &str = include_str!("../kairos/operator.kairos.io_nodeops.yaml");
+const KAIROS_NODEOPUPGRADE: &str = include_str!("../kairos/operator.kairos.io_nodeopupgrades.yaml");
 
 /// What slipway's schema has that kairos-operator's has not, and why (COMPATIBILITY.md, NodeOp).
 const DELIBERATE: &[(&str, &str)] = &[

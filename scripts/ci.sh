@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Every check CI runs (`just ci`, which `./dev test` and .ci/run call), timed, with one report at
+# the end of where the time went.
+#
+# One compile of the Rust code serves every check: the dev profile, linked statically (as the
+# image's binary must be), with clippy as the compiler of the workspace's own crates (-D warnings),
+# for the library, the binary, the tests, the benches and the fuzz targets; CI's image is built
+# from that same binary (a release build would compile everything again). The Go tools build in
+# the background meanwhile. Then the tests: unit and offline, then the end-to-end scenes, side by
+# side, against one local cluster.
+#
+# Report: target/ci/report.txt (each phase and each scene with its seconds, and the total); logs
+# of each phase in target/ci/logs/.
+#   SLIPWAY_E2E=skip          skip the end-to-end scenes (loudly)
+#   SLIPWAY_E2E_THREADS=N     scenes at once (default 6)
+#   SLIPWAY_E2E_FILTER=...    only the scenes whose name contains it (libtest's filter)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+ci=$root/target/ci
+logs=$ci/logs
+rm -rf "$ci"
+mkdir -p "$logs"
+phases=$ci/phases.tsv
+export SLIPWAY_TEST_REPORT=$ci/scenes.tsv
+: >"$phases"
+: >"$SLIPWAY_TEST_REPORT"
+started=$(date +%s)
+
+say() { echo "ci: $*" >&2; }
+
+# phase NAME COMMAND... : runs COMMAND, its output in logs/NAME.log (and on the console too when
+# SHOW=1), and records how long it took; on failure prints the end of the log and returns 1.
+phase() {
+  local name=$1 start rc=0
+  shift
+  start=$(date +%s)
+  say "$name"
+  if [ "${SHOW:-0}" = 1 ]; then
+    "$@" 2>&1 | tee "$logs/$name.log" || rc=$?
+  else
+    "$@" >"$logs/$name.log" 2>&1 || rc=$?
+  fi
+  local took=$(($(date +%s) - start)) outcome=ok
+  [ "$rc" -eq 0 ] || outcome=FAILED
+  printf 'phase\t%s\t%s\t%s\n' "$name" "$outcome" "$took" >>"$phases"
+  if [ "$rc" -ne 0 ]; then
+    [ "${SHOW:-0}" = 1 ] || tail -n 60 "$logs/$name.log" >&2
+    say "$name FAILED after ${took}s (log: $logs/$name.log)"
+    return 1
+  fi
+  say "$name ok (${took}s)"
+}
+
+report() {
+  local total=$(($(date +%s) - started))
+  {
+    echo "== where the time went (seconds; phases in the order they ended; the tools build in the background) =="
+    awk -F'\t' '{ printf "%-34s %-7s %6d\n", $2, $3, $4 }' "$phases"
+    if [ -s "$SLIPWAY_TEST_REPORT" ]; then
+      echo "-- scenes, longest first (seconds running, seconds waiting for their turn) --"
+      sort -t$'\t' -k4,4nr "$SLIPWAY_TEST_REPORT" |
+        awk -F'\t' '{ printf "%-72s %-7s %6.1f %6.1f\n", $2, $3, $4, $5 }'
+      awk -F'\t' '{ n++; s += $4; if ($3 != "ok") f++ } END { printf "%d scenes, %d not ok, %.0f scene-seconds\n", n, f, s }' "$SLIPWAY_TEST_REPORT"
+    fi
+    echo "total: ${total}s ($((total / 60)) min $((total % 60)) s)"
+  } | tee "$ci/report.txt" >&2
+}
+tools=""
+finish() {
+  # A failure in the foreground leaves no tool build running behind it.
+  [ -z "$tools" ] || kill "$tools" 2>/dev/null || true
+  report
+}
+trap finish EXIT
+
+# --- the build -------------------------------------------------------------------------------
+# Go tools, in the background: helm and promtool first (the offline tests need them), then the
+# local cluster, SUC (the differential test) and the image checker.
+(
+  phase helm tests/tools/helm/build.sh
+  phase promtool tests/tools/promtool/build.sh
+  phase cluster-binaries tests/cluster/build.sh
+  phase suc tests/compat/build.sh
+  phase ocicheck tests/tools/ocicheck.sh
+) &
+tools=$!
+
+# shellcheck source=scripts/static-env.sh
+source "$root/scripts/static-env.sh"
+target=$SLIPWAY_STATIC_TARGET
+clippy=$(command -v clippy-driver || rustup which clippy-driver)
+export RUSTC_WORKSPACE_WRAPPER=$clippy
+# cargo clippy's way of passing lint flags to clippy-driver.
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# The quick-start scene builds the image again from this compile; it must not be a release build.
+export SLIPWAY_IMAGE_PROFILE=dev
+
+phase fmt cargo fmt --all -- --check
+# The workspace's default members: slipway and its fuzz targets.
+phase build cargo build --locked --target "$target" --all-targets
+phase image scripts/image.sh
+SHOW=1 phase unit cargo test --locked --target "$target" --lib --bin slipway
+SHOW=1 phase doc cargo test --locked --target "$target" --doc
+
+if ! wait "$tools"; then
+  tools=""
+  say "a tool build failed (its log is in $logs)"
+  exit 1
+fi
+tools=""
+PATH="$(tests/cluster/build.sh):$PATH"
+export PATH
+SHOW=1 phase offline cargo test --locked --target "$target" --test offline
+
+# --- the end-to-end scenes -------------------------------------------------------------------
+e2e=(cargo test --locked --target "$target" --test e2e -- --test-threads="${SLIPWAY_E2E_THREADS:-6}")
+[ -z "${SLIPWAY_E2E_FILTER:-}" ] || e2e+=("$SLIPWAY_E2E_FILTER")
+if [ "${SLIPWAY_E2E:-}" = skip ]; then
+  SHOW=1 phase e2e "${e2e[@]}"
+else
+  SHOW=1 phase e2e tests/cluster/with-cluster.sh "${e2e[@]}"
+fi

@@ -1,0 +1,13 @@
+//! slipway's offline tests, one test binary: what needs no cluster (the repository's files, the
+//! binary's offline commands, Helm's rendering, promtool's rule tests). A module per subject;
+//! `cargo test --test offline -- chart::` runs one.
+
+mod architecture;
+mod chart;
+mod cli;
+mod crd_and_examples;
+mod deploy_manifests;
+mod job_golden;
+mod kairos_crd;
+mod kairos_upgrade;
+mod monitoring;
