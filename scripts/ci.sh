@@ -87,15 +87,28 @@ trap finish EXIT
 ) &
 tools=$!
 
+# The quick-start scene builds the image again from this compile; it must not be a release build.
+export SLIPWAY_IMAGE_PROFILE=dev
 # shellcheck source=scripts/static-env.sh
 source "$root/scripts/static-env.sh"
 target=$SLIPWAY_STATIC_TARGET
+# The compiled dependencies are kept between runs, outside the clone, per toolchain and lockfile
+# (the two newest are kept). slipway's own crates are compiled afresh: their old artifacts, from
+# this or another clone, are removed first.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
+  key=$({ rustc -vV; cat Cargo.lock; } | sha256sum | cut -c1-16)
+  export CARGO_TARGET_DIR=$cache_root/cargo-target/$key
+  mkdir -p "$CARGO_TARGET_DIR"
+  touch "$CARGO_TARGET_DIR"
+  # shellcheck disable=SC2012 # names are ours: hex keys
+  ls -1t "$cache_root/cargo-target" | tail -n +3 | while read -r old; do rm -rf "${cache_root:?}/cargo-target/$old"; done
+  phase clean cargo clean --locked --target "$target" -p slipway -p slipway-fuzz
+fi
 clippy=$(command -v clippy-driver || rustup which clippy-driver)
 export RUSTC_WORKSPACE_WRAPPER=$clippy
 # cargo clippy's way of passing lint flags to clippy-driver.
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-# The quick-start scene builds the image again from this compile; it must not be a release build.
-export SLIPWAY_IMAGE_PROFILE=dev
 
 phase fmt cargo fmt --all -- --check
 # The workspace's default members: slipway and its fuzz targets.
