@@ -571,6 +571,38 @@ pub async fn set_unschedulable(client: &Client, name: &str, value: bool) {
         .expect("cordon node");
 }
 
+/// Lets the held Job pod (label [`HOLD_LABEL`]) of namespace `ns` on `node` finish, once there is
+/// one: without the label, kwok completes it as any other Job pod. A scene that needs a step to
+/// last while it looks holds the step's pod instead of giving it a long delay.
+pub async fn release_held_pod(client: &Client, ns: &str, node: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let held = wait_for(
+        &format!("a held pod on {node}"),
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{HOLD_LABEL}=true"))
+                        .fields(&format!("spec.nodeName={node}")),
+                )
+                .await?;
+            (list.items.into_iter())
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .find_map(|p| p.metadata.name)
+                .ok_or_else(|| anyhow::anyhow!("no held pod on {node}"))
+        },
+    )
+    .await;
+    pods.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {HOLD_LABEL: null}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("releasing pod {held}: {e}"));
+}
+
 /// Polls `check` every 200 ms until it returns `Ok(value)`, and returns that value. `Err(seen)`
 /// means "not yet": `seen` should describe what was observed (or be the API error). After
 /// `timeout` it panics with `description` and the last `seen`.
