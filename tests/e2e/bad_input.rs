@@ -271,7 +271,8 @@ async fn hostile_plans_are_reported_or_rolled_out_without_a_crash() {
             Outcome::RollsOut => {
                 support::wait_for(
                     &format!("{}: rolled out", case.what),
-                    Duration::from_secs(120),
+                    // A Job with 10,000 tolerations takes the scheduler and kwok a while.
+                    Duration::from_secs(240),
                     || async {
                         let plan = plans.get(&case.name).await?;
                         let hash = plan.status.and_then(|s| s.latest_hash).unwrap_or_default();

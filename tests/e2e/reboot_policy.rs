@@ -159,23 +159,26 @@ async fn wait_all_done(client: &Client, api: &Api<RebootPolicy>, name: &str, nam
     .await
 }
 
-/// Counts, every 100 ms, the pool's cordoned nodes; keeps the largest count.
-fn watch_cordons(client: Client, names: Vec<String>) -> (Arc<AtomicUsize>, Arc<AtomicBool>) {
+/// Counts, every 100 ms, the cordoned nodes among `names` of the pool `selector`; keeps the
+/// largest count. Each count is of one list, a snapshot of one moment: node-by-node reads could
+/// see a node given back and the next one taken as both cordoned.
+fn watch_cordons(
+    client: Client,
+    selector: String,
+    names: Vec<String>,
+) -> (Arc<AtomicUsize>, Arc<AtomicBool>) {
     let most = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (m, s) = (most.clone(), stop.clone());
     tokio::spawn(async move {
         let api = Api::<Node>::all(client);
         while !s.load(Ordering::Relaxed) {
-            let mut n = 0;
-            for name in &names {
-                if let Ok(node) = api.get(name).await
-                    && cordoned(&node)
-                {
-                    n += 1;
-                }
+            if let Ok(list) = api.list(&ListParams::default().labels(&selector)).await {
+                let n = (list.items.iter())
+                    .filter(|n| names.contains(&n.name_any()) && cordoned(n))
+                    .count();
+                m.fetch_max(n, Ordering::Relaxed);
             }
-            m.fetch_max(n, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
@@ -254,7 +257,7 @@ async fn a_wave_reboots_every_node_two_at_a_time_across_a_crash() {
         .filter(|n| **n != admin_cordoned)
         .cloned()
         .collect();
-    let (most, stop) = watch_cordons(client.clone(), others.clone());
+    let (most, stop) = watch_cordons(client.clone(), s.pool_selector(), others.clone());
     let mut before = Vec::new();
     for n in nodes {
         before.push(support::boot_id(&node(client, n).await));
@@ -890,8 +893,8 @@ async fn a_plan_and_a_policy_share_one_budget() {
     delete_policy(api, &shared).await;
 }
 
-/// The soak the policy waits between two reboots; long enough to tell from the time it takes to
-/// start a reboot at all.
+/// The soak between two reboots, in seconds: long enough for the scene to see the second node
+/// wait for it.
 const SOAK: i64 = 6;
 
 /// `soak`: the second node starts at least the soak after the first is back, and waits saying so.
@@ -942,8 +945,8 @@ async fn soak_separates_two_reboots() {
     )
     .await;
     wait_reboot_pod(&s, &name, &second, "the second reboot pod").await;
-    // When the controller saw the first node back, and when the API server made the second reboot
-    // pod (to the second: one second off at most).
+    // The controller's record of the first node's return against the API server's creation time of
+    // the second reboot pod, which is in whole seconds: up to a second early.
     let created = (reboot_pods(s.ns.name(), &s.client, &name).await.iter())
         .find(|p| pod_node(p) == second)
         .and_then(|p| p.metadata.creation_timestamp.clone())
