@@ -98,10 +98,10 @@ impl ControllerProcess {
 
     /// Waits until the controller has decided on whatever triggered it so far: no reconcile of
     /// `kind` (`plan`, `rebootpolicy`, `nodemaintenance`, `nodeop`, `nodeopupgrade`) under way,
-    /// and none started or finished for longer than the controller waits at most before a
-    /// trigger's reconcile ([`RECONCILE_FLOOR`]). A scene that shows that nothing happens waits
-    /// for the status that says the decision, then for this (the status is written before the
-    /// effects that take a node), then looks. Only with [`ControllerBuilder::metrics_port`].
+    /// and none started or finished for half a second more than the controller may hold a trigger
+    /// back ([`RECONCILE_FLOOR`]). A scene that shows that nothing happens waits for the status
+    /// that says the decision, then for this (the status is written before the effects that take
+    /// a node), then looks. Only with [`ControllerBuilder::metrics_port`].
     pub async fn settled(&self, kind: &str) {
         let started = format!("slipway_reconciles_total{{kind=\"{kind}\"}}");
         let finished = format!("slipway_reconcile_duration_seconds_count{{kind=\"{kind}\"}}");

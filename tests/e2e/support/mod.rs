@@ -28,6 +28,7 @@
 //!   with SIGTERM, its log), on [`process::ChildProcess`], which runs any other child process
 //!   (`slipway agent`, system-upgrade-controller) the same way;
 //! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
+//! - a Job step held as long as the scene needs: [`HOLD_LABEL`], [`release_held_pod`];
 //! - [`plans`]: a Plan's conditions, and waiting for it to complete;
 //! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
 //!
