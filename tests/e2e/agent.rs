@@ -1,8 +1,14 @@
 //! `slipway agent` on the local cluster. kwok nodes run no processes, so the agent runs as a
 //! process on the test machine, pointed at a directory that stands in for the host's /var/run
 //! (and /etc), and at a private D-Bus with a stand-in for Flatcar's update engine
-//! (`agent/update_engine.rs`); a reboot is simulated as the reboot tests do (a new
+//! (`agent/update_engine.rs`); a reboot is simulated as the reboot scenes do (a new
 //! `status.nodeInfo.bootID`).
+//!
+//! The scenes: the sentinel file across boots; a sentinel command (`--once`); bad input; a Kairos
+//! host's label; the update engine's status and signals (and a forged one); the engine read every
+//! period and a bus that goes away; a RebootPolicy rebooting the node its engine asks for. An
+//! agent writes only its own node, so every scene shares the cluster but the last, whose
+//! controller reconciles every RebootPolicy.
 
 use crate::support;
 mod update_engine;
@@ -13,6 +19,7 @@ use std::time::Duration;
 
 use crate::support::controller::ControllerProcess;
 use crate::support::process::ChildProcess;
+use crate::support::scene::Scene;
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -32,6 +39,41 @@ fn agent_args(kubeconfig: &Path, node: &str, extra: &[&str]) -> Vec<String> {
         node,
     ];
     head.iter().chain(extra).map(|a| a.to_string()).collect()
+}
+
+/// A running `slipway agent` of `node` (its log `<dir>/<log>`), with `extra` arguments and `env`.
+fn start_agent(
+    s: &Scene,
+    node: &str,
+    dir: &Path,
+    log: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> ChildProcess {
+    ChildProcess::slipway(dir.join(log))
+        .args(agent_args(s.cluster.kubeconfig_path(), node, extra))
+        // Plain log lines, for the scenes that read them.
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .started()
+}
+
+/// A directory of the scene's own that stands in for the host's /var/run (or /etc); removed when
+/// dropped.
+struct HostDir(std::path::PathBuf);
+
+impl HostDir {
+    fn new(what: &str) -> HostDir {
+        let dir = std::env::temp_dir().join(support::unique_name(what));
+        std::fs::create_dir_all(&dir).expect("a stand-in for a host directory");
+        HostDir(dir)
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `slipway agent ...` to run to its end (`--once`, or bad input).
@@ -62,66 +104,66 @@ async fn wait_annotation(nodes: &Api<Node>, node: &str, want: Option<&str>, what
     .await
 }
 
+/// The agent asks while the sentinel file is there, at the node's current boot: a sentinel that
+/// survives a reboot asks again at the new boot; one removed withdraws; a reboot clears a request
+/// whose sentinel is gone. The other node is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
-    let Some((cluster, ns, names, _)) = support::setup_pool("agent", 2).await else {
+    let Some(s) = Scene::new("agent").nodes(2).start().await else {
         return;
     };
-    let client = ns.client();
-    let nodes = Api::<Node>::all(client.clone());
-    let (node, other) = (&names[0], &names[1]);
-    let host_run = std::env::temp_dir().join(support::unique_name("slipway-agent-run"));
-    std::fs::create_dir_all(&host_run).expect("the stand-in for /var/run");
-    let sentinel = host_run.join("reboot-required");
+    let (client, nodes) = (&s.client, &Api::<Node>::all(s.client.clone()));
+    let (node, other) = (&s.nodes[0], &s.nodes[1]);
+    let host_run = HostDir::new("slipway-agent-run");
+    let sentinel = host_run.0.join("reboot-required");
     let sentinel_arg = sentinel.display().to_string();
-    let agent_process = ChildProcess::slipway(host_run.with_extension("log"))
-        .args(agent_args(
-            cluster.kubeconfig_path(),
-            node,
-            &["--sentinel-file", &sentinel_arg, "--period", "200ms"],
-        ))
-        .started();
+    let _agent = start_agent(
+        &s,
+        node,
+        &host_run.0,
+        "agent.log",
+        &["--sentinel-file", &sentinel_arg, "--period", "200ms"],
+        &[],
+    );
 
-    let first_boot = support::current_boot_id(&client, node).await;
+    let first_boot = support::current_boot_id(client, node).await;
     std::fs::write(&sentinel, "").expect("touch the sentinel");
-    wait_annotation(&nodes, node, Some(&first_boot), "the request at this boot").await;
-    assert_eq!(annotation(&nodes, other).await.expect("other node"), None);
+    wait_annotation(nodes, node, Some(&first_boot), "the request at this boot").await;
+    assert_eq!(annotation(nodes, other).await.expect("other node"), None);
 
     // A sentinel that survives the reboot asks again, at the new boot.
-    let second_boot = support::simulate_reboot(&client, node).await;
-    wait_annotation(
-        &nodes,
-        node,
-        Some(&second_boot),
-        "a request at the new boot",
-    )
-    .await;
+    let second_boot = support::simulate_reboot(client, node).await;
+    wait_annotation(nodes, node, Some(&second_boot), "a request at the new boot").await;
     std::fs::remove_file(&sentinel).expect("remove the sentinel");
-    wait_annotation(&nodes, node, None, "the request withdrawn").await;
+    wait_annotation(nodes, node, None, "the request withdrawn").await;
 
     // As after a real reboot: a new boot and no sentinel (/var/run is a tmpfs).
     std::fs::write(&sentinel, "").expect("touch the sentinel");
-    wait_annotation(&nodes, node, Some(&second_boot), "the request again").await;
+    wait_annotation(nodes, node, Some(&second_boot), "the request again").await;
     std::fs::remove_file(&sentinel).expect("remove the sentinel");
-    support::simulate_reboot(&client, node).await;
-    wait_annotation(&nodes, node, None, "the request cleared after the reboot").await;
-    drop(agent_process);
+    support::simulate_reboot(client, node).await;
+    wait_annotation(nodes, node, None, "the request cleared after the reboot").await;
+}
 
-    // A sentinel command: exit 0 asks, 1 withdraws, one that cannot run changes nothing.
-    let kubeconfig = cluster.kubeconfig_path();
+/// A sentinel command (`--once`): exit 0 asks, 1 withdraws, one that cannot run changes nothing
+/// and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_command_asks_withdraws_or_changes_nothing() {
+    let Some(s) = Scene::new("agent-once").nodes(1).start().await else {
+        return;
+    };
+    let (client, nodes) = (&s.client, &Api::<Node>::all(s.client.clone()));
+    let node = &s.nodes[0];
+    let kubeconfig = s.cluster.kubeconfig_path();
     let once = |command: &str| {
-        agent(
-            kubeconfig,
-            other,
-            &["--once", "--sentinel-command", command],
-        )
-        .output()
-        .expect("run slipway agent --once")
+        agent(kubeconfig, node, &["--once", "--sentinel-command", command])
+            .output()
+            .expect("run slipway agent --once")
     };
     assert!(once("true").status.success());
-    let boot = support::current_boot_id(&client, other).await;
+    let boot = support::current_boot_id(client, node).await;
     assert_eq!(
-        annotation(&nodes, other).await.expect("get"),
+        annotation(nodes, node).await.expect("get"),
         Some(boot.clone())
     );
     let missing = once("/nonexistent/needs-reboot");
@@ -131,34 +173,40 @@ async fn the_agent_marks_its_node_while_the_sentinel_says_so() {
         "{}",
         String::from_utf8_lossy(&missing.stdout)
     );
-    assert_eq!(annotation(&nodes, other).await.expect("get"), Some(boot));
+    assert_eq!(annotation(nodes, node).await.expect("get"), Some(boot));
     assert!(once("false").status.success());
-    assert_eq!(annotation(&nodes, other).await.expect("get"), None);
+    assert_eq!(annotation(nodes, node).await.expect("get"), None);
+}
 
-    // Bad input says what is wrong.
-    let bad = agent(kubeconfig, other, &["--once", "--period", "soon"])
-        .output()
-        .expect("run slipway agent");
+/// Bad input says what is wrong (before the agent reads anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_agent_input_says_what_is_wrong() {
+    let Some(s) = Scene::new("agent-bad").start().await else {
+        return;
+    };
+    let bad = agent(
+        s.cluster.kubeconfig_path(),
+        "no-node",
+        &["--once", "--period", "soon"],
+    )
+    .output()
+    .expect("run slipway agent");
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr)
             .contains("--period \"soon\" is not a positive duration")
     );
-    let _ = std::fs::remove_dir_all(&host_run);
-    support::delete_nodes(&client, &names).await;
-    ns.cleanup().await;
 }
 
 /// The agent labels a Kairos host's Node `kairos.io/managed: "true"` and leaves every other
 /// host's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_labels_a_kairos_node() {
-    let Some((cluster, ns, names, _)) = support::setup_pool("agent-kairos", 3).await else {
+    let Some(s) = Scene::new("agent-kairos").nodes(3).start().await else {
         return;
     };
-    let client = ns.client();
-    let nodes = Api::<Node>::all(client.clone());
-    let etc = std::env::temp_dir().join(support::unique_name("slipway-agent-etc"));
+    let nodes = Api::<Node>::all(s.client.clone());
+    let etc = HostDir::new("slipway-agent-etc");
     let hosts = [
         ("kairos-release", "KAIROS_ID=kairos\nKAIROS_FLAVOR=ubuntu\n"),
         ("os-release", "NAME=\"Kairos\"\nID=\"kairos-ubuntu\"\n"),
@@ -167,13 +215,13 @@ async fn the_agent_labels_a_kairos_node() {
             "NAME=\"Flatcar Container Linux by Kinvolk\"\nID=flatcar\n",
         ),
     ];
-    for ((file, text), node) in hosts.iter().zip(&names) {
-        let host_etc = etc.join(node);
+    for ((file, text), node) in hosts.iter().zip(&s.nodes) {
+        let host_etc = etc.0.join(node);
         std::fs::create_dir_all(&host_etc).expect("the stand-in for /etc");
         std::fs::write(host_etc.join(file), text).expect("an os-release file");
         let host_etc = host_etc.display().to_string();
         let out = agent(
-            cluster.kubeconfig_path(),
+            s.cluster.kubeconfig_path(),
             node,
             &[
                 "--once",
@@ -197,162 +245,255 @@ async fn the_agent_labels_a_kairos_node() {
             .and_then(|l| l.get("kairos.io/managed").cloned())
     };
     let got = [
-        label(nodes.get(&names[0]).await.expect("node")),
-        label(nodes.get(&names[1]).await.expect("node")),
-        label(nodes.get(&names[2]).await.expect("node")),
+        label(nodes.get(&s.nodes[0]).await.expect("node")),
+        label(nodes.get(&s.nodes[1]).await.expect("node")),
+        label(nodes.get(&s.nodes[2]).await.expect("node")),
     ];
     assert_eq!(got, [Some("true".into()), Some("true".into()), None]);
-    let _ = std::fs::remove_dir_all(&etc);
-    support::delete_nodes(&client, &names).await;
-    ns.cleanup().await;
 }
 
-/// Flatcar's update engine, read over D-Bus, asks for the reboot through the agent, and a
-/// RebootPolicy with default signals reboots the node: no FLUO component anywhere. Each way the
-/// agent reads the engine is shown on its own: `GetStatus` at start, the `StatusUpdate` signal, a
-/// restarted engine (a new owner, no signal), the period, and a bus that goes away and comes back;
-/// statuses other than `UPDATE_STATUS_UPDATED_NEED_REBOOT`, and a forged signal, ask for nothing.
+/// The environment of an agent that reads the update engine on `address`.
+fn engine_env(address: &str) -> [(&str, &str); 2] {
+    [
+        ("SLIPWAY_AGENT_UPDATE_ENGINE", "true"),
+        ("SLIPWAY_AGENT_DBUS_ADDRESS", address),
+    ]
+}
+
+/// The statuses the agent read from the update engine, in order, from its log.
+fn statuses_read(agent: &ChildProcess) -> Vec<String> {
+    (agent.log().lines())
+        .filter_map(|l| l.split("update engine status=").nth(1))
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// Until the agent's log shows that it read `status` from the engine: the statuses read so far.
+async fn wait_read(agent: &ChildProcess, status: &str) -> Vec<String> {
+    support::wait_for(
+        &format!("the agent to read {status}"),
+        Duration::from_secs(30),
+        || async {
+            let read = statuses_read(agent);
+            match read.last() {
+                Some(last) if last == status => Ok(read),
+                _ => Err(anyhow!("read {read:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// Flatcar's update engine, read over D-Bus, asks for the reboot through the agent, whatever the
+/// sentinel: `GetStatus` at start, the `StatusUpdate` signal, a restarted engine (a new owner, no
+/// signal). Statuses other than `UPDATE_STATUS_UPDATED_NEED_REBOOT`, and a forged signal, ask for
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_update_engine_asks_and_a_reboot_policy_reboots_the_node() {
-    let Some((cluster, ns, names, pool)) = support::setup_pool("agent-ue", 1).await else {
+async fn only_the_update_engine_itself_asks_for_a_reboot() {
+    let Some(s) = Scene::new("agent-ue").nodes(1).start().await else {
         return;
     };
-    let client = ns.client();
-    let nodes = Api::<Node>::all(client.clone());
-    let node = &names[0];
+    let (client, nodes) = (&s.client, &Api::<Node>::all(s.client.clone()));
+    let node = &s.nodes[0];
     let mut bus = Bus::new();
     bus.start().await;
     let address = bus.address();
     let engine = Engine::serve(&address, NEED_REBOOT).await;
-    let host_run = std::env::temp_dir().join(support::unique_name("slipway-agent-ue-run"));
-    std::fs::create_dir_all(&host_run).expect("the stand-in for /var/run");
-    let sentinel = host_run.join("reboot-required");
-    let start_agent = |period: &str, log: &str| {
-        let sentinel = sentinel.display().to_string();
-        ChildProcess::slipway(host_run.join(log))
-            .args(agent_args(
-                cluster.kubeconfig_path(),
-                node,
-                &["--sentinel-file", &sentinel, "--period", period],
-            ))
-            .env("SLIPWAY_AGENT_UPDATE_ENGINE", "true")
-            .env("SLIPWAY_AGENT_DBUS_ADDRESS", &address)
-            .started()
-    };
-    let boot = support::current_boot_id(&client, node).await;
-
+    let host_run = HostDir::new("slipway-agent-ue-run");
+    let sentinel = host_run.0.join("reboot-required").display().to_string();
+    let boot = support::current_boot_id(client, node).await;
     // A period of an hour: whatever the agent does here, the engine's status or its signals made
     // it do.
-    let agent_process = start_agent("1h", "agent-1.log");
-    wait_annotation(&nodes, node, Some(&boot), "GetStatus at start asks").await;
+    let agent = start_agent(
+        &s,
+        node,
+        &host_run.0,
+        "agent.log",
+        &["--sentinel-file", &sentinel, "--period", "1h"],
+        &engine_env(&address),
+    );
+    wait_annotation(nodes, node, Some(&boot), "GetStatus at start asks").await;
     engine.announce(IDLE).await;
-    wait_annotation(&nodes, node, None, "a StatusUpdate IDLE withdraws").await;
+    wait_annotation(nodes, node, None, "a StatusUpdate IDLE withdraws").await;
     engine.announce(DOWNLOADING).await;
     update_engine::forge(&address, NEED_REBOOT).await;
     engine.announce(FINALIZING).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The bus delivers in order: once the agent has read FINALIZING, the forged signal before it
+    // was either read (and logged) or dropped.
+    let read = wait_read(&agent, FINALIZING).await;
+    let since_idle: Vec<&String> = read
+        .iter()
+        .skip(read.iter().rposition(|r| r == IDLE).expect("IDLE read"))
+        .collect();
     assert_eq!(
-        annotation(&nodes, node).await.expect("get"),
+        since_idle,
+        [IDLE, DOWNLOADING, FINALIZING],
+        "the forged NEED_REBOOT is not read"
+    );
+    assert_eq!(
+        annotation(nodes, node).await.expect("get"),
         None,
         "only NEED_REBOOT from the engine itself asks"
     );
-    let engine = engine.restart(NEED_REBOOT).await;
-    wait_annotation(&nodes, node, Some(&boot), "a restarted engine asks").await;
-    drop(agent_process);
-
-    // A short period: a change that came without a signal is read on the next period.
-    let mut agent_process = start_agent("300ms", "agent-2.log");
-    engine.set_quietly(IDLE);
-    wait_annotation(&nodes, node, None, "GetStatus on the period withdraws").await;
-    a_bus_that_goes_away_neither_stops_the_agent_nor_the_sentinel(
-        &mut bus,
-        &mut agent_process,
-        &nodes,
-        node,
-        &sentinel,
-    )
-    .await;
-    let engine = Engine::serve(&address, IDLE).await;
-    wait_annotation(&nodes, node, None, "the agent back on the bus").await;
-
-    a_reboot_policy_reboots_the_node(&cluster, &ns, &pool, node, &mut agent_process, engine).await;
-    drop(agent_process);
-    let _ = std::fs::remove_dir_all(&host_run);
-    support::delete_nodes(&client, &names).await;
-    ns.cleanup().await;
+    let _engine = engine.restart(NEED_REBOOT).await;
+    wait_annotation(nodes, node, Some(&boot), "a restarted engine asks").await;
 }
 
-/// The bus stops: the agent keeps running and says so, the sentinel still asks, and since the
-/// engine cannot be read the request is not withdrawn when the sentinel goes. Then the bus is
-/// back (without an engine yet).
-async fn a_bus_that_goes_away_neither_stops_the_agent_nor_the_sentinel(
-    bus: &mut Bus,
-    agent_process: &mut ChildProcess,
-    nodes: &Api<Node>,
-    node: &str,
-    sentinel: &Path,
-) {
-    let client = nodes.clone().into_client();
-    let boot = support::current_boot_id(&client, node).await;
-    bus.stop();
-    assert!(
-        agent_process
-            .wait_exit(Duration::from_secs(2))
-            .await
-            .is_none(),
-        "the agent exited when the bus went away:\n{}",
-        agent_process.log_tail()
+/// A sentinel command that tests for the sentinel file and counts its runs in `looked`: what the
+/// agent's loop looked at, and how many times.
+fn counting_sentinel(dir: &Path) -> String {
+    let script = dir.join("needs-reboot");
+    std::fs::write(
+        &script,
+        format!(
+            "echo >> {looked}\ntest -e {sentinel}\n",
+            looked = dir.join("looked").display(),
+            sentinel = dir.join("reboot-required").display()
+        ),
+    )
+    .expect("the sentinel command");
+    format!("sh {}", script.display())
+}
+
+/// How many times the agent ran the [`counting_sentinel`] of `dir`.
+fn looks(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("looked"))
+        .map(|l| l.lines().count())
+        .unwrap_or(0)
+}
+
+/// A change that came without a signal is read on the next period. A bus that goes away neither
+/// stops the agent nor its sentinel; while the engine cannot be read, a request is not withdrawn.
+/// The agent finds the bus again when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_reads_the_engine_every_period_and_outlives_its_bus() {
+    let Some(s) = Scene::new("agent-bus").nodes(1).start().await else {
+        return;
+    };
+    let (client, nodes) = (&s.client, &Api::<Node>::all(s.client.clone()));
+    let node = &s.nodes[0];
+    let mut bus = Bus::new();
+    bus.start().await;
+    let address = bus.address();
+    let engine = Engine::serve(&address, NEED_REBOOT).await;
+    let host_run = HostDir::new("slipway-agent-bus-run");
+    let sentinel = host_run.0.join("reboot-required");
+    let command = counting_sentinel(&host_run.0);
+    let boot = support::current_boot_id(client, node).await;
+    let mut agent = start_agent(
+        &s,
+        node,
+        &host_run.0,
+        "agent.log",
+        &["--sentinel-command", &command, "--period", "300ms"],
+        &engine_env(&address),
     );
-    std::fs::write(sentinel, "").expect("touch the sentinel");
+    wait_annotation(nodes, node, Some(&boot), "GetStatus at start asks").await;
+    engine.set_quietly(IDLE);
+    wait_annotation(nodes, node, None, "GetStatus on the period withdraws").await;
+
+    // The bus goes away: the agent says so, and runs on.
+    let failures =
+        |agent: &ChildProcess| agent.log().matches("cannot read the update engine").count();
+    let before = failures(&agent);
+    bus.stop();
+    support::wait_for(
+        "the agent to find the bus gone",
+        Duration::from_secs(30),
+        || async {
+            match failures(&agent) {
+                n if n > before => Ok(()),
+                _ => Err(anyhow!("{}", agent.log_tail())),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !agent.respawn_if_exited(),
+        "the agent exited when the bus went away:\n{}",
+        agent.log_tail()
+    );
+    std::fs::write(&sentinel, "").expect("touch the sentinel");
     wait_annotation(nodes, node, Some(&boot), "the sentinel asks without a bus").await;
-    std::fs::remove_file(sentinel).expect("remove the sentinel");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    std::fs::remove_file(&sentinel).expect("remove the sentinel");
+    // Two more looks: the first began after the removal, and had ended when the second began.
+    let removed = looks(&host_run.0);
+    support::wait_for(
+        "the agent to look at the sentinel again",
+        Duration::from_secs(30),
+        || async {
+            match looks(&host_run.0) {
+                n if n >= removed + 2 => Ok(()),
+                n => Err(anyhow!("{n} looks, {removed} when the sentinel went")),
+            }
+        },
+    )
+    .await;
     assert_eq!(
         annotation(nodes, node).await.expect("get").as_deref(),
         Some(boot.as_str()),
         "withdrawn while the engine could not be read"
     );
-    assert!(
-        agent_process
-            .log()
-            .contains("cannot read the update engine"),
-        "{}",
-        agent_process.log_tail()
-    );
+
+    // The bus is back, then an engine on it.
     bus.start().await;
+    let _engine = Engine::serve(&address, IDLE).await;
+    wait_annotation(nodes, node, None, "the agent back on the bus").await;
+    drop(engine);
 }
 
-/// A RebootPolicy with default signals reboots the node once its engine says NEED_REBOOT. The node
-/// reboots as a Flatcar node does: its agent goes down with it, its engine comes back idle (a
-/// new owner of the name), then the new boot; the agent starts again.
-async fn a_reboot_policy_reboots_the_node(
-    cluster: &support::Cluster,
-    ns: &support::TestNamespace,
-    pool: &str,
-    node: &str,
-    agent_process: &mut ChildProcess,
-    engine: Engine,
-) {
-    let client = ns.client();
-    let _controller =
-        ControllerProcess::start(cluster, ns.name(), &[("SLIPWAY_REBOOT_POLICIES", "true")]);
+/// A RebootPolicy with default signals reboots the node once its engine says NEED_REBOOT. The
+/// node reboots as a Flatcar node does: its agent goes down with it, its engine comes back idle
+/// (a new owner of the name), then the new boot; the agent starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_policy_reboots_the_node_its_update_engine_asks_for() {
+    // Its controller reconciles every RebootPolicy of the cluster.
+    let Some(s) = Scene::new("agent-rbp")
+        .nodes(1)
+        .cluster_wide()
+        .crds(&["rebootpolicies.slipway.dev"])
+        .start()
+        .await
+    else {
+        return;
+    };
+    let (client, nodes) = (&s.client, &Api::<Node>::all(s.client.clone()));
+    let node = &s.nodes[0];
+    let mut bus = Bus::new();
+    bus.start().await;
+    let address = bus.address();
+    let engine = Engine::serve(&address, IDLE).await;
+    let host_run = HostDir::new("slipway-agent-rbp-run");
+    let sentinel = host_run.0.join("reboot-required").display().to_string();
+    let mut agent = start_agent(
+        &s,
+        node,
+        &host_run.0,
+        "agent.log",
+        &["--sentinel-file", &sentinel, "--period", "300ms"],
+        &engine_env(&address),
+    );
+    let _controller = ControllerProcess::start(
+        &s.cluster,
+        s.ns.name(),
+        &[("SLIPWAY_REBOOT_POLICIES", "true")],
+    );
     let policies = Api::<RebootPolicy>::all(client.clone());
-    let name = format!("{}-flatcar", ns.name());
+    let name = s.name("flatcar");
     let policy: RebootPolicy = serde_json::from_value(json!({
         "apiVersion": "slipway.dev/v1alpha1",
         "kind": "RebootPolicy",
         "metadata": {"name": name},
-        "spec": {"nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}},
+        "spec": {"nodeSelector": {"matchLabels": {"slipway.test/pool": s.pool}}},
     }))
     .expect("a RebootPolicy");
-    // The controller installs the CRD at start; it may not be served yet.
-    support::wait_for("the RebootPolicy", Duration::from_secs(60), || async {
-        policies.create(&PostParams::default(), &policy).await
-    })
-    .await;
-    let before = support::current_boot_id(&client, node).await;
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the RebootPolicy");
+    let before = support::current_boot_id(client, node).await;
     engine.announce(NEED_REBOOT).await;
-    let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
+    let pods = Api::<Pod>::namespaced(client.clone(), s.ns.name());
     let selector = format!("slipway.dev/reboot-policy={name}");
     support::wait_for("the reboot pod", Duration::from_secs(90), || async {
         let on_node = pods
@@ -366,13 +507,13 @@ async fn a_reboot_policy_reboots_the_node(
             .ok_or_else(|| anyhow!("no reboot pod on {node} yet"))
     })
     .await;
-    agent_process.kill();
+    agent.kill();
     let _engine = engine.restart(IDLE).await;
-    let after = support::simulate_reboot(&client, node).await;
-    agent_process.spawn();
+    let after = support::simulate_reboot(client, node).await;
+    agent.spawn();
     support::wait_for("the policy's record", Duration::from_secs(90), || async {
         let status = policies.get(&name).await?.status.unwrap_or_default();
-        let record = status.rebooted.iter().find(|r| r.name == node);
+        let record = status.rebooted.iter().find(|r| r.name == *node);
         match record {
             Some(r) if status.nodes.is_empty() => Ok(r.boot_id.clone()),
             _ => Err(anyhow!("status: {}", serde_json::to_string(&status)?)),
@@ -382,7 +523,6 @@ async fn a_reboot_policy_reboots_the_node(
     .filter(|b| *b == after)
     .expect("rebooted into the new boot");
     assert_ne!(before, after);
-    let nodes = Api::<Node>::all(client.clone());
-    wait_annotation(&nodes, node, None, "no request after the reboot").await;
+    wait_annotation(nodes, node, None, "no request after the reboot").await;
     let _ = policies.delete(&name, &DeleteParams::default()).await;
 }

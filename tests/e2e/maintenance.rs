@@ -1,10 +1,16 @@
-//! End-to-end tests of NodeMaintenance (medik8s node-maintenance-operator's API) on the local
+//! End-to-end scenes of NodeMaintenance (medik8s node-maintenance-operator's API) on the local
 //! cluster, with real Deployments, PodDisruptionBudgets and the real Eviction API; kwok plays the
 //! kubelet (it runs the pods and deletes terminating ones).
 //!
+//! The scenes: a drain that succeeds and a deletion that restores the node; a PodDisruptionBudget
+//! holding the drain; a second maintenance of a node; a drain timeout beside an admin's cordon; a
+//! controller killed mid-drain; a Plan leaving out a node in maintenance, and a maintenance waiting
+//! for a node's upgrade step (one budget); a maintenance of a missing node; a Lease namespace that
+//! does not exist; `spec.nodeName` immutable.
+//!
 //! NodeMaintenances are cluster-scoped and a maintenance-enabled controller reconciles all of
-//! them, so the scenarios run as named steps of one test, one after the other, with one
-//! controller.
+//! them, so every scene here is in the [`CLUSTER_WIDE`](crate::support::scene::CLUSTER_WIDE)
+//! group: one at a time, each with a controller of its own.
 
 use crate::support;
 
@@ -13,6 +19,7 @@ use std::time::Duration;
 
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
+use crate::support::scene::Scene;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,6 +31,43 @@ use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::plan::api::Plan;
 
 use crate::support::LEASES;
+
+/// The controller's setting that turns NodeMaintenances on.
+const MAINTENANCE_ON: [(&str, &str); 1] = [("SLIPWAY_MAINTENANCE", "true")];
+
+/// A scene of `nodes` nodes, with the NodeMaintenance CRD and the Lease namespace.
+async fn bare_scene(name: &str, nodes: usize) -> Option<Scene> {
+    // NodeMaintenances are cluster-wide: a maintenance-enabled controller reconciles them all.
+    let s = Scene::new(name)
+        .nodes(nodes)
+        .cluster_wide()
+        .crds(&["nodemaintenances.nodemaintenance.medik8s.io"])
+        .start()
+        .await?;
+    support::ensure_lease_namespace(&s.client).await;
+    Some(s)
+}
+
+/// [`bare_scene`] and its maintenance-enabled controller.
+async fn maintenance_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
+    let s = bare_scene(name, nodes).await?;
+    let controller = ControllerProcess::start(&s.cluster, s.ns.name(), &MAINTENANCE_ON);
+    Some((s, controller))
+}
+
+fn nms(s: &Scene) -> Api<NodeMaintenance> {
+    Api::all(s.client.clone())
+}
+
+/// Creates the scene's NodeMaintenance `<namespace>-<what>` of `node`; its name.
+async fn create_nm(s: &Scene, what: &str, node: &str, timeout: Option<&str>) -> String {
+    let name = s.name(what);
+    nms(s)
+        .create(&PostParams::default(), &maintenance(&name, node, timeout))
+        .await
+        .expect("create NodeMaintenance");
+    name
+}
 
 fn maintenance(name: &str, node: &str, timeout: Option<&str>) -> NodeMaintenance {
     let mut spec = json!({ "nodeName": node, "reason": "e2e" });
@@ -155,91 +199,38 @@ async fn node_state(client: &kube::Client, node: &str) -> NodeState {
     }
 }
 
-/// What every step of the scenario works with: the test's namespace and its six nodes (pool
-/// `pool`), and the APIs of NodeMaintenances, Deployments and PodDisruptionBudgets.
-struct Scene {
-    client: kube::Client,
-    ns: TestNamespace,
-    nodes: Vec<String>,
-    pool: String,
-    nms: Api<NodeMaintenance>,
-    deployments: Api<Deployment>,
-    pdbs: Api<PodDisruptionBudget>,
-}
-
-impl Scene {
-    /// `<namespace>-<what>`: a NodeMaintenance name of this test's own.
-    fn nm_name(&self, what: &str) -> String {
-        format!("{}-{what}", self.ns.name())
-    }
-}
-
 /// A Deployment `name` of one pod on `node`, held by a PodDisruptionBudget `name` that allows no
 /// eviction; once the pod runs.
 async fn one_pod_held_by_a_budget(s: &Scene, name: &str, node: &str) {
     let pp = PostParams::default();
-    s.deployments
+    s.ns.api::<Deployment>()
         .create(&pp, &deployment(name, node, 1))
         .await
         .expect("create deployment");
-    s.pdbs.create(&pp, &pdb(name, 1)).await.expect("create pdb");
+    s.ns.api::<PodDisruptionBudget>()
+        .create(&pp, &pdb(name, 1))
+        .await
+        .expect("create pdb");
     wait_running(&s.ns, node, 1).await;
 }
 
+/// A drain that succeeds, and a deletion that restores the node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_maintenance_drains_respects_budgets_and_restores() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("maint", 6).await else {
+async fn a_drain_succeeds_and_deleting_it_restores_the_node() {
+    let Some((s, _controller)) = maintenance_scene("nm-drain", 1).await else {
         return;
     };
-    let client = ns.client();
-    support::ensure_lease_namespace(&client).await;
-    let mut controller =
-        ControllerProcess::start(&cluster, ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
-    let s = Scene {
-        nms: Api::<NodeMaintenance>::all(client.clone()),
-        deployments: ns.api::<Deployment>(),
-        pdbs: ns.api::<PodDisruptionBudget>(),
-        client,
-        ns,
-        nodes,
-        pool,
-    };
-    a_drain_succeeds_and_deleting_it_restores_the_node(&s).await;
-    a_budget_holds_the_drain_says_so_then_lets_it_through(&s).await;
-    a_second_maintenance_of_the_node_is_reported_and_changes_nothing(&s).await;
-    a_drain_timeout_fails_and_an_admins_cordon_stays(&s).await;
-    a_controller_killed_mid_drain_resumes(&s, &mut controller).await;
-    a_plan_and_a_maintenance_share_one_budget(&s).await;
-    a_maintenance_of_a_missing_node_fails_saying_so(&s).await;
-    node_name_is_immutable(&s).await;
-    drop(controller);
-    a_missing_lease_namespace_is_told_on_the_maintenance(&s, &cluster).await;
-    s.ns.cleanup().await;
-}
-
-/// A drain that succeeds, and a deletion that restores the node.
-async fn a_drain_succeeds_and_deleting_it_restores_the_node(s: &Scene) {
-    let Scene {
-        client,
-        ns,
-        nodes,
-        nms,
-        deployments,
-        ..
-    } = s;
-    let pp = PostParams::default();
-    let node = &nodes[0];
-    deployments
-        .create(&pp, &deployment("web", node, 2))
+    let (client, ns, nms) = (&s.client, &s.ns, &nms(&s));
+    let node = &s.nodes[0];
+    ns.api::<Deployment>()
+        .create(&PostParams::default(), &deployment("web", node, 2))
         .await
         .expect("create deployment");
     wait_running(ns, node, 2).await;
-    nms.create(&pp, &maintenance(&s.nm_name("drain"), node, None))
-        .await
-        .expect("create NodeMaintenance");
+    let name = create_nm(&s, "drain", node, None).await;
     let done = wait_phase(
         nms,
-        &s.nm_name("drain"),
+        &name,
         MaintenancePhase::Succeeded,
         Duration::from_secs(60),
     )
@@ -265,7 +256,7 @@ async fn a_drain_succeeds_and_deleting_it_restores_the_node(s: &Scene) {
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some("node-maintenance")
     );
-    support::delete_and_wait_gone(nms, &s.nm_name("drain")).await;
+    support::delete_and_wait_gone(nms, &name).await;
     let st = node_state(client, node).await;
     assert!(!st.unschedulable && !st.drain_taint && !st.excluded);
     assert!(
@@ -279,22 +270,17 @@ async fn a_drain_succeeds_and_deleting_it_restores_the_node(s: &Scene) {
 }
 
 /// A PodDisruptionBudget holds the drain, says so, and then lets it through.
-async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
-    let Scene {
-        ns,
-        nodes,
-        nms,
-        pdbs,
-        ..
-    } = s;
-    let pp = PostParams::default();
-    let node = &nodes[1];
-    one_pod_held_by_a_budget(s, "db", node).await;
-    nms.create(&pp, &maintenance(&s.nm_name("pdb"), node, None))
-        .await
-        .expect("create NodeMaintenance");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_holds_the_drain_says_so_then_lets_it_through() {
+    let Some((s, _controller)) = maintenance_scene("nm-pdb", 1).await else {
+        return;
+    };
+    let (ns, nms) = (&s.ns, &nms(&s));
+    let node = &s.nodes[0];
+    one_pod_held_by_a_budget(&s, "db", node).await;
+    let name = create_nm(&s, "pdb", node, None).await;
     let blocked = support::wait_for("the PDB to be named", Duration::from_secs(60), || async {
-        let nm = nms.get(&s.nm_name("pdb")).await?;
+        let nm = nms.get(&name).await?;
         let message = drained_message(&nm);
         if message.contains("BlockedByDisruptionBudget") && message.contains("db") {
             Ok(nm)
@@ -307,17 +293,18 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
     assert_eq!(status.phase, Some(MaintenancePhase::Running));
     assert_eq!(status.pending_pods.len(), 1, "{status:?}");
     assert_eq!(status.pending_pods_refs[0].namespace, ns.name());
-    pdbs.patch(
-        "db",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
-    )
-    .await
-    .expect("relax the pdb");
+    ns.api::<PodDisruptionBudget>()
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+        )
+        .await
+        .expect("relax the pdb");
     let relaxed = std::time::Instant::now();
     wait_phase(
         nms,
-        &s.nm_name("pdb"),
+        &name,
         MaintenancePhase::Succeeded,
         Duration::from_secs(60),
     )
@@ -327,55 +314,64 @@ async fn a_budget_holds_the_drain_says_so_then_lets_it_through(s: &Scene) {
         "drained {:?} after the budget allowed it",
         relaxed.elapsed()
     );
+    support::delete_and_wait_gone(nms, &name).await;
 }
 
-/// A second maintenance for the same node is reported, and changes nothing.
-async fn a_second_maintenance_of_the_node_is_reported_and_changes_nothing(s: &Scene) {
-    let Scene {
-        client, nodes, nms, ..
-    } = s;
-    let pp = PostParams::default();
-    // The node of the step before, still held by its maintenance.
-    let node = &nodes[1];
-    nms.create(&pp, &maintenance(&s.nm_name("again"), node, None))
-        .await
-        .expect("create NodeMaintenance");
+/// A second maintenance for a node one already holds is reported, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_maintenance_of_a_node_is_reported_and_changes_nothing() {
+    let Some((s, _controller)) = maintenance_scene("nm-again", 1).await else {
+        return;
+    };
+    let (client, nms) = (&s.client, &nms(&s));
+    let node = &s.nodes[0];
+    let first = create_nm(&s, "first", node, None).await;
+    wait_phase(
+        nms,
+        &first,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let again = create_nm(&s, "again", node, None).await;
     let dup = wait_phase(
         nms,
-        &s.nm_name("again"),
+        &again,
         MaintenancePhase::Failed,
         Duration::from_secs(30),
     )
     .await;
     assert!(
-        drained_message(&dup).contains(&format!("already exists: {}", s.nm_name("pdb"))),
+        drained_message(&dup).contains(&format!("already exists: {first}")),
         "{}",
         drained_message(&dup)
     );
-    support::delete_and_wait_gone(nms, &s.nm_name("again")).await;
+    support::delete_and_wait_gone(nms, &again).await;
     assert!(
         node_state(client, node).await.drain_taint,
         "the first one still holds it"
     );
-    support::delete_and_wait_gone(nms, &s.nm_name("pdb")).await;
+    support::delete_and_wait_gone(nms, &first).await;
 }
 
+/// How long the drain of a pod that may not be evicted is given: it times out.
+const DRAIN_TIMEOUT: &str = "2s";
+
 /// A drain timeout fails clearly and keeps the node cordoned; an admin's cordon stays.
-async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
-    let Scene {
-        client, nodes, nms, ..
-    } = s;
-    let pp = PostParams::default();
-    let node = &nodes[2];
-    one_pod_held_by_a_budget(s, "cache", node).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_timeout_fails_and_an_admins_cordon_stays() {
+    let Some((s, _controller)) = maintenance_scene("nm-timeout", 1).await else {
+        return;
+    };
+    let (client, nms) = (&s.client, &nms(&s));
+    let node = &s.nodes[0];
+    one_pod_held_by_a_budget(&s, "cache", node).await;
     // An admin cordons the node.
     support::set_unschedulable(client, node, true).await;
-    nms.create(&pp, &maintenance(&s.nm_name("timeout"), node, Some("5s")))
-        .await
-        .expect("create NodeMaintenance");
+    let name = create_nm(&s, "timeout", node, Some(DRAIN_TIMEOUT)).await;
     let failed = wait_phase(
         nms,
-        &s.nm_name("timeout"),
+        &name,
         MaintenancePhase::Failed,
         Duration::from_secs(60),
     )
@@ -386,30 +382,30 @@ async fn a_drain_timeout_fails_and_an_admins_cordon_stays(s: &Scene) {
         .and_then(|s| s.last_error.clone())
         .unwrap_or_default();
     assert!(
-        error.starts_with("the drain did not finish within 5s") && error.contains("cache-"),
+        error.starts_with(&format!("the drain did not finish within {DRAIN_TIMEOUT}"))
+            && error.contains("cache-"),
         "{error}"
     );
     let st = node_state(client, node).await;
     assert!(st.unschedulable && st.drain_taint);
-    support::delete_and_wait_gone(nms, &s.nm_name("timeout")).await;
+    support::delete_and_wait_gone(nms, &name).await;
     let st = node_state(client, node).await;
     assert!(st.unschedulable, "the admin's cordon stays");
     assert!(!st.drain_taint && !st.excluded);
 }
 
 /// A controller killed mid-drain resumes.
-async fn a_controller_killed_mid_drain_resumes(s: &Scene, controller: &mut ControllerProcess) {
-    let Scene {
-        nodes, nms, pdbs, ..
-    } = s;
-    let pp = PostParams::default();
-    let node = &nodes[3];
-    one_pod_held_by_a_budget(s, "queue", node).await;
-    nms.create(&pp, &maintenance(&s.nm_name("crash"), node, None))
-        .await
-        .expect("create NodeMaintenance");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_drain_resumes() {
+    let Some((s, mut controller)) = maintenance_scene("nm-crash", 1).await else {
+        return;
+    };
+    let nms = &nms(&s);
+    let node = &s.nodes[0];
+    one_pod_held_by_a_budget(&s, "queue", node).await;
+    let name = create_nm(&s, "crash", node, None).await;
     support::wait_for("the drain to start", Duration::from_secs(60), || async {
-        let nm = nms.get(&s.nm_name("crash")).await?;
+        let nm = nms.get(&name).await?;
         if drained_message(&nm).contains("BlockedByDisruptionBudget") {
             Ok(())
         } else {
@@ -418,85 +414,65 @@ async fn a_controller_killed_mid_drain_resumes(s: &Scene, controller: &mut Contr
     })
     .await;
     controller.kill();
-    pdbs.patch(
-        "queue",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
-    )
-    .await
-    .expect("relax the pdb");
+    s.ns.api::<PodDisruptionBudget>()
+        .patch(
+            "queue",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+        )
+        .await
+        .expect("relax the pdb");
     controller.spawn();
     wait_phase(
         nms,
-        &s.nm_name("crash"),
+        &name,
         MaintenancePhase::Succeeded,
         Duration::from_secs(90),
     )
     .await;
-    support::delete_and_wait_gone(nms, &s.nm_name("crash")).await;
+    support::delete_and_wait_gone(nms, &name).await;
 }
 
-/// One budget: a Plan does not start a node in maintenance, and a maintenance waits for
-/// the node's current upgrade step.
-async fn a_plan_and_a_maintenance_share_one_budget(s: &Scene) {
-    let Scene { ns, nodes, nms, .. } = s;
-    let (busy, held) = (&nodes[4], &nodes[5]);
-    a_plan_leaves_out_the_node_in_maintenance(s, busy, held).await;
-    a_maintenance_waits_for_the_nodes_upgrade_step(s, busy, held).await;
-    support::delete_and_wait_gone(nms, &s.nm_name("held")).await;
-    support::delete_and_wait_gone(nms, &s.nm_name("busy")).await;
-    support::plans::wait_complete(&ns.api::<Plan>(), "os", Duration::from_secs(90)).await;
-}
-
-/// With `held` in maintenance, a Plan over `busy` and `held` starts `busy` only.
-async fn a_plan_leaves_out_the_node_in_maintenance(s: &Scene, busy: &str, held: &str) {
-    let Scene { ns, pool, nms, .. } = s;
-    let pp = PostParams::default();
-    nms.create(&pp, &maintenance(&s.nm_name("held"), held, None))
-        .await
-        .expect("create NodeMaintenance");
-    wait_phase(
-        nms,
-        &s.nm_name("held"),
-        MaintenancePhase::Succeeded,
-        Duration::from_secs(60),
-    )
-    .await;
-    let plan: Plan = serde_saphyr::from_str(&format!(
+/// A Plan `os` over `nodes` whose Job pods stay Running until the scene releases them
+/// ([`support::release_held_pod`]).
+fn held_plan(s: &Scene, nodes: &[&str]) -> Plan {
+    let (pool, nodes) = (&s.pool, nodes.join(", "));
+    serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
 kind: Plan
 metadata:
   name: os
-  annotations:
-    slipway.test/complete-delay: "15s"
+  labels:
+    {hold}: "true"
 spec:
   concurrency: 2
   version: "2026-11-22"
   nodeSelector:
     matchExpressions:
     - {{key: slipway.test/pool, operator: In, values: ["{pool}"]}}
-    - {{key: kubernetes.io/hostname, operator: In, values: ["{busy}", "{held}"]}}
+    - {{key: kubernetes.io/hostname, operator: In, values: [{nodes}]}}
   upgrade:
     image: debian:bookworm-slim
-"#
+"#,
+        hold = support::HOLD_LABEL,
     ))
-    .expect("test plan parses");
-    ns.api::<Plan>()
-        .create(&pp, &plan)
-        .await
-        .expect("create plan");
+    .expect("test plan parses")
+}
+
+/// Until the Plan `os` is applying exactly `nodes`.
+async fn wait_applying(plans: &Api<Plan>, nodes: &[&str]) {
     support::wait_for(
-        "the Plan to start the free node",
+        &format!("the Plan to be applying {nodes:?}"),
         Duration::from_secs(60),
         || async {
-            let p = ns.api::<Plan>().get("os").await?;
+            let p = plans.get("os").await?;
             let applying = p
                 .status
                 .as_ref()
                 .map(|s| s.applying.clone())
                 .unwrap_or_default();
-            if applying == [busy.to_string()] {
+            if applying == nodes {
                 Ok(())
             } else {
                 bail!("applying {applying:?}")
@@ -506,46 +482,42 @@ spec:
     .await;
 }
 
-/// A maintenance of `busy`, which the Plan is upgrading, waits for the upgrade step and names the
-/// Plan; then drains. The Plan says it waits for `held`.
-async fn a_maintenance_waits_for_the_nodes_upgrade_step(s: &Scene, busy: &str, held: &str) {
-    let Scene {
-        client, ns, nms, ..
-    } = s;
-    let pp = PostParams::default();
-    nms.create(&pp, &maintenance(&s.nm_name("busy"), busy, None))
+/// One budget: with `held` in maintenance, a Plan over `busy` and `held` starts `busy` only, says
+/// it waits for `held`, and upgrades it once the maintenance is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_leaves_out_a_node_in_maintenance() {
+    let Some((s, _controller)) = maintenance_scene("nm-plan", 2).await else {
+        return;
+    };
+    let (client, ns, nms) = (&s.client, &s.ns, &nms(&s));
+    let (busy, held) = (s.nodes[0].as_str(), s.nodes[1].as_str());
+    let name = create_nm(&s, "held", held, None).await;
+    wait_phase(
+        nms,
+        &name,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let plans = ns.api::<Plan>();
+    plans
+        .create(&PostParams::default(), &held_plan(&s, &[busy, held]))
         .await
-        .expect("create NodeMaintenance");
-    let waiting = support::wait_for(
-        "the maintenance to wait",
-        Duration::from_secs(30),
+        .expect("create plan");
+    wait_applying(&plans, &[busy]).await;
+    support::release_held_pod(client, ns.name(), busy).await;
+    let p = support::wait_for(
+        "the Plan to wait for the node in maintenance",
+        Duration::from_secs(60),
         || async {
-            let nm = nms.get(&s.nm_name("busy")).await?;
-            let message = drained_message(&nm);
-            if message.contains("WaitingForNode") {
-                Ok(message)
-            } else {
-                bail!("{message}")
+            let p = plans.get("os").await?;
+            match support::plans::condition_reason(&p, "Complete").as_deref() {
+                Some("WaitingForNodes") => Ok(p),
+                other => bail!("Complete: {other:?}"),
             }
         },
     )
     .await;
-    assert!(
-        waiting.contains(&format!("plan {}/os", ns.name())),
-        "{waiting}"
-    );
-    assert!(
-        !node_state(client, busy).await.unschedulable,
-        "not touched while upgrading"
-    );
-    wait_phase(
-        nms,
-        &s.nm_name("busy"),
-        MaintenancePhase::Succeeded,
-        Duration::from_secs(90),
-    )
-    .await;
-    let p = ns.api::<Plan>().get("os").await.expect("get plan");
     let complete: BTreeMap<String, String> = p
         .status
         .iter()
@@ -564,49 +536,101 @@ async fn a_maintenance_waits_for_the_nodes_upgrade_step(s: &Scene, busy: &str, h
             .is_some_and(|m| m.contains(held)),
         "{complete:?}"
     );
+    support::delete_and_wait_gone(nms, &name).await;
+    support::release_held_pod(client, ns.name(), held).await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(90)).await;
+}
+
+/// One budget: a maintenance of a node a Plan is upgrading waits for the upgrade step and names
+/// the Plan, without touching the node; then drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_waits_for_the_nodes_upgrade_step() {
+    let Some((s, _controller)) = maintenance_scene("nm-busy", 1).await else {
+        return;
+    };
+    let (client, ns, nms) = (&s.client, &s.ns, &nms(&s));
+    let busy = s.nodes[0].as_str();
+    let plans = ns.api::<Plan>();
+    plans
+        .create(&PostParams::default(), &held_plan(&s, &[busy]))
+        .await
+        .expect("create plan");
+    // The upgrade step lasts until the scene releases its pod.
+    wait_applying(&plans, &[busy]).await;
+    let name = create_nm(&s, "busy", busy, None).await;
+    let waiting = support::wait_for(
+        "the maintenance to wait",
+        Duration::from_secs(30),
+        || async {
+            let nm = nms.get(&name).await?;
+            let message = drained_message(&nm);
+            if message.contains("WaitingForNode") {
+                Ok(message)
+            } else {
+                bail!("{message}")
+            }
+        },
+    )
+    .await;
+    assert!(
+        waiting.contains(&format!("plan {}/os", ns.name())),
+        "{waiting}"
+    );
+    assert!(
+        !node_state(client, busy).await.unschedulable,
+        "not touched while upgrading"
+    );
+    support::release_held_pod(client, ns.name(), busy).await;
+    wait_phase(
+        nms,
+        &name,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(90),
+    )
+    .await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(60)).await;
+    support::delete_and_wait_gone(nms, &name).await;
 }
 
 /// A maintenance of a node that does not exist fails, saying so.
-async fn a_maintenance_of_a_missing_node_fails_saying_so(s: &Scene) {
-    let Scene { nms, .. } = s;
-    let pp = PostParams::default();
-    nms.create(&pp, &maintenance(&s.nm_name("ghost"), "no-such-node", None))
-        .await
-        .expect("create NodeMaintenance");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_of_a_missing_node_fails_saying_so() {
+    let Some((s, _controller)) = maintenance_scene("nm-ghost", 0).await else {
+        return;
+    };
+    let nms = &nms(&s);
+    let name = create_nm(&s, "ghost", "no-such-node", None).await;
     let ghost = wait_phase(
         nms,
-        &s.nm_name("ghost"),
+        &name,
         MaintenancePhase::Failed,
         Duration::from_secs(30),
     )
     .await;
     assert!(drained_message(&ghost).contains("no node with name no-such-node"));
-    support::delete_and_wait_gone(nms, &s.nm_name("ghost")).await;
+    support::delete_and_wait_gone(nms, &name).await;
 }
 
 /// A controller whose Lease namespace does not exist (`--maintenance` without the component's
 /// `medik8s-leases` namespace) says so in the maintenance's status and in an Event, and leaves the
 /// node untouched (the Lease comes before the cordon).
-async fn a_missing_lease_namespace_is_told_on_the_maintenance(
-    s: &Scene,
-    cluster: &support::Cluster,
-) {
-    let Scene {
-        client, nodes, nms, ..
-    } = s;
-    let missing = format!("{}-no-leases", s.ns.name());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_namespace_is_told_on_the_maintenance() {
+    let Some(s) = bare_scene("nm-leases", 1).await else {
+        return;
+    };
+    let (client, nms) = (&s.client, &nms(&s));
+    let node = &s.nodes[0];
+    let missing = s.name("no-leases");
     let _controller = ControllerProcess::start(
-        cluster,
+        &s.cluster,
         s.ns.name(),
         &[
             ("SLIPWAY_MAINTENANCE", "true"),
             ("SLIPWAY_MAINTENANCE_LEASE_NAMESPACE", &missing),
         ],
     );
-    let name = s.nm_name("no-leases");
-    nms.create(&PostParams::default(), &maintenance(&name, &nodes[0], None))
-        .await
-        .expect("create NodeMaintenance");
+    let name = create_nm(&s, "no-leases", node, None).await;
     let told = support::wait_for(
         "lastError to name the Lease",
         Duration::from_secs(60),
@@ -642,7 +666,7 @@ async fn a_missing_lease_namespace_is_told_on_the_maintenance(
         },
     )
     .await;
-    let state = node_state(client, &nodes[0]).await;
+    let state = node_state(client, node).await;
     assert!(
         !state.unschedulable && !state.drain_taint,
         "no cordon or taint without the Lease"
@@ -650,19 +674,22 @@ async fn a_missing_lease_namespace_is_told_on_the_maintenance(
     support::delete_and_wait_gone(nms, &name).await;
 }
 
-/// nodeName is immutable (CEL).
-async fn node_name_is_immutable(s: &Scene) {
-    let Scene { nodes, nms, .. } = s;
-    let pp = PostParams::default();
-    let (busy, held) = (&nodes[4], &nodes[5]);
-    nms.create(&pp, &maintenance(&s.nm_name("immutable"), held, None))
-        .await
-        .expect("create NodeMaintenance");
+/// `spec.nodeName` is immutable (CEL): the API server refuses the change, no controller needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_name_is_immutable() {
+    // No controller; but a maintenance-enabled controller of another scene would act on this
+    // NodeMaintenance.
+    let Some(s) = bare_scene("nm-immutable", 0).await else {
+        return;
+    };
+    let nms = &nms(&s);
+    let (here, there) = (s.name("here"), s.name("there"));
+    let name = create_nm(&s, "immutable", &here, None).await;
     let refused = nms
         .patch(
-            &s.nm_name("immutable"),
+            &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "nodeName": busy } })),
+            &Patch::Merge(json!({ "spec": { "nodeName": there } })),
         )
         .await;
     assert!(
@@ -671,5 +698,5 @@ async fn node_name_is_immutable(s: &Scene) {
             .is_err_and(|e| e.to_string().contains("spec.nodeName is immutable")),
         "{refused:?}"
     );
-    support::delete_and_wait_gone(nms, &s.nm_name("immutable")).await;
+    support::delete_and_wait_gone(nms, &name).await;
 }

@@ -1,9 +1,16 @@
-//! End-to-end tests of NodeOp (kairos-operator's `operator.kairos.io/v1alpha1` API) on the local
+//! End-to-end scenes of NodeOp (kairos-operator's `operator.kairos.io/v1alpha1` API) on the local
 //! cluster: real Jobs run by the Job controller, kwok playing the kubelet (a Job's pod succeeds
-//! after a second, or fails when it carries the `slipway.test/fail` label).
+//! after a second, fails when it carries the `slipway.test/fail` label, or stays Running while
+//! it carries `slipway.test/hold`).
 //!
-//! A NodeOp-enabled controller reconciles the NodeOps of every namespace, so the scenarios run as
-//! named steps of one test, one after the other, with one controller.
+//! The scenes: kairos-operator's examples applied unchanged; a failing canary; `concurrency: 0`; a
+//! node in maintenance; a NodeOpUpgrade, control plane first, rebooting each node through the
+//! hand-off; a Plan leaving out a node a NodeOp holds, and a NodeOp waiting for a node a Plan
+//! upgrades (one budget); a controller killed mid-operation.
+//!
+//! A NodeOp-enabled controller reconciles the NodeOps of every namespace, so every scene with a
+//! controller is in the [`CLUSTER_WIDE`](crate::support::scene::CLUSTER_WIDE) group: one at a
+//! time, each with a controller of its own. The examples are a dry run, and share the cluster.
 
 use crate::support;
 
@@ -11,6 +18,7 @@ use std::time::Duration;
 
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
+use crate::support::scene::Scene;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -20,6 +28,35 @@ use kube::api::{
 use serde_json::{Value, json};
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
 use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
+use slipway::plan::api::Plan;
+
+/// The controller of every scene: NodeOps, and NodeMaintenances (one budget with them).
+const ENV: [(&str, &str); 2] = [("SLIPWAY_NODEOPS", "true"), ("SLIPWAY_MAINTENANCE", "true")];
+/// The controller's reconciles of NodeOps, as its metrics name them.
+const KIND: &str = "nodeop";
+const CRDS: [&str; 3] = [
+    "nodeops.operator.kairos.io",
+    "nodeopupgrades.operator.kairos.io",
+    "nodemaintenances.nodemaintenance.medik8s.io",
+];
+
+/// A scene of `nodes` nodes and its controller (with metrics, for [`ControllerProcess::settled`]).
+async fn nodeop_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
+    // Its controller reconciles the NodeOps of every namespace, and every NodeMaintenance.
+    let s = Scene::new(name)
+        .nodes(nodes)
+        .cluster_wide()
+        .crds(&CRDS)
+        .start()
+        .await?;
+    support::ensure_lease_namespace(&s.client).await;
+    let controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &ENV);
+    Some((s, controller))
+}
+
+fn ops(s: &Scene) -> Api<NodeOp> {
+    s.ns.api()
+}
 
 /// A NodeOp named `name` on the nodes `nodes` (by hostname), with `extra` merged into its spec.
 fn nodeop(name: &str, nodes: &[&String], extra: Value) -> NodeOp {
@@ -89,56 +126,41 @@ async fn unschedulable(client: &kube::Client, node: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// What every step works with.
-struct Scene {
-    kubeconfig: std::path::PathBuf,
-    client: kube::Client,
-    ns: TestNamespace,
-    nodes: Vec<String>,
-    ops: Api<NodeOp>,
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodeops_run_as_kairos_operator_runs_them_in_one_budget() {
-    let Some((cluster, ns, nodes, _pool)) = support::setup_pool("nodeop", 7).await else {
-        return;
-    };
-    let client = ns.client();
-    support::install_crds(
-        &client,
-        &[
-            "nodeops.operator.kairos.io",
-            "nodemaintenances.nodemaintenance.medik8s.io",
-        ],
-    )
-    .await;
-    support::ensure_lease_namespace(&client).await;
-    let env = [("SLIPWAY_NODEOPS", "true"), ("SLIPWAY_MAINTENANCE", "true")];
-    let mut controller = ControllerProcess::start(&cluster, ns.name(), &env);
-    let s = Scene {
-        kubeconfig: cluster.kubeconfig_path().to_path_buf(),
-        ops: ns.api::<NodeOp>(),
-        client,
-        ns,
-        nodes,
-    };
-    kairos_examples_apply_unchanged(&s).await;
-    a_canary_that_fails_starts_no_other_node_and_says_so(&s).await;
-    concurrency_zero_runs_every_node_at_once(&s).await;
-    a_node_in_maintenance_waits_then_runs(&s).await;
-    an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(&s).await;
-    a_plan_and_nodeops_share_one_budget(&s).await;
-    drop(controller);
-    controller = ControllerProcess::start(&cluster, s.ns.name(), &env);
-    a_controller_killed_mid_operation_resumes_without_a_second_job(&s, &cluster, &env, controller)
-        .await;
-    s.ns.cleanup().await;
+/// Marks the pods of `nodeop` on `node` to fail (kwok's `slipway.test/fail` label), as soon as
+/// they appear, until aborted.
+fn fail_pods_on(ns: &TestNamespace, nodeop: &str, node: &str) -> tokio::task::JoinHandle<()> {
+    let pods = ns.api::<Pod>();
+    let selector = format!("kairos.io/nodeop={nodeop},kairos.io/node={node}");
+    tokio::spawn(async move {
+        loop {
+            if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+                for pod in list.items {
+                    let marked = pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(support::FAIL_LABEL));
+                    if let (false, Some(name)) = (marked, pod.metadata.name) {
+                        let patch = json!({"metadata": {"labels": {support::FAIL_LABEL: "true"}}});
+                        let _ = pods
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
 }
 
 /// kairos-operator's own examples (tests/kairos/), sent as they are: the API server takes them
-/// with slipway's CRD and fills in kairos-operator's defaults. (A dry run: without a selector they
-/// run on every node of the shared cluster.)
-async fn kairos_examples_apply_unchanged(s: &Scene) {
+/// with slipway's CRD and fills in kairos-operator's defaults. A dry run (without a selector they
+/// would run on every node of the shared cluster), so no controller and nothing to share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_examples_apply_unchanged() {
+    let Some(s) = Scene::new("nodeop-examples").crds(&CRDS).start().await else {
+        return;
+    };
     let resource = ApiResource::erase::<NodeOp>(&());
     for file in [
         "kairos.io_v1alpha1_nodeop.yaml",
@@ -189,51 +211,28 @@ async fn kairos_examples_apply_unchanged(s: &Scene) {
     }
 }
 
-/// Marks the pods of `nodeop` on `node` to fail (kwok's `slipway.test/fail` label), as soon as
-/// they appear, until aborted.
-fn fail_pods_on(ns: &TestNamespace, nodeop: &str, node: &str) -> tokio::task::JoinHandle<()> {
-    let pods = ns.api::<Pod>();
-    let selector = format!("kairos.io/nodeop={nodeop},kairos.io/node={node}");
-    tokio::spawn(async move {
-        loop {
-            if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
-                for pod in list.items {
-                    let marked = pod
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(support::FAIL_LABEL));
-                    if let (false, Some(name)) = (marked, pod.metadata.name) {
-                        let patch = json!({"metadata": {"labels": {support::FAIL_LABEL: "true"}}});
-                        let _ = pods
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                            .await;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-}
-
 /// Three nodes, `concurrency: 1` and `stopOnFailure`: the first node's Job fails, no other node
 /// starts, and the status says why.
-async fn a_canary_that_fails_starts_no_other_node_and_says_so(s: &Scene) {
-    let nodes: Vec<&String> = s.nodes[0..3].iter().collect();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_fails_starts_no_other_node_and_says_so() {
+    let Some((s, controller)) = nodeop_scene("nodeop-canary", 3).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let nodes: Vec<&String> = s.nodes.iter().collect();
     let failing = fail_pods_on(&s.ns, "canary", nodes[0]);
     let spec = json!({"concurrency": 1, "stopOnFailure": true, "backoffLimit": 0, "cordon": true});
-    s.ops
-        .create(&PostParams::default(), &nodeop("canary", &nodes, spec))
+    ops.create(&PostParams::default(), &nodeop("canary", &nodes, spec))
         .await
         .expect("create the NodeOp");
-    let failed = wait_nodeop(&s.ops, "canary", "Failed", Duration::from_secs(90), |op| {
+    let failed = wait_nodeop(ops, "canary", "Failed", Duration::from_secs(90), |op| {
         phase(op) == "Failed"
     })
     .await;
-    // Time for a wrong start to show.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Every reconcile the failure led to is done: a wrong start would show now.
+    controller.settled(KIND).await;
     failing.abort();
-    let op = s.ops.get("canary").await.expect("get");
+    let op = ops.get("canary").await.expect("get");
     let status = op.status.clone().unwrap_or_default();
     assert_eq!(
         status.node_statuses.keys().collect::<Vec<_>>(),
@@ -265,7 +264,7 @@ async fn a_canary_that_fails_starts_no_other_node_and_says_so(s: &Scene) {
     );
     let reasons = s.ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "NodeFailed"), "{reasons:?}");
-    support::delete_and_wait_gone(&s.ops, "canary").await;
+    support::delete_and_wait_gone(ops, "canary").await;
     assert!(
         !unschedulable(&s.client, nodes[0]).await,
         "deleting the NodeOp gives its cordon back"
@@ -273,13 +272,17 @@ async fn a_canary_that_fails_starts_no_other_node_and_says_so(s: &Scene) {
 }
 
 /// `concurrency: 0`: every selected node's Job is created before any of them completes.
-async fn concurrency_zero_runs_every_node_at_once(s: &Scene) {
-    let nodes: Vec<&String> = s.nodes[3..6].iter().collect();
-    s.ops
-        .create(&PostParams::default(), &nodeop("all", &nodes, json!({})))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_zero_runs_every_node_at_once() {
+    let Some((s, _controller)) = nodeop_scene("nodeop-all", 3).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let nodes: Vec<&String> = s.nodes.iter().collect();
+    ops.create(&PostParams::default(), &nodeop("all", &nodes, json!({})))
         .await
         .expect("create the NodeOp");
-    let done = wait_nodeop(&s.ops, "all", "Completed", Duration::from_secs(90), |op| {
+    let done = wait_nodeop(ops, "all", "Completed", Duration::from_secs(90), |op| {
         phase(op) == "Completed"
     })
     .await;
@@ -329,15 +332,20 @@ async fn concurrency_zero_runs_every_node_at_once(s: &Scene) {
             .iter()
             .any(|n| pod.node_name.as_deref() == Some(n.as_str()))
     );
-    support::delete_and_wait_gone(&s.ops, "all").await;
+    support::delete_and_wait_gone(ops, "all").await;
 }
 
 /// A node a NodeMaintenance holds: the NodeOp waits, saying who holds it, and runs once the
 /// maintenance is gone.
-async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
-    let node = &s.nodes[6];
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_in_maintenance_waits_then_runs() {
+    let Some((s, controller)) = nodeop_scene("nodeop-maint", 1).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let node = &s.nodes[0];
     let nms = Api::<NodeMaintenance>::all(s.client.clone());
-    let nm_name = format!("{}-disk", s.ns.name());
+    let nm_name = s.name("disk");
     let nm: NodeMaintenance = serde_json::from_value(json!({
         "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
         "kind": "NodeMaintenance",
@@ -360,16 +368,15 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
         },
     )
     .await;
-    s.ops
-        .create(
-            &PostParams::default(),
-            &nodeop("held", &[node], json!({"cordon": true})),
-        )
-        .await
-        .expect("create the NodeOp");
+    ops.create(
+        &PostParams::default(),
+        &nodeop("held", &[node], json!({"cordon": true})),
+    )
+    .await
+    .expect("create the NodeOp");
     let holder = format!("node {node} waits: nodemaintenance {nm_name} holds the node");
     wait_nodeop(
-        &s.ops,
+        ops,
         "held",
         "waiting for the maintenance",
         Duration::from_secs(60),
@@ -381,7 +388,8 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The status says the decision; once every reconcile it led to is done, no Job was made.
+    controller.settled(KIND).await;
     assert!(jobs_of(&s.ns, "held").await.is_empty(), "no Job while held");
     // `slipway explain` says the same, decided by the controller's own code.
     let out = support::process::slipway()
@@ -391,7 +399,7 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
             "-o",
             "json",
         ])
-        .env("KUBECONFIG", &s.kubeconfig)
+        .env("KUBECONFIG", s.cluster.kubeconfig_path())
         .output()
         .expect("run slipway explain");
     assert!(
@@ -408,7 +416,7 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
     nms.delete(&nm_name, &DeleteParams::default())
         .await
         .expect("delete the NodeMaintenance");
-    let done = wait_nodeop(&s.ops, "held", "Completed", Duration::from_secs(90), |op| {
+    let done = wait_nodeop(ops, "held", "Completed", Duration::from_secs(90), |op| {
         phase(op) == "Completed"
     })
     .await;
@@ -417,21 +425,20 @@ async fn a_node_in_maintenance_waits_then_runs(s: &Scene) {
         !unschedulable(&s.client, node).await,
         "the NodeOp's cordon goes after its Job, the maintenance's with it"
     );
-    support::delete_and_wait_gone(&s.ops, "held").await;
+    support::delete_and_wait_gone(ops, "held").await;
 }
 
 /// The controller is killed once the first node's Job exists; a new one finishes the NodeOp with
 /// one Job per node.
-async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
-    s: &Scene,
-    cluster: &support::Cluster,
-    env: &[(&str, &str)],
-    controller: ControllerProcess,
-) {
-    let nodes: Vec<&String> = s.nodes[3..6].iter().collect();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_operation_resumes_without_a_second_job() {
+    let Some((s, mut controller)) = nodeop_scene("nodeop-resume", 3).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let nodes: Vec<&String> = s.nodes.iter().collect();
     let spec = json!({"concurrency": 1, "cordon": true});
-    s.ops
-        .create(&PostParams::default(), &nodeop("resume", &nodes, spec))
+    ops.create(&PostParams::default(), &nodeop("resume", &nodes, spec))
         .await
         .expect("create the NodeOp");
     support::wait_for("the first Job", Duration::from_secs(60), || async {
@@ -441,15 +448,10 @@ async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
         }
     })
     .await;
-    drop(controller);
-    let _controller = ControllerProcess::start(cluster, s.ns.name(), env);
-    let done = wait_nodeop(
-        &s.ops,
-        "resume",
-        "Completed",
-        Duration::from_secs(90),
-        |op| phase(op) == "Completed",
-    )
+    controller.restart();
+    let done = wait_nodeop(ops, "resume", "Completed", Duration::from_secs(90), |op| {
+        phase(op) == "Completed"
+    })
     .await;
     assert_eq!(done.status.map(|s| s.node_statuses.len()), Some(3));
     let mut on: Vec<String> = jobs_of(&s.ns, "resume")
@@ -458,21 +460,24 @@ async fn a_controller_killed_mid_operation_resumes_without_a_second_job(
         .filter_map(|j| j.metadata.labels.as_ref()?.get("kairos.io/node").cloned())
         .collect();
     on.sort();
-    assert_eq!(
-        on,
-        nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-        "one Job per node"
-    );
+    let mut want: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    want.sort();
+    assert_eq!(on, want, "one Job per node");
     for n in &nodes {
         assert!(!unschedulable(&s.client, n).await, "{n} uncordoned");
     }
-    support::delete_and_wait_gone(&s.ops, "resume").await;
+    support::delete_and_wait_gone(ops, "resume").await;
 }
 
 /// A NodeOpUpgrade of two nodes, one at a time: its NodeOp starts with the control-plane node,
 /// reboots it through the sentinel, and starts the other only once the first runs a new boot ID
 /// and is Ready.
-async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off(s: &Scene) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_hand_off() {
+    let Some((s, controller)) = nodeop_scene("nodeop-upgrade", 2).await else {
+        return;
+    };
+    let ops = &ops(&s);
     let (worker, server) = (&s.nodes[0], &s.nodes[1]);
     let role = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
     Api::<Node>::all(s.client.clone())
@@ -510,7 +515,7 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
                 })
         };
         let op = wait_nodeop(
-            &s.ops,
+            ops,
             "to-v3",
             &format!("{node} to wait for its reboot"),
             Duration::from_secs(90),
@@ -547,8 +552,9 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
             script.contains(&format!("/sentinel/{job}")),
             "the reboot pod waits for {job}: {script}"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let still = s.ops.get("to-v3").await.expect("get");
+        // The node has not rebooted yet: every reconcile since says so.
+        controller.settled(KIND).await;
+        let still = ops.get("to-v3").await.expect("get");
         assert!(
             rebooting(&still),
             "no reboot seen yet: {}",
@@ -562,7 +568,7 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
                 .is_some_and(|n| n.reboot_status.as_deref() == Some("completed"))
         };
         wait_nodeop(
-            &s.ops,
+            ops,
             "to-v3",
             &format!("{node} back"),
             Duration::from_secs(60),
@@ -593,7 +599,7 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
         Some("Upgrade operation completed successfully")
     );
     assert_eq!(status.node_statuses.len(), 2);
-    let nodeop = s.ops.get("to-v3").await.expect("the upgrade's NodeOp");
+    let nodeop = ops.get("to-v3").await.expect("the upgrade's NodeOp");
     let command = nodeop.spec.command.join(" ");
     assert!(
         command.contains("kairos-agent upgrade --source dir:/ --exclude-path '/etc/hostname'"),
@@ -605,18 +611,68 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
         .expect("delete the upgrade");
 }
 
-/// A node a NodeOp holds (waiting for its reboot) is left out by a Plan, which takes it once the
-/// NodeOp is done with it; a NodeOp waits for a node the Plan upgrades, naming the Plan.
-async fn a_plan_and_nodeops_share_one_budget(s: &Scene) {
-    use slipway::plan::api::Plan;
+/// A Plan `os` over `nodes`, two at a time, whose Job pods stay Running until the scene releases
+/// them ([`support::release_held_pod`]).
+fn held_plan(nodes: &[&String]) -> Plan {
+    let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+    serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: os
+  labels:
+    {hold}: "true"
+spec:
+  concurrency: 2
+  version: "2026-11-25"
+  nodeSelector:
+    matchExpressions:
+    - {{key: kubernetes.io/hostname, operator: In, values: [{nodes}]}}
+  upgrade:
+    image: debian:bookworm-slim
+"#,
+        hold = support::HOLD_LABEL,
+        nodes = nodes.join(", "),
+    ))
+    .expect("the Plan parses")
+}
+
+async fn applying(plans: &Api<Plan>) -> anyhow::Result<Vec<String>> {
+    let p = plans.get("os").await?;
+    Ok(p.status.map(|s| s.applying).unwrap_or_default())
+}
+
+/// Until the Plan `os` is applying exactly `busy`.
+async fn wait_applying_only(plans: &Api<Plan>, busy: &str) {
+    support::wait_for(
+        &format!("the Plan to start {busy} only"),
+        Duration::from_secs(60),
+        || async {
+            match applying(plans).await? {
+                a if a == [busy.to_string()] => Ok(()),
+                a => bail!("applying {a:?}"),
+            }
+        },
+    )
+    .await;
+}
+
+/// One budget: a node a NodeOp holds (waiting for its reboot) is left out by a Plan, which says
+/// so and takes it once the NodeOp is done with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_leaves_out_a_node_a_nodeop_holds() {
+    let Some((s, _controller)) = nodeop_scene("nodeop-held", 2).await else {
+        return;
+    };
+    let ops = &ops(&s);
     let (held, busy) = (&s.nodes[0], &s.nodes[1]);
-    s.ops
-        .create(
-            &PostParams::default(),
-            &nodeop("hold", &[held], json!({"rebootOnSuccess": true})),
-        )
-        .await
-        .expect("create the NodeOp");
+    ops.create(
+        &PostParams::default(),
+        &nodeop("hold", &[held], json!({"rebootOnSuccess": true})),
+    )
+    .await
+    .expect("create the NodeOp");
     let rebooting = |op: &NodeOp| {
         op.status
             .as_ref()
@@ -626,60 +682,77 @@ async fn a_plan_and_nodeops_share_one_budget(s: &Scene) {
             })
     };
     wait_nodeop(
-        &s.ops,
+        ops,
         "hold",
         "its node to wait for the reboot",
         Duration::from_secs(60),
         rebooting,
     )
     .await;
-    let plan: Plan = serde_saphyr::from_str(&format!(
-        r#"
-apiVersion: upgrade.cattle.io/v1
-kind: Plan
-metadata:
-  name: os
-  annotations:
-    slipway.test/complete-delay: "15s"
-spec:
-  concurrency: 2
-  version: "2026-11-25"
-  nodeSelector:
-    matchExpressions:
-    - {{key: kubernetes.io/hostname, operator: In, values: ["{held}", "{busy}"]}}
-  upgrade:
-    image: debian:bookworm-slim
-"#
-    ))
-    .expect("the Plan parses");
     let plans = s.ns.api::<Plan>();
     plans
-        .create(&PostParams::default(), &plan)
+        .create(&PostParams::default(), &held_plan(&[held, busy]))
         .await
         .expect("create the Plan");
-    let applying = || async {
-        let p = plans.get("os").await?;
-        anyhow::Ok(p.status.map(|s| s.applying).unwrap_or_default())
-    };
-    support::wait_for(
-        "the Plan to start the free node only",
+    wait_applying_only(&plans, busy).await;
+    support::release_held_pod(&s.client, s.ns.name(), busy).await;
+    let waiting = support::wait_for(
+        "the Plan to wait for the held node",
         Duration::from_secs(60),
         || async {
-            match applying().await? {
-                a if a == [busy.to_string()] => Ok(()),
-                a => bail!("applying {a:?}"),
+            let p = plans.get("os").await?;
+            match support::plans::condition_reason(&p, "Complete").as_deref() {
+                Some("WaitingForNodes") => Ok(p),
+                other => bail!("Complete: {other:?}"),
             }
         },
     )
     .await;
-    // The other way round: a NodeOp waits for the node the Plan upgrades.
-    s.ops
-        .create(&PostParams::default(), &nodeop("after", &[busy], json!({})))
+    let message = support::plans::complete_message(&waiting);
+    assert!(
+        message.contains(&format!("node {held} is held by")),
+        "{message}"
+    );
+    assert!(
+        !applying(&plans).await.unwrap_or_default().contains(held),
+        "the Plan leaves the held node"
+    );
+    support::simulate_reboot(&s.client, held).await;
+    wait_nodeop(ops, "hold", "Completed", Duration::from_secs(60), |op| {
+        phase(op) == "Completed"
+    })
+    .await;
+    support::release_held_pod(&s.client, s.ns.name(), held).await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(120)).await;
+    support::delete_and_wait_gone(ops, "hold").await;
+    plans
+        .delete("os", &DeleteParams::default())
+        .await
+        .expect("delete the Plan");
+}
+
+/// One budget, the other way round: a NodeOp waits for the node a Plan upgrades, naming the
+/// Plan, and runs once the Plan is done with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeop_waits_for_the_node_a_plan_upgrades() {
+    let Some((s, _controller)) = nodeop_scene("nodeop-after", 1).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let busy = &s.nodes[0];
+    let plans = s.ns.api::<Plan>();
+    plans
+        .create(&PostParams::default(), &held_plan(&[busy]))
+        .await
+        .expect("create the Plan");
+    // The upgrade step lasts until the scene releases its pod.
+    wait_applying_only(&plans, busy).await;
+    ops.create(&PostParams::default(), &nodeop("after", &[busy], json!({})))
         .await
         .expect("create the NodeOp");
     let waits = format!("node {busy} waits: plan {}/os holds the node", s.ns.name());
     wait_nodeop(
-        &s.ops,
+        ops,
         "after",
         "waiting for the Plan",
         Duration::from_secs(30),
@@ -692,26 +765,13 @@ spec:
     )
     .await;
     assert!(jobs_of(&s.ns, "after").await.is_empty());
-    assert!(
-        !applying().await.unwrap_or_default().contains(held),
-        "the Plan leaves the held node"
-    );
-    support::simulate_reboot(&s.client, held).await;
-    wait_nodeop(&s.ops, "hold", "Completed", Duration::from_secs(60), |op| {
+    support::release_held_pod(&s.client, s.ns.name(), busy).await;
+    support::plans::wait_complete(&plans, "os", Duration::from_secs(120)).await;
+    wait_nodeop(ops, "after", "Completed", Duration::from_secs(90), |op| {
         phase(op) == "Completed"
     })
     .await;
-    support::plans::wait_complete(&plans, "os", Duration::from_secs(120)).await;
-    wait_nodeop(
-        &s.ops,
-        "after",
-        "Completed",
-        Duration::from_secs(90),
-        |op| phase(op) == "Completed",
-    )
-    .await;
-    support::delete_and_wait_gone(&s.ops, "after").await;
-    support::delete_and_wait_gone(&s.ops, "hold").await;
+    support::delete_and_wait_gone(ops, "after").await;
     plans
         .delete("os", &DeleteParams::default())
         .await

@@ -1,12 +1,15 @@
-//! End-to-end tests of running slipway in production: /metrics, /healthz and /readyz, leader
-//! election with failover after a crash, and a clean SIGTERM that hands the Lease over.
+//! End-to-end scenes of running slipway in production: /healthz, /readyz and the metrics of a
+//! finished rollout; a failed node in the phase gauges until its Plan is deleted; leader election
+//! with failover after a crash; a clean SIGTERM that hands the Lease over; a deposed leader that
+//! exits. Each controller works in its scene's namespace only: every scene shares the cluster.
 
 use crate::support;
 
 use std::time::{Duration, Instant};
 
-use crate::support::controller::ControllerProcess;
+use crate::support::controller::{ControllerProcess, sample};
 use crate::support::plans::wait_complete;
+use crate::support::scene::Scene;
 use crate::support::{Cluster, TestNamespace};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
@@ -27,14 +30,6 @@ fn controller(cluster: &Cluster, ns: &str, id: &str, leader_elect: bool) -> Cont
     } else {
         builder.start()
     }
-}
-
-/// The value of the sample `name` (with its labels, exactly as rendered), if present.
-fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 fn plan(name: &str, pool: &str, concurrency: i64, delay: &str, source: &str) -> Plan {
@@ -85,26 +80,39 @@ async fn wait_holder(leases: &Api<Lease>, name: &str, want: &str, timeout: Durat
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_health_and_readiness_of_a_running_controller() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("metrics", 2).await else {
-        return;
-    };
-    let client = ns.client();
-    // A failed Job fails its node at once (the phase gauges' test).
-    let controller = ControllerProcess::builder(cluster.kubeconfig_path())
-        .namespace(ns.name())
+/// A controller of a Plan of its own: `solo`, with a metrics port; a failed Job fails its node at
+/// once (for the phase gauges).
+fn solo(s: &Scene) -> ControllerProcess {
+    ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(s.ns.name())
         .replica("solo")
         .metrics_port()
         .envs([("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")])
-        .start();
+        .start()
+}
+
+/// A running controller is healthy and ready, and its metrics show the rollout it finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_controller_is_healthy_ready_and_measured() {
+    let Some(s) = Scene::new("metrics").nodes(2).start().await else {
+        return;
+    };
+    let controller = solo(&s);
     healthy_and_ready(&controller).await;
-    roll_out_from_a_channel(&ns, &pool).await;
-    the_metrics_show_the_finished_rollout(&controller, &ns).await;
-    a_failed_node_shows_in_the_phase_gauges(&controller, &ns, &pool).await;
-    deleting_the_plan_drops_its_gauges(&controller, &ns, &pool).await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+    roll_out_from_a_channel(&s.ns, &s.pool).await;
+    the_metrics_show_the_finished_rollout(&controller, &s.ns).await;
+}
+
+/// A Plan whose Job fails shows its node in the phase gauges; deleting the Plan drops its
+/// gauges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_node_shows_in_the_phase_gauges_until_its_plan_is_deleted() {
+    let Some(s) = Scene::new("gauges").nodes(2).start().await else {
+        return;
+    };
+    let controller = solo(&s);
+    a_failed_node_shows_in_the_phase_gauges(&controller, &s.ns, &s.pool).await;
+    deleting_the_plan_drops_its_gauges(&controller, &s.ns, &s.pool).await;
 }
 
 /// `/healthz` answers `ok`, and `/readyz` 200.
@@ -295,12 +303,10 @@ async fn deleting_the_plan_drops_its_gauges(
     ns: &TestNamespace,
     pool: &str,
 ) {
-    for gone in ["measured", "broken"] {
-        ns.api::<Plan>()
-            .delete(gone, &Default::default())
-            .await
-            .expect("delete plan");
-    }
+    ns.api::<Plan>()
+        .delete("broken", &Default::default())
+        .await
+        .expect("delete plan");
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
@@ -313,8 +319,7 @@ async fn deleting_the_plan_drops_its_gauges(
         Duration::from_secs(60),
         || async {
             let (_, text) = controller.get("/metrics").await?;
-            let gone = ["measured", "broken"].map(|p| format!("plan=\"{p}\""));
-            if !gone.iter().any(|p| text.contains(p)) && text.contains("plan=\"second\"") {
+            if !text.contains("plan=\"broken\"") && text.contains("plan=\"second\"") {
                 Ok(())
             } else {
                 Err(anyhow!("{text}"))
@@ -326,17 +331,17 @@ async fn deleting_the_plan_drops_its_gauges(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("failover", 5).await else {
+    let Some(s) = Scene::new("failover").nodes(5).start().await else {
         return;
     };
-    let client = ns.client();
+    let (cluster, ns, nodes, pool, client) = (&s.cluster, &s.ns, &s.nodes, &s.pool, &s.client);
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
     let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
 
-    let mut first = controller(&cluster, ns.name(), "replica-a", true);
+    let mut first = controller(cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
-    let second = controller(&cluster, ns.name(), "replica-b", true);
+    let second = controller(cluster, ns.name(), "replica-b", true);
     // The standby is healthy and ready (so a two-replica Deployment rolls out) but does not lead.
     let standby = support::wait_for("the standby's /readyz", Duration::from_secs(30), || async {
         match second.get("/readyz").await? {
@@ -357,7 +362,7 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     ns.api::<Plan>()
         .create(
             &PostParams::default(),
-            &plan("failover", &pool, 2, "4s", "version: v1.30.1+k3s1"),
+            &plan("failover", pool, 2, "4s", "version: v1.30.1+k3s1"),
         )
         .await
         .expect("create plan");
@@ -389,7 +394,7 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     let done = wait_complete(&ns.api(), "failover", Duration::from_secs(120)).await;
     let hash = done.status.and_then(|s| s.latest_hash).expect("hash");
     let node_api = Api::<Node>::all(client.clone());
-    for n in &nodes {
+    for n in nodes {
         let labels = node_api
             .get(n)
             .await
@@ -420,20 +425,17 @@ async fn a_standby_takes_over_a_crashed_leader_mid_rollout() {
     }
     let (_, metrics) = second.get("/metrics").await.expect("metrics");
     assert_eq!(sample(&metrics, "slipway_leader"), Some(1.0), "{metrics}");
-    drop(second);
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("sigterm").start().await else {
         return;
     };
-    let ns = TestNamespace::create(&cluster, "sigterm").await;
+    let (cluster, ns) = (&s.cluster, &s.ns);
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
-    let mut first = controller(&cluster, ns.name(), "replica-a", true);
+    let mut first = controller(cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
     support::wait_for(
         "the leader to be ready",
@@ -446,7 +448,7 @@ async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
         },
     )
     .await;
-    let second = controller(&cluster, ns.name(), "replica-b", true);
+    let second = controller(cluster, ns.name(), "replica-b", true);
     support::wait_for(
         "the standby to be ready",
         Duration::from_secs(30),
@@ -494,18 +496,17 @@ async fn sigterm_exits_cleanly_and_hands_the_lease_over() {
         termed.elapsed()
     );
     drop(second);
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_exits_at_once() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("deposed").start().await else {
         return;
     };
-    let ns = TestNamespace::create(&cluster, "deposed").await;
+    let (cluster, ns) = (&s.cluster, &s.ns);
     let leases = ns.api::<Lease>();
     let lease = format!("slipway-{}", ns.name());
-    let mut leader = controller(&cluster, ns.name(), "replica-a", true);
+    let mut leader = controller(cluster, ns.name(), "replica-a", true);
     wait_holder(&leases, &lease, "replica-a", Duration::from_secs(30)).await;
     // Someone else writes itself into the Lease (as a partitioned-away leader would find after
     // the others moved on): the leader must stop at its next renewal, not keep writing.
@@ -538,5 +539,4 @@ async fn a_deposed_leader_exits_at_once() {
         holder(&leases, &lease).await.expect("lease").as_deref(),
         Some("intruder")
     );
-    ns.cleanup().await;
 }

@@ -1,12 +1,17 @@
-//! End-to-end tests of RebootPolicy on the local cluster: nodes ask for a reboot (the annotation
-//! `slipway agent` writes, or Flatcar's update-agent protocol), slipway cordons, drains through
-//! the real Eviction API, reboots with a reboot pod (or grants `reboot-ok`), and waits for the
-//! node to come back. kwok nodes do not reboot, so the test plays the node: it changes
-//! `status.nodeInfo.bootID` once the reboot was asked for.
+//! End-to-end scenes of RebootPolicy on the local cluster: nodes ask for a reboot (the annotation
+//! `slipway agent` writes, Flatcar's update-agent protocol, or a Node condition), slipway cordons,
+//! drains through the real Eviction API, reboots with a reboot pod (or grants `reboot-ok`), and
+//! waits for the node to come back. kwok nodes do not reboot, so the scene plays the node: it
+//! changes `status.nodeInfo.bootID` once the reboot was asked for.
+//!
+//! The scenes: a wave of five nodes two at a time across a controller crash; a closed window; a
+//! blocking pod; a node that never comes back; a PodDisruptionBudget holding the drain; Flatcar's
+//! protocol; an invalid spec; an unreachable Prometheus; a health check; a Node condition; a Plan
+//! and a policy in one budget; the soak between two reboots; an Event of its own per node.
 //!
 //! RebootPolicies are cluster-scoped and a policy-enabled controller reconciles all of them, so
-//! the scenarios run as named steps of one test, one after the other, with one controller; the
-//! other test of this file waits for its turn ([`ONE_CONTROLLER_AT_A_TIME`]).
+//! every scene here is in the [`CLUSTER_WIDE`](crate::support::scene::CLUSTER_WIDE) group: one
+//! at a time, each with a controller of its own.
 
 use crate::support;
 
@@ -18,6 +23,7 @@ use std::time::Duration;
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
 use crate::support::reboots::{pod_node, reboot_pods};
+use crate::support::scene::Scene;
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -33,11 +39,28 @@ use slipway::reboot_policy::api::RebootPolicy;
 const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.net/";
 /// The controller's setting that turns RebootPolicies on.
 const POLICIES_ON: [(&str, &str); 1] = [("SLIPWAY_REBOOT_POLICIES", "true")];
+/// The controller's reconciles of RebootPolicies, as its metrics name them.
+const KIND: &str = "rebootpolicy";
 
-/// A policy-enabled controller reconciles every RebootPolicy of the cluster, so the tests of this
-/// file take turns, each with a controller of its own.
-static ONE_CONTROLLER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// A scene of `nodes` nodes and its policy-enabled controller (with metrics, for
+/// [`ControllerProcess::settled`]).
+async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
+    // Its controller reconciles every RebootPolicy of the cluster.
+    let s = Scene::new(name)
+        .nodes(nodes)
+        .cluster_wide()
+        .crds(&["rebootpolicies.slipway.dev"])
+        .start()
+        .await?;
+    let controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &POLICIES_ON);
+    Some((s, controller))
+}
 
+fn policies(s: &Scene) -> Api<RebootPolicy> {
+    Api::all(s.client.clone())
+}
+
+/// The RebootPolicy `name` over the scene's pool, with `spec` merged into its defaults.
 fn policy(name: &str, pool: &str, spec: Value) -> RebootPolicy {
     let mut full = json!({
         "nodeSelector": {"matchLabels": {"slipway.test/pool": pool}},
@@ -56,6 +79,21 @@ fn policy(name: &str, pool: &str, spec: Value) -> RebootPolicy {
         "spec": full,
     }))
     .expect("a RebootPolicy")
+}
+
+/// Creates the scene's RebootPolicy `<namespace>-<what>` with `spec`; its name.
+async fn create_policy(s: &Scene, what: &str, spec: Value) -> String {
+    let name = s.name(what);
+    let p = policy(&name, &s.pool, spec);
+    let api = policies(s);
+    // The CRD is Established, but a fresh one may take a moment to be served everywhere.
+    support::wait_for(
+        "the RebootPolicy to be created",
+        Duration::from_secs(60),
+        || async { api.create(&PostParams::default(), &p).await },
+    )
+    .await;
+    name
 }
 
 async fn node(client: &Client, name: &str) -> Node {
@@ -121,37 +159,30 @@ async fn wait_all_done(client: &Client, api: &Api<RebootPolicy>, name: &str, nam
     .await
 }
 
-/// Counts, every 100 ms, the pool's cordoned nodes; keeps the largest count.
-fn watch_cordons(client: Client, names: Vec<String>) -> (Arc<AtomicUsize>, Arc<AtomicBool>) {
+/// Counts, every 100 ms, the cordoned nodes among `names` of the pool `selector`; keeps the
+/// largest count. Each count is of one list, a snapshot of one moment: node-by-node reads could
+/// see a node given back and the next one taken as both cordoned.
+fn watch_cordons(
+    client: Client,
+    selector: String,
+    names: Vec<String>,
+) -> (Arc<AtomicUsize>, Arc<AtomicBool>) {
     let most = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (m, s) = (most.clone(), stop.clone());
     tokio::spawn(async move {
         let api = Api::<Node>::all(client);
         while !s.load(Ordering::Relaxed) {
-            let mut n = 0;
-            for name in &names {
-                if let Ok(node) = api.get(name).await
-                    && cordoned(&node)
-                {
-                    n += 1;
-                }
+            if let Ok(list) = api.list(&ListParams::default().labels(&selector)).await {
+                let n = (list.items.iter())
+                    .filter(|n| names.contains(&n.name_any()) && cordoned(n))
+                    .count();
+                m.fetch_max(n, Ordering::Relaxed);
             }
-            m.fetch_max(n, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     (most, stop)
-}
-
-async fn create_policy(api: &Api<RebootPolicy>, p: &RebootPolicy) {
-    // The controller installs the CRD at start; it may not be served yet.
-    support::wait_for(
-        "the RebootPolicy to be created",
-        Duration::from_secs(60),
-        || async { api.create(&PostParams::default(), p).await },
-    )
-    .await;
 }
 
 async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
@@ -204,209 +235,44 @@ async fn wait_reboot_pod(s: &Scene, policy: &str, node: &str, what: &str) {
         if p.iter().any(|p| pod_node(p) == node) {
             Ok(())
         } else {
-            Err(anyhow!("status: {}", status_of(&s.api, policy).await))
+            Err(anyhow!("status: {}", status_of(&policies(s), policy).await))
         }
     })
     .await
 }
 
-/// What every step of the scenario works with: the RebootPolicy API, the test's namespace and
-/// its five nodes (pool `pool`).
-struct Scene {
-    client: Client,
-    api: Api<RebootPolicy>,
-    ns: TestNamespace,
-    nodes: Vec<String>,
-    pool: String,
-}
-
-impl Scene {
-    /// `<namespace>-<what>`: a RebootPolicy name of this test's own.
-    fn policy_name(&self, what: &str) -> String {
-        format!("{}-{what}", self.ns.name())
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reboot_policies_reboot_the_nodes_that_ask_within_their_budget() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("rbp", 5).await else {
-        return;
-    };
-    let _turn = ONE_CONTROLLER_AT_A_TIME.lock().await;
-    let client = ns.client();
-    let mut controller = ControllerProcess::start(&cluster, ns.name(), &POLICIES_ON);
-    let s = Scene {
-        api: Api::<RebootPolicy>::all(client.clone()),
-        client,
-        ns,
-        nodes,
-        pool,
-    };
-    a_wave_reboots_every_node_two_at_a_time_across_a_crash(&s, &mut controller).await;
-    a_closed_window_holds_a_reboot_and_says_until_when(&s).await;
-    a_blocking_pod_holds_the_node_until_it_is_gone(&s).await;
-    a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(&s).await;
-    a_pod_disruption_budget_holds_the_drain(&s).await;
-    a_flatcar_node_is_rebooted_through_fluos_protocol(&s).await;
-    an_invalid_spec_is_reported_naming_the_field(&s).await;
-    an_unreachable_prometheus_holds_reboots(&s).await;
-    a_health_check_holds_reboots_until_it_holds(&s).await;
-    a_node_condition_asks_once_per_occurrence(&s).await;
-    a_plan_and_a_policy_share_one_budget(&s).await;
-    soak_separates_two_reboots(&s).await;
-
-    drop(controller);
-    let Scene {
-        client, ns, nodes, ..
-    } = s;
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
-}
-
-/// kube's event recorder folds events of the same reason and action into one series that keeps
-/// only the first message. A policy that reboots four nodes, two at a time, must leave a
-/// `Rebooting` and a `Rebooted` message of its own for each node, each naming it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rebooted_node_has_events_of_its_own() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("rbp-events", 4).await else {
-        return;
-    };
-    let _turn = ONE_CONTROLLER_AT_A_TIME.lock().await;
-    let client = ns.client();
-    let controller = ControllerProcess::start(&cluster, ns.name(), &POLICIES_ON);
-    let s = Scene {
-        api: Api::<RebootPolicy>::all(client.clone()),
-        client,
-        ns,
-        nodes,
-        pool,
-    };
-    let name = s.policy_name("events");
-    create_policy(&s.api, &policy(&name, &s.pool, json!({"concurrency": 2}))).await;
-    for n in &s.nodes {
-        support::ask_reboot(&s.client, n).await;
-    }
-    reboot_every_node_once(&s, &name).await;
-    wait_all_done(&s.client, &s.api, &name, &s.nodes).await;
-    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooting").await;
-    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooted").await;
-    delete_policy(&s.api, &name).await;
-
-    drop(controller);
-    let Scene {
-        client, ns, nodes, ..
-    } = s;
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
-}
-
-/// Plays the nodes of the policy: each is rebooted once its reboot pod is there, until all are.
-async fn reboot_every_node_once(s: &Scene, policy: &str) {
-    let mut rebooted = BTreeSet::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while rebooted.len() < s.nodes.len() {
-        for p in reboot_pods(s.ns.name(), &s.client, policy).await {
-            let n = pod_node(&p);
-            if rebooted.insert(n.clone()) {
-                support::simulate_reboot(&s.client, &n).await;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "rebooted {rebooted:?}; policy: {}",
-            status_of(&s.api, policy).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The policy's Events (events.k8s.io/v1, in any namespace) of `reason` carry one distinct
-/// message per node of `nodes`, each naming its node.
-async fn each_node_has_its_own_event(
-    client: &Client,
-    policy: &str,
-    nodes: &[String],
-    reason: &str,
-) {
-    let events = Api::<Event>::all(client.clone());
-    support::wait_for(
-        &format!("a {reason} event of {policy} naming each of {nodes:?}"),
-        Duration::from_secs(30),
-        || async {
-            let messages: BTreeSet<String> = events
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .filter(|e| {
-                    e.regarding.as_ref().is_some_and(|r| {
-                        r.kind.as_deref() == Some("RebootPolicy")
-                            && r.name.as_deref() == Some(policy)
-                    })
-                })
-                .filter(|e| e.reason.as_deref() == Some(reason))
-                .filter_map(|e| e.note)
-                .collect();
-            let not_named_once: Vec<&String> = nodes
-                .iter()
-                .filter(|n| messages.iter().filter(|m| m.contains(n.as_str())).count() != 1)
-                .collect();
-            if messages.len() == nodes.len() && not_named_once.is_empty() {
-                Ok(())
-            } else {
-                Err(anyhow!(
-                    "{} distinct {reason} messages for {} nodes; nodes not named by exactly one: \
-                     {not_named_once:?}; messages: {messages:?}",
-                    messages.len(),
-                    nodes.len()
-                ))
-            }
-        },
-    )
-    .await
-}
-
 /// Five nodes ask; at most two are disrupted at once; the controller is killed once in the
 /// middle; every node ends rebooted and uncordoned, the one an admin had cordoned stays so.
-async fn a_wave_reboots_every_node_two_at_a_time_across_a_crash(
-    s: &Scene,
-    controller: &mut ControllerProcess,
-) {
-    let Scene {
-        client,
-        api,
-        nodes,
-        pool,
-        ..
-    } = s;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_reboots_every_node_two_at_a_time_across_a_crash() {
+    let Some((s, mut controller)) = policy_scene("rbp-wave", 5).await else {
+        return;
+    };
+    let (client, api, nodes) = (&s.client, &policies(&s), &s.nodes);
     let admin_cordoned = nodes[4].clone();
     support::set_unschedulable(client, &admin_cordoned, true).await;
-    let wave = s.policy_name("wave");
-    create_policy(api, &policy(&wave, pool, json!({"concurrency": 2}))).await;
+    let wave = create_policy(&s, "wave", json!({"concurrency": 2})).await;
     let others: Vec<String> = nodes
         .iter()
         .filter(|n| **n != admin_cordoned)
         .cloned()
         .collect();
-    let (most, stop) = watch_cordons(client.clone(), others.clone());
-    let before: Vec<String> = {
-        let mut b = Vec::new();
-        for n in nodes {
-            b.push(support::boot_id(&node(client, n).await));
-        }
-        b
-    };
+    let (most, stop) = watch_cordons(client.clone(), s.pool_selector(), others.clone());
+    let mut before = Vec::new();
+    for n in nodes {
+        before.push(support::boot_id(&node(client, n).await));
+    }
     for n in nodes {
         support::ask_reboot(client, n).await;
     }
-    reboot_two_at_a_time_killing_the_controller_once(s, controller, &wave).await;
+    reboot_two_at_a_time_killing_the_controller_once(&s, &mut controller, &wave).await;
     wait_all_done(client, api, &wave, &others).await;
     stop.store(true, Ordering::Relaxed);
     let most = most.load(Ordering::Relaxed);
     // The watch leaves out the node an admin cordoned.
     assert!(most <= 2, "{most} nodes cordoned at once, concurrency 2");
     assert!(most >= 1, "the watch saw no cordon at all");
-    every_node_rebooted_and_an_admins_cordon_stays(s, &wave, &admin_cordoned, &before).await;
+    every_node_rebooted_and_an_admins_cordon_stays(&s, &wave, &admin_cordoned, &before).await;
     support::set_unschedulable(client, &admin_cordoned, false).await;
     delete_policy(api, &wave).await;
 }
@@ -419,23 +285,17 @@ async fn reboot_two_at_a_time_killing_the_controller_once(
     controller: &mut ControllerProcess,
     wave: &str,
 ) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        ..
-    } = s;
+    let (client, api) = (&s.client, &policies(s));
     let mut rebooted: BTreeSet<String> = BTreeSet::new();
     let mut killed = false;
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while rebooted.len() < nodes.len() {
+    while rebooted.len() < s.nodes.len() {
         assert!(
             std::time::Instant::now() < deadline,
             "rebooted so far: {rebooted:?}; status: {}",
             status_of(api, wave).await
         );
-        let pods = reboot_pods(ns.name(), client, wave).await;
+        let pods = reboot_pods(s.ns.name(), client, wave).await;
         if pods.len() > 2 {
             let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
             panic!(
@@ -451,10 +311,10 @@ async fn reboot_two_at_a_time_killing_the_controller_once(
             if killed {
                 support::simulate_reboot(client, &n).await;
             } else {
-                // A crash between the reboot pod and the node's return loses nothing.
+                // A crash between the reboot pod and the node's return loses nothing: the node
+                // comes back while no controller runs.
                 controller.kill();
                 support::simulate_reboot(client, &n).await;
-                tokio::time::sleep(Duration::from_secs(1)).await;
                 controller.restart();
                 killed = true;
             }
@@ -471,25 +331,19 @@ async fn every_node_rebooted_and_an_admins_cordon_stays(
     admin_cordoned: &str,
     boot_ids_before: &[String],
 ) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        ..
-    } = s;
+    let client = &s.client;
     assert!(
         cordoned(&node(client, admin_cordoned).await),
         "an admin's cordon stays"
     );
-    for (n, b) in nodes.iter().zip(boot_ids_before) {
+    for (n, b) in s.nodes.iter().zip(boot_ids_before) {
         assert_ne!(&support::boot_id(&node(client, n).await), b, "{n} rebooted");
     }
     assert!(
-        reboot_pods(ns.name(), client, wave).await.is_empty(),
+        reboot_pods(s.ns.name(), client, wave).await.is_empty(),
         "reboot pods are removed once their node is back"
     );
-    let history: BTreeSet<String> = status_of(api, wave).await["rebooted"]
+    let history: BTreeSet<String> = status_of(&policies(s), wave).await["rebooted"]
         .as_array()
         .into_iter()
         .flatten()
@@ -497,21 +351,19 @@ async fn every_node_rebooted_and_an_admins_cordon_stays(
         .collect();
     assert_eq!(
         history,
-        nodes.iter().cloned().collect::<BTreeSet<_>>(),
+        s.nodes.iter().cloned().collect::<BTreeSet<_>>(),
         "status.rebooted names every node"
     );
 }
 
-/// A closed window holds a new reboot and says until when; opening it lets it through.
-async fn a_closed_window_holds_a_reboot_and_says_until_when(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        nodes,
-        pool,
-        ..
-    } = s;
-    let held = s.policy_name("held");
+/// A closed window holds a new reboot and says until when: the node is not even cordoned.
+/// Opening it lets the reboot through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_window_holds_a_reboot_and_says_until_when() {
+    let Some((s, controller)) = policy_scene("rbp-window", 1).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
     let closed = {
         let hour = (jiff::Timestamp::now()
             .to_zoned(jiff::tz::TimeZone::UTC)
@@ -521,8 +373,8 @@ async fn a_closed_window_holds_a_reboot_and_says_until_when(s: &Scene) {
         json!({"days": ["su","mo","tu","we","th","fr","sa"],
                "startTime": format!("{hour:02}:00"), "endTime": format!("{hour:02}:30")})
     };
-    create_policy(api, &policy(&held, pool, json!({"window": closed}))).await;
-    let n0 = nodes[0].clone();
+    let held = create_policy(&s, "held", json!({"window": closed})).await;
+    let n0 = s.nodes[0].clone();
     support::ask_reboot(client, &n0).await;
     let entry = wait_node_phase(api, &held, &n0, "WaitingForWindow").await;
     assert!(
@@ -532,85 +384,29 @@ async fn a_closed_window_holds_a_reboot_and_says_until_when(s: &Scene) {
             .contains("opens next at"),
         "{entry}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The status says the decision; once every reconcile it led to is done, nothing took the node.
+    controller.settled(KIND).await;
     assert!(!cordoned(&node(client, &n0).await), "held: not cordoned");
-}
-
-/// `soak`: the second node starts at least the soak after the first is back, and waits saying so.
-async fn soak_separates_two_reboots(s: &Scene) {
-    let name = s.policy_name("soak");
-    let pair = [s.nodes[3].clone(), s.nodes[4].clone()];
-    create_policy(
-        &s.api,
-        &policy(&name, &s.pool, json!({"concurrency": 1, "soak": "10s"})),
+    api.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"window": null}})),
     )
-    .await;
-    for n in &pair {
-        support::ask_reboot(&s.client, n).await;
-    }
-    let first = support::wait_for("a first reboot pod", Duration::from_secs(60), || async {
-        let pods = reboot_pods(s.ns.name(), &s.client, &name).await;
-        match pods.first() {
-            Some(p) => Ok(pod_node(p)),
-            None => Err(anyhow!("status: {}", status_of(&s.api, &name).await)),
-        }
-    })
-    .await;
-    let second = pair
-        .iter()
-        .find(|n| **n != first)
-        .expect("the other node")
-        .clone();
-    support::simulate_reboot(&s.client, &first).await;
-    let entry = support::wait_for("the first node back", Duration::from_secs(60), || async {
-        let status = status_of(&s.api, &name).await;
-        let back = status["rebooted"]
-            .as_array()
-            .is_some_and(|r| r.iter().any(|r| r["name"] == first.as_str()));
-        if back {
-            Ok(status)
-        } else {
-            Err(anyhow!("status: {status}"))
-        }
-    })
-    .await;
-    let back = std::time::Instant::now();
-    support::wait_for(
-        "the second node to wait for the soak",
-        Duration::from_secs(30),
-        || async {
-            let status = status_of(&s.api, &name).await;
-            match node_entry(&status, &second) {
-                Some(n) if n["reason"] == "Soaking" => Ok(()),
-                _ => Err(anyhow!("status: {status}")),
-            }
-        },
-    )
-    .await;
-    wait_reboot_pod(s, &name, &second, "the second reboot pod").await;
-    assert!(
-        back.elapsed() >= Duration::from_secs(8),
-        "the second reboot started {:?} after the first node was back ({entry})",
-        back.elapsed()
-    );
-    support::simulate_reboot(&s.client, &second).await;
-    wait_all_done(&s.client, &s.api, &name, &pair).await;
-    delete_policy(&s.api, &name).await;
+    .await
+    .expect("open the window");
+    wait_reboot_pod(&s, &held, &n0, "the reboot pod once the window is open").await;
+    assert!(cordoned(&node(client, &n0).await));
 }
 
 /// A blocking pod on the node holds it, named; once it is gone the reboot starts.
-async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        ..
-    } = s;
-    // The policy of the step before, and the node it holds.
-    let (held, n0) = (s.policy_name("held"), nodes[0].clone());
-    // The blocker runs before the window opens: opened first, a reconcile in between would start
-    // the reboot before the blocker exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_pod_holds_the_node_until_it_is_gone() {
+    let Some((s, _controller)) = policy_scene("rbp-blocker", 1).await else {
+        return;
+    };
+    let (client, api, ns) = (&s.client, &policies(&s), &s.ns);
+    let n0 = s.nodes[0].clone();
+    // The blocker runs before the node asks: otherwise the reboot could start before it exists.
     let blocker: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "blocker", "labels": {"app": "blocker"}},
@@ -630,14 +426,13 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
         }
     })
     .await;
-    api.patch(
-        &held,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"window": null,
-            "blocking": {"podSelectors": [{"matchLabels": {"app": "blocker"}}]}}})),
+    let held = create_policy(
+        &s,
+        "blocked",
+        json!({"blocking": {"podSelectors": [{"matchLabels": {"app": "blocker"}}]}}),
     )
-    .await
-    .expect("open the window, add a blocker");
+    .await;
+    support::ask_reboot(client, &n0).await;
     let status = wait_node_reason(api, &held, &n0, "BlockingPods").await;
     let entry = node_entry(&status, &n0).cloned().unwrap_or_default();
     assert!(
@@ -647,22 +442,23 @@ async fn a_blocking_pod_holds_the_node_until_it_is_gone(s: &Scene) {
     pods.delete("blocker", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete blocker");
-    wait_reboot_pod(s, &held, &n0, "the reboot pod").await;
+    wait_reboot_pod(&s, &held, &n0, "the reboot pod").await;
     assert!(cordoned(&node(client, &n0).await));
 }
 
-/// A node that never comes back fails the policy, naming it, and keeps its slot; once it
-/// is back it is released.
-async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns: _,
-        nodes,
-        ..
-    } = s;
-    // The policy of the step before, and the node it holds.
-    let (held, n0) = (s.policy_name("held"), nodes[0].clone());
+/// A node that never comes back fails the policy, naming it, and keeps its slot; with
+/// `failurePolicy: Stop` the failure outlasts the node's return until the failures are reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot() {
+    let Some((s, controller)) = policy_scene("rbp-gone", 2).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
+    let (n0, n1) = (s.nodes[0].clone(), s.nodes[1].clone());
+    let held = create_policy(&s, "held", json!({})).await;
+    support::ask_reboot(client, &n0).await;
+    wait_reboot_pod(&s, &held, &n0, "n0's reboot pod").await;
+    // n0 never comes back.
     api.patch(
         &held,
         &PatchParams::default(),
@@ -670,11 +466,10 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
     )
     .await
     .expect("a short timeout");
-    let n1 = nodes[1].clone();
     support::ask_reboot(client, &n1).await;
     let failed = wait_node_phase(api, &held, &n0, "Failed").await;
     assert_eq!(failed["reason"], "RebootTimedOut", "{failed}");
-    let status = status_of(api, &held).await;
+    let status = wait_node_reason(api, &held, &n1, "ConcurrencyReached").await;
     let message = status["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == "Progressing"))
@@ -698,20 +493,31 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
         "{stopped}"
     );
     support::simulate_reboot(client, &n0).await;
-    support::wait_for("n0 back", Duration::from_secs(30), || async {
+    // The status that lets n0 go says what the same decision made of n1.
+    let back = support::wait_for("n0 back", Duration::from_secs(30), || async {
         let status = status_of(api, &held).await;
         match node_entry(&status, &n0) {
-            None => Ok(()),
+            None => Ok(status),
             Some(_) => Err(anyhow!("status: {status}")),
         }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        node_entry(&back, &n1).map(|n| n["reason"].clone()),
+        Some(json!("RolloutStopped")),
+        "{back}"
+    );
+    // And so did every reconcile since.
+    controller.settled(KIND).await;
     let status = status_of(api, &held).await;
     assert_eq!(
         node_entry(&status, &n1).map(|n| n["reason"].clone()),
         Some(json!("RolloutStopped")),
         "{status}"
+    );
+    assert!(
+        !(reboot_pods(s.ns.name(), client, &held).await.iter()).any(|p| pod_node(p) == n1),
+        "no reboot of n1 while stopped: {status}"
     );
     api.patch(
         &held,
@@ -720,7 +526,7 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
     )
     .await
     .expect("reset the failures");
-    wait_reboot_pod(s, &held, &n1, "n1 to start once the failures are reset").await;
+    wait_reboot_pod(&s, &held, &n1, "n1 to start once the failures are reset").await;
     assert_eq!(status_of(api, &held).await["failuresReset"], "1");
     support::simulate_reboot(client, &n1).await;
     wait_all_done(client, api, &held, &[n0.clone(), n1.clone()]).await;
@@ -729,25 +535,22 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot(s: &Scene
 
 /// A PodDisruptionBudget holds the drain and the status names it; once it allows, the node
 /// is drained and rebooted.
-async fn a_pod_disruption_budget_holds_the_drain(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
-    let pdb_policy = s.policy_name("pdb");
-    let n2 = nodes[2].clone();
-    let (deployments, pdbs) = a_web_pod_with_a_budget_on(ns, &n2).await;
-    create_policy(api, &policy(&pdb_policy, pool, json!({}))).await;
-    support::ask_reboot(client, &n2).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_disruption_budget_holds_the_drain() {
+    let Some((s, controller)) = policy_scene("rbp-pdb", 1).await else {
+        return;
+    };
+    let (client, api, ns) = (&s.client, &policies(&s), &s.ns);
+    let n0 = s.nodes[0].clone();
+    let (deployments, pdbs) = a_web_pod_with_a_budget_on(ns, &n0).await;
+    let pdb_policy = create_policy(&s, "pdb", json!({})).await;
+    support::ask_reboot(client, &n0).await;
     let draining = support::wait_for(
         "the drain to name the budget",
         Duration::from_secs(60),
         || async {
             let status = status_of(api, &pdb_policy).await;
-            match node_entry(&status, &n2) {
+            match node_entry(&status, &n0) {
                 Some(n)
                     if n["phase"] == "Draining"
                         && n["message"].as_str().unwrap_or("").contains("web") =>
@@ -759,7 +562,7 @@ async fn a_pod_disruption_budget_holds_the_drain(s: &Scene) {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    controller.settled(KIND).await;
     assert!(
         reboot_pods(ns.name(), client, &pdb_policy).await.is_empty(),
         "no reboot before the drain: {draining}"
@@ -767,9 +570,9 @@ async fn a_pod_disruption_budget_holds_the_drain(s: &Scene) {
     pdbs.delete("web", &DeleteParams::default())
         .await
         .expect("delete pdb");
-    wait_reboot_pod(s, &pdb_policy, &n2, "the reboot pod after the drain").await;
-    support::simulate_reboot(client, &n2).await;
-    wait_all_done(client, api, &pdb_policy, std::slice::from_ref(&n2)).await;
+    wait_reboot_pod(&s, &pdb_policy, &n0, "the reboot pod after the drain").await;
+    support::simulate_reboot(client, &n0).await;
+    wait_all_done(client, api, &pdb_policy, std::slice::from_ref(&n0)).await;
     deployments
         .delete("web", &DeleteParams::default())
         .await
@@ -829,28 +632,22 @@ async fn a_web_pod_with_a_budget_on(
 
 /// A Flatcar node: slipway speaks FLUO's protocol. It grants reboot-ok (no reboot pod), the
 /// agent (played here) reboots and reports back, and slipway withdraws the grant.
-async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
-    let flatcar = s.policy_name("flatcar");
-    let n3 = nodes[3].clone();
-    create_policy(
-        api,
-        &policy(
-            &flatcar,
-            pool,
-            json!({"signals": {"agent": false, "flatcar": true}}),
-        ),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flatcar_node_is_rebooted_through_fluos_protocol() {
+    let Some((s, _controller)) = policy_scene("rbp-flatcar", 1).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
+    let n0 = s.nodes[0].clone();
+    let flatcar = create_policy(
+        &s,
+        "flatcar",
+        json!({"signals": {"agent": false, "flatcar": true}}),
     )
     .await;
     annotate(
         client,
-        &n3,
+        &n0,
         json!({
             format!("{FLATCAR}reboot-needed"): "true",
             format!("{FLATCAR}reboot-in-progress"): "false",
@@ -859,7 +656,7 @@ async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
     )
     .await;
     support::wait_for("reboot-ok", Duration::from_secs(60), || async {
-        let n = node(client, &n3).await;
+        let n = node(client, &n0).await;
         if n.annotations()
             .get(&format!("{FLATCAR}reboot-ok"))
             .map(String::as_str)
@@ -872,21 +669,21 @@ async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
     })
     .await;
     assert!(
-        cordoned(&node(client, &n3).await),
+        cordoned(&node(client, &n0).await),
         "drained before the grant"
     );
-    assert!(reboot_pods(ns.name(), client, &flatcar).await.is_empty());
+    assert!(reboot_pods(s.ns.name(), client, &flatcar).await.is_empty());
     // The update-agent: in progress, reboot, then back with both flags false.
     annotate(
         client,
-        &n3,
+        &n0,
         json!({ format!("{FLATCAR}reboot-in-progress"): "true" }),
     )
     .await;
-    support::simulate_reboot(client, &n3).await;
+    support::simulate_reboot(client, &n0).await;
     annotate(
         client,
-        &n3,
+        &n0,
         json!({
             format!("{FLATCAR}reboot-needed"): "false",
             format!("{FLATCAR}reboot-in-progress"): "false",
@@ -894,7 +691,7 @@ async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
     )
     .await;
     support::wait_for("the grant withdrawn", Duration::from_secs(60), || async {
-        let n = node(client, &n3).await;
+        let n = node(client, &n0).await;
         let ok = n.annotations().get(&format!("{FLATCAR}reboot-ok")).cloned();
         if ok.as_deref() == Some("false") && !cordoned(&n) {
             Ok(())
@@ -903,21 +700,21 @@ async fn a_flatcar_node_is_rebooted_through_fluos_protocol(s: &Scene) {
         }
     })
     .await;
-    wait_all_done(client, api, &flatcar, std::slice::from_ref(&n3)).await;
+    wait_all_done(client, api, &flatcar, std::slice::from_ref(&n0)).await;
     delete_policy(api, &flatcar).await;
 }
 
 /// An invalid spec (caught by the controller, not CEL) is reported naming the field.
-async fn an_invalid_spec_is_reported_naming_the_field(s: &Scene) {
-    let Scene { api, pool, .. } = s;
-    let bad = s.policy_name("bad");
-    create_policy(
-        api,
-        &policy(
-            &bad,
-            pool,
-            json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9", "alertFilter": "("}}}),
-        ),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_reported_naming_the_field() {
+    let Some((s, _controller)) = policy_scene("rbp-invalid", 0).await else {
+        return;
+    };
+    let api = &policies(&s);
+    let bad = create_policy(
+        &s,
+        "bad",
+        json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9", "alertFilter": "("}}}),
     )
     .await;
     support::wait_for("Validated False", Duration::from_secs(30), || async {
@@ -942,28 +739,22 @@ async fn an_invalid_spec_is_reported_naming_the_field(s: &Scene) {
 }
 
 /// An unreachable Prometheus holds reboots and says so: fail safe.
-async fn an_unreachable_prometheus_holds_reboots(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        nodes,
-        pool,
-        ..
-    } = s;
-    let alerts = s.policy_name("alerts");
-    create_policy(
-        api,
-        &policy(
-            &alerts,
-            pool,
-            json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9"}}}),
-        ),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_prometheus_holds_reboots() {
+    let Some((s, _controller)) = policy_scene("rbp-alerts", 1).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
+    let alerts = create_policy(
+        &s,
+        "alerts",
+        json!({"blocking": {"prometheus": {"url": "http://127.0.0.1:9"}}}),
     )
     .await;
-    let n4 = nodes[4].clone();
-    support::ask_reboot(client, &n4).await;
-    let status = wait_node_reason(api, &alerts, &n4, "AlertsFiring").await;
-    let entry = node_entry(&status, &n4).cloned().unwrap_or_default();
+    let n0 = s.nodes[0].clone();
+    support::ask_reboot(client, &n0).await;
+    let status = wait_node_reason(api, &alerts, &n0, "AlertsFiring").await;
+    let entry = node_entry(&status, &n0).cloned().unwrap_or_default();
     assert!(
         entry["message"]
             .as_str()
@@ -971,20 +762,18 @@ async fn an_unreachable_prometheus_holds_reboots(s: &Scene) {
             .contains("could not be asked"),
         "{entry}"
     );
-    assert!(!cordoned(&node(client, &n4).await));
+    assert!(!cordoned(&node(client, &n0).await));
     delete_policy(api, &alerts).await;
 }
 
 /// A health check on a ConfigMap holds every new reboot, saying which check and why, until the
 /// ConfigMap's data makes it hold; then the node that asked is rebooted.
-async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_holds_reboots_until_it_holds() {
+    let Some((s, _controller)) = policy_scene("rbp-check", 1).await else {
+        return;
+    };
+    let (client, api, ns) = (&s.client, &policies(&s), &s.ns);
     let gate: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "reboot-gate"}, "data": {"state": "rebalancing"}
     }))
@@ -993,24 +782,19 @@ async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
     maps.create(&PostParams::default(), &gate)
         .await
         .expect("create the ConfigMap");
-    let checked = s.policy_name("checked");
     let check = json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name(),
         "name": "reboot-gate", "expr": "data.state == 'ok'"});
-    create_policy(
-        api,
-        &policy(&checked, pool, json!({"healthChecks": [check]})),
-    )
-    .await;
-    let n4 = nodes[4].clone();
-    support::ask_reboot(client, &n4).await;
-    let entry = wait_node_reason(api, &checked, &n4, "HealthCheckFailing").await;
-    let message = node_entry(&entry, &n4).map(|n| n["message"].to_string());
+    let checked = create_policy(&s, "checked", json!({"healthChecks": [check]})).await;
+    let n0 = s.nodes[0].clone();
+    support::ask_reboot(client, &n0).await;
+    let entry = wait_node_reason(api, &checked, &n0, "HealthCheckFailing").await;
+    let message = node_entry(&entry, &n0).map(|n| n["message"].to_string());
     assert!(
         message.as_deref().unwrap_or("").contains("reboot-gate"),
         "{entry}"
     );
     assert_eq!(entry["healthChecks"][0]["healthy"], false, "{entry}");
-    assert!(!cordoned(&node(client, &n4).await));
+    assert!(!cordoned(&node(client, &n0).await));
     maps.patch(
         "reboot-gate",
         &PatchParams::default(),
@@ -1018,9 +802,9 @@ async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
     )
     .await
     .expect("patch the ConfigMap");
-    wait_reboot_pod(s, &checked, &n4, "the reboot pod once the check holds").await;
-    support::simulate_reboot(client, &n4).await;
-    wait_all_done(client, api, &checked, std::slice::from_ref(&n4)).await;
+    wait_reboot_pod(&s, &checked, &n0, "the reboot pod once the check holds").await;
+    support::simulate_reboot(client, &n0).await;
+    wait_all_done(client, api, &checked, std::slice::from_ref(&n0)).await;
     assert_eq!(
         status_of(api, &checked).await["healthChecks"][0]["healthy"],
         true
@@ -1030,23 +814,17 @@ async fn a_health_check_holds_reboots_until_it_holds(s: &Scene) {
 
 /// A Node Problem Detector condition asks once per occurrence: the node is rebooted, and
 /// the same condition still True afterwards does not reboot it again.
-async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
-    let npd = s.policy_name("npd");
-    let n0 = nodes[0].clone();
-    create_policy(
-        api,
-        &policy(
-            &npd,
-            pool,
-            json!({"signals": {"agent": false, "nodeConditions": ["KernelDeadlock"]}}),
-        ),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_condition_asks_once_per_occurrence() {
+    let Some((s, controller)) = policy_scene("rbp-npd", 1).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
+    let n0 = s.nodes[0].clone();
+    let npd = create_policy(
+        &s,
+        "npd",
+        json!({"signals": {"agent": false, "nodeConditions": ["KernelDeadlock"]}}),
     )
     .await;
     let since = jiff::Timestamp::now().to_string();
@@ -1061,7 +839,7 @@ async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
         )
         .await
         .expect("set the condition");
-    wait_reboot_pod(s, &npd, &n0, "the condition's reboot pod").await;
+    wait_reboot_pod(&s, &npd, &n0, "the condition's reboot pod").await;
     let handled = node(client, &n0)
         .await
         .annotations()
@@ -1071,11 +849,14 @@ async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
     assert!(handled.starts_with("KernelDeadlock="), "{handled}");
     support::simulate_reboot(client, &n0).await;
     wait_all_done(client, api, &npd, std::slice::from_ref(&n0)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The node's return and its uncordon trigger reconciles of their own: once they are done,
+    // the condition, still True, has asked for nothing more.
+    controller.settled(KIND).await;
+    let status = status_of(api, &npd).await;
     assert!(
-        reboot_pods(ns.name(), client, &npd).await.is_empty(),
-        "the same occurrence reboots once: {}",
-        status_of(api, &npd).await
+        reboot_pods(s.ns.name(), client, &npd).await.is_empty()
+            && node_entry(&status, &n0).is_none(),
+        "the same occurrence reboots once: {status}"
     );
     delete_policy(api, &npd).await;
 }
@@ -1083,26 +864,23 @@ async fn a_node_condition_asks_once_per_occurrence(s: &Scene) {
 /// One budget: a Plan upgrades the pool while every node asks for a reboot. No node ever
 /// has a live Job of the Plan and the policy's reboot pod (or cordon) at once, and both
 /// finish.
-async fn a_plan_and_a_policy_share_one_budget(s: &Scene) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
-    let shared = s.policy_name("shared");
-    let watch = OverlapWatch::start(client.clone(), ns.name().to_string(), shared.clone());
-    create_policy(api, &policy(&shared, pool, json!({}))).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_and_a_policy_share_one_budget() {
+    let Some((s, _controller)) = policy_scene("rbp-shared", 2).await else {
+        return;
+    };
+    let (client, api, ns) = (&s.client, &policies(&s), &s.ns);
+    let watch = OverlapWatch::start(client.clone(), ns.name().to_string(), s.name("shared"));
+    let shared = create_policy(&s, "shared", json!({})).await;
     ns.api::<slipway::plan::api::Plan>()
-        .create(&PostParams::default(), &shared_plan(pool))
+        .create(&PostParams::default(), &shared_plan(&s.pool))
         .await
         .expect("create the Plan");
-    for n in nodes {
+    for n in &s.nodes {
         support::ask_reboot(client, n).await;
     }
-    reboot_and_upgrade_every_node(s, &shared).await;
-    wait_all_done(client, api, &shared, nodes).await;
+    reboot_and_upgrade_every_node(&s, &shared).await;
+    wait_all_done(client, api, &shared, &s.nodes).await;
     let (overlap, jobs_seen, pods_seen) = watch.stop().await;
     assert!(
         overlap.is_empty(),
@@ -1113,6 +891,160 @@ async fn a_plan_and_a_policy_share_one_budget(s: &Scene) {
         "the watch saw live Jobs {jobs_seen} times and reboot pods {pods_seen} times"
     );
     delete_policy(api, &shared).await;
+}
+
+/// The soak between two reboots, in seconds: long enough for the scene to see the second node
+/// wait for it.
+const SOAK: i64 = 6;
+
+/// `soak`: the second node starts at least the soak after the first is back, and waits saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_separates_two_reboots() {
+    let Some((s, _controller)) = policy_scene("rbp-soak", 2).await else {
+        return;
+    };
+    let api = &policies(&s);
+    let pair = [s.nodes[0].clone(), s.nodes[1].clone()];
+    let name = create_policy(
+        &s,
+        "soak",
+        json!({"concurrency": 1, "soak": format!("{SOAK}s")}),
+    )
+    .await;
+    for n in &pair {
+        support::ask_reboot(&s.client, n).await;
+    }
+    let first = support::wait_for("a first reboot pod", Duration::from_secs(60), || async {
+        let pods = reboot_pods(s.ns.name(), &s.client, &name).await;
+        match pods.first() {
+            Some(p) => Ok(pod_node(p)),
+            None => Err(anyhow!("status: {}", status_of(api, &name).await)),
+        }
+    })
+    .await;
+    let second = pair
+        .iter()
+        .find(|n| **n != first)
+        .expect("the other node")
+        .clone();
+    support::simulate_reboot(&s.client, &first).await;
+    // The status that has the first node back has the second soaking.
+    let back = support::wait_for(
+        "the first node back, the second soaking",
+        Duration::from_secs(60),
+        || async {
+            let status = status_of(api, &name).await;
+            let at = (status["rebooted"].as_array().into_iter().flatten())
+                .find(|r| r["name"] == first.as_str())
+                .and_then(|r| r["at"].as_str()?.parse::<jiff::Timestamp>().ok());
+            match (at, node_entry(&status, &second)) {
+                (Some(at), Some(n)) if n["reason"] == "Soaking" => Ok(at),
+                _ => Err(anyhow!("status: {status}")),
+            }
+        },
+    )
+    .await;
+    wait_reboot_pod(&s, &name, &second, "the second reboot pod").await;
+    // The controller's record of the first node's return against the API server's creation time of
+    // the second reboot pod, which is in whole seconds: up to a second early.
+    let created = (reboot_pods(s.ns.name(), &s.client, &name).await.iter())
+        .find(|p| pod_node(p) == second)
+        .and_then(|p| p.metadata.creation_timestamp.clone())
+        .expect("the second reboot pod's creation")
+        .0;
+    assert!(
+        created >= back + jiff::SignedDuration::from_secs(SOAK - 1),
+        "the second reboot started at {created}, the first node was back at {back}"
+    );
+    support::simulate_reboot(&s.client, &second).await;
+    wait_all_done(&s.client, api, &name, &pair).await;
+    delete_policy(api, &name).await;
+}
+
+/// kube's event recorder folds events of the same reason and action into one series that keeps
+/// only the first message. A policy that reboots four nodes, two at a time, must leave a
+/// `Rebooting` and a `Rebooted` message of its own for each node, each naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rebooted_node_has_events_of_its_own() {
+    let Some((s, _controller)) = policy_scene("rbp-events", 4).await else {
+        return;
+    };
+    let api = &policies(&s);
+    let name = create_policy(&s, "events", json!({"concurrency": 2})).await;
+    for n in &s.nodes {
+        support::ask_reboot(&s.client, n).await;
+    }
+    reboot_every_node_once(&s, &name).await;
+    wait_all_done(&s.client, api, &name, &s.nodes).await;
+    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooting").await;
+    each_node_has_its_own_event(&s.client, &name, &s.nodes, "Rebooted").await;
+    delete_policy(api, &name).await;
+}
+
+/// Plays the nodes of the policy: each is rebooted once its reboot pod is there, until all are.
+async fn reboot_every_node_once(s: &Scene, policy: &str) {
+    let mut rebooted = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while rebooted.len() < s.nodes.len() {
+        for p in reboot_pods(s.ns.name(), &s.client, policy).await {
+            let n = pod_node(&p);
+            if rebooted.insert(n.clone()) {
+                support::simulate_reboot(&s.client, &n).await;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rebooted {rebooted:?}; policy: {}",
+            status_of(&policies(s), policy).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The policy's Events (events.k8s.io/v1, in any namespace) of `reason` carry one distinct
+/// message per node of `nodes`, each naming its node.
+async fn each_node_has_its_own_event(
+    client: &Client,
+    policy: &str,
+    nodes: &[String],
+    reason: &str,
+) {
+    let events = Api::<Event>::all(client.clone());
+    support::wait_for(
+        &format!("a {reason} event of {policy} naming each of {nodes:?}"),
+        Duration::from_secs(30),
+        || async {
+            let messages: BTreeSet<String> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("RebootPolicy")
+                            && r.name.as_deref() == Some(policy)
+                    })
+                })
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.note)
+                .collect();
+            let not_named_once: Vec<&String> = nodes
+                .iter()
+                .filter(|n| messages.iter().filter(|m| m.contains(n.as_str())).count() != 1)
+                .collect();
+            if messages.len() == nodes.len() && not_named_once.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{} distinct {reason} messages for {} nodes; nodes not named by exactly one: \
+                     {not_named_once:?}; messages: {messages:?}",
+                    messages.len(),
+                    nodes.len()
+                ))
+            }
+        },
+    )
+    .await
 }
 
 /// A Plan `shared` over the pool, one node at a time.
@@ -1144,13 +1076,7 @@ spec:
 /// Plays the nodes until every node has been rebooted (once its reboot pod is there) and
 /// upgraded by the Plan `shared`.
 async fn reboot_and_upgrade_every_node(s: &Scene, shared: &str) {
-    let Scene {
-        client,
-        api,
-        ns,
-        nodes,
-        pool,
-    } = s;
+    let (client, api, ns, nodes, pool) = (&s.client, &policies(s), &s.ns, &s.nodes, &s.pool);
     let mut rebooted = BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {

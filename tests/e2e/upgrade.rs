@@ -4,8 +4,8 @@
 //! is undone when its operation ends; an admin's stays; the old records are rewritten as the one
 //! record every operation now keeps (`slipway.dev/cordoned-by`).
 //!
-//! RebootPolicies are cluster-scoped and a policy-enabled controller reconciles all of them, so
-//! the two parts run as steps of one test, with one controller.
+//! Two scenes: a Plan's cordons (Plans only: it shares the cluster), and a RebootPolicy's (its
+//! controller reconciles every RebootPolicy of the cluster: the cluster-wide group).
 
 use crate::support;
 
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{plan_from_yaml, wait_complete};
+use crate::support::scene::Scene;
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -58,43 +59,54 @@ fn records(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Two nodes an older slipway's Plan was upgrading, one it cordoned and one an admin had: the
+/// new controller rolls the Plan out over them, undoes its own cordon and keeps the admin's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_of_slipway_keeps_every_cordons_owner() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("upgrade", 4).await else {
+async fn a_plan_undoes_its_own_cordon_and_keeps_the_admins() {
+    let Some(s) = Scene::new("upgrade-plan").nodes(2).start().await else {
         return;
     };
-    let client = ns.client();
-    let (by_a_plan, by_an_admin) = (&nodes[0], &nodes[1]);
-    let (by_a_policy, by_another_admin) = (&nodes[2], &nodes[3]);
-    left_cordoned(&client, by_a_plan, json!({ OLD_PLAN_RECORD: "slipway" })).await;
-    left_cordoned(&client, by_an_admin, json!({ OLD_PLAN_RECORD: "admin" })).await;
-    left_cordoned(&client, by_a_policy, json!({})).await;
-    left_cordoned(&client, by_another_admin, json!({})).await;
-    let policies = Api::<RebootPolicy>::all(client.clone());
-    let policy = format!("{}-policy", ns.name());
-    an_older_slipways_policy_was_rebooting(&policies, &policy, &pool, &nodes[2..]).await;
+    let (by_a_plan, by_an_admin) = (&s.nodes[0], &s.nodes[1]);
+    left_cordoned(&s.client, by_a_plan, json!({ OLD_PLAN_RECORD: "slipway" })).await;
+    left_cordoned(&s.client, by_an_admin, json!({ OLD_PLAN_RECORD: "admin" })).await;
+    let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
+    the_plan_rolls_out(&s.ns, &s.pool, by_a_plan, by_an_admin).await;
+}
 
-    let _controller =
-        ControllerProcess::start(&cluster, ns.name(), &[("SLIPWAY_REBOOT_POLICIES", "true")]);
-    a_plan_undoes_its_own_cordon_and_keeps_the_admins(&ns, &pool, by_a_plan, by_an_admin).await;
-    a_policy_undoes_its_own_cordon_and_keeps_the_admins(
-        &policies,
-        &policy,
-        by_a_policy,
-        by_another_admin,
-    )
-    .await;
+/// Two nodes an older slipway's RebootPolicy was rebooting, one it cordoned and one an admin had:
+/// the new controller goes on with both, undoes its own cordon and keeps the admin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_undoes_its_own_cordon_and_keeps_the_admins() {
+    // Its controller reconciles every RebootPolicy of the cluster.
+    let Some(s) = Scene::new("upgrade-policy")
+        .nodes(2)
+        .cluster_wide()
+        .crds(&["rebootpolicies.slipway.dev"])
+        .start()
+        .await
+    else {
+        return;
+    };
+    let (by_a_policy, by_another_admin) = (&s.nodes[0], &s.nodes[1]);
+    left_cordoned(&s.client, by_a_policy, json!({})).await;
+    left_cordoned(&s.client, by_another_admin, json!({})).await;
+    let policies = Api::<RebootPolicy>::all(s.client.clone());
+    let policy = s.name("policy");
+    an_older_slipways_policy_was_rebooting(&policies, &policy, &s.pool, &s.nodes).await;
+    let _controller = ControllerProcess::start(
+        &s.cluster,
+        s.ns.name(),
+        &[("SLIPWAY_REBOOT_POLICIES", "true")],
+    );
+    the_policy_goes_on(&policies, &policy, by_a_policy, by_another_admin).await;
     policies
         .delete(&policy, &Default::default())
         .await
         .expect("delete the policy");
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
-/// Two nodes an older slipway's Plan was upgrading, one it cordoned and one an admin had: the
-/// new controller rolls the Plan out over them.
-async fn a_plan_undoes_its_own_cordon_and_keeps_the_admins(
+/// The Plan over the two nodes rolls out; then each cordon is its owner's.
+async fn the_plan_rolls_out(
     ns: &support::TestNamespace,
     pool: &str,
     by_a_plan: &str,
@@ -185,7 +197,7 @@ async fn an_older_slipways_policy_was_rebooting(
 }
 
 /// The policy goes on with both nodes: each reboots, then its cordon goes back to its owner.
-async fn a_policy_undoes_its_own_cordon_and_keeps_the_admins(
+async fn the_policy_goes_on(
     policies: &Api<RebootPolicy>,
     name: &str,
     by_a_policy: &str,

@@ -16,6 +16,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -85,6 +86,61 @@ impl ControllerProcess {
             .expect("the controller was built with metrics_port()");
         http_get(port, path).await
     }
+
+    /// [`ControllerProcess::start`] with a metrics port, for [`ControllerProcess::settled`].
+    pub fn start_metered(cluster: &Cluster, ns: &str, env: &[(&str, &str)]) -> Self {
+        Self::builder(cluster.kubeconfig_path())
+            .namespace(ns)
+            .envs(env.iter().copied())
+            .metrics_port()
+            .start()
+    }
+
+    /// Waits until the controller has decided on whatever triggered it so far: no reconcile of
+    /// `kind` (`plan`, `rebootpolicy`, `nodemaintenance`, `nodeop`, `nodeopupgrade`) under way,
+    /// and none started or finished for half a second more than the controller may hold a trigger
+    /// back ([`RECONCILE_FLOOR`]). A scene that shows that nothing happens waits for the status
+    /// that says the decision, then for this (the status is written before the effects that take
+    /// a node), then looks. Only with [`ControllerBuilder::metrics_port`].
+    pub async fn settled(&self, kind: &str) {
+        let started = format!("slipway_reconciles_total{{kind=\"{kind}\"}}");
+        let finished = format!("slipway_reconcile_duration_seconds_count{{kind=\"{kind}\"}}");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut quiet: Option<(f64, Instant)> = None;
+        loop {
+            let counts = match self.get("/metrics").await {
+                Ok((200, text)) => (sample(&text, &started), sample(&text, &finished)),
+                _ => (None, None),
+            };
+            match (counts, quiet) {
+                ((Some(s), Some(f)), Some((seen, since))) if s == f && s == seen => {
+                    if since.elapsed() > RECONCILE_FLOOR + Duration::from_millis(500) {
+                        return;
+                    }
+                }
+                ((Some(s), Some(f)), _) if s == f => quiet = Some((s, Instant::now())),
+                _ => quiet = None,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the controller's {kind} reconciles did not settle: started and finished {counts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The shortest time between the starts of two reconciles of one object (`MIN_INTERVAL` of
+/// src/runtime/operation.rs): a trigger that comes sooner waits that long, and is not counted as a
+/// reconcile until then.
+pub const RECONCILE_FLOOR: Duration = Duration::from_secs(1);
+
+/// The value of the sample `name` (with its labels, exactly as rendered) in a `/metrics` text.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 impl Deref for ControllerProcess {

@@ -28,6 +28,7 @@
 //!   with SIGTERM, its log), on [`process::ChildProcess`], which runs any other child process
 //!   (`slipway agent`, system-upgrade-controller) the same way;
 //! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
+//! - a Job step held as long as the scene needs: [`HOLD_LABEL`], [`release_held_pod`];
 //! - [`plans`]: a Plan's conditions, and waiting for it to complete;
 //! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
 //!
@@ -569,6 +570,38 @@ pub async fn set_unschedulable(client: &Client, name: &str, value: bool) {
         )
         .await
         .expect("cordon node");
+}
+
+/// Lets the held Job pod (label [`HOLD_LABEL`]) of namespace `ns` on `node` finish, once there is
+/// one: without the label, kwok completes it as any other Job pod. A scene that needs a step to
+/// last while it looks holds the step's pod instead of giving it a long delay.
+pub async fn release_held_pod(client: &Client, ns: &str, node: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let held = wait_for(
+        &format!("a held pod on {node}"),
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{HOLD_LABEL}=true"))
+                        .fields(&format!("spec.nodeName={node}")),
+                )
+                .await?;
+            (list.items.into_iter())
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .find_map(|p| p.metadata.name)
+                .ok_or_else(|| anyhow::anyhow!("no held pod on {node}"))
+        },
+    )
+    .await;
+    pods.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {HOLD_LABEL: null}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("releasing pod {held}: {e}"));
 }
 
 /// Polls `check` every 200 ms until it returns `Ok(value)`, and returns that value. `Err(seen)`
