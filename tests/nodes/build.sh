@@ -29,11 +29,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 source "$here/lib.sh"
 
-# The images' names (none is ever pulled): the sandbox image containerd is configured with, and
-# the upgrade image, tagged with each kubelet version it carries.
-PAUSE_IMAGE=slipway.test/pause:1
-UPGRADE_IMAGE=slipway.test/kubelet-upgrade
-
 [ "$(id -u)" -eq 0 ] || nodes_die "building the guest image needs root (debootstrap, device files)"
 command -v go >/dev/null 2>&1 || nodes_die "the Go toolchain is required (Go >= 1.26)"
 start_all=$SECONDS
@@ -146,6 +141,7 @@ install -m 0644 "$here/guest/modules-load.conf" "$rootfs/etc/modules-load.d/slip
 mkdir -p "$rootfs/etc/systemd/journald.conf.d" "$rootfs/etc/kubernetes/pki" "$rootfs/etc/cni/net.d" \
   "$rootfs/var/lib/kubelet" "$rootfs/var/lib/slipway/images"
 install -m 0644 "$here/guest/journald.conf" "$rootfs/etc/systemd/journald.conf.d/slipway-node.conf"
+install -D -m 0644 "$here/guest/system.conf" "$rootfs/etc/systemd/system.conf.d/slipway-node.conf"
 : >"$rootfs/etc/kubernetes/kubelet.env"
 echo "slipway-node" >"$rootfs/etc/hostname"
 printf '/dev/vda / ext4 rw,noatime 0 1\n' >"$rootfs/etc/fstab"

@@ -23,9 +23,12 @@ cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
 # own port: a guestfwd rule of QEMU's user-mode network connects it to the host's loopback. That is
 # the only address that leads anywhere. The guest's own address and gateway (the same in every
 # guest; guests never meet):
+# shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_ADDRESS=10.0.2.15
+# shellcheck disable=SC2034
 GUEST_GATEWAY=10.0.2.2
 # Guests' pod subnets: 10.200.<index>.0/24, index 1..250 per cluster.
+# shellcheck disable=SC2034
 GUEST_POD_PREFIX=10.200
 
 # Debian packages the host needs for building and running guests.
@@ -116,6 +119,7 @@ qemu_base_args() {
   if [ "$accel" = kvm ]; then
     args+=(-machine q35 -accel kvm -cpu host)
   else
+    # shellcheck disable=SC2054 # one option whose value has commas
     args+=(-machine q35 -accel tcg,thread=multi,tb-size=256 -cpu max)
   fi
   printf '%s\n' "${args[@]}"
@@ -158,6 +162,7 @@ start_guest() {
   if [ "${SLIPWAY_NODES_VERBOSE:-}" = 1 ]; then
     cmdline="$cmdline systemd.journald.forward_to_console=1 systemd.show_status=true"
   fi
+  # shellcheck disable=SC2153 # ACCEL, MEMORY and CPUS come from guest_env
   mapfile -t machine < <(qemu_base_args "$ACCEL" "$MEMORY" "$CPUS")
   echo "---- $(date -u +%FT%TZ) QEMU starts ----" >>"$g/console.log"
   qemu-system-x86_64 "${machine[@]}" -name "slipway-node-$name" \
@@ -186,7 +191,8 @@ wait_guest_ready() {
   local dir=$1 name=$2 timeout=$3 old=${4:-} labelled=false state boot ready
   shift 4 || shift $#
   local labels=("$@") deadline=$((SECONDS + timeout))
-  local kubectl="$cluster_bin/kubectl"
+  local kubectl
+  kubectl="$("$cluster_scripts/build.sh" | tail -n 1)/kubectl"
   while :; do
     if ! guest_pid "$dir" "$name" >/dev/null; then
       tail -n 40 "$dir/guests/$name/console.log" >&2 || true

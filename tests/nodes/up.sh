@@ -74,7 +74,6 @@ g="$dir/guests/$name"
 
 start_time=$SECONDS
 image=$("$here/build.sh" | tail -n 1)
-cluster_bin=$("$cluster_scripts/build.sh" | tail -n 1)
 accel=$(accel "$image/vmlinuz")
 
 # An index per guest of this cluster: its pod subnet is GUEST_POD_PREFIX.<index>.0/24.
