@@ -203,7 +203,8 @@ for i in "${!images[@]}"; do
   cp "${images[$i]}" "$cfg/images/$i-$(basename "${images[$i]}" .tar).tar"
 done
 size_kb=$(($(du -sk "$cfg" | cut -f1) + 16384))
-mke2fs -q -t ext4 -L slipway-cfg -d "$cfg" "$g/config.img" "${size_kb}k"
+truncate -s "${size_kb}k" "$g/config.img"
+mke2fs -q -t ext4 -L slipway-cfg -d "$cfg" "$g/config.img"
 rm -f "$g"/*.key "$g"/ca.srl
 
 # --- the disk and the machine -----------------------------------------------------------------
