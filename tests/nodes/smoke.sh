@@ -106,8 +106,9 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 job() { # job NAME NODE IMAGE [SPEC-EXTRA-YAML] -- ARGS... : a Job pinned to NODE
-  local name=$1 node=$2 image=$3 extra=${4:-} args
+  local name=$1 node=$2 image=$3 extra=$4 args
   shift 4
+  [ "${1:-}" = -- ] && shift
   args=$(printf '"%s",' "$@")
   "$kubectl" -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: batch/v1
