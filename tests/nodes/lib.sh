@@ -176,19 +176,20 @@ start_guest() {
   echo $! >"$dir/pids/guest-$name.pid"
 }
 
-# node_state KUBECTL NAME : prints "<bootID> <Ready status>" of node NAME (nothing if it does not
-# exist yet).
+# node_state KUBECTL NAME : prints "<bootID> <Ready status> <taint keys...>" of node NAME (nothing
+# if it does not exist yet).
 node_state() {
   "$1" get node "$2" --ignore-not-found \
-    -o jsonpath='{.status.nodeInfo.bootID} {range .status.conditions[?(@.type=="Ready")]}{.status}{end}' 2>/dev/null
+    -o jsonpath='{.status.nodeInfo.bootID} {range .status.conditions[?(@.type=="Ready")]}{.status}{end} {.spec.taints[*].key}' 2>/dev/null
 }
 
 # wait_guest_ready CLUSTER_DIR NAME TIMEOUT [OLD_BOOT_ID] [LABEL...] : waits until node NAME is
-# Ready (with OLD_BOOT_ID: Ready with another boot ID), applying the LABELs (k=v) with the admin's
+# Ready without the node lifecycle controller's not-ready or unreachable taint (with OLD_BOOT_ID:
+# and with another boot ID), applying the LABELs (k=v) with the admin's
 # credentials as soon as the Node exists (a kubelet may not set node-role labels itself). Fails
 # early, with the console's end, if QEMU exits.
 wait_guest_ready() {
-  local dir=$1 name=$2 timeout=$3 old=${4:-} labelled=false state boot ready
+  local dir=$1 name=$2 timeout=$3 old=${4:-} labelled=false state boot ready taints
   shift 4 || shift $#
   local labels=("$@") deadline=$((SECONDS + timeout))
   local kubectl
@@ -205,8 +206,10 @@ wait_guest_ready() {
       fi
       labelled=true
     fi
-    read -r boot ready <<<"$state"
-    if [ "${ready:-}" = True ] && { [ -z "$old" ] || [ "$boot" != "$old" ]; }; then
+    read -r boot ready taints <<<"$state"
+    if [ "${ready:-}" = True ] && { [ -z "$old" ] || [ "$boot" != "$old" ]; } &&
+      [[ " ${taints:-} " != *" node.kubernetes.io/not-ready "* ]] &&
+      [[ " ${taints:-} " != *" node.kubernetes.io/unreachable "* ]]; then
       return 0
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then

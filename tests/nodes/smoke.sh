@@ -245,14 +245,8 @@ spec:
     command: [sh, -c, "sync; sleep 1; nsenter -t 1 -m -u -i -n -p -- systemctl reboot; sleep 600"]
     securityContext: {privileged: true}
 EOF
-deadline=$((SECONDS + 400))
-while :; do
-  state=$(node_field worker-1 '{.status.nodeInfo.bootID} {.status.conditions[?(@.type=="Ready")].status}')
-  read -r boot ready <<<"$state"
-  if [ "$boot" != "$old_boot" ] && [ "$ready" = True ]; then break; fi
-  [ "$SECONDS" -lt "$deadline" ] || fail "worker-1 not Ready with a new boot ID 400s after the reboot pod (state: $state)"
-  sleep 1
-done
+wait_guest_ready "$dir" worker-1 400 "$old_boot"
+boot=$(node_field worker-1 '{.status.nodeInfo.bootID}')
 timing "reboot: pod created to Ready with a new bootID" $((SECONDS - t))
 v=$(node_field worker-1 '{.status.nodeInfo.kubeletVersion}')
 [ "$v" = "$new_version" ] || fail "after the reboot worker-1 reports kubelet $v, not $new_version"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a real test node again from its own disk after tests/nodes/kill.sh (or after it powered
-# off), and by default waits until the node is Ready with a new boot ID.
+# off), and by default waits until the node is Ready (without a not-ready or unreachable taint)
+# with a new boot ID.
 #
 #   tests/nodes/start.sh CLUSTER_DIR NAME [--no-wait]
 #

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real node of a running local test cluster: a QEMU guest (Debian, systemd, containerd,
 # kubelet, kube-proxy) booted from a copy-on-write overlay of the cached guest image, joined as
-# node NAME, and by default waits until the node is Ready.
+# node NAME, and by default waits until the node is Ready (and the node lifecycle controller has
+# lifted its not-ready taint).
 #
 #   tests/nodes/up.sh CLUSTER_DIR NAME [--control-plane] [--label KEY=VALUE]... [--image ARCHIVE]...
 #                     [--memory MIB] [--cpus N] [--no-wait]
