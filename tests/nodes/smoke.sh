@@ -183,9 +183,10 @@ timing "kubectl in a pod (IP $pod_ip) lists the nodes via 10.96.0.1" $((SECONDS 
 # user-mode network's gateway (which without restrict=on is the host's loopback, where the API
 # server listens) does not.
 t=$SECONDS
-job network worker-1 busybox:1.37 "      hostNetwork: true" -- sh -c "
-  if echo | nc -w 3 $GUEST_API_ADDRESS $api_port; then echo 'api: reachable'; else echo 'api: UNREACHABLE'; exit 1; fi
-  if echo | nc -w 3 $GUEST_GATEWAY $api_port; then echo 'gateway: REACHABLE'; exit 1; else echo 'gateway: unreachable'; fi"
+# (One line: the Job's YAML folds newlines.)
+job network worker-1 busybox:1.37 "      hostNetwork: true" -- sh -c "\
+if echo | nc -w 3 $GUEST_API_ADDRESS $api_port; then echo 'api: reachable'; else echo 'api: UNREACHABLE'; exit 1; fi; \
+if echo | nc -w 3 $GUEST_GATEWAY $api_port; then echo 'gateway: REACHABLE'; exit 1; else echo 'gateway: unreachable'; fi"
 wait_job network 120
 "$kubectl" -n "$ns" logs job/network >&2
 timing "network: only $GUEST_API_ADDRESS:$api_port answers" $((SECONDS - t))
