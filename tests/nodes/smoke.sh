@@ -25,9 +25,10 @@ source "$here/lib.sh"
 
 log() { echo "smoke: $*" >&2; }
 timings=()
-timing() { # timing LABEL SECONDS
-  timings+=("$(printf '%-58s %5ss' "$1" "$2")")
-  log "$1: $2s"
+timing() { # timing LABEL VALUE [UNIT] : UNIT defaults to s (seconds)
+  local unit=${3:-s}
+  timings+=("$(printf '%-66s %6s %s' "$1" "$2" "$unit")")
+  log "$1: $2 $unit"
 }
 fail() {
   log "FAIL: $*"
@@ -264,8 +265,8 @@ if [ "$idle" -gt 0 ]; then
   b=$(ticks "$pid")
   cpu=$(awk -v d=$((b - a)) -v hz="$hz" -v s="$idle" 'BEGIN { printf "%.1f", 100 * d / hz / s }')
   rss=$(awk '/^VmRSS/ {printf "%d", $2 / 1024}' "/proc/$pid/status")
-  timing "idle cp-1 over ${idle}s: CPU % of one core (QEMU)" "$cpu"
-  timing "idle cp-1: QEMU resident memory, MiB" "$rss"
+  timing "idle cp-1 over ${idle}s: CPU of its QEMU" "$cpu" "% of one core"
+  timing "idle cp-1: QEMU resident memory" "$rss" MiB
 fi
 
 # --- 7. nothing left behind -------------------------------------------------------------------
