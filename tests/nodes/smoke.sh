@@ -5,7 +5,8 @@
 #   2. kwok still runs its own nodes and pods (and leaves the real ones alone)
 #   3. a pod on the pod network reaches the API server through the kubernetes Service
 #      (10.96.0.1:443) with its ServiceAccount token: `kubectl get nodes` from rancher/kubectl
-#   4. the guest reaches the API server's forwarded address and nothing else on the host
+#   4. the guest reaches the API server's forwarded address and nothing else on the host (from an
+#      image imported at boot with up.sh --image)
 #   5. a privileged Job on the host's namespaces with / at /host (as SUC's and slipway's upgrade
 #      Jobs are) replaces the kubelet; the node then reports the new kubeletVersion
 #   6. a real reboot from a privileged pod (nsenter into PID 1, systemctl reboot): a new bootID,
@@ -72,10 +73,14 @@ source "$dir/ports.env"
 api_port=$APISERVER_PORT
 
 # --- 1. two guests, booted side by side -------------------------------------------------------
+# worker-1 also imports an image archive at boot (--image, as slipway's own image would be).
+python3 "$here/oci_archive.py" --out "$dir/extra.tar" --tag slipway.test/smoke-extra:1 \
+  --busybox /bin/busybox --cmd '["sh"]' 2>/dev/null
 t=$SECONDS
 "$here/up.sh" "$dir" cp-1 --control-plane 2>"$dir/up-cp-1.log" &
 cp_pid=$!
-"$here/up.sh" "$dir" worker-1 --label slipway.test/pool=workers 2>"$dir/up-worker-1.log" &
+"$here/up.sh" "$dir" worker-1 --label slipway.test/pool=workers --image "$dir/extra.tar" \
+  2>"$dir/up-worker-1.log" &
 worker_pid=$!
 wait "$cp_pid" || { cat "$dir/up-cp-1.log" >&2; fail "node cp-1 did not come up"; }
 wait "$worker_pid" || { cat "$dir/up-worker-1.log" >&2; fail "node worker-1 did not come up"; }
@@ -185,7 +190,8 @@ timing "kubectl in a pod (IP $pod_ip) lists the nodes via 10.96.0.1" $((SECONDS 
 # server listens) does not.
 t=$SECONDS
 # (One line: the Job's YAML folds newlines.)
-job network worker-1 busybox:1.37 "      hostNetwork: true" -- sh -c "\
+# The image is the one worker-1 imported at boot (--image).
+job network worker-1 slipway.test/smoke-extra:1 "      hostNetwork: true" -- sh -c "\
 if echo | nc -w 3 $GUEST_API_ADDRESS $api_port; then echo 'api: reachable'; else echo 'api: UNREACHABLE'; exit 1; fi; \
 if echo | nc -w 3 $GUEST_GATEWAY $api_port; then echo 'gateway: REACHABLE'; exit 1; else echo 'gateway: unreachable'; fi"
 wait_job network 120
