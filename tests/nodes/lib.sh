@@ -169,7 +169,7 @@ start_guest() {
     -kernel "$IMAGE_DIR/vmlinuz" -initrd "$IMAGE_DIR/initrd.img" -append "$cmdline" \
     -drive "file=$g/disk.qcow2,format=qcow2,if=virtio" \
     -drive "file=$g/config.img,format=raw,if=virtio,readonly=on" \
-    -netdev "user,id=net0,restrict=on,guestfwd=tcp:$GUEST_API_ADDRESS:$API_PORT-cmd:socat - TCP:127.0.0.1:$API_PORT,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" \
+    -netdev "user,id=net0,restrict=on,ipv6=off,guestfwd=tcp:$GUEST_API_ADDRESS:$API_PORT-cmd:socat - TCP:127.0.0.1:$API_PORT,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" \
     -device virtio-net-pci,netdev=net0,romfile= \
     -chardev "file,id=console,path=$g/console.log,append=on" -serial chardev:console \
     </dev/null >>"$g/qemu.log" 2>&1 &
