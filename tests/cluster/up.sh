@@ -32,7 +32,7 @@
 # Real nodes: the cluster is always ready for QEMU guests to join (tests/nodes/up.sh): the API
 # server authorizes with Node,RBAC and admits with NodeRestriction, advertises GUEST_API_ADDRESS
 # (lib.sh), and reaches kubelets only through egress-proxy.py. kwok manages only the nodes
-# annotated kwok.x-k8s.io/node=fake (the nodes below and tests/support's fake_node()).
+# annotated kwok.x-k8s.io/node=fake (the nodes below and tests/e2e/support's fake_node()).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
