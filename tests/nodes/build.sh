@@ -29,7 +29,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 source "$here/lib.sh"
 
-[ "$(id -u)" -eq 0 ] || nodes_die "building the guest image needs root (debootstrap, device files)"
 command -v go >/dev/null 2>&1 || nodes_die "the Go toolchain is required (Go >= 1.26)"
 start_all=$SECONDS
 ensure_packages
@@ -86,6 +85,7 @@ if [ -f "$out/disk.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; 
 fi
 
 # --- the guest image --------------------------------------------------------------------------
+[ "$(id -u)" -eq 0 ] || nodes_die "building the guest image needs root (debootstrap); running guests does not"
 nodes_log "building the guest image $(basename "$out") (first use; cached afterwards)"
 work="$out.tmp-$$"
 rm -rf "$work"
