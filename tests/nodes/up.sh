@@ -228,7 +228,7 @@ if [ "$wait" = true ]; then
   nodes_log "node $name Ready $((SECONDS - boot_start))s after QEMU started ($((SECONDS - start_time))s in all)"
 elif [ "${#labels[@]}" -gt 0 ]; then
   # The labels still go on as soon as the Node registers: a background wait (stopped by down.sh).
-  (wait_guest_ready "$dir" "$name" "${SLIPWAY_NODES_TIMEOUT:-600}" "" "${labels[@]}" \
-    >>"$g/labels.log" 2>&1 || true) &
+  (wait_guest_ready "$dir" "$name" "${SLIPWAY_NODES_TIMEOUT:-600}" "" "${labels[@]}" || true) \
+    >>"$g/labels.log" 2>&1 </dev/null &
   echo $! >"$dir/pids/labels-$name.pid"
 fi
