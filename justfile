@@ -143,3 +143,12 @@ cluster-down DIR="":
     fi
     tests/cluster/down.sh "$dir"
     if [ -f "$state" ] && [ "$(cat "$state")" = "$dir" ]; then rm -f "$state"; fi
+
+# Build (once, cached) what real test nodes need: kubelet, kube-proxy, images, the QEMU guest image.
+nodes-build:
+    tests/nodes/build.sh
+
+# Real nodes' smoke test: a local cluster with two QEMU guests (real kubelets) joined; an upgrade
+# Job replaces a kubelet, a pod uses the kubernetes Service, a node really reboots; prints timings.
+nodes-smoke:
+    tests/nodes/smoke.sh

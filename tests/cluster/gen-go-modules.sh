@@ -29,6 +29,8 @@ rm -f "$k/go.mod" "$k/go.sum"
   echo "	k8s.io/kubernetes/cmd/kube-apiserver"
   echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
   echo "	k8s.io/kubernetes/cmd/kube-scheduler"
+  echo "	k8s.io/kubernetes/cmd/kubelet"
+  echo "	k8s.io/kubernetes/cmd/kube-proxy"
   echo ")"
 } > "$k/go.mod"
 # Every staging module that the release replaces with ./staging/... gets its published v0.x.y twin.

@@ -2,7 +2,12 @@
 # shellcheck shell=bash
 
 # The order components are started in; down.sh stops them in reverse.
-CLUSTER_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+CLUSTER_COMPONENTS=(etcd egress-proxy kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+# The address QEMU guests (tests/nodes) reach the API server at: QEMU forwards it to the host's
+# loopback. The API server advertises it (the `kubernetes` Service's endpoint) and its serving
+# certificate names it; the host itself never sends anything to it.
+GUEST_API_ADDRESS=10.0.2.100
 
 cluster_log() { echo "cluster: $*" >&2; }
 
@@ -54,7 +59,7 @@ gen_pki() {
         'basicConstraints=critical,CA:FALSE' \
         'keyUsage=critical,digitalSignature,keyEncipherment' \
         'extendedKeyUsage=serverAuth' \
-        'subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1')
+        "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$GUEST_API_ADDRESS")
     openssl req -newkey rsa:2048 -nodes -subj "/CN=slipway-admin/O=system:masters" -keyout admin.key -out admin.csr
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out admin.crt \
       -extfile <(printf '%s\n' \

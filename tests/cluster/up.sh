@@ -22,7 +22,17 @@
 #                                raising the cluster's own floor: "--kube-api-qps=100 ...")
 #   SLIPWAY_CLUSTER_AUDIT_MB     size in MB at which the audit log rotates (default 20; a bench at
 #                                thousands of nodes needs more to keep every request it counts)
+#   SLIPWAY_CLUSTER_SERVICE_ACCOUNTS=1  enable the API server's ServiceAccount admission plugin, so
+#                                that pods get their ServiceAccount token mounted (real nodes run
+#                                kubectl in Jobs: tests/nodes). Off by default: it refuses pods
+#                                whose ServiceAccount does not exist, which kwok-based tests rely
+#                                on being able to create.
 #   SLIPWAY_CACHE_DIR            where build.sh caches the binaries
+#
+# Real nodes: the cluster is always ready for QEMU guests to join (tests/nodes/up.sh): the API
+# server authorizes with Node,RBAC and admits with NodeRestriction, advertises GUEST_API_ADDRESS
+# (lib.sh), and reaches kubelets only through egress-proxy.py. kwok manages only the nodes
+# annotated kwok.x-k8s.io/node=fake (the nodes below and tests/e2e/support's fake_node()).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -46,6 +56,7 @@ kubectl=$(command -v kubectl)
 
 bin_dir=$("$here/build.sh" | tail -n 1)
 for b in "${CLUSTER_COMPONENTS[@]}"; do
+  [ "$b" = egress-proxy ] && continue # a script of this directory
   if [ ! -x "$bin_dir/$b" ]; then
     cluster_log "build.sh did not produce $bin_dir/$b"
     exit 1
@@ -193,6 +204,32 @@ start etcd "$bin_dir/etcd" \
   --unsafe-no-fsync=true --log-level=warn
 wait_for etcd "etcd /health" curl -fsS "http://127.0.0.1:$etcd_port/health"
 
+# The API server's "cluster" traffic (to kubelets: logs, exec, port-forward) goes through
+# egress-proxy.py, which reaches only the guests' forwarded kubelet ports on the loopback.
+egress_socket="$dir/egress.sock"
+if [ "${#egress_socket}" -gt 100 ]; then # a Unix socket path has at most 107 bytes
+  egress_socket=$(mktemp -u /tmp/slipway-egress.XXXXXX)
+  ln -s "$egress_socket" "$dir/egress.sock"
+fi
+cat >"$dir/egress-selector.yaml" <<EOF
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $egress_socket
+EOF
+start egress-proxy python3 "$here/egress-proxy.py" --socket "$egress_socket" --guests "$dir/guests"
+wait_for egress-proxy "the egress proxy's socket" test -S "$egress_socket"
+
+admission=(--enable-admission-plugins=NodeRestriction --disable-admission-plugins=ServiceAccount)
+if [ "${SLIPWAY_CLUSTER_SERVICE_ACCOUNTS:-}" = 1 ]; then
+  # shellcheck disable=SC2054 # one flag whose value is a comma-separated list
+  admission=(--enable-admission-plugins=NodeRestriction,ServiceAccount)
+fi
 start kube-apiserver "$bin_dir/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$etcd_port" \
   --bind-address=127.0.0.1 --secure-port="$api_port" \
@@ -201,9 +238,12 @@ start kube-apiserver "$bin_dir/kube-apiserver" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
   --service-cluster-ip-range=10.96.0.0/16 \
-  --authorization-mode=RBAC \
+  --authorization-mode=Node,RBAC \
   --allow-privileged=true \
-  --disable-admission-plugins=ServiceAccount \
+  "${admission[@]}" \
+  --advertise-address="$GUEST_API_ADDRESS" \
+  --egress-selector-config-file="$dir/egress-selector.yaml" \
+  --kubelet-client-certificate="$pki/admin.crt" --kubelet-client-key="$pki/admin.key" \
   --audit-policy-file="$dir/audit-policy.yaml" \
   --audit-log-path="$dir/logs/audit.log" --audit-log-maxsize="${SLIPWAY_CLUSTER_AUDIT_MB:-20}" --audit-log-maxbackup=1 \
   --cert-dir="$dir/apiserver-certs"
@@ -244,7 +284,7 @@ start kube-scheduler "$bin_dir/kube-scheduler" \
 start kwok env KWOK_WORKDIR="$dir/kwok" "$bin_dir/kwok" \
   --kubeconfig="$kubeconfig" \
   --config="$here/kwok-stages.yaml" \
-  --manage-all-nodes=true \
+  --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --cidr=10.244.0.1/16 --node-ip=10.244.0.1 \
   --node-lease-duration-seconds=40
 
