@@ -15,7 +15,7 @@
 #      busybox:1.37, busybox:1.36            busybox-static (1.36 is slipway's reboot image)
 #      rancher/kubectl:v1.30.3               the cluster's static kubectl plus busybox (slipway's
 #                                            default drain/cordon image); entrypoint kubectl
-#      slipway.test/kubelet-upgrade:<v>      every kubelet build and kubelet-upgrade.sh, one tag
+#      slipway.test/kubelet-upgrade:<v>      every kubelet build, kubelet-upgrade.sh and kubectl, one tag
 #                                            per version
 # 5. The guest disk image: Debian (debootstrap from the mirror apt uses here) with systemd,
 #    containerd, runc, the CNI plugins, the kubelet and kube-proxy as systemd services, booted
@@ -177,7 +177,7 @@ for v in $(kubelet_versions); do
   tags+=(--tag "$UPGRADE_IMAGE:$v")
 done
 oci --out "$images/kubelet-upgrade.tar" "${tags[@]}" "${upgrade_args[@]}" --busybox "$busybox" \
-  --file "$here/kubelet-upgrade.sh:/bin/kubelet-upgrade:0755" --entrypoint '["/bin/kubelet-upgrade"]' --cmd '["upgrade"]'
+  --file "$cluster_bin/kubectl:/bin/kubectl:0755" --file "$here/kubelet-upgrade.sh:/bin/kubelet-upgrade:0755" --entrypoint '["/bin/kubelet-upgrade"]' --cmd '["upgrade"]'
 nodes_log "images written in $((SECONDS - t))s"
 
 # --- the disk ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 # on the host's PID namespace, with the host's root mounted at /host (as every SUC/slipway Job is).
 #
 #   kubelet-upgrade [upgrade] [VERSION]
+#   kubelet-upgrade prepare SERVER_PLAN
 #
 # VERSION: the argument, else SYSTEM_UPGRADE_PLAN_LATEST_VERSION (which the controller sets from
 # the Plan's version), else the image's tag cannot be known: an error. The image carries
@@ -15,12 +16,47 @@
 # kubelet keeps its deleted file), then finds the kubelet in /host/proc (comm "kubelet") and sends
 # it SIGTERM; systemd (Restart=always) starts the new binary and the node then reports the new
 # status.nodeInfo.kubeletVersion. If the host already has that exact binary it changes nothing.
+#
+# `prepare SERVER_PLAN` is what k3s-upgrade's (and rke2-upgrade's) prepare step does for an agent
+# Plan, with the same API calls as the Job's ServiceAccount (the image's kubectl, in-cluster): GET
+# the Plan SERVER_PLAN in the Job's namespace until it exists, then until its status.applying is
+# empty, then LIST the control-plane nodes until every one reports SYSTEM_UPGRADE_PLAN_LATEST_VERSION
+# ('+' read as '-'). k3s-upgrade throws kubectl's errors away; here they are logged (a refused
+# call then says so in the Job's log), but the calls and the waiting are the same.
 set -eu
+log() { echo "kubelet-upgrade: $*"; }
+
+prepare() {
+  plan=${1:?prepare needs the name of the server Plan}
+  want=${SYSTEM_UPGRADE_PLAN_LATEST_VERSION:?prepare needs SYSTEM_UPGRADE_PLAN_LATEST_VERSION}
+  ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)
+  while [ -z "$(kubectl get plan "$plan" -n "$ns" -o jsonpath='{.metadata.name}' || true)" ]; do
+    log "waiting for control-plane Plan $plan to be created"
+    sleep 5
+  done
+  while [ -n "$(kubectl get plan "$plan" -n "$ns" -o jsonpath='{.status.applying}' || echo refused)" ]; do
+    log "waiting for the control-plane Plan $plan to finish applying"
+    sleep 5
+  done
+  while :; do
+    versions=$(kubectl get nodes --selector=node-role.kubernetes.io/control-plane \
+      -o jsonpath='{range .items[*]}{.status.nodeInfo.kubeletVersion}{"\n"}{end}' | sort -u | tr + -) || versions=""
+    [ "$versions" = "$want" ] && break
+    log "waiting for every control-plane node at $want (they report: $(echo "$versions" | tr '\n' ' '))"
+    sleep 5
+  done
+  log "every control-plane node reports $want"
+}
+
+if [ "${1:-}" = prepare ]; then
+  shift
+  prepare "$@"
+  exit 0
+fi
 [ "${1:-}" = upgrade ] && shift
 version=${1:-${SYSTEM_UPGRADE_PLAN_LATEST_VERSION:-}}
 host=${HOST_ROOT:-/host}
 path=${KUBELET_PATH:-/usr/local/bin/kubelet}
-log() { echo "kubelet-upgrade: $*"; }
 
 [ -n "$version" ] || { log "no version: pass one or set SYSTEM_UPGRADE_PLAN_LATEST_VERSION"; exit 2; }
 new=/kubelets/$version/kubelet
