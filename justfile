@@ -93,10 +93,14 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
 fuzz SECONDS="60" *TARGETS:
     scripts/fuzz.sh {{SECONDS}} {{TARGETS}}
 
-# Fault injection at full size (tests/e2e/chaos.rs; `just test` runs it small): rollouts of NODES
-# nodes under controller kills, leader failovers, an API server restart, a paused etcd, a cut
-# connection, Job and node churn, Plan edits and deletion, then an hour-long soak of Plan changes.
-# Prints a table (scenario, runs, faults, violations, longest stall) and fails on any violation.
+# Fault injection at full size (tests/e2e/chaos.rs; `just test` runs each scenario once, small,
+# with a fixed seed): every scenario RUNS times, one after another, each run with a random seed,
+# on rollouts of NODES nodes: controller kills, leader failovers, kills while nodes reboot, under
+# maintenance, a RebootPolicy, a NodeOp and a DisruptionBudget, an API server restart, a paused
+# etcd, a cut connection, Job and node churn, Plan edits and deletion, then a soak of Plan changes
+# over SOAK_SECS. Prints a table (scenario, runs, faults, violations, longest stall) and fails on
+# any violation. SLIPWAY_CHAOS_* (tests/e2e/chaos.rs) size it further; SLIPWAY_CHAOS_SEED repeats
+# a run, SLIPWAY_CHAOS_SCENARIOS picks scenarios.
 chaos NODES="200" RUNS="3" SOAK_SECS="3600":
     #!/usr/bin/env bash
     set -euo pipefail
@@ -104,7 +108,7 @@ chaos NODES="200" RUNS="3" SOAK_SECS="3600":
     export SLIPWAY_CHAOS_NODES={{NODES}} SLIPWAY_CHAOS_RUNS={{RUNS}} SLIPWAY_CHAOS_SOAK_SECS={{SOAK_SECS}}
     export SLIPWAY_CHAOS_CONCURRENCY=${SLIPWAY_CHAOS_CONCURRENCY:-10}
     export SLIPWAY_CHAOS_SOAK_CYCLES=${SLIPWAY_CHAOS_SOAK_CYCLES:-300}
-    tests/cluster/with-cluster.sh cargo test --locked --test e2e -- chaos:: --nocapture
+    tests/cluster/with-cluster.sh cargo test --locked --test e2e -- chaos::full_suite --exact --ignored --nocapture
 
 # Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
 demo:

@@ -1,7 +1,7 @@
 //! A hostile channel server on loopback against `slipway run`: every Plan following it reports
 //! what went wrong in `LatestResolved` (naming the URL), a Plan following a good channel is not held
 //! up by the others, failing channels are asked no more often than the backoff allows, and a body
-//! of gigabytes is not read.
+//! of gigabytes is not read. One scene, sharing the cluster: its Plans select no node.
 
 use crate::support;
 
@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
+use crate::support::scene::Scene;
 use anyhow::anyhow;
 use kube::api::PostParams;
 use slipway::plan::api::Plan;
@@ -234,18 +234,17 @@ fn assert_within_backoff(record: &Record) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("channel").start().await else {
         return;
     };
-    support::install_crd(&cluster.client().await).await;
-    let ns = TestNamespace::create(&cluster, "channel").await;
+    let ns = &s.ns;
     let record = Arc::new(Record::default());
     let addr = hostile_server(record.clone()).await;
     let url = |kind: &str| format!("http://{addr}/{kind}/stable");
     // Two reconciles at once, as SUC's default: three hanging channels would take every slot if a
     // reconcile waited for its channel.
     let controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_CONTROLLER_THREADS", "2")],
     );
@@ -267,8 +266,6 @@ async fn a_hostile_channel_server_is_reported_and_holds_up_nothing() {
         eprintln!("controller peak RSS: {} MiB", kib / 1024);
         assert!(kib < 256 * 1024, "peak RSS {kib} KiB");
     }
-    drop(controller);
-    ns.cleanup().await;
 }
 
 /// One Plan per kind of hostile answer: its name, channel URL and what it must end with.

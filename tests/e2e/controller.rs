@@ -1,5 +1,10 @@
-//! End-to-end tests of `slipway run` against the local cluster: real API server, job controller,
-//! scheduler and kwok nodes. Each test runs its own controller in its own namespace over its own nodes.
+//! `slipway run` against the local cluster (real API server, job controller, scheduler, kwok
+//! nodes), a scene per behaviour with its own controller, namespace and nodes: a rollout two
+//! nodes at a time with SUC's hash and labels; crashes mid-rollout that lose and duplicate
+//! nothing; a failed Job reported, not retried, and recovered by fixing the Plan; Secrets that
+//! re-run the Plan unless ignored, and a disabled node skipped; a Plan following its channel;
+//! deleting a Plan undoing its own cordons only, and `concurrency: 0` saying why nothing happens.
+//! Every scene shares the cluster.
 
 use crate::support;
 
@@ -9,7 +14,8 @@ use std::time::Duration;
 
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
-use crate::support::plans::{condition, condition_reason, is_complete, plan_from_yaml};
+use crate::support::plans::{condition, condition_reason, is_complete, plan_from_yaml, settled};
+use crate::support::scene::Scene;
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -74,16 +80,16 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolls_over_five_nodes_two_at_a_time() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("rollout", 5).await else {
+    let Some(s) = Scene::new("rollout").nodes(5).start().await else {
         return;
     };
-    let client = ns.client();
+    let ns = &s.ns;
     let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
-    create_plan(&ns, &rollout_plan("k3os-like", &pool, 2, "")).await;
+    let _controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
+    create_plan(ns, &rollout_plan("k3os-like", &s.pool, 2, "")).await;
 
     let plan = wait_plan(
-        &ns,
+        ns,
         "k3os-like",
         "the plan to complete",
         Duration::from_secs(120),
@@ -98,15 +104,15 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         slipway::plan::core::hash::latest_hash("v1.30.1-k3s1", "default", &[], &[]),
         "latestHash is SUC's"
     );
-    for (node, labels) in node_labels(&client, &nodes).await {
+    for (node, labels) in node_labels(&s.client, &s.nodes).await {
         assert_eq!(
             labels.get("plan.upgrade.cattle.io/k3os-like"),
             Some(&hash),
             "{node} carries the plan label"
         );
     }
-    let cordoned: Vec<Node> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("slipway.test/pool={pool}")))
+    let cordoned: Vec<Node> = Api::<Node>::all(s.client.clone())
+        .list(&ListParams::default().labels(&s.pool_selector()))
         .await
         .expect("list nodes")
         .items
@@ -114,7 +120,8 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
         .collect();
     assert!(cordoned.is_empty(), "every node is uncordoned again");
-    let out = cluster
+    let out = s
+        .cluster
         .kubectl(&[
             "-n",
             ns.name(),
@@ -137,19 +144,17 @@ async fn rolls_over_five_nodes_two_at_a_time() {
         "one job per node: {:?}",
         watch.uids.keys()
     );
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("crash", 5).await else {
+    let Some(s) = Scene::new("crash").nodes(5).start().await else {
         return;
     };
-    let client = ns.client();
+    let ns = &s.ns;
     let jobs = support::jobwatch::watch_jobs(ns.api::<Job>());
-    let mut controller = ControllerProcess::start(&cluster, ns.name(), &[]);
-    create_plan(&ns, &rollout_plan("crashy", &pool, 2, "")).await;
+    let mut controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
+    create_plan(ns, &rollout_plan("crashy", &s.pool, 2, "")).await;
     // Kill the controller as soon as it has started some Jobs, twice.
     for round in 0..2 {
         let api = ns.api::<Job>();
@@ -169,7 +174,7 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
         controller.restart();
     }
     wait_plan(
-        &ns,
+        ns,
         "crashy",
         "the plan to complete after crashes",
         Duration::from_secs(180),
@@ -192,32 +197,30 @@ async fn a_crash_mid_rollout_loses_nothing_and_duplicates_nothing() {
         .expect("plan")
         .status
         .and_then(|s| s.latest_hash);
-    for (node, labels) in node_labels(&client, &nodes).await {
+    for (node, labels) in node_labels(&s.client, &s.nodes).await {
         assert_eq!(
             labels.get("plan.upgrade.cattle.io/crashy"),
             hash.as_ref(),
             "{node}"
         );
     }
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fail", 1).await else {
+    let Some(s) = Scene::new("fail").nodes(1).start().await else {
         return;
     };
-    let client = ns.client();
-    let _controller = ControllerProcess::start(
-        &cluster,
-        ns.name(),
-        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
-    );
-    let mut plan = rollout_plan("failing", &pool, 1, "");
+    let ns = &s.ns;
+    let controller = ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .envs([("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")])
+        .metrics_port()
+        .start();
+    let mut plan = rollout_plan("failing", &s.pool, 1, "");
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
-    create_plan(&ns, &plan).await;
-    let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
+    create_plan(ns, &plan).await;
+    let failed = wait_plan(ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
         condition_reason(p, "Complete").as_deref() == Some("JobFailed")
     })
     .await;
@@ -232,10 +235,11 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
         "{message}"
     );
     assert!(
-        message.contains(&format!("failed on Node {}", nodes[0])),
+        message.contains(&format!("failed on Node {}", s.nodes[0])),
         "{message}"
     );
-    let events = cluster
+    let events = s
+        .cluster
         .kubectl(&[
             "-n",
             ns.name(),
@@ -251,8 +255,11 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
         "JobFailed event: {events}"
     );
 
-    // No automatic retry: the Job stays failed while the Plan is unchanged.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // No automatic retry: the Job stays failed while the Plan is unchanged, whenever the
+    // controller looks again.
+    let jobs = jobs_of(ns, "failing").await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    settled(&controller, &ns.api(), &jobs[0]).await;
     let still = ns.api::<Plan>().get("failing").await.expect("plan");
     assert!(!is_complete(&still));
 
@@ -266,34 +273,47 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
         .await
         .expect("fix plan");
     wait_plan(
-        &ns,
+        ns,
         "failing",
         "the fixed plan to complete",
         Duration::from_secs(90),
         is_complete,
     )
     .await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+}
+
+/// The names of the Plan's Jobs.
+async fn jobs_of(ns: &TestNamespace, plan: &str) -> Vec<String> {
+    (ns.api::<Job>())
+        .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={plan}")))
+        .await
+        .expect("list jobs")
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("secrets", 3).await else {
+    let Some(s) = Scene::new("secrets").nodes(3).start().await else {
         return;
     };
-    let client = ns.client();
-    a_disabled_node_and_two_secrets(&ns, &client, &nodes[2]).await;
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let (ns, nodes) = (&s.ns, &s.nodes);
+    a_disabled_node_and_two_secrets(ns, &s.client, &nodes[2]).await;
+    let controller = ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .metrics_port()
+        .start();
     let plan = rollout_plan(
         "with-secrets",
-        &pool,
+        &s.pool,
         2,
         "  secrets:\n  - {name: watched, path: watched}\n  - {name: ignored, path: ignored, ignoreUpdates: true}\n",
     );
-    create_plan(&ns, &plan).await;
+    create_plan(ns, &plan).await;
     let first = wait_plan(
-        &ns,
+        ns,
         "with-secrets",
         "first rollout",
         Duration::from_secs(120),
@@ -301,11 +321,9 @@ async fn secrets_rerun_unless_ignored_and_disabled_nodes_are_skipped() {
     )
     .await;
     let first_hash = first.status.and_then(|s| s.latest_hash).expect("hash");
-    assert_disabled(&client, &nodes[2]).await;
-    changing_the_ignored_secret_changes_nothing(&ns, &first_hash).await;
-    changing_the_watched_secret_reruns_every_enabled_node(&ns, &client, &nodes, &first_hash).await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+    assert_disabled(&s.client, &nodes[2]).await;
+    changing_the_ignored_secret_changes_nothing(ns, &controller, &first_hash).await;
+    changing_the_watched_secret_reruns_every_enabled_node(ns, &s.client, nodes, &first_hash).await;
 }
 
 /// `disabled` opts out of the Plan `with-secrets`; Secrets `watched` and `ignored`.
@@ -347,8 +365,12 @@ async fn assert_disabled(client: &kube::Client, node: &str) {
     );
 }
 
-/// Changing the ignored Secret changes nothing.
-async fn changing_the_ignored_secret_changes_nothing(ns: &TestNamespace, first_hash: &str) {
+/// Changing the ignored Secret changes nothing, when the controller looks at the Plan again.
+async fn changing_the_ignored_secret_changes_nothing(
+    ns: &TestNamespace,
+    controller: &ControllerProcess,
+    first_hash: &str,
+) {
     let secrets = ns.api::<Secret>();
     secrets
         .patch(
@@ -358,7 +380,8 @@ async fn changing_the_ignored_secret_changes_nothing(ns: &TestNamespace, first_h
         )
         .await
         .expect("patch ignored secret");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let jobs = jobs_of(ns, "with-secrets").await;
+    settled(controller, &ns.api(), &jobs[0]).await;
     let after_ignored = ns.api::<Plan>().get("with-secrets").await.expect("plan");
     assert_eq!(
         after_ignored.status.and_then(|s| s.latest_hash).as_ref(),
@@ -408,23 +431,23 @@ async fn changing_the_watched_secret_reruns_every_enabled_node(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_plan_follows_its_channel() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("channel", 2).await else {
+    let Some(s) = Scene::new("channel").nodes(2).start().await else {
         return;
     };
-    let client = ns.client();
+    let (ns, client) = (&s.ns, &s.client);
     let target = Arc::new(Mutex::new("v1.30.1+k3s1".to_string()));
     let url = support::channel_server(target.clone()).await;
     let _controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL", "61s")],
     );
-    let mut plan = rollout_plan("follow", &pool, 2, "");
+    let mut plan = rollout_plan("follow", &s.pool, 2, "");
     plan.spec.version = None;
     plan.spec.channel = Some(url);
-    create_plan(&ns, &plan).await;
+    create_plan(ns, &plan).await;
     let first = wait_plan(
-        &ns,
+        ns,
         "follow",
         "the channel version to roll out",
         Duration::from_secs(90),
@@ -434,13 +457,13 @@ async fn a_channel_plan_follows_its_channel() {
     let status = first.status.expect("status");
     assert_eq!(status.latest_version.as_deref(), Some("v1.30.1-k3s1"));
     assert_eq!(
-        current_reason(&ns, "follow", "LatestResolved").await,
+        current_reason(ns, "follow", "LatestResolved").await,
         "Channel"
     );
 
     *target.lock().expect("lock") = "v1.31.0+k3s1".to_string();
     let second = wait_plan(
-        &ns,
+        ns,
         "follow",
         "the new channel version to roll out",
         Duration::from_secs(150),
@@ -453,15 +476,13 @@ async fn a_channel_plan_follows_its_channel() {
     .await;
     let hash = second.status.and_then(|s| s.latest_hash).expect("hash");
     assert_ne!(Some(&hash), status.latest_hash.as_ref());
-    for (node, labels) in node_labels(&client, &nodes).await {
+    for (node, labels) in node_labels(client, &s.nodes).await {
         assert_eq!(
             labels.get("plan.upgrade.cattle.io/follow"),
             Some(&hash),
             "{node} ran again"
         );
     }
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 async fn current_reason(ns: &TestNamespace, plan: &str, type_: &str) -> String {
@@ -490,21 +511,21 @@ async fn node_cordon(client: &kube::Client, name: &str) -> (bool, Option<String>
 /// `concurrency: 0` says why nothing happens instead of claiming it is complete (SUC #217).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("delete", 2).await else {
+    let Some(s) = Scene::new("delete").nodes(2).start().await else {
         return;
     };
-    let client = ns.client();
-    let (mine, admins) = (&nodes[0], &nodes[1]);
-    support::set_unschedulable(&client, admins, true).await;
+    let (ns, client) = (&s.ns, &s.client);
+    let (mine, admins) = (&s.nodes[0], &s.nodes[1]);
+    support::set_unschedulable(client, admins, true).await;
     let _controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
     );
 
-    let idle = rollout_plan("idle", &pool, 0, "");
-    create_plan(&ns, &idle).await;
-    let idle = wait_plan(&ns, "idle", "NoConcurrency", Duration::from_secs(60), |p| {
+    let idle = rollout_plan("idle", &s.pool, 0, "");
+    create_plan(ns, &idle).await;
+    let idle = wait_plan(ns, "idle", "NoConcurrency", Duration::from_secs(60), |p| {
         condition_reason(p, "Complete").as_deref() == Some("NoConcurrency")
     })
     .await;
@@ -520,10 +541,10 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
         .await
         .expect("delete the idle Plan");
 
-    let mut plan = rollout_plan("failing", &pool, 2, "");
+    let mut plan = rollout_plan("failing", &s.pool, 2, "");
     plan.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
-    create_plan(&ns, &plan).await;
-    let failed = wait_plan(&ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
+    create_plan(ns, &plan).await;
+    let failed = wait_plan(ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
         condition_reason(p, "Complete").as_deref() == Some("JobFailed")
             && p.status.as_ref().is_some_and(|s| s.applying.len() == 2)
     })
@@ -537,15 +558,15 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     );
     // Recorded before the Jobs were created.
     assert_eq!(
-        node_cordon(&client, mine).await,
+        node_cordon(client, mine).await,
         (false, Some(format!("plan/{}/failing", ns.name())))
     );
     assert_eq!(
-        node_cordon(&client, admins).await,
+        node_cordon(client, admins).await,
         (true, Some("admin".into()))
     );
     // What the Job's cordon container does on a real node (kwok runs no process).
-    support::set_unschedulable(&client, mine, true).await;
+    support::set_unschedulable(client, mine, true).await;
 
     ns.api::<Plan>()
         .delete("failing", &Default::default())
@@ -559,12 +580,12 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
     })
     .await;
     assert_eq!(
-        node_cordon(&client, mine).await,
+        node_cordon(client, mine).await,
         (false, None),
         "the Job's cordon is undone, the record forgotten"
     );
     assert_eq!(
-        node_cordon(&client, admins).await,
+        node_cordon(client, admins).await,
         (true, Some("admin".into())),
         "the admin's cordon stays"
     );
@@ -583,6 +604,4 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
             .map(|j| &j.metadata.name)
             .collect::<Vec<_>>()
     );
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }

@@ -1,6 +1,7 @@
-//! Failure policies on the local cluster: what a Plan does when a node's Job fails (`Stop`,
-//! `Retry`, `Quarantine`, SUC's `Hold`), uncordoning only its own cordon, retrying a Job killed
-//! by its node's reboot, and resetting failures with an annotation.
+//! Failure policies on the local cluster, a scene each: what a Plan does when a node's Job fails
+//! (`Stop`, `Retry`, `Quarantine`, SUC's `Hold`), uncordoning only its own cordon, retrying a Job
+//! killed by its node's reboot, resetting failures with an annotation, and `postCompleteDelay`
+//! soaking each node before the next. Every scene shares the cluster.
 
 use crate::support;
 
@@ -10,8 +11,10 @@ use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
 use crate::support::jobwatch::{JobWatchGuard, watch_jobs};
 use crate::support::plans::{
-    complete_message, condition_reason, is_complete, plan_from_yaml, wait_reason, wait_until,
+    complete_message, condition_reason, is_complete, plan_from_yaml, settled, wait_reason,
+    wait_until,
 };
+use crate::support::scene::Scene;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -73,19 +76,19 @@ async fn node(client: &kube::Client, name: &str) -> Node {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-stop", 3).await else {
+    let Some(s) = Scene::new("fp-stop").nodes(3).start().await else {
         return;
     };
-    let client = ns.client();
-    let _controller = ControllerProcess::start(
-        &cluster,
-        ns.name(),
-        &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
-    );
-    let mut p = plan("stop", &pool, 1, "true", "{action: Stop, uncordon: true}");
+    let (ns, client) = (&s.ns, &s.client);
+    let controller = ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .envs([("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")])
+        .metrics_port()
+        .start();
+    let mut p = plan("stop", &s.pool, 1, "true", "{action: Stop, uncordon: true}");
     p.metadata.annotations =
         Some([("slipway.test/complete-delay".to_string(), "6s".to_string())].into());
-    let jobs = start(&ns, &p).await;
+    let jobs = start(ns, &p).await;
     // The Job cordons its node (kwok runs no container: the test does it for the Job).
     let started = wait_until(
         &ns.api::<Plan>(),
@@ -96,7 +99,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
     )
     .await;
     let first = started.status.expect("status").applying[0].clone();
-    support::set_unschedulable(&client, &first, true).await;
+    support::set_unschedulable(client, &first, true).await;
     let stopped = wait_reason(&ns.api(), "stop", "RolloutStopped", Duration::from_secs(90)).await;
     let message = complete_message(&stopped);
     assert!(
@@ -104,8 +107,14 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
         "{message}"
     );
     assert!(message.contains(RESET), "{message}");
-    // The first node failed; no other starts, however long we wait.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The first node failed; no other starts, whenever the controller looks again.
+    let failed = jobs
+        .snapshot()
+        .uids
+        .into_keys()
+        .next()
+        .expect("the failed Job");
+    settled(&controller, &ns.api(), &failed).await;
     let status = ns
         .api::<Plan>()
         .get("stop")
@@ -120,7 +129,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
         "the failed node keeps its slot"
     );
     assert!(
-        !cordoned(&client, &first).await,
+        !cordoned(client, &first).await,
         "the Plan's own cordon is undone"
     );
     let reasons = ns.event_reasons().await;
@@ -128,7 +137,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
 
     // An admin cordons the node; a reset (no edit of the spec) starts it over; it fails again,
     // and this time its cordon is the admin's: it stays.
-    support::set_unschedulable(&client, &first, true).await;
+    support::set_unschedulable(client, &first, true).await;
     ns.api::<Plan>()
         .patch(
             "stop",
@@ -165,9 +174,7 @@ async fn stop_starts_no_other_node_and_uncordons_only_its_own_cordon() {
         std::slice::from_ref(&first)
     );
     assert_eq!(creations(&jobs), 2, "still no other node");
-    assert!(cordoned(&client, &first).await, "the admin's cordon stays");
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
+    assert!(cordoned(client, &first).await, "the admin's cordon stays");
 }
 
 async fn cordoned(client: &kube::Client, name: &str) -> bool {
@@ -180,22 +187,23 @@ async fn cordoned(client: &kube::Client, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_recreates_a_failed_job_with_backoff_until_it_succeeds() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-retry", 1).await else {
+    let Some(s) = Scene::new("fp-retry").nodes(1).start().await else {
         return;
     };
+    let ns = &s.ns;
     let _controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
     );
     let p = plan(
         "retry",
-        &pool,
+        &s.pool,
         1,
         "true",
         "{action: Retry, retries: 4, backoff: 3s}",
     );
-    let jobs = start(&ns, &p).await;
+    let jobs = start(ns, &p).await;
     // Two failed attempts at one generation: the policy, not an edit, made the second.
     support::wait_for("a second attempt", Duration::from_secs(90), || async {
         match creations(&jobs) {
@@ -235,30 +243,28 @@ async fn retry_recreates_a_failed_job_with_backoff_until_it_succeeds() {
         reasons.iter().filter(|r| *r == "JobFailed").count() >= 2,
         "{reasons:?}"
     );
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-quarantine", 3).await else {
+    let Some(s) = Scene::new("fp-quarantine").nodes(3).start().await else {
         return;
     };
-    let client = ns.client();
+    let (ns, client, nodes) = (&s.ns, &s.client, &s.nodes);
     let bad = nodes[1].clone();
     let _controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
     );
     let p = plan(
         "quarantine",
-        &pool,
+        &s.pool,
         1,
         &bad,
         "{action: Quarantine, maxQuarantined: 1}",
     );
-    let _jobs = start(&ns, &p).await;
+    let _jobs = start(ns, &p).await;
     let left = wait_reason(
         &ns.api(),
         "quarantine",
@@ -277,7 +283,7 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
         .and_then(|s| s.latest_hash.clone())
         .expect("hash");
     let key = "quarantine.slipway.dev/quarantine";
-    let q = node(&client, &bad).await;
+    let q = node(client, &bad).await;
     assert_eq!(
         q.metadata.labels.as_ref().and_then(|l| l.get(key)),
         Some(&hash)
@@ -290,7 +296,7 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
         "{taints:?}"
     );
     for n in nodes.iter().filter(|n| **n != bad) {
-        let labels = node(&client, n).await.metadata.labels.unwrap_or_default();
+        let labels = node(client, n).await.metadata.labels.unwrap_or_default();
         assert_eq!(
             labels.get("plan.upgrade.cattle.io/quarantine"),
             Some(&hash),
@@ -306,7 +312,7 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
         .await
         .expect("delete plan");
     support::wait_for("the quarantine lifted", Duration::from_secs(60), || async {
-        let n = node(&client, &bad).await;
+        let n = node(client, &bad).await;
         let tainted = n
             .spec
             .and_then(|s| s.taints)
@@ -321,26 +327,24 @@ async fn quarantine_takes_the_failing_node_out_and_finishes_the_others() {
         }
     })
     .await;
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-reboot", 1).await else {
+    let Some(s) = Scene::new("fp-reboot").nodes(1).start().await else {
         return;
     };
-    let client = ns.client();
+    let ns = &s.ns;
     let _controller = ControllerProcess::start(
-        &cluster,
+        &s.cluster,
         ns.name(),
         &[("SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT", "0")],
     );
     // No failurePolicy: SUC's Hold. The pod stays Running (the hold label) until the test
     // reboots the node and fails it, as a reboot in the middle of the upgrade would.
-    let mut p = plan("reboot", &pool, 1, "", "null");
+    let mut p = plan("reboot", &s.pool, 1, "", "null");
     p.metadata.labels = Some([("slipway.test/hold".to_string(), "true".to_string())].into());
-    let jobs = start(&ns, &p).await;
+    let jobs = start(ns, &p).await;
     let pods = ns.api::<Pod>();
     let pod = support::wait_for("the Job's pod running", Duration::from_secs(60), || async {
         let list = pods.list(&ListParams::default()).await?;
@@ -351,7 +355,7 @@ async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
             .ok_or_else(|| anyhow::anyhow!("no running pod"))
     })
     .await;
-    support::simulate_reboot(&client, &nodes[0]).await;
+    support::simulate_reboot(&s.client, &s.nodes[0]).await;
     pods.patch_status(
         &pod,
         &PatchParams::default(),
@@ -391,21 +395,22 @@ async fn a_job_killed_by_its_nodes_reboot_is_retried_under_hold() {
     )
     .await;
     assert!(!is_complete(&recorded));
-    support::delete_nodes(&client, &nodes).await;
-    ns.cleanup().await;
 }
 
 /// Before the next node starts: `postCompleteDelay` is the soak. The node keeps its slot that long
 /// after its Job completed, so the next node's Job is created at least that long after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_complete_delay_soaks_each_node_before_the_next_starts() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("fp-soak", 2).await else {
+    let Some(s) = Scene::new("fp-soak").nodes(2).start().await else {
         return;
     };
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
-    let mut p = plan("soak", &pool, 1, "", "null");
+    let ns = &s.ns;
+    let _controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
+    let mut p = plan("soak", &s.pool, 1, "", "null");
+    // The delay is the subject: long enough that a next node started without it could not pass
+    // for one that waited, even on a loaded machine.
     p.spec.post_complete_delay = Some("8s".into());
-    let _jobs = start(&ns, &p).await;
+    let _jobs = start(ns, &p).await;
     wait_until(
         &ns.api::<Plan>(),
         "soak",
@@ -440,6 +445,4 @@ async fn post_complete_delay_soaks_each_node_before_the_next_starts() {
         gap >= jiff::SignedDuration::from_secs(7),
         "the second node started {gap:?} after the first was done"
     );
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
 }

@@ -1,8 +1,8 @@
-//! Health checks on the local cluster: a Plan whose check on a ConfigMap fails starts no node,
-//! says which check and why (status, `Complete`, an Event), and rolls out by itself once the
-//! ConfigMap's data makes the check hold; a check on a kind the cluster does not serve says so.
-
-use crate::support;
+//! Health checks on the local cluster, a scene each: a Plan whose check on a ConfigMap fails
+//! starts no node, also when the controller reads the check again, says which check and why
+//! (status, `Complete`, an Event), and rolls out by itself once the ConfigMap's data makes the
+//! check hold; a check on a kind the cluster does not serve says so. Both scenes share the
+//! cluster.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use crate::support::jobwatch::watch_jobs;
 use crate::support::plans::{
     complete_message, is_complete, plan_from_yaml, wait_reason, wait_until,
 };
+use crate::support::scene::Scene;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -42,9 +43,10 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
-    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hc-cm", 2).await else {
+    let Some(s) = Scene::new("hc-cm").nodes(2).start().await else {
         return;
     };
+    let ns = &s.ns;
     let gate: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "gate"}, "data": {"state": "rebalancing"}
     }))
@@ -53,14 +55,17 @@ async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
         .create(&PostParams::default(), &gate)
         .await
         .expect("create the ConfigMap");
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let controller = ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .metrics_port()
+        .start();
     let check = format!(
         "{{apiVersion: v1, kind: ConfigMap, namespace: {}, name: gate, expr: \"data.state == 'ok'\"}}",
         ns.name()
     );
     let jobs = watch_jobs(ns.api());
     ns.api::<Plan>()
-        .create(&PostParams::default(), &plan("gated", &pool, &check))
+        .create(&PostParams::default(), &plan("gated", &s.pool, &check))
         .await
         .expect("create plan");
     let held = wait_reason(
@@ -79,8 +84,9 @@ async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
     assert_eq!(status.health_checks.len(), 1);
     assert!(!status.health_checks[0].healthy);
     assert!(status.applying.is_empty());
-    // Read again every 10 s: it keeps holding, and no Job is ever created.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Read again at its recheck (every 10 s; nothing else changes): it keeps holding, and no Job
+    // is ever created.
+    controller.reconciled_after("plan", async {}).await;
     assert_eq!(
         jobs.snapshot().uids.len(),
         0,
@@ -118,13 +124,14 @@ async fn a_check_on_a_config_map_holds_the_rollout_until_its_data_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_on_a_kind_the_cluster_does_not_serve_says_so() {
-    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hc-kind", 1).await else {
+    let Some(s) = Scene::new("hc-kind").nodes(1).start().await else {
         return;
     };
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let ns = &s.ns;
+    let _controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
     let check = "{apiVersion: ceph.rook.io/v1, kind: CephCluster, name: rook-ceph, expr: \"status.ceph.health == 'HEALTH_OK'\"}";
     ns.api::<Plan>()
-        .create(&PostParams::default(), &plan("ceph", &pool, check))
+        .create(&PostParams::default(), &plan("ceph", &s.pool, check))
         .await
         .expect("create plan");
     let held = wait_reason(

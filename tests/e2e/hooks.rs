@@ -1,6 +1,7 @@
-//! Hooks on the local cluster: a Plan's pre hook runs to completion before its first node's Job
-//! is created and its post hook once the last node is done; a failed pre hook touches no node
-//! (no Job, no label, no cordon) and says so in `status`, `Complete` and an Event.
+//! Hooks on the local cluster, a scene each: a Plan's pre hook runs to completion before its first
+//! node's Job is created and its post hook once the last node is done; a failed pre hook touches
+//! no node (no Job, no label, no cordon, whenever the controller looks again) and says so in
+//! `status`, `Complete` and an Event. Both scenes share the cluster.
 
 use crate::support;
 
@@ -9,8 +10,9 @@ use std::time::Duration;
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{
-    complete_message, is_complete, plan_from_yaml, wait_reason, wait_until,
+    complete_message, is_complete, plan_from_yaml, settled, wait_reason, wait_until,
 };
+use crate::support::scene::Scene;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
@@ -77,12 +79,13 @@ fn hook_of(job: &Job) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_last() {
-    let Some((cluster, ns, _nodes, pool)) = support::setup_pool("hooks-ok", 2).await else {
+    let Some(s) = Scene::new("hooks-ok").nodes(2).start().await else {
         return;
     };
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let ns = &s.ns;
+    let _controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
     ns.api::<Plan>()
-        .create(&PostParams::default(), &plan("hooked", &pool, "{}"))
+        .create(&PostParams::default(), &plan("hooked", &s.pool, "{}"))
         .await
         .expect("create plan");
     let done = wait_until(
@@ -102,7 +105,7 @@ async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_las
     .await;
     let hooks = done.status.and_then(|s| s.hooks).expect("status.hooks");
     assert_eq!(hooks.pre.expect("pre").phase, HookPhase::Succeeded);
-    let all = jobs(&ns).await;
+    let all = jobs(ns).await;
     let pre: Vec<&Job> = all.iter().filter(|j| hook_of(j) == Some("pre")).collect();
     let post: Vec<&Job> = all.iter().filter(|j| hook_of(j) == Some("post")).collect();
     assert_eq!((pre.len(), post.len()), (1, 1), "each hook ran once");
@@ -136,13 +139,17 @@ async fn the_pre_hook_runs_before_the_first_node_and_the_post_hook_after_the_las
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_pre_hook_touches_no_node() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("hooks-fail", 2).await else {
+    let Some(s) = Scene::new("hooks-fail").nodes(2).start().await else {
         return;
     };
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let ns = &s.ns;
+    let controller = ControllerProcess::builder(s.cluster.kubeconfig_path())
+        .namespace(ns.name())
+        .metrics_port()
+        .start();
     let labels = format!("{{{}: \"true\"}}", support::FAIL_LABEL);
     ns.api::<Plan>()
-        .create(&PostParams::default(), &plan("broken", &pool, &labels))
+        .create(&PostParams::default(), &plan("broken", &s.pool, &labels))
         .await
         .expect("create plan");
     let stopped = wait_reason(
@@ -160,15 +167,19 @@ async fn a_failed_pre_hook_touches_no_node() {
         .and_then(|h| h.pre)
         .expect("status.hooks.pre");
     assert_eq!(pre.phase, HookPhase::Failed);
-    // Some time later, still nothing on any node.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let all = jobs(&ns).await;
+    // When the controller looks again (the pre hook's Job changed), still nothing on any node.
+    let hook = (jobs(ns).await.into_iter())
+        .find(|j| hook_of(j) == Some("pre"))
+        .and_then(|j| j.metadata.name)
+        .expect("the pre hook's Job");
+    settled(&controller, &ns.api(), &hook).await;
+    let all = jobs(ns).await;
     assert!(
         all.iter().all(|j| hook_of(j) == Some("pre")),
         "only the pre hook ran: {all:?}"
     );
     let api = Api::<Node>::all(ns.client());
-    for name in &nodes {
+    for name in &s.nodes {
         let node = api.get(name).await.expect("node");
         let labels = node.metadata.labels.unwrap_or_default();
         assert!(

@@ -128,6 +128,56 @@ impl ControllerProcess {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+
+    /// The value of the metric series `series` as the metrics server prints it (its name and
+    /// labels, such as `slipway_reconciles_total{kind="plan"}`); 0 while it has none. Needs
+    /// [`ControllerBuilder::metrics_port`].
+    pub async fn metric(&self, series: &str) -> anyhow::Result<f64> {
+        let (code, body) = self.get("/metrics").await?;
+        anyhow::ensure!(code == 200, "GET /metrics answered {code}");
+        Ok((body.lines())
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0))
+    }
+
+    /// Runs `trigger` (a change the controller watches) and waits until a reconcile of `kind`
+    /// (`plan`, `rebootpolicy`, ...) that started after it has finished: more have finished than
+    /// had started before the trigger. What the controller has not done by then, it decided not
+    /// to do. Needs [`ControllerBuilder::metrics_port`].
+    pub async fn reconciled_after(
+        &self,
+        kind: &str,
+        trigger: impl std::future::Future<Output = ()>,
+    ) {
+        let started = format!("slipway_reconciles_total{{kind=\"{kind}\"}}");
+        let finished = format!("slipway_reconcile_duration_seconds_count{{kind=\"{kind}\"}}");
+        let before = super::wait_for(
+            "the controller's metrics",
+            std::time::Duration::from_secs(60),
+            || self.metric(&started),
+        )
+        .await;
+        trigger.await;
+        super::wait_for(
+            &format!("a {kind} reconcile after the trigger"),
+            std::time::Duration::from_secs(60),
+            || async {
+                match self.metric(&finished).await? {
+                    done if done > before => Ok(()),
+                    done => Err(anyhow::anyhow!(
+                        "{done} finished, {before} had started before"
+                    )),
+                }
+            },
+        )
+        .await;
+    }
 }
 
 /// The shortest time between the starts of two reconciles of one object (`MIN_INTERVAL` of

@@ -2,8 +2,13 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
 use slipway::plan::api::{Plan, PlanCondition};
+
+use super::controller::ControllerProcess;
 
 /// A Plan from a YAML literal of the test (panics if it does not parse).
 pub fn plan_from_yaml(yaml: &str) -> Plan {
@@ -77,4 +82,19 @@ pub fn complete_message(plan: &Plan) -> String {
     condition(plan, "Complete")
         .and_then(|c| c.message.clone())
         .unwrap_or_default()
+}
+
+/// Has `controller` decide once more on the Plan of the Job `job` and waits until it has: an
+/// annotation of the Job that nothing reads changes, which triggers a reconcile of its Plan.
+/// What the controller has not done by then, it decided not to do.
+pub async fn settled(controller: &ControllerProcess, jobs: &Api<Job>, job: &str) {
+    controller
+        .reconciled_after("plan", async {
+            let poke =
+                json!({"metadata": {"annotations": {"slipway.test/poke": super::random_uuid()}}});
+            jobs.patch(job, &PatchParams::default(), &Patch::Merge(&poke))
+                .await
+                .unwrap_or_else(|e| panic!("annotate the Job {job}: {e}"));
+        })
+        .await
 }

@@ -1,0 +1,210 @@
+//! Whose turn it is: which scenes run now, given what each cannot share and how many may run at
+//! once.
+//!
+//! Every scene asks for a turn before it touches the cluster and gives it back when it ends
+//! ([`Turn`] is dropped, also when the scene panics). A scene asks with the groups it cannot share
+//! (at most one scene of a group runs at a time), whether it must run alone, and its priority:
+//! among the scenes waiting, the first in priority order that can run now starts, so that the
+//! longest chains (the real nodes, the groups) start first rather than in libtest's alphabetical
+//! order. A scene waiting to run alone lets nothing start behind it, so it is never starved.
+//!
+//! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
+//! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
+//! than scenes (scripts/ci.sh does): every scene then asks at once, and the first turns are given
+//! only after a short moment for all of them to ask.
+
+use std::collections::BTreeSet;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// The order in which waiting scenes start: lower first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    /// Scenes on real nodes: the longest chain of the run.
+    RealNodes,
+    /// Scenes of a group: a chain, one at a time.
+    Group,
+    /// Everything else.
+    Shared,
+}
+
+/// What a scene asks for.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    pub alone: bool,
+    pub groups: BTreeSet<&'static str>,
+    pub priority: Priority,
+}
+
+#[derive(Default)]
+struct State {
+    running: usize,
+    alone: bool,
+    held: BTreeSet<&'static str>,
+    waiting: Vec<(u64, Ask)>,
+    next_id: u64,
+    first_ask: Option<Instant>,
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
+static CHANGED: Notify = Notify::const_new();
+
+/// Long enough for every scene libtest starts at once to ask before the first turn is given.
+const GATHER: Duration = Duration::from_millis(500);
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn limit() -> usize {
+    std::env::var("SLIPWAY_E2E_SCENES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(6)
+}
+
+impl State {
+    fn can_run(&self, ask: &Ask, limit: usize) -> bool {
+        !self.alone
+            && self.running < limit
+            && (!ask.alone || self.running == 0)
+            && ask.groups.is_disjoint(&self.held)
+    }
+
+    /// The scene that starts next, if any may.
+    fn next(&self, limit: usize) -> Option<u64> {
+        let mut order: Vec<&(u64, Ask)> = self.waiting.iter().collect();
+        order.sort_by_key(|(id, ask)| (ask.priority, *id));
+        for (id, ask) in order {
+            if self.can_run(ask, limit) {
+                return Some(*id);
+            }
+            if ask.alone {
+                return None;
+            }
+        }
+        None
+    }
+}
+
+/// A scene's turn; giving it back (dropping it) lets the next scenes start.
+pub struct Turn {
+    ask: Ask,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut s = state();
+        s.running -= 1;
+        if self.ask.alone {
+            s.alone = false;
+        }
+        for g in &self.ask.groups {
+            s.held.remove(g);
+        }
+        drop(s);
+        CHANGED.notify_waiters();
+    }
+}
+
+/// Waits for the scene's turn.
+pub async fn take(ask: Ask) -> Turn {
+    let id = {
+        let mut s = state();
+        let id = s.next_id;
+        s.next_id += 1;
+        s.first_ask.get_or_insert_with(Instant::now);
+        s.waiting.push((id, ask.clone()));
+        id
+    };
+    loop {
+        let changed = CHANGED.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let gathering = {
+            let mut s = state();
+            let since = s.first_ask.map(|t| t.elapsed()).unwrap_or_default();
+            if since >= GATHER && s.next(limit()) == Some(id) {
+                s.waiting.retain(|(w, _)| *w != id);
+                s.running += 1;
+                s.alone |= ask.alone;
+                s.held.extend(ask.groups.iter().copied());
+                drop(s);
+                // The next scene may be able to start too.
+                CHANGED.notify_waiters();
+                return Turn { ask };
+            }
+            (since < GATHER).then(|| GATHER - since)
+        };
+        match gathering {
+            Some(rest) => tokio::time::sleep(rest).await,
+            None => changed.await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(alone: bool, groups: &[&'static str], priority: Priority) -> Ask {
+        Ask {
+            alone,
+            groups: groups.iter().copied().collect(),
+            priority,
+        }
+    }
+
+    fn state_with(waiting: Vec<Ask>) -> State {
+        State {
+            waiting: waiting.into_iter().enumerate().map(|(i, a)| (i as u64, a)).collect(),
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn the_first_in_priority_order_that_can_run_starts() {
+        let mut s = state_with(vec![
+            ask(false, &[], Priority::Shared),
+            ask(false, &["real"], Priority::RealNodes),
+        ]);
+        assert_eq!(s.next(6), Some(1));
+        s.held.insert("real");
+        s.running = 1;
+        s.waiting.retain(|(id, _)| *id != 1);
+        assert_eq!(s.next(6), Some(0));
+        s.running = 6;
+        assert_eq!(s.next(6), None, "no more than the limit");
+    }
+
+    #[test]
+    fn a_group_runs_one_scene_at_a_time_and_others_pass_it() {
+        let mut s = state_with(vec![
+            ask(false, &["g"], Priority::Group),
+            ask(false, &["g"], Priority::Group),
+            ask(false, &[], Priority::Shared),
+        ]);
+        s.held.insert("g");
+        s.running = 1;
+        assert_eq!(s.next(6), Some(2));
+    }
+
+    #[test]
+    fn a_scene_waiting_alone_lets_nothing_pass_it() {
+        let mut s = state_with(vec![
+            ask(true, &[], Priority::Group),
+            ask(false, &[], Priority::Shared),
+        ]);
+        s.running = 1;
+        assert_eq!(s.next(6), None);
+        s.running = 0;
+        assert_eq!(s.next(6), Some(0));
+        s.alone = true;
+        s.running = 1;
+        s.waiting.retain(|(id, _)| *id != 0);
+        assert_eq!(s.next(6), None, "nothing beside a scene alone");
+    }
+}
