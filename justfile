@@ -50,7 +50,7 @@ image OUT="":
 # fuzz targets and CI's image, the Go tools in the background, then unit, offline and end-to-end
 # tests (the scenes side by side on one local cluster); prints where the time went
 # (target/ci/report.txt). SLIPWAY_E2E=skip skips the end-to-end scenes, loudly;
-# SLIPWAY_E2E_THREADS (6) and SLIPWAY_E2E_FILTER choose how many and which (scripts/ci.sh).
+# SLIPWAY_E2E_SCENES (6) and SLIPWAY_E2E_FILTER choose how many and which (scripts/ci.sh).
 test:
     scripts/ci.sh
 

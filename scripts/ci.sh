@@ -12,7 +12,7 @@
 # Report: target/ci/report.txt (each phase and each scene with its seconds, and the total); logs
 # of each phase in target/ci/logs/.
 #   SLIPWAY_E2E=skip          skip the end-to-end scenes (loudly)
-#   SLIPWAY_E2E_THREADS=N     scenes at once (default 6)
+#   SLIPWAY_E2E_SCENES=N      scenes at once (default 6; tests/e2e/support/turns.rs orders them)
 #   SLIPWAY_E2E_FILTER=...    only the scenes whose name contains it (libtest's filter)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -128,7 +128,9 @@ export PATH
 SHOW=1 phase offline cargo test --locked --target "$target" --test offline
 
 # --- the end-to-end scenes -------------------------------------------------------------------
-e2e=(cargo test --locked --target "$target" --test e2e -- --test-threads="${SLIPWAY_E2E_THREADS:-6}")
+# A thread for every scene: each asks for its turn at once, and the scenes' own scheduler starts
+# them, SLIPWAY_E2E_SCENES at a time, longest chains first.
+e2e=(cargo test --locked --target "$target" --test e2e -- --test-threads=512)
 [ -z "${SLIPWAY_E2E_FILTER:-}" ] || e2e+=("$SLIPWAY_E2E_FILTER")
 if [ "${SLIPWAY_E2E:-}" = skip ]; then
   SHOW=1 phase e2e "${e2e[@]}"

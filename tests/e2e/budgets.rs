@@ -4,8 +4,8 @@
 //! `slipway explain` predicting the nodes the controller then starts.
 //!
 //! DisruptionBudgets are cluster-scoped and every controller reads them and writes their ledgers,
-//! so a scene with a budget runs alone; staged promotion and a version's minimum age need none
-//! and share the cluster.
+//! so a scene with a budget runs on a cluster of its own (shared, one at a time, with the chaos
+//! scene of budgets); staged promotion and a version's minimum age need none and share the run's.
 
 use crate::support;
 
@@ -206,11 +206,12 @@ const EVERY_OPERATION: [(&str, &str); 2] = [
     ("SLIPWAY_MAINTENANCE", "true"),
 ];
 
-/// Six nodes, and nothing else on the cluster: every controller reads every budget.
+/// Six nodes on the budgets' cluster, where no other scene's controller runs: every controller of
+/// a cluster reads every budget and writes its ledger.
 async fn budget_scene() -> Option<Scene> {
     let s = Scene::new("budget")
         .nodes(6)
-        .alone()
+        .own_cluster("budgets")
         .crds(&[
             "rebootpolicies.slipway.dev",
             "nodemaintenances.nodemaintenance.medik8s.io",

@@ -9,8 +9,9 @@
 //! Each scenario is a scene of its own: a namespace, nodes, its controller(s) and a checker. In
 //! the normal run each scene runs its scenario once, small, with a fixed seed of its own (printed
 //! with its row, overridden by `SLIPWAY_CHAOS_SEED`), and fails on any violation or when it
-//! injected none of its faults. The scenes that stop the API server or pause etcd, and the one
-//! with a DisruptionBudget, run alone; those whose controllers reconcile RebootPolicies,
+//! injected none of its faults. The scenes that stop the API server or pause etcd run on a cluster
+//! of their own, the one with a DisruptionBudget on the budgets' cluster (one scene at a time on
+//! each); those whose controllers reconcile RebootPolicies,
 //! NodeMaintenances or NodeOps are cluster-wide; the others share the cluster.
 //!
 //! `full_suite` (ignored; `just chaos NODES RUNS SOAK_SECS` runs it) runs every scenario at full
@@ -1264,7 +1265,7 @@ async fn a_nodeop_survives_controller_kills() {
 }
 
 /// A DisruptionBudget of 1 over a Plan and a RebootPolicy of concurrency 2 on 4 nodes, through
-/// kills (alone, and the budget makes it one node at a time: a small pool).
+/// kills (on the budgets' cluster, and the budget makes it one node at a time: a small pool).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disruption_budget_holds_through_kills() {
     let sizes = Sizes {
@@ -1274,7 +1275,7 @@ async fn a_disruption_budget_holds_through_kills() {
     scene("budget-kills", 7, sizes, budget_kills).await;
 }
 
-/// kube-apiserver stopped mid-rollout and started again (alone: a small pool).
+/// kube-apiserver stopped mid-rollout and started again (on a cluster of its own: a small pool).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_an_apiserver_restart() {
     let sizes = Sizes {
@@ -1509,8 +1510,8 @@ async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
 
 async fn apiserver_restart(sizes: Sizes, _rng: Random) -> Option<Row> {
     let c = sizes.concurrency;
-    // Alone: every scene beside it would lose the API server.
-    let scene = Scene::new("chaos-apiserver").alone();
+    // A cluster of its own: every scene beside it would lose the API server.
+    let scene = Scene::new("chaos-apiserver").own_cluster("disruptions");
     let stage = Stage::new(scene, sizes, |_| Limits::one_plan("up", c)).await?;
     let replicas = Replicas::start(stage.ns(), &[("a", stage.kubeconfig())], true);
     stage
@@ -1531,8 +1532,8 @@ async fn apiserver_restart(sizes: Sizes, _rng: Random) -> Option<Row> {
 
 async fn etcd_pause(sizes: Sizes, _rng: Random) -> Option<Row> {
     let c = sizes.concurrency;
-    // Alone: every scene beside it would lose etcd.
-    let scene = Scene::new("chaos-etcd").alone();
+    // A cluster of its own: every scene beside it would lose etcd.
+    let scene = Scene::new("chaos-etcd").own_cluster("disruptions");
     let stage = Stage::new(scene, sizes, |_| Limits::one_plan("up", c)).await?;
     let kubeconfig = stage.kubeconfig();
     let replicas = Replicas::start(stage.ns(), &[("a", kubeconfig), ("b", kubeconfig)], true);
@@ -1928,8 +1929,9 @@ async fn policy_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
 async fn budget_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
     let c = sizes.concurrency.max(2);
     let allowed = (c - 1).max(1);
-    // Alone: every controller reads every DisruptionBudget and writes its ledger.
-    let scene = (Scene::new("chaos-budget").alone()).crds(&[REBOOT_POLICY_CRD]);
+    // The budgets' cluster: every controller of a cluster reads every DisruptionBudget and writes
+    // its ledger.
+    let scene = (Scene::new("chaos-budget").own_cluster("budgets")).crds(&[REBOOT_POLICY_CRD]);
     let stage = Stage::new(scene, sizes, |s| Limits {
         concurrency: BTreeMap::from([
             ("up".to_string(), c),

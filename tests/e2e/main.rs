@@ -27,6 +27,7 @@ mod nodeop;
 mod operations;
 mod quickstart;
 mod rbac;
+mod real;
 mod reboot;
 mod reboot_policy;
 mod upgrade;

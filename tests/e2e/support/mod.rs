@@ -42,8 +42,10 @@ pub mod controller;
 pub mod jobwatch;
 pub mod plans;
 pub mod process;
+pub mod real;
 pub mod reboots;
 pub mod scene;
+pub mod turns;
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -51,7 +53,7 @@ use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -100,6 +102,38 @@ pub async fn cluster() -> Option<Cluster> {
     }
 }
 
+/// The cluster `name` of this test binary's own (not the run's shared one), started by the first
+/// call and torn down when the test process exits: for scenes that would disturb every scene of a
+/// shared cluster ([`scene::SceneBuilder::own_cluster`]). `None` when end-to-end tests are skipped.
+pub async fn own_cluster(name: &'static str) -> Option<Cluster> {
+    if std::env::var("SLIPWAY_E2E").as_deref() == Ok("skip") {
+        warn_skipped();
+        return None;
+    }
+    type Clusters = std::collections::HashMap<&'static str, Arc<OnceLock<Result<Cluster, String>>>>;
+    static OWN: std::sync::LazyLock<std::sync::Mutex<Clusters>> =
+        std::sync::LazyLock::new(Default::default);
+    let cell = OWN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(name)
+        .or_default()
+        .clone();
+    let found = tokio::task::spawn_blocking(move || {
+        cell.get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            start_cluster(0).map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+    })
+    .await
+    .expect("the task starting a cluster panicked");
+    match found {
+        Ok(cluster) => Some(cluster),
+        Err(e) => panic!("no cluster {name}: {e}"),
+    }
+}
+
 fn warn_skipped() {
     // Once per test binary, written to the stderr handle rather than with eprintln! so that the
     // test harness does not capture it.
@@ -129,10 +163,11 @@ fn find_or_start_cluster() -> Result<Cluster, String> {
         }
         return Ok(Cluster { kubeconfig });
     }
-    start_cluster().map_err(|e| format!("{e:#}"))
+    start_cluster(3).map_err(|e| format!("{e:#}"))
 }
 
-fn start_cluster() -> anyhow::Result<Cluster> {
+/// `tests/cluster/up.sh NODES`, torn down when this process exits.
+fn start_cluster(nodes: usize) -> anyhow::Result<Cluster> {
     let up = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/up.sh");
     let mut err = std::io::stderr();
     let _ = writeln!(
@@ -142,7 +177,7 @@ fn start_cluster() -> anyhow::Result<Cluster> {
     );
     let output = Command::new("bash")
         .arg(&up)
-        .arg("3")
+        .arg(nodes.to_string())
         .env("SLIPWAY_CLUSTER_OWNER_PID", std::process::id().to_string())
         .env_remove("SLIPWAY_CLUSTER_DIR")
         .stdin(Stdio::null())
@@ -465,6 +500,36 @@ pub async fn wait_nodes_ready(client: &Client, names: &[String]) {
             }
         },
     )
+    .await
+}
+
+/// Waits up to `timeout` until every named node is Ready, without the taints of a node that is not
+/// (`node.kubernetes.io/not-ready`, `unreachable`) or is cordoned (`unschedulable`); other taints,
+/// such as a control-plane node's, are the node's own.
+pub async fn wait_nodes_ready_untainted(client: &Client, names: &[String], timeout: Duration) {
+    let api = Api::<Node>::all(client.clone());
+    wait_for(&format!("nodes {names:?} to be Ready"), timeout, || async {
+        let mut pending = Vec::new();
+        for name in names {
+            let node = api.get(name).await?;
+            let ready = (node.status.as_ref().and_then(|s| s.conditions.as_ref()))
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone());
+            let taints: Vec<String> = (node.spec.as_ref().and_then(|s| s.taints.as_ref()))
+                .into_iter()
+                .flatten()
+                .map(|t| t.key.clone())
+                .filter(|k| k.starts_with("node.kubernetes.io/"))
+                .collect();
+            if ready.as_deref() != Some("True") || !taints.is_empty() {
+                pending.push(format!("{name}: Ready={ready:?} taints={taints:?}"));
+            }
+        }
+        match pending.is_empty() {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!("{}", pending.join("; "))),
+        }
+    })
     .await
 }
 

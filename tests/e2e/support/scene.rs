@@ -25,10 +25,8 @@
 //!   sees (the API server or etcd stopped, DisruptionBudgets that every controller reads and
 //!   writes the ledger of, the install's fixed names in `system-upgrade`).
 
-use std::collections::HashMap;
+use std::collections::BTreeSet;
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -36,8 +34,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::{OwnedMutexGuard, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
+use super::turns::{self, Ask, Priority, Turn};
 use super::{Cluster, TestNamespace};
 
 /// The label of a scene's nodes; its value is the scene's namespace.
@@ -55,47 +53,18 @@ pub enum Sharing {
 /// RebootPolicies, NodeOps (watched in every namespace).
 pub const CLUSTER_WIDE: Sharing = Sharing::Group("cluster-wide kinds");
 
-/// Shared scenes hold it for reading, a scene alone for writing. tokio's lock is fair: a scene
-/// waiting to be alone keeps new scenes from starting, so it is not starved.
-static ROOM: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
-/// One lock per group of [`Sharing::Group`].
-type Groups = HashMap<&'static str, Arc<tokio::sync::Mutex<()>>>;
-static GROUPS: LazyLock<Mutex<Groups>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-enum Access {
-    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
-    Group(
-        #[allow(dead_code)] OwnedRwLockReadGuard<()>,
-        #[allow(dead_code)] OwnedMutexGuard<()>,
-    ),
-    Alone(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
-}
-
-async fn enter(sharing: Sharing) -> Access {
-    match sharing {
-        Sharing::Shared => Access::Shared(ROOM.clone().read_owned().await),
-        Sharing::Group(group) => {
-            // The room first, then the group: a scene never waits for the room while it holds
-            // a group that a scene inside the room waits for.
-            let room = ROOM.clone().read_owned().await;
-            let lock = GROUPS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(group)
-                .or_default()
-                .clone();
-            Access::Group(room, lock.lock_owned().await)
-        }
-        Sharing::Alone => Access::Alone(ROOM.clone().write_owned().await),
-    }
-}
+/// The group of the scenes on real nodes (there is one set of guests: one scene at a time).
+pub const REAL_NODES: &str = "real nodes";
 
 /// How a scene is set up; see [`Scene::new`].
 pub struct SceneBuilder {
     name: String,
     nodes: usize,
     labels: Vec<(String, String)>,
-    sharing: Sharing,
+    alone: bool,
+    groups: BTreeSet<&'static str>,
+    own_cluster: Option<&'static str>,
+    real: bool,
     crds: Vec<&'static str>,
 }
 
@@ -112,19 +81,46 @@ impl SceneBuilder {
         self
     }
 
-    pub fn sharing(mut self, sharing: Sharing) -> Self {
-        self.sharing = sharing;
-        self
+    pub fn sharing(self, sharing: Sharing) -> Self {
+        match sharing {
+            Sharing::Shared => self,
+            Sharing::Group(group) => self.group(group),
+            Sharing::Alone => self.alone(),
+        }
     }
 
     /// Nothing else runs beside this scene.
-    pub fn alone(self) -> Self {
-        self.sharing(Sharing::Alone)
+    pub fn alone(mut self) -> Self {
+        self.alone = true;
+        self
+    }
+
+    /// Never beside another scene of `group`.
+    pub fn group(mut self, group: &'static str) -> Self {
+        self.groups.insert(group);
+        self
     }
 
     /// The scene's controller reconciles NodeMaintenances, RebootPolicies or NodeOps.
     pub fn cluster_wide(self) -> Self {
         self.sharing(CLUSTER_WIDE)
+    }
+
+    /// The scene runs on a cluster of its own, `name`, started for the first scene that asks and
+    /// shared, one scene at a time, by the scenes that name it: for what would otherwise stop
+    /// every other scene (the API server restarted, DisruptionBudgets that every controller of
+    /// the cluster reads and keeps the ledger of).
+    pub fn own_cluster(mut self, name: &'static str) -> Self {
+        self.own_cluster = Some(name);
+        self.group(name)
+    }
+
+    /// The run's real nodes (QEMU guests, [`super::real`]) join the scene's pool: labelled
+    /// [`POOL_LABEL`] while it runs, and given back uncordoned, without its labels, when it ends.
+    /// One scene at a time; these scenes start before the others, as they take longest.
+    pub fn real_nodes(mut self) -> Self {
+        self.real = true;
+        self.group(REAL_NODES)
     }
 
     /// Committed CRDs (files of `crds/`) to apply beside the Plan's and DisruptionBudget's.
@@ -136,9 +132,22 @@ impl SceneBuilder {
     /// Waits for the scene's turn, then makes its namespace and nodes. `None` when end-to-end
     /// tests are skipped (`SLIPWAY_E2E=skip`).
     pub async fn start(self) -> Option<Scene> {
-        let cluster = super::cluster().await?;
+        let cluster = match self.own_cluster {
+            None => super::cluster().await?,
+            Some(name) => super::own_cluster(name).await?,
+        };
         let waiting = Instant::now();
-        let access = enter(self.sharing).await;
+        let priority = match (self.real, self.groups.is_empty()) {
+            (true, _) => Priority::RealNodes,
+            (false, false) => Priority::Group,
+            (false, true) => Priority::Shared,
+        };
+        let turn = turns::take(Ask {
+            alone: self.alone,
+            groups: self.groups.clone(),
+            priority,
+        })
+        .await;
         let started = Instant::now();
         let client = cluster.client().await;
         let mut crds = vec!["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"];
@@ -148,20 +157,30 @@ impl SceneBuilder {
         let pool = ns.name().to_string();
         let mut labels: Vec<(&str, &str)> = vec![(POOL_LABEL, &pool)];
         labels.extend(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let nodes = match self.nodes {
+        let mut nodes = match self.nodes {
             0 => Vec::new(),
             n => super::create_nodes(&client, &self.name, n, &labels).await,
         };
+        let real = match self.real {
+            false => Vec::new(),
+            true => {
+                let real = super::real::nodes(&cluster).await;
+                super::real::take(&client, &real, &labels).await;
+                real
+            }
+        };
+        nodes.extend(real.iter().cloned());
         Some(Scene {
             cluster,
             client,
             ns,
             nodes,
             pool,
+            real,
             test: test_name(&self.name),
             waited: started - waiting,
             started,
-            _access: access,
+            _turn: turn,
         })
     }
 }
@@ -175,10 +194,13 @@ pub struct Scene {
     pub nodes: Vec<String>,
     /// The value of [`POOL_LABEL`] on the scene's nodes: the namespace's name.
     pub pool: String,
+    /// The real nodes in the pool (also in `nodes`), the control-plane node first.
+    pub real: Vec<String>,
     test: String,
     waited: Duration,
     started: Instant,
-    _access: Access,
+    /// Given back after the clean-up (fields drop after `drop`).
+    _turn: Turn,
 }
 
 impl Scene {
@@ -190,7 +212,10 @@ impl Scene {
             name: name.to_string(),
             nodes: 0,
             labels: Vec::new(),
-            sharing: Sharing::Shared,
+            alone: false,
+            groups: BTreeSet::new(),
+            own_cluster: None,
+            real: false,
             crds: Vec::new(),
         }
     }
@@ -228,17 +253,18 @@ impl Drop for Scene {
         self.ns.cleaned = true;
         // Async clean-up cannot run in this runtime from `drop` (it may be unwinding): it gets a
         // thread and a runtime of its own, and a client built there.
-        let (kubeconfig, ns, pool) = (
-            self.cluster.kubeconfig_path().to_path_buf(),
+        let (cluster, ns, pool, real) = (
+            self.cluster.clone(),
             self.ns.name().to_string(),
             self.pool.clone(),
+            self.real.clone(),
         );
         let cleaned = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())?;
-            rt.block_on(clean_up(kubeconfig, ns, pool))
+            rt.block_on(clean_up(cluster, ns, pool, real))
                 .map_err(|e| format!("{e:#}"))
         })
         .join()
@@ -260,8 +286,13 @@ const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
 ];
 
-async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Result<()> {
-    let client = Cluster { kubeconfig }.try_client().await?;
+async fn clean_up(
+    cluster: Cluster,
+    ns: String,
+    pool: String,
+    real: Vec<String>,
+) -> anyhow::Result<()> {
+    let client = cluster.try_client().await?;
     let prefix = format!("{ns}-");
     for (group, version, kind) in CLUSTER_KINDS {
         let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -288,6 +319,7 @@ async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Resu
         .items
         .iter()
         .map(|n| n.name_any())
+        .filter(|n| !real.contains(n))
         .collect();
     // Pods bound to the nodes first: kwok stops managing a deleted node's pods.
     for node in &nodes {
@@ -305,9 +337,12 @@ async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Resu
     for node in &nodes {
         let _ = node_api.delete(node, &DeleteParams::default()).await;
     }
-    let _ = Api::<Namespace>::all(client)
+    let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::background())
         .await;
+    if !real.is_empty() {
+        super::real::give_back(&cluster, &client, &real, &ns).await?;
+    }
     Ok(())
 }
 

@@ -160,7 +160,11 @@ mod tests {
 
     fn state_with(waiting: Vec<Ask>) -> State {
         State {
-            waiting: waiting.into_iter().enumerate().map(|(i, a)| (i as u64, a)).collect(),
+            waiting: waiting
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| (i as u64, a))
+                .collect(),
             ..State::default()
         }
     }

@@ -1,0 +1,215 @@
+//! The run's real nodes: QEMU guests (`tests/nodes/`) with a real kubelet, containerd and
+//! kube-proxy, joined to the run's cluster. The first scene that asks for them
+//! ([`super::scene::SceneBuilder::real_nodes`]) boots them; the scenes on real nodes then take them
+//! one at a time, and the last process of the run stops them with the cluster
+//! (`tests/cluster/down.sh`).
+//!
+//! Three guests: [`CONTROL_PLANE`], labelled and tainted as kubeadm and kind do, and two workers.
+//! Each imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh`
+//! writes) into its containerd at every boot, so the shipped install runs the controller as a real
+//! pod.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Map, Value, json};
+use tokio::sync::OnceCell;
+
+use super::Cluster;
+
+/// The control-plane node: label `node-role.kubernetes.io/control-plane` and its `NoSchedule`
+/// taint.
+pub const CONTROL_PLANE: &str = "real-cp";
+/// The worker nodes.
+pub const WORKERS: [&str; 2] = ["real-1", "real-2"];
+
+/// The label prefix of the Plans' node labels (`plan.upgrade.cattle.io/<plan>`), removed when a
+/// scene gives the nodes back: a later scene's Plan of the same name and spec would otherwise find
+/// them done.
+const PLAN_LABELS: &str = "plan.upgrade.cattle.io/";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory of a cluster started by `tests/cluster/up.sh`: its kubeconfig's.
+pub fn cluster_dir(cluster: &Cluster) -> PathBuf {
+    cluster
+        .kubeconfig_path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// slipway's image archive the guests import.
+pub fn image_archive() -> PathBuf {
+    if let Some(path) = std::env::var_os("SLIPWAY_IMAGE_ARCHIVE") {
+        return PathBuf::from(path);
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    repo().join(format!("target/image/slipway-{version}.oci.tar"))
+}
+
+/// The real nodes, the control-plane node first; booted by the first call of the run.
+pub async fn nodes(cluster: &Cluster) -> Vec<String> {
+    static BOOTED: OnceCell<Result<(), String>> = OnceCell::const_new();
+    let dir = cluster_dir(cluster);
+    let booted = BOOTED
+        .get_or_init(|| async move {
+            tokio::task::spawn_blocking(move || boot(&dir))
+                .await
+                .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
+        })
+        .await;
+    if let Err(e) = booted {
+        panic!("no real nodes: {e}");
+    }
+    std::iter::once(CONTROL_PLANE)
+        .chain(WORKERS)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Starts the three guests side by side and waits until each is Ready.
+fn boot(dir: &Path) -> Result<(), String> {
+    let image = image_archive();
+    if !image.is_file() {
+        return Err(format!(
+            "{} is missing: build slipway's image first (`./dev image`, or \
+             `SLIPWAY_IMAGE_PROFILE=dev scripts/image.sh` as CI does)",
+            image.display()
+        ));
+    }
+    let up = repo().join("tests/nodes/up.sh");
+    let mut started = Vec::new();
+    for name in std::iter::once(CONTROL_PLANE).chain(WORKERS) {
+        let mut cmd = Command::new(&up);
+        cmd.arg(dir).arg(name).arg("--image").arg(&image);
+        if name == CONTROL_PLANE {
+            cmd.arg("--control-plane");
+        }
+        let log = dir.join(format!("logs/guest-{name}-up.log"));
+        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", up.display()))?;
+        started.push((name, child, log));
+    }
+    let mut failed = Vec::new();
+    for (name, mut child, log) in started {
+        match child.wait() {
+            Ok(status) if status.success() => {}
+            status => failed.push(format!("{name} ({status:?}):\n{}", super::log_tail(&log))),
+        }
+    }
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(failed.join("\n")),
+    }
+}
+
+/// Puts `labels` on the real nodes (a scene's pool label among them).
+pub async fn take(client: &Client, names: &[String], labels: &[(&str, &str)]) {
+    let labels: Map<String, Value> = (labels.iter())
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect();
+    for name in names {
+        Api::<Node>::all(client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("labelling the real node {name}: {e}"));
+    }
+}
+
+/// Gives the real nodes back after the scene of namespace `ns`: each Ready again (a guest whose
+/// QEMU is gone is started again), uncordoned, without the scene's labels and the Plans' labels,
+/// and without the scene's pods.
+pub async fn give_back(
+    cluster: &Cluster,
+    client: &Client,
+    names: &[String],
+    ns: &str,
+) -> anyhow::Result<()> {
+    let api = Api::<Node>::all(client.clone());
+    let dir = cluster_dir(cluster);
+    for name in names {
+        if !guest_running(&dir, name) {
+            start(cluster, name).await;
+        }
+        let node = api.get(name).await?;
+        let mut labels = Map::new();
+        for key in node.labels().keys() {
+            if key.starts_with(PLAN_LABELS) || key.starts_with("slipway.test/") {
+                labels.insert(key.clone(), Value::Null);
+            }
+        }
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}, "spec": {"unschedulable": null}})),
+        )
+        .await?;
+    }
+    super::wait_nodes_ready_untainted(client, names, Duration::from_secs(300)).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    super::wait_for(
+        &format!("the pods of {ns} to leave the real nodes"),
+        Duration::from_secs(120),
+        || async {
+            let left = pods.list(&ListParams::default()).await?.items.len();
+            match left {
+                0 => Ok(()),
+                n => Err(anyhow::anyhow!("{n} pods left")),
+            }
+        },
+    )
+    .await;
+    Ok(())
+}
+
+/// Whether the guest's QEMU runs (its pid file names a live process).
+fn guest_running(dir: &Path, name: &str) -> bool {
+    std::fs::read_to_string(dir.join(format!("pids/guest-{name}.pid")))
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Hard-kills the guest (its QEMU), as a power cut would; its disk stays.
+pub fn kill(cluster: &Cluster, name: &str) {
+    run(&repo().join("tests/nodes/kill.sh"), cluster, name);
+}
+
+/// Starts the guest again from its disk and waits until its node is Ready with a new boot ID.
+pub async fn start(cluster: &Cluster, name: &str) {
+    let (script, cluster, name) = (
+        repo().join("tests/nodes/start.sh"),
+        cluster.clone(),
+        name.to_string(),
+    );
+    tokio::task::spawn_blocking(move || run(&script, &cluster, &name))
+        .await
+        .expect("start.sh's thread");
+}
+
+fn run(script: &Path, cluster: &Cluster, name: &str) {
+    let status = Command::new(script)
+        .arg(cluster_dir(cluster))
+        .arg(name)
+        .stdin(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(status.success(), "{} {name}: {status}", script.display());
+}
