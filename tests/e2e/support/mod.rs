@@ -38,6 +38,7 @@
 
 pub mod budgets;
 pub mod controller;
+pub mod install;
 pub mod jobwatch;
 pub mod plans;
 pub mod process;
