@@ -1886,8 +1886,8 @@ async fn upgrade_the_node_through_its_budget(
     controller: &ControllerProcess,
     audit: &Audit<'_>,
 ) {
-    let (client, node, pool, workloads) = (&s.client, &s.nodes[0], &s.pool, s.ns.name());
     use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
+    let (client, node, pool, workloads) = (&s.client, &s.nodes[0], &s.pool, s.ns.name());
     let upgrades = Api::<NodeOpUpgrade>::namespaced(client.clone(), workloads);
     let nodeops = Api::<NodeOp>::namespaced(client.clone(), workloads);
     let upgrade: NodeOpUpgrade = serde_json::from_value(json!({

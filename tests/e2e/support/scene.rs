@@ -260,6 +260,13 @@ const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
 ];
 
+/// Kinds of namespaced objects scenes make whose finalizers no controller is left to remove
+/// (besides Plans), which would keep the namespace Terminating.
+const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
+    ("operator.kairos.io", "v1alpha1", "NodeOpUpgrade"),
+    ("operator.kairos.io", "v1alpha1", "NodeOp"),
+];
+
 async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Result<()> {
     let client = Cluster { kubeconfig }.try_client().await?;
     let prefix = format!("{ns}-");
@@ -281,6 +288,20 @@ async fn clean_up(kubeconfig: PathBuf, ns: String, pool: String) -> anyhow::Resu
     let plans = Api::<slipway::plan::api::Plan>::namespaced(client.clone(), &ns);
     for p in plans.list(&ListParams::default()).await?.items {
         delete_without_finalizers(&plans, &p.name_any()).await;
+    }
+    for (group, version, kind) in NAMESPACED_KINDS {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns,
+            &ApiResource::from_gvk(&gvk),
+        );
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for o in list.items {
+            delete_without_finalizers(&api, &o.name_any()).await;
+        }
     }
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
