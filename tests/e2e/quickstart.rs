@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::install::{Install, NS};
+use crate::support::install::{self, Install, NS};
 use crate::support::process::ChildProcess;
 use crate::support::scene::Scene;
 use kube::api::{Api, PostParams};
@@ -391,6 +391,7 @@ async fn the_quick_start_runs_on_the_image() {
     // Alone: the install has fixed names (namespace system-upgrade, ClusterRoles), and the
     // quick start's Plan runs on every Linux node of the cluster. The image is built above,
     // before the scene takes the cluster.
+    install::wait_for_earlier_removal(&support::cluster().await.expect("the cluster")).await;
     let Some(s) = Scene::new("quickstart").alone().start().await else {
         return;
     };

@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::controller::ControllerProcess;
-use crate::support::install::Install;
+use crate::support::install::{self, Install};
 use crate::support::plans::{condition_reason, is_complete};
 use crate::support::scene::{POOL_LABEL, Scene, SceneBuilder};
 use anyhow::anyhow;
@@ -66,7 +66,7 @@ use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 
-const NS: &str = support::install::NS;
+const NS: &str = install::NS;
 const SA: &str = "system-upgrade";
 const CONTROLLER: &str = "system-upgrade-controller";
 /// The role deploy/ binds to the ServiceAccount for the upgrade Jobs, not for the controller.
@@ -581,6 +581,7 @@ struct Deployed {
 }
 
 async fn deployed(scene: SceneBuilder, component: Option<&str>) -> Option<Deployed> {
+    install::wait_for_earlier_removal(&support::cluster().await?).await;
     let s = scene.alone().start().await?;
     let mut install = Install::new(&s.cluster).await;
     match component {

@@ -25,6 +25,25 @@ pub struct Install {
     objects: Vec<Value>,
 }
 
+/// Waits while an earlier install's namespace is being deleted: a scene about to install calls it
+/// before it takes the cluster alone, so that other scenes run meanwhile.
+pub async fn wait_for_earlier_removal(cluster: &Cluster) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces = kube::Api::<Namespace>::all(cluster.client().await);
+    super::wait_for(
+        &format!("the namespace {NS} of an earlier install to go"),
+        std::time::Duration::from_secs(120),
+        || async {
+            let ns = namespaces.get_opt(NS).await?;
+            match ns.and_then(|n| n.status).and_then(|s| s.phase).as_deref() {
+                Some("Terminating") => Err(anyhow::anyhow!("Terminating")),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+}
+
 impl Install {
     /// Nothing installed yet: an earlier install's namespace, if one is left, is gone.
     pub async fn new(cluster: &Cluster) -> Install {
