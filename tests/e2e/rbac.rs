@@ -1583,21 +1583,21 @@ async fn workloads_on(client: &kube::Client, node: &str, workloads: &str) {
         })
     };
     let pp = PostParams::default();
-    Api::<Deployment>::namespaced(client.clone(), &workloads)
+    Api::<Deployment>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(workload("web")).expect("deployment"),
         )
         .await
         .expect("create the Deployment");
-    Api::<DaemonSet>::namespaced(client.clone(), &workloads)
+    Api::<DaemonSet>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(workload("agent")).expect("daemonset"),
         )
         .await
         .expect("create the DaemonSet");
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads)
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(json!({
@@ -1608,7 +1608,7 @@ async fn workloads_on(client: &kube::Client, node: &str, workloads: &str) {
         )
         .await
         .expect("create the PDB");
-    let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
+    let pods = Api::<Pod>::namespaced(client.clone(), workloads);
     support::wait_for("both pods running", Duration::from_secs(60), || async {
         let running = pods
             .list(&ListParams::default())
@@ -1706,7 +1706,7 @@ async fn reboot_the_node_through_its_budget(
         Duration::from_secs(60),
         || async {
             assert_not_refused(controller);
-            let p = policies.get(&name).await?;
+            let p = policies.get(name).await?;
             let draining = p
                 .status
                 .as_ref()
@@ -1736,10 +1736,7 @@ async fn reboot_the_node_through_its_budget(
             .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
             .await?;
         if list.items.is_empty() {
-            Err(anyhow!(
-                "status: {}",
-                status_of(&policies.get(&name).await?)
-            ))
+            Err(anyhow!("status: {}", status_of(&policies.get(name).await?)))
         } else {
             Ok(())
         }
@@ -1751,7 +1748,7 @@ async fn reboot_the_node_through_its_budget(
         Duration::from_secs(60),
         || async {
             assert_not_refused(controller);
-            let p = policies.get(&name).await?;
+            let p = policies.get(name).await?;
             let n = nodes_api.get(node).await?;
             let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
             if p.status.as_ref().is_some_and(|s| s.nodes.is_empty()) && !cordoned {
@@ -1763,12 +1760,12 @@ async fn reboot_the_node_through_its_budget(
     )
     .await;
     policies
-        .delete(&name, &DeleteParams::default())
+        .delete(name, &DeleteParams::default())
         .await
         .expect("delete the policy");
     support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
         assert_not_refused(controller);
-        match policies.get_opt(&name).await? {
+        match policies.get_opt(name).await? {
             None => Ok(()),
             Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
         }
