@@ -29,7 +29,9 @@
 //!   (`slipway agent`, system-upgrade-controller) the same way;
 //! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
 //! - [`plans`]: a Plan's conditions, and waiting for it to complete;
-//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
+//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test;
+//! - [`install::Install`]: deploy/ (or `dist/slipway.yaml`) installed as a user would, removed
+//!   when the scene ends.
 //!
 //! `#[tokio::test]` gives every test its own runtime, and a kube `Client`'s connection pool is
 //! bound to the runtime that made it. So only the kubeconfig path is shared; every test builds
