@@ -1,6 +1,11 @@
 //! End-to-end tests of the command line against the local cluster: what `validate`, `render` and
 //! `resolve` say offline is what the API server and the controller then do; `status` reads every
 //! kind, from the kubeconfig context given, under a read-only user too.
+//!
+//! Shared scenes, each with its namespace, nodes and controller; the read-only user's ClusterRole
+//! is the scene's own (`<namespace>-reader`). The scene whose NodeMaintenance and RebootPolicy
+//! carry a status of its own is in the group of cluster-wide kinds, so that no controller
+//! reconciles them meanwhile. `works_as_a_kubectl_plugin` needs no cluster.
 
 use crate::support;
 
@@ -11,6 +16,7 @@ use std::time::Duration;
 
 use crate::support::TestNamespace;
 use crate::support::controller::ControllerProcess;
+use crate::support::scene::Scene;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ListParams;
 use slipway::plan::api::Plan;
@@ -65,15 +71,13 @@ fn validate_verdict(file: &Path) -> String {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_agrees_with_the_api_server_and_the_controller() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("cli-validate").start().await else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    let ns = support::TestNamespace::create(&cluster, "cli-validate").await;
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let (cluster, ns) = (&s.cluster, &s.ns);
+    let _controller = ControllerProcess::start(cluster, ns.name(), &[]);
     let plans = ns.api::<Plan>();
     let mut applied = Vec::new();
     let mut verdicts: BTreeMap<String, (String, String, String)> = BTreeMap::new();
@@ -136,14 +140,14 @@ async fn validate_agrees_with_the_api_server_and_the_controller() {
     let kinds: Vec<&str> = verdicts.values().map(|v| v.0.as_str()).collect();
     assert!(kinds.iter().filter(|k| **k == "api").count() >= 19);
     assert!(kinds.iter().filter(|k| **k == "controller").count() >= 3);
-    ns.cleanup().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn render_equals_what_the_controller_creates() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-render", 3).await else {
+    let Some(s) = Scene::new("cli-render").nodes(3).start().await else {
         return;
     };
+    let (cluster, ns, nodes, pool) = (&s.cluster, &s.ns, &s.nodes, &s.pool);
     let dir = std::env::temp_dir().join(support::unique_name("slipway-render"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let plan_file = dir.join("plan.yaml");
@@ -155,7 +159,7 @@ async fn render_equals_what_the_controller_creates() {
     let name = format!("slipway-{}", ns.name());
     let plan_arg = plan_file.display().to_string();
     let offline =
-        render_offline_from_a_node_dump(&cluster, &dir, &plan_arg, &name, &pool, &nodes).await;
+        render_offline_from_a_node_dump(cluster, &dir, &plan_arg, &name, pool, nodes).await;
 
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
@@ -176,10 +180,8 @@ async fn render_equals_what_the_controller_creates() {
     assert_eq!(offline.len(), 3);
     assert_eq!(offline, live_jobs);
 
-    let (_controller, created) = the_controllers_jobs(&cluster, &ns).await;
+    let (_controller, created) = the_controllers_jobs(cluster, ns).await;
     assert_eq!(created, live_jobs);
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -187,11 +189,12 @@ async fn render_equals_what_the_controller_creates() {
 /// `stringData` (over a `data` key it overrides) and one whose Secrets are written with `data`
 /// (one without a `type`, one empty) get from `render` the latestHash and the Job names that the
 /// controller then gives them.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn render_reads_secrets_as_the_controller_does() {
-    let Some((cluster, ns, nodes, _pool)) = support::setup_pool("cli-secrets", 2).await else {
+    let Some(s) = Scene::new("cli-secrets").nodes(2).start().await else {
         return;
     };
+    let (cluster, ns, nodes) = (&s.cluster, &s.ns, &s.nodes);
     let dir = std::env::temp_dir().join(support::unique_name("slipway-secrets"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let plan = |name: &str, node: &str, secrets: &[&str]| {
@@ -246,7 +249,7 @@ async fn render_reads_secrets_as_the_controller_does() {
         &name,
     ]);
 
-    let _controller = ControllerProcess::start(&cluster, ns.name(), &[]);
+    let _controller = ControllerProcess::start(cluster, ns.name(), &[]);
     let plans = ns.api::<Plan>();
     let jobs = ns.api::<Job>();
     for (plan, rendered) in [("plain", rendered_plain), ("encoded", rendered_encoded)] {
@@ -277,8 +280,6 @@ async fn render_reads_secrets_as_the_controller_does() {
         .await;
         assert_eq!(controllers, rendered, "plan/{plan}");
     }
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -411,41 +412,72 @@ fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
         .expect("write the token kubeconfig");
 }
 
-/// render and resolve work with a kubeconfig that may only get, list and watch, and resolve gives
-/// the latestHash the controller then writes.
+/// A scene of the read-only commands: a kubeconfig `kc` that may only get, list and watch, and
+/// the Plan `follow` over the pool, on a channel served on loopback, applied and written to
+/// `plan_file`.
+struct Reader {
+    s: Scene,
+    dir: PathBuf,
+    kc: String,
+    plan: String,
+    plan_file: PathBuf,
+}
+
+impl Reader {
+    async fn start(name: &str, nodes: usize) -> Option<Reader> {
+        let s = Scene::new(name).nodes(nodes).start().await?;
+        let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kc = a_read_only_kubeconfig(&s.cluster, &s.ns, &s.name("reader"), &dir).await;
+        let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
+        let channel = support::channel_server(target).await;
+        let plan = format!(
+            "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
+            s.ns.name(),
+            s.pool
+        );
+        let plan_file = dir.join("plan.yaml");
+        std::fs::write(&plan_file, &plan).expect("write plan");
+        s.cluster
+            .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
+            .await
+            .expect("apply plan");
+        Some(Reader {
+            s,
+            dir,
+            kc,
+            plan,
+            plan_file,
+        })
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// render and resolve work with a kubeconfig that may only get, list and watch; resolve gives
+/// the latestHash the controller then writes, and `status --watch` and `status -o json` follow
+/// the rollout under the same kubeconfig.
 // Multi-threaded: the channel server must answer while the test blocks on the slipway process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_only_commands_work_under_a_read_only_service_account() {
-    let Some((cluster, ns, nodes, pool)) = support::setup_pool("cli-readonly", 2).await else {
+async fn read_only_commands_follow_a_rollout_under_a_read_only_service_account() {
+    let Some(r) = Reader::start("cli-readonly", 2).await else {
         return;
     };
-    let role = format!("slipway-reader-{}", ns.name());
-    let dir = std::env::temp_dir().join(support::unique_name("slipway-ro"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let kc = a_read_only_kubeconfig(&cluster, &ns, &role, &dir).await;
-    let target = std::sync::Arc::new(std::sync::Mutex::new("v1.31.2+k3s1".to_string()));
-    let channel = support::channel_server(target).await;
-    let plan = format!(
-        "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: follow\n  namespace: {}\nspec:\n  concurrency: 2\n  nodeSelector:\n    matchLabels:\n      slipway.test/pool: {pool}\n  channel: {channel}\n  upgrade:\n    image: busybox\n",
-        ns.name()
-    );
-    let plan_file = dir.join("plan.yaml");
-    std::fs::write(&plan_file, &plan).expect("write plan");
-    let pf = plan_file.display().to_string();
-    cluster
-        .kubectl_stdin(&["apply", "-f", "-"], Some(&plan))
-        .await
-        .expect("apply plan");
-
-    let hash = resolve_and_render_as_the_reader(&pf, &kc, &nodes);
-    let _controller = status_watch_follows_the_rollout(&cluster, &ns, &kc, &dir, &hash).await;
+    let (ns, kc) = (&r.s.ns, r.kc.as_str());
+    let pf = r.plan_file.display().to_string();
+    let hash = resolve_and_render_as_the_reader(&pf, kc, &r.s.nodes);
+    let _controller = status_watch_follows_the_rollout(&r.s.cluster, ns, kc, &r.dir, &hash).await;
     let (code, out, err) = slipway(&[
         "status",
         "follow",
         "-n",
         ns.name(),
         "--kubeconfig",
-        &kc,
+        kc,
         "-o",
         "json",
     ]);
@@ -454,8 +486,17 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
     assert_eq!(report[0]["done"], 2, "{out}");
     assert_eq!(report[0]["latestHash"], hash.as_str(), "{out}");
     assert_eq!(report[0]["kind"], "Plan", "{out}");
-    // Every kind by default: the reader may not list the others, which are left out with a note.
-    let (code, out, err) = slipway(&["status", "-n", ns.name(), "--kubeconfig", &kc]);
+}
+
+/// `status` of every kind under a reader that may list Plans only: the others are left out with a
+/// note; a kind it may not list, asked for by name, is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_leaves_out_the_kinds_a_reader_may_not_list() {
+    let Some(r) = Reader::start("cli-kinds", 0).await else {
+        return;
+    };
+    let (ns, kc) = (&r.s.ns, r.kc.as_str());
+    let (code, out, err) = slipway(&["status", "-n", ns.name(), "--kubeconfig", kc]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("plan/follow  "), "{out}");
     for kind in ["nodemaintenances", "rebootpolicies", "nodeops"] {
@@ -465,20 +506,19 @@ async fn read_only_commands_work_under_a_read_only_service_account() {
             "{err}"
         );
     }
-    let (code, _, err) = slipway(&["status", "nm", "--kubeconfig", &kc]);
+    let (code, _, err) = slipway(&["status", "nm", "--kubeconfig", kc]);
     assert_eq!(
         code, 1,
         "asked for by name, a kind it may not list is an error: {err}"
     );
+}
 
-    a_missing_cluster_object_is_one_line(&plan, &plan_file, &kc);
-
-    let _ = cluster
-        .kubectl(&["delete", "clusterrole,clusterrolebinding", &role])
-        .await;
-    support::delete_nodes(&ns.client(), &nodes).await;
-    ns.cleanup().await;
-    let _ = std::fs::remove_dir_all(dir);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_says_in_one_line_that_a_cluster_object_is_missing() {
+    let Some(r) = Reader::start("cli-missing", 0).await else {
+        return;
+    };
+    a_missing_cluster_object_is_one_line(&r.plan, &r.plan_file, &r.kc);
 }
 
 /// A ServiceAccount `reader` that may only get, list and watch nodes, namespaces, Plans and
@@ -696,35 +736,26 @@ fn works_as_a_kubectl_plugin() {
 
 /// `status` shows NodeMaintenances and RebootPolicies beside Plans, as text, JSON and YAML, from
 /// the kubeconfig context given with `--context`.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_every_kind_from_the_context_given() {
     use kube::api::{Patch, PatchParams, PostParams};
     use slipway::maintenance::api::NodeMaintenance;
     use slipway::reboot_policy::api::RebootPolicy;
-    let Some(cluster) = support::cluster().await else {
+    // Its NodeMaintenance and RebootPolicy carry a status of the test's: no controller of a
+    // cluster-wide kind may reconcile them meanwhile.
+    let Some(s) = Scene::new("cli-status")
+        .cluster_wide()
+        .crds(&[
+            "nodemaintenances.nodemaintenance.medik8s.io",
+            "rebootpolicies.slipway.dev",
+        ])
+        .start()
+        .await
+    else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    for crd in [
-        "nodemaintenances.nodemaintenance.medik8s.io",
-        "rebootpolicies.slipway.dev",
-    ] {
-        let path = format!("{}/crds/{crd}.yaml", env!("CARGO_MANIFEST_DIR"));
-        cluster
-            .kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &path])
-            .await
-            .expect("apply the CRD");
-        cluster
-            .kubectl(&["wait", "--for=condition=Established", &format!("crd/{crd}")])
-            .await
-            .expect("the CRD is served");
-    }
-    let ns = TestNamespace::create(&cluster, "cli-status").await;
-    let (nm, rbp) = (
-        support::unique_name("cli-nm"),
-        support::unique_name("cli-rbp"),
-    );
+    let (cluster, client, ns) = (&s.cluster, &s.client, &s.ns);
+    let (nm, rbp) = (s.name("nm"), s.name("rbp"));
     let plan = format!(
         "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata:\n  name: up\n  namespace: {}\nspec:\n  concurrency: 1\n  version: v1\n  upgrade:\n    image: busybox\n",
         ns.name()
@@ -829,10 +860,6 @@ async fn status_shows_every_kind_from_the_context_given() {
     let (code, _, err) = run(&["rbp/nope", "--context", "test"]);
     assert_eq!(code, 1);
     assert_eq!(err.trim(), "slipway: rebootpolicy/nope not found", "{err}");
-
-    let _ = maintenances.delete(&nm, &Default::default()).await;
-    let _ = policies.delete(&rbp, &Default::default()).await;
-    ns.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 

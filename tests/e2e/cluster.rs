@@ -1,11 +1,13 @@
 //! End-to-end checks of the local test cluster itself (tests/cluster/): fake nodes become Ready
-//! and keep their bootID, and Job pods run, complete, fail or hold as the kwok stages promise.
+//! and keep their bootID, and Job pods run, complete, fail or hold as the kwok stages promise;
+//! the tests' kubectl reaches the cluster. One shared scene each, on nodes of its own.
 
 use crate::support;
 
 use std::time::Duration;
 
-use crate::support::{FAIL_LABEL, HOLD_LABEL, TestNamespace};
+use crate::support::scene::Scene;
+use crate::support::{FAIL_LABEL, HOLD_LABEL};
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -71,16 +73,19 @@ async fn wait_job_condition(jobs: &Api<Job>, name: &str, type_: &str) -> Job {
     .await
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_nodes_are_ready_and_keep_their_boot_id() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("boot")
+        .nodes(2)
+        .label("slipway.test/case", "boot")
+        .start()
+        .await
+    else {
         return;
     };
-    let client = cluster.client().await;
-    let nodes = support::create_nodes(&client, "boot", 2, &[("slipway.test/case", "boot")]).await;
-    let api = Api::<Node>::all(client.clone());
+    let api = Api::<Node>::all(s.client.clone());
     let mut boot_ids = Vec::new();
-    for name in &nodes {
+    for name in &s.nodes {
         let node = api.get(name).await.expect("get node");
         let info = node.status.and_then(|s| s.node_info).expect("nodeInfo");
         assert_eq!(info.kubelet_version, "v1.34.4");
@@ -99,62 +104,52 @@ async fn fake_nodes_are_ready_and_keep_their_boot_id() {
         boot_ids.push(info.boot_id);
     }
     assert_ne!(boot_ids[0], boot_ids[1], "bootIDs must differ per node");
-    support::delete_nodes(&client, &nodes).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_pinned_to_a_node_completes_there() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("job-complete").nodes(1).start().await else {
         return;
     };
-    let client = cluster.client().await;
-    let ns = TestNamespace::create(&cluster, "job-complete").await;
-    let nodes = support::create_nodes(&client, "complete", 1, &[]).await;
-    let jobs: Api<Job> = ns.api();
+    let jobs: Api<Job> = s.ns.api();
     jobs.create(
         &PostParams::default(),
-        &pinned_job("ok", &nodes[0], json!({})),
+        &pinned_job("ok", &s.nodes[0], json!({})),
     )
     .await
     .expect("create job");
 
     let job = wait_job_condition(&jobs, "ok", "Complete").await;
     assert_eq!(job.status.and_then(|s| s.succeeded), Some(1));
-    let pods = job_pods(&ns.api(), "ok").await;
+    let pods = job_pods(&s.ns.api(), "ok").await;
     assert_eq!(pods.len(), 1, "{pods:?}");
     let pod = &pods[0];
     assert_eq!(
         pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-        Some(nodes[0].as_str())
+        Some(s.nodes[0].as_str())
     );
     assert_eq!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded")
     );
-
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_with_fail_label_fails() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("job-fail").nodes(1).start().await else {
         return;
     };
-    let client = cluster.client().await;
-    let ns = TestNamespace::create(&cluster, "job-fail").await;
-    let nodes = support::create_nodes(&client, "fail", 1, &[]).await;
-    let jobs: Api<Job> = ns.api();
+    let jobs: Api<Job> = s.ns.api();
     jobs.create(
         &PostParams::default(),
-        &pinned_job("bad", &nodes[0], json!({FAIL_LABEL: "true"})),
+        &pinned_job("bad", &s.nodes[0], json!({FAIL_LABEL: "true"})),
     )
     .await
     .expect("create job");
 
     let job = wait_job_condition(&jobs, "bad", "Failed").await;
     assert_eq!(job.status.and_then(|s| s.failed), Some(1));
-    let pods = job_pods(&ns.api(), "bad").await;
+    let pods = job_pods(&s.ns.api(), "bad").await;
     assert_eq!(pods.len(), 1, "{pods:?}");
     let status = pods[0].status.clone().expect("pod status");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
@@ -166,28 +161,24 @@ async fn job_with_fail_label_fails() {
         .expect("terminated container state");
     assert_eq!(terminated.exit_code, 1);
     assert_eq!(terminated.reason.as_deref(), Some("Error"));
-
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
 }
 
-#[tokio::test]
+/// A held pod stays Running: a Job without the label, started on the same node after the held
+/// pod runs, completes (kwok's delay has passed for both) while the held one is still active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_with_hold_label_stays_active() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("job-hold").nodes(1).start().await else {
         return;
     };
-    let client = cluster.client().await;
-    let ns = TestNamespace::create(&cluster, "job-hold").await;
-    let nodes = support::create_nodes(&client, "hold", 1, &[]).await;
-    let jobs: Api<Job> = ns.api();
+    let jobs: Api<Job> = s.ns.api();
     jobs.create(
         &PostParams::default(),
-        &pinned_job("held", &nodes[0], json!({HOLD_LABEL: "true"})),
+        &pinned_job("held", &s.nodes[0], json!({HOLD_LABEL: "true"})),
     )
     .await
     .expect("create job");
 
-    let pods: Api<Pod> = ns.api();
+    let pods: Api<Pod> = s.ns.api();
     support::wait_for("the held pod to be Running", TIMEOUT, || async {
         let phases: Vec<_> = job_pods(&pods, "held")
             .await
@@ -201,8 +192,14 @@ async fn job_with_hold_label_stays_active() {
         }
     })
     .await;
-    // A pod without the label completes after ~1 s; this one must still be running well after.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The yardstick: the same Job without the label, on the same node, started later.
+    jobs.create(
+        &PostParams::default(),
+        &pinned_job("unheld", &s.nodes[0], json!({})),
+    )
+    .await
+    .expect("create job");
+    wait_job_condition(&jobs, "unheld", "Complete").await;
     let job = jobs.get("held").await.expect("get job");
     assert_eq!(
         job.status.as_ref().and_then(|s| s.active),
@@ -210,17 +207,21 @@ async fn job_with_hold_label_stays_active() {
         "{job:?}"
     );
     assert!(!job_condition(&job, "Complete") && !job_condition(&job, "Failed"));
-
-    ns.cleanup().await;
-    support::delete_nodes(&client, &nodes).await;
+    let phases: Vec<_> = job_pods(&pods, "held")
+        .await
+        .into_iter()
+        .map(|p| p.status.and_then(|s| s.phase))
+        .collect();
+    assert_eq!(phases, [Some("Running".to_owned())]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_helper_talks_to_the_cluster() {
-    let Some(cluster) = support::cluster().await else {
+    let Some(s) = Scene::new("kubectl").start().await else {
         return;
     };
-    let out = cluster
+    let out = s
+        .cluster
         .kubectl(&["get", "namespace", "default", "-o", "name"])
         .await
         .expect("kubectl get namespace");

@@ -12,6 +12,10 @@
 //! remains must match an entry of [`ALLOWED`], which names its COMPATIBILITY.md row; anything
 //! else fails the test with a diff, and so does an entry that matched nothing.
 //!
+//! One scene, alone: each run installs its controller's own Plan CRD in place of the committed
+//! one (so every other scene's Plans would go with the deleted CRD), and SUC watches every node.
+//! SUC is built before the scene takes the cluster. The scene's namespace is the controllers'.
+//!
 //! `SLIPWAY_SUC_BINARY` uses that SUC binary instead of building one; `SLIPWAY_COMPAT_DUMP=<dir>`
 //! writes both snapshots there as JSON.
 
@@ -24,14 +28,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::process::ChildProcess;
+use crate::support::scene::{POOL_LABEL as SCENE_POOL, Scene};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
 
-const NS: &str = "slipway-compat";
 const CONTROLLER: &str = "system-upgrade-controller";
 const POOL_LABEL: &str = "slipway.test/compat";
 /// The test's nodes, the same names and labels in both runs: a control-plane node and two
@@ -138,7 +142,7 @@ fn suc_binary() -> PathBuf {
 
 /// Every Plan of the corpus, rewritten for the test: its namespace, its selector narrowed to the
 /// test's nodes, its channel on loopback.
-fn corpus(channel: &str) -> Vec<Plan> {
+fn corpus(channel: &str, ns: &str) -> Vec<Plan> {
     let mut files: Vec<PathBuf> = Vec::new();
     for dir in ["examples", "tests/compat/plans"] {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
@@ -160,7 +164,7 @@ fn corpus(channel: &str) -> Vec<Plan> {
                 continue;
             }
             let mut plan: Plan = serde_json::from_value(value).expect("a Plan of the corpus");
-            plan.metadata.namespace = Some(NS.into());
+            plan.metadata.namespace = Some(ns.into());
             // `spec.reboot` is slipway's alone (SUC's CRD prunes it); kwok nodes never reboot.
             plan.spec.reboot = None;
             // So are health checks and hooks (what the checks read, a Deployment of kube-system, is not here).
@@ -181,11 +185,11 @@ fn corpus(channel: &str) -> Vec<Plan> {
 }
 
 /// Secrets the corpus refers to, the same in both runs.
-fn secrets() -> Vec<Secret> {
+fn secrets(ns: &str) -> Vec<Secret> {
     vec![Secret {
         metadata: ObjectMeta {
             name: Some("compat-credentials".into()),
-            namespace: Some(NS.into()),
+            namespace: Some(ns.into()),
             ..Default::default()
         },
         string_data: Some(BTreeMap::from([(
@@ -198,11 +202,12 @@ fn secrets() -> Vec<Secret> {
 
 /// `program args` with the environment SUC's Deployment gives its controller (slipway reads the
 /// same variables), logging to `log`; killed when dropped.
-fn start(program: &Path, args: &[&str], kubeconfig: &Path, log: &Path) -> ChildProcess {
+fn start(program: &Path, args: &[&str], s: &Scene, log: &Path) -> ChildProcess {
+    let kubeconfig = s.cluster.kubeconfig_path();
     ChildProcess::new(program, log)
         .args(args)
         .env("SYSTEM_UPGRADE_CONTROLLER_NAME", CONTROLLER)
-        .env("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE", NS)
+        .env("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE", s.ns.name())
         .env(
             "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG",
             kubeconfig.display().to_string(),
@@ -218,38 +223,33 @@ fn start(program: &Path, args: &[&str], kubeconfig: &Path, log: &Path) -> ChildP
 type Snapshot = BTreeMap<String, Value>;
 
 /// Runs one controller over fresh nodes and the corpus, until every Plan settles.
-async fn run(
-    cluster: &support::Cluster,
-    program: &Path,
-    args: &[&str],
-    channel: &str,
-    who: &str,
-) -> Snapshot {
-    let client = cluster.client().await;
+async fn run(s: &Scene, program: &Path, args: &[&str], channel: &str, who: &str) -> Snapshot {
+    let (client, ns) = (&s.client, s.ns.name());
+    // In the scene's pool, so that the scene removes them if it fails half-way.
     let nodes: Vec<Node> = NODES
         .iter()
         .map(|(name, extra)| {
-            let mut labels = vec![(POOL_LABEL, "true")];
+            let mut labels = vec![(POOL_LABEL, "true"), (SCENE_POOL, s.pool.as_str())];
             labels.extend_from_slice(extra);
             support::fake_node(name, &labels)
         })
         .collect();
-    let names = support::create_node_objects(&client, &nodes).await;
-    support::wait_nodes_ready(&client, &names).await;
+    let names = support::create_node_objects(client, &nodes).await;
+    support::wait_nodes_ready(client, &names).await;
     let log = std::env::temp_dir().join(format!("slipway-compat-{who}.log"));
     // Each controller installs its own CRD (they validate differently); with the other's still
     // Established, Plans could be created before the update lands.
-    delete_crd(&client).await;
-    let process = start(program, args, cluster.kubeconfig_path(), &log);
-    wait_crd(cluster).await;
-    for s in secrets() {
-        Api::<Secret>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &s)
+    delete_crd(client).await;
+    let process = start(program, args, s, &log);
+    wait_crd(&s.cluster).await;
+    for secret in secrets(ns) {
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
             .await
             .expect("create a Secret");
     }
-    let plans = Api::<Plan>::namespaced(client.clone(), NS);
-    let corpus = corpus(channel);
+    let plans = Api::<Plan>::namespaced(client.clone(), ns);
+    let corpus = corpus(channel, ns);
     // A Plan the API server rejects (slipway's CRD validates more) is part of the result.
     let mut rejected = Snapshot::new();
     for p in &corpus {
@@ -262,11 +262,11 @@ async fn run(
             Err(e) => panic!("{who}: create Plan {:?}: {e}", p.metadata.name),
         }
     }
-    settle(&client, &log).await;
-    let mut snapshot = snapshot(&client).await;
+    settle(client, ns, &log).await;
+    let mut snapshot = snapshot(client, ns).await;
     snapshot.extend(rejected);
     drop(process);
-    cleanup(&client, &names).await;
+    cleanup(client, ns, &names).await;
     snapshot
 }
 
@@ -287,9 +287,9 @@ async fn wait_crd(cluster: &support::Cluster) {
 /// Waits until every Plan is in a state that lasts: complete; stopped by a failed Job, a closed
 /// window or an invalid spec (its Jobs finished); or every applying node's Job held running (the
 /// hold label).
-async fn settle(client: &kube::Client, log: &Path) {
-    let plans = Api::<Plan>::namespaced(client.clone(), NS);
-    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+async fn settle(client: &kube::Client, ns: &str, log: &Path) {
+    let plans = Api::<Plan>::namespaced(client.clone(), ns);
+    let jobs = Api::<Job>::namespaced(client.clone(), ns);
     support::wait_for("every Plan to settle", Duration::from_secs(180), || async {
         let plans = plans.list(&ListParams::default()).await?;
         let jobs = jobs.list(&ListParams::default()).await?;
@@ -366,9 +366,9 @@ fn plan_settled(plan: &Plan, jobs: &[Job]) -> Result<(), String> {
     }
 }
 
-async fn snapshot(client: &kube::Client) -> Snapshot {
+async fn snapshot(client: &kube::Client, ns: &str) -> Snapshot {
     let mut out = Snapshot::new();
-    let jobs = Api::<Job>::namespaced(client.clone(), NS)
+    let jobs = Api::<Job>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .expect("list Jobs");
@@ -407,7 +407,7 @@ async fn snapshot(client: &kube::Client) -> Snapshot {
             json!({"labels": labels, "unschedulable": node.spec.and_then(|s| s.unschedulable)}),
         );
     }
-    let plans = Api::<Plan>::namespaced(client.clone(), NS)
+    let plans = Api::<Plan>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .expect("list Plans");
@@ -507,19 +507,19 @@ async fn delete_crd(client: &kube::Client) {
     .await;
 }
 
-async fn cleanup(client: &kube::Client, nodes: &[String]) {
-    let _ = Api::<Plan>::namespaced(client.clone(), NS)
+async fn cleanup(client: &kube::Client, ns: &str, nodes: &[String]) {
+    let _ = Api::<Plan>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
-    let _ = Api::<Job>::namespaced(client.clone(), NS)
+    let _ = Api::<Job>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::background(), &ListParams::default())
         .await;
-    let _ = Api::<Secret>::namespaced(client.clone(), NS)
+    let _ = Api::<Secret>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
     support::delete_nodes(client, nodes).await;
     support::wait_for("the compat Jobs to go", Duration::from_secs(60), || async {
-        let left = Api::<Job>::namespaced(client.clone(), NS)
+        let left = Api::<Job>::namespaced(client.clone(), ns)
             .list(&ListParams::default())
             .await
             .map_err(|e| e.to_string())?;
@@ -606,33 +606,29 @@ fn allowance_patterns_match_as_documented() {
     assert!(!pattern_matches("jobs/*/*/x", "jobs/a/n1/x/y"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slipway_and_suc_make_the_same_jobs_labels_and_hashes() {
-    let Some(cluster) = support::cluster().await else {
+    if support::cluster().await.is_none() {
+        return;
+    }
+    // Built (or found in the cache) before the scene takes the cluster.
+    let suc = tokio::task::spawn_blocking(suc_binary)
+        .await
+        .expect("build SUC");
+    // A cluster of its own: each run replaces the Plan CRD (every scene's Plans would go with
+    // it) by its controller's, and SUC watches every node.
+    let Some(s) = Scene::new("compat").own_cluster("compat").start().await else {
         return;
     };
-    let suc = suc_binary();
-    let client = cluster.client().await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await;
     let target = Arc::new(Mutex::new("v1.30.1+k3s1".to_string()));
     let channel = support::channel_server(target).await;
 
-    let of_suc = run(&cluster, &suc, &[], &channel, "suc").await;
+    let of_suc = run(&s, &suc, &[], &channel, "suc").await;
     let slipway = PathBuf::from(env!("CARGO_BIN_EXE_slipway"));
-    let of_slipway = run(&cluster, &slipway, &["run"], &channel, "slipway").await;
-    // slipway's run left slipway's CRD; other tests of a shared cluster expect the committed one.
-    support::install_crd(&client).await;
+    let of_slipway = run(&s, &slipway, &["run"], &channel, "slipway").await;
+    // slipway's run left slipway's CRD; the scenes after it expect the committed one (and a
+    // scene that fails half-way leaves it to the next scene's start, which applies it).
+    support::install_crd(&s.client).await;
     if let Some(dir) = std::env::var_os("SLIPWAY_COMPAT_DUMP") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("create SLIPWAY_COMPAT_DUMP");

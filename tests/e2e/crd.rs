@@ -1,12 +1,14 @@
-//! The committed CRD on a real API server: it is accepted and Established, every example is
-//! accepted, every CEL rule rejects what it should with the field named, and `kubectl get plans`
-//! shows SUC's columns.
+//! The committed CRD on a real API server: it is accepted and Established (every scene installs
+//! it), every example is accepted, every CEL rule rejects what it should with the field named, a
+//! valid window and the edge values pass, and `kubectl get plans` shows SUC's columns. Shared
+//! scenes: Plans in a namespace of their own, and no controller.
 
 use crate::support;
 
 use std::path::PathBuf;
 
 use crate::support::TestNamespace;
+use crate::support::scene::Scene;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
@@ -35,18 +37,35 @@ async fn create_raw(ns: &TestNamespace, plan: &Value) -> Result<(), String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crd_examples_and_cel_rules_on_a_real_api_server() {
-    let Some(cluster) = support::cluster().await else {
+async fn every_example_is_accepted() {
+    let Some(s) = Scene::new("crd-examples").start().await else {
         return;
     };
-    let client = cluster.client().await;
-    support::install_crd(&client).await;
-    let ns = TestNamespace::create(&cluster, "crd").await;
-    every_example_is_accepted(&ns).await;
-    each_cel_rule_rejects_naming_the_field(&cluster, &ns).await;
-    a_valid_window_and_the_edge_values_are_accepted(&ns).await;
-    kubectl_get_plans_shows_sucs_columns(&cluster, &ns).await;
-    ns.cleanup().await;
+    every_example_is_accepted_in(&s.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cel_rule_rejects_naming_the_field() {
+    let Some(s) = Scene::new("crd-cel").start().await else {
+        return;
+    };
+    each_cel_rule_rejects_naming_the_field_in(&s.cluster, &s.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_window_and_the_edge_values_are_accepted() {
+    let Some(s) = Scene::new("crd-edges").start().await else {
+        return;
+    };
+    a_valid_window_and_the_edge_values_are_accepted_in(&s.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_plans_shows_sucs_columns() {
+    let Some(s) = Scene::new("crd-columns").start().await else {
+        return;
+    };
+    kubectl_get_plans_shows_sucs_columns_in(&s.cluster, &s.ns).await;
 }
 
 /// An `upgrade` that passes every rule.
@@ -55,7 +74,7 @@ fn upgrade() -> Value {
 }
 
 /// Every example is accepted, in the test namespace.
-async fn every_example_is_accepted(ns: &TestNamespace) {
+async fn every_example_is_accepted_in(ns: &TestNamespace) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("examples")
@@ -83,7 +102,7 @@ async fn every_example_is_accepted(ns: &TestNamespace) {
 }
 
 /// Each CEL rule rejects what it should, naming the field.
-async fn each_cel_rule_rejects_naming_the_field(cluster: &support::Cluster, ns: &TestNamespace) {
+async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, ns: &TestNamespace) {
     let upgrade = upgrade();
     let cases = [
         (
@@ -153,7 +172,7 @@ async fn each_cel_rule_rejects_naming_the_field(cluster: &support::Cluster, ns: 
 }
 
 /// A valid window, and the edge values the rules allow.
-async fn a_valid_window_and_the_edge_values_are_accepted(ns: &TestNamespace) {
+async fn a_valid_window_and_the_edge_values_are_accepted_in(ns: &TestNamespace) {
     let upgrade = upgrade();
     let ok = minimal_plan(
         "window-ok",
@@ -163,8 +182,17 @@ async fn a_valid_window_and_the_edge_values_are_accepted(ns: &TestNamespace) {
     create_raw(ns, &ok).await.expect("a valid plan is accepted");
 }
 
-/// `kubectl get plans` shows SUC's printer columns.
-async fn kubectl_get_plans_shows_sucs_columns(cluster: &support::Cluster, ns: &TestNamespace) {
+/// `kubectl get plans` shows SUC's printer columns, of the k3s example.
+async fn kubectl_get_plans_shows_sucs_columns_in(cluster: &support::Cluster, ns: &TestNamespace) {
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/k3s-stable.yaml");
+    let text = std::fs::read_to_string(&example).expect("read the k3s example");
+    for doc in serde_saphyr::from_multiple::<Value>(&text).expect("parse the k3s example") {
+        if doc["kind"] == "Plan" {
+            let mut doc = doc;
+            doc["metadata"]["namespace"] = json!(ns.name());
+            create_raw(ns, &doc).await.expect("the k3s example");
+        }
+    }
     let out = cluster
         .kubectl(&["-n", ns.name(), "get", "plans", "-o", "wide"])
         .await

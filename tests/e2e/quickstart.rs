@@ -10,6 +10,9 @@
 //! that root filesystem. kwok only pretends to run the pod; this process is the controller. The
 //! quick start's Plan must complete, `/metrics` must answer, and a channel given by host name
 //! must resolve inside the image (no glibc NSS there).
+//!
+//! One scene, alone (the install's fixed names; the quick start's Plan runs on every node); the
+//! image is built before it takes the cluster, and the install is removed when it ends.
 
 use crate::support;
 
@@ -19,12 +22,13 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::install::{self, Install, NS};
 use crate::support::process::ChildProcess;
+use crate::support::scene::Scene;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use slipway::plan::api::Plan;
 
-const NS: &str = "system-upgrade";
 const CONTROLLER_LABEL: &str = "upgrade.cattle.io/controller=system-upgrade-controller";
 
 fn repo() -> PathBuf {
@@ -322,11 +326,11 @@ async fn shell(cluster: &support::Cluster, command: &str) -> String {
     .expect("shell task")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_start_runs_on_the_image() {
-    let Some(cluster) = support::cluster().await else {
+    if support::cluster().await.is_none() {
         return;
-    };
+    }
     let work = tempdir("slipway-quickstart");
 
     // The image, twice from the same tree: the same digest, byte for byte the same archive.
@@ -384,11 +388,24 @@ async fn the_quick_start_runs_on_the_image() {
         "the README's quick start: an install block, then the first Plan (found {blocks:?})"
     );
 
-    // 1. The install, into a cluster without an earlier install (e2e_rbac's, for one).
-    support::remove_namespace(&cluster.client().await, NS).await;
+    // The installs' cluster: the install has fixed names (namespace system-upgrade,
+    // ClusterRoles), and the quick start's Plan runs on every Linux node of the cluster. The
+    // image is built above, before the scene takes its turn.
+    let Some(s) = Scene::new("quickstart")
+        .own_cluster(support::real::INSTALLS)
+        .start()
+        .await
+    else {
+        return;
+    };
+    install::wait_for_earlier_removal(&s.cluster).await;
+    let cluster = &s.cluster;
+    // 1. The install, into a cluster without an earlier install; removed when the scene ends.
+    let mut install = Install::new(cluster).await;
+    install.record_manifest(&repo().join("dist/slipway.yaml"));
     for command in &blocks[0] {
         eprintln!("quickstart$ {command}");
-        shell(&cluster, command).await;
+        shell(cluster, command).await;
     }
 
     // The kubelet's part for the controller's pod.
@@ -418,7 +435,7 @@ async fn the_quick_start_runs_on_the_image() {
         .unwrap_or_else(|| panic!("no controller pod after the install: {pods}"))
         .clone();
     let container = pod["spec"]["containers"][0].clone();
-    let mut env = pod_env(&cluster, &pod, &container).await;
+    let mut env = pod_env(cluster, &pod, &container).await;
     let kubeconfig: Value = serde_json::from_str(
         &cluster
             .kubectl(&["config", "view", "--raw", "-o", "json"])
@@ -478,7 +495,7 @@ async fn the_quick_start_runs_on_the_image() {
     for block in &blocks[1..] {
         for command in block {
             eprintln!("quickstart$ {command}");
-            let out = tokio::time::timeout(Duration::from_secs(400), shell(&cluster, command))
+            let out = tokio::time::timeout(Duration::from_secs(400), shell(cluster, command))
                 .await
                 .unwrap_or_else(|_| {
                     panic!(
@@ -501,7 +518,7 @@ async fn the_quick_start_runs_on_the_image() {
     let url = support::channel_server(target)
         .await
         .replace("127.0.0.1", "channel.slipway.test");
-    let plans: Api<Plan> = Api::namespaced(cluster.client().await, NS);
+    let plans: Api<Plan> = Api::namespaced(s.client.clone(), NS);
     let plan = support::plans::plan_from_yaml(&format!(
         "apiVersion: upgrade.cattle.io/v1\nkind: Plan\nmetadata: {{name: quickstart-channel, namespace: {NS}}}\n\
          spec:\n  concurrency: 1\n  channel: {url}\n  serviceAccountName: system-upgrade\n  \

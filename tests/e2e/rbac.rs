@@ -1,25 +1,44 @@
 //! deploy/'s RBAC, proven against a real API server rather than guessed.
 //!
-//! The test installs `deploy/` (`kubectl apply -k`), runs `slipway run` as a child process with a
-//! token of the `system-upgrade` ServiceAccount (so with exactly the rights deploy/ grants, and the
-//! environment of deploy/'s ConfigMap), and drives a Plan through every path that needs a right:
-//! a Job that fails (event), a Plan edit that deletes and recreates that Job, a rollout over its
-//! nodes with cordon (node patches), and a node added afterwards, which repeats the `Complete`
-//! event (an event series is a patch); then a Plan with `spec.reboot` and a health gate (a reboot
-//! pod created and deleted, health-gate pods listed in all namespaces; the test changes the node's
-//! boot ID, as the e2e_reboot tests do). Then it reads the API server's audit log (tests/cluster
-//! logs this ServiceAccount's requests only) and checks, request by request and rule by rule:
+//! Each scene installs `deploy/` (`kubectl apply -k`, or an overlay of it with one component),
+//! runs `slipway run` as a child process with a fresh token of the `system-upgrade`
+//! ServiceAccount (so with exactly the rights the install grants, and the environment of its
+//! ConfigMap), drives the controller through every path that needs a right, then reads the API
+//! server's audit log (tests/cluster logs this ServiceAccount's requests only), keeps the requests
+//! made with its token (the token's `jti`), and checks, request by request and rule by rule:
 //!
 //! - no request was refused, and the controller logged no 403/forbidden;
-//! - every request is allowed by the controller's own roles (not by the drainer role, which the
-//!   ServiceAccount also holds for the upgrade Jobs);
-//! - every (rule, resource, verb) of the controller's roles was used at least once;
+//! - every request is allowed by the controller's own roles (not by the Jobs' roles, the drainer
+//!   ClusterRole and the `system-upgrade-jobs` Role, which the ServiceAccount also holds for the
+//!   upgrade Jobs);
+//! - every (rule, resource, verb) of the roles under proof was used at least once;
 //! - a ClusterRole right on a namespaced resource was used outside the controller's namespace
 //!   (otherwise it belongs in the Role), and no Role right repeats a ClusterRole right.
 //!
-//! What cannot be proven here: the drainer role (`kubectl cordon`/`drain` inside the Jobs). kwok
-//! plays the kubelet, so Job pods never run a process; they just succeed. Those rights are
-//! system-upgrade-controller's, unchanged.
+//! The scenes:
+//! - deploy/ alone ([`deploy_grants_exactly_what_a_rollout_uses`]): a Job that fails (event), a
+//!   Plan edit that deletes and recreates that Job, a rollout over its nodes with cordon (node
+//!   patches), a node added afterwards, which repeats the `Complete` event (an event series is a
+//!   patch), a Plan with `spec.reboot` and a health gate (a reboot pod created and deleted,
+//!   health-gate pods listed in all namespaces; the test changes the node's boot ID), a
+//!   DisruptionBudget's ledger, and a Lease renewal; then the checker itself is shown to catch
+//!   both kinds of mistake;
+//! - each component on top of deploy/: maintenance (a NodeMaintenance through a foreign Lease and
+//!   a blocking PodDisruptionBudget), reboot-policy (a RebootPolicy's reboot through a blocking
+//!   budget), kairos (a NodeOpUpgrade through a blocking budget, its Job and reboot), each proving
+//!   its component's rights used and sufficient; and the reboot agent's (its ServiceAccount may
+//!   get and patch Nodes only, and the admission policy keeps it to its own Node's annotations).
+//!
+//! Every scene runs on the installs' cluster, one at a time: the install has fixed names
+//! ([`Install`] removes it when the scene ends), the ServiceAccount's bindings must be those of
+//! the install under proof, and each scene's controller or DaemonSet reaches every node or a
+//! cluster-wide kind. The audit log itself would allow scenes side by side: each scene's requests
+//! are told apart by its token.
+//!
+//! What cannot be proven here: the Jobs' roles (`kubectl cordon`/`drain`, a prepare step's
+//! reads, inside the Jobs). kwok plays the kubelet, so Job pods never run a process; they just
+//! succeed. The scenes on real nodes (`real::`) prove them: the install's controller and its Jobs,
+//! every request of the ServiceAccount granted.
 //!
 //! Leader election (Lease rights) is exercised when `slipway run --help` offers `--leader-elect`;
 //! otherwise the two Lease rules are the only allowed-unused rights, and the test says so.
@@ -32,11 +51,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::controller::ControllerProcess;
+use crate::support::install::{self, Install};
 use crate::support::plans::{condition_reason, is_complete};
+use crate::support::scene::{POOL_LABEL, Scene, SceneBuilder};
 use anyhow::anyhow;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -48,11 +69,14 @@ use slipway::node::budget::DisruptionBudget;
 use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 
-const NS: &str = "system-upgrade";
+const NS: &str = install::NS;
 const SA: &str = "system-upgrade";
 const CONTROLLER: &str = "system-upgrade-controller";
 /// The role deploy/ binds to the ServiceAccount for the upgrade Jobs, not for the controller.
 const DRAINER_ROLE: &str = "system-upgrade-controller-drainer";
+/// The Role for the Jobs' own scripts (an agent Plan's prepare step reads the server Plan); like
+/// the drainer role, for the Jobs, and proven on real nodes (`real::`).
+const JOBS_ROLE: &str = "system-upgrade-jobs";
 const PLAN: &str = "rbac";
 /// The ClusterRole, Role and bindings of deploy/components/maintenance.
 const MAINTENANCE_ROLE: &str = "system-upgrade-controller-maintenance";
@@ -61,6 +85,8 @@ const LEASES: &str = "medik8s-leases";
 const POLICY_ROLE: &str = "system-upgrade-controller-reboot-policy";
 /// The ClusterRole and binding of deploy/components/kairos.
 const KAIROS_ROLE: &str = "system-upgrade-controller-kairos";
+/// The roles of the components whose controllers the scenes run, on top of deploy/'s.
+const COMPONENT_ROLES: [&str; 3] = [MAINTENANCE_ROLE, POLICY_ROLE, KAIROS_ROLE];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -263,16 +289,74 @@ fn audit_rbac(
     problems
 }
 
+/// The text of the audit log `path` and of its rotated files beside it (`audit-<time>.log`,
+/// older first), so that a rotation during a scene loses nothing.
+fn audit_text(path: &Path) -> String {
+    let dir = path.parent().expect("the audit log's directory");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.starts_with("audit-") && name.ends_with(".log")
+        })
+        .collect();
+    files.sort();
+    files.push(path.to_path_buf());
+    let mut text = String::new();
+    for file in files {
+        // A rotated file may be removed (at most one is kept) while it is listed.
+        match std::fs::read_to_string(&file) {
+            Ok(t) => text.push_str(&t),
+            Err(e) if file != path => eprintln!("e2e_rbac: {}: {e}", file.display()),
+            Err(e) => panic!("reading the audit log {}: {e}", file.display()),
+        }
+    }
+    text
+}
+
+/// The audit log of one controller: the requests made with the token whose `jti` is given.
+struct Audit<'a> {
+    log: &'a Path,
+    jti: &'a str,
+}
+
+impl Audit<'_> {
+    /// Waits until the controller has looked up the PodDisruptionBudgets of `namespace` (it does
+    /// after an eviction there is refused, to say which budget refused): the rights of both are
+    /// then in the evidence.
+    async fn the_refusing_budget_looked_up(&self, controller: &ControllerProcess, namespace: &str) {
+        support::wait_for(
+            "the refusing PodDisruptionBudget looked up",
+            Duration::from_secs(60),
+            || async {
+                assert_not_refused(controller);
+                let (requests, _, _) = read_audit_log(self.log, self.jti);
+                let looked_up = requests.iter().any(|r| {
+                    (r.group.as_str(), r.resource.as_str(), r.verb.as_str())
+                        == ("policy", "poddisruptionbudgets", "list")
+                        && r.namespace.as_deref() == Some(namespace)
+                });
+                match looked_up {
+                    true => Ok(()),
+                    false => Err(anyhow!("{} requests, no such list yet", requests.len())),
+                }
+            },
+        )
+        .await;
+    }
+}
+
 /// The controller's requests in the audit log: those made with the token whose `jti` is given.
 /// Returns the requests and the refusals (as text).
 fn read_audit_log(path: &Path, jti: &str) -> (BTreeSet<Request>, Vec<String>, usize) {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()));
+    let text = audit_text(path);
     let credential = format!("JTI={jti}");
     let mut requests = BTreeSet::new();
     let mut refused = Vec::new();
     let mut events = 0;
-    for line in text.lines() {
+    // Only the lines that name the token are parsed: the scenes poll a log of every run.
+    for line in text.lines().filter(|l| l.contains(&credential)) {
         let Ok(ev) = serde_json::from_str::<Value>(line) else {
             continue;
         };
@@ -311,7 +395,8 @@ fn read_audit_log(path: &Path, jti: &str) -> (BTreeSet<Request>, Vec<String>, us
     (requests, refused, events)
 }
 
-/// The rules bound to the ServiceAccount by name, split into the controller's and the drainer's.
+/// The rules bound to the ServiceAccount by name, split into the controller's and the Jobs' (the
+/// drainer role and the Jobs' Role).
 async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
     let is_sa = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
         subjects.iter().flatten().any(|s| {
@@ -369,8 +454,12 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
                 .rules
                 .unwrap_or_default(),
         };
+        let into = match b.role_ref.name == JOBS_ROLE {
+            true => &mut drainer,
+            false => &mut controller,
+        };
         for rule in rules {
-            controller.push(Grant {
+            into.push(Grant {
                 role: b.role_ref.name.clone(),
                 namespace: Some(ns.clone()),
                 rule,
@@ -494,64 +583,82 @@ async fn wait_plan(
     .await
 }
 
+/// A scene on the installs' cluster (one at a time there) with deploy/ installed as a user would
+/// (with `component`, an overlay of deploy/ with it): its namespace and ClusterRoles have fixed
+/// names, and the audit needs the rights bound to the ServiceAccount to be deploy/'s and the
+/// component's only. The install is removed first when the scene ends (fields drop in order).
+struct Deployed {
+    _install: Install,
+    s: Scene,
+}
+
+async fn deployed(scene: SceneBuilder, component: Option<&str>) -> Option<Deployed> {
+    let s = scene.own_cluster(support::real::INSTALLS).start().await?;
+    install::wait_for_earlier_removal(&s.cluster).await;
+    let mut install = Install::new(&s.cluster).await;
+    match component {
+        None => install_deploy_as_a_user_would(&s, &mut install).await,
+        Some(component) => apply_with_component(&s.cluster, &mut install, component).await,
+    }
+    Some(Deployed {
+        _install: install,
+        s,
+    })
+}
+
+/// The label that sorts a scene's nodes into the Plans' pools.
+const ROLE_LABEL: &str = "slipway.test/rbac";
+
+/// deploy/ alone: a Plan's rollout through every path that needs a right, with a DisruptionBudget
+/// whose ledger the controller keeps, under leader election; every right of deploy/'s roles used,
+/// none missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deploy_grants_exactly_what_slipway_uses() {
-    let Some(cluster) = support::cluster().await else {
+async fn deploy_grants_exactly_what_a_rollout_uses() {
+    let scene = Scene::new("rbac").nodes(2).label(ROLE_LABEL, "rollout");
+    let Some(mut d) = deployed(scene, None).await else {
         return;
     };
     let started = Instant::now();
-    let audit_log = audit_log_of(&cluster);
-    let client = cluster.client().await;
-    let deploy = install_deploy_as_a_user_would(&cluster, &client).await;
+    let audit_log = audit_log_of(&d.s.cluster);
+    let client = d.s.client.clone();
 
     // Run slipway as the Deployment would: its ServiceAccount, its ConfigMap, its downward API.
-    let (jti, kubeconfig) = service_account_kubeconfig(&cluster, "slipway-rbac").await;
+    let (jti, kubeconfig) = service_account_kubeconfig(&d.s.cluster, "slipway-rbac").await;
 
-    let pool = support::unique_name("rbac");
-    let nodes = support::create_nodes(&client, "rbac", 2, &[("slipway.test/pool", &pool)]).await;
-    // A DisruptionBudget over the pool that limits nothing: the controller reads it and keeps its
-    // ledger (the status patch its ClusterRole grants).
+    // A DisruptionBudget over the rollout's nodes that limits nothing: the controller reads it
+    // and keeps its ledger (the status patch its ClusterRole grants).
     let budgets = Api::<DisruptionBudget>::all(client.clone());
+    let budget_name = d.s.name("ledger");
     let budget: DisruptionBudget = serde_json::from_value(json!({
         "apiVersion": "slipway.dev/v1alpha1", "kind": "DisruptionBudget",
-        "metadata": {"name": pool},
+        "metadata": {"name": budget_name},
         "spec": {"maxUnavailable": "100%",
-                 "nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}},
+                 "nodeSelector": {"matchLabels": {POOL_LABEL: d.s.pool, ROLE_LABEL: "rollout"}}},
     }))
     .expect("a DisruptionBudget");
     budgets
         .create(&PostParams::default(), &budget)
         .await
         .expect("create the budget");
-    let env = controller_env(&deploy, &nodes[0]);
-    let help = help_of_run();
-    let leader_election = help.contains("--leader-elect");
-    let mut args = Vec::new();
-    if help.contains("--metrics-addr") {
-        args.extend([
-            "--metrics-addr".to_string(),
-            format!("127.0.0.1:{}", support::free_port()),
-        ]);
-    }
-    let mut controller = start_controller(&kubeconfig, &env, &args);
+    let env = controller_env(&repo().join("deploy"), &d.s.nodes[0]);
+    let leader_election = help_of_run().contains("--leader-elect");
+    let mut controller = start_controller(&kubeconfig, &env, &controller_args());
     let plans = Api::<Plan>::namespaced(client.clone(), NS);
 
-    a_failed_job_then_a_fixed_plan(&controller, &plans, &pool).await;
-    let more =
-        a_new_node_makes_the_complete_event_a_series(&client, &controller, &plans, &pool).await;
-    let rebooted = a_reboot_behind_a_health_gate(&client, &controller, &plans).await;
+    a_failed_job_then_a_fixed_plan(&controller, &plans, &d.s.pool).await;
+    a_new_node_makes_the_complete_event_a_series(&mut d.s, &controller, &plans).await;
+    a_reboot_behind_a_health_gate(&mut d.s, &controller, &plans).await;
     support::wait_for("the budget's ledger", Duration::from_secs(30), || async {
-        let b = budgets.get(&pool).await?;
+        let b = budgets.get(&budget_name).await?;
         match b.status.is_some_and(|s| s.nodes == 3) {
             true => Ok(()),
             false => Err(anyhow!("no ledger of the pool yet")),
         }
     })
     .await;
-
     if leader_election {
-        // Renewals are patches too; give the lease manager a moment to have done all it does.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // A renewal (get, update) besides the acquisition (create), before the release.
+        a_lease_renewal(&client).await;
     }
     let peak = controller.peak_rss_kib();
     controller.stop();
@@ -559,24 +666,37 @@ async fn deploy_grants_exactly_what_slipway_uses() {
     evidence.report(peak, started);
     evidence.assert_least_privilege(&controller);
     evidence.the_checker_catches_both_kinds_of_mistake();
-
-    // The maintenance component on top, with a token of its own (so its requests are told
-    // apart in the audit log).
-    prove_maintenance_component(&cluster, &client, &audit_log, &args).await;
-    // The reboot agent's component.
-    prove_agent_component(&cluster, &client).await;
-    // The RebootPolicy component, with a token of its own.
-    prove_reboot_policy_component(&cluster, &client, &audit_log, &args).await;
-    // The kairos component (NodeOp, NodeOpUpgrade), with a token of its own.
-    prove_kairos_component(&cluster, &client, &audit_log, &args).await;
-
-    let _ = budgets.delete(&pool, &DeleteParams::default()).await;
-    support::delete_nodes(&client, &nodes).await;
-    support::delete_nodes(&client, &more).await;
-    support::delete_nodes(&client, &rebooted).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
-    remove_deploy(&client).await;
+}
+
+/// Waits until the leader has renewed its Lease (a renewal moves `renewTime` past
+/// `acquireTime`).
+async fn a_lease_renewal(client: &kube::Client) {
+    let leases = Api::<Lease>::namespaced(client.clone(), NS);
+    support::wait_for(
+        "a renewal of the Lease",
+        Duration::from_secs(60),
+        || async {
+            let spec = leases.get(CONTROLLER).await?.spec.unwrap_or_default();
+            match spec.renew_time.is_some() && spec.renew_time != spec.acquire_time {
+                true => Ok(()),
+                false => Err(anyhow!("{spec:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// `slipway run`'s arguments: the metrics server on a free port, where it has the flag.
+fn controller_args() -> Vec<String> {
+    match help_of_run().contains("--metrics-addr") {
+        true => vec![
+            "--metrics-addr".to_string(),
+            format!("127.0.0.1:{}", support::free_port()),
+        ],
+        false => Vec::new(),
+    }
 }
 
 /// The API server's audit log of the cluster (tests/cluster/up.sh logs the requests of the
@@ -596,18 +716,12 @@ fn audit_log_of(cluster: &support::Cluster) -> PathBuf {
     audit_log
 }
 
-/// Install deploy/ as a user would.
-/// Returns deploy/.
-async fn install_deploy_as_a_user_would(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-) -> PathBuf {
-    support::remove_namespace(client, NS).await;
-    let deploy = repo().join("deploy");
-    cluster
-        .kubectl(&["apply", "-k", &deploy.display().to_string()])
-        .await
-        .expect("kubectl apply -k deploy/");
+/// Installs deploy/ as a user would, and checks where its controller's pod lands.
+async fn install_deploy_as_a_user_would(s: &Scene, install: &mut Install) {
+    let client = &s.client;
+    install
+        .apply_kustomization(&s.cluster, &repo().join("deploy"))
+        .await;
     // kwok plays the pod, so this checks scheduling only: affinity to a control-plane node,
     // tolerations and the namespace's pod security level admit it.
     let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
@@ -647,7 +761,6 @@ async fn install_deploy_as_a_user_would(
             "the controller pod runs on {node}, not a control-plane node"
         );
     }
-    deploy
 }
 
 /// The controller's environment as deploy/ gives it: its ConfigMap, and the downward API.
@@ -690,7 +803,8 @@ spec:
   serviceAccountName: {SA}
   nodeSelector:
     matchLabels:
-      slipway.test/pool: {pool}
+      {POOL_LABEL}: {pool}
+      {ROLE_LABEL}: rollout
   upgrade:
     image: rancher/k3s-upgrade
 "#,
@@ -720,14 +834,13 @@ spec:
 
 /// A new node re-opens the Plan; completing again repeats the Complete event, which the
 /// event recorder patches into a series (event patch).
-/// Returns the new node.
 async fn a_new_node_makes_the_complete_event_a_series(
-    client: &kube::Client,
+    s: &mut Scene,
     controller: &ControllerProcess,
     plans: &Api<Plan>,
-    pool: &str,
-) -> Vec<String> {
-    let more = support::create_nodes(client, "rbac", 1, &[("slipway.test/pool", pool)]).await;
+) {
+    let more = s.add_nodes("rbac", 1, &[(ROLE_LABEL, "rollout")]).await;
+    let client = &s.client;
     let node_api = Api::<Node>::all(client.clone());
     support::wait_for(
         "the plan to complete on the new node",
@@ -781,26 +894,20 @@ async fn a_new_node_makes_the_complete_event_a_series(
         },
     )
     .await;
-    more
 }
 
 /// A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on
 /// the node, the test "reboots" the node (a new boot ID), the gate lists the node's pods in
 /// every namespace, and the reboot pod is deleted.
-/// Returns the rebooted node.
 async fn a_reboot_behind_a_health_gate(
-    client: &kube::Client,
+    s: &mut Scene,
     controller: &ControllerProcess,
     plans: &Api<Plan>,
-) -> Vec<String> {
-    let reboot_pool = support::unique_name("rbac-reboot");
-    let rebooted = support::create_nodes(
-        client,
-        "rbac-reboot",
-        1,
-        &[("slipway.test/pool", &reboot_pool)],
-    )
-    .await;
+) {
+    let rebooted = s
+        .add_nodes("rbac-reboot", 1, &[(ROLE_LABEL, "reboot")])
+        .await;
+    let (client, pool) = (&s.client, &s.pool);
     let reboot_plan: Plan = serde_saphyr::from_str(&format!(
         r#"
 apiVersion: upgrade.cattle.io/v1
@@ -813,7 +920,8 @@ spec:
   serviceAccountName: {SA}
   nodeSelector:
     matchLabels:
-      slipway.test/pool: {reboot_pool}
+      {POOL_LABEL}: {pool}
+      {ROLE_LABEL}: reboot
   upgrade:
     image: debian:bookworm-slim
     command: [sh, -c, "true"]
@@ -822,7 +930,7 @@ spec:
     healthGate:
       podSelector:
         matchLabels:
-          slipway.test/health: {reboot_pool}
+          slipway.test/health: {pool}
 "#
     ))
     .expect("reboot plan");
@@ -879,7 +987,6 @@ spec:
         },
     )
     .await;
-    rebooted
 }
 
 /// What the audit log says the controller did, and the rights deploy/ bound to it.
@@ -887,9 +994,9 @@ struct Evidence {
     requests: BTreeSet<Request>,
     refused: Vec<String>,
     audited: usize,
-    /// The controller's roles (the maintenance component's left out).
+    /// The controller's roles (the components' left out).
     grants: Vec<Grant>,
-    /// The drainer role, for the Jobs.
+    /// The Jobs' roles (the drainer ClusterRole, the Jobs' Role).
     drainer: Vec<Grant>,
     /// Why the Lease rules may be unused, when they may.
     lease_unused_reason: Option<&'static str>,
@@ -904,8 +1011,8 @@ impl Evidence {
     ) -> Self {
         let (requests, refused, audited) = read_audit_log(audit_log, jti);
         let (mut grants, drainer) = bound_rules(client).await;
-        // A run that failed half-way may have left the maintenance component installed.
-        grants.retain(|g| g.role != MAINTENANCE_ROLE);
+        // deploy/'s own roles only, whatever else is bound.
+        grants.retain(|g| !COMPONENT_ROLES.contains(&g.role.as_str()));
         let lease_unused_reason = (!leader_election).then_some(
             "this slipway has no --leader-elect yet, so the Lease rules are not exercised",
         );
@@ -1025,28 +1132,6 @@ impl Evidence {
     }
 }
 
-/// Removes what deploy/ installed, keeping the CRDs (other tests share them).
-async fn remove_deploy(client: &kube::Client) {
-    for name in [
-        "system-upgrade",
-        "system-upgrade-drainer",
-        MAINTENANCE_ROLE,
-        POLICY_ROLE,
-    ] {
-        let _ = Api::<ClusterRoleBinding>::all(client.clone())
-            .delete(name, &DeleteParams::default())
-            .await;
-    }
-    for name in [CONTROLLER, DRAINER_ROLE, MAINTENANCE_ROLE, POLICY_ROLE] {
-        let _ = Api::<ClusterRole>::all(client.clone())
-            .delete(name, &DeleteParams::default())
-            .await;
-    }
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(NS, &DeleteParams::background())
-        .await;
-}
-
 /// Rights of the maintenance component the run cannot exercise, each with the reason.
 const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
     "events.k8s.io",
@@ -1058,7 +1143,7 @@ const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
 )];
 
 /// `kubectl apply -k` of an overlay of deploy/ with one of its components, as a user would write it.
-async fn apply_with_component(cluster: &support::Cluster, component: &str) {
+async fn apply_with_component(cluster: &support::Cluster, install: &mut Install, component: &str) {
     let overlay = std::env::temp_dir().join(support::unique_name("slipway-rbac-overlay"));
     std::fs::create_dir_all(&overlay).expect("overlay directory");
     // kustomize takes a base and a component from anywhere by a relative path.
@@ -1078,28 +1163,26 @@ async fn apply_with_component(cluster: &support::Cluster, component: &str) {
         ),
     )
     .expect("write the overlay");
-    cluster
-        .kubectl(&["apply", "-k", &overlay.display().to_string()])
-        .await
-        .unwrap_or_else(|e| panic!("kubectl apply -k deploy/ with {component}: {e}"));
+    install.apply_kustomization(cluster, &overlay).await;
     let _ = std::fs::remove_dir_all(&overlay);
 }
 
 /// deploy/components/reboot-agent: its ServiceAccount may read Nodes and patch them, and nothing
 /// else; the admission policy narrows the patch to the Node of the pod the token is bound to, and
 /// to annotations. The agent runs with a token bound to the DaemonSet's pod on one node.
-async fn prove_agent_component(cluster: &support::Cluster, client: &kube::Client) {
-    apply_with_component(cluster, "deploy/components/reboot-agent").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_component_lets_the_agent_change_its_own_node_only() {
+    // Alone besides deploy/: the agent's DaemonSet runs a pod on every node of the cluster.
+    let scene = Scene::new("rbac-agent").nodes(2);
+    let Some(d) = deployed(scene, Some("deploy/components/reboot-agent")).await else {
+        return;
+    };
+    let (cluster, client, nodes) = (&d.s.cluster, &d.s.client, &d.s.nodes);
     the_agent_may_only_get_and_patch_nodes(cluster).await;
     // The DaemonSet runs a pod on every node (kwok plays the kubelet); take two of them.
-    let pool = support::unique_name("rbac-agent");
-    let nodes =
-        support::create_nodes(client, "rbac-agent", 2, &[("slipway.test/pool", &pool)]).await;
     let kubeconfig = a_kubeconfig_bound_to_the_agent_pod_on(cluster, client, &nodes[0]).await;
-    the_agent_changes_only_its_own_nodes_annotations(client, &kubeconfig, &nodes).await;
+    the_agent_changes_only_its_own_nodes_annotations(client, &kubeconfig, nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
-    remove_agent_component(cluster).await;
-    support::delete_nodes(client, &nodes).await;
 }
 
 /// A kubeconfig with a token of the agent's ServiceAccount bound to its DaemonSet's pod on
@@ -1275,29 +1358,6 @@ async fn the_agent_changes_only_its_own_nodes_annotations(
     let _ = std::fs::remove_dir_all(&host_etc);
 }
 
-/// Removes the agent component's DaemonSet, admission policy and ClusterRole.
-async fn remove_agent_component(cluster: &support::Cluster) {
-    let _ = cluster
-        .kubectl(&[
-            "delete",
-            "-n",
-            NS,
-            "daemonset/slipway-agent",
-            "--wait=false",
-        ])
-        .await;
-    for what in [
-        "validatingadmissionpolicybinding/slipway-agent-own-node",
-        "validatingadmissionpolicy/slipway-agent-own-node",
-        "clusterrolebinding/slipway-agent",
-        "clusterrole/slipway-agent",
-    ] {
-        let _ = cluster
-            .kubectl(&["delete", what, "--ignore-not-found"])
-            .await;
-    }
-}
-
 /// The agent's ServiceAccount may get and patch Nodes (the admission policy keeps it to its own
 /// Node's annotations), and nothing else it is asked about.
 async fn the_agent_may_only_get_and_patch_nodes(cluster: &support::Cluster) {
@@ -1338,37 +1398,38 @@ async fn the_agent_may_only_get_and_patch_nodes(cluster: &support::Cluster) {
 /// DaemonSet pod skipped (DaemonSet get), the drain finishing, and the deletion that restores the
 /// node and releases the Lease. The component's rules must be used, each one; every request of
 /// the controller must be granted by deploy/ and the component together.
-async fn prove_maintenance_component(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-    audit_log: &Path,
-    args: &[String],
-) {
-    apply_with_component(cluster, "deploy/components/maintenance").await;
-
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_maintenance_component_grants_exactly_what_a_maintenance_uses() {
+    // Alone besides deploy/: its controller reconciles every NodeMaintenance.
+    let scene = Scene::new("rbac-maint").nodes(2);
+    let Some(d) = deployed(scene, Some("deploy/components/maintenance")).await else {
+        return;
+    };
+    let (cluster, client, nodes) = (&d.s.cluster, &d.s.client, &d.s.nodes);
+    let audit_log = audit_log_of(cluster);
     let mut env = overlay_env(
         client,
         ("SLIPWAY_MAINTENANCE", "the maintenance controller"),
         "slipway-rbac-maintenance",
     )
     .await;
-    let pool = support::unique_name("rbac-maint");
-    let nodes =
-        support::create_nodes(client, "rbac-maint", 2, &[("slipway.test/pool", &pool)]).await;
     // The first node has workloads and a foreign Lease; the second neither (its Lease is created).
     let (node, bare) = (&nodes[0], &nodes[1]);
     env.insert("SYSTEM_UPGRADE_CONTROLLER_NODE_NAME".into(), node.clone());
 
     // Workloads on the node: a Deployment's pod held by a PDB, and a DaemonSet's pod.
-    let workloads = workloads_on(client, node, "rbac-maint").await;
+    let workloads = d.s.ns.name();
+    workloads_on(client, node, workloads).await;
     an_expired_foreign_lease(client, node).await;
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-maint").await;
-    let mut controller = start_controller(&kubeconfig, &env, args);
+    let mut controller = start_controller(&kubeconfig, &env, &controller_args());
 
-    maintain_both_through_a_blocking_budget(client, &controller, [node, bare], &workloads).await;
+    let names = [d.s.name("first"), d.s.name("bare")];
+    maintain_both_through_a_blocking_budget(client, &controller, [node, bare], &names, workloads)
+        .await;
     let leases = Api::<Lease>::namespaced(client.clone(), LEASES);
-    for node in &nodes {
+    for node in nodes {
         assert!(
             leases
                 .get_opt(&format!("node-{node}"))
@@ -1385,18 +1446,14 @@ async fn prove_maintenance_component(
     }
     prove_component_audit(
         client,
-        audit_log,
+        &audit_log,
         &jti,
         ("maintenance", MAINTENANCE_ROLE),
         MAINTENANCE_ALLOWED_UNUSED,
-        &[],
     )
     .await;
-
-    support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
-    remove_component(client, &workloads, MAINTENANCE_ROLE, &[LEASES, "default"]).await;
 }
 
 /// The ConfigMap of the overlay with a component: `switch` (variable, what it turns on) must be
@@ -1446,21 +1503,20 @@ async fn an_expired_foreign_lease(client: &kube::Client, node: &str) {
         .expect("create the expired Lease");
 }
 
-/// A NodeMaintenance of each node: the first one's drain is blocked by the PDB `web` of
-/// `workloads` (and says so) until it is deleted; both drains succeed; both maintenances are
-/// deleted and gone.
+/// A NodeMaintenance of each node, named `names`: the first one's drain is blocked by the PDB
+/// `web` of `workloads` (and says so) until it is deleted; both drains succeed; both
+/// maintenances are deleted and gone.
 async fn maintain_both_through_a_blocking_budget(
     client: &kube::Client,
     controller: &ControllerProcess,
     nodes: [&String; 2],
+    names: &[String; 2],
     workloads: &str,
 ) {
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
     let pp = PostParams::default();
     let nms = Api::<NodeMaintenance>::all(client.clone());
-    let mut names = Vec::new();
-    for node in nodes {
-        let name = support::unique_name("rbac-maint");
+    for (node, name) in nodes.iter().zip(names) {
         let nm: NodeMaintenance = serde_json::from_value(json!({
             "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
             "kind": "NodeMaintenance",
@@ -1471,7 +1527,6 @@ async fn maintain_both_through_a_blocking_budget(
         nms.create(&pp, &nm)
             .await
             .expect("create the NodeMaintenance");
-        names.push(name);
     }
     let name = &names[0];
     let status_of = |nm: &NodeMaintenance| serde_json::to_string(&nm.status).unwrap_or_default();
@@ -1492,7 +1547,7 @@ async fn maintain_both_through_a_blocking_budget(
         .expect("delete the PDB");
     support::wait_for("the drains to succeed", Duration::from_secs(60), || async {
         assert_not_refused(controller);
-        for name in &names {
+        for name in names {
             let nm = nms.get(name).await?;
             if nm.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Succeeded) {
                 return Err(anyhow!("{name}: status: {}", status_of(&nm)));
@@ -1501,7 +1556,7 @@ async fn maintain_both_through_a_blocking_budget(
         Ok(())
     })
     .await;
-    for name in &names {
+    for name in names {
         nms.delete(name, &DeleteParams::default())
             .await
             .expect("delete the NodeMaintenance");
@@ -1511,7 +1566,7 @@ async fn maintain_both_through_a_blocking_budget(
         Duration::from_secs(60),
         || async {
             assert_not_refused(controller);
-            for name in &names {
+            for name in names {
                 if let Some(nm) = nms.get_opt(name).await? {
                     return Err(anyhow!("{name} still there: {:?}", nm.metadata.finalizers));
                 }
@@ -1522,16 +1577,9 @@ async fn maintain_both_through_a_blocking_budget(
     .await;
 }
 
-/// Workloads on `node`, in a namespace of their own: a Deployment's pod held by a
-/// PodDisruptionBudget (both named `web`) and a DaemonSet's pod, running. Returns the namespace.
-async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
-    let workloads = support::unique_name(base);
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": workloads}})).expect("namespace");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("create the workload namespace");
+/// Workloads on `node`, in namespace `workloads`: a Deployment's pod held by a
+/// PodDisruptionBudget (both named `web`) and a DaemonSet's pod, running.
+async fn workloads_on(client: &kube::Client, node: &str, workloads: &str) {
     let pod_spec = json!({
         "nodeSelector": {"kubernetes.io/hostname": node},
         "containers": [{"name": "app", "image": "nginx:1.27"}],
@@ -1547,21 +1595,21 @@ async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
         })
     };
     let pp = PostParams::default();
-    Api::<Deployment>::namespaced(client.clone(), &workloads)
+    Api::<Deployment>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(workload("web")).expect("deployment"),
         )
         .await
         .expect("create the Deployment");
-    Api::<DaemonSet>::namespaced(client.clone(), &workloads)
+    Api::<DaemonSet>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(workload("agent")).expect("daemonset"),
         )
         .await
         .expect("create the DaemonSet");
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), &workloads)
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads)
         .create(
             &pp,
             &serde_json::from_value(json!({
@@ -1572,7 +1620,7 @@ async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
         )
         .await
         .expect("create the PDB");
-    let pods = Api::<Pod>::namespaced(client.clone(), &workloads);
+    let pods = Api::<Pod>::namespaced(client.clone(), workloads);
     support::wait_for("both pods running", Duration::from_secs(60), || async {
         let running = pods
             .list(&ListParams::default())
@@ -1588,7 +1636,6 @@ async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
         }
     })
     .await;
-    workloads
 }
 
 /// deploy/components/reboot-policy: a RebootPolicy reboots a node that asks (the agent's
@@ -1598,66 +1645,65 @@ async fn workloads_on(client: &kube::Client, node: &str, base: &str) -> String {
 /// pod created and deleted (deploy/'s rights), events, and the finalizer removed on deletion.
 /// Every rule of the component must be used, and every request granted by deploy/ and the
 /// component alone (not the maintenance component, whose rights overlap).
-async fn prove_reboot_policy_component(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-    audit_log: &Path,
-    args: &[String],
-) {
-    apply_with_component(cluster, "deploy/components/reboot-policy").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reboot_policy_component_grants_exactly_what_a_reboot_uses() {
+    // Alone besides deploy/: its controller reconciles every RebootPolicy.
+    let scene = Scene::new("rbac-rbp").nodes(1);
+    let Some(d) = deployed(scene, Some("deploy/components/reboot-policy")).await else {
+        return;
+    };
+    let (cluster, client, node) = (&d.s.cluster, &d.s.client, &d.s.nodes[0]);
+    let audit_log = audit_log_of(cluster);
     let mut env = overlay_env(
         client,
         ("SLIPWAY_REBOOT_POLICIES", "the RebootPolicy controller"),
         "slipway-rbac-policy",
     )
     .await;
-    // Only the policies here (the maintenance component's setting stays in the ConfigMap).
+    // Only the policies here, whatever the ConfigMap says of the other operations.
     env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
-    let pool = support::unique_name("rbac-rbp");
-    let nodes = support::create_nodes(client, "rbac-rbp", 1, &[("slipway.test/pool", &pool)]).await;
-    let node = &nodes[0];
-
-    let workloads = workloads_on(client, node, "rbac-rbp").await;
+    let workloads = d.s.ns.name();
+    workloads_on(client, node, workloads).await;
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-policy").await;
-    let mut controller = start_controller(&kubeconfig, &env, args);
-    reboot_the_node_through_its_budget(client, &controller, node, &pool, &workloads).await;
+    let mut controller = start_controller(&kubeconfig, &env, &controller_args());
+    let audit = Audit {
+        log: &audit_log,
+        jti: &jti,
+    };
+    let policy = d.s.name("rbp");
+    reboot_the_node_through_its_budget(&d.s, &controller, &audit, &policy).await;
     controller.stop();
 
     prove_component_audit(
         client,
-        audit_log,
+        &audit_log,
         &jti,
         ("reboot-policy", POLICY_ROLE),
         POLICY_ALLOWED_UNUSED,
-        &[MAINTENANCE_ROLE],
     )
     .await;
-
-    support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
-    remove_component(client, &workloads, POLICY_ROLE, &["default"]).await;
 }
 
-/// A RebootPolicy over the pool; the node asks; its drain waits for the PDB `web` of
-/// `workloads`, which is then deleted; the reboot pod comes, the node reboots and is given back;
-/// the policy is deleted and gone.
+/// A RebootPolicy `name` over the scene's node, which asks; its drain waits for the PDB `web` of
+/// the scene's namespace, which is then deleted; the reboot pod comes, the node reboots and is
+/// given back; the policy is deleted and gone.
 async fn reboot_the_node_through_its_budget(
-    client: &kube::Client,
+    s: &Scene,
     controller: &ControllerProcess,
-    node: &str,
-    pool: &str,
-    workloads: &str,
+    audit: &Audit<'_>,
+    name: &str,
 ) {
+    let (client, node, workloads) = (&s.client, &s.nodes[0], s.ns.name());
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads);
     let pp = PostParams::default();
     let policies = Api::<RebootPolicy>::all(client.clone());
-    let name = support::unique_name("rbac-rbp");
     let policy: RebootPolicy = serde_json::from_value(json!({
         "apiVersion": "slipway.dev/v1alpha1", "kind": "RebootPolicy",
         "metadata": {"name": name},
-        "spec": {"nodeSelector": {"matchLabels": {"slipway.test/pool": pool}}, "timeout": "5m"},
+        "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: s.pool}}, "timeout": "5m"},
     }))
     .expect("a RebootPolicy");
     support::wait_for("the RebootPolicy", Duration::from_secs(60), || async {
@@ -1672,7 +1718,7 @@ async fn reboot_the_node_through_its_budget(
         Duration::from_secs(60),
         || async {
             assert_not_refused(controller);
-            let p = policies.get(&name).await?;
+            let p = policies.get(name).await?;
             let draining = p
                 .status
                 .as_ref()
@@ -1689,8 +1735,9 @@ async fn reboot_the_node_through_its_budget(
         },
     )
     .await;
-    // Let a refused eviction be asked (and its PDB looked up) at least once more.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    audit
+        .the_refusing_budget_looked_up(controller, workloads)
+        .await;
     pdbs.delete("web", &DeleteParams::default())
         .await
         .expect("delete the PDB");
@@ -1701,10 +1748,7 @@ async fn reboot_the_node_through_its_budget(
             .list(&ListParams::default().labels(&format!("slipway.dev/reboot-policy={name}")))
             .await?;
         if list.items.is_empty() {
-            Err(anyhow!(
-                "status: {}",
-                status_of(&policies.get(&name).await?)
-            ))
+            Err(anyhow!("status: {}", status_of(&policies.get(name).await?)))
         } else {
             Ok(())
         }
@@ -1716,7 +1760,7 @@ async fn reboot_the_node_through_its_budget(
         Duration::from_secs(60),
         || async {
             assert_not_refused(controller);
-            let p = policies.get(&name).await?;
+            let p = policies.get(name).await?;
             let n = nodes_api.get(node).await?;
             let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
             if p.status.as_ref().is_some_and(|s| s.nodes.is_empty()) && !cordoned {
@@ -1728,12 +1772,12 @@ async fn reboot_the_node_through_its_budget(
     )
     .await;
     policies
-        .delete(&name, &DeleteParams::default())
+        .delete(name, &DeleteParams::default())
         .await
         .expect("delete the policy");
     support::wait_for("the policy to be gone", Duration::from_secs(60), || async {
         assert_not_refused(controller);
-        match policies.get_opt(&name).await? {
+        match policies.get_opt(name).await? {
             None => Ok(()),
             Some(p) => Err(anyhow!("still there: {:?}", p.metadata.finalizers)),
         }
@@ -1743,20 +1787,20 @@ async fn reboot_the_node_through_its_budget(
 
 /// The audit of a component's run with the token `jti`: every request is granted, and every
 /// right of the component's role is used but those of `allowed_unused` (and [`ALLOWED_UNUSED`]);
-/// deploy/'s own rights were proven before. `leave_out`: roles not counted as granted.
+/// deploy/'s own rights are proven by a scene of their own.
 async fn prove_component_audit(
     client: &kube::Client,
     audit_log: &Path,
     jti: &str,
     (component, role): (&str, &str),
     allowed_unused: &[(&str, &str, &str, &str)],
-    leave_out: &[&str],
 ) {
     let (requests, refused, audited) = read_audit_log(audit_log, jti);
     let (grants, _) = bound_rules(client).await;
+    // deploy/'s roles and this component's: not another component's, whose rights overlap.
     let grants: Vec<Grant> = grants
         .into_iter()
-        .filter(|g| !leave_out.contains(&g.role.as_str()))
+        .filter(|g| g.role == role || !COMPONENT_ROLES.contains(&g.role.as_str()))
         .collect();
     let may_be_unused = |g: &Grant, group: &str, resource: &str, verb: &str| {
         g.role != role
@@ -1767,22 +1811,6 @@ async fn prove_component_audit(
     };
     let problems = audit_rbac(&grants, &requests, &may_be_unused, Some(role));
     assert_component_proven(component, audited, &requests, &refused, &problems);
-}
-
-/// Removes the workloads' namespace, and the component's Role and RoleBinding `role` from
-/// `namespaces`.
-async fn remove_component(client: &kube::Client, workloads: &str, role: &str, namespaces: &[&str]) {
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(workloads, &DeleteParams::background())
-        .await;
-    for namespace in namespaces {
-        let _ = Api::<Role>::namespaced(client.clone(), namespace)
-            .delete(role, &DeleteParams::default())
-            .await;
-        let _ = Api::<RoleBinding>::namespaced(client.clone(), namespace)
-            .delete(role, &DeleteParams::default())
-            .await;
-    }
 }
 
 /// Prints what the controller did with deploy/components/`component`'s rights, and fails on a
@@ -1818,60 +1846,58 @@ fn assert_component_proven(
 /// its Job, reboots the node with its reboot pod (created, then deleted once the node is back) and
 /// uncordons it; events; the finalizers of both removed on deletion. Every rule of the component
 /// must be used, and every request granted by deploy/ and the component alone.
-async fn prove_kairos_component(
-    cluster: &support::Cluster,
-    client: &kube::Client,
-    audit_log: &Path,
-    args: &[String],
-) {
-    apply_with_component(cluster, "deploy/components/kairos").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kairos_component_grants_exactly_what_a_node_upgrade_uses() {
+    // Alone besides deploy/: its controller reconciles NodeOps in every namespace.
+    let scene = Scene::new("rbac-kairos").nodes(1);
+    let Some(d) = deployed(scene, Some("deploy/components/kairos")).await else {
+        return;
+    };
+    let (cluster, client, node) = (&d.s.cluster, &d.s.client, &d.s.nodes[0]);
+    let audit_log = audit_log_of(cluster);
     let mut env = overlay_env(
         client,
         ("SLIPWAY_NODEOPS", "the NodeOp controller"),
         "slipway-rbac-kairos",
     )
     .await;
-    // Only NodeOps here (the settings of the components before stay in the ConfigMap).
+    // Only NodeOps here, whatever the ConfigMap says of the other operations.
     env.insert("SLIPWAY_MAINTENANCE".into(), "false".into());
     env.insert("SLIPWAY_REBOOT_POLICIES".into(), "false".into());
-    let pool = support::unique_name("rbac-kairos");
-    let nodes =
-        support::create_nodes(client, "rbac-kairos", 1, &[("slipway.test/pool", &pool)]).await;
-    let node = &nodes[0];
-    let workloads = workloads_on(client, node, "rbac-kairos").await;
+    let workloads = d.s.ns.name();
+    workloads_on(client, node, workloads).await;
 
     let (jti, kubeconfig) = service_account_kubeconfig(cluster, "slipway-rbac-kairos").await;
-    let mut controller = start_controller(&kubeconfig, &env, args);
-    upgrade_the_node_through_its_budget(client, &controller, node, &pool, &workloads).await;
+    let mut controller = start_controller(&kubeconfig, &env, &controller_args());
+    let audit = Audit {
+        log: &audit_log,
+        jti: &jti,
+    };
+    upgrade_the_node_through_its_budget(&d.s, &controller, &audit).await;
     controller.stop();
 
     prove_component_audit(
         client,
-        audit_log,
+        &audit_log,
         &jti,
         ("kairos", KAIROS_ROLE),
         KAIROS_ALLOWED_UNUSED,
-        &[MAINTENANCE_ROLE, POLICY_ROLE],
     )
     .await;
-
-    support::delete_nodes(client, &nodes).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
-    remove_component(client, &workloads, KAIROS_ROLE, &[]).await;
 }
 
-/// A NodeOpUpgrade of the pool's node in `workloads`; its drain waits for the PDB `web`, which is
-/// then deleted; the Job runs, the reboot pod comes, the node reboots and is given back; the
+/// A NodeOpUpgrade of the scene's node in its namespace; its drain waits for the PDB `web`, which
+/// is then deleted; the Job runs, the reboot pod comes, the node reboots and is given back; the
 /// upgrade is deleted and gone with its NodeOp.
 async fn upgrade_the_node_through_its_budget(
-    client: &kube::Client,
+    s: &Scene,
     controller: &ControllerProcess,
-    node: &str,
-    pool: &str,
-    workloads: &str,
+    audit: &Audit<'_>,
 ) {
     use slipway::nodeop::api::{NodeOp, NodeOpUpgrade};
+    let (client, node, pool, workloads) = (&s.client, &s.nodes[0], &s.pool, s.ns.name());
     let upgrades = Api::<NodeOpUpgrade>::namespaced(client.clone(), workloads);
     let nodeops = Api::<NodeOp>::namespaced(client.clone(), workloads);
     let upgrade: NodeOpUpgrade = serde_json::from_value(json!({
@@ -1907,8 +1933,9 @@ async fn upgrade_the_node_through_its_budget(
         },
     )
     .await;
-    // Let a refused eviction be asked (and its PDB looked up) at least once more.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    audit
+        .the_refusing_budget_looked_up(controller, workloads)
+        .await;
     Api::<PodDisruptionBudget>::namespaced(client.clone(), workloads)
         .delete("web", &DeleteParams::default())
         .await

@@ -41,23 +41,49 @@ async fn node_state(client: &Client, name: &str) -> (String, bool, String) {
 
 /// The Jobs of Plan `plan` in the scene's namespace, by node.
 async fn jobs_by_node(s: &Scene, plan: &str) -> BTreeMap<String, Job> {
-    let jobs = s
-        .ns
-        .api::<Job>()
-        .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={plan}")))
-        .await
-        .expect("list the Plan's Jobs");
+    let jobs =
+        s.ns.api::<Job>()
+            .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={plan}")))
+            .await
+            .expect("list the Plan's Jobs");
     (jobs.items.into_iter())
         .filter_map(|j| Some((j.labels().get("upgrade.cattle.io/node")?.clone(), j)))
         .collect()
 }
 
-fn created(job: &Job) -> jiff::Timestamp {
-    job.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .expect("a Job has a creation time")
+/// The ServiceAccount `drainer` of the scene's namespace with SUC's drainer rights: a Plan's Jobs
+/// cordon and drain as their Plan's ServiceAccount, with real RBAC on real nodes.
+async fn drainer_account(s: &Scene) {
+    let drainer = s.name("drainer");
+    s.cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: drainer, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {drainer}}}
+rules:
+- {{apiGroups: [""], resources: [pods/eviction], verbs: [create]}}
+- {{apiGroups: [""], resources: [pods], verbs: [get, list, delete]}}
+- {{apiGroups: [""], resources: [nodes], verbs: [get, patch]}}
+- {{apiGroups: [apps], resources: [statefulsets, daemonsets, replicasets], verbs: [get, list]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {drainer}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {drainer}}}
+subjects: [{{kind: ServiceAccount, name: drainer, namespace: {ns}}}]
+"#,
+                ns = s.ns.name()
+            )),
+        )
+        .await
+        .expect("the drainer account");
 }
 
 /// A Plan with `spec.reboot` whose Job writes a new OS name on the host: each worker reboots for
@@ -68,6 +94,7 @@ async fn a_plan_reboots_each_node_for_real_one_after_the_other() {
     let Some(s) = Scene::new("real-reboot").real_nodes().start().await else {
         return;
     };
+    drainer_account(&s).await;
     let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
     let mut before = BTreeMap::new();
     for n in WORKERS {
@@ -91,7 +118,7 @@ spec:
   concurrency: 1
   version: {version}
   cordon: true
-  serviceAccountName: default
+  serviceAccountName: drainer
   nodeSelector:
     matchLabels:
       {POOL_LABEL}: {pool}
@@ -100,47 +127,50 @@ spec:
   upgrade:
     image: busybox:1.37
     command: [sh, -c]
-    args: ['{script}']
+    args: [{script}]
   reboot:
     timeout: 10m
 "#,
         pool = s.pool,
+        script = serde_json::to_string(&script).expect("a JSON string"),
     ));
     s.ns.api::<Plan>()
         .create(&PostParams::default(), &plan)
         .await
         .expect("create the Plan");
 
-    // Watch the first node to start until it is back; remember the last moment it was seen not
-    // back yet: the other node's Job must come after that.
+    // Until the first node to start is back: the Jobs are read before the node, so a Job of the
+    // other node seen while the first is still not back was created before it came back (once
+    // back, a node stays back).
     let started = Instant::now();
-    let (first, first_job) = support::wait_for(
-        "the first Job",
-        Duration::from_secs(120),
-        || async {
-            match jobs_by_node(&s, "os").await.into_iter().next() {
-                Some(first) => Ok(first),
-                None => Err(anyhow!("no Job yet")),
-            }
-        },
-    )
+    let first = support::wait_for("the first Job", Duration::from_secs(120), || async {
+        match jobs_by_node(&s, "os").await.into_keys().next() {
+            Some(first) => Ok(first),
+            None => Err(anyhow!("no Job yet")),
+        }
+    })
     .await;
     let second = WORKERS
         .iter()
         .find(|n| **n != first)
         .expect("two workers")
         .to_string();
-    let mut last_not_back = jiff::Timestamp::now();
     loop {
+        let jobs = jobs_by_node(&s, "os").await;
         let (boot, ready, _) = node_state(&s.client, &first).await;
         if boot != before[&first] && ready {
             break;
         }
-        last_not_back = jiff::Timestamp::now();
-        let jobs = jobs_by_node(&s, "os").await;
         assert!(
             !jobs.contains_key(&second),
             "{second}'s Job was created while {first} had not come back from its reboot"
+        );
+        let plan = s.ns.api::<Plan>().get("os").await.expect("the Plan");
+        let reason = support::plans::condition_reason(&plan, "Complete");
+        assert!(
+            !matches!(reason.as_deref(), Some("JobFailed" | "RebootTimedOut")),
+            "{}",
+            complete_message(&plan)
         );
         assert!(
             started.elapsed() < Duration::from_secs(600),
@@ -148,14 +178,11 @@ spec:
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let took = started.elapsed();
     let done = wait_complete(&s.ns.api::<Plan>(), "os", Duration::from_secs(600)).await;
-    let jobs = jobs_by_node(&s, "os").await;
-    let second_job = jobs.get(&second).expect("the second node's Job");
-    assert!(
-        created(second_job) > last_not_back,
-        "{second}'s Job ({}) after {first} was back (seen not back at {last_not_back}); first Job {}",
-        created(second_job),
-        created(&first_job),
+    eprintln!(
+        "real: {first} upgraded and back from its reboot in {took:?}, both in {:?}",
+        started.elapsed()
     );
     for n in WORKERS {
         let (boot, ready, reported) = node_state(&s.client, n).await;
@@ -182,32 +209,12 @@ async fn a_drain_evicts_running_pods_through_their_budget() {
     let Some(s) = Scene::new("real-drain").real_nodes().start().await else {
         return;
     };
-    // The drain runs in the Job, as the Plan's ServiceAccount: SUC's drainer rights.
-    let drainer = s.name("drainer");
+    drainer_account(&s).await;
     s.cluster
         .kubectl_stdin(
             &["apply", "-f", "-"],
             Some(&format!(
                 r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: drainer, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {drainer}}}
-rules:
-- {{apiGroups: [""], resources: [pods/eviction], verbs: [create]}}
-- {{apiGroups: [""], resources: [pods], verbs: [get, list, delete]}}
-- {{apiGroups: [""], resources: [nodes], verbs: [get, patch]}}
-- {{apiGroups: [apps], resources: [statefulsets, daemonsets, replicasets], verbs: [get, list]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {drainer}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {drainer}}}
-subjects: [{{kind: ServiceAccount, name: drainer, namespace: {ns}}}]
----
 apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: web, namespace: {ns}}}
@@ -353,4 +360,261 @@ spec:
             "{pod} runs on a worker: {node}"
         );
     }
+}
+
+// --- slipway installed as a user would, on the installs' cluster -----------------------------
+
+/// The versions the upgrade image carries, in the order a scene picks them.
+const KUBELETS: [&str; 3] = ["v1.34.2", "v1.34.3", "v1.34.1"];
+/// The ServiceAccount of the install and its Jobs.
+const SA_USER: &str = "system:serviceaccount:system-upgrade:system-upgrade";
+
+/// The nodes' kubelet versions, read now.
+async fn kubelet_versions(client: &Client, names: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for n in names {
+        let node = Api::<Node>::all(client.clone()).get(n).await.expect("node");
+        let v = (node.status.and_then(|s| s.node_info))
+            .map(|i| i.kubelet_version)
+            .unwrap_or_default();
+        out.insert(n.clone(), v);
+    }
+    out
+}
+
+/// A version none of the nodes runs: the upgrade then changes every node.
+async fn next_version(client: &Client, names: &[String]) -> &'static str {
+    let now = kubelet_versions(client, names).await;
+    KUBELETS
+        .into_iter()
+        .find(|v| now.values().all(|n| n != v))
+        .expect("a version no node runs")
+}
+
+/// The control-plane node as a k3s server is: labelled `node-role.kubernetes.io/control-plane:
+/// "true"` (the k3s docs' Plans select that value) and not tainted. The scene's end puts back the
+/// kubeadm-style label and taint ([`crate::support::real::give_back`]).
+async fn as_a_k3s_server(s: &Scene) {
+    s.cluster
+        .kubectl(&[
+            "label",
+            "node",
+            support::real::CONTROL_PLANE,
+            "--overwrite",
+            "node-role.kubernetes.io/control-plane=true",
+        ])
+        .await
+        .expect("label the server");
+    s.cluster
+        .kubectl(&[
+            "taint",
+            "node",
+            support::real::CONTROL_PLANE,
+            "node-role.kubernetes.io/control-plane:NoSchedule-",
+        ])
+        .await
+        .expect("untaint the server");
+}
+
+/// examples/k3s-stable.yaml, the k3s docs' server and agent Plans, as they are but for the
+/// upgrade image (ours replaces the kubelet, as k3s-upgrade replaces k3s, and makes the same
+/// calls in its prepare step) and a pinned `version` instead of the release channel, which is on
+/// the internet.
+fn k3s_pair(version: &str) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k3s-stable.yaml"),
+    )
+    .expect("examples/k3s-stable.yaml");
+    assert_eq!(
+        text.matches("image: rancher/k3s-upgrade").count(),
+        3,
+        "{text}"
+    );
+    text.replace(
+        "image: rancher/k3s-upgrade",
+        "image: slipway.test/kubelet-upgrade",
+    )
+    .replace(
+        "channel: https://update.k3s.io/v1-release/channels/stable",
+        &format!("version: {version}"),
+    )
+}
+
+/// Applies the k3s pair and follows it: every node reports `version`, each agent only after the
+/// server did, both Plans complete. Returns how long it took.
+async fn upgrade_the_k3s_pair(s: &Scene, version: &str) -> Duration {
+    let started = Instant::now();
+    s.cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&k3s_pair(version)))
+        .await
+        .expect("apply the k3s pair");
+    let server = support::real::CONTROL_PLANE.to_string();
+    let mut upgraded_at: BTreeMap<String, Instant> = BTreeMap::new();
+    loop {
+        let now = kubelet_versions(&s.client, &s.real).await;
+        for (n, v) in &now {
+            if v == version {
+                upgraded_at.entry(n.clone()).or_insert_with(Instant::now);
+            }
+        }
+        if upgraded_at.len() == s.real.len() {
+            break;
+        }
+        let plans = Api::<Plan>::namespaced(s.client.clone(), support::install::NS);
+        let mut said = Vec::new();
+        for p in ["server-plan", "agent-plan"] {
+            if let Ok(plan) = plans.get(p).await {
+                said.push(format!("{p}: {}", complete_message(&plan)));
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "not every node reports {version}: {now:?}; {said:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (n, at) in &upgraded_at {
+        if *n != server {
+            assert!(
+                *at > upgraded_at[&server],
+                "the agent {n} was upgraded before the server {server}"
+            );
+        }
+    }
+    let plans = Api::<Plan>::namespaced(s.client.clone(), support::install::NS);
+    for p in ["server-plan", "agent-plan"] {
+        wait_complete(&plans, p, Duration::from_secs(300)).await;
+    }
+    started.elapsed()
+}
+
+/// The requests of the install's ServiceAccount (the controller's and its Jobs') in the cluster's
+/// audit log since `since`: (verb, resource, name, code) of each.
+fn service_account_requests(
+    s: &Scene,
+    since: jiff::Timestamp,
+) -> Vec<(String, String, String, i64)> {
+    let dir = support::real::cluster_dir(&s.cluster);
+    let mut text = String::new();
+    for log in ["logs/audit.log"] {
+        text.push_str(&std::fs::read_to_string(dir.join(log)).unwrap_or_default());
+    }
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.contains(SA_USER)) {
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let at = ev["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        if ev["user"]["username"] != SA_USER || at.is_none_or(|t| t < since) {
+            continue;
+        }
+        let obj = &ev["objectRef"];
+        let resource = match obj["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", obj["resource"].as_str().unwrap_or("")),
+            None => obj["resource"].as_str().unwrap_or("").to_string(),
+        };
+        out.push((
+            ev["verb"].as_str().unwrap_or("").to_string(),
+            resource,
+            obj["name"].as_str().unwrap_or("").to_string(),
+            ev["responseStatus"]["code"].as_i64().unwrap_or(0),
+        ));
+    }
+    out
+}
+
+/// What an install's proof on real nodes checks of the ServiceAccount's requests: none refused,
+/// and the Jobs' calls among them (the prepare step's reads of the server Plan and of the
+/// control-plane nodes, the cordons).
+fn every_request_granted(s: &Scene, since: jiff::Timestamp) {
+    let requests = service_account_requests(s, since);
+    let refused: Vec<_> = requests.iter().filter(|r| r.3 == 403).collect();
+    assert!(
+        refused.is_empty(),
+        "requests of {SA_USER} refused: {refused:?}"
+    );
+    let made = |verb: &str, resource: &str, name: &str| {
+        requests
+            .iter()
+            .any(|r| r.0 == verb && r.1 == resource && (name.is_empty() || r.2 == name))
+    };
+    assert!(
+        made("get", "plans", "server-plan"),
+        "the agent's prepare step read the server Plan"
+    );
+    assert!(
+        made("list", "nodes", ""),
+        "and listed the control-plane nodes"
+    );
+    assert!(made("patch", "nodes", ""), "the Jobs cordoned their nodes");
+}
+
+/// deploy/ as a user applies it, its controller a real pod on the control-plane node, and the
+/// k3s docs' server and agent Plans: the server's kubelet is replaced first, then the agent's
+/// (its prepare step reads the server Plan and the control-plane nodes with the Jobs'
+/// ServiceAccount), and no request of that ServiceAccount is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_k3s_pair_upgrades_server_then_agents_under_deploys_rbac() {
+    let Some(s) = Scene::new("k3s-deploy")
+        .own_cluster(support::real::INSTALLS)
+        .real_nodes()
+        .start()
+        .await
+    else {
+        return;
+    };
+    support::install::wait_for_earlier_removal(&s.cluster).await;
+    as_a_k3s_server(&s).await;
+    let since = jiff::Timestamp::now();
+    let mut install = support::install::Install::new(&s.cluster).await;
+    install
+        .apply_kustomization_air_gapped(
+            &s.cluster,
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"),
+        )
+        .await;
+    controller_pod_runs_on_the_server(&s).await;
+    let version = next_version(&s.client, &s.real).await;
+    let took = upgrade_the_k3s_pair(&s, version).await;
+    eprintln!("real: the k3s pair under deploy/'s RBAC: every node at {version} in {took:?}");
+    every_request_granted(&s, since);
+}
+
+/// The controller of an install: Ready, a real pod on the control-plane node.
+async fn controller_pod_runs_on_the_server(s: &Scene) {
+    let pods = Api::<Pod>::namespaced(s.client.clone(), support::install::NS);
+    support::wait_for(
+        "the controller's pod Ready on the control-plane node",
+        Duration::from_secs(300),
+        || async {
+            let list = pods
+                .list(
+                    &ListParams::default()
+                        .labels("upgrade.cattle.io/controller=system-upgrade-controller"),
+                )
+                .await?;
+            let ready = (list.items.iter()).find(|p| {
+                (p.status.as_ref().and_then(|st| st.conditions.as_ref()))
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            match ready.and_then(|p| p.spec.as_ref()?.node_name.clone()) {
+                Some(node) if node == support::real::CONTROL_PLANE => Ok(()),
+                other => bail!(
+                    "ready on {other:?}; pods {:?}",
+                    list.items
+                        .iter()
+                        .map(|p| (
+                            p.name_any(),
+                            p.status.as_ref().and_then(|s| s.phase.clone())
+                        ))
+                        .collect::<Vec<_>>()
+                ),
+            }
+        },
+    )
+    .await;
 }

@@ -30,7 +30,9 @@
 //! - the node's side of a reboot: [`simulate_reboot`], [`ask_reboot`], [`boot_id`];
 //! - a Job step held as long as the scene needs: [`HOLD_LABEL`], [`release_held_pod`];
 //! - [`plans`]: a Plan's conditions, and waiting for it to complete;
-//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test.
+//! - [`jobwatch`]: a watch of a namespace's Jobs for a whole test;
+//! - [`install::Install`]: deploy/ (or `dist/slipway.yaml`) installed as a user would, removed
+//!   when the scene ends.
 //!
 //! `#[tokio::test]` gives every test its own runtime, and a kube `Client`'s connection pool is
 //! bound to the runtime that made it. So only the kubeconfig path is shared; every test builds
@@ -39,6 +41,7 @@
 
 pub mod budgets;
 pub mod controller;
+pub mod install;
 pub mod jobwatch;
 pub mod plans;
 pub mod process;

@@ -4,10 +4,13 @@
 //! one at a time, and the last process of the run stops them with the cluster
 //! (`tests/cluster/down.sh`).
 //!
-//! Three guests: [`CONTROL_PLANE`], labelled and tainted as kubeadm and kind do, and two workers.
-//! Each imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh`
-//! writes) into its containerd at every boot, so the shipped install runs the controller as a real
-//! pod.
+//! Each cluster gets its own guests: the run's shared cluster two workers ([`WORKERS`]), for the
+//! scenes that start their controller as a process; the installs' cluster
+//! ([`INSTALLS`]) a control-plane node ([`CONTROL_PLANE`], labelled and tainted as kubeadm and kind
+//! do) and a worker ([`INSTALL_WORKER`]), for the scenes that install slipway as a user would (its
+//! controller a real pod on the control-plane node). Each guest imports slipway's image
+//! (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes) into its containerd at
+//! every boot. Two sets of guests let the two chains of scenes run side by side.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,11 +24,25 @@ use tokio::sync::OnceCell;
 
 use super::Cluster;
 
-/// The control-plane node: label `node-role.kubernetes.io/control-plane` and its `NoSchedule`
-/// taint.
+/// The own cluster ([`super::own_cluster`]) of the scenes that install slipway.
+pub const INSTALLS: &str = "installs";
+/// The installs' control-plane node: label `node-role.kubernetes.io/control-plane` and its
+/// `NoSchedule` taint.
 pub const CONTROL_PLANE: &str = "real-cp";
-/// The worker nodes.
+/// The control-plane role's label and taint.
+const ROLE: &str = "node-role.kubernetes.io/control-plane";
+/// The installs' worker.
+pub const INSTALL_WORKER: &str = "real-w";
+/// The shared cluster's real nodes, both workers.
 pub const WORKERS: [&str; 2] = ["real-1", "real-2"];
+
+/// The guests of a cluster: the installs' or the shared one's.
+fn layout(installs: bool) -> Vec<&'static str> {
+    match installs {
+        true => vec![CONTROL_PLANE, INSTALL_WORKER],
+        false => WORKERS.to_vec(),
+    }
+}
 
 /// The label prefix of the Plans' node labels (`plan.upgrade.cattle.io/<plan>`), removed when a
 /// scene gives the nodes back: a later scene's Plan of the same name and spec would otherwise find
@@ -54,28 +71,32 @@ pub fn image_archive() -> PathBuf {
     repo().join(format!("target/image/slipway-{version}.oci.tar"))
 }
 
-/// The real nodes, the control-plane node first; booted by the first call of the run.
-pub async fn nodes(cluster: &Cluster) -> Vec<String> {
-    static BOOTED: OnceCell<Result<(), String>> = OnceCell::const_new();
+/// The real nodes of the cluster (the installs' when `installs`), the control-plane node first;
+/// booted by the first call for that cluster.
+pub async fn nodes(cluster: &Cluster, installs: bool) -> Vec<String> {
+    static SHARED: OnceCell<Result<(), String>> = OnceCell::const_new();
+    static OF_INSTALLS: OnceCell<Result<(), String>> = OnceCell::const_new();
     let dir = cluster_dir(cluster);
-    let booted = BOOTED
-        .get_or_init(|| async move {
-            tokio::task::spawn_blocking(move || boot(&dir))
-                .await
-                .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
-        })
-        .await;
+    let names = layout(installs);
+    let booting = names.clone();
+    let booted = match installs {
+        true => &OF_INSTALLS,
+        false => &SHARED,
+    }
+    .get_or_init(|| async move {
+        tokio::task::spawn_blocking(move || boot(&dir, &booting))
+            .await
+            .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
+    })
+    .await;
     if let Err(e) = booted {
         panic!("no real nodes: {e}");
     }
-    std::iter::once(CONTROL_PLANE)
-        .chain(WORKERS)
-        .map(str::to_string)
-        .collect()
+    names.into_iter().map(str::to_string).collect()
 }
 
-/// Starts the three guests side by side and waits until each is Ready.
-fn boot(dir: &Path) -> Result<(), String> {
+/// Starts the guests side by side and waits until each is Ready.
+fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
     let image = image_archive();
     if !image.is_file() {
         return Err(format!(
@@ -86,11 +107,24 @@ fn boot(dir: &Path) -> Result<(), String> {
     }
     let up = repo().join("tests/nodes/up.sh");
     let mut started = Vec::new();
-    for name in std::iter::once(CONTROL_PLANE).chain(WORKERS) {
-        let mut cmd = Command::new(&up);
-        cmd.arg(dir).arg(name).arg("--image").arg(&image);
-        if name == CONTROL_PLANE {
-            cmd.arg("--control-plane");
+    for &name in names {
+        // A cluster kept between test runs (SLIPWAY_TEST_KUBECONFIG) keeps its guests.
+        if guest_running(dir, name) {
+            continue;
+        }
+        let mut cmd = match dir.join("guests").join(name).exists() {
+            true => Command::new(repo().join("tests/nodes/start.sh")),
+            false => {
+                let mut up = Command::new(&up);
+                up.arg(dir).arg(name).arg("--image").arg(&image);
+                if name == CONTROL_PLANE {
+                    up.arg("--control-plane");
+                }
+                up
+            }
+        };
+        if dir.join("guests").join(name).exists() {
+            cmd.arg(dir).arg(name);
         }
         let log = dir.join(format!("logs/guest-{name}-up.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
@@ -155,10 +189,23 @@ pub async fn give_back(
                 labels.insert(key.clone(), Value::Null);
             }
         }
+        let mut spec = json!({"unschedulable": null});
+        if name == CONTROL_PLANE {
+            // As kubeadm and kind have it, whatever the scene made of it (a k3s server).
+            labels.insert(ROLE.to_string(), json!(""));
+            let mut taints: Vec<Value> = (node.spec.as_ref().and_then(|s| s.taints.clone()))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.key != ROLE)
+                .map(|t| json!(t))
+                .collect();
+            taints.push(json!({"key": ROLE, "effect": "NoSchedule"}));
+            spec["taints"] = json!(taints);
+        }
         api.patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}, "spec": {"unschedulable": null}})),
+            &Patch::Merge(json!({"metadata": {"labels": labels}, "spec": spec})),
         )
         .await?;
     }

@@ -115,12 +115,13 @@ impl SceneBuilder {
         self.group(name)
     }
 
-    /// The run's real nodes (QEMU guests, [`super::real`]) join the scene's pool: labelled
-    /// [`POOL_LABEL`] while it runs, and given back uncordoned, without its labels, when it ends.
-    /// One scene at a time; these scenes start before the others, as they take longest.
+    /// The cluster's real nodes (QEMU guests, [`super::real`]: two workers on the shared
+    /// cluster, a control-plane node and a worker on the installs' cluster) join the scene's pool:
+    /// labelled [`POOL_LABEL`] while it runs, and given back uncordoned, without its labels, when
+    /// it ends. One scene at a time; these scenes start before the others, as they take longest.
     pub fn real_nodes(mut self) -> Self {
         self.real = true;
-        self.group(REAL_NODES)
+        self
     }
 
     /// Committed CRDs (files of `crds/`) to apply beside the Plan's and DisruptionBudget's.
@@ -131,12 +132,16 @@ impl SceneBuilder {
 
     /// Waits for the scene's turn, then makes its namespace and nodes. `None` when end-to-end
     /// tests are skipped (`SLIPWAY_E2E=skip`).
-    pub async fn start(self) -> Option<Scene> {
+    pub async fn start(mut self) -> Option<Scene> {
         let cluster = match self.own_cluster {
             None => super::cluster().await?,
             Some(name) => super::own_cluster(name).await?,
         };
         let waiting = Instant::now();
+        // An own cluster's scenes take turns already; the shared cluster's real nodes are a group.
+        if self.real && self.own_cluster.is_none() {
+            self.groups.insert(REAL_NODES);
+        }
         let priority = match (self.real, self.groups.is_empty()) {
             (true, _) => Priority::RealNodes,
             (false, false) => Priority::Group,
@@ -164,7 +169,8 @@ impl SceneBuilder {
         let real = match self.real {
             false => Vec::new(),
             true => {
-                let real = super::real::nodes(&cluster).await;
+                let installs = self.own_cluster == Some(super::real::INSTALLS);
+                let real = super::real::nodes(&cluster, installs).await;
                 super::real::take(&client, &real, &labels).await;
                 real
             }
@@ -286,6 +292,13 @@ const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
 ];
 
+/// Kinds of namespaced objects scenes make whose finalizers no controller is left to remove
+/// (besides Plans), which would keep the namespace Terminating.
+const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
+    ("operator.kairos.io", "v1alpha1", "NodeOpUpgrade"),
+    ("operator.kairos.io", "v1alpha1", "NodeOp"),
+];
+
 async fn clean_up(
     cluster: Cluster,
     ns: String,
@@ -312,6 +325,20 @@ async fn clean_up(
     let plans = Api::<slipway::plan::api::Plan>::namespaced(client.clone(), &ns);
     for p in plans.list(&ListParams::default()).await?.items {
         delete_without_finalizers(&plans, &p.name_any()).await;
+    }
+    for (group, version, kind) in NAMESPACED_KINDS {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns,
+            &ApiResource::from_gvk(&gvk),
+        );
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for o in list.items {
+            delete_without_finalizers(&api, &o.name_any()).await;
+        }
     }
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))

@@ -1,0 +1,195 @@
+//! slipway installed as a user would (`kubectl apply -k deploy/`, an overlay of it with a
+//! component, `dist/slipway.yaml`), for the scenes that test the install itself. Such a scene
+//! runs alone: the install has fixed names (the namespace `system-upgrade`, ClusterRoles).
+//!
+//! [`Install`] records what was applied and removes it when dropped, passed or failed: every
+//! object but the CRDs (every scene uses them) and the namespaces other than `system-upgrade`
+//! (medik8s' Lease namespace is shared with other scenes), each gone before the scene ends (so no
+//! DaemonSet of it puts pods on the nodes of the scenes after it); then the namespace, whose
+//! deletion the next install waits for.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use super::Cluster;
+
+/// The install's namespace.
+pub const NS: &str = "system-upgrade";
+
+/// What a scene installed; removed when dropped (see the module's documentation).
+pub struct Install {
+    kubeconfig: PathBuf,
+    /// `apiVersion`, `kind` and `metadata` (name, namespace) of each object applied.
+    objects: Vec<Value>,
+}
+
+/// Waits while an earlier install's namespace is being deleted: a scene about to install calls it
+/// before it takes the cluster alone, so that other scenes run meanwhile.
+pub async fn wait_for_earlier_removal(cluster: &Cluster) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces = kube::Api::<Namespace>::all(cluster.client().await);
+    super::wait_for(
+        &format!("the namespace {NS} of an earlier install to go"),
+        std::time::Duration::from_secs(120),
+        || async {
+            let ns = namespaces.get_opt(NS).await?;
+            match ns.and_then(|n| n.status).and_then(|s| s.phase).as_deref() {
+                Some("Terminating") => Err(anyhow::anyhow!("Terminating")),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+}
+
+impl Install {
+    /// Nothing installed yet: an earlier install's namespace, if one is left, is gone.
+    pub async fn new(cluster: &Cluster) -> Install {
+        super::remove_namespace(&cluster.client().await, NS).await;
+        Install {
+            kubeconfig: cluster.kubeconfig_path().to_path_buf(),
+            objects: Vec::new(),
+        }
+    }
+
+    /// `kubectl apply -k <dir>`, as a user types it; its objects are removed at the end.
+    pub async fn apply_kustomization(&mut self, cluster: &Cluster, dir: &Path) {
+        let dir = dir.display().to_string();
+        let rendered = cluster
+            .kubectl(&["kustomize", &dir])
+            .await
+            .unwrap_or_else(|e| panic!("kubectl kustomize {dir}: {e}"));
+        self.record(&rendered);
+        cluster
+            .kubectl(&["apply", "-k", &dir])
+            .await
+            .unwrap_or_else(|e| panic!("kubectl apply -k {dir}: {e}"));
+    }
+
+    /// `kubectl apply -k <dir>` for a cluster whose nodes reach no registry (the real nodes): the
+    /// same objects, but the ConfigMap's `SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY` is `IfNotPresent`,
+    /// as an operator of an air-gapped cluster sets it (SUC's manifest's `Always` would ask a
+    /// registry for every Job's images).
+    pub async fn apply_kustomization_air_gapped(&mut self, cluster: &Cluster, dir: &Path) {
+        let dir = dir.display().to_string();
+        let rendered = cluster
+            .kubectl(&["kustomize", &dir])
+            .await
+            .unwrap_or_else(|e| panic!("kubectl kustomize {dir}: {e}"));
+        let air_gapped = air_gapped(&rendered);
+        self.record(&air_gapped);
+        cluster
+            .kubectl_stdin(&["apply", "-f", "-"], Some(&air_gapped))
+            .await
+            .unwrap_or_else(|e| panic!("kubectl apply the air-gapped {dir}: {e}"));
+    }
+
+    /// Records the objects of a manifest that the scene applies itself (the README's commands),
+    /// so that they are removed at the end.
+    pub fn record_manifest(&mut self, file: &Path) {
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        self.record(&text);
+    }
+
+    fn record(&mut self, yaml: &str) {
+        let docs = serde_saphyr::from_multiple::<Value>(yaml).expect("the install's YAML");
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            self.objects.push(json!({
+                "apiVersion": doc["apiVersion"],
+                "kind": doc["kind"],
+                "metadata": {"name": doc["metadata"]["name"], "namespace": doc["metadata"]["namespace"]},
+            }));
+        }
+    }
+}
+
+/// The install's manifest with the Jobs' image pull policy `IfNotPresent`.
+pub fn air_gapped(manifest: &str) -> String {
+    const ALWAYS: &str = "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: Always";
+    const QUOTED: &str = "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: \"Always\"";
+    assert!(
+        manifest.contains(ALWAYS) || manifest.contains(QUOTED),
+        "the install sets the Jobs' pull policy to Always"
+    );
+    manifest
+        .replace(QUOTED, ALWAYS)
+        .replace(ALWAYS, "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: IfNotPresent")
+}
+
+impl Drop for Install {
+    fn drop(&mut self) {
+        let removed: Vec<&Value> = (self.objects.iter().rev())
+            .filter(|o| o["kind"] != "CustomResourceDefinition" && o["kind"] != "Namespace")
+            .collect();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": removed});
+        let kubeconfig = self.kubeconfig.clone();
+        // A thread and a runtime of its own: this may run while unwinding inside the scene's.
+        let done = std::thread::spawn(move || {
+            if let Err(e) = delete_objects(&kubeconfig, &list.to_string()) {
+                eprintln!("removing the install: {e}");
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async {
+                let client = Cluster { kubeconfig }.client().await;
+                delete_namespace(&client).await;
+            });
+        })
+        .join();
+        if done.is_err() {
+            eprintln!("removing the install's namespace {NS} failed");
+        }
+    }
+}
+
+/// Deletes the namespace, without waiting; its Plans' finalizers, which no controller is left to
+/// remove, go too.
+async fn delete_namespace(client: &kube::Client) {
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .delete(NS, &DeleteParams::background())
+        .await;
+    let plans = Api::<slipway::plan::api::Plan>::namespaced(client.clone(), NS);
+    let Ok(list) = plans.list(&ListParams::default()).await else {
+        return;
+    };
+    for plan in list.items {
+        let _ = plans
+            .patch(
+                &plan.metadata.name.unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+}
+
+/// `kubectl delete` of the objects of `list` (a v1 List), waiting until each is gone.
+fn delete_objects(kubeconfig: &Path, list: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["delete", "--ignore-not-found", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("kubectl's stdin")
+        .write_all(list.as_bytes())?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl delete: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
