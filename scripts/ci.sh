@@ -77,11 +77,13 @@ trap finish EXIT
 
 # --- the build -------------------------------------------------------------------------------
 # Go tools, in the background: helm and promtool first (the offline tests need them), then the
-# local cluster, SUC (the differential test) and the image checker.
+# local cluster, the real nodes' guest image (its kubelet from the cluster's module), SUC (the
+# differential test) and the image checker.
 (
   phase helm tests/tools/helm/build.sh
   phase promtool tests/tools/promtool/build.sh
   phase cluster-binaries tests/cluster/build.sh
+  phase real-nodes tests/nodes/build.sh
   phase suc tests/compat/build.sh
   phase ocicheck tests/tools/ocicheck.sh
 ) &
@@ -128,6 +130,9 @@ export PATH
 SHOW=1 phase offline cargo test --locked --target "$target" --test offline
 
 # --- the end-to-end scenes -------------------------------------------------------------------
+# The real nodes import the image this run built.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+export SLIPWAY_IMAGE_ARCHIVE="$root/target/image/slipway-$version.oci.tar"
 # A thread for every scene: each asks for its turn at once, and the scenes' own scheduler starts
 # them, SLIPWAY_E2E_SCENES at a time, longest chains first.
 e2e=(cargo test --locked --target "$target" --test e2e -- --test-threads=512)

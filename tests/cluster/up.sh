@@ -22,11 +22,10 @@
 #                                raising the cluster's own floor: "--kube-api-qps=100 ...")
 #   SLIPWAY_CLUSTER_AUDIT_MB     size in MB at which the audit log rotates (default 20; a bench at
 #                                thousands of nodes needs more to keep every request it counts)
-#   SLIPWAY_CLUSTER_SERVICE_ACCOUNTS=1  enable the API server's ServiceAccount admission plugin, so
-#                                that pods get their ServiceAccount token mounted (real nodes run
-#                                kubectl in Jobs: tests/nodes). Off by default: it refuses pods
-#                                whose ServiceAccount does not exist, which kwok-based tests rely
-#                                on being able to create.
+#   SLIPWAY_CLUSTER_SERVICE_ACCOUNTS=0  disable the API server's ServiceAccount admission plugin
+#                                (on, as in every real cluster: pods get their ServiceAccount's
+#                                token mounted, which real nodes' Jobs use, and a pod whose
+#                                ServiceAccount does not exist is refused)
 #   SLIPWAY_CACHE_DIR            where build.sh caches the binaries
 #
 # Real nodes: the cluster is always ready for QEMU guests to join (tests/nodes/up.sh): the API
@@ -225,10 +224,10 @@ EOF
 start egress-proxy python3 "$here/egress-proxy.py" --socket "$egress_socket" --guests "$dir/guests"
 wait_for egress-proxy "the egress proxy's socket" test -S "$egress_socket"
 
-admission=(--enable-admission-plugins=NodeRestriction --disable-admission-plugins=ServiceAccount)
-if [ "${SLIPWAY_CLUSTER_SERVICE_ACCOUNTS:-}" = 1 ]; then
-  # shellcheck disable=SC2054 # one flag whose value is a comma-separated list
-  admission=(--enable-admission-plugins=NodeRestriction,ServiceAccount)
+# shellcheck disable=SC2054 # one flag whose value is a comma-separated list
+admission=(--enable-admission-plugins=NodeRestriction,ServiceAccount)
+if [ "${SLIPWAY_CLUSTER_SERVICE_ACCOUNTS:-}" = 0 ]; then
+  admission=(--enable-admission-plugins=NodeRestriction --disable-admission-plugins=ServiceAccount)
 fi
 start kube-apiserver "$bin_dir/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$etcd_port" \

@@ -250,6 +250,23 @@ async fn run(s: &Scene, program: &Path, args: &[&str], channel: &str, who: &str)
     }
     let plans = Api::<Plan>::namespaced(client.clone(), ns);
     let corpus = corpus(channel, ns);
+    // The ServiceAccounts the Plans name: the API server refuses a pod whose account is missing.
+    let accounts: std::collections::BTreeSet<String> = (corpus.iter())
+        .filter_map(|p| p.spec.service_account_name.clone())
+        .filter(|a| !a.is_empty())
+        .collect();
+    for account in accounts {
+        let sa: k8s_openapi::api::core::v1::ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": account}})).expect("an account");
+        match Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &sa)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("create the ServiceAccount {account}: {e}"),
+        }
+    }
     // A Plan the API server rejects (slipway's CRD validates more) is part of the result.
     let mut rejected = Snapshot::new();
     for p in &corpus {

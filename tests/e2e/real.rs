@@ -495,10 +495,7 @@ fn service_account_requests(
     since: jiff::Timestamp,
 ) -> Vec<(String, String, String, i64)> {
     let dir = support::real::cluster_dir(&s.cluster);
-    let mut text = String::new();
-    for log in ["logs/audit.log"] {
-        text.push_str(&std::fs::read_to_string(dir.join(log)).unwrap_or_default());
-    }
+    let text = std::fs::read_to_string(dir.join("logs/audit.log")).unwrap_or_default();
     let mut out = Vec::new();
     for line in text.lines().filter(|l| l.contains(SA_USER)) {
         let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {

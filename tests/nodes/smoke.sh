@@ -64,7 +64,7 @@ trap 'exit 143' TERM
 
 t=$SECONDS
 kwok_nodes=${SLIPWAY_NODES_SMOKE_KWOK:-2}
-SLIPWAY_CLUSTER_DIR="$dir" SLIPWAY_CLUSTER_OWNER_PID=$$ SLIPWAY_CLUSTER_SERVICE_ACCOUNTS=1 \
+SLIPWAY_CLUSTER_DIR="$dir" SLIPWAY_CLUSTER_OWNER_PID=$$ \
   SLIPWAY_CLUSTER_NODE_PREFIX=kwok- "$cluster_scripts/up.sh" "$kwok_nodes" >/dev/null
 timing "cluster up with $kwok_nodes kwok nodes" $((SECONDS - t))
 export KUBECONFIG="$dir/kubeconfig"
