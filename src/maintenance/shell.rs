@@ -37,7 +37,9 @@ use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{self, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{ApiResult, Error, HoldSource, Operation, Shared, drive};
+use crate::runtime::{
+    ApiResult, Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready,
+};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct MaintenanceWatches {
@@ -90,6 +92,10 @@ impl HoldSource for MaintenanceHolds {
             Holder::Maintenance { name } => Some(self.0.get(&ObjectRef::new(name)).is_some()),
             _ => None,
         }
+    }
+
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("nodemaintenance", ready(self.0.clone()))
     }
 }
 

@@ -217,9 +217,9 @@ impl PlanOperation {
         self.shared.forget_gone();
     }
 
-    /// Waits until every cache a Plan's decision reads has its first full list.
+    /// Waits until every cache a Plan's decision reads has its first full list (the node index
+    /// and the records of every kind are the runtime's to wait for).
     async fn caches_synced(&self) -> Result<(), Error> {
-        self.shared.nodes_synced().await?;
         for (ready, what) in [
             (crate::runtime::ready(self.jobs.clone()), "job"),
             (crate::runtime::ready(self.secrets.clone()), "secret"),

@@ -44,7 +44,7 @@ use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
+use crate::runtime::{Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct PolicyWatches {
@@ -110,6 +110,9 @@ impl HoldSource for PolicyHolds {
             Holder::Reboot { policy } => Some(self.0.get(&ObjectRef::new(policy)).is_some()),
             _ => None,
         }
+    }
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("reboot policy", ready(self.0.clone()))
     }
 }
 
@@ -243,8 +246,6 @@ impl Operation for PolicyOperation {
             .metrics()
             .retain_policies(|n| policies.get(&ObjectRef::new(n)).is_some());
         self.shared.forget_gone();
-        // A node missing from an index that has not listed them all yet is not gone: wait.
-        self.shared.nodes_synced().await?;
         Ok(p)
     }
 
