@@ -81,7 +81,8 @@ pub struct PlanObserved {
     health: BTreeMap<String, HealthObservation>,
     secrets: BTreeMap<String, Secret>,
     channel: Option<ChannelAnswer>,
-    /// When the channel is to be asked again (or [`RESYNC`]).
+    /// When the channel is to be asked again (or [`RESYNC`]), or sooner, when a write the caches
+    /// have not shown stops being laid over them.
     next_look: Duration,
     /// Candidate nodes another Plan holds too.
     shared: BTreeSet<String>,
@@ -266,6 +267,7 @@ impl Operation for PlanOperation {
             .ok_or(Error::Incomplete("name"))?;
         let nodes = self.candidates(plan);
         let (jobs, reboot_pods) = self.owned_by(name);
+        let overlaid = self.expect.look_again(name, &nodes);
         let health = observe::health(
             self.shared.chores().client(),
             plan,
@@ -281,6 +283,7 @@ impl Operation for PlanOperation {
             RESYNC,
         )
         .await;
+        let next_look = overlaid.map_or(next_look, |o| o.min(next_look));
         let shared = self.shared.held_by_other_plans(&core::holder(plan));
         let checks = match plan.spec.health_checks.as_deref() {
             Some(checks) if !checks.is_empty() => self.checks.read_all(checks).await,
@@ -358,6 +361,17 @@ impl Operation for PlanOperation {
             now,
         );
         decision.requeue_within(o.next_look);
+        // What it writes is laid over the caches until they show it: should no watch event come
+        // (a Job deleted before the watch showed it), the Plan is looked at again when that ends.
+        let laid_over = |e: &PlanEffect| {
+            matches!(
+                e,
+                PlanEffect::PatchNode(_) | PlanEffect::CreatePod(_) | PlanEffect::CreateJob(_)
+            )
+        };
+        if decision.effects.iter().any(laid_over) {
+            decision.requeue_within(expect::LOOK_AGAIN);
+        }
         decision
     }
 
