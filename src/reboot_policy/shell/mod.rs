@@ -156,10 +156,16 @@ pub fn watch(
     }
 }
 
-/// What triggers a RebootPolicy: its spec and deletion, not its status.
+/// What triggers a RebootPolicy: its spec, its annotations (a reset of its failures) and its
+/// deletion, not its status.
 fn policy_view(p: &RebootPolicy) -> u64 {
     let m = &p.metadata;
-    digest((&m.uid, m.generation, m.deletion_timestamp.is_some()))
+    digest((
+        &m.uid,
+        m.generation,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+    ))
 }
 
 /// Reconciles every RebootPolicy until `shutdown`.
