@@ -476,3 +476,46 @@ async fn a_maintenance_decides_only_once_the_nodes_and_the_plans_are_listed() {
     }
 }
 
+/// A maintenance that waits for its node starts as soon as the holder lets go of it, not at its
+/// next recheck: it reads its node in the index, and hears what concerns it there.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_maintenance_is_woken_when_its_nodes_holder_lets_go() {
+    use futures::StreamExt;
+    let api = cluster(Start);
+    let triggers = Arc::new(NodeTriggers::default());
+    let mut triggered = triggers.concerned(|h| matches!(h, Holder::Maintenance { .. }));
+    let shared = Arc::new(Shared::new(
+        testing::chores(&api.client()),
+        testing::CONTROLLER.into(),
+        testing::NAMESPACE.into(),
+        Arc::new(std::sync::RwLock::new(testing::node_index(vec![n1()]))),
+        // The Plan exists (its claim is not forgotten); its record holds nothing.
+        vec![crate::plan::shell::hold_source(testing::listed(vec![
+            crate::plan::api::Plan {
+                status: None,
+                ..applying_plan()
+            },
+        ]))],
+        triggers,
+        None,
+    ));
+    let plan = Holder::Plan {
+        namespace: "ns".into(),
+        name: "p".into(),
+    };
+    let n1 = BTreeSet::from(["n1".to_string()]);
+    let claimed = shared.decide_and_claim(&plan, false, |_| n1.clone(), |n| n);
+    assert!(claimed.is_ok(), "the Plan holds n1");
+    let op = MaintenanceOperation {
+        shared: shared.clone(),
+        ..operation(&api)
+    };
+    assert_eq!(testing::reconcile(&op, maintenance(Start)).await, Ok(()));
+    let sent = testing::named_writes(&api, name_of);
+    assert_eq!(sent, "status owner", "waits for the Plan");
+    shared.release(&plan);
+    shared.wake_readers(&plan, &n1);
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(5), triggered.next()).await;
+    let woken_ref = heard.ok().flatten().and_then(woken);
+    assert_eq!(woken_ref, Some(ObjectRef::new("nm")));
+}
