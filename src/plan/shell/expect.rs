@@ -4,7 +4,8 @@
 //! status it wrote. Deciding from the stale cache would create the Job again, label the node again
 //! or write a status that the API server refuses as a conflict: wasted writes, and a slower
 //! rollout. So each write is remembered until the cache shows it (or for a short while at most)
-//! and laid over the cache when the next decision's inputs are gathered.
+//! and laid over the cache when the next decision's inputs are gathered. A Job or pod the watch
+//! brought back, even deleted already, is forgotten at once: the cache is then at or past it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -69,6 +70,21 @@ fn overlay<K: Resource>(
     all
 }
 
+/// Forgets the creation of `watched`: the one of its name and uid (an older object of that name,
+/// deleted, says nothing of the new one).
+fn forget_watched<K: Resource>(created: &Mutex<HashMap<String, (Instant, Arc<K>)>>, watched: &K) {
+    let (Some(name), Some(uid)) = (&watched.meta().name, &watched.meta().uid) else {
+        return;
+    };
+    let mut created = lock(created);
+    if created
+        .get(name)
+        .is_some_and(|(_, k)| k.meta().uid.as_ref() == Some(uid))
+    {
+        created.remove(name);
+    }
+}
+
 /// Whether `k`'s `label` names `plan`.
 fn of_plan<K: Resource>(k: &K, label: &str, plan: &str) -> bool {
     k.meta()
@@ -96,6 +112,20 @@ impl Expectations {
         if let Some(name) = job.metadata.name.clone() {
             lock(&self.jobs).insert(name, (Instant::now(), Arc::new(job)));
         }
+    }
+
+    /// The watch brought back `job` (created, changed or deleted): the Job cache is at or past it,
+    /// so a creation of that Job is believed from the cache from now on. A Job deleted before a
+    /// reconcile saw it then counts as gone at once, not after [`PATIENCE`]. (During a relist the
+    /// cache shows the list only at its end: a decision in between may create the Job again, and
+    /// is told it exists.)
+    pub fn watched_job(&self, job: &Job) {
+        forget_watched(&self.jobs, job);
+    }
+
+    /// As [`Expectations::watched_job`], for a reboot pod.
+    pub fn watched_pod(&self, pod: &Pod) {
+        forget_watched(&self.pods, pod);
     }
 
     pub fn created_pod(&self, pod: Pod) {
@@ -213,6 +243,23 @@ mod tests {
         assert_eq!(e.jobs(vec![Arc::new(job("a", "p"))], "p").len(), 1);
         // Seen once: forgotten, even if the cache loses it later (deleted by someone).
         assert!(e.jobs(vec![], "p").is_empty());
+    }
+
+    #[test]
+    fn a_created_job_the_watch_brought_back_is_believed_from_the_cache() {
+        let e = Expectations::default();
+        let with_uid = |uid: &str| {
+            let mut j = job("a", "p");
+            j.metadata.uid = Some(uid.into());
+            j
+        };
+        e.created_job(with_uid("new"));
+        e.watched_job(&with_uid("old"));
+        assert_eq!(e.jobs(vec![], "p").len(), 1, "an older Job of that name");
+        // Created, then deleted before a reconcile saw it in the cache: gone at once.
+        e.watched_job(&with_uid("new"));
+        assert!(e.jobs(vec![], "p").is_empty());
+        assert_eq!(e.look_again("p", &[]), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -123,6 +124,17 @@ pub async fn run(
         channel_answered,
         ..op
     });
+    // What the watches bring back is in the caches by then (the reflectors come first).
+    let (jobs_seen, pods_seen) = (op.clone(), op.clone());
+    let watches = PlanWatches {
+        job_changes: (watches.job_changes)
+            .inspect(move |job| job.iter().for_each(|j| jobs_seen.expect.watched_job(j)))
+            .boxed(),
+        pod_changes: (watches.pod_changes)
+            .inspect(move |pod| pod.iter().for_each(|p| pods_seen.expect.watched_pod(p)))
+            .boxed(),
+        ..watches
+    };
     let controller = controller(&op.shared.namespace, watches, channel_answers);
     drive(op, controller, threads, shutdown).await;
     Ok(())
