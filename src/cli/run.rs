@@ -187,7 +187,8 @@ fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers)
     let (ns, name) = (&settings.namespace, &settings.name);
     Watches {
         plans: plan::shell::watch(client, ns, name, triggers),
-        maintenances: (settings.maintenance.is_some()).then(|| maintenance::shell::watch(client)),
+        maintenances: (settings.maintenance.is_some())
+            .then(|| maintenance::shell::watch(client, triggers)),
         policies: (settings.reboot_policies)
             .then(|| reboot_policy::shell::watch(client, ns, name, triggers)),
         nodeops: settings.nodeops.then(|| {

@@ -4,9 +4,10 @@
 //! answers come back as the next decision's input. The runtime's one reconcile loop does the rest.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use futures::channel::mpsc::UnboundedReceiver;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -22,6 +23,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::common::selector::Selector;
 use crate::maintenance::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
 use crate::maintenance::core::{
     self as core, DRAIN_TAINT_KEY, EXCLUDE_LABEL, EXCLUDED_BY, EvictionRound, LeaseSettings,
@@ -32,12 +34,12 @@ use crate::node::budget::{Budget, HOLD_ANNOTATION, Refusal};
 use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{DrainOptions, PodsView};
 use crate::node::holders::{Hold, Holder};
-use crate::node::index::NodeIndex;
+use crate::node::index::{Interest, NodeIndex};
 use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
-use crate::runtime::watch::{self, digest};
+use crate::runtime::watch::{self, NodeTriggers, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{ApiResult, Error, HoldSource, Operation, Shared, drive};
+use crate::runtime::{ApiResult, Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct MaintenanceWatches {
@@ -45,6 +47,8 @@ pub struct MaintenanceWatches {
     changes: futures::stream::BoxStream<'static, Result<NodeMaintenance, watcher::Error>>,
     /// The PodDisruptionBudgets that allow a disruption (again): each may end a refusal's wait.
     allowing: futures::stream::BoxStream<'static, PodDisruptionBudget>,
+    /// The maintenances whose node changed, or that another operation let go of.
+    nodes: UnboundedReceiver<Holder>,
 }
 
 impl MaintenanceWatches {
@@ -91,10 +95,13 @@ impl HoldSource for MaintenanceHolds {
             _ => None,
         }
     }
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("nodemaintenance", ready(self.0.clone()))
+    }
 }
 
 /// Starts (lazily) the watch of every NodeMaintenance.
-pub fn watch(client: &Client) -> MaintenanceWatches {
+pub fn watch(client: &Client, triggers: &NodeTriggers) -> MaintenanceWatches {
     let (store, writer) = reflector::store();
     let changes = watcher(
         Api::<NodeMaintenance>::all(client.clone()),
@@ -116,6 +123,15 @@ pub fn watch(client: &Client) -> MaintenanceWatches {
         store,
         changes,
         allowing,
+        nodes: triggers.concerned(|h| matches!(h, Holder::Maintenance { .. })),
+    }
+}
+
+/// The maintenance a node trigger names.
+fn woken(holder: Holder) -> Option<ObjectRef<NodeMaintenance>> {
+    match holder {
+        Holder::Maintenance { name } => Some(ObjectRef::new(&name)),
+        _ => None,
     }
 }
 
@@ -148,7 +164,12 @@ pub async fn run(
     let unblocked = watches
         .allowing
         .flat_map(move |pdb| futures::stream::iter(waker.unblocked(&pdb)));
-    let controller = Controller::for_stream(watches.changes, watches.store).reconcile_on(unblocked);
+    // A maintenance that waits for its node starts as soon as its holder lets go of it (not at
+    // its next recheck).
+    let woken = watches.nodes.filter_map(|h| future::ready(woken(h)));
+    let controller = Controller::for_stream(watches.changes, watches.store)
+        .reconcile_on(unblocked)
+        .reconcile_on(woken);
     drive(op, controller, 0, shutdown).await;
 }
 
@@ -224,6 +245,7 @@ impl Operation for MaintenanceOperation {
     }
 
     async fn observe(&self, nm: &NodeMaintenance, now: Timestamp) -> Result<Observed, Error> {
+        self.follow_node(nm);
         let client = self.shared.chores().client();
         let node_name = &nm.spec.node_name;
         let node = Api::<Node>::all(client.clone()).get_opt(node_name).await?;
@@ -316,6 +338,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl MaintenanceOperation {
+    /// Makes the maintenance a reader of its node in the index: its changes, and another
+    /// operation letting go of it ([`Shared::wake_readers`]), trigger the maintenance.
+    fn follow_node(&self, nm: &NodeMaintenance) {
+        let me = core::holder(nm);
+        let mut index = self.shared.nodes_mut();
+        let uid = nm.metadata.uid.as_deref().unwrap_or_default();
+        index.candidates(&me, uid, nm.metadata.generation, || Interest {
+            selector: Selector::Nothing,
+            label: None,
+            conditions: false,
+        });
+        index.follow(&me, BTreeSet::from([nm.spec.node_name.clone()]));
+    }
+
     async fn perform_one(
         &self,
         nm: &NodeMaintenance,

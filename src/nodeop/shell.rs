@@ -40,7 +40,7 @@ use crate::nodeop::core::{
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
+use crate::runtime::{Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
 
 /// The NodeOps of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct NodeOpWatches {
@@ -86,6 +86,9 @@ impl HoldSource for NodeOpHolds {
             ),
             _ => None,
         }
+    }
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("nodeop", ready(self.0.clone()))
     }
 }
 
@@ -196,8 +199,6 @@ impl Operation for NodeOpOperation {
             .metrics()
             .retain_nodeops(|ns, n| nodeops.get(&ObjectRef::new(n).within(ns)).is_some());
         self.shared.forget_gone();
-        // A node missing from an index that has not listed them all yet is not gone: wait.
-        self.shared.nodes_synced().await?;
         Ok(op)
     }
 

@@ -145,7 +145,9 @@ pub async fn keep_ledgers(
             _ = budgets.changed.notified() => {}
             _ = tokio::time::sleep(LEDGER_PERIOD) => {}
         }
-        if shared.chores().leading().is_err() {
+        // Counted before every cache has listed, a ledger would show nodes others hold as free
+        // (tried again at the next wake, or after `LEDGER_PERIOD`).
+        if shared.chores().leading().is_err() || !shared.is_synced() {
             continue;
         }
         if !write_ledgers(&shared, &budgets).await {

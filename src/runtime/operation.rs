@@ -49,8 +49,9 @@ pub trait Operation: Send + Sync + Sized + 'static {
 
     fn holder(&self, obj: &Self::Object) -> Holder;
 
-    /// Runs first: the caches this kind reads are synced; the object as this process last wrote
-    /// it, when the cache has not shown that yet.
+    /// Runs once the caches every budget reads are synced (see [`Shared::synced`]): the caches
+    /// this kind reads are synced; the object as this process last wrote it, when the cache has
+    /// not shown that yet.
     fn prepare(
         &self,
         obj: Arc<Self::Object>,
@@ -226,8 +227,9 @@ where
 {
     let shared = op.shared();
     shared.chores().leading()?;
+    // Before anything reads the budget or forgets the claims of objects it cannot find.
+    shared.synced().await?;
     let obj = op.prepare(op.written().latest(obj)).await?;
-    shared.budgets_synced().await?;
     let me = op.holder(&obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
@@ -297,8 +299,8 @@ pub async fn predict<O>(
 where
     O: Operation,
 {
+    op.shared().synced().await?;
     let obj = op.prepare(obj).await?;
-    op.shared().budgets_synced().await?;
     let now = Timestamp::now();
     let observed = op.observe(&obj, now).await?;
     let budget = op.shared().budget_for(&op.holder(&obj));

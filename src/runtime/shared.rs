@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use jiff::Timestamp;
 
+use super::ReadyFuture;
 use super::budget::Budgets;
 use super::chores::Chores;
 use super::error::Error;
@@ -25,6 +27,9 @@ pub trait HoldSource: Send + Sync {
     /// `Some`: `holder` is of this kind, and whether its object still exists; `None`: not of this
     /// kind.
     fn exists(&self, holder: &Holder) -> Option<bool>;
+    /// What the records are read from, and when it has its first full list (until then, the
+    /// holds of the objects not listed yet are missing).
+    fn ready(&self) -> (&'static str, ReadyFuture);
 }
 
 /// The hold sources of the operations the process runs, in the order in which [`held_against`]
@@ -52,6 +57,9 @@ pub struct Shared {
 /// holder's own record must reach the caches first, or the woken decision still finds the node
 /// held (and looks again only at its recheck).
 const WAKE_DELAY: Duration = Duration::from_secs(1);
+/// How long a decision waits for a cache's first full list before its reconcile fails (and is
+/// retried).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Shared {
     pub fn new(
@@ -95,28 +103,35 @@ impl Shared {
         self.nodes.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until the node index has its first full list: a node missing from an index that has
-    /// not listed them all yet is not gone.
-    pub async fn nodes_synced(&self) -> Result<(), Error> {
-        for _ in 0..600 {
-            if self.nodes().is_synced() {
-                return Ok(());
+    /// Waits until every cache the budget is read from has its first full list: the node index,
+    /// every kind's records and the DisruptionBudgets. Every decision waits for it (the runtime's
+    /// reconcile, `explain`, the ledgers): after a restart the process's claims are empty and the
+    /// records are all there is, so a node whose holder is not listed yet (or a Plan's, named by
+    /// hostname and found through the index) would look free, and a node missing from an index
+    /// that has not listed them all yet is not gone.
+    pub async fn synced(&self) -> Result<(), Error> {
+        let nodes = super::watch::index_ready(self.nodes.clone());
+        let sources = self.sources.iter().map(|s| s.ready());
+        let budgets = self
+            .budgets
+            .iter()
+            .map(|b| ("disruption budget", b.ready()));
+        for (what, ready) in std::iter::once(("node", nodes))
+            .chain(sources)
+            .chain(budgets)
+        {
+            match tokio::time::timeout(SYNC_TIMEOUT, ready).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Error::CacheStopped(what)),
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(Error::CacheStopped("node"))
+        Ok(())
     }
 
-    /// Waits until the DisruptionBudgets have been listed: a decision made before would not know
-    /// what they allow.
-    pub async fn budgets_synced(&self) -> Result<(), Error> {
-        let Some(budgets) = &self.budgets else {
-            return Ok(());
-        };
-        match tokio::time::timeout(Duration::from_secs(60), budgets.ready()).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(Error::CacheStopped("disruption budget")),
-        }
+    /// Whether every cache the budget is read from has its first full list (see
+    /// [`Shared::synced`]), without waiting.
+    pub fn is_synced(&self) -> bool {
+        self.synced().now_or_never().is_some_and(|r| r.is_ok())
     }
 
     /// Decides, and claims the nodes the decision holds, in one step of the process's one budget
@@ -416,6 +431,10 @@ mod tests {
 
         fn exists(&self, holder: &Holder) -> Option<bool> {
             (self.of_kind)(holder).then(|| self.holds.iter().any(|h| &h.holder == holder))
+        }
+
+        fn ready(&self) -> (&'static str, ReadyFuture) {
+            ("records", Box::pin(async { Ok(()) }))
         }
     }
 

@@ -581,11 +581,30 @@ async fn a_maintenance_waits_for_the_nodes_upgrade_step() {
         "not touched while upgrading"
     );
     support::release_held_pod(client, ns.name(), busy).await;
+    // The Plan lets go of the node when its Job ends, and that wakes the maintenance: it takes
+    // the node in about a second (its recheck while it waits is 10 s), within a few on a loaded
+    // machine.
+    wait_applying(&plans, &[]).await;
+    let let_go = std::time::Instant::now();
+    support::wait_for(
+        "the maintenance to take the node the Plan let go of",
+        Duration::from_secs(6),
+        || async {
+            let node = node_state(client, busy).await;
+            if node.unschedulable && node.drain_taint {
+                Ok(())
+            } else {
+                bail!("not taken")
+            }
+        },
+    )
+    .await;
+    eprintln!("took the node {:?} after the Plan let go", let_go.elapsed());
     wait_phase(
         nms,
         &name,
         MaintenancePhase::Succeeded,
-        Duration::from_secs(90),
+        Duration::from_secs(60),
     )
     .await;
     support::plans::wait_complete(&plans, "os", Duration::from_secs(60)).await;

@@ -526,7 +526,12 @@ async fn a_node_that_never_returns_fails_the_policy_and_keeps_its_slot() {
     )
     .await
     .expect("reset the failures");
+    let reset = std::time::Instant::now();
     wait_reboot_pod(&s, &held, &n1, "n1 to start once the failures are reset").await;
+    // The reset triggers the policy: n1 starts at once, not at the policy's recheck (~30 s).
+    let started = reset.elapsed();
+    eprintln!("n1's reboot pod {started:?} after the reset");
+    assert!(started < Duration::from_secs(10), "{started:?}");
     assert_eq!(status_of(api, &held).await["failuresReset"], "1");
     support::simulate_reboot(client, &n1).await;
     wait_all_done(client, api, &held, &[n0.clone(), n1.clone()]).await;

@@ -397,3 +397,125 @@ async fn a_trigger_sooner_than_a_second_after_the_last_reconcile_waits_for_the_s
     assert_eq!(driver.too_soon(&nm), None, "the interval is over");
     assert!(driver.too_soon(&nm).is_some(), "and a new one starts");
 }
+
+/// A Plan of namespace `ns` whose status says it is applying `n1` (by hostname).
+fn applying_plan() -> crate::plan::api::Plan {
+    let mut plan = crate::plan::api::Plan::new("p", Default::default());
+    plan.metadata.namespace = Some("ns".into());
+    plan.status = Some(crate::plan::api::PlanStatus {
+        applying: vec!["n1".into()],
+        ..Default::default()
+    });
+    plan
+}
+
+fn n1() -> NodeInfo {
+    NodeInfo {
+        name: "n1".into(),
+        uid: "n1-uid".into(),
+        labels: [(crate::common::labels::HOSTNAME.to_string(), "n1".into())].into(),
+        ready: true,
+        ..Default::default()
+    }
+}
+
+/// Right after a restart the process's claims are empty: a Plan's hold on a node is only its
+/// record, named by hostname and found through the node index. While the node index or the
+/// Plans are still being listed, a maintenance would find the node free and take it; it decides
+/// only once both have listed, and then waits for the Plan.
+#[tokio::test(start_paused = true)]
+async fn a_maintenance_decides_only_once_the_nodes_and_the_plans_are_listed() {
+    use kube::runtime::watcher::Event;
+    for loading in ["nodes", "plans"] {
+        let api = cluster(Start);
+        let (plans, mut plan_writer) = kube::runtime::reflector::store();
+        let shared = Arc::new(Shared::new(
+            testing::chores(&api.client()),
+            testing::CONTROLLER.into(),
+            testing::NAMESPACE.into(),
+            Arc::default(),
+            vec![crate::plan::shell::hold_source(plans)],
+            Arc::default(),
+            None,
+        ));
+        let list_nodes = || *shared.nodes_mut() = testing::node_index(vec![n1()]);
+        let mut list_plans = || {
+            plan_writer.apply_watcher_event(&Event::Init);
+            plan_writer.apply_watcher_event(&Event::InitApply(applying_plan()));
+            plan_writer.apply_watcher_event(&Event::InitDone);
+        };
+        match loading {
+            "nodes" => list_plans(),
+            _ => list_nodes(),
+        }
+        let op = MaintenanceOperation {
+            shared: shared.clone(),
+            ..operation(&api)
+        };
+        let listed = async {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            let sent = testing::named_writes(&api, name_of);
+            assert_eq!(sent, "", "{loading} still listed: nothing is written");
+            match loading {
+                "nodes" => list_nodes(),
+                _ => list_plans(),
+            }
+        };
+        let (result, ()) = tokio::join!(testing::reconcile(&op, maintenance(Start)), listed);
+        assert_eq!(result, Ok(()), "{loading}");
+        let sent = testing::named_writes(&api, name_of);
+        assert_eq!(
+            sent, "status owner",
+            "{loading}: waits for the Plan, takes nothing"
+        );
+        let status = (api.writes().into_iter())
+            .find(|s| name_of(s) == Some("status"))
+            .map(|s| s.body.to_string())
+            .unwrap_or_default();
+        assert!(status.contains("plan ns/p"), "{loading}: {status}");
+    }
+}
+
+/// A maintenance that waits for its node starts as soon as the holder lets go of it, not at its
+/// next recheck: it reads its node in the index, and hears what concerns it there.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_maintenance_is_woken_when_its_nodes_holder_lets_go() {
+    use futures::StreamExt;
+    let api = cluster(Start);
+    let triggers = Arc::new(NodeTriggers::default());
+    let mut triggered = triggers.concerned(|h| matches!(h, Holder::Maintenance { .. }));
+    let shared = Arc::new(Shared::new(
+        testing::chores(&api.client()),
+        testing::CONTROLLER.into(),
+        testing::NAMESPACE.into(),
+        Arc::new(std::sync::RwLock::new(testing::node_index(vec![n1()]))),
+        // The Plan exists (its claim is not forgotten); its record holds nothing.
+        vec![crate::plan::shell::hold_source(testing::listed(vec![
+            crate::plan::api::Plan {
+                status: None,
+                ..applying_plan()
+            },
+        ]))],
+        triggers,
+        None,
+    ));
+    let plan = Holder::Plan {
+        namespace: "ns".into(),
+        name: "p".into(),
+    };
+    let n1 = BTreeSet::from(["n1".to_string()]);
+    let claimed = shared.decide_and_claim(&plan, false, |_| n1.clone(), |n| n);
+    assert!(claimed.is_ok(), "the Plan holds n1");
+    let op = MaintenanceOperation {
+        shared: shared.clone(),
+        ..operation(&api)
+    };
+    assert_eq!(testing::reconcile(&op, maintenance(Start)).await, Ok(()));
+    let sent = testing::named_writes(&api, name_of);
+    assert_eq!(sent, "status owner", "waits for the Plan");
+    shared.release(&plan);
+    shared.wake_readers(&plan, &n1);
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(5), triggered.next()).await;
+    let woken_ref = heard.ok().flatten().and_then(woken);
+    assert_eq!(woken_ref, Some(ObjectRef::new("nm")));
+}

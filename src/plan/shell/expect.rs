@@ -4,7 +4,8 @@
 //! status it wrote. Deciding from the stale cache would create the Job again, label the node again
 //! or write a status that the API server refuses as a conflict: wasted writes, and a slower
 //! rollout. So each write is remembered until the cache shows it (or for a short while at most)
-//! and laid over the cache when the next decision's inputs are gathered.
+//! and laid over the cache when the next decision's inputs are gathered. A Job or pod the watch
+//! brought back, even deleted already, is forgotten at once: the cache is then at or past it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,6 +23,11 @@ use crate::plan::core::reboot;
 /// How long a write is laid over a cache that does not show it. Past that, the cache is believed
 /// (the object may have been deleted or changed by someone else since).
 const PATIENCE: Duration = Duration::from_secs(30);
+/// How long after a write's patience ends its Plan is looked at again: past the end, so that the
+/// reconcile believes the cache.
+const PAST_PATIENCE: Duration = Duration::from_millis(100);
+/// When to look at a Plan again after a write, though no watch event comes.
+pub const LOOK_AGAIN: Duration = PATIENCE.saturating_add(PAST_PATIENCE);
 
 #[derive(Default)]
 pub struct Expectations {
@@ -53,23 +59,52 @@ fn overlay<K: Resource>(
             now.duration_since(*at) < PATIENCE && !shown.contains(name.as_str())
         });
     }
-    let of_plan = |k: &K| {
-        k.meta()
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(label))
-            .map(String::as_str)
-            == Some(plan)
-    };
     let mut all = cached;
     all.extend(
         created
             .values()
             .map(|(_, k)| k)
-            .filter(|k| of_plan(k))
+            .filter(|k| of_plan(k.as_ref(), label, plan))
             .cloned(),
     );
     all
+}
+
+/// Forgets the creation of `watched`: the one of its name and uid (an older object of that name,
+/// deleted, says nothing of the new one).
+fn forget_watched<K: Resource>(created: &Mutex<HashMap<String, (Instant, Arc<K>)>>, watched: &K) {
+    let (Some(name), Some(uid)) = (&watched.meta().name, &watched.meta().uid) else {
+        return;
+    };
+    let mut created = lock(created);
+    if created
+        .get(name)
+        .is_some_and(|(_, k)| k.meta().uid.as_ref() == Some(uid))
+    {
+        created.remove(name);
+    }
+}
+
+/// Whether `k`'s `label` names `plan`.
+fn of_plan<K: Resource>(k: &K, label: &str, plan: &str) -> bool {
+    k.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label))
+        .map(String::as_str)
+        == Some(plan)
+}
+
+/// How long until the first of `plan`'s creations in `created` runs out of patience.
+fn first_end<K: Resource>(
+    created: &Mutex<HashMap<String, (Instant, Arc<K>)>>,
+    label: &str,
+    plan: &str,
+) -> Option<Duration> {
+    (lock(created).values())
+        .filter(|(_, k)| of_plan(k.as_ref(), label, plan))
+        .map(|(at, _)| PATIENCE.saturating_sub(at.elapsed()))
+        .min()
 }
 
 impl Expectations {
@@ -77,6 +112,20 @@ impl Expectations {
         if let Some(name) = job.metadata.name.clone() {
             lock(&self.jobs).insert(name, (Instant::now(), Arc::new(job)));
         }
+    }
+
+    /// The watch brought back `job` (created, changed or deleted): the Job cache is at or past it,
+    /// so a creation of that Job is believed from the cache from now on. A Job deleted before a
+    /// reconcile saw it then counts as gone at once, not after [`PATIENCE`]. (During a relist the
+    /// cache shows the list only at its end: a decision in between may create the Job again, and
+    /// is told it exists.)
+    pub fn watched_job(&self, job: &Job) {
+        forget_watched(&self.jobs, job);
+    }
+
+    /// As [`Expectations::watched_job`], for a reboot pod.
+    pub fn watched_pod(&self, pod: &Pod) {
+        forget_watched(&self.pods, pod);
     }
 
     pub fn created_pod(&self, pod: Pod) {
@@ -101,6 +150,22 @@ impl Expectations {
     /// `cached`: the cache's reboot pods of `plan`.
     pub fn pods(&self, cached: Vec<Arc<Pod>>, plan: &str) -> Vec<Arc<Pod>> {
         overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
+    }
+
+    /// When to look at `plan` again though no watch event comes: just after the first of the
+    /// writes still laid over its caches (its Jobs, its reboot pods, a patch of one of its
+    /// `nodes`) runs out of patience. A Job deleted before the watch showed it is then seen gone,
+    /// and its node starts again, instead of waiting for some other change of the Plan.
+    pub fn look_again(&self, plan: &str, nodes: &[Arc<NodeInfo>]) -> Option<Duration> {
+        let patched = lock(&self.nodes);
+        let node_ends = (nodes.iter())
+            .filter_map(|n| patched.get(&n.name))
+            .map(|(at, ..)| PATIENCE.saturating_sub(at.elapsed()));
+        let first = node_ends
+            .chain(first_end(&self.jobs, labels::PLAN, plan))
+            .chain(first_end(&self.pods, reboot::REBOOT_PLAN_LABEL, plan))
+            .min()?;
+        Some(first + PAST_PATIENCE)
     }
 
     /// The node with the labels, annotations and uncordon this process patched onto it, until the
@@ -178,6 +243,43 @@ mod tests {
         assert_eq!(e.jobs(vec![Arc::new(job("a", "p"))], "p").len(), 1);
         // Seen once: forgotten, even if the cache loses it later (deleted by someone).
         assert!(e.jobs(vec![], "p").is_empty());
+    }
+
+    #[test]
+    fn a_created_job_the_watch_brought_back_is_believed_from_the_cache() {
+        let e = Expectations::default();
+        let with_uid = |uid: &str| {
+            let mut j = job("a", "p");
+            j.metadata.uid = Some(uid.into());
+            j
+        };
+        e.created_job(with_uid("new"));
+        e.watched_job(&with_uid("old"));
+        assert_eq!(e.jobs(vec![], "p").len(), 1, "an older Job of that name");
+        // Created, then deleted before a reconcile saw it in the cache: gone at once.
+        e.watched_job(&with_uid("new"));
+        assert!(e.jobs(vec![], "p").is_empty());
+        assert_eq!(e.look_again("p", &[]), None);
+    }
+
+    #[test]
+    fn a_plan_looks_again_when_its_first_write_not_shown_stops_counting() {
+        let e = Expectations::default();
+        let n = Arc::new(NodeInfo {
+            name: "n".into(),
+            ..Default::default()
+        });
+        let its_node = std::slice::from_ref(&n);
+        assert_eq!(e.look_again("p", its_node), None, "nothing written");
+        e.created_job(job("a", "p"));
+        let first = e.look_again("p", &[]).expect("a Job not shown yet");
+        assert!(first > PATIENCE - Duration::from_secs(1) && first <= LOOK_AGAIN);
+        assert_eq!(e.look_again("other", its_node), None, "another Plan's Job");
+        e.jobs(vec![Arc::new(job("a", "p"))], "p");
+        assert_eq!(e.look_again("p", &[]), None, "shown");
+        e.patched_node(&NodeChange::of("n").label("k", Some("v")), &n);
+        assert!(e.look_again("p", its_node).is_some(), "a patch of its node");
+        assert_eq!(e.look_again("p", &[]), None, "not its node");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -81,7 +82,8 @@ pub struct PlanObserved {
     health: BTreeMap<String, HealthObservation>,
     secrets: BTreeMap<String, Secret>,
     channel: Option<ChannelAnswer>,
-    /// When the channel is to be asked again (or [`RESYNC`]).
+    /// When the channel is to be asked again (or [`RESYNC`]), or sooner, when a write the caches
+    /// have not shown stops being laid over them.
     next_look: Duration,
     /// Candidate nodes another Plan holds too.
     shared: BTreeSet<String>,
@@ -122,6 +124,17 @@ pub async fn run(
         channel_answered,
         ..op
     });
+    // What the watches bring back is in the caches by then (the reflectors come first).
+    let (jobs_seen, pods_seen) = (op.clone(), op.clone());
+    let watches = PlanWatches {
+        job_changes: (watches.job_changes)
+            .inspect(move |job| job.iter().for_each(|j| jobs_seen.expect.watched_job(j)))
+            .boxed(),
+        pod_changes: (watches.pod_changes)
+            .inspect(move |pod| pod.iter().for_each(|p| pods_seen.expect.watched_pod(p)))
+            .boxed(),
+        ..watches
+    };
     let controller = controller(&op.shared.namespace, watches, channel_answers);
     drive(op, controller, threads, shutdown).await;
     Ok(())
@@ -217,9 +230,9 @@ impl PlanOperation {
         self.shared.forget_gone();
     }
 
-    /// Waits until every cache a Plan's decision reads has its first full list.
+    /// Waits until every cache a Plan's decision reads has its first full list (the node index
+    /// and the records of every kind are the runtime's to wait for).
     async fn caches_synced(&self) -> Result<(), Error> {
-        self.shared.nodes_synced().await?;
         for (ready, what) in [
             (crate::runtime::ready(self.jobs.clone()), "job"),
             (crate::runtime::ready(self.secrets.clone()), "secret"),
@@ -266,6 +279,7 @@ impl Operation for PlanOperation {
             .ok_or(Error::Incomplete("name"))?;
         let nodes = self.candidates(plan);
         let (jobs, reboot_pods) = self.owned_by(name);
+        let overlaid = self.expect.look_again(name, &nodes);
         let health = observe::health(
             self.shared.chores().client(),
             plan,
@@ -281,6 +295,7 @@ impl Operation for PlanOperation {
             RESYNC,
         )
         .await;
+        let next_look = overlaid.map_or(next_look, |o| o.min(next_look));
         let shared = self.shared.held_by_other_plans(&core::holder(plan));
         let checks = match plan.spec.health_checks.as_deref() {
             Some(checks) if !checks.is_empty() => self.checks.read_all(checks).await,
@@ -358,6 +373,17 @@ impl Operation for PlanOperation {
             now,
         );
         decision.requeue_within(o.next_look);
+        // What it writes is laid over the caches until they show it: should no watch event come
+        // (a Job deleted before the watch showed it), the Plan is looked at again when that ends.
+        let laid_over = |e: &PlanEffect| {
+            matches!(
+                e,
+                PlanEffect::PatchNode(_) | PlanEffect::CreatePod(_) | PlanEffect::CreateJob(_)
+            )
+        };
+        if decision.effects.iter().any(laid_over) {
+            decision.requeue_within(expect::LOOK_AGAIN);
+        }
         decision
     }
 

@@ -327,3 +327,55 @@ const BUGS: [Row<Scene>; 7] = [
 async fn no_job_starts_without_its_reboot_pod_or_its_plan() {
     testing::check_not_sent(&BUGS, reconcile_with).await;
 }
+
+/// A Job slipway created counts as there while the cache has not shown it (the cache may only
+/// be late), for a while at most. If it was deleted before the watch showed it, no watch event
+/// may come after that while: the Plan must look again then, or its node waits with no Job
+/// until some other change (at worst the resync, minutes later).
+#[tokio::test]
+async fn a_created_job_the_cache_never_shows_is_looked_for_again_when_patience_ends() {
+    let w = world(Start).await;
+    let api = cluster(&w.plan);
+    let op = operation(&api, &w);
+    let decided = |plan: Plan| {
+        let op = &op;
+        async move {
+            let now = Timestamp::now();
+            let observed = op.observe(&plan, now).await.expect("observed");
+            let budget = op.shared.budget_for(&core::holder(&plan));
+            let decision = op.decide(&plan, &observed, &budget, now);
+            (observed.jobs.len(), decision)
+        }
+    };
+    let (_, start) = decided(w.plan.clone()).await;
+    assert!(
+        start
+            .effects
+            .iter()
+            .any(|e| matches!(e, PlanEffect::CreateJob(_))),
+        "{:?}",
+        start.effects
+    );
+    assert!(
+        start.requeue.is_some_and(|r| r <= expect::LOOK_AGAIN),
+        "the decision that creates the Job: {:?}",
+        start.requeue
+    );
+    let started = testing::reconcile(&op, w.plan.clone()).await;
+    assert_eq!(started, Ok(()), "{:?}", api.sent());
+    let mut plan = w.plan.clone();
+    plan.status = Some(decode(testing::status_sent(&api).expect("a status")));
+    // The Job is deleted before the watch shows it: the cache never has it.
+    let (jobs, waiting) = decided(plan).await;
+    assert_eq!(jobs, 1, "the created Job still counts");
+    assert!(
+        waiting.effects.is_empty(),
+        "nothing to do meanwhile: {:?}",
+        waiting.effects
+    );
+    assert!(
+        waiting.requeue.is_some_and(|r| r <= expect::LOOK_AGAIN),
+        "looks again when the Job stops counting: {:?}",
+        waiting.requeue
+    );
+}

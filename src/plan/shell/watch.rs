@@ -89,6 +89,9 @@ impl HoldSource for PlanHolds {
             _ => None,
         }
     }
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("plan", ready(self.0.clone()))
+    }
 }
 
 /// Starts (lazily) the watches of the Plan controller.

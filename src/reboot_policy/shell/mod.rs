@@ -44,7 +44,7 @@ use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{Error, HoldSource, Operation, Shared, drive};
+use crate::runtime::{Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct PolicyWatches {
@@ -111,6 +111,9 @@ impl HoldSource for PolicyHolds {
             _ => None,
         }
     }
+    fn ready(&self) -> (&'static str, ReadyFuture) {
+        ("reboot policy", ready(self.0.clone()))
+    }
 }
 
 /// Starts (lazily) the watch of every RebootPolicy, and of their reboot pods in `namespace`.
@@ -153,10 +156,16 @@ pub fn watch(
     }
 }
 
-/// What triggers a RebootPolicy: its spec and deletion, not its status.
+/// What triggers a RebootPolicy: its spec, its annotations (a reset of its failures) and its
+/// deletion, not its status.
 fn policy_view(p: &RebootPolicy) -> u64 {
     let m = &p.metadata;
-    digest((&m.uid, m.generation, m.deletion_timestamp.is_some()))
+    digest((
+        &m.uid,
+        m.generation,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+    ))
 }
 
 /// Reconciles every RebootPolicy until `shutdown`.
@@ -243,8 +252,6 @@ impl Operation for PolicyOperation {
             .metrics()
             .retain_policies(|n| policies.get(&ObjectRef::new(n)).is_some());
         self.shared.forget_gone();
-        // A node missing from an index that has not listed them all yet is not gone: wait.
-        self.shared.nodes_synced().await?;
         Ok(p)
     }
 

@@ -446,3 +446,33 @@ async fn a_stale_copy_is_decided_on_as_this_process_wrote_it() {
     assert_eq!(names, ["finalizer", "status", "status"]);
     assert_eq!(policy_writes[2].1["metadata"]["resourceVersion"], "3");
 }
+
+/// What a decision reads of a policy triggers its reconcile: a reset of its failures is acted on
+/// at once (a drain that timed out starts again), not at the policy's next recheck; its own
+/// status write triggers nothing.
+#[tokio::test]
+async fn a_reset_of_the_failures_triggers_the_policy_and_its_status_does_not() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    let before = policy(Drain);
+    let mut reset = before.clone();
+    reset
+        .annotations_mut()
+        .insert(crate::common::labels::RESET_FAILURES.into(), "1".into());
+    let mut written = reset.clone();
+    if let Some(status) = written.status.as_mut() {
+        status.failures_reset = Some("1".into());
+    }
+    let mut again = written.clone();
+    again
+        .annotations_mut()
+        .insert(crate::common::labels::RESET_FAILURES.into(), "2".into());
+    let events = [&before, &reset, &written, &again].map(|p| Ok(Event::Apply(p.clone())));
+    let triggered: Vec<RebootPolicy> = changes(futures::stream::iter(events), policy_view)
+        .collect()
+        .await;
+    let resets: Vec<Option<&String>> = (triggered.iter())
+        .map(|p| p.annotations().get(crate::common::labels::RESET_FAILURES))
+        .collect();
+    assert_eq!(resets, [None, Some(&"1".into()), Some(&"2".into())]);
+}
