@@ -221,12 +221,14 @@ async fn the_metrics_show_the_finished_rollout(controller: &ControllerProcess, n
         "{metrics}"
     );
     // The build and the process.
+    // CI's builds carry the commit (scripts/static-env.sh), a plain `cargo test` none.
     let version = env!("CARGO_PKG_VERSION");
+    let build_labels = match option_env!("SLIPWAY_COMMIT").filter(|c| !c.is_empty()) {
+        Some(commit) => format!("version=\"{version}\",commit=\"{commit}\""),
+        None => format!("version=\"{version}\""),
+    };
     assert_eq!(
-        sample(
-            &metrics,
-            &format!("slipway_build_info{{version=\"{version}\"}}")
-        ),
+        sample(&metrics, &format!("slipway_build_info{{{build_labels}}}")),
         Some(1.0),
         "{metrics}"
     );
