@@ -111,8 +111,9 @@ chaos NODES="200" RUNS="3" SOAK_SECS="3600":
     tests/cluster/with-cluster.sh cargo test --locked --test e2e -- chaos::full_suite --exact --ignored --nocapture
 
 # Start a local cluster of 5 nodes, run slipway on it and watch it upgrade them (stops everything on exit).
-demo:
-    scripts/demo.sh
+# `demo real`: two real nodes (QEMU guests) instead, a kubelet upgrade and a real reboot of each.
+demo MODE="":
+    scripts/demo.sh {{MODE}}
 
 # What CI runs: the same as `test` (which lints as it compiles).
 ci: test

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # The README's first command: start a local cluster of 5 fake nodes, run slipway against it, apply
 # a Plan, and show the rollout node by node until the Plan is Complete. Everything started here is
-# stopped on exit.
+# stopped on exit. `scripts/demo.sh real` (`./dev demo real`) is the demo on real nodes instead:
+# scripts/demo-real.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+case "${1:-}" in
+  "") ;;
+  real) exec bash scripts/demo-real.sh ;;
+  *) echo "usage: $0 [real]" >&2; exit 2 ;;
+esac
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
