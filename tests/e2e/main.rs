@@ -28,6 +28,7 @@ mod operations;
 mod quickstart;
 mod rbac;
 mod real;
+mod real_ops;
 mod reboot;
 mod reboot_policy;
 mod upgrade;
