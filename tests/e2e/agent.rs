@@ -11,7 +11,7 @@
 //! controller reconciles every RebootPolicy.
 
 use crate::support;
-mod update_engine;
+pub mod update_engine;
 
 use std::path::Path;
 use std::process::Command;

@@ -29,6 +29,7 @@ mod quickstart;
 mod rbac;
 mod real;
 mod real_faults;
+mod real_ops;
 mod reboot;
 mod reboot_policy;
 mod upgrade;

@@ -25,7 +25,7 @@ use crate::support::real::WORKERS;
 use crate::support::scene::{POOL_LABEL, Scene};
 
 /// The node's boot ID, whether it is Ready, and its OS image, read now.
-async fn node_state(client: &Client, name: &str) -> (String, bool, String) {
+pub(crate) async fn node_state(client: &Client, name: &str) -> (String, bool, String) {
     let node = Api::<Node>::all(client.clone())
         .get(name)
         .await

@@ -155,21 +155,37 @@ pub struct Engine {
 impl Engine {
     /// Serves the interface at update_engine's path and name, starting at `status`.
     pub async fn serve(address: &str, status: &str) -> Engine {
+        Engine::serve_on(address, status, None)
+            .await
+            .expect("serve the stand-in update engine")
+    }
+
+    /// [`Engine::serve`] on a bus reached over TCP, which knows no Unix credentials: it
+    /// authenticates as ANONYMOUS (the bus must allow it).
+    pub async fn serve_anonymously(address: &str, status: &str) -> zbus::Result<Engine> {
+        let anonymous = zbus::connection::AuthMechanism::Anonymous;
+        Engine::serve_on(address, status, Some(anonymous)).await
+    }
+
+    async fn serve_on(
+        address: &str,
+        status: &str,
+        auth: Option<zbus::connection::AuthMechanism>,
+    ) -> zbus::Result<Engine> {
         let status = Arc::new(Mutex::new(status.to_string()));
         let manager = Manager {
             status: status.clone(),
         };
-        let conn = zbus::connection::Builder::address(address)
-            .name(NAME)
-            .serve_at(PATH, manager)
-            .build()
-            .await
-            .expect("serve the stand-in update engine");
-        Engine {
+        let mut builder = zbus::connection::Builder::address(address);
+        if let Some(auth) = auth {
+            builder = builder.auth_mechanism(auth);
+        }
+        let conn = builder.name(NAME).serve_at(PATH, manager).build().await?;
+        Ok(Engine {
             conn,
             status,
             address: address.to_string(),
-        }
+        })
     }
 
     /// Changes the status GetStatus answers, without a signal (as `ResetStatus` does).

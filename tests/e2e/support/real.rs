@@ -44,6 +44,11 @@ fn layout(installs: bool) -> Vec<&'static str> {
     }
 }
 
+/// What a NodeMaintenance puts on its node, as medik8s's operator does: removed when a scene
+/// gives the nodes back.
+const MAINTENANCE_TAINT: &str = "medik8s.io/drain";
+const MAINTENANCE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
+
 /// The label prefix of the Plans' node labels (`plan.upgrade.cattle.io/<plan>`), removed when a
 /// scene gives the nodes back: a later scene's Plan of the same name and spec would otherwise find
 /// them done.
@@ -168,8 +173,8 @@ pub async fn take(client: &Client, names: &[String], labels: &[(&str, &str)]) {
 }
 
 /// Gives the real nodes back after the scene of namespace `ns`: each Ready again (a guest whose
-/// QEMU is gone is started again), uncordoned, without the scene's labels and the Plans' labels,
-/// and without the scene's pods.
+/// QEMU is gone is started again), uncordoned, without the scene's labels, the Plans' labels and
+/// a NodeMaintenance's taint and label, and without the scene's pods.
 pub async fn give_back(
     cluster: &Cluster,
     client: &Client,
@@ -185,22 +190,30 @@ pub async fn give_back(
         let node = api.get(name).await?;
         let mut labels = Map::new();
         for key in node.labels().keys() {
-            if key.starts_with(PLAN_LABELS) || key.starts_with("slipway.test/") {
+            if key.starts_with(PLAN_LABELS)
+                || key.starts_with("slipway.test/")
+                || key == MAINTENANCE_LABEL
+            {
                 labels.insert(key.clone(), Value::Null);
             }
         }
         let mut spec = json!({"unschedulable": null});
+        // A NodeMaintenance whose scene failed leaves its taint, which no controller removes any
+        // more and which would hold the node from every later operation.
+        let taints = (node.spec.as_ref().and_then(|s| s.taints.clone())).unwrap_or_default();
+        let kept = taints.iter().filter(|t| t.key != MAINTENANCE_TAINT);
+        let mut kept: Vec<Value> = kept.map(|t| json!(t)).collect();
         if name == CONTROL_PLANE {
             // As kubeadm and kind have it, whatever the scene made of it (a k3s server).
             labels.insert(ROLE.to_string(), json!(""));
-            let mut taints: Vec<Value> = (node.spec.as_ref().and_then(|s| s.taints.clone()))
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.key != ROLE)
+            kept = (taints.iter())
+                .filter(|t| t.key != ROLE && t.key != MAINTENANCE_TAINT)
                 .map(|t| json!(t))
                 .collect();
-            taints.push(json!({"key": ROLE, "effect": "NoSchedule"}));
-            spec["taints"] = json!(taints);
+            kept.push(json!({"key": ROLE, "effect": "NoSchedule"}));
+            spec["taints"] = json!(kept);
+        } else if kept.len() != taints.len() {
+            spec["taints"] = json!(kept);
         }
         api.patch(
             name,
