@@ -169,15 +169,16 @@ fn channel_answer(args: &RenderArgs, plan: &mut Plan) -> anyhow::Result<Option<C
     })
 }
 
-/// Every object of every batch as one multi-document YAML stream, reboot pods before Jobs.
+/// Every object of every batch as one multi-document YAML stream, Jobs before the reboot pods
+/// made once they complete.
 pub fn yaml(r: &Rendering) -> anyhow::Result<String> {
     let mut out = String::new();
     for (i, b) in r.batches.iter().enumerate() {
         let objects = b
-            .pods
+            .jobs
             .iter()
             .map(serde_saphyr::to_string)
-            .chain(b.jobs.iter().map(serde_saphyr::to_string));
+            .chain(b.pods.iter().map(serde_saphyr::to_string));
         for o in objects {
             out.push_str(&format!("---\n# batch {}\n", i + 1));
             out.push_str(&o.context("cannot render YAML")?);
@@ -186,16 +187,16 @@ pub fn yaml(r: &Rendering) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Every object of every batch, reboot pods before Jobs, as a `v1` List.
+/// Every object of every batch, Jobs before reboot pods, as a `v1` List.
 pub fn list(r: &Rendering) -> anyhow::Result<serde_json::Value> {
     // k8s-openapi writes each object's apiVersion and kind.
     let mut items = Vec::new();
     for b in &r.batches {
-        for p in &b.pods {
-            items.push(serde_json::to_value(p)?);
-        }
         for j in &b.jobs {
             items.push(serde_json::to_value(j)?);
+        }
+        for p in &b.pods {
+            items.push(serde_json::to_value(p)?);
         }
     }
     Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}))

@@ -247,14 +247,12 @@ const LATE_SECS: u32 = 150;
 /// the kubelet starts the node is back with a new boot ID and the rollout finishes; the drop-in
 /// removed itself before it let the kubelet start, so the disk later scenes boot is clean.
 ///
-/// Ignored while it fails on a bug of slipway's: the reboot pod reboots the node as soon as the
-/// Job's sentinel step wrote its file, before the kubelet has reported the Job's pod Succeeded
-/// (it reports the terminal phase only once the pod's sandbox is stopped), so the Job is still
-/// active when the node goes down, the Plan keeps the node `Upgrading` and the reboot timeout
-/// never starts; once the node has been NotReady 5 minutes the pod is evicted and the Job runs
-/// the upgrade again. `cargo test --test e2e -- --ignored real_faults::` runs it.
+/// It found a bug of slipway's: the reboot pod, made beside the Job, rebooted the node as soon as
+/// the Job's sentinel step wrote its file, before the kubelet had reported the Job's pod
+/// Succeeded, so the Job was still active when the node went down, the reboot timeout never
+/// started, and the evicted Job ran the upgrade again. The reboot pod is now made only once the
+/// Job is seen complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slipway bug: the reboot comes before the Job's completion is recorded, so no reboot timeout applies"]
 async fn a_reboot_whose_kubelet_does_not_come_back_times_out() {
     let Some(s) = Scene::new("real-late").real_nodes().start().await else {
         return;

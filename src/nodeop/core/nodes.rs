@@ -252,10 +252,6 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
             return state;
         }
     }
-    if ctx.settings.reboot && !ctx.input.reboot_pods.contains(node) {
-        let pod = objects::reboot_pod(&ctx.owner, node, ctx.input.reboot_image, job);
-        steps.effects.push(NodeOpEffect::CreatePod(Box::new(pod)));
-    }
     let job = objects::job(&ctx.owner, ctx.settings, node, job);
     steps.effects.push(NodeOpEffect::CreateJob(Box::new(job)));
     steps.recheck(PROGRESS_RECHECK);
@@ -363,6 +359,7 @@ fn running(
                 "Rebooting",
                 format!("Job {job} succeeded; node {node} reboots"),
             ));
+            reboot_pod(ctx, node, job, steps);
             steps.recheck(PROGRESS_RECHECK);
             NodeState::Rebooting {
                 job: job.to_string(),
@@ -372,6 +369,16 @@ fn running(
             }
         }
         JobView::Succeeded => done(ctx, node, job, false, steps),
+    }
+}
+
+/// The node's reboot pod, if it has none. Made only once its Job succeeded, never beside a
+/// running Job: it reboots as soon as the Job's last step writes the sentinel, and a reboot before
+/// the kubelet reports the Job's pod Succeeded would leave the Job running through the reboot.
+fn reboot_pod(ctx: &Ctx<'_, '_>, node: &str, job: &str, steps: &mut Steps) {
+    if !ctx.input.reboot_pods.contains(node) {
+        let pod = objects::reboot_pod(&ctx.owner, node, ctx.input.reboot_image, job);
+        steps.effects.push(NodeOpEffect::CreatePod(Box::new(pod)));
     }
 }
 
@@ -405,6 +412,7 @@ fn rebooting(
         Handoff::TimedOut { message, .. } => Some(message),
         _ => None,
     };
+    reboot_pod(ctx, node, job, steps);
     if let Some(after) = step.recheck_after {
         steps.recheck(after);
     }

@@ -439,28 +439,15 @@ fn reboot_on_success_uses_the_sentinel_and_waits_for_a_new_boot_and_ready() {
             _ => "other",
         })
         .collect();
-    assert_eq!(created, ["cordon", "reboot pod", "job"]);
-    let (Some(NodeOpEffect::CreatePod(pod)), Some(NodeOpEffect::CreateJob(job))) =
-        (d1.effects.get(1), d1.effects.get(2))
-    else {
+    assert_eq!(
+        created,
+        ["cordon", "job"],
+        "no reboot pod beside a running Job: it would reboot before the Job is seen complete"
+    );
+    let Some(NodeOpEffect::CreateJob(job)) = d1.effects.get(1) else {
         panic!("{:?}", d1.effects)
     };
     let job_name = job.metadata.name.clone().unwrap_or_default();
-    let script = pod
-        .spec
-        .as_ref()
-        .map(|s| {
-            s.containers[0]
-                .command
-                .clone()
-                .unwrap_or_default()
-                .join(" ")
-        })
-        .unwrap_or_default();
-    assert!(
-        script.contains(&format!("/sentinel/{job_name}")),
-        "{script}"
-    );
     let job_pod = job
         .spec
         .clone()
@@ -487,9 +474,28 @@ fn reboot_on_success_uses_the_sentinel_and_waits_for_a_new_boot_and_ready() {
 
     let op = with_status(op, &d1);
     let mut seen = Seen::default();
-    seen.reboot_pods.insert("n1".into());
     seen.jobs.insert(job_name.clone(), JobView::Succeeded);
     let nodes = [cordoned_by_op(node("n1"))];
+    let d2 = decide_with(&op, &nodes, &seen, "2026-11-25T10:01:00Z");
+    let [NodeOpEffect::CreatePod(pod)] = &d2.effects[..] else {
+        panic!("the reboot pod once the Job succeeded: {:?}", d2.effects)
+    };
+    let script = pod
+        .spec
+        .as_ref()
+        .map(|s| {
+            s.containers[0]
+                .command
+                .clone()
+                .unwrap_or_default()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    assert!(
+        script.contains(&format!("/sentinel/{job_name}")),
+        "{script}"
+    );
+    seen.reboot_pods.insert("n1".into());
     let d2 = decide_with(&op, &nodes, &seen, "2026-11-25T10:01:00Z");
     assert_eq!(node_phase(&d2, "n1"), "Completed");
     assert_eq!(

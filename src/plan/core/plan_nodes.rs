@@ -3,8 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use k8s_openapi::api::batch::v1::Job;
-
 use jiff::Timestamp;
 
 use super::facts::{Facts, Steps};
@@ -21,6 +19,7 @@ use crate::node::NodeInfo;
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
+use crate::node::handoff::Handoff;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::expansion::expand_post_complete_labels;
 use crate::plan::core::failure;
@@ -356,7 +355,6 @@ fn apply_actions(
                 NodeAction::CreateJob => match facts.render(node).cloned() {
                     Ok(job) => {
                         record_cordon(facts, node, out);
-                        create_reboot_pod(facts, node, &job, out);
                         out.create_jobs.push(job);
                     }
                     Err(e) => {
@@ -437,37 +435,57 @@ fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
     )
 }
 
-/// The reboot pod waits on the node from before its Job starts until the node is back.
-fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job: &Job, out: &mut Rollout) {
+/// The reboot pod of a node whose Job slipway has seen complete, if the node has none yet. Made
+/// only then, never beside a running Job: the pod reboots as soon as the Job's last step writes the
+/// sentinel, and a reboot before the kubelet reports the Job's pod Succeeded would leave the Job
+/// active through the reboot (no reboot timeout, and a Job that runs the upgrade again).
+fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &mut Rollout) {
     let Some(policy) = reboot::settings(facts.input.plan, facts.input.job_config) else {
         return;
     };
-    let job_name = job.metadata.name.as_deref().unwrap_or_default();
-    let Some(pod) = reboot::render_reboot_pod(
+    // Any reboot pod of the node, of whichever hash, waits for the same sentinel: a second one
+    // would reboot the node again.
+    let has_one = facts.input.reboot_pods.iter().any(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE))
+            .is_some_and(|n| *n == node.name)
+    });
+    if has_one {
+        return;
+    }
+    if let Some(pod) = reboot::render_reboot_pod(
         &facts.rendered_from,
         node,
         job_name,
         facts.input.controller_name,
         &policy,
-    ) else {
-        return;
-    };
-    if !facts
-        .input
-        .reboot_pods
-        .iter()
-        .any(|p| p.metadata.name == pod.metadata.name)
-    {
+    ) {
         out.create_pods.push(pod);
     }
 }
 
-/// Reboot pods go once their node no longer needs one: done, failed by its Job, or no longer
-/// applying. A node in its hand-off keeps whichever of its pods exists.
+/// Reboot pods are made for the nodes waiting for their reboot, and go once their node no longer
+/// needs one: done, failed by its Job, or no longer applying. A node in its hand-off keeps
+/// whichever of its pods exists.
 fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
+    if facts.ctx.reboot.is_none() {
+        return;
+    }
+    for (node, state, _) in steps.values() {
+        if let NodeState::Rebooting {
+            job,
+            handoff: Handoff::AwaitingBoot { .. },
+            ..
+        } = state
+        {
+            create_reboot_pod(facts, node, job, out);
+        }
+    }
     let wanted: BTreeSet<String> = steps
         .values()
-        .filter(|(_, s, _)| s.needs_reboot_pod() && facts.ctx.reboot.is_some())
+        .filter(|(_, s, _)| s.needs_reboot_pod())
         .map(|(n, _, _)| reboot::reboot_pod_name(facts.name, &n.name, &facts.hash))
         .collect();
     let in_handoff: BTreeSet<&str> = steps

@@ -1,8 +1,8 @@
 //! A Plan's reboot (a slipway extension, `spec.reboot`).
 //!
-//! The upgrade never reboots from inside its Job. Instead, before a node's Job starts, slipway puts a
-//! reboot pod on the node that waits for a sentinel file; the Job's last step writes that file only
-//! if the upgrade succeeded, so the Job completes before the node goes down and never runs again.
+//! The upgrade never reboots from inside its Job. Its last step writes a sentinel file only if the
+//! upgrade succeeded; once slipway has seen the Job complete, it puts a reboot pod on the node that
+//! waits for that file, so the Job is over before the node goes down and never runs again.
 //! The reboot pod removes the sentinel, notes the boot ID it is leaving, and reboots the host through
 //! PID 1. slipway counts the node as rebooted only when its `status.nodeInfo.bootID` has changed and
 //! it is Ready again, optionally waits for selected pods on it to be Ready, and only then frees the slot.
@@ -94,7 +94,7 @@ pub fn reboot_pod_name(plan: &str, node_name: &str, hash: &str) -> String {
     safe_concat_name(&["reboot", plan, "on", short_node, "with", hash])
 }
 
-/// The reboot pod for `node`, created before its Job.
+/// The reboot pod for `node`, created once its Job `job_name` completed.
 pub fn render_reboot_pod(
     plan: &Plan,
     node: &NodeInfo,

@@ -234,8 +234,25 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
     for _ in 0..limit {
         let (pods, jobs) = world.apply(&decision);
         let created = !pods.is_empty() || !jobs.is_empty();
-        current.pods.extend(pods);
         current.jobs.extend(jobs);
+        // A reboot pod is made once its node's Job completed: it belongs to that Job's batch.
+        for pod in pods {
+            let node = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::NODE));
+            let of_node = |b: &Batch| {
+                b.jobs.iter().any(|j| {
+                    node.is_some()
+                        && j.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE)) == node
+                })
+            };
+            match batches.iter_mut().rev().find(|b| of_node(b)) {
+                Some(batch) if !of_node(&current) => batch.pods.push(pod),
+                _ => current.pods.push(pod),
+            }
+        }
         if !created && !changed && decision.node_patches().is_empty() {
             // Nothing moves until the running Jobs finish: this round's batch is complete.
             if !world.complete_running() {

@@ -21,14 +21,17 @@ use crate::runtime::testing::{
 enum Scene {
     /// Just created: no finalizer yet.
     New,
-    /// Starts its node: records its cordon on the node, then the status, the reboot pod, the Job.
+    /// Starts its node: records its cordon on the node, then the status, then the Job.
     Start,
     /// A Plan without reboot whose Job completed: labels and uncordons the node, then the status.
     Finish,
-    /// Deleted mid-upgrade: its Job and reboot pod go, the node is uncordoned, the finalizer goes.
+    /// Its Job completed: the status says the node reboots, then its reboot pod is made.
+    Reboot,
+    /// Deleted while its node reboots: its Job and reboot pod go, the node is uncordoned, the
+    /// finalizer goes.
     Delete,
 }
-use Scene::{Delete, Finish, New, Start};
+use Scene::{Delete, Finish, New, Reboot, Start};
 
 /// Each write: its name in the tables, method and path.
 const WRITES: [(&str, &str, &str); 7] = [
@@ -164,7 +167,8 @@ fn decode<K: serde::de::DeserializeOwned>(value: Value) -> K {
 }
 
 /// The world of `scene`: for the scenes after the start, what a successful start wrote (its
-/// status, its Job and reboot pod, its cordon record on the node), moved on.
+/// status, its Job, its cordon record on the node), moved on; for a deletion, also what the
+/// reboot after its Job wrote (the status, the reboot pod).
 async fn world(scene: Scene) -> World {
     let mut w = World {
         plan: plan(scene),
@@ -188,11 +192,37 @@ async fn world(scene: Scene) -> World {
         .filter_map(|(k, v)| Some((k, v?)))
         .collect();
     w.node.unschedulable = true; // as the Job's drain does
-    match scene {
-        Finish => w.jobs[0].status = Some(completed()),
-        _ => w.plan.metadata.deletion_timestamp = Some(Time(Timestamp::now())),
+    w.jobs[0].status = Some(completed());
+    if scene == Delete {
+        let api = cluster(&w.plan);
+        let rebooting = testing::reconcile(&operation(&api, &w), w.plan.clone()).await;
+        assert_eq!(rebooting, Ok(()), "{:?}", api.sent());
+        // The status patch carries what changed.
+        let mut status = serde_json::to_value(&w.plan.status).expect("encodes");
+        merge(&mut status, testing::status_sent(&api).expect("a status"));
+        w.plan.status = Some(decode(status));
+        w.pods = bodies(&api, "pod").into_iter().map(decode).collect();
+        assert_eq!(w.pods.len(), 1, "the reboot pod: {:?}", api.sent());
+        w.plan.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     }
     w
+}
+
+/// RFC 7386: `patch` merged into `into`.
+fn merge(into: &mut Value, patch: Value) {
+    match (into, patch) {
+        (Value::Object(into), Value::Object(patch)) => {
+            for (k, v) in patch {
+                match v {
+                    Value::Null => {
+                        into.remove(&k);
+                    }
+                    v => merge(into.entry(k).or_insert(Value::Null), v),
+                }
+            }
+        }
+        (into, patch) => *into = patch,
+    }
 }
 
 fn completed() -> JobStatus {
@@ -224,9 +254,10 @@ async fn reconcile_with(
 #[tokio::test]
 async fn each_scene_writes_in_its_order() {
     for (scene, writes) in [
-        (New, "finalizer node status pod job"),
-        (Start, "node status pod job"),
+        (New, "finalizer node status job"),
+        (Start, "node status job"),
         (Finish, "node status"),
+        (Reboot, "status pod"),
         (Delete, "delete-job delete-pod node finalizer"),
     ] {
         let (result, sent) = reconcile_with(scene, testing::NO_WRITE, NOT_FOUND).await;
@@ -236,7 +267,7 @@ async fn each_scene_writes_in_its_order() {
 
 /// In a scene, a write answered so: the reconcile's outcome, and the writes sent, in order.
 #[rustfmt::skip]
-const ROWS: [Row<Scene>; 61] = [
+const ROWS: [Row<Scene>; 70] = [
     (New,    "finalizer",  NOT_FOUND,         Ok(()),                 "finalizer"),
     (New,    "finalizer",  CONFLICT,          Err(conflict),          "finalizer"),
     (New,    "finalizer",  GONE,              Err(gone),              "finalizer"),
@@ -244,26 +275,25 @@ const ROWS: [Row<Scene>; 61] = [
     (New,    "finalizer",  SERVER_ERROR,      Err(server),            "finalizer"),
     (New,    "finalizer",  TIMEOUT,           Err(timeout),           "finalizer"),
     // The cordon record precedes the status: refused, nothing else is written.
-    (Start,  "node",       NOT_FOUND,         Ok(()),                 "node status pod job"),
+    (Start,  "node",       NOT_FOUND,         Ok(()),                 "node status job"),
     (Start,  "node",       CONFLICT,          Err(conflict),          "node"),
     (Start,  "node",       GONE,              Err(gone),              "node"),
     (Start,  "node",       TOO_MANY_REQUESTS, Err(too_many_requests), "node"),
     (Start,  "node",       SERVER_ERROR,      Err(server),            "node"),
     (Start,  "node",       TIMEOUT,           Err(timeout),           "node"),
-    // The status names the node before its reboot pod and Job exist: refused, neither is made.
+    // The status names the node before its Job exists: refused, no Job is made.
     (Start,  "status",     CONFLICT,          Err(conflict),          "node status"),
     (Start,  "status",     GONE,              Err(gone),              "node status"),
     (Start,  "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "node status"),
     (Start,  "status",     SERVER_ERROR,      Err(server),            "node status"),
     (Start,  "status",     TIMEOUT,           Err(timeout),           "node status"),
-    (Start,  "pod",        ALREADY_EXISTS,    Ok(()),                 "node status pod job"),
-    (Start,  "job",        NOT_FOUND,         Err(not_found),         "node status pod job"),
-    (Start,  "job",        CONFLICT,          Err(conflict),          "node status pod job"),
-    (Start,  "job",        ALREADY_EXISTS,    Ok(()),                 "node status pod job"),
-    (Start,  "job",        GONE,              Err(gone),              "node status pod job"),
-    (Start,  "job",        TOO_MANY_REQUESTS, Err(too_many_requests), "node status pod job"),
-    (Start,  "job",        SERVER_ERROR,      Err(server),            "node status pod job"),
-    (Start,  "job",        TIMEOUT,           Err(timeout),           "node status pod job"),
+    (Start,  "job",        NOT_FOUND,         Err(not_found),         "node status job"),
+    (Start,  "job",        CONFLICT,          Err(conflict),          "node status job"),
+    (Start,  "job",        ALREADY_EXISTS,    Ok(()),                 "node status job"),
+    (Start,  "job",        GONE,              Err(gone),              "node status job"),
+    (Start,  "job",        TOO_MANY_REQUESTS, Err(too_many_requests), "node status job"),
+    (Start,  "job",        SERVER_ERROR,      Err(server),            "node status job"),
+    (Start,  "job",        TIMEOUT,           Err(timeout),           "node status job"),
     // The node is labelled and uncordoned before the status forgets it: refused, no status.
     (Finish, "node",       NOT_FOUND,         Ok(()),                 "node status"),
     (Finish, "node",       CONFLICT,          Err(conflict),          "node"),
@@ -277,6 +307,17 @@ const ROWS: [Row<Scene>; 61] = [
     (Finish, "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "node status"),
     (Finish, "status",     SERVER_ERROR,      Err(server),            "node status"),
     (Finish, "status",     TIMEOUT,           Err(timeout),           "node status"),
+    // The status says the node reboots before its reboot pod exists: refused, no pod is made.
+    (Reboot, "status",     CONFLICT,          Err(conflict),          "status"),
+    (Reboot, "status",     GONE,              Err(gone),              "status"),
+    (Reboot, "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "status"),
+    (Reboot, "status",     SERVER_ERROR,      Err(server),            "status"),
+    (Reboot, "status",     TIMEOUT,           Err(timeout),           "status"),
+    (Reboot, "pod",        ALREADY_EXISTS,    Ok(()),                 "status pod"),
+    (Reboot, "pod",        CONFLICT,          Err(conflict),          "status pod"),
+    (Reboot, "pod",        SERVER_ERROR,      Err(server),            "status pod"),
+    (Reboot, "pod",        TIMEOUT,           Err(timeout),           "status pod"),
+    (Reboot, "pod",        GONE,              Err(gone),              "status pod"),
     // Deleted: the cleanup stops at its first failure, and the finalizer stays until it is done.
     (Delete, "delete-job", NOT_FOUND,         Ok(()),                 "delete-job delete-pod node finalizer"),
     (Delete, "delete-job", CONFLICT,          Err(conflict),          "delete-job"),
@@ -311,20 +352,15 @@ async fn every_write_under_every_failure() {
 
 /// In a scene, a write answered so: the reconcile's outcome, and the writes it must not send.
 #[rustfmt::skip]
-const BUGS: [Row<Scene>; 7] = [
-    // A node's Job never runs before the pod that will reboot it exists (PlanEffect::CreatePod)...
-    (Start, "pod",    NOT_FOUND,         Err(not_found),         "job"),
-    (Start, "pod",    CONFLICT,          Err(conflict),          "job"),
-    (Start, "pod",    GONE,              Err(gone),              "job"),
-    (Start, "pod",    TOO_MANY_REQUESTS, Err(too_many_requests), "job"),
-    (Start, "pod",    SERVER_ERROR,      Err(server),            "job"),
-    (Start, "pod",    TIMEOUT,           Err(timeout),           "job"),
-    // ... nor for a Plan the status write found gone.
-    (Start, "status", NOT_FOUND,         Ok(()),                 "pod job"),
+const BUGS: [Row<Scene>; 2] = [
+    // No Job for a Plan the status write found gone...
+    (Start,  "status", NOT_FOUND, Ok(()), "pod job"),
+    // ... and no reboot pod either.
+    (Reboot, "status", NOT_FOUND, Ok(()), "pod"),
 ];
 
 #[tokio::test]
-async fn no_job_starts_without_its_reboot_pod_or_its_plan() {
+async fn nothing_is_made_for_a_plan_that_is_gone() {
     testing::check_not_sent(&BUGS, reconcile_with).await;
 }
 

@@ -178,15 +178,9 @@ impl NodeState {
         }
     }
 
-    /// Whether the node's reboot pod must exist: from before its Job starts until it is back.
+    /// Whether the node's reboot pod may exist: from when its Job completed until it is back.
     pub fn needs_reboot_pod(&self) -> bool {
-        matches!(
-            self,
-            NodeState::Pending { .. }
-                | NodeState::Upgrading { .. }
-                | NodeState::Rebooting { .. }
-                | NodeState::Retrying { .. }
-        )
+        matches!(self, NodeState::Rebooting { .. })
     }
 
     /// The phase name in `status.nodes`.
