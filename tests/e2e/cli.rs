@@ -393,25 +393,6 @@ async fn the_controllers_jobs(
     (controller, jobs_by_name(created))
 }
 
-/// A kubeconfig for the cluster of `admin` that authenticates with `token`.
-fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
-    let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
-    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": cluster.server,
-            "certificate-authority-data": cluster.certificate_authority_data,
-        }}],
-        "users": [{"name": "reader", "user": {"token": token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "reader"}}],
-        "current-context": "test",
-    });
-    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
-        .expect("write the token kubeconfig");
-}
-
 /// A scene of the read-only commands: a kubeconfig `kc` that may only get, list and watch, and
 /// the Plan `follow` over the pool, on a channel served on loopback, applied and written to
 /// `plan_file`.
@@ -550,7 +531,7 @@ async fn a_read_only_kubeconfig(
         .await
         .expect("create token");
     let kubeconfig = dir.join("kubeconfig");
-    token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
+    support::token_kubeconfig(cluster.kubeconfig_path(), token.trim(), &kubeconfig);
     let kc = kubeconfig.display().to_string();
     let can = cluster
         .kubectl(&[

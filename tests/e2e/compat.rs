@@ -128,7 +128,7 @@ fn repo() -> PathBuf {
 }
 
 /// The SUC binary: `SLIPWAY_SUC_BINARY`, else what `tests/compat/build.sh` builds (once, cached).
-fn suc_binary() -> PathBuf {
+pub(crate) fn suc_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SLIPWAY_SUC_BINARY") {
         return PathBuf::from(p);
     }
@@ -138,6 +138,52 @@ fn suc_binary() -> PathBuf {
         .expect("run tests/compat/build.sh");
     assert!(out.status.success(), "tests/compat/build.sh failed");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// SUC's own manifests (`kubectl kustomize` of its module, which `tests/compat/build.sh` leaves in
+/// Go's module cache) without its Deployment: the namespace, ServiceAccount, ConfigMap, roles and
+/// bindings, for a scene that runs SUC as a process with that ServiceAccount's token. SUC's
+/// kustomization pins an older image of its own, which no such scene runs.
+pub(crate) async fn suc_manifests(cluster: &support::Cluster) -> String {
+    let versions = std::fs::read_to_string(repo().join("tests/compat/versions.env"))
+        .expect("tests/compat/versions.env");
+    let version = (versions.lines())
+        .find_map(|l| l.strip_prefix("SUC_VERSION="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("SUC_VERSION in tests/compat/versions.env");
+    let cache = Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| format!("{}/go/pkg/mod", std::env::var("HOME").unwrap_or_default()));
+    let module = PathBuf::from(cache).join(format!(
+        "github.com/rancher/system-upgrade-controller@{version}"
+    ));
+    assert!(
+        module.join("kustomization.yaml").is_file(),
+        "SUC's module is not in Go's module cache at {} (tests/compat/build.sh downloads it)",
+        module.display()
+    );
+    let rendered = cluster
+        .kubectl(&["kustomize", &module.display().to_string()])
+        .await
+        .expect("kubectl kustomize SUC's module");
+    // The documents as kustomize wrote them (their text, which the air-gapped edit reads).
+    let docs: Vec<&str> = rendered.split("\n---\n").collect();
+    let kept: Vec<&str> = (docs.iter().copied())
+        .filter(|d| {
+            let doc = serde_saphyr::from_str::<Value>(d).expect("a document of SUC's manifests");
+            doc["kind"] != "Deployment"
+        })
+        .collect();
+    assert_eq!(
+        kept.len() + 1,
+        docs.len(),
+        "SUC's manifests hold one Deployment: {rendered}"
+    );
+    kept.join("\n---\n")
 }
 
 /// Every Plan of the corpus, rewritten for the test: its namespace, its selector narrowed to the

@@ -37,18 +37,23 @@ fn repo() -> PathBuf {
 
 /// The quick start's command blocks, in order: each ```bash block right after a
 /// `<!-- quickstart -->` line, as the lines a shell would run (continuations joined).
-fn quickstart_blocks(readme: &str) -> Vec<Vec<String>> {
+pub(crate) fn quickstart_blocks(readme: &str) -> Vec<Vec<String>> {
+    marked_blocks(readme, "<!-- quickstart -->")
+}
+
+/// The ```bash blocks right after a `marker` line, as [`quickstart_blocks`] reads them.
+pub(crate) fn marked_blocks(readme: &str, marker: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
     let mut lines = readme.lines();
     while let Some(line) = lines.next() {
-        if line.trim() != "<!-- quickstart -->" {
+        if line.trim() != marker {
             continue;
         }
         let fence = lines.next().unwrap_or_default();
         assert_eq!(
             fence.trim(),
             "```bash",
-            "a <!-- quickstart --> line must be followed by a ```bash block"
+            "a {marker} line must be followed by a ```bash block"
         );
         let mut commands = Vec::new();
         let mut pending = String::new();
@@ -313,7 +318,7 @@ fn which(program: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{program} not found (util-linux, coreutils)"))
 }
 
-async fn shell(cluster: &support::Cluster, command: &str) -> String {
+pub(crate) async fn shell(cluster: &support::Cluster, command: &str) -> String {
     let kubeconfig = cluster.kubeconfig_path().to_path_buf();
     let command = command.to_string();
     tokio::task::spawn_blocking(move || {

@@ -470,25 +470,6 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
     (controller, drainer)
 }
 
-/// A kubeconfig for the cluster of `admin` that authenticates with `token`.
-fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
-    let kc = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
-    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": cluster.server,
-            "certificate-authority-data": cluster.certificate_authority_data,
-        }}],
-        "users": [{"name": SA, "user": {"token": token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": SA}}],
-        "current-context": "test",
-    });
-    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
-        .expect("write the token kubeconfig");
-}
-
 /// The `jti` claim of a ServiceAccount token (a JWT), which the audit log records per request.
 fn token_jti(token: &str) -> String {
     let payload = token.split('.').nth(1).expect("a JWT has a payload");
@@ -1232,7 +1213,7 @@ async fn a_kubeconfig_bound_to_the_agent_pod_on(
         .to_string();
     let kubeconfig =
         std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name("agent")));
-    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    support::token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
     kubeconfig
 }
 
@@ -2028,6 +2009,6 @@ async fn service_account_kubeconfig(cluster: &support::Cluster, name: &str) -> (
         .to_string();
     let kubeconfig =
         std::env::temp_dir().join(format!("{}.kubeconfig", support::unique_name(name)));
-    token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
+    support::token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
     (token_jti(&token), kubeconfig)
 }

@@ -21,6 +21,7 @@ use slipway::plan::api::Plan;
 
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{complete_message, plan_from_yaml, wait_complete};
+use crate::support::process::ChildProcess;
 use crate::support::real::WORKERS;
 use crate::support::scene::{POOL_LABEL, Scene};
 
@@ -369,6 +370,10 @@ const KUBELETS: [&str; 3] = ["v1.34.2", "v1.34.3", "v1.34.1"];
 /// The ServiceAccount of the install and its Jobs.
 const SA_USER: &str = "system:serviceaccount:system-upgrade:system-upgrade";
 
+fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The nodes' kubelet versions, read now.
 async fn kubelet_versions(client: &Client, names: &[String]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -421,10 +426,8 @@ async fn as_a_k3s_server(s: &Scene) {
 /// calls in its prepare step) and a pinned `version` instead of the release channel, which is on
 /// the internet.
 fn k3s_pair(version: &str) -> String {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k3s-stable.yaml"),
-    )
-    .expect("examples/k3s-stable.yaml");
+    let text = std::fs::read_to_string(repo().join("examples/k3s-stable.yaml"))
+        .expect("examples/k3s-stable.yaml");
     assert_eq!(
         text.matches("image: rancher/k3s-upgrade").count(),
         3,
@@ -548,35 +551,129 @@ fn every_request_granted(s: &Scene, since: jiff::Timestamp) {
     assert!(made("patch", "nodes", ""), "the Jobs cordoned their nodes");
 }
 
+/// The installs' cluster for a k3s pair scene, its control-plane node a k3s server, no earlier
+/// install left; and when the scene's requests start (for the audit log).
+async fn k3s_pair_scene(name: &str) -> Option<(Scene, jiff::Timestamp)> {
+    let s = Scene::new(name)
+        .own_cluster(support::real::INSTALLS)
+        .real_nodes()
+        .start()
+        .await?;
+    support::install::wait_for_earlier_removal(&s.cluster).await;
+    as_a_k3s_server(&s).await;
+    Some((s, jiff::Timestamp::now()))
+}
+
+/// The k3s docs' server and agent Plans upgrade every node under the controller installed by
+/// `under` (the server before the agents, [`upgrade_the_k3s_pair`]), and no request of the
+/// install's ServiceAccount since `since` was refused ([`every_request_granted`]).
+async fn the_k3s_pair_upgrades(s: &Scene, since: jiff::Timestamp, under: &str) {
+    let version = next_version(&s.client, &s.real).await;
+    let took = upgrade_the_k3s_pair(s, version).await;
+    eprintln!("real: the k3s pair under {under}: every node at {version} in {took:?}");
+    every_request_granted(s, since);
+}
+
 /// deploy/ as a user applies it, its controller a real pod on the control-plane node, and the
 /// k3s docs' server and agent Plans: the server's kubelet is replaced first, then the agent's
 /// (its prepare step reads the server Plan and the control-plane nodes with the Jobs'
 /// ServiceAccount), and no request of that ServiceAccount is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_k3s_pair_upgrades_server_then_agents_under_deploys_rbac() {
-    let Some(s) = Scene::new("k3s-deploy")
-        .own_cluster(support::real::INSTALLS)
-        .real_nodes()
-        .start()
-        .await
-    else {
+    let Some((s, since)) = k3s_pair_scene("k3s-deploy").await else {
         return;
     };
-    support::install::wait_for_earlier_removal(&s.cluster).await;
-    as_a_k3s_server(&s).await;
-    let since = jiff::Timestamp::now();
     let mut install = support::install::Install::new(&s.cluster).await;
     install
-        .apply_kustomization_air_gapped(
-            &s.cluster,
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"),
-        )
+        .apply_kustomization_air_gapped(&s.cluster, &repo().join("deploy"))
         .await;
     controller_pod_runs_on_the_server(&s).await;
-    let version = next_version(&s.client, &s.real).await;
-    let took = upgrade_the_k3s_pair(&s, version).await;
-    eprintln!("real: the k3s pair under deploy/'s RBAC: every node at {version} in {took:?}");
-    every_request_granted(&s, since);
+    the_k3s_pair_upgrades(&s, since, "deploy/'s RBAC").await;
+}
+
+/// The same pair with slipway installed by `helm install` of charts/slipway (the Jobs' pull
+/// policy `IfNotPresent` as a value): the chart's RBAC lets the agents' prepare step read the
+/// server Plan, and no request of the ServiceAccount is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {
+    let Some((s, since)) = k3s_pair_scene("k3s-chart").await else {
+        return;
+    };
+    let mut install = support::install::Install::new(&s.cluster).await;
+    install
+        .helm_install_air_gapped(&s.cluster, &repo().join("charts/slipway"))
+        .await;
+    controller_pod_runs_on_the_server(&s).await;
+    the_k3s_pair_upgrades(&s, since, "the chart's RBAC").await;
+}
+
+/// The same pair under system-upgrade-controller v0.20.1 itself, as a process on the host with a
+/// token of the ServiceAccount `system-upgrade` bound as SUC's own manifests bind it (applied
+/// from its module, but for its Deployment), its Jobs running as that ServiceAccount, as the k3s
+/// docs' Plans say. Its environment is its ConfigMap's, with one change for nodes that reach no
+/// registry: the Jobs' pull policy `IfNotPresent` (SUC's manifest says `Always`). The same
+/// outcome as slipway's: every node at the new version, the server first, nothing refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_k3s_pair_upgrades_server_then_agents_under_suc() {
+    // Built (or found in the cache) before the scene takes the cluster.
+    let suc = tokio::task::spawn_blocking(crate::compat::suc_binary)
+        .await
+        .expect("build SUC");
+    let Some((s, since)) = k3s_pair_scene("k3s-suc").await else {
+        return;
+    };
+    let mut install = support::install::Install::new(&s.cluster).await;
+    let manifests = crate::compat::suc_manifests(&s.cluster).await;
+    install
+        .apply_air_gapped(&s.cluster, &manifests, "SUC's manifests")
+        .await;
+    let env = config_map_data(&support::install::air_gapped(&manifests));
+    let token = s
+        .cluster
+        .kubectl(&[
+            "-n",
+            support::install::NS,
+            "create",
+            "token",
+            "system-upgrade",
+            "--duration=2h",
+        ])
+        .await
+        .expect("a token of SUC's ServiceAccount");
+    let dir = support::real::cluster_dir(&s.cluster);
+    let kubeconfig = dir.join(format!("{}-suc.kubeconfig", s.ns.name()));
+    support::token_kubeconfig(s.cluster.kubeconfig_path(), &token, &kubeconfig);
+    // As SUC's Deployment gives it: the ConfigMap, then its name, namespace and node.
+    let _suc = ChildProcess::new(suc, dir.join(format!("logs/{}-suc.log", s.ns.name())))
+        .envs(env)
+        .env(
+            "SYSTEM_UPGRADE_CONTROLLER_NAME",
+            "system-upgrade-controller",
+        )
+        .env("SYSTEM_UPGRADE_CONTROLLER_NAMESPACE", support::install::NS)
+        .env(
+            "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME",
+            support::real::CONTROL_PLANE,
+        )
+        .env(
+            "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG",
+            kubeconfig.display().to_string(),
+        )
+        .started();
+    the_k3s_pair_upgrades(&s, since, "SUC v0.20.1 and its RBAC").await;
+    // SUC replaced the Plan CRD by its own; the scenes after this one expect the committed one.
+    support::install_crd(&s.client).await;
+}
+
+/// The data of the ConfigMap in `manifest`.
+fn config_map_data(manifest: &str) -> BTreeMap<String, String> {
+    let docs = serde_saphyr::from_multiple::<serde_json::Value>(manifest).expect("YAML");
+    let cm = (docs.iter())
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    (cm["data"].as_object().into_iter().flatten())
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect()
 }
 
 /// The controller of an install: Ready, a real pod on the control-plane node.
@@ -614,4 +711,109 @@ async fn controller_pod_runs_on_the_server(s: &Scene) {
         },
     )
     .await;
+}
+
+/// The README's quick start on real nodes, as a user follows it on a cluster whose control-plane
+/// node is tainted as kind's is: `kubectl apply -f dist/slipway.yaml` (its Jobs' pull policy
+/// `IfNotPresent`: the nodes reach no registry), the rollout wait, examples/quickstart/hello.yaml,
+/// the watch command in another terminal, and the wait for the Plan. The Plan's Job runs on
+/// every node, the tainted control-plane node too; every node carries the Plan's label; the watch
+/// still runs and has shown each node's Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_runs_on_real_nodes() {
+    let Some(s) = Scene::new("quickstart-real")
+        .own_cluster(support::real::INSTALLS)
+        .real_nodes()
+        .start()
+        .await
+    else {
+        return;
+    };
+    support::install::wait_for_earlier_removal(&s.cluster).await;
+    let started = Instant::now();
+    let server = Api::<Node>::all(s.client.clone())
+        .get(support::real::CONTROL_PLANE)
+        .await
+        .expect("the control-plane node");
+    assert!(
+        (server.spec.and_then(|sp| sp.taints).into_iter().flatten())
+            .any(|t| t.key == "node-role.kubernetes.io/control-plane" && t.effect == "NoSchedule"),
+        "the control-plane node is tainted as kind's is"
+    );
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let blocks = crate::quickstart::quickstart_blocks(&readme);
+    let watches = crate::quickstart::marked_blocks(&readme, "<!-- quickstart: watch -->");
+    assert_eq!(
+        (blocks.len(), watches.len()),
+        (3, 1),
+        "the quick start: install, a first Plan, its wait; and the watch"
+    );
+    const INSTALL: &str = "kubectl apply -f dist/slipway.yaml";
+    assert_eq!(
+        blocks[0][0], INSTALL,
+        "the quick start installs dist/slipway.yaml"
+    );
+    let mut install = support::install::Install::new(&s.cluster).await;
+    // The Plan goes with the namespace, its finalizer with it (no controller is left to remove
+    // it once the install is gone).
+    let dist =
+        std::fs::read_to_string(repo().join("dist/slipway.yaml")).expect("dist/slipway.yaml");
+    let mut watching = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        for command in block {
+            eprintln!("quickstart$ {command}");
+            if command == INSTALL {
+                install.apply_air_gapped(&s.cluster, &dist, INSTALL).await;
+                continue;
+            }
+            let out = crate::quickstart::shell(&s.cluster, command).await;
+            eprint!("{out}");
+        }
+        // In another terminal once the install is there.
+        if i == 0 {
+            for command in &watches[0] {
+                eprintln!("quickstart (another terminal)$ {command}");
+                let log = support::real::cluster_dir(&s.cluster).join(format!(
+                    "logs/{}-watch-{}.log",
+                    s.ns.name(),
+                    watching.len()
+                ));
+                let watch = ChildProcess::new("bash", log)
+                    // exec: the process killed at the end is kubectl itself.
+                    .args(["-c", &format!("exec {command}")])
+                    .env(
+                        "KUBECONFIG",
+                        s.cluster.kubeconfig_path().display().to_string(),
+                    )
+                    .started();
+                watching.push(watch);
+            }
+        }
+    }
+    eprintln!(
+        "real: the quick start on real nodes in {:?}",
+        started.elapsed()
+    );
+    let nodes = kubelet_versions(&s.client, &s.real).await;
+    for n in nodes.keys() {
+        let node = Api::<Node>::all(s.client.clone())
+            .get(n)
+            .await
+            .expect("node");
+        assert!(
+            node.labels().contains_key("plan.upgrade.cattle.io/hello"),
+            "{n} carries the Plan's label"
+        );
+    }
+    for mut watch in watching {
+        let shown = watch.log();
+        let ended = watch.wait_exit(Duration::from_millis(100)).await;
+        assert!(ended.is_none(), "the watch ended ({ended:?}): {shown}");
+        for n in &s.real {
+            assert!(
+                shown.contains(&format!("apply-hello-on-{n}")),
+                "the watch showed {n}'s Job: {shown}"
+            );
+        }
+    }
 }

@@ -78,12 +78,73 @@ impl Install {
             .kubectl(&["kustomize", &dir])
             .await
             .unwrap_or_else(|e| panic!("kubectl kustomize {dir}: {e}"));
-        let air_gapped = air_gapped(&rendered);
+        self.apply_air_gapped(cluster, &rendered, &dir).await;
+    }
+
+    /// `kubectl apply -f <manifest>` (`what` names it), air-gapped as
+    /// [`Install::apply_kustomization_air_gapped`] is; its objects are removed at the end.
+    pub async fn apply_air_gapped(&mut self, cluster: &Cluster, manifest: &str, what: &str) {
+        let air_gapped = air_gapped(manifest);
         self.record(&air_gapped);
         cluster
             .kubectl_stdin(&["apply", "-f", "-"], Some(&air_gapped))
             .await
-            .unwrap_or_else(|e| panic!("kubectl apply the air-gapped {dir}: {e}"));
+            .unwrap_or_else(|e| panic!("kubectl apply the air-gapped {what}: {e}"));
+    }
+
+    /// `helm install slipway <chart> --namespace system-upgrade --create-namespace`, as a user
+    /// installs the chart, for a cluster whose nodes reach no registry: the value
+    /// `config.SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY=IfNotPresent`. `--take-ownership`, because
+    /// the CRDs the chart holds are there already (every scene applies them; a user upgrading
+    /// from SUC or `kubectl apply` has them too). Its objects (from `helm template` of the same
+    /// values) are removed at the end; Helm's release record goes with the namespace.
+    pub async fn helm_install_air_gapped(&mut self, cluster: &Cluster, chart: &Path) {
+        const AIR_GAPPED: &str = "config.SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY=IfNotPresent";
+        let chart = chart.display().to_string();
+        let helm = |args: Vec<String>| {
+            let kubeconfig = cluster.kubeconfig_path().to_path_buf();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let out = Command::new(helm())
+                        .arg("--kubeconfig")
+                        .arg(&kubeconfig)
+                        .args(&args)
+                        .output()
+                        .unwrap_or_else(|e| panic!("run helm: {e}"));
+                    assert!(
+                        out.status.success(),
+                        "helm {}: {}",
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    String::from_utf8_lossy(&out.stdout).into_owned()
+                })
+                .await
+                .expect("helm's thread")
+            }
+        };
+        let args = |verb: &str| -> Vec<String> {
+            [
+                verb,
+                "slipway",
+                &chart,
+                "--namespace",
+                NS,
+                "--set",
+                AIR_GAPPED,
+            ]
+            .map(str::to_string)
+            .to_vec()
+        };
+        let rendered = helm(args("template")).await;
+        assert!(
+            rendered.contains("SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: \"IfNotPresent\""),
+            "the chart's config value sets the Jobs' pull policy"
+        );
+        self.record(&rendered);
+        let mut install = args("install");
+        install.extend(["--create-namespace", "--take-ownership"].map(str::to_string));
+        helm(install).await;
     }
 
     /// Records the objects of a manifest that the scene applies itself (the README's commands),
@@ -104,6 +165,21 @@ impl Install {
             }));
         }
     }
+}
+
+/// The cached Helm binary (`tests/tools/helm/build.sh` builds it on first use).
+pub fn helm() -> PathBuf {
+    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(|| {
+        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/helm/build.sh");
+        let out = Command::new(&build)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", build.display()));
+        assert!(out.status.success(), "{} failed", build.display());
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
 }
 
 /// The install's manifest with the Jobs' image pull policy `IfNotPresent`.

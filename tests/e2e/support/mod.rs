@@ -287,6 +287,26 @@ fn run_kubectl(kubeconfig: &Path, args: &[String], stdin: Option<&str>) -> anyho
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A kubeconfig for the cluster of `admin` that authenticates with `token` (a ServiceAccount's,
+/// from `kubectl create token`), written to `out`.
+pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let kc = Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": "token", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "token"}}],
+        "current-context": "test",
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&config).expect("json"))
+        .expect("write the token kubeconfig");
+}
+
 /// A namespace for one test, named `t-<test>-<random>` and labelled [`E2E_LABEL`]. Call
 /// [`TestNamespace::cleanup`] at the end; if the test panics first, `Drop` deletes the namespace
 /// with kubectl (without waiting).
