@@ -11,8 +11,9 @@
 //! quick start's Plan must complete, `/metrics` must answer, and a channel given by host name
 //! must resolve inside the image (no glibc NSS there).
 //!
-//! One scene, alone (the install's fixed names; the quick start's Plan runs on every node); the
-//! image is built before it takes the cluster, and the install is removed when it ends.
+//! One scene, on a cluster of its own (the install's fixed names; the quick start's Plan runs on
+//! every node); the image is built before it takes the cluster, and the install is removed when
+//! it ends.
 
 use crate::support;
 
@@ -393,11 +394,12 @@ async fn the_quick_start_runs_on_the_image() {
         "the README's quick start: an install block, then the first Plan (found {blocks:?})"
     );
 
-    // The installs' cluster: the install has fixed names (namespace system-upgrade,
-    // ClusterRoles), and the quick start's Plan runs on every Linux node of the cluster. The
-    // image is built above, before the scene takes its turn.
+    // A cluster of its own: the install has fixed names (namespace system-upgrade,
+    // ClusterRoles), and the quick start's Plan runs on every Linux node of the cluster, which on
+    // the installs' cluster includes real nodes that cannot pull dist/'s Jobs' images (`Always`).
+    // The image is built above, before the scene takes its turn.
     let Some(s) = Scene::new("quickstart")
-        .own_cluster(support::real::INSTALLS)
+        .own_cluster("quickstart")
         .start()
         .await
     else {
