@@ -29,7 +29,8 @@
 //!   its component's rights used and sufficient; and the reboot agent's (its ServiceAccount may
 //!   get and patch Nodes only, and the admission policy keeps it to its own Node's annotations).
 //!
-//! Every scene runs on the installs' cluster, one at a time: the install has fixed names
+//! Every scene runs on the RBAC proof's own cluster, one at a time (not the installs', whose real
+//! nodes would take the install's controller pod from kwok): the install has fixed names
 //! ([`Install`] removes it when the scene ends), the ServiceAccount's bindings must be those of
 //! the install under proof, and each scene's controller or DaemonSet reaches every node or a
 //! cluster-wide kind. The audit log itself would allow scenes side by side: each scene's requests
@@ -564,7 +565,7 @@ async fn wait_plan(
     .await
 }
 
-/// A scene on the installs' cluster (one at a time there) with deploy/ installed as a user would
+/// A scene on the RBAC proof's cluster (one at a time there) with deploy/ installed as a user would
 /// (with `component`, an overlay of deploy/ with it): its namespace and ClusterRoles have fixed
 /// names, and the audit needs the rights bound to the ServiceAccount to be deploy/'s and the
 /// component's only. The install is removed first when the scene ends (fields drop in order).
@@ -574,7 +575,7 @@ struct Deployed {
 }
 
 async fn deployed(scene: SceneBuilder, component: Option<&str>) -> Option<Deployed> {
-    let s = scene.own_cluster(support::real::INSTALLS).start().await?;
+    let s = scene.own_cluster("rbac").start().await?;
     install::wait_for_earlier_removal(&s.cluster).await;
     let mut install = Install::new(&s.cluster).await;
     match component {
