@@ -235,23 +235,8 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         let (pods, jobs) = world.apply(&decision);
         let created = !pods.is_empty() || !jobs.is_empty();
         current.jobs.extend(jobs);
-        // A reboot pod is made once its node's Job completed: it belongs to that Job's batch.
         for pod in pods {
-            let node = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(labels::NODE));
-            let of_node = |b: &Batch| {
-                b.jobs.iter().any(|j| {
-                    node.is_some()
-                        && j.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE)) == node
-                })
-            };
-            match batches.iter_mut().rev().find(|b| of_node(b)) {
-                Some(batch) if !of_node(&current) => batch.pods.push(pod),
-                _ => current.pods.push(pod),
-            }
+            batch_of(&mut batches, &mut current, pod);
         }
         if !created && !changed && decision.node_patches().is_empty() {
             // Nothing moves until the running Jobs finish: this round's batch is complete.
@@ -286,6 +271,28 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         nodes,
         stopped,
     })
+}
+
+/// Puts `pod` in its batch: a reboot pod is made once its node's Job completed, and belongs to
+/// that Job's batch.
+fn batch_of(batches: &mut [Batch], current: &mut Batch, pod: Pod) {
+    let node = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::NODE));
+    let of_node = |b: &Batch| {
+        b.jobs.iter().any(|j| {
+            node.is_some() && j.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE)) == node
+        })
+    };
+    if of_node(current) {
+        current.pods.push(pod);
+    } else if let Some(batch) = batches.iter_mut().rev().find(|b| of_node(b)) {
+        batch.pods.push(pod);
+    } else {
+        current.pods.push(pod);
+    }
 }
 
 /// Whether the controller would roll the Plan out at all, and if not the condition that says why.
