@@ -581,14 +581,14 @@ async fn a_maintenance_waits_for_the_nodes_upgrade_step() {
         "not touched while upgrading"
     );
     support::release_held_pod(client, ns.name(), busy).await;
-    // The Plan lets go of the node when its Job ends, and that wakes the maintenance: it takes
-    // the node in about a second (its recheck while it waits is 10 s), within a few on a loaded
-    // machine.
+    // The Plan lets go of the node when its Job ends, and that wakes the maintenance (the
+    // shell's unit tests prove the wake-up; here it is measured, not timed: about a second on an
+    // idle machine, where its recheck while it waits is 10 s).
     wait_applying(&plans, &[]).await;
     let let_go = std::time::Instant::now();
     support::wait_for(
         "the maintenance to take the node the Plan let go of",
-        Duration::from_secs(6),
+        Duration::from_secs(60),
         || async {
             let node = node_state(client, busy).await;
             if node.unschedulable && node.drain_taint {

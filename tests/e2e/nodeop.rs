@@ -534,15 +534,26 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
             "{node} stays cordoned until it is back"
         );
         let job = statuses[node.as_str()].job_name.clone().unwrap_or_default();
-        let pods =
-            s.ns.api::<Pod>()
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("kairos.io/reboot=true,kairos.io/node={node}")),
-                )
-                .await
-                .expect("list reboot pods")
-                .items;
+        // The reboot pod is made once the Job succeeded, in the reconcile that says so.
+        let pods = support::wait_for(
+            &format!("{node}'s reboot pod"),
+            Duration::from_secs(30),
+            || async {
+                let pods =
+                    s.ns.api::<Pod>()
+                        .list(
+                            &ListParams::default()
+                                .labels(&format!("kairos.io/reboot=true,kairos.io/node={node}")),
+                        )
+                        .await?
+                        .items;
+                match pods.is_empty() {
+                    true => Err(anyhow!("none yet")),
+                    false => Ok(pods),
+                }
+            },
+        )
+        .await;
         let script = pods
             .first()
             .and_then(|p| p.spec.as_ref()?.containers[0].command.clone())

@@ -940,8 +940,20 @@ spec:
         },
     )
     .await;
-    support::simulate_reboot(client, &rebooted[0]).await;
     let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
+    // Its reboot pod is made once the Job is seen complete, just after the status says so.
+    let reboot_pods = ListParams::default().labels(&format!(
+        "slipway.dev/reboot=true,upgrade.cattle.io/node={}",
+        rebooted[0]
+    ));
+    support::wait_for("the reboot pod", Duration::from_secs(60), || async {
+        match pod_api.list(&reboot_pods).await?.items.is_empty() {
+            true => Err(anyhow!("none yet")),
+            false => Ok(()),
+        }
+    })
+    .await;
+    support::simulate_reboot(client, &rebooted[0]).await;
     support::wait_for(
         "the rebooted node to be done and its reboot pod gone",
         Duration::from_secs(120),

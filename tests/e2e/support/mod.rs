@@ -105,6 +105,11 @@ pub async fn cluster() -> Option<Cluster> {
     }
 }
 
+/// The own clusters whose scenes install slipway on kwok: they get one kwok node, labelled
+/// `node-role.kubernetes.io/control-plane` (as the shared cluster's first node is), where the
+/// install's controller pod is scheduled. The installs' cluster has a real control-plane node.
+const WITH_A_CONTROL_PLANE_NODE: [&str; 2] = ["rbac", "quickstart"];
+
 /// The cluster `name` of this test binary's own (not the run's shared one), started by the first
 /// call and torn down when the test process exits: for scenes that would disturb every scene of a
 /// shared cluster ([`scene::SceneBuilder::own_cluster`]). `None` when end-to-end tests are skipped.
@@ -125,7 +130,8 @@ pub async fn own_cluster(name: &'static str) -> Option<Cluster> {
     let found = tokio::task::spawn_blocking(move || {
         cell.get_or_init(|| {
             let _ = rustls::crypto::ring::default_provider().install_default();
-            start_cluster(0).map_err(|e| format!("{e:#}"))
+            let nodes = usize::from(WITH_A_CONTROL_PLANE_NODE.contains(&name));
+            start_cluster(nodes).map_err(|e| format!("{e:#}"))
         })
         .clone()
     })
