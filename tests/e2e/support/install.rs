@@ -32,7 +32,8 @@ pub async fn wait_for_earlier_removal(cluster: &Cluster) {
     let namespaces = kube::Api::<Namespace>::all(cluster.client().await);
     super::wait_for(
         &format!("the namespace {NS} of an earlier install to go"),
-        std::time::Duration::from_secs(120),
+        // Its pods on real nodes end at an emulated kubelet's pace: minutes beside CI's scenes.
+        std::time::Duration::from_secs(600),
         || async {
             let ns = namespaces.get_opt(NS).await?;
             match ns.and_then(|n| n.status).and_then(|s| s.phase).as_deref() {
