@@ -678,6 +678,26 @@ fn config_map_data(manifest: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `command` with each `--timeout=<N>s` four times as long: the README's waits are for real
+/// machines, and these nodes are emulated (beside CI's other scenes, the controller's pod took
+/// more than the README's 2 minutes to be Ready).
+fn stretched(command: &str) -> String {
+    command
+        .split(' ')
+        .map(|word| {
+            let seconds = word
+                .strip_prefix("--timeout=")
+                .and_then(|t| t.strip_suffix('s'))
+                .and_then(|n| n.parse::<u64>().ok());
+            match seconds {
+                Some(n) => format!("--timeout={}s", n * 4),
+                None => word.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The controller of an install: Ready, a real pod on the control-plane node.
 async fn controller_pod_runs_on_the_server(s: &Scene) {
     let pods = Api::<Pod>::namespaced(s.client.clone(), support::install::NS);
@@ -768,7 +788,7 @@ async fn the_quick_start_runs_on_real_nodes() {
                 install.apply_air_gapped(&s.cluster, &dist, INSTALL).await;
                 continue;
             }
-            let out = crate::quickstart::shell(&s.cluster, command).await;
+            let out = crate::quickstart::shell(&s.cluster, &stretched(command)).await;
             eprint!("{out}");
         }
         // In another terminal once the install is there.
