@@ -41,7 +41,7 @@ pub(crate) async fn node_state(client: &Client, name: &str) -> (String, bool, St
 }
 
 /// The Jobs of Plan `plan` in the scene's namespace, by node.
-async fn jobs_by_node(s: &Scene, plan: &str) -> BTreeMap<String, Job> {
+pub(crate) async fn jobs_by_node(s: &Scene, plan: &str) -> BTreeMap<String, Job> {
     let jobs =
         s.ns.api::<Job>()
             .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={plan}")))

@@ -5,16 +5,15 @@
 
 use crate::support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use slipway::plan::api::{NodePhase, Plan};
 
+use crate::real::jobs_by_node;
 use crate::support::budgets::PoolChecker;
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{complete_message, condition_reason, plan_from_yaml, wait_complete};
@@ -44,18 +43,6 @@ async fn hostname(client: &Client, name: &str) -> String {
         .get("kubernetes.io/hostname")
         .cloned()
         .unwrap_or_else(|| name.to_string())
-}
-
-/// The Jobs of Plan `plan` in the scene's namespace, by node.
-async fn jobs_by_node(s: &Scene, plan: &str) -> BTreeMap<String, Job> {
-    let jobs =
-        s.ns.api::<Job>()
-            .list(&ListParams::default().labels(&format!("upgrade.cattle.io/plan={plan}")))
-            .await
-            .expect("list the Plan's Jobs");
-    (jobs.items.into_iter())
-        .filter_map(|j| Some((j.labels().get("upgrade.cattle.io/node")?.clone(), j)))
-        .collect()
 }
 
 /// The Plan's label on node `name` (`plan.upgrade.cattle.io/<plan>`): the hash it is done at.
