@@ -394,7 +394,10 @@ spec:
     );
 }
 
-/// A pod on `node` that looks at its disk: neither the flag nor the drop-in is left.
+/// A pod on `node` that looks at its disk: neither the flag nor the drop-in is left; and, as the
+/// Jobs' kubectl steps do, reaches the API server through the `kubernetes` Service (kube-proxy
+/// once gave up on a node whose kubelet came late, and every later Job there failed). No kubectl
+/// flag: one would turn off its in-cluster configuration.
 async fn no_late_kubelet_left(s: &Scene, node: &str) {
     let check = format!("test ! -e /host{LATE_FLAG} && test ! -e /host{LATE_DROP_IN}");
     s.cluster
@@ -413,6 +416,9 @@ spec:
     image: busybox:1.37
     command: [sh, -c, {check}]
     volumeMounts: [{{name: host, mountPath: /host, readOnly: true}}]
+  - name: service
+    image: rancher/kubectl:v1.30.3
+    args: [auth, whoami]
   volumes: [{{name: host, hostPath: {{path: /}}}}]
 "#,
                 ns = s.ns.name(),
@@ -430,9 +436,14 @@ spec:
             match p.status.and_then(|st| st.phase).as_deref() {
                 Some("Succeeded") => Ok(()),
                 Some("Failed") => panic!(
-                    "the late kubelet's flag or drop-in is still on {node}'s disk: {}",
+                    "the late kubelet's flag or drop-in is still on {node}'s disk, or the API \
+                     server is out of reach through its Service: {} {}",
                     s.cluster
-                        .kubectl(&["-n", s.ns.name(), "logs", "disk-check"])
+                        .kubectl(&["-n", s.ns.name(), "logs", "disk-check", "-c", "check"])
+                        .await
+                        .unwrap_or_default(),
+                    s.cluster
+                        .kubectl(&["-n", s.ns.name(), "logs", "disk-check", "-c", "service"])
                         .await
                         .unwrap_or_default()
                 ),
