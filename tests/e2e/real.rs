@@ -1,9 +1,11 @@
 //! Scenes on real nodes: QEMU guests with a real kubelet, containerd and kube-proxy
 //! ([`crate::support::real`]), where an upgrade Job runs its script on the host, a drain evicts pods
-//! that really run, and a reboot restarts the machine. One scene at a time (one set of guests);
+//! that really run, and a reboot restarts the machine. One scene at a time on each set of guests;
 //! they start before the other scenes, as they take longest.
 //!
-//! The guests are `real-cp` (control-plane, tainted) and `real-1`, `real-2`. Their kubelet reports
+//! The guests are `real-cp` (control-plane, tainted) and `real-w` on the installs' cluster, and a
+//! pair of workers on the shared cluster (`real-1`, `real-2` or `real-3`, `real-4`, whichever
+//! pair is free: [`crate::support::scene::Scene::workers`]). Their kubelet reports
 //! v1.34.1 when the run starts; the upgrade image `slipway.test/kubelet-upgrade:<v>` replaces it
 //! with v1.34.1, v1.34.2 or v1.34.3 and restarts it, as k3s-upgrade replaces and restarts k3s.
 
@@ -22,7 +24,6 @@ use slipway::plan::api::Plan;
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{complete_message, plan_from_yaml, wait_complete};
 use crate::support::process::ChildProcess;
-use crate::support::real::WORKERS;
 use crate::support::scene::{POOL_LABEL, Scene};
 
 /// The node's boot ID, whether it is Ready, and its OS image, read now.
@@ -95,10 +96,11 @@ async fn a_plan_reboots_each_node_for_real_one_after_the_other() {
     let Some(s) = Scene::new("real-reboot").real_nodes().start().await else {
         return;
     };
+    let workers = s.workers();
     drainer_account(&s).await;
     let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
     let mut before = BTreeMap::new();
-    for n in WORKERS {
+    for n in workers {
         before.insert(n.to_string(), node_state(&s.client, n).await.0);
     }
     let version = format!("r{}", &s.ns.name()[s.ns.name().len() - 5..]);
@@ -151,7 +153,7 @@ spec:
         }
     })
     .await;
-    let second = WORKERS
+    let second = workers
         .iter()
         .find(|n| **n != first)
         .expect("two workers")
@@ -187,7 +189,7 @@ spec:
         "real: {first} upgraded and back from its reboot in {took:?}, both in {:?}",
         started.elapsed()
     );
-    for n in WORKERS {
+    for n in workers {
         let (boot, ready, reported) = node_state(&s.client, n).await;
         assert_ne!(boot, before[n], "{n} rebooted: a new boot ID");
         assert!(ready, "{n} is Ready");
@@ -212,6 +214,7 @@ async fn a_drain_evicts_running_pods_through_their_budget() {
     let Some(s) = Scene::new("real-drain").real_nodes().start().await else {
         return;
     };
+    let workers = s.workers();
     drainer_account(&s).await;
     s.cluster
         .kubectl_stdin(
@@ -359,7 +362,7 @@ spec:
     );
     for (pod, node) in &now {
         assert!(
-            WORKERS.contains(&node.as_str()),
+            workers.contains(&node.as_str()),
             "{pod} runs on a worker: {node}"
         );
     }

@@ -1,6 +1,6 @@
 //! Faults on real nodes ([`crate::support::real`]): a guest killed in the middle of its upgrade
-//! Job, and a reboot after which the kubelet does not come back in time. The shared cluster's two
-//! workers, the controller as a process; one scene at a time on the real nodes, as in
+//! Job, and a reboot after which the kubelet does not come back in time. A pair of the shared
+//! cluster's workers, the controller as a process; one scene at a time on each pair, as in
 //! [`crate::real`].
 
 use crate::support;
@@ -17,7 +17,6 @@ use crate::real::jobs_by_node;
 use crate::support::budgets::PoolChecker;
 use crate::support::controller::ControllerProcess;
 use crate::support::plans::{complete_message, condition_reason, plan_from_yaml, wait_complete};
-use crate::support::real::WORKERS;
 use crate::support::scene::{POOL_LABEL, Scene};
 
 /// The node's boot ID and whether it is Ready, read now.
@@ -73,6 +72,7 @@ async fn a_node_killed_in_the_middle_of_its_job_holds_its_slot_until_it_is_back(
     let Some(s) = Scene::new("real-kill").real_nodes().start().await else {
         return;
     };
+    let workers = s.workers();
     let controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &[]);
     let checker = PoolChecker::start(s.client.clone(), s.ns.name().to_string(), s.pool.clone());
     let plan: Plan = plan_from_yaml(&format!(
@@ -125,7 +125,7 @@ spec:
         },
     )
     .await;
-    let second = WORKERS
+    let second = workers
         .iter()
         .find(|n| **n != first)
         .expect("two workers")
@@ -201,7 +201,7 @@ spec:
         "at most one node of the pool unavailable at once (concurrency 1): {most:?}"
     );
     let hash = done.status.as_ref().and_then(|st| st.latest_hash.clone());
-    for n in WORKERS {
+    for n in workers {
         assert_eq!(
             done_hash(&s.client, n, "killed").await,
             hash,
@@ -244,8 +244,9 @@ async fn a_reboot_whose_kubelet_does_not_come_back_times_out() {
     let Some(s) = Scene::new("real-late").real_nodes().start().await else {
         return;
     };
+    let workers = s.workers();
     let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
-    let target = WORKERS[0];
+    let target = workers[0];
     let (boot_before, _) = node_now(&s.client, target).await;
     // The drop-in acts once: the flag is removed (with the drop-in) before the wait, so a later
     // kubelet restart or boot, even one after a kill in the middle of the wait, starts at once.

@@ -1,8 +1,8 @@
-//! slipway's other operations on the shared cluster's real nodes (`real-1`, `real-2`, see
-//! [`crate::real`]): a NodeMaintenance draining pods that really run, a kairos NodeOp writing on the
-//! host and rebooting it, and the reboot agent's DaemonSet asking a RebootPolicy for real reboots.
-//! Each scene has its controller as a process and takes the real nodes alone (group "real nodes")
-//! and the cluster-wide kinds alone (its controller reconciles them all).
+//! slipway's other operations on a pair of the shared cluster's real nodes (see [`crate::real`]):
+//! a NodeMaintenance draining pods that really run, a kairos NodeOp writing on the host and
+//! rebooting it, and the reboot agent's DaemonSet asking a RebootPolicy for real reboots. Each
+//! scene has its controller as a process and takes its pair alone and the cluster-wide kinds alone
+//! (its controller reconciles them all).
 
 use crate::support;
 
@@ -19,7 +19,6 @@ use slipway::nodeop::api::NodeOp;
 
 use crate::real::node_state;
 use crate::support::controller::ControllerProcess;
-use crate::support::real::WORKERS;
 use crate::support::scene::{POOL_LABEL, Scene};
 
 /// The taint NodeMaintenance puts on its node, as medik8s's operator does.
@@ -72,6 +71,7 @@ async fn a_node_maintenance_drains_a_real_node_and_gives_it_back() {
     else {
         return;
     };
+    let workers = s.workers();
     support::ensure_lease_namespace(&s.client).await;
     // One pod on each worker: a cordoned or tainted node leaves the spread (`Honor`), so the
     // evicted pod's replacement may run beside the other.
@@ -109,7 +109,7 @@ spec:
         )
         .await
         .expect("apply the workload");
-    let (node, other) = (WORKERS[0], WORKERS[1]);
+    let (node, other) = (workers[0], workers[1]);
     let first = support::wait_for(
         "a Ready pod on each worker",
         Duration::from_secs(300),
@@ -241,7 +241,8 @@ async fn a_nodeop_writes_on_the_host_and_reboots_it() {
     else {
         return;
     };
-    let node = WORKERS[1];
+    let workers = s.workers();
+    let node = workers[1];
     let (before, _, _) = node_state(&s.client, node).await;
     let _controller =
         ControllerProcess::start(&s.cluster, s.ns.name(), &[("SLIPWAY_NODEOPS", "true")]);
@@ -514,9 +515,10 @@ async fn a_reboot_policy_reboots_the_real_nodes_that_ask() {
     else {
         return;
     };
-    let (sentinel_node, engine_node) = (WORKERS[0], WORKERS[1]);
+    let workers = s.workers();
+    let (sentinel_node, engine_node) = (workers[0], workers[1]);
     let mut before = BTreeMap::new();
-    for n in WORKERS {
+    for n in workers {
         before.insert(n, node_state(&s.client, n).await.0);
     }
     s.cluster
@@ -575,7 +577,7 @@ spec:
     engine.announce(NEED_REBOOT).await;
 
     // Both ask, each naming its current boot.
-    for n in WORKERS {
+    for n in workers {
         support::wait_for(
             &format!("{n}'s agent to ask for a reboot"),
             Duration::from_secs(300),
@@ -624,10 +626,10 @@ spec:
 
     // Until both are back: a new boot, Ready, uncordoned and asking no more.
     let mut back_at: BTreeMap<&str, Duration> = BTreeMap::new();
-    while back_at.len() < WORKERS.len() {
+    while back_at.len() < workers.len() {
         let mut down = Vec::new();
         let mut cordoned = Vec::new();
-        for n in WORKERS {
+        for n in workers {
             let (boot, ready, _) = node_state(&s.client, n).await;
             let (unschedulable, _) = cordon_state(&s.client, n).await;
             if !ready {
@@ -672,7 +674,7 @@ spec:
         }
     })
     .await;
-    for n in WORKERS {
+    for n in workers {
         let (boot, ready, _) = node_state(&s.client, n).await;
         assert_ne!(boot, before[n], "{n} rebooted: a new boot ID");
         assert!(ready, "{n} is Ready");

@@ -4,13 +4,15 @@
 //! one at a time, and the last process of the run stops them with the cluster
 //! (`tests/cluster/down.sh`).
 //!
-//! Each cluster gets its own guests: the run's shared cluster two workers ([`WORKERS`]), for the
-//! scenes that start their controller as a process; the installs' cluster
-//! ([`INSTALLS`]) a control-plane node ([`CONTROL_PLANE`], labelled and tainted as kubeadm and kind
-//! do) and a worker ([`INSTALL_WORKER`]), for the scenes that install slipway as a user would (its
-//! controller a real pod on the control-plane node). Each guest imports slipway's image
-//! (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes) into its containerd at
-//! every boot. Two sets of guests let the two chains of scenes run side by side.
+//! Each cluster gets its own guests: the run's shared cluster two pairs of workers ([`PAIRS`]), for
+//! the scenes that start their controller as a process (a scene takes whichever pair is free);
+//! the installs' cluster ([`INSTALLS`]) a control-plane node ([`CONTROL_PLANE`], labelled and
+//! tainted as kubeadm and kind do) and a worker ([`INSTALL_WORKER`]), for the scenes that install
+//! slipway as a user would (its controller a real pod on the control-plane node). Each guest
+//! imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes)
+//! into its containerd at every boot. Three sets of guests let three chains of scenes run side by
+//! side: most of a scene on real nodes is waiting for a guest (a boot, a reboot, a deadline), not
+//! computing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,14 +35,44 @@ pub const CONTROL_PLANE: &str = "real-cp";
 const ROLE: &str = "node-role.kubernetes.io/control-plane";
 /// The installs' worker.
 pub const INSTALL_WORKER: &str = "real-w";
-/// The shared cluster's real nodes, both workers.
-pub const WORKERS: [&str; 2] = ["real-1", "real-2"];
 
-/// The guests of a cluster: the installs' or the shared one's.
-fn layout(installs: bool) -> Vec<&'static str> {
-    match installs {
-        true => vec![CONTROL_PLANE, INSTALL_WORKER],
-        false => WORKERS.to_vec(),
+/// A set of guests that one scene at a time takes: its turn group and its nodes.
+pub struct Set {
+    pub group: &'static str,
+    pub nodes: &'static [&'static str],
+    /// Which of [`BOOTED`] says it is up.
+    index: usize,
+}
+
+/// The installs' guests.
+pub const OF_INSTALLS: Set = Set {
+    group: INSTALLS,
+    nodes: &[CONTROL_PLANE, INSTALL_WORKER],
+    index: 0,
+};
+
+/// The shared cluster's guests: two pairs of workers.
+pub const PAIRS: [Set; 2] = [
+    Set {
+        group: "real nodes 1-2",
+        nodes: &["real-1", "real-2"],
+        index: 1,
+    },
+    Set {
+        group: "real nodes 3-4",
+        nodes: &["real-3", "real-4"],
+        index: 2,
+    },
+];
+
+/// Whether each set is up: booted by the first scene that takes it.
+static BOOTED: [OnceCell<Result<(), String>>; 3] = [const { OnceCell::const_new() }; 3];
+
+/// The set whose turn group is `group`.
+pub fn set(group: &str) -> &'static Set {
+    match PAIRS.iter().find(|p| p.group == group) {
+        Some(pair) => pair,
+        None => &OF_INSTALLS,
     }
 }
 
@@ -76,24 +108,18 @@ pub fn image_archive() -> PathBuf {
     repo().join(format!("target/image/slipway-{version}.oci.tar"))
 }
 
-/// The real nodes of the cluster (the installs' when `installs`), the control-plane node first;
-/// booted by the first call for that cluster.
-pub async fn nodes(cluster: &Cluster, installs: bool) -> Vec<String> {
-    static SHARED: OnceCell<Result<(), String>> = OnceCell::const_new();
-    static OF_INSTALLS: OnceCell<Result<(), String>> = OnceCell::const_new();
+/// The real nodes of `set`, the control-plane node first; booted by the first call for it.
+pub async fn nodes(cluster: &Cluster, set: &Set) -> Vec<String> {
     let dir = cluster_dir(cluster);
-    let names = layout(installs);
+    let names = set.nodes.to_vec();
     let booting = names.clone();
-    let booted = match installs {
-        true => &OF_INSTALLS,
-        false => &SHARED,
-    }
-    .get_or_init(|| async move {
-        tokio::task::spawn_blocking(move || boot(&dir, &booting))
-            .await
-            .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
-    })
-    .await;
+    let booted = BOOTED[set.index]
+        .get_or_init(|| async move {
+            tokio::task::spawn_blocking(move || boot(&dir, &booting))
+                .await
+                .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
+        })
+        .await;
     if let Err(e) = booted {
         panic!("no real nodes: {e}");
     }

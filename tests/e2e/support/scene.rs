@@ -53,9 +53,6 @@ pub enum Sharing {
 /// RebootPolicies, NodeOps (watched in every namespace).
 pub const CLUSTER_WIDE: Sharing = Sharing::Group("cluster-wide kinds");
 
-/// The group of the scenes on real nodes (there is one set of guests: one scene at a time).
-pub const REAL_NODES: &str = "real nodes";
-
 /// How a scene is set up; see [`Scene::new`].
 pub struct SceneBuilder {
     name: String,
@@ -115,10 +112,11 @@ impl SceneBuilder {
         self.group(name)
     }
 
-    /// The cluster's real nodes (QEMU guests, [`super::real`]: two workers on the shared
-    /// cluster, a control-plane node and a worker on the installs' cluster) join the scene's pool:
-    /// labelled [`POOL_LABEL`] while it runs, and given back uncordoned, without its labels, when
-    /// it ends. One scene at a time; these scenes start before the others, as they take longest.
+    /// Real nodes (QEMU guests, [`super::real`]: a free pair of workers on the shared cluster, a
+    /// control-plane node and a worker on the installs' cluster) join the scene's pool
+    /// ([`Scene::real`]): labelled [`POOL_LABEL`] while it runs, and given back uncordoned,
+    /// without its labels, when it ends. One scene at a time on each set; these scenes start
+    /// before the others, as they take longest.
     pub fn real_nodes(mut self) -> Self {
         self.real = true;
         self
@@ -132,16 +130,18 @@ impl SceneBuilder {
 
     /// Waits for the scene's turn, then makes its namespace and nodes. `None` when end-to-end
     /// tests are skipped (`SLIPWAY_E2E=skip`).
-    pub async fn start(mut self) -> Option<Scene> {
+    pub async fn start(self) -> Option<Scene> {
         let cluster = match self.own_cluster {
             None => super::cluster().await?,
             Some(name) => super::own_cluster(name).await?,
         };
         let waiting = Instant::now();
-        // An own cluster's scenes take turns already; the shared cluster's real nodes are a group.
-        if self.real && self.own_cluster.is_none() {
-            self.groups.insert(REAL_NODES);
-        }
+        // An own cluster's scenes take turns already; a scene on the shared cluster's real nodes
+        // takes a free pair of them.
+        let one_of: Vec<&'static str> = match self.real && self.own_cluster.is_none() {
+            true => super::real::PAIRS.iter().map(|p| p.group).collect(),
+            false => Vec::new(),
+        };
         let priority = match (self.real, self.groups.is_empty()) {
             (true, _) => Priority::RealNodes,
             (false, false) => Priority::Group,
@@ -150,6 +150,7 @@ impl SceneBuilder {
         let turn = turns::take(Ask {
             alone: self.alone,
             groups: self.groups.clone(),
+            one_of,
             priority,
         })
         .await;
@@ -169,8 +170,11 @@ impl SceneBuilder {
         let real = match self.real {
             false => Vec::new(),
             true => {
-                let installs = self.own_cluster == Some(super::real::INSTALLS);
-                let real = super::real::nodes(&cluster, installs).await;
+                let set = match turn.chosen() {
+                    Some(pair) => super::real::set(pair),
+                    None => &super::real::OF_INSTALLS,
+                };
+                let real = super::real::nodes(&cluster, set).await;
                 super::real::take(&client, &real, &labels).await;
                 real
             }
@@ -230,6 +234,14 @@ impl Scene {
     /// when the scene ends.
     pub fn name(&self, what: &str) -> String {
         format!("{}-{what}", self.ns.name())
+    }
+
+    /// The scene's two real workers (a pair of the shared cluster's guests).
+    pub fn workers(&self) -> [&str; 2] {
+        match self.real.as_slice() {
+            [a, b] => [a.as_str(), b.as_str()],
+            other => panic!("the scene has no pair of real workers: {other:?}"),
+        }
     }
 
     /// The label selector of the pool's nodes.

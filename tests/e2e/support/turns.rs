@@ -6,7 +6,9 @@
 //! (at most one scene of a group runs at a time), whether it must run alone, and its priority:
 //! among the scenes waiting, the first in priority order that can run now starts, so that the
 //! longest chains (the real nodes, the groups) start first rather than in libtest's alphabetical
-//! order. A scene waiting to run alone lets nothing start behind it, so it is never starved.
+//! order. A scene waiting to run alone lets nothing start behind it, so it is never starved. A
+//! scene may also ask for any one of a few groups (a set of real nodes among several): it starts
+//! when one of them is free and holds that one.
 //!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
@@ -35,6 +37,8 @@ pub enum Priority {
 pub struct Ask {
     pub alone: bool,
     pub groups: BTreeSet<&'static str>,
+    /// Any one of these groups, the first free one (none when empty).
+    pub one_of: Vec<&'static str>,
     pub priority: Priority,
 }
 
@@ -72,6 +76,12 @@ impl State {
             && self.running < limit
             && (!ask.alone || self.running == 0)
             && ask.groups.is_disjoint(&self.held)
+            && (ask.one_of.is_empty() || self.free_of(ask).is_some())
+    }
+
+    /// The first of the scene's `one_of` groups that no running scene holds.
+    fn free_of(&self, ask: &Ask) -> Option<&'static str> {
+        ask.one_of.iter().copied().find(|g| !self.held.contains(g))
     }
 
     /// The scene that starts next, if any may.
@@ -93,6 +103,14 @@ impl State {
 /// A scene's turn; giving it back (dropping it) lets the next scenes start.
 pub struct Turn {
     ask: Ask,
+    chosen: Option<&'static str>,
+}
+
+impl Turn {
+    /// Which of the `one_of` groups the scene holds.
+    pub fn chosen(&self) -> Option<&'static str> {
+        self.chosen
+    }
 }
 
 impl Drop for Turn {
@@ -102,7 +120,7 @@ impl Drop for Turn {
         if self.ask.alone {
             s.alone = false;
         }
-        for g in &self.ask.groups {
+        for g in self.ask.groups.iter().chain(&self.chosen) {
             s.held.remove(g);
         }
         drop(s);
@@ -132,10 +150,12 @@ pub async fn take(ask: Ask) -> Turn {
                 s.running += 1;
                 s.alone |= ask.alone;
                 s.held.extend(ask.groups.iter().copied());
+                let chosen = s.free_of(&ask);
+                s.held.extend(chosen);
                 drop(s);
                 // The next scene may be able to start too.
                 CHANGED.notify_waiters();
-                return Turn { ask };
+                return Turn { ask, chosen };
             }
             (since < GATHER).then(|| GATHER - since)
         };
@@ -154,6 +174,7 @@ mod tests {
         Ask {
             alone,
             groups: groups.iter().copied().collect(),
+            one_of: Vec::new(),
             priority,
         }
     }
@@ -210,5 +231,28 @@ mod tests {
         s.running = 1;
         s.waiting.retain(|(id, _)| *id != 0);
         assert_eq!(s.next(6), None, "nothing beside a scene alone");
+    }
+
+    #[test]
+    fn a_scene_takes_any_free_one_of_its_groups() {
+        let either = |alone| Ask {
+            one_of: vec!["a", "b"],
+            ..ask(alone, &[], Priority::RealNodes)
+        };
+        let mut s = state_with(vec![either(false), either(false), either(false)]);
+        assert_eq!(s.next(6), Some(0));
+        assert_eq!(s.free_of(&either(false)), Some("a"));
+        s.held.insert("a");
+        s.running = 1;
+        s.waiting.retain(|(id, _)| *id != 0);
+        assert_eq!(s.next(6), Some(1), "the other group is free");
+        assert_eq!(s.free_of(&either(false)), Some("b"));
+        s.held.insert("b");
+        s.running = 2;
+        s.waiting.retain(|(id, _)| *id != 1);
+        assert_eq!(s.next(6), None, "both groups held");
+        s.held.remove("a");
+        assert_eq!(s.next(6), Some(2));
+        assert_eq!(s.free_of(&either(false)), Some("a"));
     }
 }
