@@ -17,6 +17,8 @@ pub struct NodeInfo {
     pub unschedulable: bool,
     /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// When the `Ready` condition last turned `True` (its `lastTransitionTime`), while it is.
+    pub ready_since: Option<jiff::Timestamp>,
     /// `status.nodeInfo.bootID`; it changes when the node reboots.
     pub boot_id: String,
     /// The node's annotations whose keys the process keeps (see [`NodeInfo::from_node_keeping`]).
@@ -63,6 +65,13 @@ impl NodeInfo {
                 .into_iter()
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True"),
+            ready_since: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready" && c.status == "True")
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
             boot_id: status
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.boot_id.clone())

@@ -65,8 +65,9 @@ fn version_of(s: &Scene) -> String {
 /// the Plan's slot: once the controller has settled on the node being down, the Plan still applies
 /// to it alone and the other node has no Job; an independent checker of the pool never sees two
 /// nodes unavailable at once (a live Job or NotReady). Started again, the node runs its Job again
-/// and the rollout finishes on both nodes, the second node's Job created only after the first's
-/// completed.
+/// (the kubelet never starts the lost pod again: slipway recreates the Job, `JobKilledByReboot`,
+/// rather than wait for its deadline) and the rollout finishes on both nodes, the second node's
+/// Job created only after the first's completed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_in_the_middle_of_its_job_holds_its_slot_until_it_is_back() {
     let Some(s) = Scene::new("real-kill").real_nodes().start().await else {
@@ -194,6 +195,11 @@ spec:
     assert!(
         second_created.0 >= completed.0,
         "{second}'s Job ({second_created:?}) was created before {first}'s completed ({completed:?})"
+    );
+    let reasons = s.ns.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "JobKilledByReboot"),
+        "{first}'s Job was recreated for its lost pod, not left to its deadline: {reasons:?}"
     );
     let most = checker.most();
     assert!(

@@ -92,8 +92,17 @@ impl<'a> PlanJob<'a> {
             (Some(live), Some(wanted)) => live == wanted,
             _ => true,
         };
+        let counts = self.job.status.as_ref().map(|s| {
+            [s.ready, s.failed, s.succeeded]
+                .into_iter()
+                .map(|n| n.unwrap_or(0))
+                .sum::<i32>()
+        });
         match &self.outcome {
-            Outcome::Running => JobSeen::Running { template_current },
+            Outcome::Running => JobSeen::Running {
+                template_current,
+                pods_idle: counts.unwrap_or(0) == 0,
+            },
             Outcome::Complete { at } => JobSeen::Complete { at: *at },
             Outcome::Failed { message, .. } => JobSeen::Failed {
                 message: message.clone(),
@@ -226,4 +235,55 @@ fn annotation_ttl_left(job: &Job, finished: Option<Timestamp>, now: Timestamp) -
         .and_then(|t| now.duration_since(t).try_into().ok())
         .unwrap_or_default();
     Some(ttl.saturating_sub(age))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::JobStatus;
+
+    fn job(status: Option<JobStatus>) -> Job {
+        Job {
+            metadata: kube::api::ObjectMeta {
+                name: Some("j1".into()),
+                ..Default::default()
+            },
+            status,
+            ..Default::default()
+        }
+    }
+
+    fn idle(status: Option<JobStatus>) -> bool {
+        let j = job(status);
+        match PlanJob::read(&j).map(|p| p.seen(None)) {
+            Some(JobSeen::Running { pods_idle, .. }) => pods_idle,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_running_jobs_pods_are_idle_until_one_is_ready_or_ends() {
+        assert!(idle(None));
+        assert!(idle(Some(JobStatus {
+            active: Some(1),
+            ready: Some(0),
+            ..Default::default()
+        })));
+        for counted in [
+            JobStatus {
+                ready: Some(1),
+                ..Default::default()
+            },
+            JobStatus {
+                failed: Some(1),
+                ..Default::default()
+            },
+            JobStatus {
+                succeeded: Some(1),
+                ..Default::default()
+            },
+        ] {
+            assert!(!idle(Some(counted.clone())), "{counted:?}");
+        }
+    }
 }

@@ -21,6 +21,9 @@ use crate::plan::api::NodePhase;
 pub const JOB_FAILED: &str = "JobFailed";
 /// The event of a Job killed by its own node's reboot (and recreated).
 pub const JOB_KILLED_BY_REBOOT: &str = "JobKilledByReboot";
+/// How long a node back from a reboot has before its Job's lost pod counts as lost: the kubelet
+/// reports its pods and the job controller its counts well within it.
+pub const LOST_POD_GRACE: Duration = Duration::from_secs(30);
 /// The event of a node quarantined by the failure policy.
 pub const QUARANTINED: &str = "Quarantined";
 
@@ -76,6 +79,9 @@ pub enum JobSeen {
     Absent,
     Running {
         template_current: bool,
+        /// No pod of the Job is ready and none has ended (`status.ready`, `failed` and
+        /// `succeeded` all 0): nothing has run since the Job's first pod, or its pod was lost.
+        pods_idle: bool,
     },
     Complete {
         at: Option<Timestamp>,
@@ -319,9 +325,40 @@ pub(super) fn upgrading(
         JobSeen::Absent => NodeState::Pending { job, since },
         JobSeen::Running {
             template_current: false,
+            ..
         } => {
             actions.push(NodeAction::DeleteJob("its pod template changed".into()));
             NodeState::Pending { job, since: now }
+        }
+        // The node rebooted since the Job was created (a power cut, a kernel panic, someone's
+        // reboot) and its pod has not run since: the kubelet never starts a `restartPolicy:
+        // Never` pod that ran on an earlier boot again, and the Job would wait for its deadline.
+        JobSeen::Running {
+            pods_idle: true, ..
+        } if obs.node.ready
+            && attempts.reboots < crate::plan::core::failure::MAX_REBOOT_RETRIES
+            && boot.as_ref().is_some_and(|b| *b != obs.node.boot_id) =>
+        {
+            let back: Duration = (obs.node.ready_since)
+                .and_then(|t| now.duration_since(t).try_into().ok())
+                .unwrap_or_default();
+            if back < LOST_POD_GRACE {
+                actions.push(NodeAction::Recheck(LOST_POD_GRACE - back));
+                return same(job, boot, since);
+            }
+            let message = format!(
+                "Job {}/{job} on Node {}: its pod was lost when the node rebooted and has not \
+                 run since it is back",
+                ctx.namespace, obs.node.name
+            );
+            let lost = NodeState::Failed {
+                job,
+                message,
+                generation,
+                since: now,
+                attempts,
+            };
+            job_failed(lost, true, obs, ctx, now, actions)
         }
         JobSeen::Running { .. } => same(job, boot, since),
         JobSeen::Complete { at } => {

@@ -117,6 +117,7 @@ fn selected_waits_for_an_older_job_of_the_node() {
 fn upgrading_follows_its_job() {
     let running = JobSeen::Running {
         template_current: true,
+        pods_idle: false,
     };
     assert_eq!(
         step(upgrading(), &node(), running, &ctx()),
@@ -132,6 +133,7 @@ fn upgrading_follows_its_job() {
         &node(),
         JobSeen::Running {
             template_current: false,
+            pods_idle: false,
         },
         &ctx(),
     );
@@ -533,6 +535,103 @@ fn a_job_killed_by_its_nodes_reboot_is_recreated_even_under_hold() {
     // Without a reboot, Hold holds.
     let (s, _) = step(upgrading(), &node(), job_failed(), &ctx());
     assert!(matches!(s, NodeState::Failed { .. }));
+}
+
+fn idle_job() -> JobSeen {
+    JobSeen::Running {
+        template_current: true,
+        pods_idle: true,
+    }
+}
+
+/// The node back from a reboot (boot b2), Ready since `since`.
+fn back_since(since: &str) -> NodeInfo {
+    NodeInfo {
+        boot_id: "b2".into(),
+        ready_since: Some(t(since)),
+        ..node()
+    }
+}
+
+#[test]
+fn a_job_whose_pod_was_lost_in_a_reboot_is_recreated_once_the_node_is_back() {
+    let (s, a) = step(upgrading(), &back_since(T0), idle_job(), &ctx());
+    assert!(matches!(
+        s,
+        NodeState::Retrying { attempts: Attempts { reboots: 1, retries: 0 }, at, .. } if at == t(T1)
+    ));
+    assert!(matches!(&a[0], NodeAction::DeleteJob(_)));
+    match &a[1] {
+        NodeAction::Warn {
+            reason: JOB_KILLED_BY_REBOOT,
+            message,
+        } => assert!(message.contains("lost when the node rebooted"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_node_just_back_gets_the_grace_before_its_pod_counts_as_lost() {
+    let (s, a) = step(
+        upgrading(),
+        &back_since("2026-11-22T10:00:50Z"),
+        idle_job(),
+        &ctx(),
+    );
+    assert_eq!(s, upgrading());
+    assert_eq!(
+        a,
+        [NodeAction::Recheck(
+            LOST_POD_GRACE - Duration::from_secs(10)
+        )]
+    );
+}
+
+#[test]
+fn a_job_with_a_pod_that_ran_or_a_node_not_back_is_left_to_run() {
+    let ran = JobSeen::Running {
+        template_current: true,
+        pods_idle: false,
+    };
+    // A pod ready or ended since (a replacement pod on the new boot): the Job is alive.
+    assert_eq!(
+        step(upgrading(), &back_since(T0), ran, &ctx()),
+        (upgrading(), vec![])
+    );
+    // No reboot since the Job was made: a pod waiting for its image, say.
+    let same_boot = NodeInfo {
+        ready_since: Some(t(T0)),
+        ..node()
+    };
+    assert_eq!(
+        step(upgrading(), &same_boot, idle_job(), &ctx()),
+        (upgrading(), vec![])
+    );
+    // Rebooted but not Ready yet.
+    let down = NodeInfo {
+        ready: false,
+        ready_since: None,
+        ..back_since(T0)
+    };
+    assert_eq!(
+        step(upgrading(), &down, idle_job(), &ctx()),
+        (upgrading(), vec![])
+    );
+    // The reboot retries are used up: the Job's deadline ends it.
+    let used = NodeState::Upgrading {
+        job: "j1".into(),
+        boot: Some("b1".into()),
+        since: t(T0),
+        generation: Some(1),
+        attempts: Attempts {
+            reboots: crate::plan::core::failure::MAX_REBOOT_RETRIES,
+            retries: 0,
+        },
+    };
+    assert_eq!(
+        step(used.clone(), &back_since(T0), idle_job(), &ctx()),
+        (used, vec![])
+    );
 }
 
 #[test]
