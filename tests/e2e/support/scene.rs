@@ -131,9 +131,11 @@ impl SceneBuilder {
     /// Waits for the scene's turn, then makes its namespace and nodes. `None` when end-to-end
     /// tests are skipped (`SLIPWAY_E2E=skip`).
     pub async fn start(self) -> Option<Scene> {
-        let cluster = match self.own_cluster {
-            None => super::cluster().await?,
-            Some(name) => super::own_cluster(name).await?,
+        // The shared cluster is up before any turn; an own cluster starts in the turn of its first
+        // scene, not beside the guests' boot.
+        let shared = match self.own_cluster {
+            None => Some(super::cluster().await?),
+            Some(_) => None,
         };
         let waiting = Instant::now();
         // An own cluster's scenes take turns already; a scene on the shared cluster's real nodes
@@ -147,7 +149,7 @@ impl SceneBuilder {
             (false, false) => Priority::Group,
             (false, true) => Priority::Shared,
         };
-        let turn = turns::take(Ask {
+        let mut turn = turns::take(Ask {
             alone: self.alone,
             groups: self.groups.clone(),
             one_of,
@@ -155,6 +157,10 @@ impl SceneBuilder {
         })
         .await;
         let started = Instant::now();
+        let cluster = match self.own_cluster {
+            None => shared?,
+            Some(name) => super::own_cluster(name).await?,
+        };
         let client = cluster.client().await;
         let mut crds = vec!["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"];
         crds.extend(self.crds.iter().copied());
@@ -175,6 +181,7 @@ impl SceneBuilder {
                     None => &super::real::OF_INSTALLS,
                 };
                 let real = super::real::nodes(&cluster, set).await;
+                turn.booted();
                 super::real::take(&client, &real, &labels).await;
                 real
             }

@@ -10,6 +10,10 @@
 //! scene may also ask for any one of a few groups (a set of real nodes among several): it starts
 //! when one of them is free and holds that one.
 //!
+//! While a scene on real nodes waits for its guests to boot ([`Turn::booted`]), no other scene
+//! starts: booting emulated guests is the run's heaviest work and the start of its longest chains,
+//! and beside a full load of other scenes a boot once took more than ten minutes.
+//!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
 //! than scenes (scripts/ci.sh does): every scene then asks at once, and the first turns are given
@@ -47,6 +51,8 @@ struct State {
     running: usize,
     alone: bool,
     held: BTreeSet<&'static str>,
+    /// Scenes on real nodes that have their turn and wait for their guests.
+    booting: usize,
     waiting: Vec<(u64, Ask)>,
     next_id: u64,
     first_ask: Option<Instant>,
@@ -77,6 +83,7 @@ impl State {
             && (!ask.alone || self.running == 0)
             && ask.groups.is_disjoint(&self.held)
             && (ask.one_of.is_empty() || self.free_of(ask).is_some())
+            && (ask.priority == Priority::RealNodes || self.booting == 0)
     }
 
     /// The first of the scene's `one_of` groups that no running scene holds.
@@ -104,6 +111,7 @@ impl State {
 pub struct Turn {
     ask: Ask,
     chosen: Option<&'static str>,
+    booting: bool,
 }
 
 impl Turn {
@@ -111,12 +119,23 @@ impl Turn {
     pub fn chosen(&self) -> Option<&'static str> {
         self.chosen
     }
+
+    /// The scene on real nodes has its guests (booted now or before): other scenes may start.
+    pub fn booted(&mut self) {
+        if std::mem::take(&mut self.booting) {
+            state().booting -= 1;
+            CHANGED.notify_waiters();
+        }
+    }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         let mut s = state();
         s.running -= 1;
+        if self.booting {
+            s.booting -= 1;
+        }
         if self.ask.alone {
             s.alone = false;
         }
@@ -152,10 +171,16 @@ pub async fn take(ask: Ask) -> Turn {
                 s.held.extend(ask.groups.iter().copied());
                 let chosen = s.free_of(&ask);
                 s.held.extend(chosen);
+                let booting = ask.priority == Priority::RealNodes;
+                s.booting += usize::from(booting);
                 drop(s);
                 // The next scene may be able to start too.
                 CHANGED.notify_waiters();
-                return Turn { ask, chosen };
+                return Turn {
+                    ask,
+                    chosen,
+                    booting,
+                };
             }
             (since < GATHER).then(|| GATHER - since)
         };
@@ -254,5 +279,21 @@ mod tests {
         s.held.remove("a");
         assert_eq!(s.next(6), Some(2));
         assert_eq!(s.free_of(&either(false)), Some("a"));
+    }
+
+    #[test]
+    fn nothing_but_real_node_scenes_starts_while_guests_boot() {
+        let mut s = state_with(vec![
+            ask(false, &[], Priority::Shared),
+            ask(false, &["g"], Priority::Group),
+            ask(false, &["real"], Priority::RealNodes),
+        ]);
+        s.booting = 1;
+        s.running = 1;
+        assert_eq!(s.next(6), Some(2));
+        s.waiting.retain(|(id, _)| *id != 2);
+        assert_eq!(s.next(6), None, "a boot under way holds the others");
+        s.booting = 0;
+        assert_eq!(s.next(6), Some(1), "the group's scene, then the shared one");
     }
 }
