@@ -157,6 +157,10 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
         if dir.join("guests").join(name).exists() {
             cmd.arg(dir).arg(name);
         }
+        // Six guests boot side by side at the start of a run: 4-6 minutes on 2 idle cores.
+        if std::env::var_os("SLIPWAY_NODES_TIMEOUT").is_none() {
+            cmd.env("SLIPWAY_NODES_TIMEOUT", "900");
+        }
         let log = dir.join(format!("logs/guest-{name}-up.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
