@@ -346,18 +346,7 @@ pub(super) fn upgrading(
                 actions.push(NodeAction::Recheck(LOST_POD_GRACE - back));
                 return same(job, boot, since);
             }
-            let message = format!(
-                "Job {}/{job} on Node {}: its pod was lost when the node rebooted and has not \
-                 run since it is back",
-                ctx.namespace, obs.node.name
-            );
-            let lost = NodeState::Failed {
-                job,
-                message,
-                generation,
-                since: now,
-                attempts,
-            };
+            let lost = lost_pod(job, generation, attempts, obs, ctx, now);
             job_failed(lost, true, obs, ctx, now, actions)
         }
         JobSeen::Running { .. } => same(job, boot, since),
@@ -380,6 +369,29 @@ pub(super) fn upgrading(
             };
             job_failed(failed, rebooted, obs, ctx, now, actions)
         }
+    }
+}
+
+/// The node's Job whose pod was lost in a reboot, as a failure the reboot retries recreate.
+fn lost_pod(
+    job: String,
+    generation: Option<i64>,
+    attempts: Attempts,
+    obs: &Observation<'_>,
+    ctx: &PlanContext,
+    now: Timestamp,
+) -> NodeState {
+    let message = format!(
+        "Job {}/{job} on Node {}: its pod was lost when the node rebooted and has not run since \
+         it is back",
+        ctx.namespace, obs.node.name
+    );
+    NodeState::Failed {
+        job,
+        message,
+        generation,
+        since: now,
+        attempts,
     }
 }
 
