@@ -273,7 +273,7 @@ spec:
             .collect();
         anyhow::Ok(ready)
     };
-    let first_pods = support::wait_for("two Ready pods", Duration::from_secs(300), || async {
+    let first_pods = support::wait_for("two Ready pods", Duration::from_secs(600), || async {
         let ready = ready_pods().await?;
         match ready.len() {
             2 => Ok(ready),
@@ -327,7 +327,7 @@ spec:
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(600),
+            started.elapsed() < Duration::from_secs(1200),
             "the drains did not finish: {}",
             complete_message(&plan)
         );
@@ -338,7 +338,7 @@ spec:
     for (pod, node) in &first_pods {
         support::wait_for(
             &format!("{pod} (on {node}) to end"),
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             || async {
                 match pods.get_opt(pod).await? {
                     None => Ok(()),
@@ -348,7 +348,7 @@ spec:
         )
         .await;
     }
-    let now = support::wait_for("two Ready pods again", Duration::from_secs(300), || async {
+    let now = support::wait_for("two Ready pods again", Duration::from_secs(600), || async {
         let ready = ready_pods().await?;
         match ready.len() {
             2 => Ok(ready),
@@ -476,7 +476,7 @@ async fn upgrade_the_k3s_pair(s: &Scene, version: &str) -> Duration {
             }
         }
         assert!(
-            started.elapsed() < Duration::from_secs(900),
+            started.elapsed() < Duration::from_secs(1500),
             "not every node reports {version}: {now:?}; {said:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -491,7 +491,7 @@ async fn upgrade_the_k3s_pair(s: &Scene, version: &str) -> Duration {
     }
     let plans = Api::<Plan>::namespaced(s.client.clone(), support::install::NS);
     for p in ["server-plan", "agent-plan"] {
-        wait_complete(&plans, p, Duration::from_secs(300)).await;
+        wait_complete(&plans, p, Duration::from_secs(600)).await;
     }
     started.elapsed()
 }
@@ -706,7 +706,7 @@ async fn controller_pod_runs_on_the_server(s: &Scene) {
     let pods = Api::<Pod>::namespaced(s.client.clone(), support::install::NS);
     support::wait_for(
         "the controller's pod Ready on the control-plane node",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || async {
             let list = pods
                 .list(

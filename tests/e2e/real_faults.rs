@@ -108,7 +108,7 @@ spec:
     let pods = s.ns.api::<Pod>();
     let first = support::wait_for(
         "the first Job's pod to run",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || async {
             let Some((node, job)) = jobs_by_node(&s, "killed").await.into_iter().next() else {
                 bail!("no Job yet");
@@ -138,7 +138,7 @@ spec:
     let killed = Instant::now();
     support::wait_for(
         &format!("{first} to turn NotReady"),
-        Duration::from_secs(240),
+        Duration::from_secs(480),
         || async {
             assert!(
                 !jobs_by_node(&s, "killed").await.contains_key(&second),
@@ -313,7 +313,7 @@ spec:
     let host = hostname(&s.client, target).await;
     support::wait_for(
         &format!("the Plan to have {target} Rebooting"),
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let p = plans.get("late").await?;
             let nodes = p.status.map(|st| st.nodes).unwrap_or_default();
@@ -363,7 +363,7 @@ spec:
     assert_eq!(status.applying, vec![host], "the node keeps its slot");
     let events = support::wait_for(
         "a RebootTimedOut event",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             let list = s.ns.api::<Event>().list(&ListParams::default()).await?;
             let found: Vec<Event> = (list.items.into_iter())
@@ -437,7 +437,7 @@ spec:
     let pods = s.ns.api::<Pod>();
     support::wait_for(
         "the disk check to succeed",
-        Duration::from_secs(180),
+        Duration::from_secs(600),
         || async {
             let p = pods.get("disk-check").await?;
             match p.status.and_then(|st| st.phase).as_deref() {

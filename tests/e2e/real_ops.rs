@@ -112,7 +112,7 @@ spec:
     let (node, other) = (workers[0], workers[1]);
     let first = support::wait_for(
         "a Ready pod on each worker",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || async {
             let ready = ready_pods(&s, "web").await?;
             let on = |n: &str| ready.iter().filter(|(_, on)| on.as_str() == n).count();
@@ -145,7 +145,7 @@ spec:
         .expect("create the NodeMaintenance");
     let done = support::wait_for(
         "the maintenance drained",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || async {
             let nm = nms.get(&name).await?;
             let status = nm.status.unwrap_or_default();
@@ -175,7 +175,7 @@ spec:
     let pods = s.ns.api::<Pod>();
     support::wait_for(
         &format!("{evicted} (on {node}) to end"),
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || async {
             match pods.get_opt(&evicted).await? {
                 None => Ok(()),
@@ -186,7 +186,7 @@ spec:
     .await;
     let now = support::wait_for(
         "two Ready pods on the other worker",
-        Duration::from_secs(120),
+        Duration::from_secs(240),
         || async {
             let ready = ready_pods(&s, "web").await?;
             match ready.values().filter(|n| n.as_str() == other).count() {
@@ -207,7 +207,7 @@ spec:
     nms.delete(&name, &DeleteParams::default())
         .await
         .expect("delete the NodeMaintenance");
-    support::wait_for("the node given back", Duration::from_secs(120), || async {
+    support::wait_for("the node given back", Duration::from_secs(240), || async {
         let (cordoned, taints) = cordon_state(&s.client, node).await;
         let gone = nms.get_opt(&name).await?.is_none();
         match (cordoned, taints.iter().any(|t| t == DRAIN_TAINT), gone) {
@@ -476,7 +476,7 @@ async fn pod_states(s: &Scene, app: &str) -> anyhow::Result<Vec<String>> {
 async fn running_pod(s: &Scene, app: &str, node: &str) -> String {
     support::wait_for(
         &format!("{app}'s pod running on {node}"),
-        Duration::from_secs(180),
+        Duration::from_secs(360),
         || async {
             let list =
                 s.ns.api::<Pod>()
@@ -570,7 +570,7 @@ spec:
     let address = format!("tcp:host=127.0.0.1,port={local}");
     let engine = support::wait_for(
         "the stand-in engine on the host's bus",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || Engine::serve_anonymously(&address, IDLE),
     )
     .await;
@@ -580,7 +580,7 @@ spec:
     for n in workers {
         support::wait_for(
             &format!("{n}'s agent to ask for a reboot"),
-            Duration::from_secs(300),
+            Duration::from_secs(600),
             || async {
                 match reboot_request(&s.client, n).await {
                     Some(boot) if boot == before[n] => Ok(()),
@@ -666,7 +666,7 @@ spec:
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     drop(engine);
-    let status = support::wait_for("the policy's records", Duration::from_secs(120), || async {
+    let status = support::wait_for("the policy's records", Duration::from_secs(240), || async {
         let status = policies.get(&name).await?.status.unwrap_or_default();
         match status.nodes.is_empty() && status.rebooted.len() == 2 {
             true => Ok(status),

@@ -14,6 +14,11 @@
 //! starts: booting emulated guests is the run's heaviest work and the start of its longest chains,
 //! and beside a full load of other scenes a boot once took more than ten minutes.
 //!
+//! While scenes on real nodes run, at most `SLIPWAY_E2E_BESIDE_REAL` other scenes (2 by default) run
+//! beside them: an emulated guest is slow in proportion to the load, and the real nodes' waits
+//! (a boot, a reboot, a kubelet's heartbeat) are measured in wall time. At load 22 (6 scenes and 6
+//! guests on 2 cores) a guest took 447 s to come back from a restart.
+//!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
 //! than scenes (scripts/ci.sh does): every scene then asks at once, and the first turns are given
@@ -49,6 +54,11 @@ pub struct Ask {
 #[derive(Default)]
 struct State {
     running: usize,
+    /// Of which scenes on real nodes.
+    real_running: usize,
+    /// How many other scenes may run beside scenes on real nodes (read at the first ask; no
+    /// limit when unset).
+    beside_real: Option<usize>,
     alone: bool,
     held: BTreeSet<&'static str>,
     /// Scenes on real nodes that have their turn and wait for their guests.
@@ -68,6 +78,13 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn beside_real() -> usize {
+    std::env::var("SLIPWAY_E2E_BESIDE_REAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
 fn limit() -> usize {
     std::env::var("SLIPWAY_E2E_SCENES")
         .ok()
@@ -84,6 +101,11 @@ impl State {
             && ask.groups.is_disjoint(&self.held)
             && (ask.one_of.is_empty() || self.free_of(ask).is_some())
             && (ask.priority == Priority::RealNodes || self.booting == 0)
+            && (ask.priority == Priority::RealNodes
+                || self.real_running == 0
+                || self
+                    .beside_real
+                    .is_none_or(|most| self.running - self.real_running < most))
     }
 
     /// The first of the scene's `one_of` groups that no running scene holds.
@@ -133,6 +155,9 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let mut s = state();
         s.running -= 1;
+        if self.ask.priority == Priority::RealNodes {
+            s.real_running -= 1;
+        }
         if self.booting {
             s.booting -= 1;
         }
@@ -154,6 +179,7 @@ pub async fn take(ask: Ask) -> Turn {
         let id = s.next_id;
         s.next_id += 1;
         s.first_ask.get_or_insert_with(Instant::now);
+        s.beside_real.get_or_insert_with(beside_real);
         s.waiting.push((id, ask.clone()));
         id
     };
@@ -167,6 +193,9 @@ pub async fn take(ask: Ask) -> Turn {
             if since >= GATHER && s.next(limit()) == Some(id) {
                 s.waiting.retain(|(w, _)| *w != id);
                 s.running += 1;
+                if ask.priority == Priority::RealNodes {
+                    s.real_running += 1;
+                }
                 s.alone |= ask.alone;
                 s.held.extend(ask.groups.iter().copied());
                 let chosen = s.free_of(&ask);
@@ -295,5 +324,30 @@ mod tests {
         assert_eq!(s.next(6), None, "a boot under way holds the others");
         s.booting = 0;
         assert_eq!(s.next(6), Some(1), "the group's scene, then the shared one");
+    }
+
+    #[test]
+    fn few_scenes_run_beside_scenes_on_real_nodes() {
+        let mut s = state_with(vec![
+            ask(false, &[], Priority::Shared),
+            ask(false, &[], Priority::Shared),
+            ask(false, &["real b"], Priority::RealNodes),
+        ]);
+        s.beside_real = Some(1);
+        s.held.insert("real a");
+        s.running = 2;
+        s.real_running = 1;
+        assert_eq!(s.next(6), Some(2), "another scene on real nodes may start");
+        s.waiting.retain(|(id, _)| *id != 2);
+        assert_eq!(s.next(6), None, "one other scene already runs beside them");
+        s.running = 1;
+        assert_eq!(s.next(6), Some(0));
+        s.real_running = 0;
+        s.running = 5;
+        assert_eq!(
+            s.next(6),
+            Some(0),
+            "without scenes on real nodes, the limit is the run's"
+        );
     }
 }
