@@ -4,8 +4,8 @@
 //! they start before the other scenes, as they take longest.
 //!
 //! The guests are `real-cp` (control-plane, tainted) and `real-w` on the installs' cluster, and a
-//! pair of workers on the shared cluster (`real-1`, `real-2` or `real-3`, `real-4`, whichever
-//! pair is free: [`crate::support::scene::Scene::workers`]). Their kubelet reports
+//! pair of workers on the shared cluster (`real-1`, `real-2`, or `real-3`, `real-4` when the run has
+//! two pairs: [`crate::support::scene::Scene::workers`]). Their kubelet reports
 //! v1.34.1 when the run starts; the upgrade image `slipway.test/kubelet-upgrade:<v>` replaces it
 //! with v1.34.1, v1.34.2 or v1.34.3 and restarts it, as k3s-upgrade replaces and restarts k3s.
 

@@ -4,15 +4,14 @@
 //! one at a time, and the last process of the run stops them with the cluster
 //! (`tests/cluster/down.sh`).
 //!
-//! Each cluster gets its own guests: the run's shared cluster two pairs of workers ([`PAIRS`]), for
-//! the scenes that start their controller as a process (a scene takes whichever pair is free);
+//! Each cluster gets its own guests: the run's shared cluster one or two pairs of workers
+//! ([`pairs`]), for the scenes that start their controller as a process (a scene takes whichever
+//! pair is free);
 //! the installs' cluster ([`INSTALLS`]) a control-plane node ([`CONTROL_PLANE`], labelled and
 //! tainted as kubeadm and kind do) and a worker ([`INSTALL_WORKER`]), for the scenes that install
 //! slipway as a user would (its controller a real pod on the control-plane node). Each guest
 //! imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes)
-//! into its containerd at every boot. Three sets of guests let three chains of scenes run side by
-//! side: most of a scene on real nodes is waiting for a guest (a boot, a reboot, a deadline), not
-//! computing. Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
+//! into its containerd at every boot. Each set runs its own chain of scenes, side by side. Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
 //! emulated guest once took 447 s to come back from a restart and a drain Job 6.5 minutes, so
 //! they are generous (the scenes' times are in the run's report).
 
@@ -66,6 +65,19 @@ pub const PAIRS: [Set; 2] = [
         index: 2,
     },
 ];
+
+/// The pairs this run uses: `SLIPWAY_E2E_REAL_PAIRS` (1 or 2; 1 by default). Under emulation the
+/// guests are most of a run's CPU (73% of it in a run with three sets: each guest with its kubelet,
+/// containerd and kube-proxy costs a quarter of a core beside the scenes), so a second pair splits
+/// the chain of scenes but slows every guest; with KVM it is worth it.
+pub fn pairs() -> &'static [Set] {
+    let n = std::env::var("SLIPWAY_E2E_REAL_PAIRS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, PAIRS.len());
+    &PAIRS[..n]
+}
 
 /// Whether each set is up: booted by the first scene that takes it.
 static BOOTED: [OnceCell<Result<(), String>>; 3] = [const { OnceCell::const_new() }; 3];

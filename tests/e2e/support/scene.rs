@@ -141,7 +141,7 @@ impl SceneBuilder {
         // An own cluster's scenes take turns already; a scene on the shared cluster's real nodes
         // takes a free pair of them.
         let one_of: Vec<&'static str> = match self.real && self.own_cluster.is_none() {
-            true => super::real::PAIRS.iter().map(|p| p.group).collect(),
+            true => super::real::pairs().iter().map(|p| p.group).collect(),
             false => Vec::new(),
         };
         let priority = match (self.real, self.groups.is_empty()) {
