@@ -460,3 +460,72 @@ spec:
     )
     .await;
 }
+
+/// From a real node's own network namespace, the API server's forwarded address answers and
+/// nothing else does: not the host behind the user-mode network's gateway (its loopback, where the
+/// API server listens, without `restrict=on`), not QEMU's DNS, not the internet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_node_reaches_the_api_server_and_nothing_else() {
+    let Some(s) = Scene::new("real-net").real_nodes().start().await else {
+        return;
+    };
+    let node = s.workers()[0];
+    // The kubelet's kubeconfig names the forwarded address; busybox's nc has no -z.
+    let check = "set -u; \
+        server=$(sed -n 's|^ *server: https://||p' /host/etc/kubernetes/kubelet.kubeconfig); \
+        addr=${server%:*}; port=${server##*:}; \
+        if echo | nc -w 5 $addr $port; then echo \"api $server: reachable\"; \
+        else echo \"api $server: UNREACHABLE\"; exit 1; fi; \
+        for target in \"10.0.2.2 $port\" '10.0.2.2 22' '10.0.2.3 53' '1.1.1.1 443'; do \
+          if echo | nc -w 5 $target; then echo \"$target: REACHABLE\"; exit 1; fi; \
+          echo \"$target: unreachable\"; \
+        done";
+    s.cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: network, namespace: {ns}}}
+spec:
+  nodeName: {node}
+  hostNetwork: true
+  restartPolicy: Never
+  containers:
+  - name: check
+    image: busybox:1.37
+    command: [sh, -c, {check}]
+    volumeMounts: [{{name: host, mountPath: /host, readOnly: true}}]
+  volumes: [{{name: host, hostPath: {{path: /}}}}]
+"#,
+                ns = s.ns.name(),
+                check = serde_json::to_string(check).expect("a JSON string"),
+            )),
+        )
+        .await
+        .expect("the network check pod");
+    let pods = s.ns.api::<Pod>();
+    let phase = support::wait_for(
+        "the network check to end",
+        Duration::from_secs(600),
+        || async {
+            let p = pods.get("network").await?;
+            match p.status.and_then(|st| st.phase).as_deref() {
+                Some(phase @ ("Succeeded" | "Failed")) => Ok(phase.to_string()),
+                other => Err(anyhow!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let log = (s.cluster)
+        .kubectl(&["-n", s.ns.name(), "logs", "network"])
+        .await
+        .unwrap_or_default();
+    assert_eq!(phase, "Succeeded", "{node}'s network: {log}");
+    assert!(
+        log.contains("reachable") && log.contains("1.1.1.1 443: unreachable"),
+        "{log}"
+    );
+    eprintln!("real-net: {node}: {}", log.trim().replace('\n', "; "));
+}
