@@ -16,6 +16,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -105,14 +106,49 @@ const CLAIM_RETRY: Duration = Duration::from_secs(10);
 /// that come sooner are folded into one reconcile at the end of the interval.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What the loop keeps for one kind.
+/// What the loop keeps for one kind. Its maps hold an entry only while it can matter: an object's
+/// entries go when its deletion is done, a start older than [`MIN_INTERVAL`] when the map has
+/// doubled since it was last pruned, and the failures of an object that left the controller's
+/// cache (its finalizer removed by someone else) when their map has; so a cluster that creates
+/// and deletes objects every day keeps none of them here.
 pub struct Driver<O: Operation> {
     op: Arc<O>,
     /// Failures in a row, by object.
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<Pruned<u32>>,
     /// When each object's last reconcile started.
-    started: Mutex<HashMap<String, tokio::time::Instant>>,
+    started: Mutex<Pruned<tokio::time::Instant>>,
+    /// The controller's cache of the kind, when it runs under one.
+    cache: Option<Store<O::Object>>,
 }
+
+/// A map by object (namespace, name) that is pruned when it has doubled since the last time.
+struct Pruned<V> {
+    map: HashMap<(String, String), V>,
+    prune_at: usize,
+}
+
+impl<V> Default for Pruned<V> {
+    fn default() -> Self {
+        Pruned {
+            map: HashMap::new(),
+            prune_at: PRUNE_FLOOR,
+        }
+    }
+}
+
+impl<V> Pruned<V> {
+    /// Keeps what `keep` says once the map has doubled: amortized O(1) per insert.
+    fn prune(&mut self, keep: impl FnMut(&(String, String), &mut V) -> bool) {
+        if self.map.len() < self.prune_at {
+            return;
+        }
+        self.map.retain(keep);
+        self.prune_at = (2 * self.map.len()).max(PRUNE_FLOOR);
+    }
+}
+
+/// The size below which the maps are never pruned.
+const PRUNE_FLOOR: usize = 64;
 
 impl<O: Operation> Driver<O> {
     pub fn new(op: Arc<O>) -> Driver<O> {
@@ -120,44 +156,82 @@ impl<O: Operation> Driver<O> {
             op,
             failures: Mutex::default(),
             started: Mutex::default(),
+            cache: None,
         }
+    }
+
+    /// Forgets the failures of objects that are not in `cache` (the controller's own).
+    pub fn with_cache(mut self, cache: Store<O::Object>) -> Driver<O> {
+        self.cache = Some(cache);
+        self
     }
 
     /// `Some(wait)` when `obj`'s last reconcile started less than [`MIN_INTERVAL`] ago; otherwise
     /// records that one starts now.
     pub(crate) fn too_soon(&self, obj: &O::Object) -> Option<Duration> {
         let now = tokio::time::Instant::now();
-        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = lock(&self.started);
         let key = Self::key(obj);
         if let Some(wait) = started
+            .map
             .get(&key)
             .map(|at| MIN_INTERVAL.saturating_sub(now.duration_since(*at)))
             .filter(|wait| !wait.is_zero())
         {
             return Some(wait);
         }
-        started.insert(key, now);
+        started.map.insert(key, now);
+        // A start older than the interval holds nothing back: the same as none.
+        started.prune(|_, at| now.duration_since(*at) < MIN_INTERVAL);
         None
     }
 
-    fn key(obj: &O::Object) -> String {
-        format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+    fn key(obj: &O::Object) -> (String, String) {
+        (obj.namespace().unwrap_or_default(), obj.name_any())
     }
 
     /// Counts a failure of `obj`'s reconcile; the new count.
     fn failed(&self, obj: &O::Object) -> u32 {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(Self::key(obj)).or_insert(0);
-        *n += 1;
-        *n
+        let mut failures = lock(&self.failures);
+        let key = Self::key(obj);
+        let n = *failures.map.entry(key).and_modify(|n| *n += 1).or_insert(1);
+        if let Some(cache) = &self.cache {
+            failures.prune(|(ns, name), _| {
+                let at = ObjectRef::new(name);
+                let at = match ns.is_empty() {
+                    true => at,
+                    false => at.within(ns),
+                };
+                cache.get(&at).is_some()
+            });
+        }
+        n
     }
 
     fn succeeded(&self, obj: &O::Object) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&Self::key(obj));
+        lock(&self.failures).map.remove(&Self::key(obj));
     }
+
+    /// `obj`'s deletion is done (or under way): nothing of it is kept.
+    fn forget(&self, obj: &O::Object) {
+        let key = Self::key(obj);
+        lock(&self.failures).map.remove(&key);
+        lock(&self.started).map.remove(&key);
+    }
+
+    /// How many objects each map holds: (failures, starts).
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> (usize, usize) {
+        (
+            lock(&self.failures).map.len(),
+            lock(&self.started).map.len(),
+        )
+    }
+}
+
+/// A poisoned lock still holds a usable map: a panic elsewhere loses at most one count.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs `controller` (the kind's watches and triggers) until `shutdown`, reconciling with `op`.
@@ -172,10 +246,11 @@ pub async fn drive<O>(
 {
     info!(kind = %O::KIND, "reconciling");
     op.shared().metrics().kind_running(O::KIND);
+    let driver = Driver::new(op).with_cache(controller.store());
     controller
         .with_config(Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(throttled, error_policy, Arc::new(Driver::new(op)))
+        .run(throttled, error_policy, Arc::new(driver))
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!(kind = %O::KIND, "reconcile failed: {e}");
@@ -214,8 +289,10 @@ where
         started.elapsed(),
         result.as_ref().err().map(Error::kind),
     );
-    if result.is_ok() {
-        driver.succeeded(&obj);
+    match (&result, obj.meta().deletion_timestamp.is_some()) {
+        (Ok(_), true) => driver.forget(&obj),
+        (Ok(_), false) => driver.succeeded(&obj),
+        (Err(_), _) => {}
     }
     result
 }

@@ -519,3 +519,66 @@ async fn a_waiting_maintenance_is_woken_when_its_nodes_holder_lets_go() {
     let woken_ref = heard.ok().flatten().and_then(woken);
     assert_eq!(woken_ref, Some(ObjectRef::new("nm")));
 }
+
+#[tokio::test]
+async fn a_deleted_maintenance_leaves_nothing_in_the_loop() {
+    let api = cluster(Delete);
+    api.on("DELETE", "leases/node-n1", SERVER_ERROR);
+    let driver = Arc::new(Driver::new(Arc::new(operation(&api))));
+    let nm = Arc::new(maintenance(Delete));
+    assert_eq!(driver.too_soon(&nm), None);
+    assert_eq!(look(&driver, &nm).await, after(server, 1));
+    assert_eq!(driver.tracked(), (1, 1), "a failure and a start");
+    api.on("DELETE", "leases/node-n1", Answer::deleted());
+    assert_eq!(look(&driver, &nm).await, None, "cleaned up");
+    assert_eq!(driver.tracked(), (0, 0), "nothing of it is kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn starts_that_are_over_are_pruned_as_objects_come_and_go() {
+    let api = cluster(Start);
+    let driver = Driver::new(Arc::new(operation(&api)));
+    let named = |name: String| {
+        let mut nm = maintenance(Start);
+        nm.metadata.name = Some(name);
+        nm
+    };
+    for i in 0..1000 {
+        assert_eq!(driver.too_soon(&named(format!("old-{i}"))), None);
+    }
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    for i in 0..1000 {
+        assert_eq!(driver.too_soon(&named(format!("new-{i}"))), None);
+    }
+    assert_eq!(driver.tracked().1, 1000, "the new starts, none of the old");
+}
+
+#[tokio::test]
+async fn failures_of_objects_gone_from_the_cache_are_pruned() {
+    use kube::runtime::{reflector::store::Writer, watcher};
+    let api = ApiServer::new();
+    api.on_matching(|_| true, SERVER_ERROR);
+    let named = |name: String| {
+        let mut nm = maintenance(Start);
+        nm.metadata.name = Some(name);
+        Arc::new(nm)
+    };
+    let mut cache = Writer::<NodeMaintenance>::default();
+    let kept: Vec<_> = (0..10).map(|i| named(format!("kept-{i}"))).collect();
+    for nm in &kept {
+        cache.apply_watcher_event(&watcher::Event::Apply(nm.as_ref().clone()));
+    }
+    let driver = Arc::new(Driver::new(Arc::new(operation(&api))).with_cache(cache.as_reader()));
+    for nm in &kept {
+        assert_eq!(look(&driver, nm).await, after(server, 1));
+    }
+    // Deleted by someone else (finalizer and all) while their reconciles failed.
+    for i in 0..200 {
+        look(&driver, &named(format!("gone-{i}"))).await;
+    }
+    let (failures, _) = driver.tracked();
+    assert!(failures < 64, "{failures} failures kept");
+    for nm in &kept {
+        assert_eq!(look(&driver, nm).await, after(server, 2), "still counted");
+    }
+}

@@ -151,6 +151,7 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
         ));
     }
     let up = repo().join("tests/nodes/up.sh");
+    let since = std::time::Instant::now();
     let mut started = Vec::new();
     for &name in names {
         // A cluster kept between test runs (SLIPWAY_TEST_KUBECONFIG) keeps its guests.
@@ -193,6 +194,12 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
             status => failed.push(format!("{name} ({status:?}):\n{}", super::log_tail(&log))),
         }
     }
+    // The run's log says what a boot cost: it is the head of each chain of real scenes.
+    eprintln!(
+        "real nodes {} up and Ready in {} s",
+        names.join(", "),
+        since.elapsed().as_secs()
+    );
     match failed.is_empty() {
         true => Ok(()),
         false => Err(failed.join("\n")),
