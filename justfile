@@ -36,7 +36,7 @@ chart-files:
     cp deploy/components/monitoring/prometheusrule.yaml deploy/components/monitoring/dashboard.json charts/slipway/files/monitoring/
 
 # Write dist/slipway.yaml, the single-file install (`kubectl kustomize deploy/`: the namespace, the
-# Plan CRD, RBAC, ConfigMap, Deployment); tests/offline/deploy_manifests.rs checks it is up to date.
+# Plan and DisruptionBudget CRDs, RBAC, ConfigMap, Deployment); tests/offline/deploy_manifests.rs checks it is up to date.
 release-manifest:
     scripts/release-manifest.sh > dist/slipway.yaml.tmp
     mv dist/slipway.yaml.tmp dist/slipway.yaml

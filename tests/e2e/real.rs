@@ -598,7 +598,8 @@ async fn the_k3s_pair_upgrades_server_then_agents_under_deploys_rbac() {
 
 /// The same pair with slipway installed by `helm install` of charts/slipway (the Jobs' pull
 /// policy `IfNotPresent` as a value): the chart's RBAC lets the agents' prepare step read the
-/// server Plan, and no request of the ServiceAccount is refused.
+/// server Plan, and no request of the ServiceAccount is refused. Then the uninstall the chart's
+/// README gives, pasted as an operator would, finishes and leaves nothing the chart made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {
     let Some((s, since)) = k3s_pair_scene("k3s-chart").await else {
@@ -610,6 +611,7 @@ async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {
         .await;
     controller_pod_runs_on_the_server(&s).await;
     the_k3s_pair_upgrades(&s, since, "the chart's RBAC").await;
+    install.uninstall_as_the_chart_readme_says(&s.cluster).await;
 }
 
 /// The same pair under system-upgrade-controller v0.20.1 itself, as a process on the host with a

@@ -7,6 +7,7 @@ mod chart;
 mod cli;
 mod crd_and_examples;
 mod deploy_manifests;
+mod documented;
 mod job_golden;
 mod kairos_crd;
 mod kairos_upgrade;

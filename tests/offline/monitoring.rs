@@ -326,9 +326,15 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 }
 
 /// The metric names of slipway's exposition, every family shown (process metrics included).
-fn exported() -> BTreeSet<String> {
+pub(crate) fn exported() -> BTreeSet<String> {
     let m = Metrics::new();
-    for kind in [Kind::plan, Kind::nodemaintenance, Kind::rebootpolicy] {
+    for kind in [
+        Kind::plan,
+        Kind::nodemaintenance,
+        Kind::rebootpolicy,
+        Kind::nodeop,
+        Kind::nodeopupgrade,
+    ] {
         m.kind_running(kind);
         m.reconcile_started(kind);
         m.reconcile_finished(kind, Duration::from_millis(5), Some(ErrorKind::server));
@@ -350,6 +356,7 @@ fn exported() -> BTreeSet<String> {
     m.reboot_policy("r", 1, 1);
     m.reboot_phases("r", &[since("Draining")]);
     m.maintenance("nm", "n1", Some(since("Running")));
+    m.nodeop_phases("ns", "op", &[since("Running")]);
     m.job_created();
     m.job_deleted();
     m.node_patched();

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -102,28 +103,7 @@ impl Install {
     pub async fn helm_install_air_gapped(&mut self, cluster: &Cluster, chart: &Path) {
         const AIR_GAPPED: &str = "config.SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY=IfNotPresent";
         let chart = chart.display().to_string();
-        let helm = |args: Vec<String>| {
-            let kubeconfig = cluster.kubeconfig_path().to_path_buf();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    let out = Command::new(helm())
-                        .arg("--kubeconfig")
-                        .arg(&kubeconfig)
-                        .args(&args)
-                        .output()
-                        .unwrap_or_else(|e| panic!("run helm: {e}"));
-                    assert!(
-                        out.status.success(),
-                        "helm {}: {}",
-                        args.join(" "),
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    String::from_utf8_lossy(&out.stdout).into_owned()
-                })
-                .await
-                .expect("helm's thread")
-            }
-        };
+        let helm = |args: Vec<String>| run_helm(cluster, args);
         let args = |verb: &str| -> Vec<String> {
             [
                 verb,
@@ -148,6 +128,79 @@ impl Install {
         helm(install).await;
     }
 
+    /// Runs the uninstall of charts/slipway/README.md (its "Uninstalling" commands, as an
+    /// operator pastes them) while the controller runs, then checks that nothing the chart made is
+    /// left: every object `helm template` rendered, the CRDs and the namespace are gone.
+    pub async fn uninstall_as_the_chart_readme_says(&mut self, cluster: &Cluster) {
+        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/slipway/README.md");
+        let text = std::fs::read_to_string(&readme).expect("the chart's README");
+        let section = text
+            .split("## Uninstalling")
+            .nth(1)
+            .expect("the chart's README has an Uninstalling section");
+        let block = section
+            .split("```bash\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("a bash block in Uninstalling");
+        for line in block.lines().map(str::trim) {
+            let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            match words.first().map(String::as_str) {
+                None | Some("#") => {}
+                Some("kubectl") => {
+                    let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
+                    let done =
+                        tokio::time::timeout(Duration::from_secs(600), cluster.kubectl(&args));
+                    match done.await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => panic!("{line}: {e}"),
+                        Err(_) => panic!("{line}: still waiting after 600 s"),
+                    }
+                }
+                Some("helm") => {
+                    run_helm(cluster, words[1..].to_vec()).await;
+                }
+                Some(other) if other.starts_with('#') => {}
+                Some(_) => panic!("an unexpected command in the chart's uninstall: {line}"),
+            }
+        }
+        let mut left = Vec::new();
+        for o in &self.objects {
+            let (kind, name) = (
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or(""),
+            );
+            let mut args = vec!["get", kind, name, "--ignore-not-found", "-o", "name"];
+            if let Some(ns) = o["metadata"]["namespace"].as_str() {
+                args.extend(["-n", ns]);
+            }
+            let found = cluster
+                .kubectl(&args)
+                .await
+                .unwrap_or_else(|e| format!("{kind}/{name}: {e}"));
+            if !found.trim().is_empty() {
+                left.push(found.trim().to_string());
+            }
+        }
+        for (kind, name) in [
+            ("namespace", NS),
+            ("crd", "plans.upgrade.cattle.io"),
+            ("crd", "disruptionbudgets.slipway.dev"),
+        ] {
+            let found = cluster
+                .kubectl(&["get", kind, name, "--ignore-not-found", "-o", "name"])
+                .await
+                .unwrap_or_else(|e| format!("{kind}/{name}: {e}"));
+            if !found.trim().is_empty() {
+                left.push(found.trim().to_string());
+            }
+        }
+        assert!(
+            left.is_empty(),
+            "left after the chart's uninstall: {left:?}"
+        );
+    }
+
     /// Records the objects of a manifest that the scene applies itself (the README's commands),
     /// so that they are removed at the end.
     pub fn record_manifest(&mut self, file: &Path) {
@@ -166,6 +219,28 @@ impl Install {
             }));
         }
     }
+}
+
+/// `helm <args>` against `cluster`; its output, or a panic naming what failed.
+async fn run_helm(cluster: &Cluster, args: Vec<String>) -> String {
+    let kubeconfig = cluster.kubeconfig_path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(helm())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("run helm: {e}"));
+        assert!(
+            out.status.success(),
+            "helm {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+    .await
+    .expect("helm's thread")
 }
 
 /// The cached Helm binary (`tests/tools/helm/build.sh` builds it on first use).
