@@ -66,6 +66,21 @@ const NODES: [(&str, &[(&str, &str)]); 3] = [
 /// test fails if a row is missing from COMPATIBILITY.md or a pattern matched nothing (stale).
 const ALLOWED: &[(&str, &str, &str)] = &[
     (
+        "plans/*/conditions/Ready",
+        "kstatus conditions",
+        "slipway adds Ready, Reconciling and Stalled beside SUC's conditions",
+    ),
+    (
+        "plans/*/conditions/Reconciling",
+        "kstatus conditions",
+        "slipway adds Ready, Reconciling and Stalled beside SUC's conditions",
+    ),
+    (
+        "plans/*/conditions/Stalled",
+        "kstatus conditions",
+        "slipway adds Ready, Reconciling and Stalled beside SUC's conditions",
+    ),
+    (
         "jobs/*/*/metadata/annotations/slipway.dev~1pod-template-hash",
         "Replacing changed Jobs",
         "slipway marks its Jobs with the hash of their pod template",

@@ -1,10 +1,30 @@
-//! Plan conditions, as SUC names and updates them, plus the transition times SUC never sets.
+//! Plan conditions, as SUC names and updates them, plus the transition times SUC never sets, and
+//! the `Ready`, `Reconciling` and `Stalled` conditions that kstatus (Argo CD, Flux, `kubectl wait`)
+//! reads, derived from SUC's.
 
 use crate::plan::api::{PlanCondition, PlanStatus};
 
 pub const COMPLETE: &str = "Complete";
 pub const VALIDATED: &str = "Validated";
 pub const LATEST_RESOLVED: &str = "LatestResolved";
+/// kstatus: `True` once every selected node is done.
+pub const READY: &str = "Ready";
+/// kstatus: `True` while the rollout is under way or waits for something that will come.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: `True` while the rollout cannot go on without someone changing something.
+pub const STALLED: &str = "Stalled";
+
+/// `Complete=False` reasons that need someone to act (change the Plan, reset its failures, fix a
+/// node or a check): the rollout is stalled, not under way.
+const STALLED_REASONS: [&str; 7] = [
+    "JobFailed",
+    "RebootTimedOut",
+    "HealthGateTimedOut",
+    "RolloutStopped",
+    "Quarantined",
+    "HealthCheckTimedOut",
+    "NoConcurrency",
+];
 
 pub const TRUE: &str = "True";
 pub const FALSE: &str = "False";
@@ -77,6 +97,51 @@ pub fn set(
     c.observed_generation = generation;
 }
 
+/// Sets `Ready`, `Reconciling` and `Stalled` from `Validated` and `Complete`, as kstatus reads
+/// them: an invalid Plan or a rollout stopped by a failure is `Stalled`, a finished one `Ready`,
+/// anything else `Reconciling`; `Ready=False` carries the same reason and message.
+pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
+    let (state, reason, message) = if is(status, VALIDATED, FALSE) {
+        let reason = match reason(status, VALIDATED) {
+            "" => "Invalid",
+            r => r,
+        };
+        (
+            STALLED,
+            reason.to_string(),
+            message(status, VALIDATED).to_string(),
+        )
+    } else if is(status, COMPLETE, TRUE) {
+        (
+            READY,
+            "Complete".to_string(),
+            message(status, COMPLETE).to_string(),
+        )
+    } else {
+        let why = match reason(status, COMPLETE) {
+            "" => "Reconciling",
+            r => r,
+        };
+        let state = match STALLED_REASONS.contains(&why) {
+            true => STALLED,
+            false => RECONCILING,
+        };
+        (
+            state,
+            why.to_string(),
+            message(status, COMPLETE).to_string(),
+        )
+    };
+    for type_ in [READY, RECONCILING, STALLED] {
+        let value = if type_ == state { TRUE } else { FALSE };
+        let (reason, message) = match type_ == state || type_ == READY {
+            true => (reason.as_str(), message.as_str()),
+            false => ("", ""),
+        };
+        set(status, type_, value, reason, message, now, generation);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +181,94 @@ mod tests {
         assert!(c.message.is_none());
         assert!(is(&s, COMPLETE, TRUE));
         assert_eq!(reason(&s, COMPLETE), "Complete");
+    }
+
+    /// (Ready, Reconciling, Stalled) and Ready's reason after [`kstatus`].
+    fn kstatus_of(s: &PlanStatus) -> (&str, &str, &str, &str) {
+        let of = |t| get(s, t).map_or("-", |c| c.status.as_str());
+        (of(READY), of(RECONCILING), of(STALLED), reason(s, READY))
+    }
+
+    #[test]
+    fn kstatus_follows_validated_and_complete() {
+        let cases = [
+            (TRUE, TRUE, "Complete", (TRUE, FALSE, FALSE, "Complete")),
+            (TRUE, FALSE, "SyncJob", (FALSE, TRUE, FALSE, "SyncJob")),
+            (TRUE, FALSE, "Retrying", (FALSE, TRUE, FALSE, "Retrying")),
+            (
+                TRUE,
+                FALSE,
+                "WaitingForNodes",
+                (FALSE, TRUE, FALSE, "WaitingForNodes"),
+            ),
+            (TRUE, FALSE, "JobFailed", (FALSE, FALSE, TRUE, "JobFailed")),
+            (
+                TRUE,
+                FALSE,
+                "RolloutStopped",
+                (FALSE, FALSE, TRUE, "RolloutStopped"),
+            ),
+            (
+                TRUE,
+                FALSE,
+                "NoConcurrency",
+                (FALSE, FALSE, TRUE, "NoConcurrency"),
+            ),
+            (TRUE, UNKNOWN, "", (FALSE, TRUE, FALSE, "Reconciling")),
+            (
+                FALSE,
+                FALSE,
+                "NotReady",
+                (FALSE, FALSE, TRUE, "SpecInvalid"),
+            ),
+        ];
+        for (validated, complete, why, want) in cases {
+            let mut s = PlanStatus::default();
+            let invalid = if validated == FALSE {
+                "SpecInvalid"
+            } else {
+                ""
+            };
+            set(
+                &mut s,
+                VALIDATED,
+                validated,
+                invalid,
+                "spec.x: bad",
+                "t1",
+                Some(3),
+            );
+            set(
+                &mut s,
+                COMPLETE,
+                complete,
+                why,
+                "the message",
+                "t1",
+                Some(3),
+            );
+            kstatus(&mut s, "t1", Some(3));
+            assert_eq!(kstatus_of(&s), want, "{validated} {complete} {why}");
+            assert!(
+                (s.conditions.iter()).all(|c| c.observed_generation == Some(3)),
+                "every condition names the generation"
+            );
+        }
+    }
+
+    #[test]
+    fn kstatus_moves_its_transition_times_only_on_a_change() {
+        let mut s = PlanStatus::default();
+        set(&mut s, COMPLETE, FALSE, "SyncJob", "", "t1", Some(1));
+        kstatus(&mut s, "t1", Some(1));
+        set(&mut s, COMPLETE, FALSE, "SyncJob", "", "t2", Some(1));
+        kstatus(&mut s, "t2", Some(1));
+        let since = |s: &PlanStatus, t| get(s, t).and_then(|c| c.last_transition_time.clone());
+        assert_eq!(since(&s, RECONCILING).as_deref(), Some("t1"));
+        set(&mut s, COMPLETE, TRUE, "Complete", "", "t3", Some(1));
+        kstatus(&mut s, "t3", Some(1));
+        assert_eq!(since(&s, READY).as_deref(), Some("t3"));
+        assert_eq!(since(&s, RECONCILING).as_deref(), Some("t3"));
+        assert_eq!(kstatus_of(&s), (TRUE, FALSE, FALSE, "Complete"));
     }
 }

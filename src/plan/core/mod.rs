@@ -175,6 +175,7 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
         plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
+    cond::kstatus(&mut st, &now_text, plan.metadata.generation);
     let summary = report::summary(input, &read, &st, &out.node_patches);
     let holds = decision::applying_nodes(&st.applying, read.iter().map(|r| (r.hostname(), r.node)));
     out.into_decision(st, holds, summary)
