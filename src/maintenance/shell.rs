@@ -331,6 +331,13 @@ impl Operation for MaintenanceOperation {
             info!(nodemaintenance = %name, node = %nm.spec.node_name, "maintenance removed");
         }
     }
+
+    fn forget(&self, nm: &NodeMaintenance) {
+        let name = nm.name_any();
+        lock(&self.evictions).remove(&name);
+        lock(&self.failures).remove(&name);
+        self.shared.metrics().retain_maintenances(|n| n != name);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

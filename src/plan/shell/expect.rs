@@ -134,6 +134,13 @@ impl Expectations {
         }
     }
 
+    /// `plan` is deleted: its creations are not waited for.
+    pub fn forget_plan(&self, plan: &str) {
+        lock(&self.jobs).retain(|_, (_, k)| !of_plan(k.as_ref(), labels::PLAN, plan));
+        (lock(&self.pods))
+            .retain(|_, (_, k)| !of_plan(k.as_ref(), reboot::REBOOT_PLAN_LABEL, plan));
+    }
+
     /// `before`: the node as the decision that made the patch saw it.
     pub fn patched_node(&self, patch: &NodeChange, before: &NodeInfo) {
         lock(&self.nodes).insert(
