@@ -199,17 +199,23 @@ impl<O: Operation> Driver<O> {
         let mut failures = lock(&self.failures);
         let key = Self::key(obj);
         let n = *failures.map.entry(key).and_modify(|n| *n += 1).or_insert(1);
-        if let Some(cache) = &self.cache {
-            failures.prune(|(ns, name), _| {
-                let at = ObjectRef::new(name);
-                let at = match ns.is_empty() {
-                    true => at,
-                    false => at.within(ns),
-                };
-                cache.get(&at).is_some()
-            });
+        if self.cache.is_some() {
+            failures.prune(|(ns, name), _| self.cached(ns, name));
         }
         n
+    }
+
+    /// Whether the controller's cache has the object (or there is no cache to ask).
+    fn cached(&self, ns: &str, name: &str) -> bool {
+        let Some(cache) = &self.cache else {
+            return true;
+        };
+        let at = ObjectRef::new(name);
+        let at = match ns.is_empty() {
+            true => at,
+            false => at.within(ns),
+        };
+        cache.get(&at).is_some()
     }
 
     fn succeeded(&self, obj: &O::Object) {
@@ -297,6 +303,13 @@ where
         (Ok(_), true) => driver.forget(&obj),
         (Ok(_), false) => driver.succeeded(&obj),
         (Err(_), _) => {}
+    }
+    // Writes of objects gone from the cache that were never reconciled deleted.
+    if driver.cache.is_some() {
+        driver
+            .op
+            .written()
+            .prune(|ns, name| driver.cached(ns, name));
     }
     result
 }

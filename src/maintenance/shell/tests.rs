@@ -631,3 +631,25 @@ async fn deleted_maintenances_leave_nothing_behind() {
     }
     assert_eq!(kept(&op), (0, 0, 0, 0));
 }
+
+#[tokio::test]
+async fn maintenances_gone_from_the_cache_leave_nothing_behind() {
+    let api = cluster(Start);
+    let kept = maintenance(Start);
+    let op = MaintenanceOperation {
+        maintenances: testing::listed(vec![kept.clone()]),
+        ..operation(&api)
+    };
+    // Their finalizers removed by someone else: never reconciled deleted.
+    for i in 0..100 {
+        let name = format!("gone-{i}");
+        lock(&op.failures).insert(name.clone(), "cannot evict: mock".into());
+        lock(&op.evictions).insert(name, EvictionRound::default());
+    }
+    lock(&op.evictions).insert(kept.name_any(), EvictionRound::default());
+    assert!(op.prepare(Arc::new(kept)).await.is_ok());
+    assert_eq!(
+        (lock(&op.evictions).len(), lock(&op.failures).len()),
+        (1, 0)
+    );
+}

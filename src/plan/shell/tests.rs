@@ -465,3 +465,27 @@ async fn deleted_plans_leave_nothing_behind() {
     }
     assert_eq!(kept(&op), (0, false, 0, 0));
 }
+
+#[tokio::test]
+async fn channels_no_plan_reads_any_more_are_forgotten() {
+    let mut p = plan(Start);
+    p.spec.version = None;
+    p.spec.channel = Some("http://127.0.0.1:1/channels/now".into());
+    let w = world(Start).await;
+    let api = cluster(&w.plan);
+    let op = PlanOperation {
+        plans: testing::listed(vec![p.clone()]),
+        ..operation(&api, &w)
+    };
+    // The channels it read before, and those of Plans gone without a deletion seen.
+    for i in 0..100 {
+        let url = format!("http://127.0.0.1:1/channels/{i}");
+        op.channels.resolve(&url, "").await;
+    }
+    op.channels
+        .resolve("http://127.0.0.1:1/channels/now", "")
+        .await;
+    assert_eq!(op.channels.url_count(), 101);
+    assert!(op.prepare(Arc::new(p)).await.is_ok());
+    assert_eq!(op.channels.urls(), ["http://127.0.0.1:1/channels/now"]);
+}
