@@ -229,6 +229,8 @@ impl PlanOperation {
         self.shared.metrics().retain_plans(exists);
         self.shared.forget_gone();
         self.forget_channels(None);
+        let index = self.shared.nodes();
+        self.expect.prune_nodes(|n| index.get(n).is_some());
     }
 
     /// Forgets the channels no Plan but `gone` (being deleted) reads: a Plan that moved to
