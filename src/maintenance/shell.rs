@@ -237,9 +237,11 @@ impl Operation for MaintenanceOperation {
 
     async fn prepare(&self, nm: Arc<NodeMaintenance>) -> Result<Arc<NodeMaintenance>, Error> {
         let maintenances = &self.maintenances;
-        self.shared
-            .metrics()
-            .retain_maintenances(|n| maintenances.get(&ObjectRef::new(n)).is_some());
+        let exists = |n: &str| maintenances.get(&ObjectRef::new(n)).is_some();
+        self.shared.metrics().retain_maintenances(exists);
+        // A maintenance whose finalizer someone else removed is never reconciled deleted.
+        lock(&self.evictions).retain(|n, _| exists(n));
+        lock(&self.failures).retain(|n, _| exists(n));
         self.shared.forget_gone();
         Ok(nm)
     }
@@ -330,6 +332,13 @@ impl Operation for MaintenanceOperation {
             lock(&self.evictions).remove(&name);
             info!(nodemaintenance = %name, node = %nm.spec.node_name, "maintenance removed");
         }
+    }
+
+    fn forget(&self, nm: &NodeMaintenance) {
+        let name = nm.name_any();
+        lock(&self.evictions).remove(&name);
+        lock(&self.failures).remove(&name);
+        self.shared.metrics().retain_maintenances(|n| n != name);
     }
 }
 

@@ -315,6 +315,11 @@ impl NodeIndex {
             .map(|(h, _)| h)
     }
 
+    /// Forgets `who` (it is gone).
+    pub fn forget(&mut self, who: &Holder) {
+        self.entries.remove(who);
+    }
+
     /// Forgets the objects for which `exists` is false.
     pub fn retain(&mut self, mut exists: impl FnMut(&Holder) -> bool) {
         self.entries.retain(|k, _| exists(k));

@@ -326,6 +326,13 @@ impl Operation for NodeOpOperation {
             .metrics()
             .nodeop_phases(&ns, &op.name_any(), &phases);
     }
+
+    fn forget(&self, op: &NodeOp) {
+        let (ns, name) = (op.namespace().unwrap_or_default(), op.name_any());
+        self.shared
+            .metrics()
+            .retain_nodeops(|n, o| (n, o) != (ns.as_str(), name.as_str()));
+    }
 }
 
 impl NodeOpOperation {
@@ -497,5 +504,52 @@ mod tests {
             preflight_view(&pod("Running", None, None)),
             PreflightView::Running
         );
+    }
+
+    #[tokio::test]
+    async fn deleted_nodeops_leave_nothing_behind() {
+        use crate::common::phase::PhaseTally;
+        use crate::runtime::testing;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        // Deleted before their finalizer was added.
+        let named = |i: usize| {
+            let mut op = NodeOp::new(&format!("op-{i}"), Default::default());
+            op.metadata.namespace = Some("ops".into());
+            op.metadata.uid = Some(format!("uid-{i}"));
+            op.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+            op
+        };
+        let nodeops: Vec<NodeOp> = (0..100).map(named).collect();
+        let api = testing::ApiServer::new();
+        let store = testing::listed(nodeops.clone());
+        let holds = vec![hold_source(store.clone())];
+        let shared = testing::shared_with(&api.client(), vec![], holds);
+        let operation = NodeOpOperation::new(shared, "busybox".into(), store);
+        let running = PhaseTally {
+            phase: "Running",
+            nodes: 1,
+            oldest_since: Some(Timestamp::now()),
+        };
+        for op in &nodeops {
+            let ns = op.namespace().unwrap_or_default();
+            operation.nodes(op, Timestamp::now());
+            (operation.shared.metrics()).nodeop_phases(
+                &ns,
+                &op.name_any(),
+                std::slice::from_ref(&running),
+            );
+        }
+        let kept = |o: &NodeOpOperation| {
+            let series = (o.shared.metrics().render().lines())
+                .filter(|l| l.contains("nodeop=\"op-"))
+                .count();
+            (o.shared.nodes().readers().count(), series > 0)
+        };
+        assert_eq!(kept(&operation), (100, true));
+        for op in &nodeops {
+            let done = testing::reconcile(&operation, op.clone()).await;
+            assert_eq!(done, Ok(()));
+        }
+        assert_eq!(kept(&operation), (0, false));
     }
 }

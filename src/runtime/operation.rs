@@ -6,7 +6,7 @@
 //! lock, the order of effects and status, the events, the metrics, the backoff after errors, and
 //! an event when a failure persists (so it reaches the object, not only the log).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -91,6 +91,10 @@ pub trait Operation: Send + Sync + Sized + 'static {
     /// The decision was applied: gauges. `obj` carries the decided status (the object the status
     /// write returned, or the one read when the status did not change); being deleted, the last.
     fn applied(&self, _obj: &Self::Object, _report: &Self::Report) {}
+
+    /// `obj`'s deletion is done: what the kind keeps of it goes (its gauges, its maps), or a
+    /// cluster that creates and deletes objects every day keeps them all.
+    fn forget(&self, _obj: &Self::Object) {}
 }
 
 /// After this many failures in a row, a reconcile's error becomes a Warning event on the object.
@@ -195,17 +199,23 @@ impl<O: Operation> Driver<O> {
         let mut failures = lock(&self.failures);
         let key = Self::key(obj);
         let n = *failures.map.entry(key).and_modify(|n| *n += 1).or_insert(1);
-        if let Some(cache) = &self.cache {
-            failures.prune(|(ns, name), _| {
-                let at = ObjectRef::new(name);
-                let at = match ns.is_empty() {
-                    true => at,
-                    false => at.within(ns),
-                };
-                cache.get(&at).is_some()
-            });
+        if self.cache.is_some() {
+            failures.prune(|(ns, name), _| self.cached(ns, name));
         }
         n
+    }
+
+    /// Whether the controller's cache has the object (or there is no cache to ask).
+    fn cached(&self, ns: &str, name: &str) -> bool {
+        let Some(cache) = &self.cache else {
+            return true;
+        };
+        let at = ObjectRef::new(name);
+        let at = match ns.is_empty() {
+            true => at,
+            false => at.within(ns),
+        };
+        cache.get(&at).is_some()
     }
 
     fn succeeded(&self, obj: &O::Object) {
@@ -294,6 +304,13 @@ where
         (Ok(_), false) => driver.succeeded(&obj),
         (Err(_), _) => {}
     }
+    // Writes of objects gone from the cache that were never reconciled deleted.
+    if driver.cache.is_some() {
+        driver
+            .op
+            .written()
+            .prune(|ns, name| driver.cached(ns, name));
+    }
     result
 }
 
@@ -312,9 +329,7 @@ where
     let finalized = obj.finalizers().iter().any(|f| f == O::FINALIZER);
     let before = shared.claimed_by(&me);
     if deleting && !finalized {
-        op.written().forget(&obj);
-        shared.release(&me);
-        shared.wake_readers(&me, &before);
+        deleted(op, &obj, &me, &before);
         return Ok(Action::await_change());
     }
     let obj = match finalized {
@@ -358,13 +373,23 @@ where
             .chores()
             .set_finalizer(obj.as_ref(), O::FINALIZER, false)
             .await?;
-        op.written().forget(&obj);
-        shared.release(&me);
-        shared.wake_readers(&me, &before);
+        deleted(op, &obj, &me, &before);
         info!(kind = %O::KIND, name = %obj.name_any(), "deleted: cleaned up");
         return Ok(Action::await_change());
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// `obj` (held as `me`, holding `before`) is deleted and let go of: nothing of it is kept.
+fn deleted<O: Operation>(op: &O, obj: &O::Object, me: &Holder, before: &BTreeSet<String>) {
+    let shared = op.shared();
+    op.written().forget(obj);
+    shared.release(me);
+    shared.wake_readers(me, before);
+    // At once, not when another object's reconcile prunes the gone (none may come), and after
+    // the wake, which asks the index who else reads the nodes let go of.
+    shared.nodes_mut().forget(me);
+    op.forget(obj);
 }
 
 /// What `obj`'s next decision is, now, claiming nothing and applying nothing: what

@@ -337,12 +337,21 @@ pub(crate) const NO_WRITE: &str = "none";
 /// What every operation shares, writing through `client`: no object holds a node by its own
 /// record, and the node index has listed `nodes`.
 pub(crate) fn shared(client: &Client, nodes: Vec<NodeInfo>) -> Arc<Shared> {
+    shared_with(client, nodes, HoldSources::new())
+}
+
+/// As [`shared`], the objects of `sources` holding nodes by their records (and existing).
+pub(crate) fn shared_with(
+    client: &Client,
+    nodes: Vec<NodeInfo>,
+    sources: HoldSources,
+) -> Arc<Shared> {
     Arc::new(Shared::new(
         chores(client),
         CONTROLLER.into(),
         NAMESPACE.into(),
         Arc::new(RwLock::new(node_index(nodes))),
-        HoldSources::new(),
+        sources,
         Arc::default(),
         None,
     ))

@@ -1,7 +1,7 @@
 //! The one Node watch of the process, and what every watch shares: reducing a stream of objects to
 //! the changes a decision reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -180,19 +180,33 @@ pub fn changes<K>(
 where
     K: Resource + Send + 'static,
 {
-    let mut seen: HashMap<(Option<String>, Option<String>), u64> = HashMap::new();
+    let mut seen = Seen::default();
     events.filter_map(move |event| {
         let key = |o: &K| (o.meta().namespace.clone(), o.meta().name.clone());
         let out = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            Ok(watcher::Event::Apply(o)) => {
                 let v = view(&o);
-                (seen.insert(key(&o), v) != Some(v)).then_some(o)
+                (seen.views.insert(key(&o), v) != Some(v)).then_some(o)
+            }
+            Ok(watcher::Event::InitApply(o)) => {
+                let (k, v) = (key(&o), view(&o));
+                seen.relisted.get_or_insert_default().insert(k.clone());
+                (seen.views.insert(k, v) != Some(v)).then_some(o)
             }
             Ok(watcher::Event::Delete(o)) => {
-                seen.remove(&key(&o));
+                seen.views.remove(&key(&o));
                 Some(o)
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Init) => {
+                seen.relisted = Some(HashSet::new());
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                // Deleted while the watch was down: no Delete comes for them.
+                let listed = seen.relisted.take().unwrap_or_default();
+                seen.views.retain(|k, _| listed.contains(k));
+                None
+            }
             Err(e) => {
                 warn!("watch: {e}");
                 None
@@ -200,6 +214,16 @@ where
         };
         future::ready(out)
     })
+}
+
+type Key = (Option<String>, Option<String>);
+
+/// What [`changes`] keeps: the view of each object last passed on, and the objects the list under
+/// way has shown.
+#[derive(Default)]
+struct Seen {
+    views: HashMap<Key, u64>,
+    relisted: Option<HashSet<Key>>,
 }
 
 /// A digest of what a decision reads of an object, for [`changes`].
@@ -239,5 +263,29 @@ mod tests {
             let nodes = Api::<Node>::all(api.client());
             assert_eq!(streams_lists(&nodes).await, streamed);
         }
+    }
+
+    #[tokio::test]
+    async fn objects_deleted_while_the_watch_was_down_are_forgotten() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let named = |i: usize| {
+            let mut o = ConfigMap::default();
+            o.metadata.name = Some(format!("o-{i}"));
+            o
+        };
+        let list = |names: std::ops::Range<usize>| {
+            let mut events = vec![watcher::Event::Init];
+            events.extend(names.map(|i| watcher::Event::InitApply(named(i))));
+            events.push(watcher::Event::InitDone);
+            events
+        };
+        // Listed, then the watch is down while they are all deleted, and it lists none; they
+        // come back as they were.
+        let mut events = list(0..100);
+        events.extend(list(0..0));
+        events.extend((0..100).map(|i| watcher::Event::Apply(named(i))));
+        let events = futures::stream::iter(events.into_iter().map(Ok));
+        let passed: Vec<ConfigMap> = changes(events, |_| 0).collect().await;
+        assert_eq!(passed.len(), 200, "each new one is a change");
     }
 }

@@ -7,6 +7,7 @@
 //! own write returned it and decides on the newer of the two.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::{Resource, ResourceExt};
@@ -14,15 +15,21 @@ use kube::{Resource, ResourceExt};
 /// One kind's objects as this process last wrote them, by namespace and name.
 pub struct Written<K> {
     objects: Mutex<HashMap<(String, String), Arc<K>>>,
+    /// The size at which [`Written::prune`] looks again.
+    prune_at: AtomicUsize,
 }
 
 impl<K> Default for Written<K> {
     fn default() -> Self {
         Written {
             objects: Mutex::default(),
+            prune_at: AtomicUsize::new(PRUNE_FLOOR),
         }
     }
 }
+
+/// The size below which [`Written::prune`] keeps everything.
+const PRUNE_FLOOR: usize = 64;
 
 fn key<K: Resource>(obj: &K) -> (String, String) {
     (obj.namespace().unwrap_or_default(), obj.name_any())
@@ -61,6 +68,24 @@ impl<K: Resource + Clone> Written<K> {
     /// Forgets the object (it is gone).
     pub fn forget(&self, obj: &K) {
         self.lock().remove(&key(obj));
+    }
+
+    /// Forgets the objects for which `exists` (namespace, name) is false, once the map has
+    /// doubled since it was last pruned (amortized O(1) a call): an object deleted by someone else
+    /// before the cache showed this process's last write is never reconciled deleted.
+    pub fn prune(&self, mut exists: impl FnMut(&str, &str) -> bool) {
+        let mut objects = self.lock();
+        if objects.len() < self.prune_at.load(Ordering::Relaxed) {
+            return;
+        }
+        objects.retain(|(ns, name), _| exists(ns, name));
+        let at = (2 * objects.len()).max(PRUNE_FLOOR);
+        self.prune_at.store(at, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<K>>> {
@@ -106,5 +131,30 @@ mod tests {
         w.remember(&object("u", "11"));
         w.forget(&object("u", "11"));
         assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "10");
+    }
+
+    #[test]
+    fn writes_of_objects_gone_from_the_cache_are_pruned() {
+        let w = Written::default();
+        let named = |name: String| {
+            let mut o = object("u", "11");
+            o.metadata.name = Some(name);
+            o
+        };
+        let exists = |_: &str, name: &str| name.starts_with("kept-");
+        for i in 0..10 {
+            w.remember(&named(format!("kept-{i}")));
+        }
+        // Deleted (finalizer and all) by someone else before the cache showed the write.
+        for i in 0..1000 {
+            w.remember(&named(format!("gone-{i}")));
+            w.prune(exists);
+        }
+        assert!(w.len() < 64, "{} kept", w.len());
+        w.prune(|_, _| true);
+        for i in 0..10 {
+            let cached = Arc::new(named(format!("kept-{i}")));
+            assert_eq!(rv(&w.latest(cached)), "11", "still laid over the cache");
+        }
     }
 }

@@ -582,3 +582,74 @@ async fn failures_of_objects_gone_from_the_cache_are_pruned() {
         assert_eq!(look(&driver, nm).await, after(server, 2), "still counted");
     }
 }
+
+/// What the operation keeps of maintenances: (evictions, failures, index entries, gauge series).
+fn kept(op: &MaintenanceOperation) -> (usize, usize, usize, usize) {
+    let series = (op.shared.metrics().render().lines())
+        .filter(|l| l.contains("nodemaintenance=\""))
+        .count();
+    (
+        lock(&op.evictions).len(),
+        lock(&op.failures).len(),
+        op.shared.nodes().readers().count(),
+        series,
+    )
+}
+
+#[tokio::test]
+async fn deleted_maintenances_leave_nothing_behind() {
+    let api = cluster(Delete);
+    let patched = serde_json::to_value(maintenance(Delete)).expect("encodes");
+    api.on("PATCH", "nodemaintenances/*", Answer::Json(200, patched));
+    // Half had their finalizer; half were deleted before it was added.
+    let named = |i: usize| {
+        let mut nm = maintenance(Delete);
+        nm.metadata.name = Some(format!("nm-{i}"));
+        nm.metadata.uid = Some(format!("uid-{i}"));
+        if i % 2 == 1 {
+            nm.metadata.finalizers = None;
+        }
+        nm
+    };
+    // The cache still shows each while its deletion is done (the finalizer goes after).
+    let store = testing::listed((0..100).map(named).collect());
+    let op = MaintenanceOperation {
+        shared: testing::shared_with(&api.client(), vec![], vec![hold_source(store.clone())]),
+        maintenances: store,
+        ..operation(&api)
+    };
+    for i in 0..100 {
+        let nm = named(i);
+        op.follow_node(&nm);
+        op.applied(&nm, &Stage::NodeMissing);
+        lock(&op.failures).insert(nm.name_any(), "cannot evict: mock".into());
+        lock(&op.evictions).insert(nm.name_any(), EvictionRound::default());
+    }
+    assert_eq!(kept(&op), (100, 100, 100, 100));
+    for i in 0..100 {
+        assert_eq!(testing::reconcile(&op, named(i)).await, Ok(()), "nm-{i}");
+    }
+    assert_eq!(kept(&op), (0, 0, 0, 0));
+}
+
+#[tokio::test]
+async fn maintenances_gone_from_the_cache_leave_nothing_behind() {
+    let api = cluster(Start);
+    let kept = maintenance(Start);
+    let op = MaintenanceOperation {
+        maintenances: testing::listed(vec![kept.clone()]),
+        ..operation(&api)
+    };
+    // Their finalizers removed by someone else: never reconciled deleted.
+    for i in 0..100 {
+        let name = format!("gone-{i}");
+        lock(&op.failures).insert(name.clone(), "cannot evict: mock".into());
+        lock(&op.evictions).insert(name, EvictionRound::default());
+    }
+    lock(&op.evictions).insert(kept.name_any(), EvictionRound::default());
+    assert!(op.prepare(Arc::new(kept)).await.is_ok());
+    assert_eq!(
+        (lock(&op.evictions).len(), lock(&op.failures).len()),
+        (1, 0)
+    );
+}

@@ -496,6 +496,11 @@ impl<F: ChannelFetch> ChannelCache<F> {
             .retain(|url, _| keep(url));
     }
 
+    /// How many URLs the cache knows.
+    pub fn url_count(&self) -> usize {
+        (self.entries.lock().unwrap_or_else(PoisonError::into_inner)).len()
+    }
+
     /// The URLs the cache knows.
     pub fn urls(&self) -> Vec<String> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);

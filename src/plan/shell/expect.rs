@@ -8,6 +8,7 @@
 //! brought back, even deleted already, is forgotten at once: the cache is then at or past it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,12 @@ pub struct Expectations {
     jobs: Mutex<HashMap<String, (Instant, Arc<Job>)>>,
     pods: Mutex<HashMap<String, (Instant, Arc<Pod>)>>,
     nodes: Mutex<HashMap<String, (Instant, NodeChange, NodeInfo)>>,
+    /// The size of `nodes` at which [`Expectations::prune_nodes`] looks again.
+    nodes_prune_at: AtomicUsize,
 }
+
+/// The size below which [`Expectations::prune_nodes`] keeps everything.
+const PRUNE_FLOOR: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -132,6 +138,26 @@ impl Expectations {
         if let Some(name) = pod.metadata.name.clone() {
             lock(&self.pods).insert(name, (Instant::now(), Arc::new(pod)));
         }
+    }
+
+    /// `plan` is deleted: its creations are not waited for.
+    pub fn forget_plan(&self, plan: &str) {
+        lock(&self.jobs).retain(|_, (_, k)| !of_plan(k.as_ref(), labels::PLAN, plan));
+        (lock(&self.pods))
+            .retain(|_, (_, k)| !of_plan(k.as_ref(), reboot::REBOOT_PLAN_LABEL, plan));
+    }
+
+    /// Forgets the patches of nodes for which `exists` is false, and those past patience, once
+    /// the map has doubled since it was last pruned (amortized O(1) a call): a patch is otherwise
+    /// forgotten only when a Plan that reads its node looks at it, and a deleted node has none.
+    pub fn prune_nodes(&self, mut exists: impl FnMut(&str) -> bool) {
+        let mut nodes = lock(&self.nodes);
+        if nodes.len() < self.nodes_prune_at.load(Ordering::Relaxed) {
+            return;
+        }
+        nodes.retain(|name, (at, ..)| at.elapsed() < PATIENCE && exists(name));
+        let at = (2 * nodes.len()).max(PRUNE_FLOOR);
+        self.nodes_prune_at.store(at, Ordering::Relaxed);
     }
 
     /// `before`: the node as the decision that made the patch saw it.
@@ -330,5 +356,34 @@ mod tests {
             ..before.clone()
         };
         assert!(e.node(&admin).is_none());
+    }
+
+    #[test]
+    fn patches_of_deleted_nodes_are_pruned() {
+        let e = Expectations::default();
+        let patch = |name: String| {
+            let node = NodeInfo {
+                name: name.clone(),
+                ..Default::default()
+            };
+            let change = NodeChange {
+                node: name,
+                unschedulable: Some(true),
+                ..Default::default()
+            };
+            e.patched_node(&change, &node);
+            node
+        };
+        let kept: Vec<NodeInfo> = (0..10).map(|i| patch(format!("kept-{i}"))).collect();
+        let exists = |name: &str| name.starts_with("kept-");
+        for i in 0..1000 {
+            patch(format!("gone-{i}"));
+            e.prune_nodes(exists);
+        }
+        let n = lock(&e.nodes).len();
+        assert!(n < 64, "{n} kept");
+        for node in &kept {
+            assert!(e.node(node).is_some(), "still laid over the cache");
+        }
     }
 }

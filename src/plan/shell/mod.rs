@@ -228,6 +228,25 @@ impl PlanOperation {
             |ns: &str, name: &str| self.plans.get(&ObjectRef::new(name).within(ns)).is_some();
         self.shared.metrics().retain_plans(exists);
         self.shared.forget_gone();
+        self.forget_channels(None);
+        let index = self.shared.nodes();
+        self.expect.prune_nodes(|n| index.get(n).is_some());
+    }
+
+    /// Forgets the channels no Plan but `gone` (being deleted) reads: a Plan that moved to
+    /// another channel, or is gone, leaves its URL's answer behind. Each Plan reads one channel
+    /// at most: only more URLs than Plans asks which.
+    fn forget_channels(&self, gone: Option<&Plan>) {
+        let plans = self.plans.state();
+        if gone.is_none() && self.channels.url_count() <= plans.len() {
+            return;
+        }
+        let gone = gone.and_then(|p| p.metadata.uid.as_deref());
+        self.channels.retain(|url| {
+            (plans.iter())
+                .filter(|p| gone.is_none() || p.metadata.uid.as_deref() != gone)
+                .any(|p| p.spec.channel.as_deref() == Some(url))
+        });
     }
 
     /// Waits until every cache a Plan's decision reads has its first full list (the node index
@@ -460,6 +479,13 @@ impl Operation for PlanOperation {
         metrics.plan(&ns, &plan.name_any(), gauges);
         // The applied status: the one written, or the one read when it did not change.
         metrics.plan_phases(&ns, &plan.name_any(), &core::phases(plan.status.as_ref()));
+    }
+
+    fn forget(&self, plan: &Plan) {
+        let (ns, name) = (plan.namespace().unwrap_or_default(), plan.name_any());
+        (self.shared.metrics()).retain_plans(|n, p| (n, p) != (ns.as_str(), name.as_str()));
+        self.expect.forget_plan(&name);
+        self.forget_channels(Some(plan));
     }
 }
 

@@ -415,3 +415,77 @@ async fn a_created_job_the_cache_never_shows_is_looked_for_again_when_patience_e
         waiting.requeue
     );
 }
+
+#[tokio::test]
+async fn deleted_plans_leave_nothing_behind() {
+    // Each reads a channel of its own, and is deleted before its finalizer was added.
+    let named = |i: usize| {
+        let mut p = plan(New);
+        p.metadata.name = Some(format!("p-{i}"));
+        p.metadata.uid = Some(format!("uid-{i}"));
+        p.spec.version = None;
+        p.spec.channel = Some(format!("http://127.0.0.1:1/channels/{i}"));
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        p
+    };
+    let plans: Vec<Plan> = (0..100).map(named).collect();
+    let w = world(New).await;
+    let api = cluster(&w.plan);
+    let store = testing::listed(plans.clone());
+    let holds = vec![watch::hold_source(store.clone())];
+    let op = PlanOperation {
+        shared: testing::shared_with(&api.client(), vec![node()], holds),
+        plans: store,
+        ..operation(&api, &w)
+    };
+    for p in &plans {
+        op.candidates(p);
+        op.applied(p, &PlanSummary::default());
+        op.channels
+            .resolve(p.spec.channel.as_deref().unwrap_or_default(), "")
+            .await;
+        let mut job = Job::default();
+        job.metadata.name = Some(format!("job-{}", p.name_any()));
+        job.metadata.labels = Some([(labels::PLAN.to_string(), p.name_any())].into());
+        op.expect.created_job(job);
+    }
+    let kept = |op: &PlanOperation| {
+        let series = (op.shared.metrics().render().lines())
+            .filter(|l| l.contains("plan=\"p-"))
+            .count();
+        let jobs: usize = (plans.iter())
+            .map(|p| op.expect.jobs(vec![], &p.name_any()).len())
+            .sum();
+        let readers = op.shared.nodes().readers().count();
+        (readers, series > 0, op.channels.url_count(), jobs)
+    };
+    assert_eq!(kept(&op), (100, true, 100, 100));
+    for p in &plans {
+        assert_eq!(testing::reconcile(&op, p.clone()).await, Ok(()));
+    }
+    assert_eq!(kept(&op), (0, false, 0, 0));
+}
+
+#[tokio::test]
+async fn channels_no_plan_reads_any_more_are_forgotten() {
+    let mut p = plan(Start);
+    p.spec.version = None;
+    p.spec.channel = Some("http://127.0.0.1:1/channels/now".into());
+    let w = world(Start).await;
+    let api = cluster(&w.plan);
+    let op = PlanOperation {
+        plans: testing::listed(vec![p.clone()]),
+        ..operation(&api, &w)
+    };
+    // The channels it read before, and those of Plans gone without a deletion seen.
+    for i in 0..100 {
+        let url = format!("http://127.0.0.1:1/channels/{i}");
+        op.channels.resolve(&url, "").await;
+    }
+    op.channels
+        .resolve("http://127.0.0.1:1/channels/now", "")
+        .await;
+    assert_eq!(op.channels.url_count(), 101);
+    assert!(op.prepare(Arc::new(p)).await.is_ok());
+    assert_eq!(op.channels.urls(), ["http://127.0.0.1:1/channels/now"]);
+}

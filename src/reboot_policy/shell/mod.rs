@@ -405,6 +405,11 @@ impl Operation for PolicyOperation {
         // The applied status: the one written, or the one read when it did not change.
         metrics.reboot_phases(&p.name_any(), &core::phases(p.status.as_ref()));
     }
+
+    fn forget(&self, p: &RebootPolicy) {
+        let name = p.name_any();
+        self.shared.metrics().retain_policies(|n| n != name);
+    }
 }
 
 /// Held while the policy exists; released once the nodes it took are given back.

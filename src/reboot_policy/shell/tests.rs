@@ -476,3 +476,48 @@ async fn a_reset_of_the_failures_triggers_the_policy_and_its_status_does_not() {
         .collect();
     assert_eq!(resets, [None, Some(&"1".into()), Some(&"2".into())]);
 }
+
+#[tokio::test]
+async fn deleted_policies_leave_nothing_behind() {
+    // Deleted before their finalizer was added.
+    let named = |i: usize| {
+        let mut p = policy(New);
+        p.metadata.name = Some(format!("rp-{i}"));
+        p.metadata.uid = Some(format!("uid-{i}"));
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        p
+    };
+    let policies: Vec<RebootPolicy> = (0..100).map(named).collect();
+    let api = cluster(New);
+    let store = testing::listed(policies.clone());
+    let holds = vec![hold_source(store.clone())];
+    let op = PolicyOperation {
+        shared: testing::shared_with(&api.client(), vec![node(New)], holds),
+        policies: store,
+        ..operation(&api, New)
+    };
+    let interest = || crate::node::index::Interest {
+        selector: crate::common::selector::Selector::everything(),
+        label: None,
+        conditions: true,
+    };
+    for p in &policies {
+        (op.shared.nodes_mut()).candidates(&core::holder(p), "uid", Some(1), interest);
+        let report = core::PolicyReport {
+            wanting: 1,
+            rebooting: 1,
+        };
+        op.applied(p, &report);
+    }
+    let kept = |op: &PolicyOperation| {
+        let series = (op.shared.metrics().render().lines())
+            .filter(|l| l.contains("policy=\"rp-"))
+            .count();
+        (op.shared.nodes().readers().count(), series > 0)
+    };
+    assert_eq!(kept(&op), (100, true));
+    for p in &policies {
+        assert_eq!(testing::reconcile(&op, p.clone()).await, Ok(()));
+    }
+    assert_eq!(kept(&op), (0, false));
+}
