@@ -204,7 +204,37 @@ fn diff_value(path: &str, got: &Value, want: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The labels the chart puts on every object (`slipway.labels`), which deploy/ has not (but for
+/// `app.kubernetes.io/name` on a few): compared apart, by [`every_object_carries_the_releases_labels`].
+const RELEASE_LABELS: [&str; 6] = [
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+];
+
+fn without_release_labels(mut docs: Vec<Value>) -> Vec<Value> {
+    for doc in &mut docs {
+        let meta = &mut doc["metadata"];
+        if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+            RELEASE_LABELS.iter().for_each(|l| {
+                labels.remove(*l);
+            });
+            if labels.is_empty() {
+                meta.as_object_mut().map(|m| m.remove("labels"));
+            }
+        }
+    }
+    docs
+}
+
 fn assert_same(chart: Vec<Value>, kustomize: Vec<Value>, what: &str) {
+    let (chart, kustomize) = (
+        without_release_labels(chart),
+        without_release_labels(kustomize),
+    );
     let diffs = differences(&normalized(chart), &by_key(kustomize));
     assert!(
         diffs.is_empty(),
@@ -383,7 +413,7 @@ fn the_schema_refuses_bad_values() {
     let refused = [
         // Two controllers without a lease would both reconcile.
         (
-            vec!["replicas=2", "leaderElection.enabled=false"],
+            vec!["replicaCount=2", "leaderElection.enabled=false"],
             "leaderElection/enabled",
         ),
         // ConfigMap values are strings; `--set-string` or quotes in a values file.
@@ -410,7 +440,7 @@ fn the_schema_refuses_bad_values() {
         assert!(err.contains(message), "{sets:?}: {err}");
     }
     // Two replicas with the lease are fine.
-    template(&["replicas=2"]);
+    template(&["replicaCount=2"]);
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -430,8 +460,8 @@ image:
   repository: registry.example.com/slipway
   tag: "9.9.9"
   pullPolicy: Always
-  pullSecrets: [{name: regcred}]
-replicas: 2
+imagePullSecrets: [{name: regcred}]
+replicaCount: 2
 leaderElection: {enabled: true, leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}
 config:
   SYSTEM_UPGRADE_CONTROLLER_THREADS: "8"
@@ -556,15 +586,12 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     let rule = find(&docs, "PrometheusRule", "slipway");
     assert_eq!(rule["metadata"]["namespace"], "elsewhere");
     assert_eq!(
-        rule["metadata"]["labels"],
-        json!({"app.kubernetes.io/name": "slipway", "release": "kube-prometheus-stack"})
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
     );
     let dashboard = find(&docs, "ConfigMap", "slipway-dashboard");
     assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
-    assert_eq!(
-        dashboard["metadata"]["labels"],
-        json!({"app.kubernetes.io/name": "slipway", "dashboards": "slipway"})
-    );
+    assert_eq!(dashboard["metadata"]["labels"]["dashboards"], "slipway");
 
     // A digest wins over the tag.
     let digest = format!("sha256:{}", "a".repeat(64));
@@ -706,4 +733,41 @@ fn health_check_rules_become_an_aggregated_cluster_role() {
     );
     let refused = try_template(&["healthChecks.rules[0].verbs[0]=delete"]);
     assert!(refused.is_err(), "health checks only read");
+}
+
+#[test]
+fn every_object_carries_the_releases_labels() {
+    let everything = [
+        "namespace.create=true",
+        "maintenance.enabled=true",
+        "rebootPolicies.enabled=true",
+        "nodeOps.enabled=true",
+        "rebootAgent.enabled=true",
+        "metrics.service.enabled=true",
+        "serviceMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "dashboard.enabled=true",
+    ];
+    let docs = template(&everything);
+    assert!(docs.len() >= 40, "{} objects", docs.len());
+    let version = env!("CARGO_PKG_VERSION");
+    let want = [
+        ("app.kubernetes.io/name", "slipway".to_string()),
+        ("app.kubernetes.io/instance", "slipway".to_string()),
+        ("app.kubernetes.io/version", version.to_string()),
+        ("app.kubernetes.io/part-of", "slipway".to_string()),
+        ("app.kubernetes.io/managed-by", "Helm".to_string()),
+        ("helm.sh/chart", format!("slipway-{version}")),
+    ];
+    for doc in &docs {
+        for (label, value) in &want {
+            assert_eq!(
+                doc["metadata"]["labels"][label].as_str(),
+                Some(value.as_str()),
+                "{} {}: {label}",
+                doc["kind"],
+                doc["metadata"]["name"]
+            );
+        }
+    }
 }
