@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::api::{DisruptionBudgetStatus, LedgerEntry, ScheduleInForce};
 use super::{HOLD_ANNOTATION, PoolState, reason_of};
-use crate::common::condition::{Condition, set_condition};
+use crate::common::condition::{Condition, Standing, set_condition, set_standing};
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
 use crate::node::cordon::CORDONED_BY;
@@ -162,5 +162,11 @@ fn conditions(input: &LedgerInput<'_>, now: Timestamp) -> Vec<Condition> {
         input.generation,
         now,
     );
+    // A budget is in force once valid, halted or not: halting is what it was told to do.
+    let standing = match &pool.invalid {
+        Some(error) => Standing::Stalled("Invalid", error.as_str()),
+        None => Standing::Ready("Valid", "the budget is in force"),
+    };
+    set_standing(&mut conditions, standing, input.generation, now);
     conditions
 }

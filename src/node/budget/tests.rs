@@ -307,8 +307,14 @@ fn the_ledger_names_every_unavailable_node_keeps_since_and_counts() {
         ),
         (5, 5, 4, 1)
     );
-    let validated = status.conditions.iter().find(|c| c.type_ == "Validated");
-    assert_eq!(validated.map(|c| c.status.as_str()), Some("True"));
+    let of = |t: &str| {
+        (status.conditions.iter())
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.as_str())
+    };
+    assert_eq!(of("Validated"), Some("True"));
+    let kstatus = [of("Ready"), of("Reconciling"), of("Stalled")];
+    assert_eq!(kstatus, [Some("True"), Some("False"), Some("False")]);
 }
 
 proptest::proptest! {

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::common::condition::{Condition, set_condition};
+use crate::common::condition::{Condition, Standing, set_condition, set_standing};
 use crate::common::decision::{Decision, Effect, Event};
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
@@ -224,6 +224,12 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         generation,
         now,
     );
+    let standing = match (&steps.stopped, progressing) {
+        (Some(why), _) => Standing::Stalled("Stopped", why.as_str()),
+        (None, true) => Standing::Reconciling(reason, &steps.summary),
+        (None, false) => Standing::Ready(reason, &steps.summary),
+    };
+    set_standing(&mut conditions, standing, generation, now);
     let status = RebootPolicyStatus {
         observed_generation: generation,
         wanting: count(steps.wanting),
@@ -394,6 +400,8 @@ fn invalid(
         generation,
         now,
     );
+    let stalled = Standing::Stalled("Invalid", message);
+    set_standing(&mut status.conditions, stalled, generation, now);
     let mut decision = RebootDecision::keep(status);
     if !told {
         decision

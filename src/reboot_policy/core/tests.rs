@@ -1013,15 +1013,31 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
             budget: &NO_BUDGET,
         }
     }
+    let standing = |s: &RebootPolicyStatus| -> Vec<String> {
+        (s.conditions.iter())
+            .filter(|c| ["Ready", "Reconciling", "Stalled"].contains(&c.type_.as_str()))
+            .map(|c| format!("{}={}", c.type_, c.status))
+            .collect()
+    };
     let d = decide(&input(&p, &spec, &views), at(0));
     assert_eq!(d.status.nodes[0].reason.as_deref(), Some("RolloutStopped"));
     assert!(d.status.stopped.is_some());
+    assert_eq!(
+        standing(&d.status),
+        ["Ready=False", "Reconciling=False", "Stalled=True"],
+        "kstatus: stopped until someone acts"
+    );
     assert!(d.events.is_empty(), "{:?}", d.events);
     p.metadata.annotations =
         Some([("slipway.dev/reset-failures".to_string(), "1".to_string())].into());
     let d = decide(&input(&p, &spec, &views), at(1));
     assert_eq!(d.status.nodes[0].phase, RebootPhase::Draining, "b starts");
     assert_eq!(d.status.stopped, None);
+    assert_eq!(
+        standing(&d.status),
+        ["Ready=False", "Reconciling=True", "Stalled=False"],
+        "kstatus: a reboot under way"
+    );
     assert_eq!(d.status.failures_reset.as_deref(), Some("1"));
     assert!(d.events.iter().any(|e| e.reason == "FailuresReset"));
     p.status = Some(d.status);

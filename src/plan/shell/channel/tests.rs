@@ -470,19 +470,23 @@ async fn a_huge_body_is_not_read() {
 
 #[tokio::test]
 async fn a_stalled_body_does_not_hold_the_answer() {
+    // The request's timeout is far beyond the bound below: an answer held by the body would come
+    // only at the timeout. The bound is wide (a loaded machine is slow), not a measurement.
     let c = client(ChannelConfig {
-        timeout: Duration::from_secs(10),
+        timeout: Duration::from_secs(3600),
         ..Default::default()
     });
     let server = serve(Reply::StalledBody).await;
-    let started = std::time::Instant::now();
+    let fetched = tokio::time::timeout(
+        DRAIN_GRACE + Duration::from_secs(120),
+        c.fetch(&server.url("/channels/v1.2.3"), ""),
+    )
+    .await;
     assert_eq!(
-        c.fetch(&server.url("/channels/v1.2.3"), "")
-            .await
-            .as_deref(),
-        Ok("v1.2.3")
+        fetched.as_ref().map(|r| r.as_deref()),
+        Ok(Ok("v1.2.3")),
+        "the answer comes after the drain's grace, not at the request's timeout"
     );
-    assert!(started.elapsed() < DRAIN_GRACE + Duration::from_secs(1));
 }
 
 #[test]
