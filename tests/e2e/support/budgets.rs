@@ -241,15 +241,12 @@ impl LedgerSampler {
 
     /// What each ledger written got wrong: more unavailable nodes (or nodes named) than the
     /// limit, or a holder whose object had let go of the node before the ledger was written (and
-    /// did not take it again) and that the next ledger still names, or the last one does (one
-    /// ledger measured just before a release and written just after the object's status is a
-    /// race the next write corrects, not a lagging copy). A holder the ledger names before its
-    /// object's record does is right: an operation claims a node, then writes its status.
+    /// did not take it again). A holder the ledger names before its object's record does is
+    /// right: an operation claims a node, then writes its status.
     pub fn violations(&self) -> Vec<String> {
         let seen = lock(&self.seen);
         let mut out = Vec::new();
-        for (i, (at, ledger)) in seen.ledgers.iter().enumerate() {
-            let next = seen.ledgers.get(i + 1).map(|(_, l)| l);
+        for (at, ledger) in &seen.ledgers {
             let named: BTreeSet<&str> = ledger.holders.iter().map(|h| h.node.as_str()).collect();
             if ledger.unavailable > ledger.max_unavailable
                 || named.len() as i64 > ledger.max_unavailable
@@ -263,12 +260,6 @@ impl LedgerSampler {
                 ));
             }
             for h in &ledger.holders {
-                let corrected = next.is_some_and(|n| {
-                    !(n.holders.iter()).any(|m| m.node == h.node && m.holder == h.holder)
-                });
-                if corrected {
-                    continue;
-                }
                 let versions = seen.records.get(&h.holder).map(Vec::as_slice);
                 if let Some(left) = let_go_before(versions.unwrap_or_default(), &h.node, *at) {
                     out.push(format!(
