@@ -188,9 +188,8 @@ pub fn ledgers(
     if objects.is_empty() {
         return Vec::new();
     }
-    // One reading of who holds what: the counts and the names agree.
+    let measured = shared.measure_pools(&budgets.pools(), now);
     let holders = shared.holders_by_node();
-    let measured = shared.measure_pools_held(&budgets.pools(), &holders, now);
     let index = shared.nodes();
     objects
         .iter()
