@@ -199,6 +199,7 @@ impl Install {
             left.is_empty(),
             "left after the chart's uninstall: {left:?}"
         );
+        restore_crds(cluster).await;
     }
 
     /// Records the objects of a manifest that the scene applies itself (the README's commands),
@@ -218,6 +219,24 @@ impl Install {
                 "metadata": {"name": doc["metadata"]["name"], "namespace": doc["metadata"]["namespace"]},
             }));
         }
+    }
+}
+
+/// Applies the Plan and DisruptionBudget CRDs again after an uninstall removed them: the scene's
+/// own clean-up and the next scenes on the cluster read Plans and budgets.
+async fn restore_crds(cluster: &Cluster) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for crd in ["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"] {
+        let file = repo.join(format!("crds/{crd}.yaml")).display().to_string();
+        let name = format!("crd/{crd}");
+        let restored = async {
+            cluster.kubectl(&["apply", "-f", &file]).await?;
+            let established = "--for=condition=Established";
+            (cluster.kubectl(&["wait", established, &name, "--timeout=120s"])).await
+        };
+        restored
+            .await
+            .unwrap_or_else(|e| panic!("restoring {crd}: {e}"));
     }
 }
 
