@@ -203,33 +203,7 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         now,
     );
     let generation = p.metadata.generation;
-    let progressing = steps.rebooting > 0;
-    let mut conditions = previous.conditions.clone();
-    set_condition(
-        &mut conditions,
-        "Validated",
-        true,
-        "Valid",
-        "",
-        generation,
-        now,
-    );
-    let reason = if progressing { "Rebooting" } else { "Idle" };
-    set_condition(
-        &mut conditions,
-        "Progressing",
-        progressing,
-        reason,
-        &steps.summary,
-        generation,
-        now,
-    );
-    let standing = match (&steps.stopped, progressing) {
-        (Some(why), _) => Standing::Stalled("Stopped", why.as_str()),
-        (None, true) => Standing::Reconciling(reason, &steps.summary),
-        (None, false) => Standing::Ready(reason, &steps.summary),
-    };
-    set_standing(&mut conditions, standing, generation, now);
+    let conditions = conditions(&previous.conditions, &steps, generation, now);
     let status = RebootPolicyStatus {
         observed_generation: generation,
         wanting: count(steps.wanting),
@@ -371,6 +345,44 @@ fn give_back_all(
             .push(finish(&me, node.clone(), state.signal(), legacy, view));
     }
     decision
+}
+
+/// A valid policy's conditions: `Validated`, `Progressing` while a reboot is under way, and
+/// kstatus' three (stalled while a failure stopped it).
+fn conditions(
+    previous: &[Condition],
+    steps: &NodeSteps,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let progressing = steps.rebooting > 0;
+    let mut conditions = previous.to_vec();
+    set_condition(
+        &mut conditions,
+        "Validated",
+        true,
+        "Valid",
+        "",
+        generation,
+        now,
+    );
+    let reason = if progressing { "Rebooting" } else { "Idle" };
+    set_condition(
+        &mut conditions,
+        "Progressing",
+        progressing,
+        reason,
+        &steps.summary,
+        generation,
+        now,
+    );
+    let standing = match (&steps.stopped, progressing) {
+        (Some(why), _) => Standing::Stalled("Stopped", why.as_str()),
+        (None, true) => Standing::Reconciling(reason, &steps.summary),
+        (None, false) => Standing::Ready(reason, &steps.summary),
+    };
+    set_standing(&mut conditions, standing, generation, now);
+    conditions
 }
 
 /// A spec the controller cannot follow: `Validated=False` names the field, nodes in progress keep
