@@ -75,6 +75,10 @@ pub struct NodeMaintenanceSpec {
     /// cordoned until the NodeMaintenance is deleted. Unset (as in NMO): no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<String>,
+    /// slipway: what slipway does around each node it disrupts: an Alertmanager silence
+    /// while the node is taken (docs/disruptions.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }
 
 /// `NodeMaintenance.status`, NMO's fields and, after them, slipway's.
@@ -189,6 +193,8 @@ fn add_rules(root: &mut Value) {
             ),
         );
     });
+    let disruption = "/properties/spec/properties/disruption";
+    crate::node::disruption::crd_rules(root, disruption, "spec.disruption");
     extend(root, "/properties/status/properties/conditions", |s| {
         s["x-kubernetes-list-type"] = json!("map");
         s["x-kubernetes-list-map-keys"] = json!(["type"]);

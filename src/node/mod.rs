@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod change;
 pub mod cordon;
+pub mod disruption;
 pub mod drain;
 pub mod handoff;
 pub mod holders;

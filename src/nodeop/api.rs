@@ -95,6 +95,10 @@ pub struct NodeOpSpec {
     /// A pod run on each node first: a message in its termination log skips the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<PreflightSpec>,
+    /// slipway: what slipway does around each node it disrupts: an Alertmanager silence
+    /// while the node is taken (docs/disruptions.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }
 
 /// `spec.preflight`: decides per node whether the operation is needed. The container writes a
@@ -269,7 +273,11 @@ pub fn nodeopupgrade_crd_yaml() -> Result<String, crate::Error> {
 
 /// The CRD of `nodeops.operator.kairos.io`: kairos-operator's, with its defaults and bounds.
 pub fn nodeop_crd() -> CustomResourceDefinition {
-    let mut crd = with_rules(NodeOp::crd(), add_defaults);
+    let mut crd = with_rules(NodeOp::crd(), |root| {
+        add_defaults(root);
+        let disruption = "/properties/spec/properties/disruption";
+        crate::node::disruption::crd_rules(root, disruption, "spec.disruption");
+    });
     // As controller-gen writes it (the API server would default it the same).
     crd.spec.names.list_kind = Some("NodeOpList".into());
     crd

@@ -102,6 +102,10 @@ pub struct RebootPolicySpec {
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// What slipway does around each node it disrupts: an Alertmanager silence
+    /// while the node is taken (docs/disruptions.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }
 
 /// The signals a policy listens to.
@@ -342,6 +346,8 @@ fn add_rules(root: &mut Value) {
     });
     window_rules(root, &format!("{spec}/properties/window"));
     positive_duration(root, &format!("{spec}/properties/timeout"), "spec.timeout");
+    let disruption = format!("{spec}/properties/disruption");
+    crate::node::disruption::crd_rules(root, &disruption, "spec.disruption");
     positive_duration(root, &format!("{spec}/properties/soak"), "spec.soak");
     crate::common::crd::health_check_rules(
         root,

@@ -30,6 +30,7 @@ use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenance
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption;
 use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
 pub use evictions::{EvictionRound, refusal_backoff};
@@ -99,6 +100,10 @@ pub enum Stage {
     /// Being deleted: restore the node, then let the resource go.
     Restoring,
     NodeMissing,
+    /// `spec.disruption` cannot be followed: nothing is done to the node until it is fixed.
+    InvalidSpec {
+        message: String,
+    },
     Duplicate {
         of: String,
     },
@@ -347,6 +352,16 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         return finish(input, step, old, now);
     }
     let started = node.cordoned_by.as_deref() == Some(me(nm).as_str()) || node.drain_taint;
+    // A maintenance under way goes on (its silence is skipped while its spec is wrong).
+    let invalid = nm
+        .spec
+        .disruption
+        .as_ref()
+        .map(|d| disruption::validate(d, "spec.disruption"));
+    if let (Some(Err(message)), false) = (invalid, started) {
+        step.stage = Stage::InvalidSpec { message };
+        return finish(input, step, old, now);
+    }
     if let (Some(refusal), None, false) = (input.refusal, input.held_by, started) {
         step.stage = Stage::WaitingForBudget {
             reason: refusal.reason(),

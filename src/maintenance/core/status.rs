@@ -78,6 +78,9 @@ fn describe(
             "NodeNotFound",
             format!("invalid nodeName, no node with name {node} found"),
         ),
+        Stage::InvalidSpec { message } => {
+            (MaintenancePhase::Failed, "InvalidSpec", message.clone())
+        }
         Stage::Duplicate { of } => (
             MaintenancePhase::Failed,
             "Duplicate",
@@ -159,6 +162,8 @@ fn requeue(step: &Step) -> Option<Duration> {
         ) => Some(WAIT_RECHECK),
         // Nothing else tells a maintenance that its node appeared.
         (Stage::NodeMissing, _) => Some(WAIT_RECHECK * 6),
+        // A spec fixed is a new generation, which wakes the maintenance by itself.
+        (Stage::InvalidSpec { .. }, _) => None,
         // Keep the Lease while the node is held.
         (Stage::Drained | Stage::TimedOut { .. }, None) => {
             Some(LeaseSettings::default().duration / 4)

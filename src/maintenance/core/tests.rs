@@ -24,6 +24,7 @@ fn nm(finalized: bool) -> NodeMaintenance {
             node_name: "n1".into(),
             reason: Some("disk".into()),
             drain_timeout: None,
+            disruption: None,
         },
         status: None,
     }
@@ -742,4 +743,30 @@ fn a_maintenance_that_waits_keeps_its_node_without_making_it_unavailable() {
             ("nodemaintenance/new".to_string(), true),
         ]
     );
+}
+
+#[test]
+fn a_silence_without_matchers_fails_the_maintenance_before_the_node_is_taken() {
+    let mut m = nm(true);
+    m.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
+        silence: Some(Default::default()),
+    });
+    let p = pods(&[("web-1", false)]);
+    let step = decide(&input(&m, Some(&node()), Some(&p)));
+    assert_eq!(
+        step.stage,
+        Stage::InvalidSpec {
+            message: "spec.disruption.silence.matchers must name at least one matcher".into()
+        }
+    );
+    assert!(!step.hold_node);
+    assert!(step.node.is_empty() && step.evict.is_empty());
+    assert_eq!(condition(&step).reason, "InvalidSpec");
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    // Fixed, it goes on.
+    m.status = Some(step.status);
+    m.spec.disruption = None;
+    let step = decide(&input(&m, Some(&node()), Some(&p)));
+    assert_eq!(step.stage, Stage::Draining);
+    assert!(step.hold_node);
 }

@@ -59,6 +59,9 @@ pub fn settings(spec: &NodeOpSpec) -> Result<Settings, String> {
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
     let cordon = spec.cordon.unwrap_or(false);
+    if let Some(disruption) = &spec.disruption {
+        crate::node::disruption::validate(disruption, "spec.disruption")?;
+    }
     let drain = spec
         .drain_options
         .as_ref()

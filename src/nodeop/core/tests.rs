@@ -807,3 +807,21 @@ fn the_phase_gauges_count_nodes_by_kairos_phase_with_their_oldest_time() {
     assert_eq!(tallies[0].oldest_since, Some(t(T0)));
     assert!(phases(None).is_empty());
 }
+
+#[test]
+fn a_silence_without_matchers_is_an_invalid_spec_and_starts_nothing() {
+    let op = nodeop(NodeOpSpec {
+        disruption: Some(crate::node::disruption::DisruptionSpec {
+            silence: Some(Default::default()),
+        }),
+        ..Default::default()
+    });
+    let d = decide_with(&op, &three(), &Seen::default(), T0);
+    assert!(jobs_created(&d).is_empty());
+    assert!(d.holds.is_empty());
+    assert_eq!(
+        d.status.message.as_deref(),
+        Some("spec.disruption.silence.matchers must name at least one matcher")
+    );
+    assert!(d.events.iter().any(|e| e.reason == "InvalidSpec"));
+}

@@ -167,6 +167,8 @@ pub fn render_nodeop(u: &NodeOpUpgrade) -> NodeOp {
             concurrency: spec.concurrency,
             stop_on_failure: spec.stop_on_failure,
             preflight: upgrade_preflight(spec),
+            // kairos' NodeOpUpgrade has no such field; its NodeOp can be given one directly.
+            disruption: None,
         },
         status: None,
     }

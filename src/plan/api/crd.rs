@@ -43,6 +43,8 @@ fn add_rules(root: &mut Value) {
         "spec.healthChecks",
     );
     hook_rules(root, &format!("{spec}/properties/hooks"));
+    let disruption = format!("{spec}/properties/disruption");
+    crate::node::disruption::crd_rules(root, &disruption, "spec.disruption");
     promotion_rules(root, spec);
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");

@@ -213,6 +213,11 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<NodeOrder>,
 
+    /// slipway only: what slipway does around each node it disrupts: an Alertmanager silence
+    /// while the node is taken (docs/disruptions.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
+
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,

@@ -239,6 +239,15 @@ mod tests {
         );
         p.spec.min_version_age = Some("72h".into());
         assert_eq!(validate(&p), Ok(()));
+        p.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
+            silence: Some(Default::default()),
+        });
+        let e = crate::plan::core::validate(&p, &Default::default()).unwrap_err();
+        assert_eq!(
+            e,
+            "spec.disruption.silence.matchers must name at least one matcher"
+        );
+        p.spec.disruption = None;
         assert_eq!(min_version_age(&p), Some(Duration::from_secs(72 * 3600)));
     }
 }

@@ -95,6 +95,9 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
         "spec.healthChecks",
     )?;
     super::hooks::read(plan)?;
+    if let Some(disruption) = &spec.disruption {
+        crate::node::disruption::validate(disruption, "spec.disruption")?;
+    }
     super::promotion::validate(plan)?;
     if let Some(window) = &spec.window {
         TimeWindow::new(window).map_err(|e| e.to_string())?;

@@ -103,6 +103,9 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
     let (blocking_pods, alerts) = read_blockers(&spec.blocking.clone().unwrap_or_default())?;
     let health_checks = spec.health_checks.clone().unwrap_or_default();
     crate::common::check::validate(&health_checks, "spec.healthChecks")?;
+    if let Some(disruption) = &spec.disruption {
+        crate::node::disruption::validate(disruption, "spec.disruption")?;
+    }
     Ok(PolicySpec {
         selector,
         concurrency,

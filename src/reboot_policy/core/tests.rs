@@ -932,6 +932,17 @@ fn soaking_nodes_come_from_the_latest_reboots() {
     };
     let e = read_spec(&bad, "busybox").expect_err("zero soak");
     assert!(e.starts_with("spec.soak"), "{e}");
+    let bad = crate::reboot_policy::api::RebootPolicySpec {
+        disruption: Some(crate::node::disruption::DisruptionSpec {
+            silence: Some(Default::default()),
+        }),
+        ..Default::default()
+    };
+    let e = read_spec(&bad, "busybox").expect_err("no matchers");
+    assert_eq!(
+        e,
+        "spec.disruption.silence.matchers must name at least one matcher"
+    );
 }
 
 #[test]

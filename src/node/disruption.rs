@@ -1,0 +1,286 @@
+//! What an operation does around each node it disrupts, the same field in every kind
+//! (`spec.disruption` of Plans, RebootPolicies, NodeMaintenances and NodeOps): for now, an
+//! Alertmanager silence held while the node is taken ([`super::silence`] decides them). Pure.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::common::crd::{extend, positive_duration};
+use crate::common::duration::GoDuration;
+
+/// The placeholder a matcher's value may hold: replaced by the name of the node the silence is for.
+/// Written as Kubernetes writes a variable in a container's command, so that it reads as one.
+pub const NODE_NAME: &str = "$(NODE_NAME)";
+
+/// How long a silence may last from its start unless `maxDuration` says otherwise.
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(2 * 3600);
+
+/// `spec.disruption`: what slipway does around each node the object disrupts (a slipway
+/// extension; absent: nothing).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionSpec {
+    /// An Alertmanager silence per node while the node is taken (cordoned, drained, upgraded or
+    /// rebooted), expired when it is given back. Needs `slipway run --alertmanager-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<SilenceSpec>,
+}
+
+/// The silence held while a node is disrupted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceSpec {
+    /// The silence's matchers, as Alertmanager takes them; `$(NODE_NAME)` in a value is the node's
+    /// name (e.g. `{name: instance, value: "$(NODE_NAME):9100"}`). At least one must not match an
+    /// empty value, so that the silence cannot silence everything.
+    pub matchers: Vec<Matcher>,
+    /// How long the silence may last from its start, however long the node stays taken (a Go
+    /// duration; default 2h): past it, alerts fire again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration: Option<String>,
+    /// Said in the silence's comment, before slipway's own key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// One label matcher of a silence (Alertmanager's v2 API `matcher`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Matcher {
+    /// The label's name.
+    pub name: String,
+    /// The value, or with `isRegex` an RE2 expression anchored at both ends.
+    pub value: String,
+    #[serde(default)]
+    pub is_regex: bool,
+    /// `false`: the matcher matches the labels that do not match (`!=`, `!~`).
+    #[serde(default = "yes")]
+    pub is_equal: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Matcher {
+    /// The matcher for `node`: `$(NODE_NAME)` replaced by its name (escaped in a regex).
+    pub fn for_node(&self, node: &str) -> Matcher {
+        let name = match self.is_regex {
+            true => regex::escape(node),
+            false => node.to_string(),
+        };
+        Matcher {
+            value: self.value.replace(NODE_NAME, &name),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the matcher matches a label that is absent (its value empty), as Alertmanager
+    /// judges it; `Err` when the regex does not compile.
+    fn matches_empty(&self) -> Result<bool, regex::Error> {
+        let hit = match self.is_regex {
+            true => regex::Regex::new(&format!("^(?:{})$", self.value))?.is_match(""),
+            false => self.value.is_empty(),
+        };
+        Ok(hit == self.is_equal)
+    }
+}
+
+impl SilenceSpec {
+    /// `maxDuration`, or the default; `Err` names the field.
+    pub fn max_duration(&self, field: &str) -> Result<Duration, String> {
+        let Some(text) = self.max_duration.as_deref() else {
+            return Ok(DEFAULT_MAX_DURATION);
+        };
+        match text.parse::<GoDuration>().map(GoDuration::to_std) {
+            Ok(Some(d)) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(format!(
+                "{field}.maxDuration must be positive, not {text:?}"
+            )),
+            Err(e) => Err(format!("{field}.maxDuration is invalid: {e}")),
+        }
+    }
+}
+
+/// Checks what Alertmanager would refuse, and what CEL cannot see: matchers present, each with a
+/// name and a regex that compiles, not all of them matching an empty value (a silence of
+/// everything), a positive `maxDuration`. `field` is the spec's path (`spec.disruption`); the
+/// error names the field.
+pub fn validate(spec: &DisruptionSpec, field: &str) -> Result<(), String> {
+    let Some(silence) = &spec.silence else {
+        return Ok(());
+    };
+    let at = format!("{field}.silence");
+    if silence.matchers.is_empty() {
+        return Err(format!("{at}.matchers must name at least one matcher"));
+    }
+    let mut all_match_empty = true;
+    for (i, m) in silence.matchers.iter().enumerate() {
+        let m_at = format!("{at}.matchers[{i}]");
+        if m.name.is_empty() {
+            return Err(format!("{m_at}.name must not be empty"));
+        }
+        // Checked as it will be sent: for a node whose name is a plain word.
+        match m.for_node("node").matches_empty() {
+            Ok(empty) => all_match_empty &= empty,
+            Err(e) => return Err(format!("{m_at}.value is not a valid regex: {e}")),
+        }
+    }
+    if all_match_empty {
+        return Err(format!(
+            "{at}.matchers would match every alert: at least one must not match an empty value"
+        ));
+    }
+    silence.max_duration(&at)?;
+    Ok(())
+}
+
+/// The bounds the CRD puts on `spec.disruption` at `pointer` (a JSON pointer into the schema):
+/// what the API server can refuse at `kubectl apply`; [`validate`] checks the rest.
+pub fn crd_rules(root: &mut Value, pointer: &str, field: &str) {
+    let silence = format!("{pointer}/properties/silence");
+    extend(root, &format!("{silence}/properties/matchers"), |s| {
+        s["minItems"] = json!(1);
+        s["maxItems"] = json!(32);
+    });
+    let matcher = format!("{silence}/properties/matchers/items/properties");
+    extend(root, &format!("{matcher}/name"), |s| {
+        s["minLength"] = json!(1);
+        s["maxLength"] = json!(256);
+    });
+    extend(root, &format!("{matcher}/value"), |s| {
+        s["maxLength"] = json!(1024);
+    });
+    extend(root, &format!("{silence}/properties/comment"), |s| {
+        s["maxLength"] = json!(1024);
+    });
+    positive_duration(
+        root,
+        &format!("{silence}/properties/maxDuration"),
+        &format!("{field}.silence.maxDuration"),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(name: &str, value: &str, is_regex: bool, is_equal: bool) -> Matcher {
+        Matcher {
+            name: name.into(),
+            value: value.into(),
+            is_regex,
+            is_equal,
+        }
+    }
+
+    fn silence(matchers: Vec<Matcher>) -> DisruptionSpec {
+        DisruptionSpec {
+            silence: Some(SilenceSpec {
+                matchers,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn no_silence_is_valid() {
+        assert_eq!(
+            validate(&DisruptionSpec::default(), "spec.disruption"),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_node_matcher_is_valid() {
+        let spec = silence(vec![matcher("instance", "$(NODE_NAME)", false, true)]);
+        assert_eq!(validate(&spec, "spec.disruption"), Ok(()));
+    }
+
+    #[test]
+    fn an_empty_matcher_list_is_named() {
+        let e = validate(&silence(vec![]), "spec.disruption").unwrap_err();
+        assert_eq!(
+            e,
+            "spec.disruption.silence.matchers must name at least one matcher"
+        );
+    }
+
+    #[test]
+    fn a_bad_regex_is_named_with_its_index() {
+        let spec = silence(vec![
+            matcher("node", "$(NODE_NAME)", false, true),
+            matcher("job", "node-(exporter", true, true),
+        ]);
+        let e = validate(&spec, "spec.disruption").unwrap_err();
+        assert!(
+            e.starts_with("spec.disruption.silence.matchers[1].value is not a valid regex"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_empty_name_is_named() {
+        let e = validate(&silence(vec![matcher("", "x", false, true)]), "spec.d").unwrap_err();
+        assert_eq!(e, "spec.d.silence.matchers[0].name must not be empty");
+    }
+
+    #[test]
+    fn matchers_that_match_everything_are_refused() {
+        for everything in [
+            vec![matcher("instance", ".*", true, true)],
+            vec![matcher("instance", "", false, true)],
+            vec![matcher("instance", "x", false, false)],
+            vec![
+                matcher("a", ".+", true, false),
+                matcher("b", "", false, true),
+            ],
+        ] {
+            let e = validate(&silence(everything.clone()), "spec.disruption").unwrap_err();
+            assert!(e.contains("would match every alert"), "{everything:?}: {e}");
+        }
+        // One narrow matcher is enough beside broad ones.
+        let spec = silence(vec![
+            matcher("severity", ".*", true, true),
+            matcher("instance", "$(NODE_NAME):.*", true, true),
+        ]);
+        assert_eq!(validate(&spec, "spec.disruption"), Ok(()));
+    }
+
+    #[test]
+    fn max_duration_defaults_and_must_be_positive() {
+        let mut spec = silence(vec![matcher("node", "$(NODE_NAME)", false, true)]);
+        let s = spec.silence.as_mut().unwrap();
+        assert_eq!(s.max_duration("x"), Ok(DEFAULT_MAX_DURATION));
+        s.max_duration = Some("90m".into());
+        assert_eq!(s.max_duration("x"), Ok(Duration::from_secs(5400)));
+        for bad in ["0s", "-1h", "soon"] {
+            spec.silence.as_mut().unwrap().max_duration = Some(bad.into());
+            let e = validate(&spec, "spec.disruption").unwrap_err();
+            assert!(
+                e.starts_with("spec.disruption.silence.maxDuration"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_node_is_filled_in_and_escaped_in_a_regex() {
+        let plain = matcher("instance", "$(NODE_NAME):9100", false, true);
+        assert_eq!(plain.for_node("n1.example").value, "n1.example:9100");
+        let re = matcher("instance", "$(NODE_NAME)(:[0-9]+)?", true, true);
+        assert_eq!(re.for_node("n1.example").value, r"n1\.example(:[0-9]+)?");
+        let none = matcher("severity", "page", false, false);
+        assert_eq!(none.for_node("n1"), none);
+    }
+
+    #[test]
+    fn is_equal_defaults_to_true_and_is_regex_to_false() {
+        let m: Matcher = serde_json::from_value(json!({"name": "a", "value": "b"})).unwrap();
+        assert!(m.is_equal);
+        assert!(!m.is_regex);
+    }
+}
