@@ -14,5 +14,6 @@ pub mod index;
 pub mod info;
 pub mod reboot;
 pub mod shell;
+pub mod silence;
 
 pub use info::NodeInfo;
