@@ -14,6 +14,7 @@ use slipway::node::index::NodeIndex;
 use slipway::plan::core::config::JobConfig;
 use slipway::plan::shell::PlanSettings;
 use slipway::runtime::health::Transition;
+use slipway::runtime::silences::{self, AlertmanagerSettings};
 use slipway::runtime::{
     Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd,
     spawn_sync_watch, watch,
@@ -43,6 +44,8 @@ pub struct Settings {
     pub disruption_budgets: bool,
     /// Reconcile kairos-operator's NodeOps and NodeOpUpgrades (every namespace).
     pub nodeops: bool,
+    /// Where silences are held while nodes are disrupted; `None`: nowhere.
+    pub alertmanager: Option<AlertmanagerSettings>,
 }
 
 /// Node annotations the index keeps: the few small ones that decisions read.
@@ -106,7 +109,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             job: settings.job.clone(),
             polling_interval: settings.polling_interval,
             threads: settings.threads,
-            cluster_id,
+            cluster_id: cluster_id.clone(),
         },
         plans,
         shutdown.clone(),
@@ -124,13 +127,22 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
         }
     };
+    // Every controller of this name in this cluster signs its silences alike: a restart or a new
+    // leader finds them; another cluster's slipway on the same Alertmanager leaves them alone.
+    let created_by = format!("slipway/{}@{cluster_id}", settings.name);
+    let silences = silences::keep(
+        shared.clone(),
+        settings.alertmanager.clone(),
+        created_by,
+        shutdown.clone(),
+    );
     let nodes = async {
         tokio::select! {
             _ = node_watch => warn!("the node watch stopped"),
             _ = shutdown.cancelled() => {}
         }
     };
-    let (plan, ..) = futures::join!(plan, others, nodes, ledgers);
+    let (plan, ..) = futures::join!(plan, others, nodes, ledgers, silences);
     info!("controller stopped");
     plan
 }

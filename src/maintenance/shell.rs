@@ -39,7 +39,9 @@ use crate::node::shell::{evict_all, pods_view};
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{self, NodeTriggers, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{ApiResult, Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
+use crate::runtime::{
+    ApiResult, Error, HoldSource, HolderObject, Operation, ReadyFuture, Shared, drive, ready,
+};
 
 /// The NodeMaintenances of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct MaintenanceWatches {
@@ -97,6 +99,14 @@ impl HoldSource for MaintenanceHolds {
     }
     fn ready(&self) -> (&'static str, ReadyFuture) {
         ("nodemaintenance", ready(self.0.clone()))
+    }
+
+    fn object(&self, holder: &Holder) -> Option<HolderObject> {
+        let Holder::Maintenance { name } = holder else {
+            return None;
+        };
+        let nm = self.0.get(&ObjectRef::new(name))?;
+        Some(HolderObject::of(nm.as_ref(), nm.spec.disruption.as_ref()))
     }
 }
 

@@ -40,7 +40,9 @@ use crate::nodeop::core::{
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
+use crate::runtime::{
+    Error, HoldSource, HolderObject, Operation, ReadyFuture, Shared, drive, ready,
+};
 
 /// The NodeOps of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct NodeOpWatches {
@@ -89,6 +91,14 @@ impl HoldSource for NodeOpHolds {
     }
     fn ready(&self) -> (&'static str, ReadyFuture) {
         ("nodeop", ready(self.0.clone()))
+    }
+
+    fn object(&self, holder: &Holder) -> Option<HolderObject> {
+        let Holder::NodeOp { namespace, name } = holder else {
+            return None;
+        };
+        let op = self.0.get(&ObjectRef::new(name).within(namespace))?;
+        Some(HolderObject::of(op.as_ref(), op.spec.disruption.as_ref()))
     }
 }
 

@@ -284,12 +284,21 @@ impl Chores {
 
     /// Publishes `events` on `obj`. A failure is logged: an event is never worth a retry.
     pub async fn publish<K: Object>(&self, obj: &K, events: &[Event]) {
-        let reference = obj.object_ref(&());
+        self.publish_to(&obj.object_ref(&()), events).await;
+    }
+
+    /// Publishes `events` on the object `reference` names (see [`Chores::publish`]).
+    pub async fn publish_to(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        events: &[Event],
+    ) {
+        let name = reference.name.as_deref().unwrap_or_default();
         for event in events {
             if self.guard.is_leading() {
-                let published = self.recorder.publish(&kube_event(event), &reference).await;
+                let published = self.recorder.publish(&kube_event(event), reference).await;
                 if let Err(e) = published {
-                    warn!(name = %obj.name_any(), reason = event.reason, "cannot publish event: {e}");
+                    warn!(name, reason = event.reason, "cannot publish event: {e}");
                 }
             }
         }

@@ -146,6 +146,21 @@ pub struct Metrics {
     reboot_phases: PhaseGauges<PolicyLabels>,
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
     nodeop_phases: PhaseGauges<NodeOpLabels>,
+    silences: Family<SilenceLabels, Gauge>,
+    alertmanager_requests: Family<AlertmanagerLabels, Counter>,
+    alertmanager_errors: Family<AlertmanagerLabels, Counter>,
+}
+
+/// A state of slipway's silences, as Alertmanager lists them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SilenceLabels {
+    pub state: &'static str,
+}
+
+/// A request to Alertmanager: `list`, `create`, `extend` or `expire`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlertmanagerLabels {
+    pub request: &'static str,
 }
 
 impl Default for Metrics {
@@ -183,6 +198,9 @@ impl Metrics {
             reboot_phases: PhaseGauges::default(),
             maintenance_phases: PhaseGauges::default(),
             nodeop_phases: PhaseGauges::default(),
+            silences: Family::default(),
+            alertmanager_requests: Family::default(),
+            alertmanager_errors: Family::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -195,6 +213,7 @@ impl Metrics {
         m.register_reboot_policies(registry);
         m.register_maintenances(registry);
         m.register_nodeops(registry);
+        m.register_silences(registry);
         Metrics {
             registry: root,
             ..m
@@ -249,6 +268,23 @@ impl Metrics {
         if !ok {
             self.channel_errors.inc();
         }
+    }
+
+    /// A request to Alertmanager was made (`request`: list, create, extend, expire).
+    pub fn alertmanager_request(&self, request: &'static str, ok: bool) {
+        let labels = AlertmanagerLabels { request };
+        self.alertmanager_requests.get_or_create(&labels).inc();
+        if !ok {
+            self.alertmanager_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// How many of slipway's silences Alertmanager lists in `state`.
+    pub fn silences(&self, state: &'static str, count: usize) {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        self.silences
+            .get_or_create(&SilenceLabels { state })
+            .set(count);
     }
 
     pub fn channel_cache_hit(&self) {
@@ -498,6 +534,25 @@ impl Metrics {
             "Time a channel request took",
             Unit::Seconds,
             self.channel_duration.clone(),
+        );
+    }
+
+    /// Alertmanager silences held while nodes are disrupted, and the requests that keep them.
+    fn register_silences(&self, registry: &mut Registry) {
+        registry.register(
+            "silences",
+            "slipway's Alertmanager silences by state (active, pending, expired), as last listed",
+            self.silences.clone(),
+        );
+        registry.register(
+            "alertmanager_requests",
+            "Requests made to Alertmanager's API, by request (list, create, extend, expire)",
+            self.alertmanager_requests.clone(),
+        );
+        registry.register(
+            "alertmanager_request_errors",
+            "Requests to Alertmanager's API that failed (unreachable, refused, or an unreadable answer)",
+            self.alertmanager_errors.clone(),
         );
     }
 

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod operation;
 pub mod server;
 pub mod shared;
+pub mod silences;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod watch;
@@ -35,7 +36,7 @@ use tracing::{debug, info, warn};
 pub use chores::{Chores, FIELD_MANAGER};
 pub use error::{ApiResult, Error, ErrorKind};
 pub use operation::{Operation, drive, predict};
-pub use shared::{HoldSource, HoldSources, Shared};
+pub use shared::{HoldSource, HoldSources, HolderObject, Shared};
 
 use health::{Health, Transition};
 use leader::LeaseGuard;

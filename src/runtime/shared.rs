@@ -15,7 +15,10 @@ use super::chores::Chores;
 use super::error::Error;
 use super::metrics::Metrics;
 use super::watch::NodeTriggers;
+use k8s_openapi::api::core::v1::ObjectReference;
+
 use crate::node::budget::{Budget, Pool, PoolState, Refusal, reason_of};
+use crate::node::disruption::DisruptionSpec;
 use crate::node::holders::{Hold, Holder, NodeClaims, held_against};
 use crate::node::index::NodeIndex;
 
@@ -30,6 +33,29 @@ pub trait HoldSource: Send + Sync {
     /// What the records are read from, and when it has its first full list (until then, the
     /// holds of the objects not listed yet are missing).
     fn ready(&self) -> (&'static str, ReadyFuture);
+    /// `holder`'s object, if it is of this kind and exists: what it asks around each disruption.
+    fn object(&self, holder: &Holder) -> Option<HolderObject>;
+}
+
+/// An object that holds nodes, as the chores around each disruption read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HolderObject {
+    /// Its `spec.disruption`.
+    pub disruption: Option<DisruptionSpec>,
+    /// Where an event about it goes.
+    pub reference: ObjectReference,
+}
+
+impl HolderObject {
+    pub fn of<K: kube::Resource<DynamicType = ()>>(
+        obj: &K,
+        disruption: Option<&DisruptionSpec>,
+    ) -> HolderObject {
+        HolderObject {
+            disruption: disruption.cloned(),
+            reference: obj.object_ref(&()),
+        }
+    }
 }
 
 /// The hold sources of the operations the process runs, in the order in which [`held_against`]
@@ -269,6 +295,11 @@ impl Shared {
         by_node
     }
 
+    /// The object behind `holder`, if it exists (and is an operation's).
+    pub fn holder_object(&self, holder: &Holder) -> Option<HolderObject> {
+        self.sources.iter().find_map(|s| s.object(holder))
+    }
+
     /// Wakes every object that reads nodes: a budget changed.
     pub fn wake_all(&self) {
         let readers: Vec<Holder> = self.nodes().readers().cloned().collect();
@@ -435,6 +466,10 @@ mod tests {
 
         fn ready(&self) -> (&'static str, ReadyFuture) {
             ("records", Box::pin(async { Ok(()) }))
+        }
+
+        fn object(&self, _holder: &Holder) -> Option<HolderObject> {
+            None
         }
     }
 

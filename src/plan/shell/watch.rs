@@ -18,7 +18,7 @@ use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::plan::api::{Plan, labels};
 use crate::runtime::watch::{NodeTriggers, changes, digest};
-use crate::runtime::{HoldSource, ReadyFuture, ready};
+use crate::runtime::{HoldSource, HolderObject, ReadyFuture, ready};
 
 type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -91,6 +91,17 @@ impl HoldSource for PlanHolds {
     }
     fn ready(&self) -> (&'static str, ReadyFuture) {
         ("plan", ready(self.0.clone()))
+    }
+
+    fn object(&self, holder: &Holder) -> Option<HolderObject> {
+        let Holder::Plan { namespace, name } = holder else {
+            return None;
+        };
+        let plan = self.0.get(&ObjectRef::new(name).within(namespace))?;
+        Some(HolderObject::of(
+            plan.as_ref(),
+            plan.spec.disruption.as_ref(),
+        ))
     }
 }
 

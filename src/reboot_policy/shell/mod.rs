@@ -44,7 +44,9 @@ use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::written::Written;
-use crate::runtime::{Error, HoldSource, Operation, ReadyFuture, Shared, drive, ready};
+use crate::runtime::{
+    Error, HoldSource, HolderObject, Operation, ReadyFuture, Shared, drive, ready,
+};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
 pub struct PolicyWatches {
@@ -113,6 +115,14 @@ impl HoldSource for PolicyHolds {
     }
     fn ready(&self) -> (&'static str, ReadyFuture) {
         ("reboot policy", ready(self.0.clone()))
+    }
+
+    fn object(&self, holder: &Holder) -> Option<HolderObject> {
+        let Holder::Reboot { policy } = holder else {
+            return None;
+        };
+        let p = self.0.get(&ObjectRef::new(policy))?;
+        Some(HolderObject::of(p.as_ref(), p.spec.disruption.as_ref()))
     }
 }
 

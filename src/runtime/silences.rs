@@ -1,0 +1,539 @@
+//! The Alertmanager silences held while nodes are disrupted, for every operation at once: a chore
+//! that, on the leader, reads who holds which node ([`Shared::holders_by_node`]) and what each
+//! holder's `spec.disruption.silence` asks, lists slipway's silences in Alertmanager's v2 API,
+//! and writes what [`crate::node::silence::reconcile`] decides. Alertmanager being down is
+//! retried with backoff, logged and counted; it never holds a decision (nothing waits for it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use reqwest::{StatusCode, Url};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::metrics::Metrics;
+use super::shared::Shared;
+use crate::common::decision::Event;
+use crate::node::holders::Holder;
+use crate::node::silence::{self, Action, Postable, Silence, SilenceState, Wanted};
+
+/// How often the silences are reconciled (a silence ends [`silence::AHEAD`] ahead, and is
+/// extended when less than [`silence::RENEW_BELOW`] is left).
+pub const PERIOD: Duration = Duration::from_secs(30);
+/// The longest wait between attempts while Alertmanager fails.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long one request to Alertmanager may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where Alertmanager is: `--alertmanager-url`, and `--alertmanager-secret`, a Secret of the
+/// controller's namespace with a `token` (bearer), or a `username` and `password` (basic auth),
+/// and optionally a `ca.crt` bundle to trust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertmanagerSettings {
+    pub url: String,
+    pub secret: Option<String>,
+}
+
+/// Why a request to Alertmanager failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AlertmanagerError {
+    #[error("the Alertmanager URL {0:?} is invalid")]
+    Url(String),
+    #[error("cannot read the Alertmanager secret: {0}")]
+    Secret(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error("{request}: {message}")]
+    Request {
+        request: &'static str,
+        message: String,
+    },
+    #[error("{request}: Alertmanager answered {status}: {body}")]
+    Status {
+        request: &'static str,
+        status: StatusCode,
+        body: String,
+    },
+}
+
+/// How to authenticate to Alertmanager.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Credentials {
+    #[default]
+    None,
+    Bearer(String),
+    Basic {
+        username: String,
+        password: String,
+    },
+}
+
+impl Credentials {
+    /// What the Secret's data says; `Err` names what is missing or wrong.
+    pub fn from_secret(
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<(Credentials, Option<Vec<u8>>), AlertmanagerError> {
+        let text = |key: &str| -> Result<Option<String>, AlertmanagerError> {
+            data.get(key)
+                .map(|v| {
+                    String::from_utf8(v.clone())
+                        .map(|s| s.trim().to_string())
+                        .map_err(|_| AlertmanagerError::Secret(format!("{key} is not UTF-8")))
+                })
+                .transpose()
+        };
+        let creds = match (text("token")?, text("username")?, text("password")?) {
+            (Some(token), None, None) => Credentials::Bearer(token),
+            (None, Some(username), Some(password)) => Credentials::Basic { username, password },
+            (None, None, None) => Credentials::None,
+            (Some(_), _, _) => {
+                return Err(AlertmanagerError::Secret(
+                    "it has a token and a username or password: give one way".into(),
+                ));
+            }
+            (None, _, _) => {
+                return Err(AlertmanagerError::Secret(
+                    "basic auth needs both username and password".into(),
+                ));
+            }
+        };
+        Ok((creds, data.get("ca.crt").cloned()))
+    }
+}
+
+/// A client of Alertmanager's v2 silences API.
+#[derive(Clone)]
+pub struct Alertmanager {
+    http: reqwest::Client,
+    base: Url,
+    credentials: Credentials,
+}
+
+/// The answer to a POST of a silence.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PostAnswer {
+    #[serde(rename = "silenceID")]
+    silence_id: String,
+}
+
+impl Alertmanager {
+    /// A client of the Alertmanager at `url` (its root, e.g. `http://alertmanager:9093`, or
+    /// under a route prefix). A rustls crypto provider must be installed.
+    pub fn new(
+        url: &str,
+        credentials: Credentials,
+        ca: Option<&[u8]>,
+    ) -> Result<Alertmanager, AlertmanagerError> {
+        let mut base = Url::parse(url).map_err(|_| AlertmanagerError::Url(url.into()))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(AlertmanagerError::Url(url.into()));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(AlertmanagerError::Client(
+                "no rustls crypto provider is installed".into(),
+            ));
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(pem) = ca {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| AlertmanagerError::Secret(format!("ca.crt: {e}")))?;
+            if certs.is_empty() {
+                return Err(AlertmanagerError::Secret(
+                    "ca.crt holds no PEM certificate".into(),
+                ));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| AlertmanagerError::Client(e.to_string()))?;
+        Ok(Alertmanager {
+            http,
+            base,
+            credentials,
+        })
+    }
+
+    fn url(&self, path: &str) -> Result<Url, AlertmanagerError> {
+        self.base
+            .join(path)
+            .map_err(|_| AlertmanagerError::Url(format!("{}{path}", self.base)))
+    }
+
+    fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.credentials {
+            Credentials::None => req,
+            Credentials::Bearer(token) => req.bearer_auth(token),
+            Credentials::Basic { username, password } => req.basic_auth(username, Some(password)),
+        }
+    }
+
+    async fn send(
+        &self,
+        request: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, AlertmanagerError> {
+        let failed = |e: reqwest::Error| AlertmanagerError::Request {
+            request,
+            message: error_chain(&e),
+        };
+        let response = self.authed(req).send().await.map_err(failed)?;
+        Ok(response)
+    }
+
+    async fn refused(request: &'static str, response: reqwest::Response) -> AlertmanagerError {
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        AlertmanagerError::Status {
+            request,
+            status,
+            body: body.chars().take(512).collect(),
+        }
+    }
+
+    /// Every silence Alertmanager has (`GET /api/v2/silences`).
+    pub async fn list(&self) -> Result<Vec<Silence>, AlertmanagerError> {
+        let url = self.url("api/v2/silences")?;
+        let response = self.send("list", self.http.get(url)).await?;
+        if !response.status().is_success() {
+            return Err(Self::refused("list", response).await);
+        }
+        read_json("list", response).await
+    }
+
+    /// Creates `silence`, or updates it when it has an id (`POST /api/v2/silences`): the id of
+    /// the silence as it now is (Alertmanager replaces a silence it cannot update in place).
+    pub async fn post(
+        &self,
+        request: &'static str,
+        silence: &Postable,
+    ) -> Result<String, AlertmanagerError> {
+        let url = self.url("api/v2/silences")?;
+        let body = serde_json::to_vec(silence).map_err(|e| AlertmanagerError::Request {
+            request,
+            message: format!("cannot encode the silence: {e}"),
+        })?;
+        let post = (self.http.post(url))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let response = self.send(request, post).await?;
+        if !response.status().is_success() {
+            return Err(Self::refused(request, response).await);
+        }
+        let answer: PostAnswer = read_json(request, response).await?;
+        Ok(answer.silence_id)
+    }
+
+    /// Expires silence `id` (`DELETE /api/v2/silence/{id}`); one already gone is done.
+    pub async fn expire(&self, id: &str) -> Result<(), AlertmanagerError> {
+        let url = self.url(&format!("api/v2/silence/{id}"))?;
+        let response = self.send("expire", self.http.delete(url)).await?;
+        match response.status() {
+            s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(()),
+            _ => Err(Self::refused("expire", response).await),
+        }
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    request: &'static str,
+    response: reqwest::Response,
+) -> Result<T, AlertmanagerError> {
+    let unreadable = |message: String| AlertmanagerError::Request {
+        request,
+        message: format!("unreadable answer: {message}"),
+    };
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| unreadable(error_chain(&e)))?;
+    serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// What one round did, for the log and the tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub created: usize,
+    pub extended: usize,
+    pub expired: usize,
+    /// The writes that failed (the next round tries again).
+    pub failed: usize,
+}
+
+/// One round against Alertmanager: list, decide, write. `Err` when the list failed (nothing was
+/// written); a failed write is counted, logged, and left to the next round. Events about each
+/// silence made or expired go to `publish`.
+pub async fn round(
+    am: &Alertmanager,
+    wanted: &[Wanted],
+    created_by: &str,
+    held_since: &BTreeMap<(Holder, String), Timestamp>,
+    metrics: &Metrics,
+    now: Timestamp,
+    mut publish: impl FnMut(&Holder, Event),
+) -> Result<Round, AlertmanagerError> {
+    let current = am.list().await;
+    metrics.alertmanager_request("list", current.is_ok());
+    let current = current?;
+    let mut done = Round::default();
+    for action in silence::reconcile(wanted, &current, created_by, held_since, now) {
+        let key = action.key().clone();
+        let (request, result) = match &action {
+            Action::Create { silence, .. } => ("create", am.post("create", silence).await),
+            Action::Extend { silence, .. } => ("extend", am.post("extend", silence).await),
+            Action::Expire { id, .. } => ("expire", am.expire(id).await.map(|()| id.clone())),
+        };
+        metrics.alertmanager_request(request, result.is_ok());
+        match (result, &action) {
+            (Ok(id), Action::Create { silence, .. }) => {
+                done.created += 1;
+                info!(holder = %key.holder, node = %key.node, id, "silence created");
+                let message = format!(
+                    "Alertmanager silence {id} for node {} (extended while the node is held, until {} at most)",
+                    key.node,
+                    cap_of(wanted, &key).unwrap_or(silence.ends_at)
+                );
+                publish(&key.holder, Event::normal("SilenceCreated", message));
+            }
+            (Ok(_), Action::Extend { .. }) => {
+                done.extended += 1;
+                debug!(holder = %key.holder, node = %key.node, "silence extended");
+            }
+            (Ok(id), Action::Expire { .. }) => {
+                done.expired += 1;
+                info!(holder = %key.holder, node = %key.node, id, "silence expired");
+                let message = format!("Alertmanager silence {id} for node {} expired", key.node);
+                publish(&key.holder, Event::normal("SilenceExpired", message));
+            }
+            (Err(e), _) => {
+                done.failed += 1;
+                warn!(holder = %key.holder, node = %key.node, "cannot {request} a silence: {e}");
+            }
+        }
+    }
+    let listed = match done == Round::default() {
+        true => current,
+        // What the writes changed shows in the next list; the gauge follows then.
+        false => am.list().await.unwrap_or(current),
+    };
+    for (state, count) in silence::tally(&listed, created_by) {
+        metrics.silences(state_label(state), count);
+    }
+    Ok(done)
+}
+
+fn cap_of(wanted: &[Wanted], key: &silence::Key) -> Option<Timestamp> {
+    let w = wanted
+        .iter()
+        .find(|w| w.holder == key.holder && w.node == key.node)?;
+    key.since.checked_add(w.max_duration).ok()
+}
+
+fn state_label(state: SilenceState) -> &'static str {
+    state.as_str()
+}
+
+/// The silences wanted now: every node a holder holds whose object asks for one, and the
+/// objects that ask (with or without a valid spec).
+fn wanted(shared: &Shared) -> (Vec<Wanted>, BTreeSet<Holder>) {
+    let mut wanted = Vec::new();
+    let mut asking = BTreeSet::new();
+    for (node, holders) in shared.holders_by_node() {
+        for holder in holders {
+            let Some(object) = shared.holder_object(&holder) else {
+                continue;
+            };
+            let Some(spec) = object.disruption.as_ref().and_then(|d| d.silence.as_ref()) else {
+                continue;
+            };
+            asking.insert(holder.clone());
+            wanted.extend(Wanted::of(&holder, &node, spec));
+        }
+    }
+    (wanted, asking)
+}
+
+/// The Alertmanager client for this round: built again when the Secret changed.
+struct ClientCache {
+    settings: AlertmanagerSettings,
+    namespace: String,
+    built: Option<(Option<String>, Alertmanager)>,
+}
+
+impl ClientCache {
+    async fn get(&mut self, shared: &Shared) -> Result<Alertmanager, AlertmanagerError> {
+        let (version, creds, ca) = match &self.settings.secret {
+            None => (None, Credentials::None, None),
+            Some(name) => {
+                let api: Api<Secret> = shared.chores().api(Some(&self.namespace));
+                let secret = api
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| AlertmanagerError::Secret(e.to_string()))?
+                    .ok_or_else(|| {
+                        AlertmanagerError::Secret(format!(
+                            "secret {}/{name} not found",
+                            self.namespace
+                        ))
+                    })?;
+                let data: BTreeMap<String, Vec<u8>> = (secret.data.unwrap_or_default())
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                let (creds, ca) = Credentials::from_secret(&data)?;
+                (secret.metadata.resource_version, creds, ca)
+            }
+        };
+        if let Some((v, am)) = &self.built
+            && *v == version
+        {
+            return Ok(am.clone());
+        }
+        let am = Alertmanager::new(&self.settings.url, creds, ca.as_deref())?;
+        self.built = Some((version, am.clone()));
+        Ok(am)
+    }
+}
+
+/// Keeps the silences until `shutdown`. `created_by` names this controller in Alertmanager (the
+/// silences it reconciles are those it created). Without `settings`, each object that asks for a
+/// silence is told once, in an event, that none is made.
+pub async fn keep(
+    shared: Arc<Shared>,
+    settings: Option<AlertmanagerSettings>,
+    created_by: String,
+    shutdown: CancellationToken,
+) {
+    let mut cache = settings.map(|settings| ClientCache {
+        settings,
+        namespace: shared.namespace.clone(),
+        built: None,
+    });
+    let mut told: BTreeSet<Holder> = BTreeSet::new();
+    let mut held_since: BTreeMap<(Holder, String), Timestamp> = BTreeMap::new();
+    let mut wait = PERIOD;
+    // Rounds in a row that failed: the wait doubles with each.
+    let mut failing: u32 = 0;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if shared.chores().leading().is_err() || !shared.is_synced() {
+            continue;
+        }
+        let (wanted, asking) = wanted(&shared);
+        let now = Timestamp::now();
+        held_since.retain(|k, _| wanted.iter().any(|w| w.holder == k.0 && w.node == k.1));
+        for w in &wanted {
+            held_since
+                .entry((w.holder.clone(), w.node.clone()))
+                .or_insert(now);
+        }
+        let Some(cache) = cache.as_mut() else {
+            tell_unconfigured(&shared, &asking, &mut told).await;
+            continue;
+        };
+        let mut events = Vec::new();
+        let result = match cache.get(&shared).await {
+            Ok(am) => {
+                let publish = |h: &Holder, e: Event| events.push((h.clone(), e));
+                let metrics = shared.metrics();
+                round(
+                    &am,
+                    &wanted,
+                    &created_by,
+                    &held_since,
+                    metrics,
+                    now,
+                    publish,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        for (holder, event) in events {
+            if let Some(object) = shared.holder_object(&holder) {
+                shared
+                    .chores()
+                    .publish_to(&object.reference, &[event])
+                    .await;
+            }
+        }
+        failing = match &result {
+            Ok(done) if done.failed == 0 => 0,
+            Ok(_) => failing.saturating_add(1),
+            Err(e) => {
+                warn!("cannot reconcile the Alertmanager silences: {e}");
+                failing.saturating_add(1)
+            }
+        };
+        wait = backoff(failing);
+    }
+}
+
+/// The wait before the next round after `failing` failed rounds in a row: [`PERIOD`], then
+/// shorter at first (a blip), doubling up to [`MAX_BACKOFF`]. A silence that lapses while
+/// Alertmanager is unreachable is made again when it answers.
+fn backoff(failing: u32) -> Duration {
+    match failing {
+        0 => PERIOD,
+        n => (Duration::from_secs(5) * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
+    }
+}
+
+/// Tells each object that asks for a silence, once per process, that no Alertmanager is
+/// configured.
+async fn tell_unconfigured(
+    shared: &Shared,
+    asking: &BTreeSet<Holder>,
+    told: &mut BTreeSet<Holder>,
+) {
+    told.retain(|h| asking.contains(h));
+    let new: Vec<&Holder> = asking.iter().filter(|h| !told.contains(*h)).collect();
+    for holder in new {
+        let Some(object) = shared.holder_object(holder) else {
+            continue;
+        };
+        let event = Event::warning(
+            "SilencesNotConfigured",
+            "spec.disruption.silence asks for Alertmanager silences, but the controller has no \
+             --alertmanager-url: none is made (the rollout goes on)",
+        );
+        shared
+            .chores()
+            .publish_to(&object.reference, &[event])
+            .await;
+        told.insert(holder.clone());
+    }
+}
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
