@@ -182,40 +182,8 @@ struct RunArgs {
     /// kairos-operator runs.
     #[arg(long, env = "SLIPWAY_NODEOPS", default_value_t = false, action = clap::ArgAction::Set)]
     nodeops: bool,
-    /// Alertmanager's URL (e.g. http://alertmanager.monitoring:9093): silences are held there
-    /// while a node is disrupted, for each object whose spec.disruption.silence asks. Empty: none
-    /// is made (each object that asks is told so in an event).
-    #[arg(long, env = "SLIPWAY_ALERTMANAGER_URL", default_value = "")]
-    alertmanager_url: String,
-    /// A Secret of --namespace with Alertmanager's credentials: `token` (a bearer token), or
-    /// `username` and `password` (basic auth), and optionally `ca.crt` (a PEM bundle to trust).
-    #[arg(long, env = "SLIPWAY_ALERTMANAGER_SECRET", default_value = "")]
-    alertmanager_secret: String,
-}
-
-/// `--alertmanager-url` and `--alertmanager-secret`; a URL that does not parse stops the start.
-fn alertmanager(
-    url: &str,
-    secret: &str,
-) -> anyhow::Result<Option<slipway::runtime::silences::AlertmanagerSettings>> {
-    let (url, secret) = (url.trim(), secret.trim());
-    if url.is_empty() {
-        anyhow::ensure!(
-            secret.is_empty(),
-            "--alertmanager-secret is set without --alertmanager-url"
-        );
-        return Ok(None);
-    }
-    let parsed =
-        reqwest::Url::parse(url).with_context(|| format!("bad --alertmanager-url {url:?}"))?;
-    anyhow::ensure!(
-        matches!(parsed.scheme(), "http" | "https"),
-        "bad --alertmanager-url {url:?}: want http:// or https://"
-    );
-    Ok(Some(slipway::runtime::silences::AlertmanagerSettings {
-        url: url.to_string(),
-        secret: (!secret.is_empty()).then(|| secret.to_string()),
-    }))
+    #[command(flatten)]
+    alertmanager: cli::run::AlertmanagerArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -340,7 +308,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         reboot_policies: args.reboot_policies,
         disruption_budgets: args.disruption_budgets,
         nodeops: args.nodeops,
-        alertmanager: alertmanager(&args.alertmanager_url, &args.alertmanager_secret)?,
+        alertmanager: args.alertmanager.settings()?,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -600,7 +568,7 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
             &[],
         ));
     };
-    let plan: Plan = read_yaml(&path)?;
+    let plan: Plan = cli::read_yaml(&path)?;
     let version = match (&args.version, &plan.spec.version) {
         (Some(v), _) => v.clone(),
         (None, Some(v)) if !v.is_empty() => v.clone(),
@@ -611,7 +579,7 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
     };
     let mut secrets = std::collections::BTreeMap::new();
     for p in &args.secrets {
-        let secret = slipway::plan::core::secret::as_stored(read_yaml::<Secret>(p)?);
+        let secret = slipway::plan::core::secret::as_stored(cli::read_yaml::<Secret>(p)?);
         let name = secret
             .metadata
             .name
@@ -624,10 +592,4 @@ fn hash(args: HashArgs) -> anyhow::Result<String> {
         &slipway::plan::core::image::munge_version(&version),
         &secrets,
     )?)
-}
-
-fn read_yaml<T: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_saphyr::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
 }

@@ -54,3 +54,10 @@ pub fn kube_error(e: &kube::Error) -> String {
         other => other.to_string().replace('\n', " "),
     }
 }
+
+/// The YAML document at `path`, read as a `T`.
+pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
+}

@@ -48,6 +48,26 @@ pub struct Settings {
     pub alertmanager: Option<AlertmanagerSettings>,
 }
 
+/// `--alertmanager-url` and `--alertmanager-secret` (docs/disruptions.md).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AlertmanagerArgs {
+    /// Alertmanager's URL (e.g. http://alertmanager.monitoring:9093): silences are held there
+    /// while a node is disrupted, for each object whose spec.disruption.silence asks. Empty: none
+    /// is made (each object that asks is told so in an event).
+    #[arg(long, env = "SLIPWAY_ALERTMANAGER_URL", default_value = "")]
+    pub alertmanager_url: String,
+    /// A Secret of --namespace with Alertmanager's credentials: `token` (a bearer token), or
+    /// `username` and `password` (basic auth), and optionally `ca.crt` (a PEM bundle to trust).
+    #[arg(long, env = "SLIPWAY_ALERTMANAGER_SECRET", default_value = "")]
+    pub alertmanager_secret: String,
+}
+
+impl AlertmanagerArgs {
+    pub fn settings(&self) -> Result<Option<AlertmanagerSettings>, silences::AlertmanagerError> {
+        AlertmanagerSettings::from_flags(&self.alertmanager_url, &self.alertmanager_secret)
+    }
+}
+
 /// Node annotations the index keeps: the few small ones that decisions read.
 pub fn kept_annotations() -> Vec<&'static str> {
     let mut kept = vec![
@@ -127,15 +147,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
         }
     };
-    // Every controller of this name in this cluster signs its silences alike: a restart or a new
-    // leader finds them; another cluster's slipway on the same Alertmanager leaves them alone.
-    let created_by = format!("slipway/{}@{cluster_id}", settings.name);
-    let silences = silences::keep(
-        shared.clone(),
-        settings.alertmanager.clone(),
-        created_by,
-        shutdown.clone(),
-    );
+    let silences = keep_silences(&shared, &settings, &cluster_id, &shutdown);
     let nodes = async {
         tokio::select! {
             _ = node_watch => warn!("the node watch stopped"),
@@ -145,6 +157,20 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     let (plan, ..) = futures::join!(plan, others, nodes, ledgers, silences);
     info!("controller stopped");
     plan
+}
+
+/// The Alertmanager silences of every operation, until `shutdown`. Every controller of this name
+/// in this cluster signs its silences alike: a restart or a new leader finds them; another
+/// cluster's slipway on the same Alertmanager leaves them alone.
+async fn keep_silences(
+    shared: &Arc<Shared>,
+    settings: &Settings,
+    cluster_id: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let created_by = format!("slipway/{}@{cluster_id}", settings.name);
+    let am = settings.alertmanager.clone();
+    silences::keep(shared.clone(), am, created_by, shutdown.clone()).await;
 }
 
 /// The operations besides Plans that the process runs, until `shutdown`.

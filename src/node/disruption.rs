@@ -69,7 +69,7 @@ impl Matcher {
     /// The matcher for `node`: `$(NODE_NAME)` replaced by its name (escaped in a regex).
     pub fn for_node(&self, node: &str) -> Matcher {
         let name = match self.is_regex {
-            true => regex::escape(node),
+            true => escape(node),
             false => node.to_string(),
         };
         Matcher {
@@ -87,6 +87,20 @@ impl Matcher {
         };
         Ok(hit == self.is_equal)
     }
+}
+
+/// `text` as a regex that matches it alone, in a syntax RE2 (Alertmanager's) and Rust's regex
+/// share; only the metacharacters are escaped, so that `n1\.example` reads as the node's name
+/// (`regex::escape` also escapes `-`).
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl SilenceSpec {
@@ -273,6 +287,10 @@ mod tests {
         assert_eq!(plain.for_node("n1.example").value, "n1.example:9100");
         let re = matcher("instance", "$(NODE_NAME)(:[0-9]+)?", true, true);
         assert_eq!(re.for_node("n1.example").value, r"n1\.example(:[0-9]+)?");
+        let odd = matcher("instance", "$(NODE_NAME)", true, true).for_node("a-b.c+(d)");
+        assert_eq!(odd.value, r"a-b\.c\+\(d\)");
+        let re = regex::Regex::new(&format!("^(?:{})$", odd.value)).unwrap();
+        assert!(re.is_match("a-b.c+(d)") && !re.is_match("a-bxc+(d)"));
         let none = matcher("severity", "page", false, false);
         assert_eq!(none.for_node("n1"), none);
     }

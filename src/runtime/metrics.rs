@@ -6,6 +6,7 @@
 
 mod phases;
 pub mod process;
+mod silences;
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
@@ -21,6 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::error::ErrorKind;
 use crate::common::phase::PhaseTally;
 use phases::{Names, PhaseGauges};
+use silences::SilenceMetrics;
 
 /// A Plan's gauges: whether it is complete, and how many of its nodes are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -146,21 +148,7 @@ pub struct Metrics {
     reboot_phases: PhaseGauges<PolicyLabels>,
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
     nodeop_phases: PhaseGauges<NodeOpLabels>,
-    silences: Family<SilenceLabels, Gauge>,
-    alertmanager_requests: Family<AlertmanagerLabels, Counter>,
-    alertmanager_errors: Family<AlertmanagerLabels, Counter>,
-}
-
-/// A state of slipway's silences, as Alertmanager lists them.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SilenceLabels {
-    pub state: &'static str,
-}
-
-/// A request to Alertmanager: `list`, `create`, `extend` or `expire`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AlertmanagerLabels {
-    pub request: &'static str,
+    silences: SilenceMetrics,
 }
 
 impl Default for Metrics {
@@ -198,9 +186,7 @@ impl Metrics {
             reboot_phases: PhaseGauges::default(),
             maintenance_phases: PhaseGauges::default(),
             nodeop_phases: PhaseGauges::default(),
-            silences: Family::default(),
-            alertmanager_requests: Family::default(),
-            alertmanager_errors: Family::default(),
+            silences: SilenceMetrics::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -213,7 +199,7 @@ impl Metrics {
         m.register_reboot_policies(registry);
         m.register_maintenances(registry);
         m.register_nodeops(registry);
-        m.register_silences(registry);
+        m.silences.register(registry);
         Metrics {
             registry: root,
             ..m
@@ -272,19 +258,12 @@ impl Metrics {
 
     /// A request to Alertmanager was made (`request`: list, create, extend, expire).
     pub fn alertmanager_request(&self, request: &'static str, ok: bool) {
-        let labels = AlertmanagerLabels { request };
-        self.alertmanager_requests.get_or_create(&labels).inc();
-        if !ok {
-            self.alertmanager_errors.get_or_create(&labels).inc();
-        }
+        self.silences.request(request, ok);
     }
 
     /// How many of slipway's silences Alertmanager lists in `state`.
     pub fn silences(&self, state: &'static str, count: usize) {
-        let count = i64::try_from(count).unwrap_or(i64::MAX);
-        self.silences
-            .get_or_create(&SilenceLabels { state })
-            .set(count);
+        self.silences.set(state, count);
     }
 
     pub fn channel_cache_hit(&self) {
@@ -534,25 +513,6 @@ impl Metrics {
             "Time a channel request took",
             Unit::Seconds,
             self.channel_duration.clone(),
-        );
-    }
-
-    /// Alertmanager silences held while nodes are disrupted, and the requests that keep them.
-    fn register_silences(&self, registry: &mut Registry) {
-        registry.register(
-            "silences",
-            "slipway's Alertmanager silences by state (active, pending, expired), as last listed",
-            self.silences.clone(),
-        );
-        registry.register(
-            "alertmanager_requests",
-            "Requests made to Alertmanager's API, by request (list, create, extend, expire)",
-            self.alertmanager_requests.clone(),
-        );
-        registry.register(
-            "alertmanager_request_errors",
-            "Requests to Alertmanager's API that failed (unreachable, refused, or an unreadable answer)",
-            self.alertmanager_errors.clone(),
         );
     }
 

@@ -39,10 +39,36 @@ pub struct AlertmanagerSettings {
     pub secret: Option<String>,
 }
 
+impl AlertmanagerSettings {
+    /// `--alertmanager-url` and `--alertmanager-secret` (empty: unset); `Err` stops the start.
+    pub fn from_flags(
+        url: &str,
+        secret: &str,
+    ) -> Result<Option<AlertmanagerSettings>, AlertmanagerError> {
+        let (url, secret) = (url.trim(), secret.trim());
+        if url.is_empty() {
+            return match secret.is_empty() {
+                true => Ok(None),
+                false => Err(AlertmanagerError::Url(
+                    "--alertmanager-secret is set without --alertmanager-url".into(),
+                )),
+            };
+        }
+        match Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            _ => return Err(AlertmanagerError::Url(url.into())),
+        }
+        Ok(Some(AlertmanagerSettings {
+            url: url.to_string(),
+            secret: (!secret.is_empty()).then(|| secret.to_string()),
+        }))
+    }
+}
+
 /// Why a request to Alertmanager failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AlertmanagerError {
-    #[error("the Alertmanager URL {0:?} is invalid")]
+    #[error("the Alertmanager URL is invalid (want http:// or https://): {0}")]
     Url(String),
     #[error("cannot read the Alertmanager secret: {0}")]
     Secret(String),

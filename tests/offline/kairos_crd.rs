@@ -28,6 +28,10 @@ const DELIBERATE: &[(&str, &str)] = &[
         ".status.nodeStatuses.*.since: only in slipway",
         "when the drain or the wait for the reboot started (their timeouts)",
     ),
+    (
+        ".spec.disruption: only in slipway",
+        "what slipway does around each disruption (Alertmanager silences), the field of every kind",
+    ),
 ];
 
 /// The same for NodeOpUpgrade: its status copies the NodeOp's node entries.

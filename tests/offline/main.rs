@@ -2,6 +2,7 @@
 //! binary's offline commands, Helm's rendering, promtool's rule tests). A module per subject;
 //! `cargo test --test offline -- chart::` runs one.
 
+mod alertmanager;
 mod architecture;
 mod chart;
 mod cli;

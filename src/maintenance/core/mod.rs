@@ -15,6 +15,7 @@
 //! the node's annotations record what the maintenance itself did.
 
 mod evictions;
+mod extensions;
 mod lease;
 mod status;
 
@@ -30,7 +31,6 @@ use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenance
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
-use crate::node::disruption;
 use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
 pub use evictions::{EvictionRound, refusal_backoff};
@@ -352,14 +352,8 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         return finish(input, step, old, now);
     }
     let started = node.cordoned_by.as_deref() == Some(me(nm).as_str()) || node.drain_taint;
-    // A maintenance under way goes on (its silence is skipped while its spec is wrong).
-    let invalid = nm
-        .spec
-        .disruption
-        .as_ref()
-        .map(|d| disruption::validate(d, "spec.disruption"));
-    if let (Some(Err(message)), false) = (invalid, started) {
-        step.stage = Stage::InvalidSpec { message };
+    if let (Some(stage), false) = (extensions::invalid(nm), started) {
+        step.stage = stage;
         return finish(input, step, old, now);
     }
     if let (Some(refusal), None, false) = (input.refusal, input.held_by, started) {
@@ -566,7 +560,7 @@ fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestamp) {
         step.stage = Stage::Drained;
         return;
     }
-    if let Some(after) = timed_out(input, now) {
+    if let Some(after) = extensions::timed_out(input, now) {
         step.stage = Stage::TimedOut { after };
         return;
     }
@@ -586,26 +580,6 @@ fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestamp) {
             .map(|(k, _)| k.clone())
             .collect();
     }
-}
-
-/// `Some(timeout)` once `drainTimeout` has passed since the drain started.
-fn timed_out(input: &MaintenanceInput<'_>, now: Timestamp) -> Option<String> {
-    let text = input.maintenance.spec.drain_timeout.as_deref()?;
-    let timeout = text
-        .parse::<crate::common::duration::GoDuration>()
-        .ok()
-        .and_then(crate::common::duration::GoDuration::to_std)?;
-    let started = input
-        .maintenance
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == DRAINED && c.status == "False" && !status::is_waiting(&c.reason))
-        .map(|c| &c.last_transition_time)?
-        .0;
-    let deadline = started.checked_add(timeout).ok()?;
-    (now >= deadline).then(|| text.to_string())
 }
 
 #[cfg(test)]

@@ -237,6 +237,29 @@ async fn a_route_prefix_is_kept() {
 }
 
 #[test]
+fn the_flags_give_the_settings() {
+    let from = AlertmanagerSettings::from_flags;
+    assert!(matches!(from("", ""), Ok(None)));
+    assert_eq!(
+        from(" http://am:9093 ", "am-auth").expect("valid"),
+        Some(AlertmanagerSettings {
+            url: "http://am:9093".into(),
+            secret: Some("am-auth".into()),
+        })
+    );
+    let plain = from("https://am", "").expect("valid").expect("set");
+    assert_eq!(plain.secret, None);
+    for (url, secret) in [
+        ("", "am-auth"),
+        ("am:9093", ""),
+        ("ftp://am", ""),
+        ("http://", ""),
+    ] {
+        assert!(from(url, secret).is_err(), "{url:?} {secret:?}");
+    }
+}
+
+#[test]
 fn credentials_come_from_the_secret() {
     let data = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<u8>> {
         (pairs.iter())
