@@ -77,6 +77,9 @@ pub struct Shared {
     /// The cluster's DisruptionBudgets; `None`: the process reads none (the budget is then only
     /// who holds which node).
     budgets: Option<Arc<Budgets>>,
+    /// Told whenever this process's claims change: the chores around each disruption (silences)
+    /// act at once rather than at their next round.
+    holds_changed: tokio::sync::Notify,
 }
 
 /// How long after letting go of nodes their readers are woken: the status write that ends the
@@ -106,7 +109,13 @@ impl Shared {
             sources,
             triggers,
             budgets,
+            holds_changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Notified when this process's claims on nodes change.
+    pub fn holds_changed(&self) -> &tokio::sync::Notify {
+        &self.holds_changed
     }
 
     pub fn chores(&self) -> &Chores {
@@ -215,6 +224,9 @@ impl Shared {
         claims
             .set(me, wanted)
             .map_err(|(node, holder)| (node, Refusal::Held(holder)))?;
+        if changed {
+            self.holds_changed.notify_one();
+        }
         if changed && let Some(b) = &self.budgets {
             b.changed.notify_one();
         }
@@ -361,6 +373,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .release_all(me);
+        self.holds_changed.notify_one();
     }
 
     /// What each object's own record says it holds, source by source.

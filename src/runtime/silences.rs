@@ -22,11 +22,15 @@ use crate::common::decision::Event;
 use crate::node::holders::Holder;
 use crate::node::silence::{self, Action, Postable, Silence, SilenceState, Wanted};
 
-/// How often the silences are reconciled (a silence ends [`silence::AHEAD`] ahead, and is
-/// extended when less than [`silence::RENEW_BELOW`] is left).
+/// How often the silences are reconciled besides when a node is taken or given back (a silence
+/// ends [`silence::AHEAD`] ahead, and is extended when less than [`silence::RENEW_BELOW`] is left).
 pub const PERIOD: Duration = Duration::from_secs(30);
 /// The longest wait between attempts while Alertmanager fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long a round waits after a node was taken or given back, for the rest of a burst.
+const COALESCE: Duration = Duration::from_millis(500);
+/// How soon a round is tried again when the process may not write or its caches are not listed.
+const NOT_READY: Duration = Duration::from_secs(2);
 /// How long one request to Alertmanager may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -462,55 +466,33 @@ pub async fn keep(
     });
     let mut told: BTreeSet<Holder> = BTreeSet::new();
     let mut held_since: BTreeMap<(Holder, String), Timestamp> = BTreeMap::new();
-    let mut wait = PERIOD;
+    // The first round at once: after a restart, what was given back meanwhile is expired first.
+    let mut wait = Duration::ZERO;
     // Rounds in a row that failed: the wait doubles with each.
     let mut failing: u32 = 0;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+            // A node taken or given back: at once, unless Alertmanager is failing (the backoff
+            // holds). A moment's delay folds a burst of changes into one round.
+            _ = shared.holds_changed().notified(), if failing == 0 => {
+                tokio::time::sleep(COALESCE).await;
+            }
         }
+        wait = PERIOD;
         if shared.chores().leading().is_err() || !shared.is_synced() {
+            wait = NOT_READY;
             continue;
         }
         let (wanted, asking) = wanted(&shared);
         let now = Timestamp::now();
-        held_since.retain(|k, _| wanted.iter().any(|w| w.holder == k.0 && w.node == k.1));
-        for w in &wanted {
-            held_since
-                .entry((w.holder.clone(), w.node.clone()))
-                .or_insert(now);
-        }
+        remember(&mut held_since, &wanted, now);
         let Some(cache) = cache.as_mut() else {
             tell_unconfigured(&shared, &asking, &mut told).await;
             continue;
         };
-        let mut events = Vec::new();
-        let result = match cache.get(&shared).await {
-            Ok(am) => {
-                let publish = |h: &Holder, e: Event| events.push((h.clone(), e));
-                let metrics = shared.metrics();
-                round(
-                    &am,
-                    &wanted,
-                    &created_by,
-                    &held_since,
-                    metrics,
-                    now,
-                    publish,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        for (holder, event) in events {
-            if let Some(object) = shared.holder_object(&holder) {
-                shared
-                    .chores()
-                    .publish_to(&object.reference, &[event])
-                    .await;
-            }
-        }
+        let result = configured_round(&shared, cache, &wanted, &created_by, &held_since, now).await;
         failing = match &result {
             Ok(done) if done.failed == 0 => 0,
             Ok(_) => failing.saturating_add(1),
@@ -521,6 +503,46 @@ pub async fn keep(
         };
         wait = backoff(failing);
     }
+}
+
+/// When this process first saw each wanted silence's hold (what tells a disruption whose silence
+/// reached its cap from a new one), kept for the holds still wanted.
+fn remember(
+    held_since: &mut BTreeMap<(Holder, String), Timestamp>,
+    wanted: &[Wanted],
+    now: Timestamp,
+) {
+    held_since.retain(|k, _| wanted.iter().any(|w| w.holder == k.0 && w.node == k.1));
+    for w in wanted {
+        held_since
+            .entry((w.holder.clone(), w.node.clone()))
+            .or_insert(now);
+    }
+}
+
+/// One round against the configured Alertmanager, and the events it gives on their objects.
+async fn configured_round(
+    shared: &Shared,
+    cache: &mut ClientCache,
+    wanted: &[Wanted],
+    created_by: &str,
+    held_since: &BTreeMap<(Holder, String), Timestamp>,
+    now: Timestamp,
+) -> Result<Round, AlertmanagerError> {
+    let am = cache.get(shared).await?;
+    let mut events = Vec::new();
+    let publish = |h: &Holder, e: Event| events.push((h.clone(), e));
+    let metrics = shared.metrics();
+    let result = round(&am, wanted, created_by, held_since, metrics, now, publish).await;
+    for (holder, event) in events {
+        if let Some(object) = shared.holder_object(&holder) {
+            shared
+                .chores()
+                .publish_to(&object.reference, &[event])
+                .await;
+        }
+    }
+    result
 }
 
 /// The wait before the next round after `failing` failed rounds in a row: [`PERIOD`], then

@@ -32,4 +32,5 @@ mod real_faults;
 mod real_ops;
 mod reboot;
 mod reboot_policy;
+mod silences;
 mod upgrade;

@@ -39,6 +39,7 @@
 //! its own client with [`Cluster::client`].
 #![allow(dead_code)] // not every helper is used by a scene yet
 
+pub mod alertmanager;
 pub mod budgets;
 pub mod controller;
 pub mod install;
