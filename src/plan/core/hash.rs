@@ -775,4 +775,28 @@ spec:
             vec!["map[latestVersion:v1]".to_string()]
         );
     }
+
+    #[test]
+    fn spec_disruption_is_invisible_to_a_digest_of_the_spec() {
+        let mut p = plan(DIGEST_PLAN);
+        p.metadata.annotations = Some(
+            [(labels::DIGEST.to_string(), "spec".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let before = digest_values(&p).expect("digest");
+        p.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
+            silence: Some(crate::node::disruption::SilenceSpec {
+                matchers: vec![crate::node::disruption::Matcher {
+                    name: "instance".into(),
+                    value: "$(NODE_NAME)".into(),
+                    is_regex: false,
+                    is_equal: true,
+                }],
+                ..Default::default()
+            }),
+        });
+        assert_eq!(digest_values(&p).expect("digest"), before);
+        assert!(!before[0].contains("disruption"));
+    }
 }

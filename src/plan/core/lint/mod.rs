@@ -251,4 +251,21 @@ mod tests {
         assert_eq!(docs.len(), 1);
         assert_eq!(docs[0].line, 3);
     }
+
+    #[test]
+    fn a_silence_that_would_silence_everything_is_an_error_on_its_field() {
+        let silence = |value: &str| {
+            format!(
+                "{PLAN}  disruption:\n    silence:\n      matchers:\n      - name: instance\n        value: \"{value}\"\n        isRegex: true\n"
+            )
+        };
+        let f = findings(&silence(".*"));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Error);
+        assert_eq!(f[0].field, "spec.disruption.silence.matchers");
+        assert!(f[0].message.contains("would match every alert"), "{f:?}");
+        let f = findings(&silence("(unclosed"));
+        assert_eq!(f[0].field, "spec.disruption.silence.matchers.value");
+        assert_eq!(findings(&silence("$(NODE_NAME)")), vec![]);
+    }
 }
