@@ -11,6 +11,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use kube::api::ListParams;
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +21,7 @@ use super::metrics::Metrics;
 use super::shared::Shared;
 use crate::common::decision::Event;
 use crate::node::holders::Holder;
-use crate::node::silence::{self, Action, Postable, Silence, SilenceState, Wanted};
+use crate::node::silence::{self, Action, Postable, Silence, Wanted};
 
 /// How often the silences are reconciled besides when a node is taken or given back (a silence
 /// ends [`silence::AHEAD`] ahead, and is extended when less than [`silence::RENEW_BELOW`] is left).
@@ -91,8 +92,8 @@ pub enum AlertmanagerError {
     },
 }
 
-/// How to authenticate to Alertmanager.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// How to authenticate to Alertmanager (its `Debug` shows no secret).
+#[derive(Clone, PartialEq, Eq, Default)]
 pub enum Credentials {
     #[default]
     None,
@@ -101,6 +102,16 @@ pub enum Credentials {
         username: String,
         password: String,
     },
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::None => f.write_str("None"),
+            Credentials::Bearer(_) => f.write_str("Bearer(..)"),
+            Credentials::Basic { username, .. } => write!(f, "Basic({username}, ..)"),
+        }
+    }
 }
 
 impl Credentials {
@@ -146,7 +157,6 @@ pub struct Alertmanager {
 
 /// The answer to a POST of a silence.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct PostAnswer {
     #[serde(rename = "silenceID")]
     silence_id: String,
@@ -221,8 +231,7 @@ impl Alertmanager {
             request,
             message: error_chain(&e),
         };
-        let response = self.authed(req).send().await.map_err(failed)?;
-        Ok(response)
+        self.authed(req).send().await.map_err(failed)
     }
 
     async fn refused(request: &'static str, response: reqwest::Response) -> AlertmanagerError {
@@ -372,7 +381,7 @@ pub async fn round(
         false => am.list().await.unwrap_or(current),
     };
     for (state, count) in silence::tally(&listed, created_by) {
-        metrics.silences(state_label(state), count);
+        metrics.silences(state.as_str(), count);
     }
     Ok(done)
 }
@@ -382,10 +391,6 @@ fn cap_of(wanted: &[Wanted], key: &silence::Key) -> Option<Timestamp> {
         .iter()
         .find(|w| w.holder == key.holder && w.node == key.node)?;
     key.since.checked_add(w.max_duration).ok()
-}
-
-fn state_label(state: SilenceState) -> &'static str {
-    state.as_str()
 }
 
 /// The silences wanted now: every node a holder holds whose object asks for one, and the
@@ -420,17 +425,17 @@ impl ClientCache {
         let (version, creds, ca) = match &self.settings.secret {
             None => (None, Credentials::None, None),
             Some(name) => {
+                // Listed by name: the controller's role may list the Secrets of its namespace
+                // (Plans name them), not get them.
                 let api: Api<Secret> = shared.chores().api(Some(&self.namespace));
-                let secret = api
-                    .get_opt(name)
+                let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+                let listed = api
+                    .list(&by_name)
                     .await
-                    .map_err(|e| AlertmanagerError::Secret(e.to_string()))?
-                    .ok_or_else(|| {
-                        AlertmanagerError::Secret(format!(
-                            "secret {}/{name} not found",
-                            self.namespace
-                        ))
-                    })?;
+                    .map_err(|e| AlertmanagerError::Secret(e.to_string()))?;
+                let secret = (listed.items.into_iter().next()).ok_or_else(|| {
+                    AlertmanagerError::Secret(format!("secret {}/{name} not found", self.namespace))
+                })?;
                 let data: BTreeMap<String, Vec<u8>> = (secret.data.unwrap_or_default())
                     .into_iter()
                     .map(|(k, v)| (k, v.0))

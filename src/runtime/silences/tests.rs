@@ -1,10 +1,13 @@
 use std::sync::Arc;
 
+use serde_json::json;
+
 use super::fake::FakeAlertmanager;
 use super::*;
 use crate::node::disruption::{DisruptionSpec, Matcher, SilenceSpec};
 use crate::node::holders::Hold;
 use crate::node::index::NodeIndex;
+use crate::node::silence::SilenceState;
 use crate::runtime::shared::{HoldSource, HolderObject};
 use crate::runtime::testing::{Answer, ApiServer, shared_with};
 use crate::runtime::{HoldSources, ReadyFuture};
@@ -387,4 +390,53 @@ async fn without_alertmanager_each_object_that_asks_is_told_once() {
     // One that no longer asks is forgotten, and told again if it asks again.
     tell_unconfigured(&shared, &BTreeSet::new(), &mut told).await;
     assert!(told.is_empty());
+}
+
+#[tokio::test]
+async fn the_credentials_are_read_from_the_secret_by_listing_it_and_used() {
+    let (fake, _) = fake().await;
+    fake.require_token("from-the-secret");
+    let url = fake.start().await;
+    let api = ApiServer::new();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "am-auth", "namespace": "system-upgrade", "resourceVersion": "7"},
+        "data": {"token": "ZnJvbS10aGUtc2VjcmV0"},
+    });
+    api.on(
+        "GET",
+        "/namespaces/system-upgrade/secrets",
+        Answer::list(vec![secret]),
+    );
+    let shared = shared_with(&api.client(), vec![], HoldSources::new());
+    let mut cache = ClientCache {
+        settings: AlertmanagerSettings {
+            url,
+            secret: Some("am-auth".into()),
+        },
+        namespace: "system-upgrade".into(),
+        built: None,
+    };
+    let am = cache.get(&shared).await.expect("a client from the secret");
+    let (done, _) = once(&am, &[wanted("n1")], &Metrics::new()).await;
+    assert_eq!(done.expect("accepted with the token").created, 1);
+    let asked = api.sent();
+    assert!(
+        asked
+            .iter()
+            .any(|s| s.is("GET", "/namespaces/system-upgrade/secrets")
+                && s.query.contains("fieldSelector=metadata.name%3Dam-auth")),
+        "{asked:?}"
+    );
+    // No such Secret: an error that names it, not a client without credentials.
+    let api = ApiServer::new();
+    api.on(
+        "GET",
+        "/namespaces/system-upgrade/secrets",
+        Answer::list(vec![]),
+    );
+    let shared = shared_with(&api.client(), vec![], HoldSources::new());
+    cache.built = None;
+    let e = cache.get(&shared).await.err().expect("no secret");
+    assert!(e.to_string().contains("system-upgrade/am-auth"), "{e}");
 }
