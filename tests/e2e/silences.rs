@@ -3,7 +3,7 @@
 //! tests/tools/alertmanager/build.sh), the controller as a process. A node taken has a silence
 //! with its name; given back, the silence is expired; the controller killed while a node is held
 //! and the node given back while it is down: after the restart the silence is expired, and there
-//! was never a second one.
+//! was never a second one. Without an Alertmanager, the policy is told so once and reboots anyway.
 //!
 //! kwok nodes do not reboot: the scene plays the node (a new boot ID once the reboot pod is
 //! there), as the RebootPolicy scenes do.
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -96,6 +97,73 @@ async fn wait_given_back(client: &Client, policy: &str, node: &str) {
     .await
 }
 
+/// Creates the scene's RebootPolicy, asking for a silence of each node it reboots; its name.
+async fn create_policy(s: &Scene) -> String {
+    let name = s.name("silenced");
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"slipway.test/pool": s.pool}},
+            "drain": {"timeout": "2m"},
+            "timeout": "5m",
+            "disruption": {"silence": {
+                "matchers": [{"name": "instance", "value": "$(NODE_NAME)"}],
+                "maxDuration": "1h",
+                "comment": "e2e",
+            }},
+        },
+    }))
+    .expect("a RebootPolicy");
+    let policies = Api::<RebootPolicy>::all(s.client.clone());
+    support::wait_for(
+        "the RebootPolicy to be created",
+        Duration::from_secs(60),
+        || async { policies.create(&PostParams::default(), &policy).await },
+    )
+    .await;
+    name
+}
+
+async fn delete_policy(client: &Client, name: &str) {
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let _ = policies.delete(name, &DeleteParams::default()).await;
+    support::wait_for("the policy to go", Duration::from_secs(60), || async {
+        match policies.get_opt(name).await {
+            Ok(None) => Ok(()),
+            other => Err(anyhow!("{:?}", other.map(|p| p.map(|p| p.name_any())))),
+        }
+    })
+    .await;
+}
+
+/// The notes of the events on RebootPolicy `policy` with `reason`, each with how many times it was
+/// told (a repeated event is one event with a series).
+async fn events_of(
+    client: &Client,
+    policy: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<(String, i32)>> {
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("RebootPolicy") && r.name.as_deref() == Some(policy)
+            })
+        })
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let times = e.series.as_ref().map_or(1, |s| s.count);
+            (e.note.unwrap_or_default(), times)
+        })
+        .collect())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill() {
     let Some(s) = Scene::new("silence")
@@ -116,30 +184,7 @@ async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill
     ];
     let mut controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &env);
     let client = &s.client;
-    let name = s.name("silenced");
-    let policy: RebootPolicy = serde_json::from_value(json!({
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "RebootPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"matchLabels": {"slipway.test/pool": s.pool}},
-            "drain": {"timeout": "2m"},
-            "timeout": "5m",
-            "disruption": {"silence": {
-                "matchers": [{"name": "instance", "value": "$(NODE_NAME)"}],
-                "maxDuration": "1h",
-                "comment": "e2e",
-            }},
-        },
-    }))
-    .expect("a RebootPolicy");
-    let policies = Api::<RebootPolicy>::all(client.clone());
-    support::wait_for(
-        "the RebootPolicy to be created",
-        Duration::from_secs(60),
-        || async { policies.create(&PostParams::default(), &policy).await },
-    )
-    .await;
+    let name = create_policy(&s).await;
     let (n0, n1) = (s.nodes[0].clone(), s.nodes[1].clone());
 
     // Taken: a silence with the node's name; given back: expired.
@@ -167,12 +212,41 @@ async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill
         "n0 still has its one expired silence"
     );
 
-    let _ = policies.delete(&name, &DeleteParams::default()).await;
-    support::wait_for("the policy to go", Duration::from_secs(60), || async {
-        match policies.get_opt(&name).await {
-            Ok(None) => Ok(()),
-            other => Err(anyhow!("{:?}", other.map(|p| p.map(|p| p.name_any())))),
+    delete_policy(client, &name).await;
+}
+
+/// No Alertmanager configured: the policy that asks is told so, once, and its reboots go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_alertmanager_the_policy_is_told_once_and_reboots_anyway() {
+    let Some(s) = Scene::new("unsilenced")
+        .nodes(1)
+        .cluster_wide()
+        .crds(&["rebootpolicies.slipway.dev"])
+        .start()
+        .await
+    else {
+        return;
+    };
+    let env = [("SLIPWAY_REBOOT_POLICIES", "true")];
+    let _controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &env);
+    let client = &s.client;
+    let name = create_policy(&s).await;
+    let n0 = s.nodes[0].clone();
+    support::ask_reboot(client, &n0).await;
+    let ns = s.ns.name();
+    support::wait_for("n0's reboot pod", ROUND, || reboot_pod_on(client, ns, &n0)).await;
+    support::simulate_reboot(client, &n0).await;
+    wait_given_back(client, &name, &n0).await;
+    let told = support::wait_for("a SilencesNotConfigured event", ROUND, || async {
+        let told = events_of(client, &name, "SilencesNotConfigured").await?;
+        match told.is_empty() {
+            true => Err(anyhow!("none yet")),
+            false => Ok(told),
         }
     })
     .await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].1, 1, "told once: {told:?}");
+    assert!(told[0].0.contains("--alertmanager-url"), "{told:?}");
+    delete_policy(client, &name).await;
 }
