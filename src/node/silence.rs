@@ -192,6 +192,20 @@ impl Action {
     }
 }
 
+/// When this process saw a wanted hold begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// The node was taken at this time, while the process was watching: a silence that ended
+    /// before it was another disruption's.
+    Began(Timestamp),
+    /// The node was already held when the process started: when the disruption began is told by
+    /// the silences alone.
+    AtStart,
+}
+
+/// What the process saw of each wanted hold, by holder and node.
+pub type HeldSince = BTreeMap<(Holder, String), Seen>;
+
 /// The silences of `created_by`, by holder and node.
 type Ours<'a> = BTreeMap<(Holder, String), Vec<(Key, &'a Silence)>>;
 
@@ -208,13 +222,14 @@ fn ours<'a>(current: &'a [Silence], created_by: &str) -> Ours<'a> {
 
 /// What to write so that Alertmanager holds exactly the silences `wanted`, as of `now`.
 /// `current` is every silence Alertmanager lists (others' are left alone); `created_by` is this
-/// controller's name in them; `held_since` is when this process first saw each wanted hold (what
-/// tells a disruption whose silence reached `maxDuration` from a new one of the same node).
+/// controller's name in them; `held_since` is what this process saw of each wanted hold (what
+/// tells this disruption's silences from those of an earlier one of the same node; missing:
+/// [`Seen::AtStart`]).
 pub fn reconcile(
     wanted: &[Wanted],
     current: &[Silence],
     created_by: &str,
-    held_since: &BTreeMap<(Holder, String), Timestamp>,
+    held_since: &HeldSince,
     now: Timestamp,
 ) -> Vec<Action> {
     let ours = ours(current, created_by);
@@ -226,8 +241,8 @@ pub fn reconcile(
             continue;
         }
         let mine = ours.get(&at).map(Vec::as_slice).unwrap_or_default();
-        let episode = held_since.get(&at).copied().unwrap_or(now);
-        hold(w, mine, created_by, episode, now, &mut actions);
+        let seen_as = held_since.get(&at).copied().unwrap_or(Seen::AtStart);
+        hold(w, mine, created_by, seen_as, now, &mut actions);
     }
     for (at, silences) in &ours {
         if seen.contains(at) {
@@ -248,7 +263,7 @@ fn hold(
     w: &Wanted,
     mine: &[(Key, &Silence)],
     created_by: &str,
-    episode: Timestamp,
+    seen: Seen,
     now: Timestamp,
     actions: &mut Vec<Action>,
 ) {
@@ -264,17 +279,17 @@ fn hold(
         extend(w, key, keep, created_by, now, actions);
         return;
     }
-    // None live: the first silence of this disruption, or the next after one that lapsed
-    // (a controller that was down). One that reached its cap in this disruption is not renewed.
+    // None live: the first silence of this disruption, or the next after one of this disruption
+    // that lapsed (a controller that was down), which keeps its start: `maxDuration` counts from
+    // it, and one past its cap is not renewed.
     let last = mine
         .iter()
         .map(|(k, s)| (k, *s))
         .max_by_key(|(k, _)| k.since);
-    let since = match last {
-        None => now,
-        Some((k, _)) if w.cap(k.since) > now => k.since,
-        Some((k, s)) if capped_in_this_disruption(w, k, s, episode, now) => return,
-        Some(_) => now,
+    let since = match last.map(|(k, s)| (k, this_disruption(w, s, seen, now))) {
+        Some((k, true)) if w.cap(k.since) > now => k.since,
+        Some((_, true)) => return,
+        None | Some((_, false)) => now,
     };
     let key = w.key(since);
     let ends_at = ends_at(w, since, now);
@@ -294,21 +309,18 @@ fn hold(
     });
 }
 
-/// Whether `s`, whose cap has passed, ended this disruption's silencing: it began while this
-/// process saw the node held, or (after a restart, when the process cannot tell) it ended less
-/// than `maxDuration` ago. Erring this way leaves a page unsilenced rather than a silence too long.
-fn capped_in_this_disruption(
-    w: &Wanted,
-    key: &Key,
-    s: &Silence,
-    episode: Timestamp,
-    now: Timestamp,
-) -> bool {
-    let recent = s
-        .ends_at
-        .checked_add(w.max_duration)
-        .is_ok_and(|until| until > now);
-    key.since >= episode || recent
+/// Whether `s`, not live, was this disruption's. Seen begin: if it ended after. Held at the
+/// start: if it ended less than `maxDuration` ago (it lapsed while no controller ran, or reached
+/// its cap); the process cannot tell that from an earlier disruption's, and erring this way
+/// leaves a page unsilenced rather than a silence too long.
+fn this_disruption(w: &Wanted, s: &Silence, seen: Seen, now: Timestamp) -> bool {
+    match seen {
+        Seen::Began(at) => s.ends_at > at,
+        Seen::AtStart => s
+            .ends_at
+            .checked_add(w.max_duration)
+            .is_ok_and(|until| until > now),
+    }
 }
 
 /// The end a silence of `w` begun at `since` gets now: [`AHEAD`], never past its cap.

@@ -21,7 +21,7 @@ use super::metrics::Metrics;
 use super::shared::Shared;
 use crate::common::decision::Event;
 use crate::node::holders::Holder;
-use crate::node::silence::{self, Action, Postable, Silence, Wanted};
+use crate::node::silence::{self, Action, HeldSince, Postable, Seen, Silence, Wanted};
 
 /// How often the silences are reconciled besides when a node is taken or given back (a silence
 /// ends [`silence::AHEAD`] ahead, and is extended when less than [`silence::RENEW_BELOW`] is left).
@@ -331,7 +331,7 @@ pub async fn round(
     am: &Alertmanager,
     wanted: &[Wanted],
     created_by: &str,
-    held_since: &BTreeMap<(Holder, String), Timestamp>,
+    held_since: &HeldSince,
     metrics: &Metrics,
     now: Timestamp,
     mut publish: impl FnMut(&Holder, Event),
@@ -470,7 +470,9 @@ pub async fn keep(
         built: None,
     });
     let mut told: BTreeSet<Holder> = BTreeSet::new();
-    let mut held_since: BTreeMap<(Holder, String), Timestamp> = BTreeMap::new();
+    let mut held_since = HeldSince::new();
+    // Until the first round, every hold found was there before the process.
+    let mut first = true;
     // The first round at once: after a restart, what was given back meanwhile is expired first.
     let mut wait = Duration::ZERO;
     // Rounds in a row that failed: the wait doubles with each.
@@ -492,7 +494,8 @@ pub async fn keep(
         }
         let (wanted, asking) = wanted(&shared);
         let now = Timestamp::now();
-        remember(&mut held_since, &wanted, now);
+        remember(&mut held_since, &wanted, first, now);
+        first = false;
         let Some(cache) = cache.as_mut() else {
             tell_unconfigured(&shared, &asking, &mut told).await;
             continue;
@@ -510,18 +513,18 @@ pub async fn keep(
     }
 }
 
-/// When this process first saw each wanted silence's hold (what tells a disruption whose silence
-/// reached its cap from a new one), kept for the holds still wanted.
-fn remember(
-    held_since: &mut BTreeMap<(Holder, String), Timestamp>,
-    wanted: &[Wanted],
-    now: Timestamp,
-) {
+/// What this process saw of each wanted hold (see [`Seen`]), kept for the holds still wanted:
+/// those of its `first` round were there before it.
+fn remember(held_since: &mut HeldSince, wanted: &[Wanted], first: bool, now: Timestamp) {
     held_since.retain(|k, _| wanted.iter().any(|w| w.holder == k.0 && w.node == k.1));
+    let seen = match first {
+        true => Seen::AtStart,
+        false => Seen::Began(now),
+    };
     for w in wanted {
         held_since
             .entry((w.holder.clone(), w.node.clone()))
-            .or_insert(now);
+            .or_insert(seen);
     }
 }
 
@@ -531,7 +534,7 @@ async fn configured_round(
     cache: &mut ClientCache,
     wanted: &[Wanted],
     created_by: &str,
-    held_since: &BTreeMap<(Holder, String), Timestamp>,
+    held_since: &HeldSince,
     now: Timestamp,
 ) -> Result<Round, AlertmanagerError> {
     let am = cache.get(shared).await?;

@@ -67,7 +67,7 @@ fn expired(mut s: Silence) -> Silence {
     s
 }
 
-fn none() -> BTreeMap<(Holder, String), Timestamp> {
+fn none() -> HeldSince {
     BTreeMap::new()
 }
 
@@ -272,7 +272,7 @@ fn a_capped_silence_is_told_from_a_new_disruption_of_the_node() {
     let capped = expired(listed("a", &w, T0, T0, "2026-11-26T11:00:00Z"));
     let at = (plan("server"), "n1".to_string());
     // This process saw the hold begin before the capped silence: the same disruption.
-    let seen = BTreeMap::from([(at.clone(), t("2026-11-26T09:59:00Z"))]);
+    let seen = BTreeMap::from([(at.clone(), Seen::Began(t("2026-11-26T09:59:00Z")))]);
     let now = t("2026-11-26T13:00:00Z");
     assert_eq!(
         reconcile(
@@ -285,7 +285,7 @@ fn a_capped_silence_is_told_from_a_new_disruption_of_the_node() {
         []
     );
     // This process saw the hold begin after it ended: a new disruption.
-    let seen = BTreeMap::from([(at, t("2026-11-26T12:30:00Z"))]);
+    let seen = BTreeMap::from([(at, Seen::Began(t("2026-11-26T12:30:00Z")))]);
     let actions = reconcile(
         std::slice::from_ref(&w),
         std::slice::from_ref(&capped),
@@ -416,4 +416,35 @@ fn a_listed_silence_reads_from_alertmanagers_json() {
     let s: Silence = serde_json::from_value(json).expect("a gettable silence");
     assert_eq!(s.status.state, SilenceState::Active);
     assert_eq!(s.ends_at, t("2026-11-26T10:05:00Z"));
+}
+
+#[test]
+fn a_node_taken_again_soon_after_gets_a_silence_of_its_own_full_length() {
+    let w = wanted(&reboot(), "n1", Some("1h"));
+    // The last reboot's silence, expired when the node came back at 10:20.
+    let before = expired(listed("a", &w, T0, T0, "2026-11-26T10:20:00Z"));
+    let at = (reboot(), "n1".to_string());
+    let seen = BTreeMap::from([(at, Seen::Began(t("2026-11-26T10:30:00Z")))]);
+    let now = t("2026-11-26T10:30:01Z");
+    let actions = reconcile(
+        std::slice::from_ref(&w),
+        std::slice::from_ref(&before),
+        ME,
+        &seen,
+        now,
+    );
+    let [Action::Create { key, silence }] = actions.as_slice() else {
+        panic!("{actions:?}");
+    };
+    assert_eq!(
+        key.since, now,
+        "a new disruption: maxDuration counts from now"
+    );
+    assert_eq!(silence.ends_at, t("2026-11-26T10:35:01Z"));
+    // Held when the process started, it cannot tell: the earlier start (and cap) are kept.
+    let actions = reconcile(&[w], &[before], ME, &none(), now);
+    assert!(
+        matches!(actions.as_slice(), [Action::Create { key, .. }] if key.since == t(T0)),
+        "{actions:?}"
+    );
 }

@@ -440,3 +440,17 @@ async fn the_credentials_are_read_from_the_secret_by_listing_it_and_used() {
     let e = cache.get(&shared).await.err().expect("no secret");
     assert!(e.to_string().contains("system-upgrade/am-auth"), "{e}");
 }
+
+#[test]
+fn holds_found_at_the_first_round_were_there_before_and_later_ones_began_then() {
+    let mut held = HeldSince::new();
+    let t0: Timestamp = "2026-11-26T10:00:00Z".parse().expect("time");
+    let t1: Timestamp = "2026-11-26T10:01:00Z".parse().expect("time");
+    remember(&mut held, &[wanted("n1")], true, t0);
+    remember(&mut held, &[wanted("n1"), wanted("n2")], false, t1);
+    assert_eq!(held[&(policy(), "n1".to_string())], Seen::AtStart);
+    assert_eq!(held[&(policy(), "n2".to_string())], Seen::Began(t1));
+    // Given back: forgotten.
+    remember(&mut held, &[wanted("n2")], false, t1);
+    assert_eq!(held.len(), 1);
+}
