@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::disruption::{Matcher, SilenceSpec};
 use super::holders::Holder;
+use crate::common::decision::Event;
 
 /// How far ahead of now a silence ends while its node is held.
 pub const AHEAD: Duration = Duration::from_secs(5 * 60);
@@ -369,6 +370,28 @@ fn extend(
             comment,
         },
     });
+}
+
+/// The event on the holder's object once `action` was done in Alertmanager as silence `id`: a
+/// silence made (and until when it may last) or expired; none for an extension.
+pub fn event_of(action: &Action, id: &str, wanted: &[Wanted]) -> Option<Event> {
+    match action {
+        Action::Create { key, silence } => {
+            let cap = (wanted.iter())
+                .find(|w| w.holder == key.holder && w.node == key.node)
+                .map_or(silence.ends_at, |w| w.cap(key.since));
+            let message = format!(
+                "Alertmanager silence {id} for node {} (extended while the node is held, until {cap} at most)",
+                key.node
+            );
+            Some(Event::normal("SilenceCreated", message))
+        }
+        Action::Extend { .. } => None,
+        Action::Expire { key, .. } => {
+            let message = format!("Alertmanager silence {id} for node {} expired", key.node);
+            Some(Event::normal("SilenceExpired", message))
+        }
+    }
 }
 
 /// How many of `created_by`'s silences Alertmanager lists in each state.

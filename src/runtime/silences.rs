@@ -348,49 +348,38 @@ pub async fn round(
             Action::Expire { id, .. } => ("expire", am.expire(id).await.map(|()| id.clone())),
         };
         metrics.alertmanager_request(request, result.is_ok());
-        match (result, &action) {
-            (Ok(id), Action::Create { silence, .. }) => {
-                done.created += 1;
-                info!(holder = %key.holder, node = %key.node, id, "silence created");
-                let message = format!(
-                    "Alertmanager silence {id} for node {} (extended while the node is held, until {} at most)",
-                    key.node,
-                    cap_of(wanted, &key).unwrap_or(silence.ends_at)
-                );
-                publish(&key.holder, Event::normal("SilenceCreated", message));
-            }
-            (Ok(_), Action::Extend { .. }) => {
-                done.extended += 1;
-                debug!(holder = %key.holder, node = %key.node, "silence extended");
-            }
-            (Ok(id), Action::Expire { .. }) => {
-                done.expired += 1;
-                info!(holder = %key.holder, node = %key.node, id, "silence expired");
-                let message = format!("Alertmanager silence {id} for node {} expired", key.node);
-                publish(&key.holder, Event::normal("SilenceExpired", message));
-            }
-            (Err(e), _) => {
+        let id = match result {
+            Ok(id) => id,
+            Err(e) => {
                 done.failed += 1;
                 warn!(holder = %key.holder, node = %key.node, "cannot {request} a silence: {e}");
+                continue;
             }
+        };
+        match &action {
+            Action::Create { .. } => done.created += 1,
+            Action::Extend { .. } => done.extended += 1,
+            Action::Expire { .. } => done.expired += 1,
+        }
+        debug!(holder = %key.holder, node = %key.node, id, "silence: {request}");
+        if let Some(event) = silence::event_of(&action, &id, wanted) {
+            info!(holder = %key.holder, node = %key.node, id, "{}", event.message);
+            publish(&key.holder, event);
         }
     }
     let listed = match done == Round::default() {
         true => current,
-        // What the writes changed shows in the next list; the gauge follows then.
-        false => am.list().await.unwrap_or(current),
+        // The gauge shows what the writes changed.
+        false => {
+            let again = am.list().await;
+            metrics.alertmanager_request("list", again.is_ok());
+            again.unwrap_or(current)
+        }
     };
     for (state, count) in silence::tally(&listed, created_by) {
         metrics.silences(state.as_str(), count);
     }
     Ok(done)
-}
-
-fn cap_of(wanted: &[Wanted], key: &silence::Key) -> Option<Timestamp> {
-    let w = wanted
-        .iter()
-        .find(|w| w.holder == key.holder && w.node == key.node)?;
-    key.since.checked_add(w.max_duration).ok()
 }
 
 /// The silences wanted now: every node a holder holds whose object asks for one, and the

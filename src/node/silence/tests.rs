@@ -448,3 +448,32 @@ fn a_node_taken_again_soon_after_gets_a_silence_of_its_own_full_length() {
         "{actions:?}"
     );
 }
+
+#[test]
+fn a_silence_made_or_expired_is_told_on_its_object_an_extension_is_not() {
+    let w = wanted(&reboot(), "n1", Some("1h"));
+    let made = run(std::slice::from_ref(&w), &[], T0);
+    let event = event_of(&made[0], "abc", std::slice::from_ref(&w)).expect("an event");
+    assert_eq!(event.reason, "SilenceCreated");
+    assert!(
+        event.message.contains("silence abc for node n1")
+            && event.message.contains("until 2026-11-26T11:00:00Z at most"),
+        "{}",
+        event.message
+    );
+    let s = listed("abc", &w, T0, T0, "2026-11-26T10:05:00Z");
+    let extended = run(
+        std::slice::from_ref(&w),
+        std::slice::from_ref(&s),
+        "2026-11-26T10:04:00Z",
+    );
+    assert!(matches!(extended.as_slice(), [Action::Extend { .. }]));
+    assert_eq!(event_of(&extended[0], "abc", &[w]), None);
+    let expired = run(&[], &[s], "2026-11-26T10:04:00Z");
+    let event = event_of(&expired[0], "abc", &[]).expect("an event");
+    assert_eq!(event.reason, "SilenceExpired");
+    assert_eq!(
+        event.message,
+        "Alertmanager silence abc for node n1 expired"
+    );
+}
