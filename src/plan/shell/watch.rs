@@ -246,4 +246,36 @@ mod tests {
         with_status.metadata.resource_version = Some("42".into());
         assert_eq!(plan_view(&plan), plan_view(&with_status));
     }
+
+    #[test]
+    fn a_plan_holder_gives_its_disruption_spec_and_where_its_events_go() {
+        let plan: Plan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "upgrade.cattle.io/v1",
+            "kind": "Plan",
+            "metadata": {"name": "k3s", "namespace": "system-upgrade", "uid": "u1"},
+            "spec": {"concurrency": 1, "upgrade": {"image": "rancher/k3s-upgrade"},
+                     "disruption": {"silence": {"matchers": [{"name": "node", "value": "$(NODE_NAME)"}]}}},
+        }))
+        .expect("a Plan");
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(plan));
+        let source = hold_source(store);
+        let holder = |name: &str| Holder::Plan {
+            namespace: "system-upgrade".into(),
+            name: name.into(),
+        };
+        let object = source.object(&holder("k3s")).expect("the Plan");
+        let silence = object
+            .disruption
+            .and_then(|d| d.silence)
+            .expect("its silence");
+        assert_eq!(silence.matchers[0].value, "$(NODE_NAME)");
+        assert_eq!(object.reference.name.as_deref(), Some("k3s"));
+        assert_eq!(object.reference.kind.as_deref(), Some("Plan"));
+        assert_eq!(source.object(&holder("gone")), None);
+        let other = Holder::Reboot {
+            policy: "k3s".into(),
+        };
+        assert_eq!(source.object(&other), None);
+    }
 }
