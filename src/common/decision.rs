@@ -26,6 +26,9 @@ pub struct Event {
     pub type_: EventType,
     pub reason: &'static str,
     pub message: String,
+    /// The node the event is about, when it is about one: what a notification names
+    /// (`src/node/notify.rs`). Not part of the Kubernetes Event, whose message names it already.
+    pub node: Option<String>,
 }
 
 impl Event {
@@ -34,6 +37,7 @@ impl Event {
             type_: EventType::Normal,
             reason,
             message: message.into(),
+            node: None,
         }
     }
 
@@ -42,6 +46,15 @@ impl Event {
             type_: EventType::Warning,
             reason,
             message: message.into(),
+            node: None,
+        }
+    }
+
+    /// The same event, about `node`.
+    pub fn on(self, node: impl Into<String>) -> Event {
+        Event {
+            node: Some(node.into()),
+            ..self
         }
     }
 }

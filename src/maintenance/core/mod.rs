@@ -322,10 +322,13 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         return deleting(input, step, duplicate_of.is_some());
     }
     if old.phase.is_none() {
-        step.events.push(Event::normal(
-            "BeginMaintenance",
-            format!("Begin the maintenance of node {}", nm.spec.node_name),
-        ));
+        step.events.push(
+            Event::normal(
+                "BeginMaintenance",
+                format!("Begin the maintenance of node {}", nm.spec.node_name),
+            )
+            .on(&nm.spec.node_name),
+        );
     }
     if let Some(stage) = failed_for_good(old) {
         // It stays so until the resource is deleted. A timed-out drain keeps its node (and the
@@ -466,10 +469,13 @@ fn deleting(input: &MaintenanceInput<'_>, mut step: Step, duplicate: bool) -> St
     if !duplicate {
         restore(input, &mut step);
     }
-    step.events.push(Event::normal(
-        "RemovedMaintenance",
-        format!("Removed the maintenance of node {}", nm.spec.node_name),
-    ));
+    step.events.push(
+        Event::normal(
+            "RemovedMaintenance",
+            format!("Removed the maintenance of node {}", nm.spec.node_name),
+        )
+        .on(&nm.spec.node_name),
+    );
     step.stage = Stage::Restoring;
     step
 }
@@ -518,10 +524,10 @@ fn restore(input: &MaintenanceInput<'_>, step: &mut Step) {
     if node.cordoned_by.as_deref() == Some(me.as_str()) {
         if node.unschedulable {
             step.node.unschedulable = Some(false);
-            step.events.push(Event::normal(
-                "UncordonNode",
-                format!("Uncordoned node {}", node.name),
-            ));
+            step.events.push(
+                Event::normal("UncordonNode", format!("Uncordoned node {}", node.name))
+                    .on(&node.name),
+            );
         }
         step.node.annotations.insert(CORDONED_BY.into(), None);
     }

@@ -226,6 +226,9 @@ fn an_empty_drain_succeeds_once() {
         ["BeginMaintenance", "SucceedMaintenance"],
         "the first decision begins the maintenance"
     );
+    // Every event names the maintenance's node (what a notification says).
+    let nodes: Vec<Option<&str>> = step.events.iter().map(|e| e.node.as_deref()).collect();
+    assert_eq!(nodes, [Some(m.spec.node_name.as_str()); 2]);
     assert_eq!(step.lease, Some(LeaseAction::Hold), "the node stays held");
     assert!(step.requeue_after.is_some(), "to renew the lease");
     m.status = Some(step.status);
@@ -406,6 +409,11 @@ fn deleting_restores_what_the_maintenance_did_and_releases_the_lease() {
     assert_eq!(step.lease, Some(LeaseAction::Release));
     assert!(!step.hold_node);
     assert_eq!(reasons(&step), ["UncordonNode", "RemovedMaintenance"]);
+    assert!(
+        step.events
+            .iter()
+            .all(|e| e.node.as_deref() == Some(m.spec.node_name.as_str()))
+    );
     // A node that is gone needs nothing but the lease released.
     let step = decide(&input(&m, None, None));
     assert!(step.node.is_empty());

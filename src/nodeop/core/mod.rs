@@ -194,6 +194,7 @@ fn into_decision(
         })
         .collect();
     let phase = top_phase(&steps.states, steps.targets.len());
+    let completed = phase == words::COMPLETED && previous.phase.as_deref() != Some(phase);
     let message = summary(&steps.waiting);
     let changed = message != previous.message;
     let mut status = NodeOpStatus {
@@ -208,6 +209,13 @@ fn into_decision(
     let mut decision = NodeOpDecision::keep(status);
     decision.effects = steps.effects;
     decision.events = steps.events;
+    if completed {
+        // Told once, when the last node is done (what a notification says of the rollout).
+        decision.events.push(Event::normal(
+            "Completed",
+            format!("Completed on {} nodes", steps.targets.len()),
+        ));
+    }
     if let (true, Some(first)) = (changed, steps.waiting.first()) {
         decision.events.push(Event::normal(
             "Waiting",

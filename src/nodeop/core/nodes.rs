@@ -173,10 +173,13 @@ fn start(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
     match objects::preflight_pod(&ctx.owner, ctx.settings, &node.name) {
         Some(pod) => {
             steps.effects.push(NodeOpEffect::CreatePod(Box::new(pod)));
-            steps.events.push(Event::normal(
-                "Preflight",
-                format!("Checking whether node {} needs the operation", node.name),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "Preflight",
+                    format!("Checking whether node {} needs the operation", node.name),
+                )
+                .on(&node.name),
+            );
             NodeState::Preflight { since: ctx.now }
         }
         None => begin_work(ctx, node, steps),
@@ -185,10 +188,13 @@ fn start(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
 
 /// The node's work begins: cordon (if asked), then the drain (if asked) or the Job at once.
 fn begin_work(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
-    steps.events.push(Event::normal(
-        "NodeStarted",
-        format!("Started the operation on node {}", node.name),
-    ));
+    steps.events.push(
+        Event::normal(
+            "NodeStarted",
+            format!("Started the operation on node {}", node.name),
+        )
+        .on(&node.name),
+    );
     let state = NodeState::Pending {
         job: objects::job_name(&ctx.owner, &node.name),
         before: node.boot_id.clone(),
@@ -307,10 +313,13 @@ fn preflight(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps
             state.clone()
         }
         PreflightView::Skip(reason) => {
-            steps.events.push(Event::normal(
-                "NodeSkipped",
-                format!("Node {node} skipped by preflight: {reason}"),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "NodeSkipped",
+                    format!("Node {node} skipped by preflight: {reason}"),
+                )
+                .on(node),
+            );
             NodeState::Completed {
                 job: None,
                 message: format!("Skipped by preflight: {reason}"),
@@ -355,10 +364,13 @@ fn running(
             fail(ctx, node, Some(job), message, steps)
         }
         JobView::Succeeded if ctx.settings.reboot => {
-            steps.events.push(Event::normal(
-                "Rebooting",
-                format!("Job {job} succeeded; node {node} reboots"),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "Rebooting",
+                    format!("Job {job} succeeded; node {node} reboots"),
+                )
+                .on(node),
+            );
             reboot_pod(ctx, node, job, steps);
             steps.recheck(PROGRESS_RECHECK);
             NodeState::Rebooting {
@@ -423,7 +435,7 @@ fn rebooting(
     if let Some(message) = late.as_ref().filter(|m| told != Some(*m)) {
         steps
             .events
-            .push(Event::warning("RebootTimedOut", message.clone()));
+            .push(Event::warning("RebootTimedOut", message.clone()).on(node));
     }
     steps.recheck(WAIT_RECHECK);
     NodeState::Rebooting {
@@ -443,10 +455,9 @@ fn done(ctx: &Ctx<'_, '_>, node: &str, job: &str, rebooted: bool, steps: &mut St
         true => "Job and reboot completed successfully",
         false => "Job completed successfully",
     };
-    steps.events.push(Event::normal(
-        "NodeCompleted",
-        format!("Node {node}: {message}"),
-    ));
+    steps
+        .events
+        .push(Event::normal("NodeCompleted", format!("Node {node}: {message}")).on(node));
     NodeState::Completed {
         job: Some(job.to_string()),
         message: message.to_string(),
@@ -468,10 +479,9 @@ fn fail(
     {
         steps.effects.push(NodeOpEffect::Uncordon(change));
     }
-    steps.events.push(Event::warning(
-        "NodeFailed",
-        format!("Node {node}: {message}"),
-    ));
+    steps
+        .events
+        .push(Event::warning("NodeFailed", format!("Node {node}: {message}")).on(node));
     NodeState::Failed {
         job: job.map(str::to_string),
         message,

@@ -350,6 +350,17 @@ fn cordon_and_drain_come_before_the_job_and_the_cordon_goes_after_it() {
         d4.status.node_statuses["n1"].message.as_deref(),
         Some("Job completed successfully")
     );
+    let reasons: Vec<&str> = d4.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, ["NodeCompleted", "Completed"]);
+    assert_eq!(d4.events[0].node.as_deref(), Some("n1"));
+    assert_eq!(d4.events[1].node, None, "about the NodeOp, not a node");
+    let again = decide_with(
+        &with_status(op.clone(), &d4),
+        &nodes,
+        &seen,
+        "2026-11-25T10:01:10Z",
+    );
+    assert!(again.events.is_empty(), "told once: {:?}", again.events);
     assert!(d4.holds.is_empty());
 }
 

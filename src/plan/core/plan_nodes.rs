@@ -390,7 +390,7 @@ fn apply_actions(
                     ..NodeChange::of(&node.name).cordon(false)
                 }),
                 NodeAction::Warn { reason, message } => {
-                    out.event(EventType::Warning, reason, message)
+                    out.node_event(EventType::Warning, reason, message, &node.name)
                 }
                 NodeAction::Recheck(after) => out.requeue(after),
             }

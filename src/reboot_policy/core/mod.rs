@@ -253,10 +253,11 @@ fn into_decision(
                 reason,
                 message,
             } => {
-                decision.events.push(match warning {
+                let event = match warning {
                     true => Event::warning(reason, message),
                     false => Event::normal(reason, message),
-                });
+                };
+                decision.events.push(event.on(&node));
                 continue;
             }
             RebootAction::MarkConditions(marker) => RebootEffect::Annotate(

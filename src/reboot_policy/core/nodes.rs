@@ -313,6 +313,9 @@ fn draining(
     if drained {
         // The hand-off asks for the reboot while the boot is unchanged.
         if view.node.boot_id == before {
+            if settings.drain_timeout.is_some() {
+                d.event(name, false, "Drained", format!("Node {name} drained"));
+            }
             ask_again(signals, name, signal, view, d);
         }
         let next = RebootState::Rebooting {

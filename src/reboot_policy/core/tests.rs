@@ -114,6 +114,16 @@ fn actions_of<'a>(d: &'a NodeSteps, name: &str) -> Vec<&'a RebootAction> {
         .collect()
 }
 
+fn reasons_of(d: &NodeSteps, name: &str) -> Vec<&'static str> {
+    d.actions
+        .iter()
+        .filter_map(|(n, a)| match a {
+            RebootAction::Event { reason, .. } if n == name => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
 fn draining(name: &str, since: Timestamp) -> RebootState {
     RebootState::Draining {
         signal: Signal::Agent,
@@ -413,6 +423,7 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     });
     let d = run(&settings(1), &states, &[v.clone()], at(30));
     assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
+    assert!(reasons_of(&d, "a").is_empty(), "not drained yet");
     assert!(
         d.nodes[0]
             .message
@@ -429,6 +440,8 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     };
     assert_eq!(actions_of(&d, "a"), vec![&reboot]);
     assert_eq!(d.nodes[0].phase, RebootPhase::Rebooting);
+    // Each step told once, in order (what notifications hear).
+    assert_eq!(reasons_of(&d, "a"), vec!["Drained", "Rebooting"]);
 
     // Asked again while the boot is unchanged (a crash may have lost the first ask)...
     let d2 = run(&settings(1), &d.states, &[view(&n)], at(50));
@@ -613,6 +626,8 @@ fn a_node_that_rebooted_on_its_own_during_the_drain_goes_straight_to_its_hand_of
         [RebootAction::Finish { .. }]
     ));
     assert!(d.states.is_empty());
+    // Never drained: no Drained event, only the way back.
+    assert_eq!(reasons_of(&d, "a"), vec!["Rebooting", "Rebooted"]);
 }
 
 #[test]
