@@ -299,6 +299,11 @@ fn plan_step(input: &MaintenanceInput<'_>, now: Timestamp) -> Step {
         step.status.last_error = Some(e.to_string());
     }
     stamp(&mut step, &old, now);
+    // Every event is about the maintenance's node: what a notification names.
+    let node = &input.maintenance.spec.node_name;
+    for event in &mut step.events {
+        event.node.get_or_insert_with(|| node.clone());
+    }
     step
 }
 
@@ -322,13 +327,10 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         return deleting(input, step, duplicate_of.is_some());
     }
     if old.phase.is_none() {
-        step.events.push(
-            Event::normal(
-                "BeginMaintenance",
-                format!("Begin the maintenance of node {}", nm.spec.node_name),
-            )
-            .on(&nm.spec.node_name),
-        );
+        step.events.push(Event::normal(
+            "BeginMaintenance",
+            format!("Begin the maintenance of node {}", nm.spec.node_name),
+        ));
     }
     if let Some(stage) = failed_for_good(old) {
         // It stays so until the resource is deleted. A timed-out drain keeps its node (and the
@@ -469,13 +471,10 @@ fn deleting(input: &MaintenanceInput<'_>, mut step: Step, duplicate: bool) -> St
     if !duplicate {
         restore(input, &mut step);
     }
-    step.events.push(
-        Event::normal(
-            "RemovedMaintenance",
-            format!("Removed the maintenance of node {}", nm.spec.node_name),
-        )
-        .on(&nm.spec.node_name),
-    );
+    step.events.push(Event::normal(
+        "RemovedMaintenance",
+        format!("Removed the maintenance of node {}", nm.spec.node_name),
+    ));
     step.stage = Stage::Restoring;
     step
 }
@@ -524,10 +523,10 @@ fn restore(input: &MaintenanceInput<'_>, step: &mut Step) {
     if node.cordoned_by.as_deref() == Some(me.as_str()) {
         if node.unschedulable {
             step.node.unschedulable = Some(false);
-            step.events.push(
-                Event::normal("UncordonNode", format!("Uncordoned node {}", node.name))
-                    .on(&node.name),
-            );
+            step.events.push(Event::normal(
+                "UncordonNode",
+                format!("Uncordoned node {}", node.name),
+            ));
         }
         step.node.annotations.insert(CORDONED_BY.into(), None);
     }

@@ -58,11 +58,7 @@ pub(super) fn finish(
         "False"
     };
     set_condition(st, drained, reason, &message, now, nm.metadata.generation);
-    let node = node.clone();
     stage_events(&mut step, old, phase, reason, message);
-    for event in &mut step.events {
-        event.node.get_or_insert_with(|| node.clone());
-    }
     step.requeue_after = requeue(&step);
     step
 }

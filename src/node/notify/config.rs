@@ -188,8 +188,19 @@ pub fn targets(
     flags: &TargetFlags,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<Target>, ConfigError> {
+    let mut out = named(&flags.targets)?;
+    formats(&mut out, &flags.formats)?;
+    headers(&mut out, &flags.headers)?;
+    header_envs(&mut out, &flags.header_envs, env)?;
+    kinds_of(&mut out, &flags.kinds)?;
+    templates(&mut out, &flags.templates)?;
+    Ok(out)
+}
+
+/// `--notify`: the targets, with their defaults.
+fn named(values: &[String]) -> Result<Vec<Target>, ConfigError> {
     let mut out: Vec<Target> = Vec::new();
-    for value in &flags.targets {
+    for value in values {
         let (name, url) = split("--notify", value, "NAME=URL")?;
         if !valid_name(name) {
             return Err(ConfigError::Name(name.into()));
@@ -207,30 +218,44 @@ pub fn targets(
             templates: BTreeMap::new(),
         });
     }
-    let find = |out: &[Target], flag: &'static str, name: &str| -> Result<usize, ConfigError> {
-        out.iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| ConfigError::NoTarget {
-                flag,
-                target: name.into(),
-            })
-    };
-    let mut formatted = BTreeSet::new();
-    for value in &flags.formats {
+    Ok(out)
+}
+
+/// The target `name` that `flag` names.
+fn find<'a>(
+    out: &'a mut [Target],
+    flag: &'static str,
+    name: &str,
+) -> Result<&'a mut Target, ConfigError> {
+    out.iter_mut()
+        .find(|t| t.name == name)
+        .ok_or_else(|| ConfigError::NoTarget {
+            flag,
+            target: name.into(),
+        })
+}
+
+fn formats(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    for value in values {
         let (name, format) = split("--notify-format", value, "NAME=slack|teams|json")?;
-        let i = find(&out, "--notify-format", name)?;
-        if !formatted.insert(name) {
+        let target = find(out, "--notify-format", name)?;
+        if !seen.insert(name) {
             return Err(ConfigError::FormatTwice(name.into()));
         }
-        out[i].format = Format::parse(format).ok_or_else(|| ConfigError::Format {
+        target.format = Format::parse(format).ok_or_else(|| ConfigError::Format {
             target: name.into(),
             format: format.into(),
         })?;
     }
-    for value in &flags.headers {
-        let flag = "--notify-header";
+    Ok(())
+}
+
+fn headers(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
+    let flag = "--notify-header";
+    for value in values {
         let (name, header) = split(flag, value, "NAME=Header: value")?;
-        let i = find(&out, flag, name)?;
+        let target = find(out, flag, name)?;
         let (header, v) = header.split_once(':').ok_or_else(|| ConfigError::Shape {
             flag,
             value: format!("{name}=..."),
@@ -238,12 +263,20 @@ pub fn targets(
         })?;
         let (header, v) = (header.trim(), v.trim());
         check_header(flag, name, header, v)?;
-        out[i].headers.push((header.into(), v.into()));
+        target.headers.push((header.into(), v.into()));
     }
-    for value in &flags.header_envs {
-        let flag = "--notify-header-from-env";
+    Ok(())
+}
+
+fn header_envs(
+    out: &mut [Target],
+    values: &[String],
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    let flag = "--notify-header-from-env";
+    for value in values {
         let (name, rest) = split(flag, value, "NAME=Header=VARIABLE")?;
-        let i = find(&out, flag, name)?;
+        let target = find(out, flag, name)?;
         let (header, variable) = split(flag, rest, "NAME=Header=VARIABLE")?;
         let v = env(variable).ok_or_else(|| ConfigError::NoVariable {
             target: name.into(),
@@ -252,17 +285,21 @@ pub fn targets(
         })?;
         let v = v.trim();
         check_header(flag, name, header, v)?;
-        out[i].headers.push((header.into(), v.into()));
+        target.headers.push((header.into(), v.into()));
     }
-    let mut kinded = BTreeSet::new();
-    for value in &flags.kinds {
-        let flag = "--notify-kinds";
+    Ok(())
+}
+
+fn kinds_of(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
+    let flag = "--notify-kinds";
+    let mut seen = BTreeSet::new();
+    for value in values {
         let (name, list) = split(flag, value, "NAME=kind,kind...")?;
-        let i = find(&out, flag, name)?;
-        if !kinded.insert(name) {
+        let target = find(out, flag, name)?;
+        if !seen.insert(name) {
             return Err(ConfigError::KindsTwice(name.into()));
         }
-        out[i].kinds = list
+        target.kinds = list
             .split(',')
             .map(str::trim)
             .map(|k| {
@@ -274,8 +311,12 @@ pub fn targets(
             })
             .collect::<Result<_, _>>()?;
     }
-    for value in &flags.templates {
-        let flag = "--notify-template";
+    Ok(())
+}
+
+fn templates(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
+    let flag = "--notify-template";
+    for value in values {
         let (key, text) = value
             .split_once('=')
             .filter(|(k, _)| k.contains('/'))
@@ -285,7 +326,7 @@ pub fn targets(
                 want: "NAME/KIND=TEXT",
             })?;
         let (name, kind_name) = key.split_once('/').unwrap_or((key, ""));
-        let i = find(&out, flag, name)?;
+        let target = find(out, flag, name)?;
         let kind = Kind::parse(kind_name).ok_or_else(|| ConfigError::Kind {
             flag,
             target: name.into(),
@@ -296,14 +337,14 @@ pub fn targets(
             kind: kind_name.into(),
             error,
         })?;
-        if out[i].templates.insert(kind, template).is_some() {
+        if target.templates.insert(kind, template).is_some() {
             return Err(ConfigError::TemplateTwice {
                 target: name.into(),
                 kind: kind_name.into(),
             });
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn check_url(target: &str, url: &str) -> Result<(), ConfigError> {

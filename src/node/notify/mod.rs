@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::common::decision::{Event, EventType};
 
-pub use config::{ConfigError, Format, Target, TargetFlags, targets};
+pub use config::{ConfigError, Format, Target, TargetFlags, redacted_url, targets};
 pub use template::{Template, TemplateError};
 
 /// What a notification tells.
