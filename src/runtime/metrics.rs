@@ -4,6 +4,7 @@
 //! standard process metrics (`process_*`, [`process`]). Per-object gauges are set after each
 //! successful reconcile from the decision that was applied, and removed when the object is gone.
 
+mod notifications;
 mod phases;
 pub mod process;
 
@@ -20,6 +21,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::error::ErrorKind;
 use crate::common::phase::PhaseTally;
+pub use notifications::{Delivery, NotificationMetrics};
 use phases::{Names, PhaseGauges};
 
 /// A Plan's gauges: whether it is complete, and how many of its nodes are in each state.
@@ -146,6 +148,7 @@ pub struct Metrics {
     reboot_phases: PhaseGauges<PolicyLabels>,
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
     nodeop_phases: PhaseGauges<NodeOpLabels>,
+    notifications: NotificationMetrics,
 }
 
 impl Default for Metrics {
@@ -183,6 +186,7 @@ impl Metrics {
             reboot_phases: PhaseGauges::default(),
             maintenance_phases: PhaseGauges::default(),
             nodeop_phases: PhaseGauges::default(),
+            notifications: NotificationMetrics::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -195,6 +199,7 @@ impl Metrics {
         m.register_reboot_policies(registry);
         m.register_maintenances(registry);
         m.register_nodeops(registry);
+        m.notifications.register(registry);
         Metrics {
             registry: root,
             ..m
@@ -380,6 +385,11 @@ impl Metrics {
     pub fn retain_nodeops(&self, mut exists: impl FnMut(&str, &str) -> bool) {
         self.nodeop_phases
             .retain(|key| exists(&key.namespace, &key.nodeop));
+    }
+
+    /// The notification targets' series.
+    pub fn notifications(&self) -> &NotificationMetrics {
+        &self.notifications
     }
 }
 
