@@ -35,7 +35,7 @@ use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{DrainOptions, PodsView};
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
-use crate::node::shell::{evict_all, pods_view};
+use crate::node::shell::{delete_all, evict_all, pods_view};
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{self, NodeTriggers, digest};
 use crate::runtime::written::Written;
@@ -314,6 +314,7 @@ impl Operation for MaintenanceOperation {
                 MaintenanceEffect::HoldLease => "cannot take the node's lease",
                 MaintenanceEffect::ReleaseLease => "cannot release the node's lease",
                 MaintenanceEffect::Evict(_) => "cannot evict",
+                MaintenanceEffect::Delete(_) => "cannot delete the pods left",
             };
             lock(&self.failures).insert(nm.name_any(), format!("{what}: {e}"));
         }
@@ -396,6 +397,7 @@ impl MaintenanceOperation {
                 let round = EvictionRound::next(rounds.get(&name), results, Timestamp::now());
                 rounds.insert(name, round);
             }
+            MaintenanceEffect::Delete(pods) => delete_all(chores.client(), pods, None).await?,
         }
         Ok(())
     }

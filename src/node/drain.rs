@@ -20,7 +20,10 @@ use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
+use crate::common::decision::Event;
 use crate::common::selector::Selector;
 
 /// kubelet's static pods carry it; their mirror pods cannot be evicted.
@@ -78,6 +81,42 @@ impl Default for DrainOptions {
         }
     }
 }
+
+/// What a drain does once its timeout has passed with pods still on the node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnDrainTimeout {
+    /// The kind's failure (the node is given back, or the operation fails).
+    #[default]
+    Fail,
+    /// Delete the pods left, as `kubectl drain --disable-eviction` would.
+    DeletePods,
+}
+
+/// The pods a drain past its timeout deletes: those it would evict and that are not going
+/// already. None while a pod refuses the drain (kubectl deletes nothing then either).
+pub fn to_delete(view: &PodsView) -> Vec<PodKey> {
+    if !view.blocked.is_empty() {
+        return Vec::new();
+    }
+    (view.to_evict.iter())
+        .filter(|(_, terminating)| !**terminating)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// The Event that says a drain deleted `pod` from `node` after `after` (a Go duration).
+pub fn deleted_event(pod: &PodKey, node: &str, after: &str) -> Event {
+    Event::warning(
+        DELETED_POD,
+        format!(
+            "Deleted pod {pod} from node {node}: the drain did not evict it within {after} \
+             (spec.disruption.onDrainTimeout: DeletePods)"
+        ),
+    )
+}
+
+/// The reason of [`deleted_event`].
+pub const DELETED_POD: &str = "DrainDeletedPod";
 
 /// Why a drain leaves a pod where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::drain::{self, EvictionOutcome, EvictionResult, PodKey, PodRef, PodsView, eviction};
@@ -135,6 +135,30 @@ pub async fn evict_all(
         results.push((pod.clone(), result));
     }
     results
+}
+
+/// Deletes each pod (a drain past its timeout with `DeletePods`: no PodDisruptionBudget is
+/// asked), with the pod's own grace period unless `grace_period_seconds` says otherwise. A pod
+/// already gone is deleted; the first other error is returned once every pod was tried.
+pub async fn delete_all(
+    client: &Client,
+    pods: &[PodKey],
+    grace_period_seconds: Option<i64>,
+) -> Result<(), kube::Error> {
+    let mut first = None;
+    for pod in pods {
+        let api = Api::<Pod>::namespaced(client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: grace_period_seconds.and_then(|s| u32::try_from(s).ok()),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => first = first.or(Some(e)),
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Which PodDisruptionBudget refuses the eviction, in words.

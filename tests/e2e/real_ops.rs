@@ -127,6 +127,54 @@ spec:
         .find(|(_, on)| on.as_str() == node)
         .map(|(p, _)| p.clone())
         .expect("the pod on the node");
+    // A pod whose PodDisruptionBudget never allows an eviction: past the drain's timeout, the
+    // maintenance deletes it (`onDrainTimeout: DeletePods`), naming it in an Event.
+    s.cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: stuck, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: stuck}}}}
+  template:
+    metadata: {{labels: {{app: stuck}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {node}}}
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: stuck
+        image: busybox:1.37
+        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
+        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: stuck, namespace: {ns}}}
+spec:
+  minAvailable: 1
+  selector: {{matchLabels: {{app: stuck}}}}
+"#,
+                ns = s.ns.name(),
+            )),
+        )
+        .await
+        .expect("apply the stuck workload");
+    let stuck = support::wait_for(
+        "a Ready stuck pod on the node",
+        Duration::from_secs(300),
+        || async {
+            let ready = ready_pods(&s, "stuck").await?;
+            match ready.iter().find(|(_, on)| on.as_str() == node) {
+                Some((pod, _)) => Ok(pod.clone()),
+                None => bail!("Ready: {ready:?}"),
+            }
+        },
+    )
+    .await;
 
     let _controller =
         ControllerProcess::start(&s.cluster, s.ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
@@ -137,7 +185,12 @@ spec:
         "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
         "kind": "NodeMaintenance",
         "metadata": {"name": name},
-        "spec": {"nodeName": node, "reason": "real-node e2e", "drainTimeout": "5m"},
+        "spec": {
+            "nodeName": node,
+            "reason": "real-node e2e",
+            "drainTimeout": "30s",
+            "disruption": {"onDrainTimeout": "DeletePods"},
+        },
     }))
     .expect("a NodeMaintenance");
     nms.create(&PostParams::default(), &nm)
@@ -164,6 +217,22 @@ spec:
         serde_json::to_string(&done).unwrap_or_default()
     );
     let drained = started.elapsed();
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("the maintenance's events");
+    let deleted: Vec<String> = (events.items.into_iter())
+        .filter(|e| e.reason.as_deref() == Some("DrainDeletedPod"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        matches!(&deleted[..], [one] if one.contains(&stuck) && one.contains(node)),
+        "one Event names the pod deleted past the timeout: {deleted:?}"
+    );
+    assert!(
+        !deleted.iter().any(|m| m.contains(&evicted)),
+        "the pod that could be evicted was evicted: {deleted:?}"
+    );
     let (cordoned, taints) = cordon_state(&s.client, node).await;
     assert!(cordoned, "{node} is cordoned while in maintenance");
     assert!(

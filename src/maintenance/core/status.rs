@@ -46,7 +46,9 @@ pub(super) fn finish(
             st.pending_pods_refs.clear();
             st.pending_pods_reasons.clear();
         }
-        Stage::Draining | Stage::TimedOut { .. } if input.pods.is_some() => {
+        Stage::Draining | Stage::TimedOut { .. } | Stage::DeletingPods { .. }
+            if input.pods.is_some() =>
+        {
             set_pending(st, input.pods, &pending);
         }
         _ => {}
@@ -112,6 +114,15 @@ fn describe(
             MaintenancePhase::Succeeded,
             "Drained",
             format!("node {node} is drained"),
+        ),
+        Stage::DeletingPods { after } => (
+            MaintenancePhase::Running,
+            "DeletingPods",
+            format!(
+                "the drain did not finish within {after}; deleting the pods left \
+                 (spec.disruption.onDrainTimeout: DeletePods): {}",
+                draining_message(pods, pending)
+            ),
         ),
         Stage::TimedOut { after } => (
             MaintenancePhase::Failed,

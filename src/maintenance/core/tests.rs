@@ -1,6 +1,7 @@
 use super::*;
 use crate::maintenance::api::{FINALIZER, MaintenancePhase, NodeMaintenanceSpec};
-use crate::node::drain::EvictionResult;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::{EvictionResult, OnDrainTimeout, to_delete};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
@@ -24,6 +25,7 @@ fn nm(finalized: bool) -> NodeMaintenance {
             node_name: "n1".into(),
             reason: Some("disk".into()),
             drain_timeout: None,
+            disruption: None,
         },
         status: None,
     }
@@ -370,6 +372,85 @@ fn a_drain_past_its_timeout_fails_naming_the_pods_and_keeps_the_node() {
 }
 
 #[test]
+fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_with_an_event_each() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    m.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+    });
+    // web-2 is going already (evicted earlier): only web-1 is deleted.
+    let p = pods(&[("web-1", false), ("web-2", true)]);
+    let first = decide(&input(&m, Some(&node()), Some(&p)));
+    m.status = Some(first.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:09:59Z");
+    let before = decide(&i);
+    assert!(before.delete.is_empty() && before.stage == Stage::Draining);
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::DeletingPods {
+            after: "10m".into()
+        }
+    );
+    assert_eq!(step.delete, [pod("web-1")]);
+    assert!(step.evict.is_empty(), "no eviction beside the deletion");
+    assert!(
+        step.node.is_empty() && step.hold_node,
+        "the node stays taken"
+    );
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Running));
+    assert_eq!(condition(&step).reason, "DeletingPods");
+    assert_eq!(reasons(&step), ["DrainDeletedPod", "DeletingPods"]);
+    assert_eq!(
+        step.events[0].message,
+        "Deleted pod shop/web-1 from node n1: the drain did not evict it within 10m \
+         (spec.disruption.onDrainTimeout: DeletePods)"
+    );
+    let effects = into_decision(
+        &MaintenanceInput {
+            maintenance: &m,
+            node: Some(&tk),
+            held_by: None,
+            refusal: None,
+            lease: LeaseView::Free,
+            pods: Some(&p),
+            evictions: None,
+            last_error: None,
+        },
+        step.clone(),
+    )
+    .effects;
+    assert!(effects.contains(&MaintenanceEffect::Delete(vec![pod("web-1")])));
+    // Deleted (terminating): nothing is deleted twice, and nothing is told twice.
+    m.status = Some(step.status);
+    let going = pods(&[("web-1", true), ("web-2", true)]);
+    let mut i = input(&m, Some(&tk), Some(&going));
+    i.now = t("2026-11-22T10:10:05Z");
+    let again = decide(&i);
+    assert!(
+        again.delete.is_empty() && again.events.is_empty(),
+        "{again:?}"
+    );
+    // Gone: drained, and the maintenance succeeds.
+    m.status = Some(again.status);
+    let empty = pods(&[]);
+    let mut i = input(&m, Some(&tk), Some(&empty));
+    i.now = t("2026-11-22T10:10:10Z");
+    let done = decide(&i);
+    assert_eq!(done.stage, Stage::Drained);
+    assert_eq!(done.status.phase, Some(MaintenancePhase::Succeeded));
+    // A pod that refuses the drain (kubectl's filters) is not deleted, nor anything beside it.
+    let mut blocked = pods(&[("web-1", false)]);
+    blocked
+        .blocked
+        .insert(pod("bare"), "has no controller".into());
+    assert!(to_delete(&blocked).is_empty());
+}
+
+#[test]
 fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
     let mut m = nm(true);
     m.spec.drain_timeout = Some("10m".into());
@@ -598,6 +679,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             MaintenanceEffect::OwnedByNode { .. } => "own",
             MaintenanceEffect::HoldLease => "lease",
             MaintenanceEffect::Evict(_) => "evict",
+            MaintenanceEffect::Delete(_) => "delete",
             MaintenanceEffect::RestoreNode(_) => "restore",
             MaintenanceEffect::ReleaseLease => "release",
         })

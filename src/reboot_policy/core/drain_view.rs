@@ -11,6 +11,8 @@ pub struct DrainView {
     pub waiting_for: Vec<String>,
     /// The pods to ask the Eviction API for (those not already terminating).
     pub to_evict: Vec<PodKey>,
+    /// The pods a drain past its timeout deletes ([`crate::node::drain::to_delete`]).
+    pub to_delete: Vec<PodKey>,
 }
 
 impl DrainView {
@@ -31,6 +33,7 @@ impl DrainView {
                 .filter(|(_, terminating)| !**terminating)
                 .map(|(k, _)| k.clone())
                 .collect(),
+            to_delete: crate::node::drain::to_delete(pods),
         }
     }
 }
