@@ -32,6 +32,7 @@ use crate::maintenance::core::{
 use crate::node::NodeInfo;
 use crate::node::budget::{Budget, HOLD_ANNOTATION, Refusal};
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption::DisruptionSpec;
 use crate::node::drain::{DrainOptions, PodsView};
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
@@ -255,7 +256,11 @@ impl Operation for MaintenanceOperation {
             .get_opt(&core::lease_name(node_name))
             .await?;
         let pods = match (&node, nm.metadata.deletion_timestamp.is_some()) {
-            (Some(_), false) => Some(pods_view(client, node_name, &DrainOptions::default()).await?),
+            (Some(_), false) => {
+                let volumes = DisruptionSpec::waits_for_volumes(nm.spec.disruption.as_ref());
+                let options = DrainOptions::default();
+                Some(pods_view(client, node_name, &options, volumes).await?)
+            }
             _ => None,
         };
         let lease_view = core::lease_view(lease.as_ref(), &self.lease.holder, now);

@@ -18,9 +18,19 @@ pub struct DisruptionSpec {
     /// Plans drain in their Job: there only `Fail` is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_drain_timeout: Option<OnDrainTimeout>,
+    /// A drain is over only once the node's VolumeAttachments are gone too (its CSI volumes
+    /// detached), so that a reboot or a power-off never cuts a volume still attached. Bounded by
+    /// the drain's timeout. Plans drain in their Job: there it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_volume_detach: Option<bool>,
 }
 
 impl DisruptionSpec {
+    /// Whether a drain of an object with `spec` waits for the node's volumes to detach.
+    pub fn waits_for_volumes(spec: Option<&DisruptionSpec>) -> bool {
+        spec.and_then(|d| d.wait_for_volume_detach).unwrap_or(false)
+    }
+
     /// What a drain of an object with `spec` does when its timeout passes.
     pub fn on_drain_timeout(spec: Option<&DisruptionSpec>) -> OnDrainTimeout {
         spec.and_then(|d| d.on_drain_timeout)

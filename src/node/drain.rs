@@ -17,6 +17,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
@@ -355,6 +356,47 @@ pub struct PodsView {
     pub to_evict: BTreeMap<PodKey, bool>,
     /// Pods that stop the drain altogether (kubectl's filters), with why.
     pub blocked: BTreeMap<PodKey, String>,
+    /// The node's VolumeAttachments still there, when the drain waits for its volumes to detach
+    /// (`spec.disruption.waitForVolumeDetach`): `name (persistent volume)`.
+    pub attached: Vec<String>,
+}
+
+impl PodsView {
+    /// The drain is over: its pods are gone and, when it waits for them, its volumes detached.
+    pub fn is_drained(&self) -> bool {
+        self.to_evict.is_empty() && self.blocked.is_empty() && self.attached.is_empty()
+    }
+
+    /// What the drain waits for once its pods are gone: the volumes still attached, in words.
+    pub fn volumes_message(&self) -> Option<String> {
+        match &self.attached[..] {
+            [] => None,
+            [one] => Some(format!("waiting for volume attachment {one} to detach")),
+            [first, rest @ ..] => Some(format!(
+                "waiting for {} volume attachments to detach: {first} and {} more",
+                rest.len() + 1,
+                rest.len()
+            )),
+        }
+    }
+}
+
+/// The VolumeAttachments of `node`, as [`PodsView::attached`] names them: a CSI driver has the
+/// volume attached there until the attach-detach controller detaches it, after the kubelet has
+/// unmounted it.
+pub fn attached_to(attachments: &[VolumeAttachment], node: &str) -> Vec<String> {
+    let mut out: Vec<String> = (attachments.iter())
+        .filter(|a| a.spec.node_name == node)
+        .map(|a| {
+            let name = a.name_any();
+            match a.spec.source.persistent_volume_name.as_deref() {
+                Some(pv) => format!("{name} ({pv})"),
+                None => name,
+            }
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The answer of the Eviction API for one pod, as the status reports it.

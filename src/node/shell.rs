@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
@@ -39,11 +40,13 @@ pub async fn evict(
     EvictionOutcome::of(result.as_ref().map(|_| ()))
 }
 
-/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults).
+/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults),
+/// and, once they are gone and `volumes` asks for it, its VolumeAttachments.
 pub async fn pods_view(
     client: &Client,
     node: &str,
     options: &drain::DrainOptions,
+    volumes: bool,
 ) -> Result<PodsView, kube::Error> {
     let pods = pods_on_node(client, node).await?;
     let daemonsets = daemonsets_of(client, &pods).await?;
@@ -62,7 +65,16 @@ pub async fn pods_view(
         namespace: r.namespace.clone(),
         name: r.name.clone(),
     };
+    // Volumes detach after their pods are gone: no need to read them before.
+    let attached = match volumes && plan.evict.is_empty() && plan.blocked.is_empty() {
+        true => {
+            let all = Api::<VolumeAttachment>::all(client.clone());
+            drain::attached_to(&all.list(&ListParams::default()).await?.items, node)
+        }
+        false => Vec::new(),
+    };
     Ok(PodsView {
+        attached,
         total: pods.len(),
         to_evict: plan
             .evict

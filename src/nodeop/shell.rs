@@ -240,7 +240,7 @@ impl Operation for NodeOpOperation {
         let mut drains = BTreeMap::new();
         if let Ok(Some(drain)) = core::settings(&op.spec).map(|s| s.drain) {
             for node in core::to_drain(op, &jobs, now) {
-                let view = pods_view(client, &node, &drain.options).await?;
+                let view = pods_view(client, &node, &drain.options, drain.volumes).await?;
                 drains.insert(node, view);
             }
         }

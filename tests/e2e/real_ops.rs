@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -176,6 +177,25 @@ spec:
     )
     .await;
 
+    // A CSI volume attached to the node (no CSI driver runs here: the attach-detach controller's
+    // detach is the scene deleting the VolumeAttachment): the drain waits for it.
+    let attachments = Api::<VolumeAttachment>::all(s.client.clone());
+    let attachment = s.name("csi");
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": attachment},
+        "spec": {
+            "attacher": "e2e.csi.slipway.test",
+            "nodeName": node,
+            "source": {"persistentVolumeName": "pv-e2e"},
+        },
+    }))
+    .expect("a VolumeAttachment");
+    attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .expect("create the VolumeAttachment");
     let _controller =
         ControllerProcess::start(&s.cluster, s.ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
     let started = Instant::now();
@@ -189,13 +209,41 @@ spec:
             "nodeName": node,
             "reason": "real-node e2e",
             "drainTimeout": "30s",
-            "disruption": {"onDrainTimeout": "DeletePods"},
+            "disruption": {"onDrainTimeout": "DeletePods", "waitForVolumeDetach": true},
         },
     }))
     .expect("a NodeMaintenance");
     nms.create(&PostParams::default(), &nm)
         .await
         .expect("create the NodeMaintenance");
+    let detaching = support::wait_for(
+        "the drain to wait for the volume alone",
+        Duration::from_secs(600),
+        || async {
+            let nm = nms.get(&name).await?;
+            let status = nm.status.unwrap_or_default();
+            let message = (status.conditions.iter())
+                .find(|c| c.type_ == "Drained")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            match message.contains(&format!(
+                "waiting for volume attachment {attachment} (pv-e2e)"
+            )) {
+                true => Ok(status),
+                false => bail!("{}", serde_json::to_string(&status)?),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        detaching.phase,
+        Some(MaintenancePhase::Running),
+        "pods gone, the volume still attached: not drained yet"
+    );
+    attachments
+        .delete(&attachment, &DeleteParams::default())
+        .await
+        .expect("detach the volume");
     let done = support::wait_for(
         "the maintenance drained",
         Duration::from_secs(600),

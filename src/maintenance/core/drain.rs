@@ -19,7 +19,7 @@ pub(super) fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestam
         step.status.total_pods = Some(count(pods.total));
         step.status.eviction_pods = Some(count(pods.to_evict.len() + pods.blocked.len()));
     }
-    if pods.to_evict.is_empty() && pods.blocked.is_empty() {
+    if pods.is_drained() {
         step.stage = Stage::Drained;
         return;
     }

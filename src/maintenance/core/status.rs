@@ -200,7 +200,7 @@ fn draining_message(pods: Option<&PodsView>, pending: &[PodKey]) -> String {
         return format!("the drain cannot start: pod {pod}: {why}");
     }
     match pending {
-        [] => "draining".into(),
+        [] => pods.volumes_message().unwrap_or_else(|| "draining".into()),
         [one] => format!("waiting for pod {one} to be evicted"),
         [first, rest @ ..] => format!(
             "waiting for {} pods to be evicted: {first} and {} more",

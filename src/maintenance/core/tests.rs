@@ -63,6 +63,7 @@ fn pods(evict: &[(&str, bool)]) -> PodsView {
         total: evict.len() + 1,
         to_evict: evict.iter().map(|(n, t)| (pod(n), *t)).collect(),
         blocked: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -377,6 +378,7 @@ fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_with_an_event_each(
     m.spec.drain_timeout = Some("10m".into());
     m.spec.disruption = Some(DisruptionSpec {
         on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: None,
     });
     // web-2 is going already (evicted earlier): only web-1 is deleted.
     let p = pods(&[("web-1", false), ("web-2", true)]);
@@ -448,6 +450,74 @@ fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_with_an_event_each(
         .blocked
         .insert(pod("bare"), "has no controller".into());
     assert!(to_delete(&blocked).is_empty());
+}
+
+#[test]
+fn a_drain_that_waits_for_volumes_ends_once_they_detach_and_past_its_timeout_waits_or_fails() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    m.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: Some(true),
+    });
+    let mut volumes = pods(&[]);
+    volumes.attached = vec!["csi-1 (pv-a)".into()];
+    let first = decide(&input(&m, Some(&node()), Some(&volumes)));
+    m.status = Some(first.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&volumes));
+    i.now = t("2026-11-22T10:05:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::Draining,
+        "pods gone, a volume still attached"
+    );
+    assert_eq!(
+        condition(&step).message,
+        "waiting for volume attachment csi-1 (pv-a) to detach"
+    );
+    assert!(step.evict.is_empty() && step.delete.is_empty());
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::DeletingPods {
+            after: "10m".into()
+        },
+        "a volume is not deleted: past the timeout it is waited for"
+    );
+    assert!(step.delete.is_empty());
+    assert_eq!(
+        reasons(&step),
+        ["DeletingPods"],
+        "no pod deleted, no DrainDeletedPod"
+    );
+    assert_eq!(
+        condition(&step).message,
+        "the drain did not finish within 10m; deleting the pods left \
+         (spec.disruption.onDrainTimeout: DeletePods): waiting for volume attachment csi-1 (pv-a) \
+         to detach"
+    );
+    // With Fail, the volume fails the drain like a pod would.
+    let mut failing = m.clone();
+    failing.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: None,
+        wait_for_volume_detach: Some(true),
+    });
+    let mut i = input(&failing, Some(&tk), Some(&volumes));
+    i.now = t("2026-11-22T10:10:00Z");
+    assert_eq!(
+        decide(&i).stage,
+        Stage::TimedOut {
+            after: "10m".into()
+        }
+    );
+    // Detached in time: drained.
+    let gone = pods(&[]);
+    let mut i = input(&m, Some(&tk), Some(&gone));
+    i.now = t("2026-11-22T10:05:00Z");
+    assert_eq!(decide(&i).stage, Stage::Drained);
 }
 
 #[test]

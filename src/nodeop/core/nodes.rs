@@ -217,17 +217,20 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
             steps.recheck(Duration::from_secs(1));
             return state;
         };
-        if !pods.to_evict.is_empty() || !pods.blocked.is_empty() {
+        if !pods.is_drained() {
             let waited = ctx.now.duration_since(*since);
             let out = drain
                 .timeout
                 .filter(|t| waited >= jiff::SignedDuration::try_from(*t).unwrap_or_default());
             if let Some(timeout) = out.filter(|_| drain.on_timeout == OnDrainTimeout::Fail) {
-                let left: Vec<String> = pods
-                    .to_evict
-                    .keys()
+                let left: Vec<String> = (pods.to_evict.keys())
                     .chain(pods.blocked.keys())
                     .map(ToString::to_string)
+                    .chain(
+                        pods.attached
+                            .iter()
+                            .map(|v| format!("volume attachment {v}")),
+                    )
                     .collect();
                 let message = format!(
                     "Drain timed out after {}s (spec.drainOptions.timeoutSeconds); pods left: {}",

@@ -38,6 +38,8 @@ pub struct Drain {
     pub timeout: Option<Duration>,
     /// What the drain does once its timeout passed.
     pub on_timeout: OnDrainTimeout,
+    /// The drain waits for the node's volumes to detach.
+    pub volumes: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +82,7 @@ pub fn settings(spec: &NodeOpSpec) -> Result<Settings, String> {
                 .filter(|t| *t > 0)
                 .map(Duration::from_secs),
             on_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
+            volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         });
     let preflight = spec.preflight.as_ref().map(|p| Preflight {
         command: p.command.clone(),

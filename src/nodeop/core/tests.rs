@@ -312,6 +312,7 @@ fn pods(names: &[(&str, bool)]) -> PodsView {
             })
             .collect(),
         blocked: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -384,6 +385,7 @@ fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_then_runs_the_job()
     let mut op = drained_op();
     op.spec.disruption = Some(DisruptionSpec {
         on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: Some(true),
     });
     let op = with_status(
         op.clone(),
@@ -414,8 +416,38 @@ fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_then_runs_the_job()
              (spec.disruption.onDrainTimeout: DeletePods)"
         )]
     );
+    // The pods are gone, a volume is still attached: no Job yet, and past the timeout the
+    // volume is waited for (it cannot be deleted).
+    let mut volumes = pods(&[]);
+    volumes.attached = vec!["csi-1 (pv-a)".into()];
+    seen.drains.insert("n1".into(), volumes);
+    for at in ["2026-11-25T10:04:00Z", "2026-11-25T10:05:10Z"] {
+        let d = decide_with(&op, &nodes, &seen, at);
+        assert!(
+            jobs_created(&d).is_empty() && d.effects.is_empty(),
+            "{:?}",
+            d.effects
+        );
+        assert_eq!(node_phase(&d, "n1"), "Pending");
+    }
+    // With Fail, past the timeout the node fails naming the volume.
+    let mut failing = op.clone();
+    failing.spec.disruption = None;
+    failing.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: None,
+        wait_for_volume_detach: Some(true),
+    });
+    let d = decide_with(&failing, &nodes, &seen, "2026-11-25T10:05:10Z");
+    assert_eq!(node_phase(&d, "n1"), "Failed");
+    let message = d.status.node_statuses["n1"].message.clone();
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("volume attachment csi-1 (pv-a)")),
+        "{message:?}"
+    );
     seen.drains.insert("n1".into(), pods(&[]));
-    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:05:10Z");
+    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:04:00Z");
     assert_eq!(jobs_created(&d).len(), 1, "drained: the Job runs");
 }
 

@@ -332,6 +332,7 @@ fn draining(
         return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
     }
     let mut message = match &view.drain {
+        Some(v) if v.volumes_only => v.waiting_for.join("; "),
         Some(v) if !v.waiting_for.is_empty() => format!(
             "{} pods left to evict: {}",
             v.remaining,
@@ -348,8 +349,12 @@ fn draining(
                 let e = drain::deleted_event(pod, name, &after);
                 d.event(name, true, e.reason, e.message);
             }
-            d.act(name, RebootAction::DeletePods(drain.to_delete.clone()));
-            message = format!("the drain did not finish within {after}; deleting {message}");
+            if !drain.to_delete.is_empty() {
+                d.act(name, RebootAction::DeletePods(drain.to_delete.clone()));
+            }
+            // Volumes are not deleted: they are waited for.
+            let doing = if drain.volumes_only { "" } else { "deleting " };
+            message = format!("the drain did not finish within {after}; {doing}{message}");
         }
         None => d.act(name, RebootAction::Drain),
     }

@@ -56,6 +56,8 @@ pub struct PolicySpec {
     /// `None`: cordon only.
     pub drain: Option<(Duration, DrainOptions)>,
     pub on_drain_timeout: OnDrainTimeout,
+    /// The drain waits for the node's volumes to detach.
+    pub volumes: bool,
     pub timeout: Duration,
     pub health_gate: Option<HealthGate>,
     pub blocking_pods: Vec<Selector>,
@@ -115,6 +117,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         signals: Signals::of(spec.signals.as_ref()),
         drain,
         on_drain_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
+        volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         timeout: duration_field(spec.timeout.as_deref(), "spec.timeout", DEFAULT_TIMEOUT)?,
         health_gate,
         blocking_pods,

@@ -293,7 +293,8 @@ impl Operation for PolicyOperation {
         for (name, state) in &states {
             match (state, &s.drain, &s.health_gate) {
                 (RebootState::Draining { .. }, Some((_, options)), _) => {
-                    drains.insert(name.clone(), pods_view(client, name, options).await?);
+                    let view = pods_view(client, name, options, s.volumes).await?;
+                    drains.insert(name.clone(), view);
                 }
                 (RebootState::Rebooting { .. }, _, Some(gate)) => {
                     health.insert(name.clone(), gate_pods(client, gate, name).await?);
