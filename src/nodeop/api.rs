@@ -95,6 +95,9 @@ pub struct NodeOpSpec {
     /// A pod run on each node first: a message in its termination log skips the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<PreflightSpec>,
+    /// slipway: what happens around the disruption of each node (`onDrainTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }
 
 /// `spec.preflight`: decides per node whether the operation is needed. The container writes a

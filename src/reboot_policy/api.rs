@@ -98,6 +98,9 @@ pub struct RebootPolicySpec {
     /// others. Absent: `Hold`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<RebootFailurePolicy>,
+    /// What happens around each reboot (`onDrainTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
     /// Image of the reboot pod; needs `sh`, `cat` and `nsenter` (default: the controller's
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

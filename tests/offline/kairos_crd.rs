@@ -17,6 +17,10 @@ const KAIROS_NODEOPUPGRADE: &str = include_str!("../kairos/operator.kairos.io_no
 /// What slipway's schema has that kairos-operator's has not, and why (COMPATIBILITY.md, NodeOp).
 const DELIBERATE: &[(&str, &str)] = &[
     (
+        ".spec.disruption: only in slipway",
+        "what happens around each node's disruption (the drain's timeout), as in every kind",
+    ),
+    (
         ".status.message: only in slipway",
         "why the nodes not started yet wait",
     ),

@@ -46,7 +46,9 @@ pub(super) fn finish(
             st.pending_pods_refs.clear();
             st.pending_pods_reasons.clear();
         }
-        Stage::Draining | Stage::TimedOut { .. } if input.pods.is_some() => {
+        Stage::Draining | Stage::TimedOut { .. } | Stage::DeletingPods { .. }
+            if input.pods.is_some() =>
+        {
             set_pending(st, input.pods, &pending);
         }
         _ => {}
@@ -112,6 +114,15 @@ fn describe(
             MaintenancePhase::Succeeded,
             "Drained",
             format!("node {node} is drained"),
+        ),
+        Stage::DeletingPods { after } => (
+            MaintenancePhase::Running,
+            "DeletingPods",
+            format!(
+                "the drain did not finish within {after}; deleting the pods left \
+                 (spec.disruption.onDrainTimeout: DeletePods): {}",
+                draining_message(pods, pending)
+            ),
         ),
         Stage::TimedOut { after } => (
             MaintenancePhase::Failed,
@@ -189,7 +200,7 @@ fn draining_message(pods: Option<&PodsView>, pending: &[PodKey]) -> String {
         return format!("the drain cannot start: pod {pod}: {why}");
     }
     match pending {
-        [] => "draining".into(),
+        [] => pods.volumes_message().unwrap_or_else(|| "draining".into()),
         [one] => format!("waiting for pod {one} to be evicted"),
         [first, rest @ ..] => format!(
             "waiting for {} pods to be evicted: {first} and {} more",

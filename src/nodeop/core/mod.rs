@@ -100,6 +100,12 @@ pub enum NodeOpEffect {
         pods: Vec<PodKey>,
         grace_period_seconds: Option<i64>,
     },
+    /// Delete each pod: the drain's timeout passed (`onDrainTimeout: DeletePods`).
+    DeletePods {
+        node: String,
+        pods: Vec<PodKey>,
+        grace_period_seconds: Option<i64>,
+    },
     /// Create a preflight or reboot pod (already there: nothing to do).
     CreatePod(Box<Pod>),
     /// Create the node's Job (already there: nothing to do).

@@ -18,6 +18,7 @@ use crate::node::NodeInfo;
 use crate::node::budget::Budget;
 use crate::node::change::NodeChange;
 use crate::node::cordon::{self, CordonOwner};
+use crate::node::drain::{self, OnDrainTimeout};
 use crate::node::handoff::{self, Handoff, HandoffPolicy, Observation};
 use crate::node::holders::Holder;
 use crate::node::reboot::DEFAULT_TIMEOUT;
@@ -222,17 +223,20 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
             steps.recheck(Duration::from_secs(1));
             return state;
         };
-        if !pods.to_evict.is_empty() || !pods.blocked.is_empty() {
+        if !pods.is_drained() {
             let waited = ctx.now.duration_since(*since);
             let out = drain
                 .timeout
                 .filter(|t| waited >= jiff::SignedDuration::try_from(*t).unwrap_or_default());
-            if let Some(timeout) = out {
-                let left: Vec<String> = pods
-                    .to_evict
-                    .keys()
+            if let Some(timeout) = out.filter(|_| drain.on_timeout == OnDrainTimeout::Fail) {
+                let left: Vec<String> = (pods.to_evict.keys())
                     .chain(pods.blocked.keys())
                     .map(ToString::to_string)
+                    .chain(
+                        pods.attached
+                            .iter()
+                            .map(|v| format!("volume attachment {v}")),
+                    )
                     .collect();
                 let message = format!(
                     "Drain timed out after {}s (spec.drainOptions.timeoutSeconds); pods left: {}",
@@ -242,6 +246,19 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
                 return fail(ctx, node, None, message, steps);
             }
             steps.recheck(DRAIN_RECHECK);
+            if let Some(timeout) = out {
+                let after = format!("{}s", timeout.as_secs());
+                let delete = drain::to_delete(pods);
+                (steps.events).extend(delete.iter().map(|p| drain::deleted_event(p, node, &after)));
+                if !delete.is_empty() {
+                    steps.effects.push(NodeOpEffect::DeletePods {
+                        node: node.to_string(),
+                        pods: delete,
+                        grace_period_seconds: drain.options.grace_period_seconds,
+                    });
+                }
+                return state;
+            }
             let to_evict: Vec<_> = pods
                 .to_evict
                 .iter()

@@ -5,6 +5,8 @@ use kube::api::ObjectMeta;
 
 use super::*;
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::OnDrainTimeout;
 use crate::nodeop::api::{DrainOptions, NodeOpSpec, NodeStatus, PreflightSpec};
 
 mod properties;
@@ -310,6 +312,7 @@ fn pods(names: &[(&str, bool)]) -> PodsView {
             })
             .collect(),
         blocked: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -386,6 +389,77 @@ fn a_drain_past_its_timeout_fails_the_node_and_uncordon_on_failure_gives_the_cor
     assert!(message.ends_with("shop/db-0"), "{message}");
     assert!(matches!(&d.effects[..], [NodeOpEffect::Uncordon(_)]));
     assert!(jobs_created(&d).is_empty());
+}
+
+#[test]
+fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_then_runs_the_job() {
+    let mut op = drained_op();
+    op.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: Some(true),
+    });
+    let op = with_status(
+        op.clone(),
+        &decide_with(&op, &[node("n1")], &Seen::default(), T0),
+    );
+    let nodes = [cordoned_by_op(node("n1"))];
+    let mut seen = Seen::default();
+    seen.drains
+        .insert("n1".into(), pods(&[("db-0", false), ("db-1", true)]));
+    let early = decide_with(&op, &nodes, &seen, "2026-11-25T10:04:59Z");
+    assert!(matches!(&early.effects[..], [NodeOpEffect::Evict { .. }]));
+    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:05:00Z");
+    assert_eq!(node_phase(&d, "n1"), "Pending", "the node goes on");
+    assert!(
+        matches!(&d.effects[..], [NodeOpEffect::DeletePods { pods, grace_period_seconds: Some(30), .. }]
+            if pods.len() == 1 && pods[0].name == "db-0"),
+        "only the pod not going already: {:?}",
+        d.effects
+    );
+    let events: Vec<(&str, &str)> = (d.events.iter())
+        .map(|e| (e.reason, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            "DrainDeletedPod",
+            "Deleted pod shop/db-0 from node n1: the drain did not evict it within 300s \
+             (spec.disruption.onDrainTimeout: DeletePods)"
+        )]
+    );
+    // The pods are gone, a volume is still attached: no Job yet, and past the timeout the
+    // volume is waited for (it cannot be deleted).
+    let mut volumes = pods(&[]);
+    volumes.attached = vec!["csi-1 (pv-a)".into()];
+    seen.drains.insert("n1".into(), volumes);
+    for at in ["2026-11-25T10:04:00Z", "2026-11-25T10:05:10Z"] {
+        let d = decide_with(&op, &nodes, &seen, at);
+        assert!(
+            jobs_created(&d).is_empty() && d.effects.is_empty(),
+            "{:?}",
+            d.effects
+        );
+        assert_eq!(node_phase(&d, "n1"), "Pending");
+    }
+    // With Fail, past the timeout the node fails naming the volume.
+    let mut failing = op.clone();
+    failing.spec.disruption = None;
+    failing.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: None,
+        wait_for_volume_detach: Some(true),
+    });
+    let d = decide_with(&failing, &nodes, &seen, "2026-11-25T10:05:10Z");
+    assert_eq!(node_phase(&d, "n1"), "Failed");
+    let message = d.status.node_statuses["n1"].message.clone();
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("volume attachment csi-1 (pv-a)")),
+        "{message:?}"
+    );
+    seen.drains.insert("n1".into(), pods(&[]));
+    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:04:00Z");
+    assert_eq!(jobs_created(&d).len(), 1, "drained: the Job runs");
 }
 
 #[test]

@@ -167,6 +167,7 @@ pub fn render_nodeop(u: &NodeOpUpgrade) -> NodeOp {
             concurrency: spec.concurrency,
             stop_on_failure: spec.stop_on_failure,
             preflight: upgrade_preflight(spec),
+            disruption: None,
         },
         status: None,
     }
