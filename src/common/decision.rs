@@ -29,6 +29,9 @@ pub struct Event {
     /// The node the event is about, when it is about one: what a notification names
     /// (`src/node/notify.rs`). Not part of the Kubernetes Event, whose message names it already.
     pub node: Option<String>,
+    /// Told to notifications only, never published as a Kubernetes Event: steps of a Plan's
+    /// nodes, which SUC's users read in the Plan's status, not as one Event per node.
+    pub quiet: bool,
 }
 
 impl Event {
@@ -38,6 +41,7 @@ impl Event {
             reason,
             message: message.into(),
             node: None,
+            quiet: false,
         }
     }
 
@@ -47,6 +51,7 @@ impl Event {
             reason,
             message: message.into(),
             node: None,
+            quiet: false,
         }
     }
 
@@ -54,6 +59,14 @@ impl Event {
     pub fn on(self, node: impl Into<String>) -> Event {
         Event {
             node: Some(node.into()),
+            ..self
+        }
+    }
+
+    /// The same event, for notifications only ([`Event::quiet`]).
+    pub fn quiet(self) -> Event {
+        Event {
+            quiet: true,
             ..self
         }
     }

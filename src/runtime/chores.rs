@@ -312,6 +312,9 @@ impl Chores {
         if let Some(notifier) = &self.notifier {
             notifier.tell(reference, event);
         }
+        if event.quiet {
+            return;
+        }
         let published = self.recorder.publish(&kube_event(event), reference).await;
         if let Err(e) = published {
             let name = reference.name.as_deref().unwrap_or_default();

@@ -17,6 +17,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::common::decision::{Event, EventType};
+use crate::plan::core::notices;
 
 pub use config::{ConfigError, Format, Target, TargetFlags, redacted_url, targets};
 pub use template::{Template, TemplateError};
@@ -110,9 +111,12 @@ use Kind::*;
 use ObjectKind::{NodeMaintenance, NodeOp, Plan, RebootPolicy};
 
 /// Which event of which kind of object is which notification: the one table. A reason not here
-/// is not told. Plans publish SUC's events (tests/compat compares them), so a Plan tells only its
-/// failed nodes and how its rollout ends; the node steps of a Plan are in its `status.nodes`.
+/// is not told. Plans publish SUC's events (tests/compat compares them): their nodes' steps are
+/// quiet events, told here and never published ([`crate::plan::core::notices`]).
 pub const TABLE: &[(ObjectKind, &str, Kind)] = &[
+    (Plan, notices::NODE_STARTED, NodeStarted),
+    (Plan, notices::NODE_REBOOTING, NodeRebooting),
+    (Plan, notices::NODE_DONE, NodeBack),
     (Plan, "JobFailed", NodeFailed),
     (Plan, "Quarantined", NodeFailed),
     (Plan, "RebootTimedOut", NodeFailed),

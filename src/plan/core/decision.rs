@@ -158,6 +158,7 @@ impl Rollout {
             reason,
             message,
             node: None,
+            quiet: false,
         });
     }
 
