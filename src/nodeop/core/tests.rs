@@ -368,6 +368,33 @@ fn cordon_and_drain_come_before_the_job_and_the_cordon_goes_after_it() {
 }
 
 #[test]
+fn a_cordon_kairos_operator_made_for_the_nodeop_is_given_back_after_a_takeover() {
+    let mut op = drained_op();
+    op.spec.drain_options = None;
+    let d1 = decide_with(&op, &[node("n1")], &Seen::default(), T0);
+    let job = jobs_created(&d1)[0].clone();
+    let op = with_status(op, &d1);
+    let mut kairos = node("n1");
+    kairos.unschedulable = true;
+    kairos.annotations.insert(
+        crate::node::cordon::KAIROS_CORDONED_BY.into(),
+        "default/op@0a1b".into(),
+    );
+    let mut seen = Seen::default();
+    seen.jobs.insert(job, JobView::Succeeded);
+    let d = decide_with(&op, &[kairos], &seen, "2026-11-25T10:01:00Z");
+    let [NodeOpEffect::Uncordon(c)] = &d.effects[..] else {
+        panic!("the cordon goes back: {:?}", d.effects);
+    };
+    assert_eq!(c.unschedulable, Some(false));
+    assert_eq!(
+        c.annotations.get(crate::node::cordon::KAIROS_CORDONED_BY),
+        Some(&None),
+        "with kairos-operator's record"
+    );
+}
+
+#[test]
 fn a_drain_past_its_timeout_fails_the_node_and_uncordon_on_failure_gives_the_cordon_back() {
     let op = with_status(
         drained_op(),
