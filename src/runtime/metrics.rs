@@ -273,8 +273,9 @@ impl Metrics {
         self.plan_complete
             .get_or_create(&key)
             .set(i64::from(s.complete));
+        // Disjoint, so that a sum over states counts each node once.
         for (state, n) in [
-            (NodeState::applying, s.applying),
+            (NodeState::applying, s.applying.saturating_sub(s.failed)),
             (NodeState::failed, s.failed),
             (NodeState::complete, s.upgraded),
         ] {
@@ -443,9 +444,10 @@ impl Metrics {
         );
         registry.register(
             "plan_nodes",
-            "Nodes of a Plan by state: applying = len(status.applying) (nodes holding a concurrency slot); \
-             failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
-             spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
+            "Nodes of a Plan by state, each node in one state at most: applying = nodes of \
+             status.applying (holding a concurrency slot) that have not failed; failed = status.nodes \
+             in phase Failed (holding their slot too); complete = nodes matched by spec.nodeSelector \
+             whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
             self.plan_nodes.clone(),
         );
         registry.register(
@@ -618,7 +620,23 @@ mod tests {
                 ..Default::default()
             },
         );
+        // Three nodes hold a slot, one of them failed: no node is counted in two states.
+        m.plan(
+            "ns",
+            "q",
+            PlanGauges {
+                applying: 3,
+                failed: 1,
+                ..Default::default()
+            },
+        );
         let text = m.render();
+        for line in [
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"q\",state=\"applying\"} 2",
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"q\",state=\"failed\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
         for line in [
             "slipway_reconciles_total{kind=\"plan\"} 2",
             "slipway_reconcile_errors_total{kind=\"plan\",category=\"conflict\"} 1",

@@ -815,9 +815,13 @@ async fn a_cordon_kairos_operator_made_is_given_back_by_its_nodeop() {
     )
     .await
     .expect("create the NodeOp");
-    wait_nodeop(ops, "takeover", "Completed", Duration::from_secs(90), |op| {
-        phase(op) == "Completed"
-    })
+    wait_nodeop(
+        ops,
+        "takeover",
+        "Completed",
+        Duration::from_secs(90),
+        |op| phase(op) == "Completed",
+    )
     .await;
     support::wait_for("the cordon given back", Duration::from_secs(30), || async {
         let n = Api::<Node>::all(s.client.clone()).get(node).await?;
