@@ -17,7 +17,6 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::common::decision::{Event, EventType};
-use crate::plan::core::notices;
 
 pub use config::{ConfigError, Format, Target, TargetFlags, redacted_url, targets};
 pub use template::{Template, TemplateError};
@@ -110,13 +109,24 @@ impl ObjectKind {
 use Kind::*;
 use ObjectKind::{NodeMaintenance, NodeOp, Plan, RebootPolicy};
 
+/// The reasons of quiet events ([`Event::quiet`]: told to notifications, never published): the
+/// steps of the nodes of an operation that publishes no Event per node (a Plan).
+pub mod quiet {
+    /// A node's work started.
+    pub const NODE_STARTED: &str = "NodeStarted";
+    /// A node reboots after its work.
+    pub const NODE_REBOOTING: &str = "NodeRebooting";
+    /// A node is done: its work over, back from its reboot and health gate.
+    pub const NODE_DONE: &str = "NodeDone";
+}
+
 /// Which event of which kind of object is which notification: the one table. A reason not here
 /// is not told. Plans publish SUC's events (tests/compat compares them): their nodes' steps are
-/// quiet events, told here and never published ([`crate::plan::core::notices`]).
+/// quiet events, told here and never published ([`quiet`]).
 pub const TABLE: &[(ObjectKind, &str, Kind)] = &[
-    (Plan, notices::NODE_STARTED, NodeStarted),
-    (Plan, notices::NODE_REBOOTING, NodeRebooting),
-    (Plan, notices::NODE_DONE, NodeBack),
+    (Plan, quiet::NODE_STARTED, NodeStarted),
+    (Plan, quiet::NODE_REBOOTING, NodeRebooting),
+    (Plan, quiet::NODE_DONE, NodeBack),
     (Plan, "JobFailed", NodeFailed),
     (Plan, "Quarantined", NodeFailed),
     (Plan, "RebootTimedOut", NodeFailed),

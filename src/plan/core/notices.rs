@@ -8,12 +8,7 @@ use std::collections::BTreeMap;
 use crate::common::decision::Event;
 use crate::plan::api::{NodePhase, PlanStatus};
 
-/// A node's Job was created.
-pub const NODE_STARTED: &str = "NodeStarted";
-/// A node's Job completed and the node reboots.
-pub const NODE_REBOOTING: &str = "NodeRebooting";
-/// A node is done: upgraded (and back from its reboot and health gate), labelled with the hash.
-pub const NODE_DONE: &str = "NodeDone";
+pub use crate::node::notify::quiet::{NODE_DONE, NODE_REBOOTING, NODE_STARTED};
 
 /// The quiet events of the nodes that started or began their reboot from `old` to `new`.
 pub fn of(plan: &str, old: &PlanStatus, new: &PlanStatus) -> Vec<Event> {
