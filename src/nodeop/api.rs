@@ -153,6 +153,9 @@ pub struct NodeOpStatus {
     /// concurrency, a failed node under `stopOnFailure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::common::condition::Condition>,
 }
 
 /// `NodeOp.status.nodeStatuses[node]`.

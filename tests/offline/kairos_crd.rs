@@ -25,6 +25,10 @@ const DELIBERATE: &[(&str, &str)] = &[
         "why the nodes not started yet wait",
     ),
     (
+        ".status.conditions: only in slipway",
+        "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
+    ),
+    (
         ".status.nodeStatuses.*.bootID: only in slipway",
         "the hand-off waits for another boot after a reboot",
     ),

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{DRAINED, EvictionRound, LeaseSettings, MaintenanceInput, Stage, Step, WAIT_RECHECK};
-use crate::common::condition::Condition;
+use crate::common::condition::{Condition, Standing, set_standing};
 use crate::common::decision::Event;
 use crate::common::phase::PhaseTally;
 use crate::maintenance::api::{
@@ -60,6 +60,13 @@ pub(super) fn finish(
         "False"
     };
     set_condition(st, drained, reason, &message, now, nm.metadata.generation);
+    // kstatus, for GitOps tools: drained is Ready, a failure only deleting it ends is Stalled.
+    let standing = match phase {
+        MaintenancePhase::Succeeded => Standing::Ready(reason, &message),
+        MaintenancePhase::Failed => Standing::Stalled(reason, &message),
+        MaintenancePhase::Running => Standing::Reconciling(reason, &message),
+    };
+    set_standing(&mut st.conditions, standing, nm.metadata.generation, now);
     stage_events(&mut step, old, phase, reason, message);
     step.requeue_after = requeue(&step);
     step

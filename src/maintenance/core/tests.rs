@@ -523,6 +523,52 @@ fn a_drain_that_waits_for_volumes_ends_once_they_detach_and_past_its_timeout_wai
     assert_eq!(decide(&i).stage, Stage::Drained);
 }
 
+/// Which of kstatus' `Ready`, `Reconciling`, `Stalled` is `True`, with its reason.
+fn standing(step: &Step) -> (String, String) {
+    let on: Vec<_> = (step.status.conditions.iter())
+        .filter(|c| ["Ready", "Reconciling", "Stalled"].contains(&c.type_.as_str()))
+        .filter(|c| c.status == "True")
+        .collect();
+    assert_eq!(
+        on.len(),
+        1,
+        "one of the three: {:?}",
+        step.status.conditions
+    );
+    (on[0].type_.clone(), on[0].reason.clone())
+}
+
+#[test]
+fn kstatus_conditions_follow_the_phase() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let p = pods(&[("web-1", false)]);
+    let draining = decide(&input(&m, Some(&node()), Some(&p)));
+    assert_eq!(
+        standing(&draining),
+        ("Reconciling".into(), "Draining".into())
+    );
+    m.status = Some(draining.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:10:00Z");
+    let failed = decide(&i);
+    assert_eq!(
+        standing(&failed),
+        ("Stalled".into(), "DrainTimedOut".into())
+    );
+    let empty = pods(&[]);
+    let mut fresh = nm(true);
+    fresh.metadata.generation = Some(3);
+    let done = decide(&input(&fresh, Some(&node()), Some(&empty)));
+    assert_eq!(standing(&done), ("Ready".into(), "Drained".into()));
+    assert!(
+        (done.status.conditions.iter()).all(|c| c.observed_generation == Some(3)),
+        "{:?}",
+        done.status.conditions
+    );
+}
+
 #[test]
 fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
     let mut m = nm(true);

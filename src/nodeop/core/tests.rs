@@ -394,6 +394,46 @@ fn a_cordon_kairos_operator_made_for_the_nodeop_is_given_back_after_a_takeover()
     );
 }
 
+/// Which of kstatus' `Ready`, `Reconciling`, `Stalled` is `True`, with its reason.
+fn standing(d: &NodeOpDecision) -> (&str, &str) {
+    let on: Vec<_> = (d.status.conditions.iter())
+        .filter(|c| c.status == "True")
+        .collect();
+    assert_eq!(on.len(), 1, "one of the three: {:?}", d.status.conditions);
+    (on[0].type_.as_str(), on[0].reason.as_str())
+}
+
+#[test]
+fn kstatus_conditions_follow_the_phase() {
+    let mut op = drained_op();
+    op.spec.drain_options = None;
+    op.metadata.generation = Some(2);
+    let d1 = decide_with(&op, &[node("n1")], &Seen::default(), T0);
+    assert_eq!(standing(&d1), ("Reconciling", "Running"));
+    assert!(
+        d1.status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(2))
+    );
+    let job = jobs_created(&d1)[0].clone();
+    let op = with_status(op, &d1);
+    let mut seen = Seen::default();
+    seen.jobs.insert(job.clone(), JobView::Succeeded);
+    let done = decide_with(&op, &[node("n1")], &seen, "2026-11-25T10:01:00Z");
+    assert_eq!(standing(&done), ("Ready", "Completed"));
+    seen.jobs.insert(job, JobView::Failed(String::new()));
+    let failed = decide_with(&op, &[node("n1")], &seen, "2026-11-25T10:01:00Z");
+    assert_eq!(standing(&failed), ("Stalled", "Failed"));
+    let mut bad = drained_op();
+    bad.spec.node_selector = Some(LabelSelector {
+        match_expressions: Some(vec![Default::default()]),
+        ..Default::default()
+    });
+    let invalid = decide_with(&bad, &[node("n1")], &Seen::default(), T0);
+    assert_eq!(standing(&invalid).0, "Stalled");
+}
+
 #[test]
 fn a_drain_past_its_timeout_fails_the_node_and_uncordon_on_failure_gives_the_cordon_back() {
     let op = with_status(
