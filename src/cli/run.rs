@@ -126,11 +126,8 @@ impl NotifyArgs {
 
 /// Node annotations the index keeps: the few small ones that decisions read.
 pub fn kept_annotations() -> Vec<&'static str> {
-    let mut kept = vec![
-        slipway::node::cordon::CORDONED_BY,
-        slipway::node::cordon::LEGACY_UPGRADE_CORDON,
-        slipway::node::budget::HOLD_ANNOTATION,
-    ];
+    let mut kept = vec![slipway::node::budget::HOLD_ANNOTATION];
+    kept.extend(slipway::node::cordon::RECORDS);
     kept.extend(reboot_policy::core::SIGNAL_ANNOTATIONS);
     kept
 }

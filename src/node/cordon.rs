@@ -30,6 +30,8 @@ pub const ADMIN: &str = "admin";
 pub const LEGACY_UPGRADE_CORDON: &str = "slipway.dev/upgrade-cordon";
 /// kairos-operator's record of a NodeOp's cordon: `<namespace>/<name>@<uid>`.
 pub const KAIROS_CORDONED_BY: &str = "operator.kairos.io/cordoned-by";
+/// Every form of the record: the node annotations the node index must keep.
+pub const RECORDS: [&str; 3] = [CORDONED_BY, LEGACY_UPGRADE_CORDON, KAIROS_CORDONED_BY];
 
 /// Who a node's cordon belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,9 +116,7 @@ pub fn forget() -> BTreeMap<String, Option<String>> {
 
 /// Whether the node carries a record in any form.
 pub fn has_record(node: &NodeInfo) -> bool {
-    [CORDONED_BY, LEGACY_UPGRADE_CORDON, KAIROS_CORDONED_BY]
-        .iter()
-        .any(|k| node.annotations.contains_key(*k))
+    RECORDS.iter().any(|k| node.annotations.contains_key(*k))
 }
 
 /// The record to write before `plan`'s Job that cordons starts on `node`, when it changes: a
