@@ -79,33 +79,21 @@ async fn a_node_maintenance_drains_a_real_node_and_gives_it_back() {
     s.cluster
         .kubectl_stdin(
             &["apply", "-f", "-"],
-            Some(&format!(
-                r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      nodeSelector: {{{POOL_LABEL}: {pool}}}
+            Some(&support::real::sleepers(
+                s.ns.name(),
+                "web",
+                2,
+                &format!(
+                    "      nodeSelector: {{{POOL_LABEL}: {}}}
       topologySpreadConstraints:
       - maxSkew: 1
         topologyKey: kubernetes.io/hostname
         whenUnsatisfiable: DoNotSchedule
         nodeTaintsPolicy: Honor
-        labelSelector: {{matchLabels: {{app: web}}}}
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: web
-        image: busybox:1.37
-        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
-        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
-"#,
-                ns = s.ns.name(),
-                pool = s.pool,
+        labelSelector: {{matchLabels: {{app: web}}}}",
+                    s.pool
+                ),
+                None,
             )),
         )
         .await
@@ -133,33 +121,12 @@ spec:
     s.cluster
         .kubectl_stdin(
             &["apply", "-f", "-"],
-            Some(&format!(
-                r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: stuck, namespace: {ns}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: stuck}}}}
-  template:
-    metadata: {{labels: {{app: stuck}}}}
-    spec:
-      nodeSelector: {{kubernetes.io/hostname: {node}}}
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: stuck
-        image: busybox:1.37
-        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
-        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: stuck, namespace: {ns}}}
-spec:
-  minAvailable: 1
-  selector: {{matchLabels: {{app: stuck}}}}
-"#,
-                ns = s.ns.name(),
+            Some(&support::real::sleepers(
+                s.ns.name(),
+                "stuck",
+                1,
+                &format!("      nodeSelector: {{kubernetes.io/hostname: {node}}}"),
+                Some(1),
             )),
         )
         .await
