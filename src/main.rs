@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use cli::run::LogFormat;
 use k8s_openapi::api::core::v1::Secret;
 use slipway::plan::api::Plan;
 use slipway::runtime::Operations;
@@ -49,7 +50,7 @@ enum Command {
     ///
     /// Flags and environment variables are SUC's; SYSTEM_UPGRADE_JOB_* and
     /// SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL are read from the environment with SUC's defaults.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check Plans in files as the API server and the controller would, and warn about the usual
     /// mistakes. Exit 0: no errors (warnings allowed); 1: errors; 2: some input could not be read.
     Validate(cli::validate::ValidateArgs),
@@ -184,14 +185,8 @@ struct RunArgs {
     nodeops: bool,
     #[command(flatten)]
     alertmanager: cli::run::AlertmanagerArgs,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
+    #[command(flatten)]
+    notify: cli::run::NotifyArgs,
 }
 
 #[derive(clap::Args)]
@@ -233,7 +228,7 @@ fn main() -> std::process::ExitCode {
     let done = match cli.command {
         Command::Crd(args) => crd(&args).map(|crd| print!("{crd}")),
         Command::Hash(args) => hash(args).map(|h| println!("{h}")),
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Validate(args) => match cli::validate::run(&args) {
             Ok(code) => return std::process::ExitCode::from(code),
             Err(e) => Err(e),
@@ -309,6 +304,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         disruption_budgets: args.disruption_budgets,
         nodeops: args.nodeops,
         alertmanager: args.alertmanager.settings()?,
+        notify: args.notify.settings(|k| std::env::var(k).ok())?,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async move {

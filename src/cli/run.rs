@@ -14,6 +14,7 @@ use slipway::node::index::NodeIndex;
 use slipway::plan::core::config::JobConfig;
 use slipway::plan::shell::PlanSettings;
 use slipway::runtime::health::Transition;
+use slipway::runtime::notify::{Notifier, NotifySettings};
 use slipway::runtime::silences::{self, AlertmanagerSettings};
 use slipway::runtime::{
     Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd,
@@ -46,6 +47,84 @@ pub struct Settings {
     pub nodeops: bool,
     /// Where silences are held while nodes are disrupted; `None`: nowhere.
     pub alertmanager: Option<AlertmanagerSettings>,
+    /// Where notifications go (no targets: none are sent).
+    pub notify: NotifySettings,
+}
+
+/// The format of `slipway run`'s log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `slipway run`'s notification flags (docs/disruptions.md).
+#[derive(clap::Args, Debug, Clone)]
+pub struct NotifyArgs {
+    /// Notify the target NAME at URL when a node starts, is drained, reboots, is back or fails,
+    /// and when a rollout stops or completes; repeat for several targets (docs/disruptions.md).
+    #[arg(long = "notify", value_name = "NAME=URL")]
+    notify: Vec<String>,
+    /// The body a target is posted: slack, teams or json (the default).
+    #[arg(long, value_name = "NAME=FORMAT")]
+    notify_format: Vec<String>,
+    /// A header sent to a target; repeat for several.
+    #[arg(long, value_name = "NAME=HEADER: VALUE")]
+    notify_header: Vec<String>,
+    /// A header sent to a target whose value is an environment variable's (from a Secret).
+    #[arg(long, value_name = "NAME=HEADER=VARIABLE")]
+    notify_header_from_env: Vec<String>,
+    /// The notification kinds a target is told, comma-separated (default: all of them).
+    #[arg(long, value_name = "NAME=KIND,...")]
+    notify_kinds: Vec<String>,
+    /// A target's message for one kind, with placeholders: {node}, {object}, {objectKind},
+    /// {namespace}, {name}, {kind}, {reason}, {message}, {time}.
+    #[arg(long, value_name = "NAME/KIND=TEXT")]
+    notify_template: Vec<String>,
+    /// Notifications kept per target while it does not take them; beyond, the oldest are dropped.
+    #[arg(long, env = "SLIPWAY_NOTIFY_QUEUE", default_value_t = 1000)]
+    notify_queue: usize,
+    /// A target whose oldest waiting notification has waited this long is reported failing.
+    #[arg(long, env = "SLIPWAY_NOTIFY_FAILING_AFTER", default_value = "5m")]
+    notify_failing_after: String,
+}
+
+impl NotifyArgs {
+    /// The targets and delivery settings, checked: an error names the flag. `env` reads the
+    /// variables of `--notify-header-from-env`.
+    pub fn settings(&self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<NotifySettings> {
+        use anyhow::Context;
+        use slipway::common::duration::GoDuration;
+        use slipway::node::notify::{TargetFlags, targets};
+        let flags = TargetFlags {
+            targets: self.notify.clone(),
+            formats: self.notify_format.clone(),
+            headers: self.notify_header.clone(),
+            header_envs: self.notify_header_from_env.clone(),
+            kinds: self.notify_kinds.clone(),
+            templates: self.notify_template.clone(),
+        };
+        let targets = targets(&flags, env)?;
+        let after = (self.notify_failing_after.parse().ok())
+            .filter(|d: &GoDuration| !d.is_negative())
+            .with_context(|| {
+                format!(
+                    "bad --notify-failing-after {:?} (want a duration such as 5m)",
+                    self.notify_failing_after
+                )
+            })?;
+        if self.notify_queue == 0 {
+            anyhow::bail!("bad --notify-queue 0: a target's queue holds one notification at least");
+        }
+        Ok(NotifySettings {
+            targets,
+            queue: self.notify_queue,
+            failing_after: after.to_std().unwrap_or_default(),
+            ..Default::default()
+        })
+    }
 }
 
 /// `--alertmanager-url` and `--alertmanager-secret` (docs/disruptions.md).
@@ -70,11 +149,8 @@ impl AlertmanagerArgs {
 
 /// Node annotations the index keeps: the few small ones that decisions read.
 pub fn kept_annotations() -> Vec<&'static str> {
-    let mut kept = vec![
-        slipway::node::cordon::CORDONED_BY,
-        slipway::node::cordon::LEGACY_UPGRADE_CORDON,
-        slipway::node::budget::HOLD_ANNOTATION,
-    ];
+    let mut kept = vec![slipway::node::budget::HOLD_ANNOTATION];
+    kept.extend(slipway::node::cordon::RECORDS);
     kept.extend(reboot_policy::core::SIGNAL_ANNOTATIONS);
     kept
 }
@@ -112,8 +188,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     sources.extend(policies.as_ref().map(|p| p.holds()));
     sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
     sources.extend(maintenances.as_ref().map(|m| m.holds()));
+    let (chores, notifier) = notifier(chores(&client, &settings, &ops), &settings, &ops)?;
     let shared = Arc::new(Shared::new(
-        chores(&client, &settings, &ops),
+        chores.clone(),
         settings.name.clone(),
         settings.namespace.clone(),
         nodes,
@@ -154,7 +231,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             _ = shutdown.cancelled() => {}
         }
     };
-    let (plan, ..) = futures::join!(plan, others, nodes, ledgers, silences);
+    let notifications = notifier.map(|n| n.run(chores, shutdown.clone()));
+    let notifications = futures::future::OptionFuture::from(notifications);
+    let (plan, ..) = futures::join!(plan, others, nodes, ledgers, silences, notifications);
     info!("controller stopped");
     plan
 }
@@ -237,6 +316,20 @@ fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers)
         }),
         budgets: settings.disruption_budgets.then(|| budget::watch(client)),
     }
+}
+
+/// The chores telling the notifier its events, and the notifier (none without targets).
+fn notifier(
+    chores: Chores,
+    settings: &Settings,
+    ops: &Operations,
+) -> Result<(Chores, Option<Notifier>), Error> {
+    if settings.notify.targets.is_empty() {
+        return Ok((chores, None));
+    }
+    let notifier = Notifier::new(settings.notify.clone(), ops.metrics.clone())
+        .map_err(|e| Error::Startup(e.to_string()))?;
+    Ok((chores.with_notifier(notifier.clone()), Some(notifier)))
 }
 
 /// The chores every operation does through: the clients, the leader guard, the event recorder.

@@ -26,6 +26,12 @@ pub struct Event {
     pub type_: EventType,
     pub reason: &'static str,
     pub message: String,
+    /// The node the event is about, when it is about one: what a notification names
+    /// (`src/node/notify.rs`). Not part of the Kubernetes Event, whose message names it already.
+    pub node: Option<String>,
+    /// Told to notifications only, never published as a Kubernetes Event: steps of a Plan's
+    /// nodes, which SUC's users read in the Plan's status, not as one Event per node.
+    pub quiet: bool,
 }
 
 impl Event {
@@ -34,6 +40,8 @@ impl Event {
             type_: EventType::Normal,
             reason,
             message: message.into(),
+            node: None,
+            quiet: false,
         }
     }
 
@@ -42,6 +50,24 @@ impl Event {
             type_: EventType::Warning,
             reason,
             message: message.into(),
+            node: None,
+            quiet: false,
+        }
+    }
+
+    /// The same event, about `node`.
+    pub fn on(self, node: impl Into<String>) -> Event {
+        Event {
+            node: Some(node.into()),
+            ..self
+        }
+    }
+
+    /// The same event, for notifications only ([`Event::quiet`]).
+    pub fn quiet(self) -> Event {
+        Event {
+            quiet: true,
+            ..self
         }
     }
 }

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::common::condition::Condition;
 use crate::common::crd::{GO_DURATION_PATTERN, extend, push_rule, rule, with_rules};
+use crate::node::disruption::DisruptionSpec;
 
 /// The API group of NMO, shared so that NMO's users and tools keep working.
 pub const GROUP: &str = "nodemaintenance.medik8s.io";
@@ -75,10 +76,11 @@ pub struct NodeMaintenanceSpec {
     /// cordoned until the NodeMaintenance is deleted. Unset (as in NMO): no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<String>,
-    /// slipway: what slipway does around each node it disrupts: an Alertmanager silence
-    /// while the node is taken (docs/disruptions.md).
+    /// slipway: what slipway does around the disruption of the node: an Alertmanager silence
+    /// while it is taken, what the drain does past `drainTimeout`, whether it waits for the
+    /// node's volumes to detach (docs/disruptions.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disruption: Option<crate::node::disruption::DisruptionSpec>,
+    pub disruption: Option<DisruptionSpec>,
 }
 
 /// `NodeMaintenance.status`, NMO's fields and, after them, slipway's.

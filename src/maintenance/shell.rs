@@ -32,10 +32,11 @@ use crate::maintenance::core::{
 use crate::node::NodeInfo;
 use crate::node::budget::{Budget, HOLD_ANNOTATION, Refusal};
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption::DisruptionSpec;
 use crate::node::drain::{DrainOptions, PodsView};
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
-use crate::node::shell::{evict_all, pods_view};
+use crate::node::shell::{delete_all, evict_all, pods_view};
 use crate::runtime::metrics::Kind;
 use crate::runtime::watch::{self, NodeTriggers, digest};
 use crate::runtime::written::Written;
@@ -265,7 +266,11 @@ impl Operation for MaintenanceOperation {
             .get_opt(&core::lease_name(node_name))
             .await?;
         let pods = match (&node, nm.metadata.deletion_timestamp.is_some()) {
-            (Some(_), false) => Some(pods_view(client, node_name, &DrainOptions::default()).await?),
+            (Some(_), false) => {
+                let volumes = DisruptionSpec::waits_for_volumes(nm.spec.disruption.as_ref());
+                let options = DrainOptions::default();
+                Some(pods_view(client, node_name, &options, volumes).await?)
+            }
             _ => None,
         };
         let lease_view = core::lease_view(lease.as_ref(), &self.lease.holder, now);
@@ -324,6 +329,7 @@ impl Operation for MaintenanceOperation {
                 MaintenanceEffect::HoldLease => "cannot take the node's lease",
                 MaintenanceEffect::ReleaseLease => "cannot release the node's lease",
                 MaintenanceEffect::Evict(_) => "cannot evict",
+                MaintenanceEffect::Delete(_) => "cannot delete the pods left",
             };
             lock(&self.failures).insert(nm.name_any(), format!("{what}: {e}"));
         }
@@ -406,6 +412,7 @@ impl MaintenanceOperation {
                 let round = EvictionRound::next(rounds.get(&name), results, Timestamp::now());
                 rounds.insert(name, round);
             }
+            MaintenanceEffect::Delete(pods) => delete_all(chores.client(), pods, None).await?,
         }
         Ok(())
     }

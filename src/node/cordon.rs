@@ -13,7 +13,9 @@
 //!
 //! Records written by slipway before this one existed are read too, and rewritten when an
 //! operation next touches the node: `slipway.dev/upgrade-cordon: slipway|admin` (Plans), and a
-//! RebootPolicy's `status.nodes[].cordoned` (read by the policy itself).
+//! RebootPolicy's `status.nodes[].cordoned` (read by the policy itself). So is kairos-operator's
+//! `operator.kairos.io/cordoned-by: <namespace>/<name>@<uid>`: a NodeOp slipway takes over from it
+//! gives back the cordons kairos-operator made for it.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +28,10 @@ pub const CORDONED_BY: &str = "slipway.dev/cordoned-by";
 pub const ADMIN: &str = "admin";
 /// Plans' record before [`CORDONED_BY`]: `slipway` or `admin`.
 pub const LEGACY_UPGRADE_CORDON: &str = "slipway.dev/upgrade-cordon";
+/// kairos-operator's record of a NodeOp's cordon: `<namespace>/<name>@<uid>`.
+pub const KAIROS_CORDONED_BY: &str = "operator.kairos.io/cordoned-by";
+/// Every form of the record: the node annotations the node index must keep.
+pub const RECORDS: [&str; 3] = [CORDONED_BY, LEGACY_UPGRADE_CORDON, KAIROS_CORDONED_BY];
 
 /// Who a node's cordon belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +53,9 @@ impl CordonOwner {
                 ADMIN => Some(CordonOwner::Admin),
                 key => Holder::from_key(key).map(CordonOwner::Operation),
             };
+        }
+        if let Some(owner) = annotations.get(KAIROS_CORDONED_BY).and_then(|v| kairos(v)) {
+            return Some(owner);
         }
         match annotations.get(LEGACY_UPGRADE_CORDON).map(String::as_str) {
             Some("slipway") => Some(CordonOwner::SomePlan),
@@ -74,11 +83,25 @@ impl CordonOwner {
     }
 }
 
-/// The annotation changes that record `owner` (and drop a record from before [`CORDONED_BY`]).
+/// kairos-operator's record, read as the NodeOp's own cordon (the uid is not kept: slipway names
+/// its holders by namespace and name).
+fn kairos(value: &str) -> Option<CordonOwner> {
+    let (reference, _uid) = value.rsplit_once('@').unwrap_or((value, ""));
+    let (namespace, name) = reference.split_once('/')?;
+    (!namespace.is_empty() && !name.is_empty()).then(|| {
+        CordonOwner::Operation(Holder::NodeOp {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    })
+}
+
+/// The annotation changes that record `owner` (and drop a record in another form).
 pub fn record(owner: &CordonOwner) -> BTreeMap<String, Option<String>> {
     BTreeMap::from([
         (CORDONED_BY.to_string(), Some(owner.value())),
         (LEGACY_UPGRADE_CORDON.to_string(), None),
+        (KAIROS_CORDONED_BY.to_string(), None),
     ])
 }
 
@@ -87,13 +110,13 @@ pub fn forget() -> BTreeMap<String, Option<String>> {
     BTreeMap::from([
         (CORDONED_BY.to_string(), None),
         (LEGACY_UPGRADE_CORDON.to_string(), None),
+        (KAIROS_CORDONED_BY.to_string(), None),
     ])
 }
 
-/// Whether the node carries a record in either form.
+/// Whether the node carries a record in any form.
 pub fn has_record(node: &NodeInfo) -> bool {
-    node.annotations.contains_key(CORDONED_BY)
-        || node.annotations.contains_key(LEGACY_UPGRADE_CORDON)
+    RECORDS.iter().any(|k| node.annotations.contains_key(*k))
 }
 
 /// The record to write before `plan`'s Job that cordons starts on `node`, when it changes: a
@@ -210,7 +233,43 @@ mod tests {
         assert!(!plan_forgets(&node(true, Some((NEW, "admin"))), false));
         assert!(plan_forgets(&node(false, Some((OLD, "admin"))), false));
         assert!(!plan_forgets(&node(true, None), true), "nothing to forget");
-        assert_eq!(forget().len(), 2, "both forms go");
+        assert_eq!(forget().len(), 3, "every form goes");
+    }
+
+    #[test]
+    fn a_cordon_kairos_operator_made_for_a_nodeop_is_that_nodeops() {
+        let op = Holder::NodeOp {
+            namespace: "default".into(),
+            name: "upgrade".into(),
+        };
+        let theirs = node(
+            true,
+            Some((KAIROS_CORDONED_BY, "default/upgrade@5f0c-11ee")),
+        );
+        assert!(cordoned_by(&theirs.annotations, &op));
+        assert!(has_record(&theirs));
+        let other = Holder::NodeOp {
+            namespace: "default".into(),
+            name: "other".into(),
+        };
+        assert!(!cordoned_by(&theirs.annotations, &other));
+        assert!(
+            !plan_may_uncordon(&theirs),
+            "a NodeOp's cordon is not a Plan's to undo"
+        );
+        for garbage in ["", "upgrade", "/upgrade@x", "default/@x"] {
+            let n = node(true, Some((KAIROS_CORDONED_BY, garbage)));
+            assert_eq!(CordonOwner::of(&n.annotations), None, "{garbage:?}");
+        }
+        // slipway's record wins, and is what is written from then on.
+        let mut both = theirs.clone();
+        both.annotations.insert(CORDONED_BY.into(), "admin".into());
+        assert_eq!(CordonOwner::of(&both.annotations), Some(CordonOwner::Admin));
+        assert_eq!(
+            record(&CordonOwner::Operation(op))[KAIROS_CORDONED_BY],
+            None,
+            "kairos-operator's record goes"
+        );
     }
 
     #[test]

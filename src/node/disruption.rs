@@ -1,6 +1,7 @@
 //! What an operation does around each node it disrupts, the same field in every kind
-//! (`spec.disruption` of Plans, RebootPolicies, NodeMaintenances and NodeOps): for now, an
-//! Alertmanager silence held while the node is taken ([`super::silence`] decides them). Pure.
+//! (`spec.disruption` of Plans, RebootPolicies, NodeMaintenances and NodeOps): an Alertmanager
+//! silence held while the node is taken ([`super::silence`] decides them), what a drain does past
+//! its timeout, and whether it waits for the node's volumes to detach. Pure.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::drain::OnDrainTimeout;
 use crate::common::crd::{extend, positive_duration};
 use crate::common::duration::GoDuration;
 
@@ -27,6 +29,32 @@ pub struct DisruptionSpec {
     /// rebooted), expired when it is given back. Needs `slipway run --alertmanager-url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence: Option<SilenceSpec>,
+    /// What a drain does once its timeout has passed with pods still on the node (the timeout is
+    /// the kind's own: a NodeMaintenance's `spec.drainTimeout`, a NodeOp's
+    /// `spec.drainOptions.timeoutSeconds`, a RebootPolicy's `spec.drain.timeout`). `Fail` (the
+    /// default): the kind's failure. `DeletePods`: the pods left are deleted, as `kubectl drain
+    /// --disable-eviction` would, bypassing their PodDisruptionBudgets, with an Event per pod.
+    /// Plans drain in their Job: there only `Fail` is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_drain_timeout: Option<OnDrainTimeout>,
+    /// A drain is over only once the node's VolumeAttachments are gone too (its CSI volumes
+    /// detached), so that a reboot or a power-off never cuts a volume still attached. Bounded by
+    /// the drain's timeout. Plans drain in their Job: there it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_volume_detach: Option<bool>,
+}
+
+impl DisruptionSpec {
+    /// What a drain of an object with `spec` does when its timeout passes.
+    pub fn on_drain_timeout(spec: Option<&DisruptionSpec>) -> OnDrainTimeout {
+        spec.and_then(|d| d.on_drain_timeout)
+            .unwrap_or(OnDrainTimeout::Fail)
+    }
+
+    /// Whether a drain of an object with `spec` waits for the node's volumes to detach.
+    pub fn waits_for_volumes(spec: Option<&DisruptionSpec>) -> bool {
+        spec.and_then(|d| d.wait_for_volume_detach).unwrap_or(false)
+    }
 }
 
 /// The silence held while a node is disrupted.
@@ -152,6 +180,24 @@ pub fn validate(spec: &DisruptionSpec, field: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// [`validate`] for a Plan, whose drain runs in its Job (`kubectl drain`): what only a drain of
+/// slipway's can do is refused, naming the field and SUC's way.
+pub fn validate_for_plan(spec: &DisruptionSpec, field: &str) -> Result<(), String> {
+    validate(spec, field)?;
+    if spec.on_drain_timeout == Some(OnDrainTimeout::DeletePods) {
+        return Err(format!(
+            "{field}.onDrainTimeout: DeletePods is not supported for Plans: their drain runs in \
+             the Job (spec.drain.disableEviction deletes instead of evicting)"
+        ));
+    }
+    if spec.wait_for_volume_detach == Some(true) {
+        return Err(format!(
+            "{field}.waitForVolumeDetach is not supported for Plans: their drain runs in the Job"
+        ));
+    }
+    Ok(())
+}
+
 /// The bounds the CRD puts on `spec.disruption` at `pointer` (a JSON pointer into the schema):
 /// what the API server can refuse at `kubectl apply`; [`validate`] checks the rest.
 pub fn crd_rules(root: &mut Value, pointer: &str, field: &str) {
@@ -197,7 +243,34 @@ mod tests {
                 matchers,
                 ..Default::default()
             }),
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_plan_refuses_what_only_slipways_drains_do() {
+        let delete = DisruptionSpec {
+            on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+            ..Default::default()
+        };
+        assert_eq!(validate(&delete, "spec.disruption"), Ok(()));
+        let e = validate_for_plan(&delete, "spec.disruption").unwrap_err();
+        assert!(
+            e.starts_with("spec.disruption.onDrainTimeout: DeletePods"),
+            "{e}"
+        );
+        let volumes = DisruptionSpec {
+            wait_for_volume_detach: Some(true),
+            ..Default::default()
+        };
+        let e = validate_for_plan(&volumes, "spec.disruption").unwrap_err();
+        assert!(e.starts_with("spec.disruption.waitForVolumeDetach"), "{e}");
+        let fine = DisruptionSpec {
+            on_drain_timeout: Some(OnDrainTimeout::Fail),
+            wait_for_volume_detach: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(validate_for_plan(&fine, "spec.disruption"), Ok(()));
     }
 
     #[test]

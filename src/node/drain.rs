@@ -17,10 +17,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
+use crate::common::decision::Event;
 use crate::common::selector::Selector;
 
 /// kubelet's static pods carry it; their mirror pods cannot be evicted.
@@ -78,6 +82,43 @@ impl Default for DrainOptions {
         }
     }
 }
+
+/// What a drain does once its timeout has passed with pods still on the node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnDrainTimeout {
+    /// The kind's failure (the node is given back, or the operation fails).
+    #[default]
+    Fail,
+    /// Delete the pods left, as `kubectl drain --disable-eviction` would.
+    DeletePods,
+}
+
+/// The pods a drain past its timeout deletes: those it would evict and that are not going
+/// already. None while a pod refuses the drain (kubectl deletes nothing then either).
+pub fn to_delete(view: &PodsView) -> Vec<PodKey> {
+    if !view.blocked.is_empty() {
+        return Vec::new();
+    }
+    (view.to_evict.iter())
+        .filter(|(_, terminating)| !**terminating)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// The Event that says a drain deleted `pod` from `node` after `after` (a Go duration).
+pub fn deleted_event(pod: &PodKey, node: &str, after: &str) -> Event {
+    Event::warning(
+        DELETED_POD,
+        format!(
+            "Deleted pod {pod} from node {node}: the drain did not evict it within {after} \
+             (spec.disruption.onDrainTimeout: DeletePods)"
+        ),
+    )
+    .on(node)
+}
+
+/// The reason of [`deleted_event`].
+pub const DELETED_POD: &str = "DrainDeletedPod";
 
 /// Why a drain leaves a pod where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,6 +357,47 @@ pub struct PodsView {
     pub to_evict: BTreeMap<PodKey, bool>,
     /// Pods that stop the drain altogether (kubectl's filters), with why.
     pub blocked: BTreeMap<PodKey, String>,
+    /// The node's VolumeAttachments still there, when the drain waits for its volumes to detach
+    /// (`spec.disruption.waitForVolumeDetach`): `name (persistent volume)`.
+    pub attached: Vec<String>,
+}
+
+impl PodsView {
+    /// The drain is over: its pods are gone and, when it waits for them, its volumes detached.
+    pub fn is_drained(&self) -> bool {
+        self.to_evict.is_empty() && self.blocked.is_empty() && self.attached.is_empty()
+    }
+
+    /// What the drain waits for once its pods are gone: the volumes still attached, in words.
+    pub fn volumes_message(&self) -> Option<String> {
+        match &self.attached[..] {
+            [] => None,
+            [one] => Some(format!("waiting for volume attachment {one} to detach")),
+            [first, rest @ ..] => Some(format!(
+                "waiting for {} volume attachments to detach: {first} and {} more",
+                rest.len() + 1,
+                rest.len()
+            )),
+        }
+    }
+}
+
+/// The VolumeAttachments of `node`, as [`PodsView::attached`] names them: a CSI driver has the
+/// volume attached there until the attach-detach controller detaches it, after the kubelet has
+/// unmounted it.
+pub fn attached_to(attachments: &[VolumeAttachment], node: &str) -> Vec<String> {
+    let mut out: Vec<String> = (attachments.iter())
+        .filter(|a| a.spec.node_name == node)
+        .map(|a| {
+            let name = a.name_any();
+            match a.spec.source.persistent_volume_name.as_deref() {
+                Some(pv) => format!("{name} ({pv})"),
+                None => name,
+            }
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The answer of the Eviction API for one pod, as the status reports it.

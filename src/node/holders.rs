@@ -12,6 +12,8 @@
 //! nodes its objects hold ([`Hold`]), and until an object's first decision claims them again, those
 //! count too. [`held_against`] folds both, and the `medik8s.io/drain` taint of a maintenance slipway
 //! does not run, into what one holder must not take: the same function for every operation.
+//! [`counted`] folds them into what the budgets count unavailable (their room, their ledgers): there
+//! an object's record stops counting once it has decided, as the record may lag its claims.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -148,6 +150,9 @@ impl Hold {
 #[derive(Debug, Default)]
 pub struct NodeClaims {
     by_node: BTreeMap<String, BTreeSet<Holder>>,
+    /// The holders that have decided in this process (taken or let go of nodes): their claims
+    /// say what they hold, whatever their records, read from a cache that may lag, still say.
+    decided: BTreeSet<Holder>,
 }
 
 impl NodeClaims {
@@ -201,6 +206,12 @@ impl NodeClaims {
             hs.remove(holder);
             !hs.is_empty()
         });
+        self.decided.insert(holder.clone());
+    }
+
+    /// Whether `holder` has decided in this process: its claims are what it holds.
+    pub fn decided(&self, holder: &Holder) -> bool {
+        self.decided.contains(holder)
     }
 
     /// Drops the claims of holders that no longer exist.
@@ -209,7 +220,41 @@ impl NodeClaims {
             hs.retain(&mut exists);
             !hs.is_empty()
         });
+        self.decided.retain(exists);
     }
+}
+
+/// Every node a slipway operation holds, with its holders, as a budget counts them (its pools'
+/// `unavailable`, its ledger): this process's claims, then the objects' own records, then
+/// maintenance taints (`tainted`). A record counts only until its object decides in this process
+/// (after a restart the records are all there is): from then on its claims say what it holds,
+/// and its record, read from a cache, may still name a node it let go of a moment ago. A record
+/// that waits never counts: its object has done nothing to the node.
+pub fn counted<'a>(
+    claims: &NodeClaims,
+    persisted: &[Hold],
+    tainted: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, Vec<Holder>> {
+    let mut by_node: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+    let mut add = |node: &str, holder: &Holder| {
+        let holders = by_node.entry(node.to_string()).or_default();
+        if !holders.contains(holder) {
+            holders.push(holder.clone());
+        }
+    };
+    for (node, holders) in claims.all() {
+        holders.iter().for_each(|h| add(node, h));
+    }
+    for hold in persisted
+        .iter()
+        .filter(|h| !h.waiting && !claims.decided(&h.holder))
+    {
+        add(&hold.node, &hold.holder);
+    }
+    for node in tainted {
+        add(node, &Holder::MaintenanceTaint);
+    }
+    by_node
 }
 
 /// The nodes `me` must not start, each with the holder in its way.
@@ -418,6 +463,47 @@ mod tests {
             ["n1:hold/storage-team"],
             "a node the Plan holds already stays its own"
         );
+    }
+
+    #[test]
+    fn a_record_counts_until_its_object_decides_here_and_never_while_it_waits() {
+        let mut c = NodeClaims::default();
+        let persisted = [
+            hold("n1", plan("k3s")),
+            hold("n2", nm("m")),
+            Hold {
+                waiting: true,
+                ..hold("n3", nm("waits"))
+            },
+        ];
+        let count = |c: &NodeClaims| -> Vec<String> {
+            counted(c, &persisted, ["n4"])
+                .into_iter()
+                .flat_map(|(n, hs)| hs.into_iter().map(move |h| format!("{n}:{}", h.key())))
+                .collect()
+        };
+        assert_eq!(
+            count(&c),
+            [
+                "n1:plan/system-upgrade/k3s",
+                "n2:nodemaintenance/m",
+                "n4:medik8s.io/drain"
+            ],
+            "after a restart the records are all there is"
+        );
+        c.set(&plan("k3s"), &nodes(&["n5"])).ok();
+        c.release_all(&nm("m"));
+        assert_eq!(
+            count(&c),
+            ["n4:medik8s.io/drain", "n5:plan/system-upgrade/k3s"],
+            "what the objects let go of is not held, whatever their records still say"
+        );
+        assert!(
+            held_against(&plan("other"), &c, &persisted, [], []).contains_key("n3"),
+            "a waiting record still keeps its node from the others"
+        );
+        c.retain_holders(|h| *h != nm("m"));
+        assert!(!c.decided(&nm("m")), "a gone object is forgotten");
     }
 
     #[test]

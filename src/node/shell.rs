@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::drain::{self, EvictionOutcome, EvictionResult, PodKey, PodRef, PodsView, eviction};
@@ -39,11 +40,13 @@ pub async fn evict(
     EvictionOutcome::of(result.as_ref().map(|_| ()))
 }
 
-/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults).
+/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults),
+/// and, once they are gone and `volumes` asks for it, its VolumeAttachments.
 pub async fn pods_view(
     client: &Client,
     node: &str,
     options: &drain::DrainOptions,
+    volumes: bool,
 ) -> Result<PodsView, kube::Error> {
     let pods = pods_on_node(client, node).await?;
     let daemonsets = daemonsets_of(client, &pods).await?;
@@ -62,7 +65,16 @@ pub async fn pods_view(
         namespace: r.namespace.clone(),
         name: r.name.clone(),
     };
+    // Volumes detach after their pods are gone: no need to read them before.
+    let attached = match volumes && plan.evict.is_empty() && plan.blocked.is_empty() {
+        true => {
+            let all = Api::<VolumeAttachment>::all(client.clone());
+            drain::attached_to(&all.list(&ListParams::default()).await?.items, node)
+        }
+        false => Vec::new(),
+    };
     Ok(PodsView {
+        attached,
         total: pods.len(),
         to_evict: plan
             .evict
@@ -135,6 +147,30 @@ pub async fn evict_all(
         results.push((pod.clone(), result));
     }
     results
+}
+
+/// Deletes each pod (a drain past its timeout with `DeletePods`: no PodDisruptionBudget is
+/// asked), with the pod's own grace period unless `grace_period_seconds` says otherwise. A pod
+/// already gone is deleted; the first other error is returned once every pod was tried.
+pub async fn delete_all(
+    client: &Client,
+    pods: &[PodKey],
+    grace_period_seconds: Option<i64>,
+) -> Result<(), kube::Error> {
+    let mut first = None;
+    for pod in pods {
+        let api = Api::<Pod>::namespaced(client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: grace_period_seconds.and_then(|s| u32::try_from(s).ok()),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => first = first.or(Some(e)),
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Which PodDisruptionBudget refuses the eviction, in words.

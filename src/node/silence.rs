@@ -42,6 +42,7 @@ impl Wanted {
     pub fn of(holder: &Holder, node: &str, spec: &SilenceSpec) -> Option<Wanted> {
         let probe = super::disruption::DisruptionSpec {
             silence: Some(spec.clone()),
+            ..Default::default()
         };
         super::disruption::validate(&probe, "spec.disruption").ok()?;
         Some(Wanted {

@@ -95,8 +95,9 @@ pub struct NodeOpSpec {
     /// A pod run on each node first: a message in its termination log skips the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<PreflightSpec>,
-    /// slipway: what slipway does around each node it disrupts: an Alertmanager silence
-    /// while the node is taken (docs/disruptions.md).
+    /// slipway: what slipway does around the disruption of each node: an Alertmanager silence
+    /// while it is taken, what the drain does past `timeoutSeconds`, whether it waits for the
+    /// node's volumes to detach (docs/disruptions.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }
@@ -154,6 +155,9 @@ pub struct NodeOpStatus {
     /// concurrency, a failed node under `stopOnFailure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::common::condition::Condition>,
 }
 
 /// `NodeOp.status.nodeStatuses[node]`.

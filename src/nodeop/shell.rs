@@ -29,7 +29,7 @@ use crate::node::budget::Budget;
 use crate::node::drain::PodsView;
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
-use crate::node::shell::{evict_all, pods_view};
+use crate::node::shell::{delete_all, evict_all, pods_view};
 use crate::nodeop::api::{FINALIZER, NodeOp, NodeOpStatus};
 use crate::nodeop::core::objects::{
     NODE_LABEL, NODEOP_LABEL, PREFLIGHT_CONTAINER, PREFLIGHT_LABEL, REBOOT_POD_LABEL,
@@ -250,7 +250,7 @@ impl Operation for NodeOpOperation {
         let mut drains = BTreeMap::new();
         if let Ok(Some(drain)) = core::settings(&op.spec).map(|s| s.drain) {
             for node in core::to_drain(op, &jobs, now) {
-                let view = pods_view(client, &node, &drain.options).await?;
+                let view = pods_view(client, &node, &drain.options, drain.volumes).await?;
                 drains.insert(node, view);
             }
         }
@@ -294,6 +294,11 @@ impl Operation for NodeOpOperation {
                 info!(nodeop = %name, node = %change.node, ?change, "patching node");
                 chores.patch_node(change).await?;
             }
+            NodeOpEffect::DeletePods {
+                pods,
+                grace_period_seconds,
+                ..
+            } => delete_all(chores.client(), pods, *grace_period_seconds).await?,
             NodeOpEffect::Evict {
                 pods,
                 grace_period_seconds,

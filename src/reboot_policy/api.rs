@@ -102,8 +102,9 @@ pub struct RebootPolicySpec {
     /// `SLIPWAY_REBOOT_IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// What slipway does around each node it disrupts: an Alertmanager silence
-    /// while the node is taken (docs/disruptions.md).
+    /// What slipway does around each node it disrupts: an Alertmanager silence while the node is
+    /// taken, what the drain does past its timeout, whether it waits for the node's volumes to
+    /// detach (docs/disruptions.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<crate::node::disruption::DisruptionSpec>,
 }

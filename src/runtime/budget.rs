@@ -188,8 +188,9 @@ pub fn ledgers(
     if objects.is_empty() {
         return Vec::new();
     }
-    let measured = shared.measure_pools(&budgets.pools(), now);
+    // One reading of who holds what: the counts and the names agree.
     let holders = shared.holders_by_node();
+    let measured = shared.measure_pools_held(&budgets.pools(), &holders, now);
     let index = shared.nodes();
     objects
         .iter()

@@ -1,11 +1,15 @@
 //! Reads the objects health checks name, of any kind: the kind is looked up once through API
 //! discovery (remembered for a while, failures too), then the objects are read with a GET or a
 //! LIST. Every way a read can fail becomes a [`CheckRead`] that says what to do about it: the
-//! checks are evaluated by the pure [`crate::common::check`].
+//! checks are evaluated by the pure [`crate::common::check`]. A check's read is reused for a few
+//! seconds ([`READ_INTERVAL`]), by every operation that has it: a busy fleet reconciles a Plan as
+//! often as its nodes change, and the objects a check names need not be read that often.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use tokio::time::Instant as Clock;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
@@ -19,6 +23,8 @@ use crate::common::selector::Selector;
 const KIND_TTL: Duration = Duration::from_secs(60);
 /// How long one read may take before the check counts as failing.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a check's read is reused.
+pub const READ_INTERVAL: Duration = Duration::from_secs(5);
 
 type Discovered = Result<(ApiResource, bool), CheckRead>;
 
@@ -26,6 +32,8 @@ type Discovered = Result<(ApiResource, bool), CheckRead>;
 pub struct CheckReader {
     client: Client,
     kinds: Mutex<HashMap<(String, String), (Instant, Discovered)>>,
+    /// The last read of each check (by what it reads), and when.
+    reads: Mutex<HashMap<String, (Clock, CheckRead)>>,
 }
 
 impl CheckReader {
@@ -33,19 +41,36 @@ impl CheckReader {
         CheckReader {
             client,
             kinds: Mutex::new(HashMap::new()),
+            reads: Mutex::new(HashMap::new()),
         }
     }
 
-    /// What each check names, in order.
+    /// What each check names, in order: read now, or less than [`READ_INTERVAL`] ago.
     pub async fn read_all(&self, checks: &[HealthCheckSpec]) -> Vec<CheckRead> {
         let mut reads = Vec::with_capacity(checks.len());
         for check in checks {
+            let key = format!("{} {}", check.api_version, crate::common::check::id(check));
+            if let Some(read) = self.recent(&key) {
+                reads.push(read);
+                continue;
+            }
             let read = tokio::time::timeout(READ_TIMEOUT, self.read(check)).await;
-            reads.push(read.unwrap_or_else(|_| {
+            let read = read.unwrap_or_else(|_| {
                 CheckRead::Failed(format!("no answer within {}s", READ_TIMEOUT.as_secs()))
-            }));
+            });
+            let mut recent = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+            // Checks no object has any more are forgotten.
+            recent.retain(|_, (at, _)| at.elapsed() < READ_INTERVAL * 12);
+            recent.insert(key, (Clock::now(), read.clone()));
+            reads.push(read);
         }
         reads
+    }
+
+    fn recent(&self, key: &str) -> Option<CheckRead> {
+        let recent = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, read) = recent.get(key)?;
+        (at.elapsed() < READ_INTERVAL).then(|| read.clone())
     }
 
     async fn read(&self, check: &HealthCheckSpec) -> CheckRead {
@@ -164,7 +189,7 @@ mod tests {
         api
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn reads_by_name_and_by_list_and_says_what_went_wrong() {
         let api = api();
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -186,6 +211,9 @@ mod tests {
             "namespaces/ops/configmaps",
             Answer::Fail(403, "Forbidden"),
         );
+        let again = reader.read_all(&[check(Some("gate")), check(None)]).await;
+        assert_eq!(again, reads, "read a moment ago: not read again");
+        tokio::time::advance(READ_INTERVAL).await;
         let reads = reader.read_all(&[check(Some("gate")), check(None)]).await;
         assert_eq!(
             reads[0],
@@ -200,7 +228,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_unknown_kind_names_its_api_version() {
         let api = api();
         let reader = CheckReader::new(api.client());

@@ -20,8 +20,10 @@ use tracing::{debug, warn};
 use super::error::{ApiResult, Error};
 use super::leader::LeaseGuard;
 use super::metrics::Metrics;
+use super::notify::Notifier;
 use crate::common::decision::{Event, EventType};
 use crate::node::change::NodeChange;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 /// The field manager slipway writes with.
 pub const FIELD_MANAGER: &str = "slipway";
@@ -74,6 +76,8 @@ pub struct Chores {
     guard: LeaseGuard,
     recorder: Recorder,
     metrics: Arc<Metrics>,
+    /// Where published events that are worth telling go (`None`: no targets).
+    notifier: Option<Notifier>,
 }
 
 impl Chores {
@@ -90,6 +94,15 @@ impl Chores {
             guard,
             recorder,
             metrics,
+            notifier: None,
+        }
+    }
+
+    /// The same chores, telling `notifier` the events they publish.
+    pub fn with_notifier(self, notifier: Notifier) -> Chores {
+        Chores {
+            notifier: Some(notifier),
+            ..self
         }
     }
 
@@ -282,25 +295,34 @@ impl Chores {
         Ok(deleted.is_some())
     }
 
-    /// Publishes `events` on `obj`. A failure is logged: an event is never worth a retry.
+    /// Publishes `events` on `obj`, and queues those worth telling for the notification targets
+    /// (which never waits). A failure is logged: an event is never worth a retry.
     pub async fn publish<K: Object>(&self, obj: &K, events: &[Event]) {
         self.publish_to(&obj.object_ref(&()), events).await;
     }
 
     /// Publishes `events` on the object `reference` names (see [`Chores::publish`]).
-    pub async fn publish_to(
-        &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        events: &[Event],
-    ) {
-        let name = reference.name.as_deref().unwrap_or_default();
+    pub async fn publish_to(&self, reference: &ObjectReference, events: &[Event]) {
         for event in events {
-            if self.guard.is_leading() {
-                let published = self.recorder.publish(&kube_event(event), reference).await;
-                if let Err(e) = published {
-                    warn!(name, reason = event.reason, "cannot publish event: {e}");
-                }
-            }
+            self.publish_on(reference, event).await;
+        }
+    }
+
+    /// Publishes `event` on the object `reference` names (see [`Chores::publish`]).
+    pub async fn publish_on(&self, reference: &ObjectReference, event: &Event) {
+        if !self.guard.is_leading() {
+            return;
+        }
+        if let Some(notifier) = &self.notifier {
+            notifier.tell(reference, event);
+        }
+        if event.quiet {
+            return;
+        }
+        let published = self.recorder.publish(&kube_event(event), reference).await;
+        if let Err(e) = published {
+            let name = reference.name.as_deref().unwrap_or_default();
+            warn!(name, reason = event.reason, "cannot publish event: {e}");
         }
     }
 }

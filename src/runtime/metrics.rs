@@ -4,6 +4,8 @@
 //! standard process metrics (`process_*`, [`process`]). Per-object gauges are set after each
 //! successful reconcile from the decision that was applied, and removed when the object is gone.
 
+mod notifications;
+mod operations;
 mod phases;
 pub mod process;
 mod silences;
@@ -21,6 +23,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::error::ErrorKind;
 use crate::common::phase::PhaseTally;
+pub use notifications::{Delivery, NotificationMetrics};
 use phases::{Names, PhaseGauges};
 use silences::SilenceMetrics;
 
@@ -149,6 +152,7 @@ pub struct Metrics {
     maintenance_phases: PhaseGauges<MaintenanceLabels>,
     nodeop_phases: PhaseGauges<NodeOpLabels>,
     silences: SilenceMetrics,
+    notifications: NotificationMetrics,
 }
 
 impl Default for Metrics {
@@ -187,6 +191,7 @@ impl Metrics {
             maintenance_phases: PhaseGauges::default(),
             nodeop_phases: PhaseGauges::default(),
             silences: SilenceMetrics::default(),
+            notifications: NotificationMetrics::default(),
             registry: Registry::default(),
         };
         root.register_collector(Box::new(process::ProcessCollector));
@@ -200,6 +205,7 @@ impl Metrics {
         m.register_maintenances(registry);
         m.register_nodeops(registry);
         m.silences.register(registry);
+        m.notifications.register(registry);
         Metrics {
             registry: root,
             ..m
@@ -283,8 +289,9 @@ impl Metrics {
         self.plan_complete
             .get_or_create(&key)
             .set(i64::from(s.complete));
+        // Disjoint, so that a sum over states counts each node once.
         for (state, n) in [
-            (NodeState::applying, s.applying),
+            (NodeState::applying, s.applying.saturating_sub(s.failed)),
             (NodeState::failed, s.failed),
             (NodeState::complete, s.upgraded),
         ] {
@@ -326,75 +333,6 @@ impl Metrics {
             plan: plan.to_string(),
         };
         self.plan_phases.set(&key, phases);
-    }
-}
-
-impl Metrics {
-    /// Sets a RebootPolicy's gauges.
-    pub fn reboot_policy(&self, policy: &str, wanting: usize, rebooting: usize) {
-        let key = PolicyLabels {
-            policy: policy.to_string(),
-        };
-        self.reboot_wanting.get_or_create(&key).set(count(wanting));
-        self.reboot_rebooting
-            .get_or_create(&key)
-            .set(count(rebooting));
-        self.policies
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key);
-    }
-
-    /// Drops the gauges of RebootPolicies for which `exists` is false.
-    pub fn retain_policies(&self, mut exists: impl FnMut(&str) -> bool) {
-        let mut policies = self.policies.lock().unwrap_or_else(PoisonError::into_inner);
-        policies.retain(|key| {
-            if exists(&key.policy) {
-                return true;
-            }
-            self.reboot_wanting.remove(key);
-            self.reboot_rebooting.remove(key);
-            false
-        });
-        self.reboot_phases.retain(|key| exists(&key.policy));
-    }
-
-    /// Sets the per-phase gauges of a RebootPolicy's nodes (`status.nodes`).
-    pub fn reboot_phases(&self, policy: &str, phases: &[PhaseTally]) {
-        let key = PolicyLabels {
-            policy: policy.to_string(),
-        };
-        self.reboot_phases.set(&key, phases);
-    }
-
-    /// Sets a NodeMaintenance's phase (`None`: not decided yet, or being deleted: no series).
-    pub fn maintenance(&self, name: &str, node: &str, phase: Option<PhaseTally>) {
-        let key = MaintenanceLabels {
-            nodemaintenance: name.to_string(),
-            node: node.to_string(),
-        };
-        self.maintenance_phases.set(&key, phase.as_slice());
-    }
-
-    /// Drops the gauges of NodeMaintenances for which `exists` is false.
-    pub fn retain_maintenances(&self, mut exists: impl FnMut(&str) -> bool) {
-        self.maintenance_phases
-            .retain(|key| exists(&key.nodemaintenance));
-    }
-
-    /// Sets the per-phase gauges of a NodeOp's nodes (`status.nodeStatuses`).
-    pub fn nodeop_phases(&self, namespace: &str, nodeop: &str, phases: &[PhaseTally]) {
-        let key = NodeOpLabels {
-            namespace: namespace.to_string(),
-            nodeop: nodeop.to_string(),
-        };
-        self.nodeop_phases.set(&key, phases);
-    }
-
-    /// Drops the gauges of NodeOps for which `exists` is false.
-    pub fn retain_nodeops(&self, mut exists: impl FnMut(&str, &str) -> bool) {
-        self.nodeop_phases
-            .retain(|key| exists(&key.namespace, &key.nodeop));
     }
 }
 
@@ -448,9 +386,10 @@ impl Metrics {
         );
         registry.register(
             "plan_nodes",
-            "Nodes of a Plan by state: applying = len(status.applying) (nodes holding a concurrency slot); \
-             failed = status.nodes in phase Failed (a subset of applying); complete = nodes matched by \
-             spec.nodeSelector whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
+            "Nodes of a Plan by state, each node in one state at most: applying = nodes of \
+             status.applying (holding a concurrency slot) that have not failed; failed = status.nodes \
+             in phase Failed (holding their slot too); complete = nodes matched by spec.nodeSelector \
+             whose plan.upgrade.cattle.io/<plan> label equals status.latestHash",
             self.plan_nodes.clone(),
         );
         registry.register(
@@ -623,7 +562,23 @@ mod tests {
                 ..Default::default()
             },
         );
+        // Three nodes hold a slot, one of them failed: no node is counted in two states.
+        m.plan(
+            "ns",
+            "q",
+            PlanGauges {
+                applying: 3,
+                failed: 1,
+                ..Default::default()
+            },
+        );
         let text = m.render();
+        for line in [
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"q\",state=\"applying\"} 2",
+            "slipway_plan_nodes{namespace=\"ns\",plan=\"q\",state=\"failed\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
         for line in [
             "slipway_reconciles_total{kind=\"plan\"} 2",
             "slipway_reconcile_errors_total{kind=\"plan\",category=\"conflict\"} 1",

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::node::budget::{Budget, Pool, PoolState, Refusal, reason_of};
 use crate::node::disruption::DisruptionSpec;
-use crate::node::holders::{Hold, Holder, NodeClaims, held_against};
+use crate::node::holders::{Hold, Holder, NodeClaims, counted, held_against};
 use crate::node::index::NodeIndex;
 
 /// The objects of one kind whose own records say which nodes they hold: what survives a restart,
@@ -196,9 +196,10 @@ impl Shared {
             .all()
             .filter(|(_, hs)| hs.contains(me))
             .map(|(n, _)| n)
+            // Its record too, lagging or not: a maintenance that waits for its node reserves it
+            // through its record, and must not be refused the node it waits for.
             .chain(
-                persisted
-                    .iter()
+                (persisted.iter())
                     .filter(|h| h.holder == *me)
                     .map(|h| h.node.as_str()),
             )
@@ -260,10 +261,19 @@ impl Shared {
 
     /// The pools of every DisruptionBudget, measured now (for a decision or a ledger).
     pub fn measure_pools(&self, pools: &[Arc<Pool>], now: Timestamp) -> Vec<PoolState> {
-        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let persisted = self.persisted_holds(now);
+        self.measure_pools_held(pools, &self.holders_by_node(), now)
+    }
+
+    /// The pools of every DisruptionBudget with `holders` ([`Shared::holders_by_node`]) holding
+    /// their nodes: a ledger counts and names the holders of one reading.
+    pub fn measure_pools_held(
+        &self,
+        pools: &[Arc<Pool>],
+        holders: &BTreeMap<String, Vec<Holder>>,
+        now: Timestamp,
+    ) -> Vec<PoolState> {
         let index = self.nodes_keeping(pools);
-        let held = all_held(&claims, &persisted, &index);
+        let held: BTreeSet<String> = holders.keys().cloned().collect();
         let none = BTreeSet::new();
         (pools.iter())
             .map(|p| measure(p, &index, &held, &none, now))
@@ -282,29 +292,13 @@ impl Shared {
         self.nodes()
     }
 
-    /// Every node a slipway operation holds, with its holders: this process's claims, the
-    /// objects' own records (but those that wait), and maintenance taints.
+    /// Every node a slipway operation holds, with its holders, as a budget counts them
+    /// ([`counted`]).
     pub fn holders_by_node(&self) -> BTreeMap<String, Vec<Holder>> {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let persisted = self.persisted_holds(Timestamp::now());
         let index = self.nodes();
-        let mut by_node: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
-        let mut add = |node: &str, holder: &Holder| {
-            let holders = by_node.entry(node.to_string()).or_default();
-            if !holders.contains(holder) {
-                holders.push(holder.clone());
-            }
-        };
-        for (node, holders) in claims.all() {
-            holders.iter().for_each(|h| add(node, h));
-        }
-        for hold in persisted.iter().filter(|h| !h.waiting) {
-            add(&hold.node, &hold.holder);
-        }
-        for node in index.tainted() {
-            add(node, &Holder::MaintenanceTaint);
-        }
-        by_node
+        counted(&claims, &persisted, index.tainted())
     }
 
     /// The object behind `holder`, if it exists (and is an operation's).
@@ -409,19 +403,14 @@ fn measured(
         return Vec::new();
     }
     let (mut others, mut mine) = (BTreeSet::new(), BTreeSet::new());
-    let claimed = claims
-        .all()
-        .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)));
-    let recorded = (persisted.iter())
-        .filter(|h| !h.waiting)
-        .map(|h| (h.node.as_str(), &h.holder));
-    for (node, holder) in claimed.chain(recorded) {
-        match holder == me {
-            true => mine.insert(node.to_string()),
-            false => others.insert(node.to_string()),
-        };
+    for (node, holders) in counted(claims, persisted, index.tainted()) {
+        for holder in holders {
+            match holder == *me {
+                true => mine.insert(node.clone()),
+                false => others.insert(node.clone()),
+            };
+        }
     }
-    others.extend(index.tainted().map(str::to_string));
     (pools.iter())
         .map(|p| measure(p, index, &others, &mine, now))
         .collect()
@@ -439,22 +428,6 @@ fn measure(
         Some(kept) => pool.measure_kept(kept, |n| index.in_pool(pool, n), held, mine, now),
         None => pool.measure_for(index.all().map(AsRef::as_ref), held, mine, now),
     }
-}
-
-/// Every node a slipway operation or a maintenance taint holds (an object that only waits for
-/// its node does not make it unavailable).
-fn all_held(claims: &NodeClaims, persisted: &[Hold], index: &NodeIndex) -> BTreeSet<String> {
-    claims
-        .all()
-        .map(|(n, _)| n.to_string())
-        .chain(
-            persisted
-                .iter()
-                .filter(|h| !h.waiting)
-                .map(|h| h.node.clone()),
-        )
-        .chain(index.tainted().map(str::to_string))
-        .collect()
 }
 
 #[cfg(test)]
@@ -582,6 +555,31 @@ mod tests {
         let me = Holder::Maintenance { name: "me".into() };
         let held: Vec<String> = held_against(&shared, &me).into_keys().collect();
         assert_eq!(held, ["n1", "n2", "n3"], "only what existing objects hold");
+    }
+
+    #[tokio::test]
+    async fn the_budget_counts_an_object_s_claims_once_it_decided_not_its_lagging_record() {
+        let shared = shared(records());
+        let a = plan("a");
+        // Plan a's cached record still says n1; its decision here let go of n1 and took n3.
+        claim(&shared, &a, "n3");
+        let counted: Vec<(String, Vec<Holder>)> = shared.holders_by_node().into_iter().collect();
+        assert_eq!(
+            counted,
+            [
+                (
+                    "n2".to_string(),
+                    vec![Holder::Maintenance { name: "m".into() }]
+                ),
+                ("n3".to_string(), vec![a.clone()]),
+            ]
+        );
+        let me = Holder::Reboot { policy: "p".into() };
+        assert_eq!(
+            held_against(&shared, &me).get("n1"),
+            Some(&a),
+            "until the record catches up, no other operation takes the node"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,6 +24,7 @@ mod health_checks;
 mod hooks;
 mod maintenance;
 mod nodeop;
+mod notify;
 mod operations;
 mod quickstart;
 mod rbac;

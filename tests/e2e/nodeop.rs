@@ -788,3 +788,53 @@ async fn a_nodeop_waits_for_the_node_a_plan_upgrades() {
         .await
         .expect("delete the Plan");
 }
+
+/// A node kairos-operator cordoned for a NodeOp before slipway took over
+/// (`operator.kairos.io/cordoned-by`): the NodeOp runs on it and gives the cordon back, with the
+/// record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordon_kairos_operator_made_is_given_back_by_its_nodeop() {
+    let Some((s, _controller)) = nodeop_scene("nodeop-kairos", 1).await else {
+        return;
+    };
+    let ops = &ops(&s);
+    let node = &s.nodes[0];
+    let record = format!("{}/takeover@0b5c2a64-kairos", s.ns.name());
+    let patch = json!({
+        "metadata": {"annotations": {"operator.kairos.io/cordoned-by": record}},
+        "spec": {"unschedulable": true},
+    });
+    Api::<Node>::all(s.client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("cordon as kairos-operator did");
+    let nodes = [node];
+    ops.create(
+        &PostParams::default(),
+        &nodeop("takeover", &nodes, json!({"cordon": true})),
+    )
+    .await
+    .expect("create the NodeOp");
+    wait_nodeop(
+        ops,
+        "takeover",
+        "Completed",
+        Duration::from_secs(90),
+        |op| phase(op) == "Completed",
+    )
+    .await;
+    support::wait_for("the cordon given back", Duration::from_secs(30), || async {
+        let n = Api::<Node>::all(s.client.clone()).get(node).await?;
+        let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let annotations = n.metadata.annotations.unwrap_or_default();
+        let records: Vec<&String> = (annotations.keys())
+            .filter(|k| k.ends_with("/cordoned-by"))
+            .collect();
+        match (cordoned, records.is_empty()) {
+            (false, true) => Ok(()),
+            state => bail!("cordoned {}, records {records:?}", state.0),
+        }
+    })
+    .await;
+    support::delete_and_wait_gone(ops, "takeover").await;
+}

@@ -219,35 +219,13 @@ async fn a_drain_evicts_running_pods_through_their_budget() {
     s.cluster
         .kubectl_stdin(
             &["apply", "-f", "-"],
-            Some(&format!(
-                r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      # The scene's nodes are its real nodes; the control-plane node is tainted.
-      nodeSelector: {{{POOL_LABEL}: {pool}}}
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: web
-        image: busybox:1.37
-        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
-        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  minAvailable: 1
-  selector: {{matchLabels: {{app: web}}}}
-"#,
-                ns = s.ns.name(),
-                pool = s.pool,
+            Some(&support::real::sleepers(
+                s.ns.name(),
+                "web",
+                2,
+                // The scene's nodes are its real nodes; the control-plane node is tainted.
+                &format!("      nodeSelector: {{{POOL_LABEL}: {}}}", s.pool),
+                Some(1),
             )),
         )
         .await

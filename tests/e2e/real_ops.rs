@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -78,33 +79,21 @@ async fn a_node_maintenance_drains_a_real_node_and_gives_it_back() {
     s.cluster
         .kubectl_stdin(
             &["apply", "-f", "-"],
-            Some(&format!(
-                r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      nodeSelector: {{{POOL_LABEL}: {pool}}}
+            Some(&support::real::sleepers(
+                s.ns.name(),
+                "web",
+                2,
+                &format!(
+                    "      nodeSelector: {{{POOL_LABEL}: {}}}
       topologySpreadConstraints:
       - maxSkew: 1
         topologyKey: kubernetes.io/hostname
         whenUnsatisfiable: DoNotSchedule
         nodeTaintsPolicy: Honor
-        labelSelector: {{matchLabels: {{app: web}}}}
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: web
-        image: busybox:1.37
-        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
-        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
-"#,
-                ns = s.ns.name(),
-                pool = s.pool,
+        labelSelector: {{matchLabels: {{app: web}}}}",
+                    s.pool
+                ),
+                None,
             )),
         )
         .await
@@ -127,7 +116,53 @@ spec:
         .find(|(_, on)| on.as_str() == node)
         .map(|(p, _)| p.clone())
         .expect("the pod on the node");
+    // A pod whose PodDisruptionBudget never allows an eviction: past the drain's timeout, the
+    // maintenance deletes it (`onDrainTimeout: DeletePods`), naming it in an Event.
+    s.cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&support::real::sleepers(
+                s.ns.name(),
+                "stuck",
+                1,
+                &format!("      nodeSelector: {{kubernetes.io/hostname: {node}}}"),
+                Some(1),
+            )),
+        )
+        .await
+        .expect("apply the stuck workload");
+    let stuck = support::wait_for(
+        "a Ready stuck pod on the node",
+        Duration::from_secs(300),
+        || async {
+            let ready = ready_pods(&s, "stuck").await?;
+            match ready.iter().find(|(_, on)| on.as_str() == node) {
+                Some((pod, _)) => Ok(pod.clone()),
+                None => bail!("Ready: {ready:?}"),
+            }
+        },
+    )
+    .await;
 
+    // A CSI volume attached to the node (no CSI driver runs here: the attach-detach controller's
+    // detach is the scene deleting the VolumeAttachment): the drain waits for it.
+    let attachments = Api::<VolumeAttachment>::all(s.client.clone());
+    let attachment = s.name("csi");
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": attachment},
+        "spec": {
+            "attacher": "e2e.csi.slipway.test",
+            "nodeName": node,
+            "source": {"persistentVolumeName": "pv-e2e"},
+        },
+    }))
+    .expect("a VolumeAttachment");
+    attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .expect("create the VolumeAttachment");
     let _controller =
         ControllerProcess::start(&s.cluster, s.ns.name(), &[("SLIPWAY_MAINTENANCE", "true")]);
     let started = Instant::now();
@@ -137,12 +172,45 @@ spec:
         "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
         "kind": "NodeMaintenance",
         "metadata": {"name": name},
-        "spec": {"nodeName": node, "reason": "real-node e2e", "drainTimeout": "5m"},
+        "spec": {
+            "nodeName": node,
+            "reason": "real-node e2e",
+            "drainTimeout": "30s",
+            "disruption": {"onDrainTimeout": "DeletePods", "waitForVolumeDetach": true},
+        },
     }))
     .expect("a NodeMaintenance");
     nms.create(&PostParams::default(), &nm)
         .await
         .expect("create the NodeMaintenance");
+    let detaching = support::wait_for(
+        "the drain to wait for the volume alone",
+        Duration::from_secs(600),
+        || async {
+            let nm = nms.get(&name).await?;
+            let status = nm.status.unwrap_or_default();
+            let message = (status.conditions.iter())
+                .find(|c| c.type_ == "Drained")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            match message.contains(&format!(
+                "waiting for volume attachment {attachment} (pv-e2e)"
+            )) {
+                true => Ok(status),
+                false => bail!("{}", serde_json::to_string(&status)?),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        detaching.phase,
+        Some(MaintenancePhase::Running),
+        "pods gone, the volume still attached: not drained yet"
+    );
+    attachments
+        .delete(&attachment, &DeleteParams::default())
+        .await
+        .expect("detach the volume");
     let done = support::wait_for(
         "the maintenance drained",
         Duration::from_secs(600),
@@ -164,6 +232,22 @@ spec:
         serde_json::to_string(&done).unwrap_or_default()
     );
     let drained = started.elapsed();
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("the maintenance's events");
+    let deleted: Vec<String> = (events.items.into_iter())
+        .filter(|e| e.reason.as_deref() == Some("DrainDeletedPod"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        matches!(&deleted[..], [one] if one.contains(&stuck) && one.contains(node)),
+        "one Event names the pod deleted past the timeout: {deleted:?}"
+    );
+    assert!(
+        !deleted.iter().any(|m| m.contains(&evicted)),
+        "the pod that could be evicted was evicted: {deleted:?}"
+    );
     let (cordoned, taints) = cordon_state(&s.client, node).await;
     assert!(cordoned, "{node} is cordoned while in maintenance");
     assert!(

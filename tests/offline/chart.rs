@@ -468,6 +468,7 @@ config:
   SYSTEM_UPGRADE_JOB_PRIVILEGED: null
   SLIPWAY_LOG_FORMAT: json
 env: [{name: RUST_LOG, value: debug}]
+extraArgs: ["--notify=ops=https://hooks.example.com/T0", "--notify-format=ops=slack"]
 resources: {requests: {cpu: 50m}}
 podAnnotations: {example.com/team: platform}
 podLabels: {example.com/tier: system}
@@ -514,6 +515,14 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     let container = &spec["containers"][0];
     assert_eq!(container["image"], "registry.example.com/slipway:9.9.9");
     assert_eq!(container["imagePullPolicy"], "Always");
+    assert_eq!(
+        container["args"],
+        json!([
+            "run",
+            "--notify=ops=https://hooks.example.com/T0",
+            "--notify-format=ops=slack"
+        ])
+    );
     assert_eq!(
         container["env"].as_array().and_then(|e| e.last()),
         Some(&json!({"name": "RUST_LOG", "value": "debug"}))

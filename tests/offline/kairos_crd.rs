@@ -17,8 +17,16 @@ const KAIROS_NODEOPUPGRADE: &str = include_str!("../kairos/operator.kairos.io_no
 /// What slipway's schema has that kairos-operator's has not, and why (COMPATIBILITY.md, NodeOp).
 const DELIBERATE: &[(&str, &str)] = &[
     (
+        ".spec.disruption: only in slipway",
+        "what happens around each node's disruption (the drain's timeout), as in every kind",
+    ),
+    (
         ".status.message: only in slipway",
         "why the nodes not started yet wait",
+    ),
+    (
+        ".status.conditions: only in slipway",
+        "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
     ),
     (
         ".status.nodeStatuses.*.bootID: only in slipway",

@@ -357,6 +357,7 @@ pub(crate) fn exported() -> BTreeSet<String> {
     m.reboot_phases("r", &[since("Draining")]);
     m.maintenance("nm", "n1", Some(since("Running")));
     m.nodeop_phases("ns", "op", &[since("Running")]);
+    m.notifications().target("chat");
     m.job_created();
     m.job_deleted();
     m.node_patched();

@@ -14,6 +14,7 @@
 //! there; and a cordon or label that was there before stays after the maintenance ends, because
 //! the node's annotations record what the maintenance itself did.
 
+mod drain;
 mod evictions;
 mod extensions;
 mod lease;
@@ -33,10 +34,11 @@ use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
 use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
+use drain::drain;
 pub use evictions::{EvictionRound, refusal_backoff};
 pub use lease::{LeaseAction, LeaseSettings, LeaseView, lease_name, lease_view, renewed_lease};
 pub use status::phase;
-use status::{count, finish, record_evictions, stamp};
+use status::{finish, record_evictions, stamp};
 
 /// NMO's taint, beside the cordon.
 pub const DRAIN_TAINT_KEY: &str = MAINTENANCE_TAINT;
@@ -131,6 +133,10 @@ pub enum Stage {
     TimedOut {
         after: String,
     },
+    /// `drainTimeout` passed and `onDrainTimeout` is `DeletePods`: the pods left are deleted.
+    DeletingPods {
+        after: String,
+    },
 }
 
 /// What the maintenance changes on the node, before it becomes a [`NodeChange`].
@@ -193,6 +199,8 @@ pub enum MaintenanceEffect {
     TakeNode(NodeChange),
     /// Ask the Eviction API once for each pod; the answers come back as the next input.
     Evict(Vec<PodKey>),
+    /// Delete each pod (the drain's timeout passed, `onDrainTimeout: DeletePods`).
+    Delete(Vec<PodKey>),
 }
 
 impl Effect for MaintenanceEffect {
@@ -217,6 +225,8 @@ struct Step {
     lease: Option<LeaseAction>,
     /// Pods to ask the Eviction API for, once.
     evict: Vec<PodKey>,
+    /// Pods to delete, past the drain's timeout.
+    delete: Vec<PodKey>,
     status: NodeMaintenanceStatus,
     events: Vec<Event>,
     requeue_after: Option<Duration>,
@@ -304,6 +314,11 @@ fn plan_step(input: &MaintenanceInput<'_>, now: Timestamp) -> Step {
         step.status.last_error = Some(e.to_string());
     }
     stamp(&mut step, &old, now);
+    // Every event is about the maintenance's node: what a notification names.
+    let node = &input.maintenance.spec.node_name;
+    for event in &mut step.events {
+        event.node.get_or_insert_with(|| node.clone());
+    }
     step
 }
 
@@ -315,6 +330,7 @@ fn step(input: &MaintenanceInput<'_>, old: &NodeMaintenanceStatus, now: Timestam
         node: NodeEdit::default(),
         lease: None,
         evict: Vec::new(),
+        delete: Vec::new(),
         status: old.clone(),
         events: Vec::new(),
         requeue_after: None,
@@ -424,6 +440,9 @@ fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecisio
         );
         if !step.evict.is_empty() {
             effects.push(MaintenanceEffect::Evict(step.evict));
+        }
+        if !step.delete.is_empty() {
+            effects.push(MaintenanceEffect::Delete(step.delete));
         }
     }
     let holds: BTreeSet<String> = step
@@ -542,43 +561,6 @@ fn restore(input: &MaintenanceInput<'_>, step: &mut Step) {
             step.node.exclude_label = Some(false);
         }
         step.node.annotations.insert(EXCLUDED_BY.into(), None);
-    }
-}
-
-/// Evicts what is left (not sooner than the refusal backoff allows), or notices the drain is
-/// over or out of time.
-fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestamp) {
-    let Some(pods) = input.pods else {
-        step.requeue_after = Some(DRAIN_RECHECK);
-        return;
-    };
-    if step.status.total_pods.is_none() {
-        step.status.total_pods = Some(count(pods.total));
-        step.status.eviction_pods = Some(count(pods.to_evict.len() + pods.blocked.len()));
-    }
-    if pods.to_evict.is_empty() && pods.blocked.is_empty() {
-        step.stage = Stage::Drained;
-        return;
-    }
-    if let Some(after) = extensions::timed_out(input, now) {
-        step.stage = Stage::TimedOut { after };
-        return;
-    }
-    step.stage = Stage::Draining;
-    step.requeue_after = Some(DRAIN_RECHECK);
-    let next_ask = input.evictions.and_then(EvictionRound::next_ask);
-    if let Some(at) = next_ask.filter(|at| now < *at) {
-        // A PodDisruptionBudget refused the last round: wait before asking again.
-        step.requeue_after = Some(now.duration_until(at).try_into().unwrap_or(DRAIN_RECHECK));
-        return;
-    }
-    if pods.blocked.is_empty() {
-        step.evict = pods
-            .to_evict
-            .iter()
-            .filter(|(_, terminating)| !**terminating)
-            .map(|(k, _)| k.clone())
-            .collect();
     }
 }
 

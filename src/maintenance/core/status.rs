@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{DRAINED, EvictionRound, LeaseSettings, MaintenanceInput, Stage, Step, WAIT_RECHECK};
-use crate::common::condition::Condition;
+use crate::common::condition::{Condition, Standing, set_standing};
 use crate::common::decision::Event;
 use crate::common::phase::PhaseTally;
 use crate::maintenance::api::{
@@ -46,7 +46,9 @@ pub(super) fn finish(
             st.pending_pods_refs.clear();
             st.pending_pods_reasons.clear();
         }
-        Stage::Draining | Stage::TimedOut { .. } if input.pods.is_some() => {
+        Stage::Draining | Stage::TimedOut { .. } | Stage::DeletingPods { .. }
+            if input.pods.is_some() =>
+        {
             set_pending(st, input.pods, &pending);
         }
         _ => {}
@@ -58,6 +60,13 @@ pub(super) fn finish(
         "False"
     };
     set_condition(st, drained, reason, &message, now, nm.metadata.generation);
+    // kstatus, for GitOps tools: drained is Ready, a failure only deleting it ends is Stalled.
+    let standing = match phase {
+        MaintenancePhase::Succeeded => Standing::Ready(reason, &message),
+        MaintenancePhase::Failed => Standing::Stalled(reason, &message),
+        MaintenancePhase::Running => Standing::Reconciling(reason, &message),
+    };
+    set_standing(&mut st.conditions, standing, nm.metadata.generation, now);
     stage_events(&mut step, old, phase, reason, message);
     step.requeue_after = requeue(&step);
     step
@@ -115,6 +124,15 @@ fn describe(
             MaintenancePhase::Succeeded,
             "Drained",
             format!("node {node} is drained"),
+        ),
+        Stage::DeletingPods { after } => (
+            MaintenancePhase::Running,
+            "DeletingPods",
+            format!(
+                "the drain did not finish within {after}; deleting the pods left \
+                 (spec.disruption.onDrainTimeout: DeletePods): {}",
+                draining_message(pods, pending)
+            ),
         ),
         Stage::TimedOut { after } => (
             MaintenancePhase::Failed,
@@ -194,7 +212,7 @@ fn draining_message(pods: Option<&PodsView>, pending: &[PodKey]) -> String {
         return format!("the drain cannot start: pod {pod}: {why}");
     }
     match pending {
-        [] => "draining".into(),
+        [] => pods.volumes_message().unwrap_or_else(|| "draining".into()),
         [one] => format!("waiting for pod {one} to be evicted"),
         [first, rest @ ..] => format!(
             "waiting for {} pods to be evicted: {first} and {} more",

@@ -1,6 +1,7 @@
 use super::*;
 use crate::maintenance::api::{FINALIZER, MaintenancePhase, NodeMaintenanceSpec};
-use crate::node::drain::EvictionResult;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::{EvictionResult, OnDrainTimeout, to_delete};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 
@@ -62,6 +63,7 @@ fn pods(evict: &[(&str, bool)]) -> PodsView {
         total: evict.len() + 1,
         to_evict: evict.iter().map(|(n, t)| (pod(n), *t)).collect(),
         blocked: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -227,6 +229,9 @@ fn an_empty_drain_succeeds_once() {
         ["BeginMaintenance", "SucceedMaintenance"],
         "the first decision begins the maintenance"
     );
+    // Every event names the maintenance's node (what a notification says).
+    let nodes: Vec<Option<&str>> = step.events.iter().map(|e| e.node.as_deref()).collect();
+    assert_eq!(nodes, [Some(m.spec.node_name.as_str()); 2]);
     assert_eq!(step.lease, Some(LeaseAction::Hold), "the node stays held");
     assert!(step.requeue_after.is_some(), "to renew the lease");
     m.status = Some(step.status);
@@ -371,6 +376,203 @@ fn a_drain_past_its_timeout_fails_naming_the_pods_and_keeps_the_node() {
 }
 
 #[test]
+fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_with_an_event_each() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    m.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: None,
+        ..Default::default()
+    });
+    // web-2 is going already (evicted earlier): only web-1 is deleted.
+    let p = pods(&[("web-1", false), ("web-2", true)]);
+    let first = decide(&input(&m, Some(&node()), Some(&p)));
+    m.status = Some(first.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:09:59Z");
+    let before = decide(&i);
+    assert!(before.delete.is_empty() && before.stage == Stage::Draining);
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::DeletingPods {
+            after: "10m".into()
+        }
+    );
+    assert_eq!(step.delete, [pod("web-1")]);
+    assert!(step.evict.is_empty(), "no eviction beside the deletion");
+    assert!(
+        step.node.is_empty() && step.hold_node,
+        "the node stays taken"
+    );
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Running));
+    assert_eq!(condition(&step).reason, "DeletingPods");
+    assert_eq!(reasons(&step), ["DrainDeletedPod", "DeletingPods"]);
+    assert_eq!(
+        step.events[0].message,
+        "Deleted pod shop/web-1 from node n1: the drain did not evict it within 10m \
+         (spec.disruption.onDrainTimeout: DeletePods)"
+    );
+    let effects = into_decision(
+        &MaintenanceInput {
+            maintenance: &m,
+            node: Some(&tk),
+            held_by: None,
+            refusal: None,
+            lease: LeaseView::Free,
+            pods: Some(&p),
+            evictions: None,
+            last_error: None,
+        },
+        step.clone(),
+    )
+    .effects;
+    assert!(effects.contains(&MaintenanceEffect::Delete(vec![pod("web-1")])));
+    // Deleted (terminating): nothing is deleted twice, and nothing is told twice.
+    m.status = Some(step.status);
+    let going = pods(&[("web-1", true), ("web-2", true)]);
+    let mut i = input(&m, Some(&tk), Some(&going));
+    i.now = t("2026-11-22T10:10:05Z");
+    let again = decide(&i);
+    assert!(
+        again.delete.is_empty() && again.events.is_empty(),
+        "{again:?}"
+    );
+    // Gone: drained, and the maintenance succeeds.
+    m.status = Some(again.status);
+    let empty = pods(&[]);
+    let mut i = input(&m, Some(&tk), Some(&empty));
+    i.now = t("2026-11-22T10:10:10Z");
+    let done = decide(&i);
+    assert_eq!(done.stage, Stage::Drained);
+    assert_eq!(done.status.phase, Some(MaintenancePhase::Succeeded));
+    // A pod that refuses the drain (kubectl's filters) is not deleted, nor anything beside it.
+    let mut blocked = pods(&[("web-1", false)]);
+    blocked
+        .blocked
+        .insert(pod("bare"), "has no controller".into());
+    assert!(to_delete(&blocked).is_empty());
+}
+
+#[test]
+fn a_drain_that_waits_for_volumes_ends_once_they_detach_and_past_its_timeout_waits_or_fails() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    m.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: Some(true),
+        ..Default::default()
+    });
+    let mut volumes = pods(&[]);
+    volumes.attached = vec!["csi-1 (pv-a)".into()];
+    let first = decide(&input(&m, Some(&node()), Some(&volumes)));
+    m.status = Some(first.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&volumes));
+    i.now = t("2026-11-22T10:05:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::Draining,
+        "pods gone, a volume still attached"
+    );
+    assert_eq!(
+        condition(&step).message,
+        "waiting for volume attachment csi-1 (pv-a) to detach"
+    );
+    assert!(step.evict.is_empty() && step.delete.is_empty());
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::DeletingPods {
+            after: "10m".into()
+        },
+        "a volume is not deleted: past the timeout it is waited for"
+    );
+    assert!(step.delete.is_empty());
+    assert_eq!(
+        reasons(&step),
+        ["DeletingPods"],
+        "no pod deleted, no DrainDeletedPod"
+    );
+    assert_eq!(
+        condition(&step).message,
+        "the drain did not finish within 10m; deleting the pods left \
+         (spec.disruption.onDrainTimeout: DeletePods): waiting for volume attachment csi-1 (pv-a) \
+         to detach"
+    );
+    // With Fail, the volume fails the drain like a pod would.
+    let mut failing = m.clone();
+    failing.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: None,
+        wait_for_volume_detach: Some(true),
+        ..Default::default()
+    });
+    let mut i = input(&failing, Some(&tk), Some(&volumes));
+    i.now = t("2026-11-22T10:10:00Z");
+    assert_eq!(
+        decide(&i).stage,
+        Stage::TimedOut {
+            after: "10m".into()
+        }
+    );
+    // Detached in time: drained.
+    let gone = pods(&[]);
+    let mut i = input(&m, Some(&tk), Some(&gone));
+    i.now = t("2026-11-22T10:05:00Z");
+    assert_eq!(decide(&i).stage, Stage::Drained);
+}
+
+/// Which of kstatus' `Ready`, `Reconciling`, `Stalled` is `True`, with its reason.
+fn standing(step: &Step) -> (String, String) {
+    let on: Vec<_> = (step.status.conditions.iter())
+        .filter(|c| ["Ready", "Reconciling", "Stalled"].contains(&c.type_.as_str()))
+        .filter(|c| c.status == "True")
+        .collect();
+    assert_eq!(
+        on.len(),
+        1,
+        "one of the three: {:?}",
+        step.status.conditions
+    );
+    (on[0].type_.clone(), on[0].reason.clone())
+}
+
+#[test]
+fn kstatus_conditions_follow_the_phase() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let p = pods(&[("web-1", false)]);
+    let draining = decide(&input(&m, Some(&node()), Some(&p)));
+    assert_eq!(
+        standing(&draining),
+        ("Reconciling".into(), "Draining".into())
+    );
+    m.status = Some(draining.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:10:00Z");
+    let failed = decide(&i);
+    assert_eq!(
+        standing(&failed),
+        ("Stalled".into(), "DrainTimedOut".into())
+    );
+    let empty = pods(&[]);
+    let mut fresh = nm(true);
+    fresh.metadata.generation = Some(3);
+    let done = decide(&input(&fresh, Some(&node()), Some(&empty)));
+    assert_eq!(standing(&done), ("Ready".into(), "Drained".into()));
+    assert!(
+        (done.status.conditions.iter()).all(|c| c.observed_generation == Some(3)),
+        "{:?}",
+        done.status.conditions
+    );
+}
+
+#[test]
 fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
     let mut m = nm(true);
     m.spec.drain_timeout = Some("10m".into());
@@ -407,6 +609,11 @@ fn deleting_restores_what_the_maintenance_did_and_releases_the_lease() {
     assert_eq!(step.lease, Some(LeaseAction::Release));
     assert!(!step.hold_node);
     assert_eq!(reasons(&step), ["UncordonNode", "RemovedMaintenance"]);
+    assert!(
+        step.events
+            .iter()
+            .all(|e| e.node.as_deref() == Some(m.spec.node_name.as_str()))
+    );
     // A node that is gone needs nothing but the lease released.
     let step = decide(&input(&m, None, None));
     assert!(step.node.is_empty());
@@ -599,6 +806,7 @@ fn the_decision_gives_back_before_the_status_and_takes_after_it() {
             MaintenanceEffect::OwnedByNode { .. } => "own",
             MaintenanceEffect::HoldLease => "lease",
             MaintenanceEffect::Evict(_) => "evict",
+            MaintenanceEffect::Delete(_) => "delete",
             MaintenanceEffect::RestoreNode(_) => "restore",
             MaintenanceEffect::ReleaseLease => "release",
         })
@@ -750,6 +958,7 @@ fn a_silence_without_matchers_fails_the_maintenance_before_the_node_is_taken() {
     let mut m = nm(true);
     m.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
         silence: Some(Default::default()),
+        ..Default::default()
     });
     let p = pods(&[("web-1", false)]);
     let step = decide(&input(&m, Some(&node()), Some(&p)));

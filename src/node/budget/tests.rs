@@ -362,3 +362,87 @@ proptest::proptest! {
         proptest::prop_assert_eq!(state, pool.measure_for(&nodes, &held, &mine, now));
     }
 }
+
+/// The ledger as the runtime writes it: who holds what ([`counted`]), the pool measured from it,
+/// the status read from both.
+fn ledger_of(
+    pool: &Pool,
+    nodes: &[NodeInfo],
+    holders: &BTreeMap<String, Vec<Holder>>,
+    now: Timestamp,
+) -> DisruptionBudgetStatus {
+    let held: BTreeSet<String> = holders.keys().cloned().collect();
+    let state = pool.measure(nodes, &held, now);
+    let by_name: BTreeMap<String, &NodeInfo> = nodes.iter().map(|n| (n.name.clone(), n)).collect();
+    let holdings: BTreeMap<String, Vec<Holding<'_>>> = (holders.iter())
+        .map(|(n, hs)| {
+            let hs = hs.iter().map(|holder| Holding {
+                holder,
+                message: None,
+            });
+            (n.clone(), hs.collect())
+        })
+        .collect();
+    ledger::status(
+        &LedgerInput {
+            pool: &state,
+            nodes: &by_name,
+            holders: &holdings,
+            old: &DisruptionBudgetStatus::default(),
+            generation: Some(1),
+        },
+        now,
+    )
+}
+
+#[test]
+fn the_ledger_counts_what_the_live_claims_hold_not_a_lagging_record_of_what_was_let_go() {
+    use crate::node::holders::{Hold, NodeClaims, counted};
+    let nodes: Vec<NodeInfo> = ["n1", "n2", "n3", "n4", "n5"].map(|n| node(n, "a")).into();
+    let now = at("2026-11-25T12:00:00Z");
+    let pool = Pool::new(&budget("pool", None, IntOrString::Int(3)));
+    let (k3s, reboot) = (plan("k3s"), Holder::Reboot { policy: "p".into() });
+    let maintenance = Holder::Maintenance { name: "m".into() };
+    // The Plan ran n1 and n2, let go of both (their Jobs are done) and took n3; the cached Plan
+    // still shows `status.applying: [n1, n2]` (the watch has not delivered the status write).
+    let mut claims = NodeClaims::default();
+    let both = BTreeSet::from(["n1".to_string(), "n2".to_string()]);
+    assert_eq!(claims.set(&k3s, &both), Ok(()));
+    assert_eq!(
+        claims.set(&k3s, &BTreeSet::from(["n3".to_string()])),
+        Ok(())
+    );
+    let persisted = [
+        Hold::new("n1", k3s.clone()),
+        Hold::new("n2", k3s.clone()),
+        // A RebootPolicy that has not decided in this process yet (after a restart): its record
+        // is all there is, and it counts.
+        Hold::new("n4", reboot.clone()),
+        // A NodeMaintenance that waits: it has done nothing to its node.
+        Hold {
+            waiting: true,
+            ..Hold::new("n5", maintenance)
+        },
+    ];
+    let holders = counted(&claims, &persisted, []);
+    assert_eq!(
+        holders,
+        BTreeMap::from([
+            ("n3".to_string(), vec![k3s.clone()]),
+            ("n4".to_string(), vec![reboot.clone()]),
+        ])
+    );
+    let status = ledger_of(&pool, &nodes, &holders, now);
+    let rows: Vec<String> = (status.holders.iter())
+        .map(|e| format!("{} {}", e.node, e.holder))
+        .collect();
+    assert_eq!(rows, ["n3 plan/system-upgrade/k3s", "n4 rebootpolicy/p"]);
+    assert_eq!(
+        (status.max_unavailable, status.unavailable, status.allowed),
+        (3, 2, 1)
+    );
+    // Once the Plan lets go of everything, its lagging record names no node either.
+    claims.release_all(&k3s);
+    let persisted = [Hold::new("n3", k3s.clone())];
+    assert!(counted(&claims, &persisted, []).is_empty());
+}

@@ -237,3 +237,40 @@ fn the_budgets_that_select_a_pod_are_named_with_what_they_allow() {
     );
     assert_eq!(describe_blocking(&p, &pdbs[1..2]), None);
 }
+
+#[test]
+fn the_attachments_of_a_node_are_named_with_their_volume() {
+    use k8s_openapi::api::storage::v1::{
+        VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+    };
+    let attachment = |name: &str, node: &str, pv: Option<&str>| VolumeAttachment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: VolumeAttachmentSpec {
+            attacher: "ebs.csi.aws.com".into(),
+            node_name: node.into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: pv.map(str::to_string),
+                ..Default::default()
+            },
+        },
+        status: None,
+    };
+    let all = [
+        attachment("csi-b", "n1", Some("pv-b")),
+        attachment("csi-x", "n2", Some("pv-x")),
+        attachment("csi-a", "n1", None),
+    ];
+    assert_eq!(attached_to(&all, "n1"), ["csi-a", "csi-b (pv-b)"]);
+    assert!(attached_to(&all, "n3").is_empty());
+    let mut view = PodsView::default();
+    assert!(view.is_drained() && view.volumes_message().is_none());
+    view.attached = attached_to(&all, "n1");
+    assert!(!view.is_drained());
+    assert_eq!(
+        view.volumes_message().as_deref(),
+        Some("waiting for 2 volume attachments to detach: csi-a and 1 more")
+    );
+}

@@ -25,6 +25,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::common::condition::{Standing, set_standing};
 use crate::common::decision::{Decision, Effect, Event, Waiting};
 use crate::common::phase::{PhaseTally, tally};
 use crate::node::NodeInfo;
@@ -100,6 +101,12 @@ pub enum NodeOpEffect {
         pods: Vec<PodKey>,
         grace_period_seconds: Option<i64>,
     },
+    /// Delete each pod: the drain's timeout passed (`onDrainTimeout: DeletePods`).
+    DeletePods {
+        node: String,
+        pods: Vec<PodKey>,
+        grace_period_seconds: Option<i64>,
+    },
     /// Create a preflight or reboot pod (already there: nothing to do).
     CreatePod(Box<Pod>),
     /// Create the node's Job (already there: nothing to do).
@@ -170,12 +177,32 @@ pub fn decide(input: &NodeOpInput<'_>, now: Timestamp) -> NodeOpDecision {
     if op.metadata.deletion_timestamp.is_some() {
         return give_back(input, &states, previous);
     }
-    let settings = match settings(&op.spec) {
-        Ok(s) => s,
-        Err(message) => return invalid(&states, previous, message, now),
+    let generation = op.metadata.generation;
+    let mut decision = match settings(&op.spec) {
+        Ok(settings) => {
+            let steps = nodes::step_all(input, &settings, &states, now);
+            into_decision(&settings, previous, steps, now)
+        }
+        Err(message) => invalid(&states, previous, message, now),
     };
-    let steps = nodes::step_all(input, &settings, &states, now);
-    into_decision(&settings, previous, steps, now)
+    standing(&mut decision.status, generation, now);
+    decision
+}
+
+/// kstatus' conditions from the phase: done is `Ready`, a failure (or an invalid spec) is
+/// `Stalled` (a NodeOp runs once: only a new one goes on), anything else `Reconciling`.
+fn standing(status: &mut NodeOpStatus, generation: Option<i64>, now: Timestamp) {
+    let message = status.message.clone();
+    let failed = message
+        .as_deref()
+        .unwrap_or("a node failed: see status.nodeStatuses");
+    let running = message.as_deref().unwrap_or("nodes are under way");
+    let standing = match status.phase.as_deref() {
+        Some(words::COMPLETED) => Standing::Ready(words::COMPLETED, "every selected node is done"),
+        Some(words::FAILED) => Standing::Stalled(words::FAILED, failed),
+        _ => Standing::Reconciling(words::RUNNING, running),
+    };
+    set_standing(&mut status.conditions, standing, generation, now);
 }
 
 /// The status, effects and events of the nodes' steps.
@@ -194,6 +221,7 @@ fn into_decision(
         })
         .collect();
     let phase = top_phase(&steps.states, steps.targets.len());
+    let completed = phase == words::COMPLETED && previous.phase.as_deref() != Some(phase);
     let message = summary(&steps.waiting);
     let changed = message != previous.message;
     let mut status = NodeOpStatus {
@@ -201,6 +229,7 @@ fn into_decision(
         node_statuses,
         last_updated: previous.last_updated.clone(),
         message,
+        conditions: previous.conditions.clone(),
     };
     if status != previous {
         status.last_updated = Some(Time(now));
@@ -208,6 +237,13 @@ fn into_decision(
     let mut decision = NodeOpDecision::keep(status);
     decision.effects = steps.effects;
     decision.events = steps.events;
+    if completed {
+        // Told once, when the last node is done (what a notification says of the rollout).
+        decision.events.push(Event::normal(
+            "Completed",
+            format!("Completed on {} nodes", steps.targets.len()),
+        ));
+    }
     if let (true, Some(first)) = (changed, steps.waiting.first()) {
         decision.events.push(Event::normal(
             "Waiting",

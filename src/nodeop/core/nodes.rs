@@ -18,6 +18,7 @@ use crate::node::NodeInfo;
 use crate::node::budget::Budget;
 use crate::node::change::NodeChange;
 use crate::node::cordon::{self, CordonOwner};
+use crate::node::drain::{self, OnDrainTimeout};
 use crate::node::handoff::{self, Handoff, HandoffPolicy, Observation};
 use crate::node::holders::Holder;
 use crate::node::reboot::DEFAULT_TIMEOUT;
@@ -173,10 +174,13 @@ fn start(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
     match objects::preflight_pod(&ctx.owner, ctx.settings, &node.name) {
         Some(pod) => {
             steps.effects.push(NodeOpEffect::CreatePod(Box::new(pod)));
-            steps.events.push(Event::normal(
-                "Preflight",
-                format!("Checking whether node {} needs the operation", node.name),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "Preflight",
+                    format!("Checking whether node {} needs the operation", node.name),
+                )
+                .on(&node.name),
+            );
             NodeState::Preflight { since: ctx.now }
         }
         None => begin_work(ctx, node, steps),
@@ -185,10 +189,13 @@ fn start(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
 
 /// The node's work begins: cordon (if asked), then the drain (if asked) or the Job at once.
 fn begin_work(ctx: &Ctx<'_, '_>, node: &NodeInfo, steps: &mut Steps) -> NodeState {
-    steps.events.push(Event::normal(
-        "NodeStarted",
-        format!("Started the operation on node {}", node.name),
-    ));
+    steps.events.push(
+        Event::normal(
+            "NodeStarted",
+            format!("Started the operation on node {}", node.name),
+        )
+        .on(&node.name),
+    );
     let state = NodeState::Pending {
         job: objects::job_name(&ctx.owner, &node.name),
         before: node.boot_id.clone(),
@@ -216,17 +223,20 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
             steps.recheck(Duration::from_secs(1));
             return state;
         };
-        if !pods.to_evict.is_empty() || !pods.blocked.is_empty() {
+        if !pods.is_drained() {
             let waited = ctx.now.duration_since(*since);
             let out = drain
                 .timeout
                 .filter(|t| waited >= jiff::SignedDuration::try_from(*t).unwrap_or_default());
-            if let Some(timeout) = out {
-                let left: Vec<String> = pods
-                    .to_evict
-                    .keys()
+            if let Some(timeout) = out.filter(|_| drain.on_timeout == OnDrainTimeout::Fail) {
+                let left: Vec<String> = (pods.to_evict.keys())
                     .chain(pods.blocked.keys())
                     .map(ToString::to_string)
+                    .chain(
+                        pods.attached
+                            .iter()
+                            .map(|v| format!("volume attachment {v}")),
+                    )
                     .collect();
                 let message = format!(
                     "Drain timed out after {}s (spec.drainOptions.timeoutSeconds); pods left: {}",
@@ -236,6 +246,19 @@ fn pending(ctx: &Ctx<'_, '_>, node: &str, state: NodeState, steps: &mut Steps) -
                 return fail(ctx, node, None, message, steps);
             }
             steps.recheck(DRAIN_RECHECK);
+            if let Some(timeout) = out {
+                let after = format!("{}s", timeout.as_secs());
+                let delete = drain::to_delete(pods);
+                (steps.events).extend(delete.iter().map(|p| drain::deleted_event(p, node, &after)));
+                if !delete.is_empty() {
+                    steps.effects.push(NodeOpEffect::DeletePods {
+                        node: node.to_string(),
+                        pods: delete,
+                        grace_period_seconds: drain.options.grace_period_seconds,
+                    });
+                }
+                return state;
+            }
             let to_evict: Vec<_> = pods
                 .to_evict
                 .iter()
@@ -307,10 +330,13 @@ fn preflight(ctx: &Ctx<'_, '_>, node: &str, state: &NodeState, steps: &mut Steps
             state.clone()
         }
         PreflightView::Skip(reason) => {
-            steps.events.push(Event::normal(
-                "NodeSkipped",
-                format!("Node {node} skipped by preflight: {reason}"),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "NodeSkipped",
+                    format!("Node {node} skipped by preflight: {reason}"),
+                )
+                .on(node),
+            );
             NodeState::Completed {
                 job: None,
                 message: format!("Skipped by preflight: {reason}"),
@@ -355,10 +381,13 @@ fn running(
             fail(ctx, node, Some(job), message, steps)
         }
         JobView::Succeeded if ctx.settings.reboot => {
-            steps.events.push(Event::normal(
-                "Rebooting",
-                format!("Job {job} succeeded; node {node} reboots"),
-            ));
+            steps.events.push(
+                Event::normal(
+                    "Rebooting",
+                    format!("Job {job} succeeded; node {node} reboots"),
+                )
+                .on(node),
+            );
             reboot_pod(ctx, node, job, steps);
             steps.recheck(PROGRESS_RECHECK);
             NodeState::Rebooting {
@@ -423,7 +452,7 @@ fn rebooting(
     if let Some(message) = late.as_ref().filter(|m| told != Some(*m)) {
         steps
             .events
-            .push(Event::warning("RebootTimedOut", message.clone()));
+            .push(Event::warning("RebootTimedOut", message.clone()).on(node));
     }
     steps.recheck(WAIT_RECHECK);
     NodeState::Rebooting {
@@ -443,10 +472,9 @@ fn done(ctx: &Ctx<'_, '_>, node: &str, job: &str, rebooted: bool, steps: &mut St
         true => "Job and reboot completed successfully",
         false => "Job completed successfully",
     };
-    steps.events.push(Event::normal(
-        "NodeCompleted",
-        format!("Node {node}: {message}"),
-    ));
+    steps
+        .events
+        .push(Event::normal("NodeCompleted", format!("Node {node}: {message}")).on(node));
     NodeState::Completed {
         job: Some(job.to_string()),
         message: message.to_string(),
@@ -468,10 +496,9 @@ fn fail(
     {
         steps.effects.push(NodeOpEffect::Uncordon(change));
     }
-    steps.events.push(Event::warning(
-        "NodeFailed",
-        format!("Node {node}: {message}"),
-    ));
+    steps
+        .events
+        .push(Event::warning("NodeFailed", format!("Node {node}: {message}")).on(node));
     NodeState::Failed {
         job: job.map(str::to_string),
         message,

@@ -5,7 +5,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::LocalObjectReference;
 
 use crate::common::selector::Selector;
-use crate::node::drain::DrainOptions;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::{DrainOptions, OnDrainTimeout};
 use crate::nodeop::api::{
     DEFAULT_BACKOFF_LIMIT, DEFAULT_HOST_MOUNT_PATH, DEFAULT_IMAGE, DEFAULT_PREFLIGHT_DEADLINE,
     NodeOpSpec,
@@ -35,6 +36,10 @@ pub struct Settings {
 pub struct Drain {
     pub options: DrainOptions,
     pub timeout: Option<Duration>,
+    /// What the drain does once its timeout passed.
+    pub on_timeout: OnDrainTimeout,
+    /// The drain waits for the node's volumes to detach.
+    pub volumes: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +84,8 @@ pub fn settings(spec: &NodeOpSpec) -> Result<Settings, String> {
                 .and_then(|t| u64::try_from(t).ok())
                 .filter(|t| *t > 0)
                 .map(Duration::from_secs),
+            on_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
+            volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         });
     let preflight = spec.preflight.as_ref().map(|p| Preflight {
         command: p.command.clone(),

@@ -5,6 +5,8 @@ use kube::api::ObjectMeta;
 
 use super::*;
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::OnDrainTimeout;
 use crate::nodeop::api::{DrainOptions, NodeOpSpec, NodeStatus, PreflightSpec};
 
 mod properties;
@@ -310,6 +312,7 @@ fn pods(names: &[(&str, bool)]) -> PodsView {
             })
             .collect(),
         blocked: BTreeMap::new(),
+        attached: Vec::new(),
     }
 }
 
@@ -350,7 +353,85 @@ fn cordon_and_drain_come_before_the_job_and_the_cordon_goes_after_it() {
         d4.status.node_statuses["n1"].message.as_deref(),
         Some("Job completed successfully")
     );
+    let reasons: Vec<&str> = d4.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, ["NodeCompleted", "Completed"]);
+    assert_eq!(d4.events[0].node.as_deref(), Some("n1"));
+    assert_eq!(d4.events[1].node, None, "about the NodeOp, not a node");
+    let again = decide_with(
+        &with_status(op.clone(), &d4),
+        &nodes,
+        &seen,
+        "2026-11-25T10:01:10Z",
+    );
+    assert!(again.events.is_empty(), "told once: {:?}", again.events);
     assert!(d4.holds.is_empty());
+}
+
+#[test]
+fn a_cordon_kairos_operator_made_for_the_nodeop_is_given_back_after_a_takeover() {
+    let mut op = drained_op();
+    op.spec.drain_options = None;
+    let d1 = decide_with(&op, &[node("n1")], &Seen::default(), T0);
+    let job = jobs_created(&d1)[0].clone();
+    let op = with_status(op, &d1);
+    let mut kairos = node("n1");
+    kairos.unschedulable = true;
+    kairos.annotations.insert(
+        crate::node::cordon::KAIROS_CORDONED_BY.into(),
+        "default/op@0a1b".into(),
+    );
+    let mut seen = Seen::default();
+    seen.jobs.insert(job, JobView::Succeeded);
+    let d = decide_with(&op, &[kairos], &seen, "2026-11-25T10:01:00Z");
+    let [NodeOpEffect::Uncordon(c)] = &d.effects[..] else {
+        panic!("the cordon goes back: {:?}", d.effects);
+    };
+    assert_eq!(c.unschedulable, Some(false));
+    assert_eq!(
+        c.annotations.get(crate::node::cordon::KAIROS_CORDONED_BY),
+        Some(&None),
+        "with kairos-operator's record"
+    );
+}
+
+/// Which of kstatus' `Ready`, `Reconciling`, `Stalled` is `True`, with its reason.
+fn standing(d: &NodeOpDecision) -> (&str, &str) {
+    let on: Vec<_> = (d.status.conditions.iter())
+        .filter(|c| c.status == "True")
+        .collect();
+    assert_eq!(on.len(), 1, "one of the three: {:?}", d.status.conditions);
+    (on[0].type_.as_str(), on[0].reason.as_str())
+}
+
+#[test]
+fn kstatus_conditions_follow_the_phase() {
+    let mut op = drained_op();
+    op.spec.drain_options = None;
+    op.metadata.generation = Some(2);
+    let d1 = decide_with(&op, &[node("n1")], &Seen::default(), T0);
+    assert_eq!(standing(&d1), ("Reconciling", "Running"));
+    assert!(
+        d1.status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(2))
+    );
+    let job = jobs_created(&d1)[0].clone();
+    let op = with_status(op, &d1);
+    let mut seen = Seen::default();
+    seen.jobs.insert(job.clone(), JobView::Succeeded);
+    let done = decide_with(&op, &[node("n1")], &seen, "2026-11-25T10:01:00Z");
+    assert_eq!(standing(&done), ("Ready", "Completed"));
+    seen.jobs.insert(job, JobView::Failed(String::new()));
+    let failed = decide_with(&op, &[node("n1")], &seen, "2026-11-25T10:01:00Z");
+    assert_eq!(standing(&failed), ("Stalled", "Failed"));
+    let mut bad = drained_op();
+    bad.spec.node_selector = Some(LabelSelector {
+        match_expressions: Some(vec![Default::default()]),
+        ..Default::default()
+    });
+    let invalid = decide_with(&bad, &[node("n1")], &Seen::default(), T0);
+    assert_eq!(standing(&invalid).0, "Stalled");
 }
 
 #[test]
@@ -375,6 +456,79 @@ fn a_drain_past_its_timeout_fails_the_node_and_uncordon_on_failure_gives_the_cor
     assert!(message.ends_with("shop/db-0"), "{message}");
     assert!(matches!(&d.effects[..], [NodeOpEffect::Uncordon(_)]));
     assert!(jobs_created(&d).is_empty());
+}
+
+#[test]
+fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_then_runs_the_job() {
+    let mut op = drained_op();
+    op.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: Some(OnDrainTimeout::DeletePods),
+        wait_for_volume_detach: Some(true),
+        ..Default::default()
+    });
+    let op = with_status(
+        op.clone(),
+        &decide_with(&op, &[node("n1")], &Seen::default(), T0),
+    );
+    let nodes = [cordoned_by_op(node("n1"))];
+    let mut seen = Seen::default();
+    seen.drains
+        .insert("n1".into(), pods(&[("db-0", false), ("db-1", true)]));
+    let early = decide_with(&op, &nodes, &seen, "2026-11-25T10:04:59Z");
+    assert!(matches!(&early.effects[..], [NodeOpEffect::Evict { .. }]));
+    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:05:00Z");
+    assert_eq!(node_phase(&d, "n1"), "Pending", "the node goes on");
+    assert!(
+        matches!(&d.effects[..], [NodeOpEffect::DeletePods { pods, grace_period_seconds: Some(30), .. }]
+            if pods.len() == 1 && pods[0].name == "db-0"),
+        "only the pod not going already: {:?}",
+        d.effects
+    );
+    let events: Vec<(&str, &str)> = (d.events.iter())
+        .map(|e| (e.reason, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            "DrainDeletedPod",
+            "Deleted pod shop/db-0 from node n1: the drain did not evict it within 300s \
+             (spec.disruption.onDrainTimeout: DeletePods)"
+        )]
+    );
+    // The pods are gone, a volume is still attached: no Job yet, and past the timeout the
+    // volume is waited for (it cannot be deleted).
+    let mut volumes = pods(&[]);
+    volumes.attached = vec!["csi-1 (pv-a)".into()];
+    seen.drains.insert("n1".into(), volumes);
+    for at in ["2026-11-25T10:04:00Z", "2026-11-25T10:05:10Z"] {
+        let d = decide_with(&op, &nodes, &seen, at);
+        assert!(
+            jobs_created(&d).is_empty() && d.effects.is_empty(),
+            "{:?}",
+            d.effects
+        );
+        assert_eq!(node_phase(&d, "n1"), "Pending");
+    }
+    // With Fail, past the timeout the node fails naming the volume.
+    let mut failing = op.clone();
+    failing.spec.disruption = None;
+    failing.spec.disruption = Some(DisruptionSpec {
+        on_drain_timeout: None,
+        wait_for_volume_detach: Some(true),
+        ..Default::default()
+    });
+    let d = decide_with(&failing, &nodes, &seen, "2026-11-25T10:05:10Z");
+    assert_eq!(node_phase(&d, "n1"), "Failed");
+    let message = d.status.node_statuses["n1"].message.clone();
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("volume attachment csi-1 (pv-a)")),
+        "{message:?}"
+    );
+    seen.drains.insert("n1".into(), pods(&[]));
+    let d = decide_with(&op, &nodes, &seen, "2026-11-25T10:04:00Z");
+    assert_eq!(jobs_created(&d).len(), 1, "drained: the Job runs");
 }
 
 #[test]
@@ -813,6 +967,7 @@ fn a_silence_without_matchers_is_an_invalid_spec_and_starts_nothing() {
     let op = nodeop(NodeOpSpec {
         disruption: Some(crate::node::disruption::DisruptionSpec {
             silence: Some(Default::default()),
+            ..Default::default()
         }),
         ..Default::default()
     });

@@ -157,7 +157,23 @@ impl Rollout {
             type_,
             reason,
             message,
+            node: None,
+            quiet: false,
         });
+    }
+
+    /// An event about `node` (what notifications name).
+    pub(super) fn node_event(
+        &mut self,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+        node: &str,
+    ) {
+        self.event(type_, reason, message);
+        if let Some(e) = self.events.last_mut() {
+            e.node = Some(node.to_string());
+        }
     }
 
     pub(super) fn requeue(&mut self, after: Duration) {

@@ -795,6 +795,7 @@ spec:
                 }],
                 ..Default::default()
             }),
+            ..Default::default()
         });
         assert_eq!(digest_values(&p).expect("digest"), before);
         assert!(!before[0].contains("disruption"));

@@ -31,6 +31,7 @@ mod jobs;
 pub mod lint;
 mod node_labels;
 pub mod node_state;
+pub mod notices;
 mod plan_nodes;
 pub mod promotion;
 pub mod reboot;
@@ -176,6 +177,8 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     }
     st.observed_generation = plan.metadata.generation;
     cond::kstatus(&mut st, &now_text, plan.metadata.generation);
+    let name = plan.metadata.name.as_deref().unwrap_or_default();
+    out.events.extend(notices::of(name, &old, &st));
     let summary = report::summary(input, &read, &st, &out.node_patches);
     let holds = decision::applying_nodes(&st.applying, read.iter().map(|r| (r.hostname(), r.node)));
     out.into_decision(st, holds, summary)

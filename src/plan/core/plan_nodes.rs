@@ -9,6 +9,7 @@ use super::facts::{Facts, Steps};
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
+use super::notices;
 use super::report::{Situation, fail_complete, report};
 use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
@@ -366,15 +367,18 @@ fn apply_actions(
                     name: facts.job_name(node),
                     reason,
                 }),
-                NodeAction::MarkDone { uncordon } => out.node_patches.push(NodeChange {
-                    labels: done_labels(facts)
-                        .into_iter()
-                        .map(|(k, v)| (k, Some(v)))
-                        .collect(),
-                    annotations: forget_cordon(node, uncordon),
-                    unschedulable: uncordon.then_some(false),
-                    ..NodeChange::of(&node.name)
-                }),
+                NodeAction::MarkDone { uncordon } => {
+                    out.node_patches.push(NodeChange {
+                        labels: done_labels(facts)
+                            .into_iter()
+                            .map(|(k, v)| (k, Some(v)))
+                            .collect(),
+                        annotations: forget_cordon(node, uncordon),
+                        unschedulable: uncordon.then_some(false),
+                        ..NodeChange::of(&node.name)
+                    });
+                    out.events.push(notices::done(facts.name, &node.name));
+                }
                 NodeAction::Quarantine { uncordon } => {
                     let key = failure::quarantine_key(facts.name);
                     out.node_patches.push(NodeChange {
@@ -390,7 +394,7 @@ fn apply_actions(
                     ..NodeChange::of(&node.name).cordon(false)
                 }),
                 NodeAction::Warn { reason, message } => {
-                    out.event(EventType::Warning, reason, message)
+                    out.node_event(EventType::Warning, reason, message, &node.name)
                 }
                 NodeAction::Recheck(after) => out.requeue(after),
             }

@@ -241,6 +241,7 @@ mod tests {
         assert_eq!(validate(&p), Ok(()));
         p.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
             silence: Some(Default::default()),
+            ..Default::default()
         });
         let e = crate::plan::core::validate(&p, &Default::default()).unwrap_err();
         assert_eq!(

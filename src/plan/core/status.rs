@@ -96,7 +96,7 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
     )?;
     super::hooks::read(plan)?;
     if let Some(disruption) = &spec.disruption {
-        crate::node::disruption::validate(disruption, "spec.disruption")?;
+        crate::node::disruption::validate_for_plan(disruption, "spec.disruption")?;
     }
     super::promotion::validate(plan)?;
     if let Some(window) = &spec.window {

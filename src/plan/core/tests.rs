@@ -299,8 +299,22 @@ fn complete(st: &PlanStatus) -> (String, String, String) {
     )
 }
 
+/// The reasons of the Kubernetes Events a decision publishes (quiet ones go to notifications
+/// only: [`quiet`]).
 fn reasons(r: &Rollout) -> Vec<&'static str> {
-    r.events.iter().map(|e| e.reason).collect()
+    r.events
+        .iter()
+        .filter(|e| !e.quiet)
+        .map(|e| e.reason)
+        .collect()
+}
+
+fn quiet(r: &Rollout) -> Vec<&'static str> {
+    r.events
+        .iter()
+        .filter(|e| e.quiet)
+        .map(|e| e.reason)
+        .collect()
 }
 
 #[test]
@@ -320,6 +334,7 @@ fn first_decision_resolves_hashes_and_selects_without_exceeding_concurrency() {
     assert_eq!(st.applying.len(), 2);
     assert_eq!(r.create_jobs.len(), 2);
     assert_eq!(reasons(&r), vec!["Validated", "Resolved", "SyncJob"]);
+    assert_eq!(quiet(&r), ["NodeStarted", "NodeStarted"]);
     for j in &r.create_jobs {
         let node = label(j, labels::NODE).expect("node label");
         assert!(
@@ -707,6 +722,11 @@ fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     w.now = now() + jiff::SignedDuration::from_secs(301);
     let r = w.step();
     assert_eq!(reasons(&r), vec!["Progress"], "half of the nodes are done");
+    assert_eq!(
+        quiet(&r),
+        ["NodeDone", "NodeStarted"],
+        "one done, the next started"
+    );
     let labels = &done_patch(&r).labels;
     assert_eq!(
         labels.get("upgraded-to").cloned().flatten().as_deref(),
@@ -953,7 +973,11 @@ fn a_reboot_holds_the_slot_until_the_node_is_back_with_a_new_boot() {
         .unschedulable = true;
     w.finish(&job_name, "Complete", now(), "", "");
     let r = w.step();
-    assert!(r.events.is_empty(), "the per-node story is in status.nodes");
+    assert!(
+        reasons(&r).is_empty(),
+        "the per-node story is in status.nodes"
+    );
+    assert_eq!(quiet(&r), ["NodeRebooting"], "and in notifications");
     assert_eq!(r.status.nodes[0].phase, NodePhase::Rebooting);
     assert_eq!(
         r.create_pods.len(),

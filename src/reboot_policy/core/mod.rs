@@ -112,6 +112,12 @@ pub enum RebootEffect {
         pods: Vec<PodKey>,
         grace_period_seconds: Option<i64>,
     },
+    /// Delete each pod: the drain's timeout passed (`onDrainTimeout: DeletePods`).
+    Delete {
+        node: String,
+        pods: Vec<PodKey>,
+        grace_period_seconds: Option<i64>,
+    },
     /// Have the node reboot from boot `before`: a reboot pod, or `reboot-ok=true` for an
     /// update-agent. Asked again on every look until the node has rebooted (both are idempotent).
     Reboot {
@@ -253,10 +259,11 @@ fn into_decision(
                 reason,
                 message,
             } => {
-                decision.events.push(match warning {
+                let event = match warning {
                     true => Event::warning(reason, message),
                     false => Event::normal(reason, message),
-                });
+                };
+                decision.events.push(event.on(&node));
                 continue;
             }
             RebootAction::MarkConditions(marker) => RebootEffect::Annotate(
@@ -271,6 +278,14 @@ fn into_decision(
                     .and_then(|v| v.drain.as_ref())
                     .map(|d| d.to_evict.clone())
                     .unwrap_or_default(),
+                grace_period_seconds: spec
+                    .drain
+                    .as_ref()
+                    .and_then(|(_, o)| o.grace_period_seconds),
+                node,
+            },
+            RebootAction::DeletePods(pods) => RebootEffect::Delete {
+                pods,
                 grace_period_seconds: spec
                     .drain
                     .as_ref()

@@ -17,6 +17,7 @@ use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
 use crate::node::budget::Budget;
+use crate::node::drain::{self, OnDrainTimeout, PodKey};
 use crate::node::handoff::{self, Handoff};
 use crate::node::reboot::HealthObservation;
 use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase, RebootRecord};
@@ -68,6 +69,8 @@ pub enum RebootAction {
     Cordon,
     /// Evict the pods the drain still has to move.
     Drain,
+    /// Delete these pods: the drain's timeout passed (`onDrainTimeout: DeletePods`).
+    DeletePods(Vec<PodKey>),
     /// Have the node reboot from boot `before`: a reboot pod, or `reboot-ok=true` for an
     /// update-agent. Asked again on every look until the node has rebooted (both are idempotent).
     Reboot { signal: Signal, before: String },
@@ -313,6 +316,9 @@ fn draining(
     if drained {
         // The hand-off asks for the reboot while the boot is unchanged.
         if view.node.boot_id == before {
+            if settings.drain_timeout.is_some() {
+                d.event(name, false, "Drained", format!("Node {name} drained"));
+            }
             ask_again(signals, name, signal, view, d);
         }
         let next = RebootState::Rebooting {
@@ -324,10 +330,12 @@ fn draining(
         return rebooting(settings, name, next, view, now, d);
     }
     let timeout = settings.drain_timeout.unwrap_or_default();
-    if elapsed(since, now) >= timeout {
+    let late = elapsed(since, now) >= timeout;
+    if late && settings.on_drain_timeout == OnDrainTimeout::Fail {
         return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
     }
-    let message = match &view.drain {
+    let mut message = match &view.drain {
+        Some(v) if v.volumes_only => v.waiting_for.join("; "),
         Some(v) if !v.waiting_for.is_empty() => format!(
             "{} pods left to evict: {}",
             v.remaining,
@@ -337,7 +345,22 @@ fn draining(
         None => "draining".into(),
     };
     ask_again(signals, name, signal, view, d);
-    d.act(name, RebootAction::Drain);
+    match view.drain.as_ref().filter(|_| late) {
+        Some(drain) => {
+            let after = GoDuration::from_std(timeout).to_string();
+            for pod in &drain.to_delete {
+                let e = drain::deleted_event(pod, name, &after);
+                d.event(name, true, e.reason, e.message);
+            }
+            if !drain.to_delete.is_empty() {
+                d.act(name, RebootAction::DeletePods(drain.to_delete.clone()));
+            }
+            // Volumes are not deleted: they are waited for.
+            let doing = if drain.volumes_only { "" } else { "deleting " };
+            message = format!("the drain did not finish within {after}; {doing}{message}");
+        }
+        None => d.act(name, RebootAction::Drain),
+    }
     let next = RebootState::Draining {
         signal,
         before,

@@ -10,7 +10,8 @@ use super::signals::Signals;
 use crate::common::duration::GoDuration;
 use crate::common::selector::Selector;
 use crate::common::window::TimeWindow;
-use crate::node::drain::DrainOptions;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::drain::{DrainOptions, OnDrainTimeout};
 use crate::node::handoff::{GatePolicy, HandoffPolicy};
 use crate::node::reboot::{DEFAULT_HEALTH_TIMEOUT, DEFAULT_TIMEOUT, HealthGate, HealthGateSpec};
 use crate::reboot_policy::api::{RebootBlockers, RebootDrain, RebootPolicySpec, RebootRecord};
@@ -24,6 +25,8 @@ pub struct PolicySettings {
     pub window_closed: Option<Option<Timestamp>>,
     /// `None`: cordon only; else the drain's timeout.
     pub drain_timeout: Option<Duration>,
+    /// What the drain does once its timeout passed.
+    pub on_drain_timeout: OnDrainTimeout,
     pub handoff: HandoffPolicy,
     /// Set when Prometheus holds every reboot: which alerts fire, or why it could not be asked.
     pub alerts: Option<String>,
@@ -52,6 +55,9 @@ pub struct PolicySpec {
     pub signals: Signals,
     /// `None`: cordon only.
     pub drain: Option<(Duration, DrainOptions)>,
+    pub on_drain_timeout: OnDrainTimeout,
+    /// The drain waits for the node's volumes to detach.
+    pub volumes: bool,
     pub timeout: Duration,
     pub health_gate: Option<HealthGate>,
     pub blocking_pods: Vec<Selector>,
@@ -113,6 +119,8 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         window,
         signals: Signals::of(spec.signals.as_ref()),
         drain,
+        on_drain_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
+        volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         timeout: duration_field(spec.timeout.as_deref(), "spec.timeout", DEFAULT_TIMEOUT)?,
         health_gate,
         blocking_pods,
@@ -213,6 +221,7 @@ impl PolicySpec {
                 .filter(|w| !w.contains(now))
                 .map(|w| w.next_opening(now)),
             drain_timeout: self.drain.as_ref().map(|(t, _)| *t),
+            on_drain_timeout: self.on_drain_timeout,
             handoff: HandoffPolicy {
                 timeout: self.timeout,
                 health_gate: self.health_gate.as_ref().map(|g| GatePolicy {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::node::NodeInfo;
 use crate::node::budget::Budget;
+use crate::node::drain::{OnDrainTimeout, PodKey};
 
 static NO_BUDGET: Budget = Budget::unlimited();
 use crate::node::handoff::{GatePolicy, Handoff, HandoffPolicy, Stage};
@@ -52,6 +53,7 @@ fn settings(concurrency: usize) -> PolicySettings {
         paused: false,
         window_closed: None,
         drain_timeout: Some(Duration::from_secs(600)),
+        on_drain_timeout: OnDrainTimeout::Fail,
         handoff: HandoffPolicy {
             timeout: Duration::from_secs(900),
             health_gate: None,
@@ -111,6 +113,16 @@ fn actions_of<'a>(d: &'a NodeSteps, name: &str) -> Vec<&'a RebootAction> {
         .iter()
         .filter(|(n, a)| n == name && !matches!(a, RebootAction::Event { .. }))
         .map(|(_, a)| a)
+        .collect()
+}
+
+fn reasons_of(d: &NodeSteps, name: &str) -> Vec<&'static str> {
+    d.actions
+        .iter()
+        .filter_map(|(n, a)| match a {
+            RebootAction::Event { reason, .. } if n == name => Some(*reason),
+            _ => None,
+        })
         .collect()
 }
 
@@ -410,9 +422,12 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
         remaining: 2,
         waiting_for: vec!["shop/web-1: PodDisruptionBudget shop/web allows no disruption".into()],
         to_evict: vec![],
+        to_delete: vec![],
+        volumes_only: false,
     });
     let d = run(&settings(1), &states, &[v.clone()], at(30));
     assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
+    assert!(reasons_of(&d, "a").is_empty(), "not drained yet");
     assert!(
         d.nodes[0]
             .message
@@ -429,6 +444,8 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     };
     assert_eq!(actions_of(&d, "a"), vec![&reboot]);
     assert_eq!(d.nodes[0].phase, RebootPhase::Rebooting);
+    // Each step told once, in order (what notifications hear).
+    assert_eq!(reasons_of(&d, "a"), vec!["Drained", "Rebooting"]);
 
     // Asked again while the boot is unchanged (a crash may have lost the first ask)...
     let d2 = run(&settings(1), &d.states, &[view(&n)], at(50));
@@ -573,6 +590,8 @@ fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
         remaining: 1,
         waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
         to_evict: vec![],
+        to_delete: vec![],
+        volumes_only: false,
     });
     let d = run(&settings(1), &states, &[v.clone()], at(600));
     assert_eq!(
@@ -603,6 +622,108 @@ fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
 }
 
 #[test]
+fn a_drain_past_its_timeout_deletes_the_pods_left_when_asked_then_reboots() {
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let mut n = asking("a");
+    n.unschedulable = true;
+    let primary = PodKey {
+        namespace: "db".into(),
+        name: "primary".into(),
+    };
+    let mut v = view(&n);
+    v.drain = Some(DrainView {
+        remaining: 1,
+        waiting_for: vec!["db/primary".into()],
+        to_evict: vec![primary.clone()],
+        to_delete: vec![primary.clone()],
+        volumes_only: false,
+    });
+    let s = PolicySettings {
+        on_drain_timeout: OnDrainTimeout::DeletePods,
+        ..settings(1)
+    };
+    let before = run(&s, &states, &[v.clone()], at(599));
+    assert_eq!(actions_of(&before, "a"), vec![&RebootAction::Drain]);
+    let d = run(&s, &states, &[v.clone()], at(600));
+    assert_eq!(
+        actions_of(&d, "a"),
+        vec![&RebootAction::DeletePods(vec![primary.clone()])]
+    );
+    let events: Vec<(&bool, &str, &String)> = (d.actions.iter())
+        .filter_map(|(_, a)| match a {
+            RebootAction::Event {
+                warning,
+                reason,
+                message,
+            } => Some((warning, *reason, message)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            &true,
+            "DrainDeletedPod",
+            &"Deleted pod db/primary from node a: the drain did not evict it within 10m0s \
+              (spec.disruption.onDrainTimeout: DeletePods)"
+                .to_string()
+        )]
+    );
+    assert!(matches!(d.states["a"], RebootState::Draining { .. }));
+    assert_eq!(
+        d.nodes[0].message.as_deref(),
+        Some("the drain did not finish within 10m0s; deleting 1 pods left to evict: db/primary")
+    );
+    assert_eq!(d.rebooting, 1, "the node keeps its slot");
+    // The pod goes: the reboot is asked for.
+    v.drain = Some(DrainView::default());
+    let done = run(&s, &d.states, &[v], at(605));
+    assert!(matches!(done.states["a"], RebootState::Rebooting { .. }));
+}
+
+#[test]
+fn volumes_still_attached_hold_the_reboot_and_fail_the_drain_past_its_timeout() {
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let mut n = asking("a");
+    n.unschedulable = true;
+    let mut v = view(&n);
+    let pods = crate::node::drain::PodsView {
+        attached: vec!["csi-1 (pv-a)".into()],
+        ..Default::default()
+    };
+    v.drain = Some(DrainView::of(&pods));
+    let s = PolicySettings {
+        on_drain_timeout: OnDrainTimeout::DeletePods,
+        ..settings(1)
+    };
+    let d = run(&s, &states, &[v.clone()], at(60));
+    assert!(
+        matches!(d.states["a"], RebootState::Draining { .. }),
+        "no reboot yet"
+    );
+    assert_eq!(
+        d.nodes[0].message.as_deref(),
+        Some("waiting for volume attachment csi-1 (pv-a) to detach")
+    );
+    let d = run(&s, &states, &[v.clone()], at(600));
+    assert!(
+        matches!(d.states["a"], RebootState::Draining { .. }),
+        "waited for"
+    );
+    assert_eq!(
+        d.nodes[0].message.as_deref(),
+        Some(
+            "the drain did not finish within 10m0s; waiting for volume attachment csi-1 (pv-a) to detach"
+        )
+    );
+    assert!(actions_of(&d, "a").is_empty(), "{:?}", d.actions);
+    // With Fail, the volume fails the drain like a pod would.
+    let d = run(&settings(1), &states, &[v], at(600));
+    assert!(matches!(d.states["a"], RebootState::DrainFailed { .. }));
+    assert_eq!(d.nodes[0].reason.as_deref(), Some(DRAIN_TIMED_OUT));
+}
+
+#[test]
 fn a_node_that_rebooted_on_its_own_during_the_drain_goes_straight_to_its_hand_off() {
     let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
     let mut n = asking("a");
@@ -613,6 +734,8 @@ fn a_node_that_rebooted_on_its_own_during_the_drain_goes_straight_to_its_hand_of
         [RebootAction::Finish { .. }]
     ));
     assert!(d.states.is_empty());
+    // Never drained: no Drained event, only the way back.
+    assert_eq!(reasons_of(&d, "a"), vec!["Rebooting", "Rebooted"]);
 }
 
 #[test]
@@ -935,6 +1058,7 @@ fn soaking_nodes_come_from_the_latest_reboots() {
     let bad = crate::reboot_policy::api::RebootPolicySpec {
         disruption: Some(crate::node::disruption::DisruptionSpec {
             silence: Some(Default::default()),
+            ..Default::default()
         }),
         ..Default::default()
     };

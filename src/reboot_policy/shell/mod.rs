@@ -31,7 +31,7 @@ use crate::node::drain::PodsView;
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::node::reboot::HealthObservation;
-use crate::node::shell::{evict_all, gate_pods, pods_view};
+use crate::node::shell::{delete_all, evict_all, gate_pods, pods_view};
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
 use crate::reboot_policy::core::pod::{
     PolicyPod, REBOOT_POLICY_LABEL, policy_reboot_pod_name, render_policy_reboot_pod,
@@ -303,7 +303,8 @@ impl Operation for PolicyOperation {
         for (name, state) in &states {
             match (state, &s.drain, &s.health_gate) {
                 (RebootState::Draining { .. }, Some((_, options)), _) => {
-                    drains.insert(name.clone(), pods_view(client, name, options).await?);
+                    let view = pods_view(client, name, options, s.volumes).await?;
+                    drains.insert(name.clone(), view);
                 }
                 (RebootState::Rebooting { .. }, _, Some(gate)) => {
                     health.insert(name.clone(), gate_pods(client, gate, name).await?);
@@ -389,6 +390,14 @@ impl Operation for PolicyOperation {
                     *grace_period_seconds,
                 )
                 .await;
+            }
+            RebootEffect::Delete {
+                node,
+                pods,
+                grace_period_seconds,
+            } => {
+                info!(rebootpolicy = %name, node = %node, ?pods, "deleting the pods the drain left");
+                delete_all(chores.client(), pods, *grace_period_seconds).await?;
             }
             RebootEffect::Reboot {
                 node,

@@ -330,9 +330,11 @@ impl HoldSource for Objects {
 async fn the_silences_wanted_are_the_held_nodes_of_the_objects_that_ask() {
     let asks = Some(DisruptionSpec {
         silence: Some(spec()),
+        ..Default::default()
     });
     let invalid = Some(DisruptionSpec {
         silence: Some(SilenceSpec::default()),
+        ..Default::default()
     });
     let plan = |name: &str| Holder::Plan {
         namespace: "ns".into(),
@@ -376,6 +378,7 @@ async fn without_alertmanager_each_object_that_asks_is_told_once() {
         vec!["n1"],
         Some(DisruptionSpec {
             silence: Some(spec()),
+            ..Default::default()
         }),
     )]))];
     let shared = shared_with(&api.client(), vec![], sources);

@@ -324,3 +324,47 @@ fn run(script: &Path, cluster: &Cluster, name: &str) {
         .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
     assert!(status.success(), "{} {name}: {status}", script.display());
 }
+
+/// A Deployment `app` of busybox pods that are Ready at once and end at once on SIGTERM (a drain
+/// of them is quick), placed by `placement` (pod spec lines, such as a `nodeSelector`, indented
+/// by 6), with a PodDisruptionBudget when `min_available` says so: what the real scenes drain.
+pub fn sleepers(
+    ns: &str,
+    app: &str,
+    replicas: u32,
+    placement: &str,
+    min_available: Option<u32>,
+) -> String {
+    let mut yaml = format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {app}, namespace: {ns}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {app}}}}}
+  template:
+    metadata: {{labels: {{app: {app}}}}}
+    spec:
+{placement}
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: {app}
+        image: busybox:1.37
+        command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
+        readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
+"#
+    );
+    if let Some(min) = min_available {
+        yaml.push_str(&format!(
+            r#"---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: {app}, namespace: {ns}}}
+spec:
+  minAvailable: {min}
+  selector: {{matchLabels: {{app: {app}}}}}
+"#
+        ));
+    }
+    yaml
+}

@@ -108,7 +108,7 @@ impl World {
                     c.apply_to(n);
                 }
             }
-            NodeOpEffect::Evict { .. } => {}
+            NodeOpEffect::Evict { .. } | NodeOpEffect::DeletePods { .. } => {}
             NodeOpEffect::CreatePod(pod) => {
                 let node = pod
                     .spec
