@@ -1127,14 +1127,32 @@ impl Evidence {
 }
 
 /// Rights of the maintenance component the run cannot exercise, each with the reason.
-const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
-    "events.k8s.io",
-    "events",
-    "patch",
-    "an Event of a NodeMaintenance repeated while the recorder remembers it becomes a series (a \
+const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
+    (
+        "events.k8s.io",
+        "events",
+        "patch",
+        "an Event of a NodeMaintenance repeated while the recorder remembers it becomes a series (a \
      patch): a drain that goes from blocked to draining and back is blocked again with the same \
      message. The run below publishes each of its Events once.",
-)];
+    ),
+    (
+        "",
+        "pods",
+        "delete",
+        "a drain past its timeout with spec.disruption.onDrainTimeout: DeletePods deletes the pods \
+         left; this run's maintenance does not ask for it (real_ops::a_node_maintenance_drains_a_real_node_and_gives_it_back \
+         does, and the unit tests of each kind).",
+    ),
+    (
+        "storage.k8s.io",
+        "volumeattachments",
+        "list",
+        "a drain with spec.disruption.waitForVolumeDetach reads the node's VolumeAttachments once \
+         its pods are gone; this run's maintenance does not ask for it (real_ops::a_node_maintenance_drains_a_real_node_and_gives_it_back \
+         does).",
+    ),
+];
 
 /// `kubectl apply -k` of an overlay of deploy/ with one of its components, as a user would write it.
 async fn apply_with_component(cluster: &support::Cluster, install: &mut Install, component: &str) {
@@ -1994,22 +2012,51 @@ async fn upgrade_the_node_through_its_budget(
 }
 
 /// The kairos component's rights the run above need not use.
-const KAIROS_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
-    "events.k8s.io",
-    "events",
-    "patch",
-    "an Event of a NodeOp repeated while the recorder remembers it becomes a series (a patch). \
+const KAIROS_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
+    (
+        "events.k8s.io",
+        "events",
+        "patch",
+        "an Event of a NodeOp repeated while the recorder remembers it becomes a series (a patch). \
          The run above publishes each of its Events once.",
-)];
+    ),
+    (
+        "storage.k8s.io",
+        "volumeattachments",
+        "list",
+        "a drain with spec.disruption.waitForVolumeDetach reads the node's VolumeAttachments once \
+         its pods are gone; this run's NodeOp does not ask for it (real_ops::a_node_maintenance_drains_a_real_node_and_gives_it_back \
+         does).",
+    ),
+];
 
 /// The RebootPolicy component's rights the run above need not use.
-const POLICY_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[(
-    "events.k8s.io",
-    "events",
-    "patch",
-    "an Event of a RebootPolicy repeated while the recorder remembers it becomes a series (a \
+const POLICY_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
+    (
+        "events.k8s.io",
+        "events",
+        "patch",
+        "an Event of a RebootPolicy repeated while the recorder remembers it becomes a series (a \
      patch): a node that fails its reboot twice. The run above publishes each of its Events once.",
-)];
+    ),
+    (
+        "",
+        "pods",
+        "delete",
+        "a drain past its timeout with spec.disruption.onDrainTimeout: DeletePods deletes the pods \
+         left; cluster-wide because the pods a drain deletes are in every namespace; this run's policy \
+         deletes only its reboot pods, in its own namespace (real_ops::a_node_maintenance_drains_a_real_node_and_gives_it_back \
+         deletes a workload's pod past the timeout, and the unit tests of each kind).",
+    ),
+    (
+        "storage.k8s.io",
+        "volumeattachments",
+        "list",
+        "a drain with spec.disruption.waitForVolumeDetach reads the node's VolumeAttachments once \
+         its pods are gone; this run's policy does not ask for it (real_ops::a_node_maintenance_drains_a_real_node_and_gives_it_back \
+         does).",
+    ),
+];
 
 /// A kubeconfig that authenticates as deploy/'s ServiceAccount with a fresh token, and the token's
 /// ID, which marks its requests in the audit log.
