@@ -164,15 +164,19 @@ async fn events_of(
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill() {
-    let Some(s) = Scene::new("silence")
-        .nodes(2)
+/// `nodes` nodes for a scene whose controller reconciles every RebootPolicy of the cluster.
+async fn policy_scene(name: &str, nodes: usize) -> Option<Scene> {
+    Scene::new(name)
+        .nodes(nodes)
         .cluster_wide()
         .crds(&["rebootpolicies.slipway.dev"])
         .start()
         .await
-    else {
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill() {
+    let Some(s) = policy_scene("silence", 2).await else {
         return;
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -218,13 +222,7 @@ async fn a_reboot_holds_a_silence_expired_after_it_even_across_a_controller_kill
 /// No Alertmanager configured: the policy that asks is told so, once, and its reboots go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_alertmanager_the_policy_is_told_once_and_reboots_anyway() {
-    let Some(s) = Scene::new("unsilenced")
-        .nodes(1)
-        .cluster_wide()
-        .crds(&["rebootpolicies.slipway.dev"])
-        .start()
-        .await
-    else {
+    let Some(s) = policy_scene("unsilenced", 1).await else {
         return;
     };
     let env = [("SLIPWAY_REBOOT_POLICIES", "true")];
