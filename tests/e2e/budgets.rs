@@ -280,19 +280,21 @@ async fn the_kill_switch_stops_new_starts() {
 /// Staged promotion and a version's minimum age need no budget: shared scenes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_staged_plan_waits_for_the_other() {
-    let s = Scene::new("staged").nodes(3).start().await;
-    let Some((s, _controller)) = with_controller(s).await else {
+    let Some(s) = Scene::new("staged").nodes(3).start().await else {
         return;
     };
+    // Plans only: a controller of the cluster-wide kinds would decide for other scenes' objects.
+    let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
     a_staged_plan_waits_for_the_other_and_its_soak(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_young_channel_version_waits() {
-    let s = Scene::new("young").nodes(3).start().await;
-    let Some((s, _controller)) = with_controller(s).await else {
+    let Some(s) = Scene::new("young").nodes(3).start().await else {
         return;
     };
+    // Plans only: a controller of the cluster-wide kinds would decide for other scenes' objects.
+    let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &[]);
     a_young_channel_version_waits_for_its_age(&s).await;
 }
 

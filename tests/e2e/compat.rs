@@ -30,7 +30,7 @@ use std::time::Duration;
 use crate::support::process::ChildProcess;
 use crate::support::scene::{POOL_LABEL as SCENE_POOL, Scene};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -368,6 +368,7 @@ async fn wait_crd(cluster: &support::Cluster) {
 async fn settle(client: &kube::Client, ns: &str, log: &Path) {
     let plans = Api::<Plan>::namespaced(client.clone(), ns);
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
     support::wait_for("every Plan to settle", Duration::from_secs(180), || async {
         let plans = plans.list(&ListParams::default()).await?;
         let jobs = jobs.list(&ListParams::default()).await?;
@@ -377,16 +378,41 @@ async fn settle(client: &kube::Client, ns: &str, log: &Path) {
             .filter_map(|p| plan_settled(p, &jobs.items).err())
             .collect();
         if unsettled.is_empty() {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!(
-                "{}\n{}",
-                unsettled.join("\n"),
-                support::log_tail(log)
-            ))
+            return Ok(());
         }
+        Err(anyhow::anyhow!(
+            "{}\npods not finished:\n{}\n{}",
+            unsettled.join("\n"),
+            unfinished_pods(&pods, ns).await?.join("\n"),
+            support::log_tail(log)
+        ))
     })
     .await
+}
+
+/// The Jobs' pods not finished: where each is and why not (the Jobs wait on them).
+async fn unfinished_pods(pods: &Api<Pod>, ns: &str) -> anyhow::Result<Vec<String>> {
+    let listed = pods.list(&ListParams::default()).await?;
+    Ok((listed.items.iter())
+        .filter_map(|p| {
+            let status = p.status.as_ref()?;
+            let phase = status.phase.as_deref().unwrap_or("?");
+            if phase == "Succeeded" || phase == "Failed" {
+                return None;
+            }
+            let node = p
+                .spec
+                .as_ref()?
+                .node_name
+                .as_deref()
+                .unwrap_or("unscheduled");
+            let why: Vec<String> = (status.conditions.iter().flatten())
+                .filter(|c| c.status != "True")
+                .map(|c| format!("{}={}", c.type_, c.reason.as_deref().unwrap_or("")))
+                .collect();
+            Some(format!("{ns}/{} on {node}: {phase} {why:?}", p.name_any()))
+        })
+        .collect())
 }
 
 fn plan_settled(plan: &Plan, jobs: &[Job]) -> Result<(), String> {

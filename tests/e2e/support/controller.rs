@@ -30,6 +30,13 @@ pub const FAST_ELECTION: [(&str, &str); 3] = [
     ("CATTLE_ELECTION_RETRY_PERIOD", "1s"),
 ];
 
+/// The switches of the operations whose objects a controller watches in every namespace.
+const CLUSTER_WIDE_SWITCHES: [&str; 3] = [
+    "SLIPWAY_REBOOT_POLICIES",
+    "SLIPWAY_MAINTENANCE",
+    "SLIPWAY_NODEOPS",
+];
+
 /// A `slipway run` process for one test; killed when dropped (unless built with
 /// [`ControllerBuilder::stop_on_drop`]). Every [`ChildProcess`] method works on it.
 pub struct ControllerProcess {
@@ -267,8 +274,20 @@ impl ControllerBuilder {
         self
     }
 
-    /// Starts the controller.
+    /// Starts the controller. One that reconciles a cluster-wide kind must belong to a scene
+    /// that may run it ([`super::scene::may_run_cluster_wide`]).
     pub fn start(self) -> ControllerProcess {
+        let wide = (self.env.iter())
+            .filter(|(k, v)| CLUSTER_WIDE_SWITCHES.contains(&k.as_str()) && v == "true")
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>();
+        if let Some(ns) = &self.namespace {
+            assert!(
+                wide.is_empty() || super::scene::may_run_cluster_wide(ns),
+                "{ns}: a controller with {wide:?} decides for every scene's objects of those \
+                 kinds; its scene must be of CLUSTER_WIDE, alone, or on a cluster of its own"
+            );
+        }
         let name = match (&self.namespace, &self.replica) {
             (Some(ns), Some(id)) => format!("slipway-{ns}-{id}"),
             (Some(ns), None) => format!("slipway-{ns}"),

@@ -27,6 +27,7 @@
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -51,7 +52,20 @@ pub enum Sharing {
 
 /// The group of scenes whose controllers reconcile cluster-wide kinds: NodeMaintenances,
 /// RebootPolicies, NodeOps (watched in every namespace).
-pub const CLUSTER_WIDE: Sharing = Sharing::Group("cluster-wide kinds");
+pub const CLUSTER_WIDE: Sharing = Sharing::Group(CLUSTER_WIDE_GROUP);
+const CLUSTER_WIDE_GROUP: &str = "cluster-wide kinds";
+
+/// The namespaces of the scenes whose controller may reconcile the cluster-wide kinds: those of
+/// [`CLUSTER_WIDE`], alone, or on a cluster of their own. A controller of another scene would
+/// decide for the cluster-wide scenes' objects beside their own controller.
+static WIDE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Whether the scene of namespace `ns` may run a controller of the cluster-wide kinds.
+pub fn may_run_cluster_wide(ns: &str) -> bool {
+    WIDE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(ns)
+}
 
 /// How a scene is set up; see [`Scene::new`].
 pub struct SceneBuilder {
@@ -167,6 +181,9 @@ impl SceneBuilder {
         super::install_crds(&client, &crds).await;
         let ns = TestNamespace::create(&cluster, &self.name).await;
         let pool = ns.name().to_string();
+        if self.alone || self.own_cluster.is_some() || self.groups.contains(CLUSTER_WIDE_GROUP) {
+            (WIDE.lock().unwrap_or_else(PoisonError::into_inner)).insert(pool.clone());
+        }
         let mut labels: Vec<(&str, &str)> = vec![(POOL_LABEL, &pool)];
         labels.extend(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut nodes = match self.nodes {
