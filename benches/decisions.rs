@@ -154,6 +154,7 @@ fn decide_under(
             jobs,
             hook_jobs: &[],
             reboot_pods: &[],
+            pull_pods: &[],
             health: &BTreeMap::new(),
             secrets: &BTreeMap::new(),
             channel: None,

@@ -42,6 +42,12 @@ pub struct DisruptionSpec {
     /// the drain's timeout. Plans drain in their Job: there it is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_volume_detach: Option<bool>,
+    /// Before the first node of a rollout is taken, the images its Jobs run are pulled on every
+    /// node it will take (a pod per node that only pulls); a node that cannot pull holds the
+    /// rollout with `PrePullFailed`, naming the node, the image and the kubelet's reason, and no
+    /// node is cordoned. Plans and NodeOps; off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_pull: Option<bool>,
 }
 
 impl DisruptionSpec {
@@ -49,6 +55,11 @@ impl DisruptionSpec {
     pub fn on_drain_timeout(spec: Option<&DisruptionSpec>) -> OnDrainTimeout {
         spec.and_then(|d| d.on_drain_timeout)
             .unwrap_or(OnDrainTimeout::Fail)
+    }
+
+    /// Whether an object with `spec` pulls its images on its nodes before its first node.
+    pub fn pre_pulls(spec: Option<&DisruptionSpec>) -> bool {
+        spec.and_then(|d| d.pre_pull).unwrap_or(false)
     }
 
     /// Whether a drain of an object with `spec` waits for the node's volumes to detach.
@@ -196,6 +207,20 @@ pub fn validate_for_plan(spec: &DisruptionSpec, field: &str) -> Result<(), Strin
         ));
     }
     Ok(())
+}
+
+/// [`validate`] for a kind that runs no Job of an image of its own (`why` says what it runs):
+/// `prePull` is refused, naming the field.
+pub fn validate_without_images(
+    spec: &DisruptionSpec,
+    field: &str,
+    why: &str,
+) -> Result<(), String> {
+    validate(spec, field)?;
+    match spec.pre_pull {
+        Some(true) => Err(format!("{field}.prePull is not supported here: {why}")),
+        _ => Ok(()),
+    }
 }
 
 /// The bounds the CRD puts on `spec.disruption` at `pointer` (a JSON pointer into the schema):

@@ -15,6 +15,7 @@ pub mod holders;
 pub mod index;
 pub mod info;
 pub mod notify;
+pub mod prepull;
 pub mod reboot;
 pub mod shell;
 pub mod silence;

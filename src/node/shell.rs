@@ -20,6 +20,18 @@ pub async fn pods_on_node(client: &Client, node: &str) -> Result<Vec<Pod>, kube:
     Ok(api.list(&params).await?.items)
 }
 
+/// The pull pods of `owner` in `namespace` ([`super::prepull`]), read from the API server: a pull
+/// is looked at a few times, not watched.
+pub async fn pull_pods(
+    client: &Client,
+    namespace: &str,
+    owner: &str,
+) -> Result<Vec<Pod>, kube::Error> {
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    let label = format!("{}={owner}", super::prepull::PRE_PULL_LABEL);
+    Ok(api.list(&ListParams::default().labels(&label)).await?.items)
+}
+
 /// Asks the Eviction API (policy/v1) once for `pod`. The body is built here: kube's `evict`
 /// sends the delete options under a key the API server ignores, losing the grace period.
 pub async fn evict(

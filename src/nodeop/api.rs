@@ -158,6 +158,9 @@ pub struct NodeOpStatus {
     /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<crate::common::condition::Condition>,
+    /// slipway, with `spec.disruption.prePull`: the pull of the images before the first node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_pull: Option<crate::node::prepull::PrePullStatus>,
 }
 
 /// `NodeOp.status.nodeStatuses[node]`.

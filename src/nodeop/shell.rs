@@ -29,6 +29,7 @@ use crate::node::budget::Budget;
 use crate::node::drain::PodsView;
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
+use crate::node::prepull::PRE_PULL_LABEL;
 use crate::node::shell::{delete_all, evict_all, pods_view};
 use crate::nodeop::api::{FINALIZER, NodeOp, NodeOpStatus};
 use crate::nodeop::core::objects::{
@@ -179,6 +180,8 @@ pub struct Observed {
     preflights: BTreeMap<String, PreflightView>,
     reboot_pods: BTreeSet<String>,
     drains: BTreeMap<String, PodsView>,
+    /// The pull pods of `spec.disruption.prePull`.
+    pull_pods: Vec<Pod>,
 }
 
 impl Operation for NodeOpOperation {
@@ -236,6 +239,10 @@ impl Operation for NodeOpOperation {
             .into_iter()
             .filter(|p| owned(p.owner_references()) && p.metadata.deletion_timestamp.is_none())
             .collect();
+        let pull_pods = (pods.iter())
+            .filter(|p| p.labels().contains_key(PRE_PULL_LABEL))
+            .cloned()
+            .collect();
         let node_of = |p: &Pod| p.labels().get(NODE_LABEL).cloned();
         let preflights = pods
             .iter()
@@ -260,13 +267,16 @@ impl Operation for NodeOpOperation {
             preflights,
             reboot_pods,
             drains,
+            pull_pods,
         })
     }
 
     fn decide(&self, op: &NodeOp, o: &Observed, budget: &Budget, now: Timestamp) -> NodeOpDecision {
         let nodes: Vec<&NodeInfo> = o.nodes.iter().map(AsRef::as_ref).collect();
+        let pull_pods: Vec<&Pod> = o.pull_pods.iter().collect();
         core::decide(
             &NodeOpInput {
+                pull_pods: &pull_pods,
                 op,
                 nodes: &nodes,
                 jobs: &o.jobs,

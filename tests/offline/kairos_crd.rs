@@ -29,6 +29,10 @@ const DELIBERATE: &[(&str, &str)] = &[
         "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
     ),
     (
+        ".status.prePull: only in slipway",
+        "the pull of the images before the first node (spec.disruption.prePull)",
+    ),
+    (
         ".status.nodeStatuses.*.bootID: only in slipway",
         "the hand-off waits for another boot after a reboot",
     ),

@@ -11,7 +11,8 @@ use crate::node::disruption;
 /// its node goes on (its silence is skipped while the spec is wrong).
 pub(super) fn invalid(nm: &NodeMaintenance) -> Option<Stage> {
     let d = nm.spec.disruption.as_ref()?;
-    let message = disruption::validate(d, "spec.disruption").err()?;
+    let why = "a NodeMaintenance runs no image: it cordons and drains";
+    let message = disruption::validate_without_images(d, "spec.disruption", why).err()?;
     Some(Stage::InvalidSpec { message })
 }
 

@@ -13,6 +13,7 @@
 
 mod nodes;
 pub mod objects;
+mod prepull;
 pub mod spec;
 pub mod state;
 pub mod upgrade;
@@ -84,6 +85,8 @@ pub struct NodeOpInput<'a> {
     pub drains: &'a BTreeMap<String, PodsView>,
     /// The image of reboot pods (`SLIPWAY_REBOOT_IMAGE`).
     pub reboot_image: &'a str,
+    /// The NodeOp's pull pods (`spec.disruption.prePull`).
+    pub pull_pods: &'a [&'a Pod],
     /// Who else holds which node, and the DisruptionBudgets a node must fit in.
     pub budget: &'a Budget,
 }
@@ -107,11 +110,11 @@ pub enum NodeOpEffect {
         pods: Vec<PodKey>,
         grace_period_seconds: Option<i64>,
     },
-    /// Create a preflight or reboot pod (already there: nothing to do).
+    /// Create a preflight, pull or reboot pod (already there: nothing to do).
     CreatePod(Box<Pod>),
     /// Create the node's Job (already there: nothing to do).
     CreateJob(Box<Job>),
-    /// Delete a preflight pod that has answered (gone: nothing to do).
+    /// Delete a preflight pod that has answered, or a pull pod (gone: nothing to do).
     DeletePod(String),
     /// Delete a reboot pod: its node is back, failed, or the NodeOp is deleted (before the status
     /// lets the slot go, so no more nodes than the concurrency ever have one).
@@ -230,6 +233,7 @@ fn into_decision(
         last_updated: previous.last_updated.clone(),
         message,
         conditions: previous.conditions.clone(),
+        pre_pull: steps.pre_pull.clone(),
     };
     if status != previous {
         status.last_updated = Some(Time(now));
@@ -331,6 +335,10 @@ fn give_back(
     let me = holder(input.op);
     let owner = Owner::of(input.op);
     let mut decision = NodeOpDecision::keep(previous);
+    // Its pods are collected with it too; deleted now, none pulls on.
+    let key = crate::common::naming::safe_concat_name(&["nodeop", &owner.name]);
+    let pulls = crate::node::prepull::leftovers(&key, input.pull_pods);
+    (decision.effects).extend(pulls.into_iter().map(NodeOpEffect::DeletePod));
     for (node, state) in states {
         if let Some(change) = nodes::uncordon(&me, input.nodes, node) {
             decision.effects.push(NodeOpEffect::Uncordon(change));

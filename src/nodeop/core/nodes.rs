@@ -39,6 +39,8 @@ pub(super) struct Steps {
     pub events: Vec<Event>,
     pub waiting: Vec<Waiting>,
     pub recheck: Option<Duration>,
+    /// `status.prePull`: the pull before the first node.
+    pub pre_pull: Option<crate::node::prepull::PrePullStatus>,
 }
 
 impl Steps {
@@ -80,7 +82,24 @@ pub(super) fn step_all(
     }
     let selected = selected(&ctx);
     steps.targets = states.keys().cloned().chain(selected.clone()).collect();
-    start_fresh(&ctx, &selected, &mut steps);
+    let fresh: Vec<String> = (selected.iter())
+        .filter(|n| !states.contains_key(*n))
+        .cloned()
+        .collect();
+    let pull =
+        super::prepull::before_first(input, settings, &ctx.owner, &fresh, !states.is_empty());
+    steps.pre_pull = pull.status;
+    steps.effects.extend(pull.effects);
+    steps.events.extend(pull.events);
+    match pull.holding {
+        Some((reason, message)) => {
+            for node in &fresh {
+                wait(&mut steps.waiting, node, reason, || message.clone(), None);
+            }
+            steps.recheck(super::prepull::RECHECK);
+        }
+        None => start_fresh(&ctx, &selected, &mut steps),
+    }
     steps
 }
 

@@ -56,7 +56,7 @@ impl Owner {
         }
     }
 
-    fn reference(&self) -> OwnerReference {
+    pub(super) fn reference(&self) -> OwnerReference {
         OwnerReference {
             api_version: "operator.kairos.io/v1alpha1".into(),
             kind: "NodeOp".into(),

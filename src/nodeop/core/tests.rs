@@ -9,6 +9,7 @@ use crate::node::disruption::DisruptionSpec;
 use crate::node::drain::OnDrainTimeout;
 use crate::nodeop::api::{DrainOptions, NodeOpSpec, NodeStatus, PreflightSpec};
 
+mod prepull;
 mod properties;
 
 pub(super) fn t(s: &str) -> Timestamp {
@@ -58,6 +59,7 @@ pub(super) struct Seen {
     pub reboot_pods: BTreeSet<String>,
     pub drains: BTreeMap<String, PodsView>,
     pub budget: Budget,
+    pub pull_pods: Vec<Pod>,
 }
 
 pub(super) fn decide_with(
@@ -67,8 +69,10 @@ pub(super) fn decide_with(
     now: &str,
 ) -> NodeOpDecision {
     let refs: Vec<&NodeInfo> = nodes.iter().collect();
+    let pull_pods: Vec<&Pod> = seen.pull_pods.iter().collect();
     decide(
         &NodeOpInput {
+            pull_pods: &pull_pods,
             op,
             nodes: &refs,
             jobs: &seen.jobs,

@@ -441,6 +441,9 @@ pub struct PlanStatus {
     /// With `spec.minVersionAge`: the newest version the channel gave, and when it was first seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_version: Option<SeenVersion>,
+    /// With `spec.disruption.prePull`: the pull of the current version's images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_pull: Option<crate::node::prepull::PrePullStatus>,
 
     #[serde(flatten)]
     #[schemars(skip)]

@@ -73,6 +73,10 @@ pub enum PlanEffect {
     /// reboot it exists).
     CreatePod(Box<Pod>),
     CreateJob(Box<Job>),
+    /// A pod that pulls the Jobs' images on one node before the first node starts.
+    PullImages(Box<Pod>),
+    /// A pull pod, by name, once its pull is done or no longer wanted.
+    DeletePullPod(String),
 }
 
 impl Effect for PlanEffect {
@@ -126,6 +130,26 @@ impl PlanDecision {
             .collect()
     }
 
+    pub fn pull_pods(&self) -> Vec<&Pod> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::PullImages(p) => Some(p.as_ref()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn delete_pull_pods(&self) -> Vec<&String> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                PlanEffect::DeletePullPod(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn create_jobs(&self) -> Vec<&Job> {
         self.effects
             .iter()
@@ -144,6 +168,9 @@ pub(super) struct Rollout {
     pub delete_jobs: Vec<JobDeletion>,
     pub create_pods: Vec<Pod>,
     pub delete_pods: Vec<String>,
+    /// Pods that pull the Jobs' images before the first node (`spec.disruption.prePull`).
+    pub pull_pods: Vec<Pod>,
+    pub delete_pull_pods: Vec<String>,
     pub node_patches: Vec<NodeChange>,
     pub events: Vec<Event>,
     pub requeue_after: Option<Duration>,
@@ -182,7 +209,7 @@ impl Rollout {
     }
 
     /// The decision, with its effects in the order the runtime applies them: node patches, then
-    /// Job and pod deletions, then reboot pods, then Jobs.
+    /// Job and pod deletions, then pull pods, then reboot pods, then Jobs.
     pub(super) fn into_decision(
         self,
         status: PlanStatus,
@@ -192,6 +219,8 @@ impl Rollout {
         let effects = (self.node_patches.into_iter().map(PlanEffect::PatchNode))
             .chain(self.delete_jobs.into_iter().map(PlanEffect::DeleteJob))
             .chain(self.delete_pods.into_iter().map(PlanEffect::DeletePod))
+            .chain((self.delete_pull_pods.into_iter()).map(PlanEffect::DeletePullPod))
+            .chain((self.pull_pods.into_iter()).map(|p| PlanEffect::PullImages(Box::new(p))))
             .chain(
                 self.create_pods
                     .into_iter()

@@ -49,6 +49,11 @@ pub fn cleanup(input: &PlanInput<'_>) -> PlanDecision {
             })
         })
         .chain(c.delete_pods.into_iter().map(PlanEffect::DeletePod))
+        .chain(
+            crate::node::prepull::leftovers(&super::pull_owner(input.plan), input.pull_pods)
+                .into_iter()
+                .map(PlanEffect::DeletePullPod),
+        )
         .chain(c.node_patches.into_iter().map(PlanEffect::PatchNode))
         .collect();
     Decision {

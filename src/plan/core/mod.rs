@@ -33,6 +33,7 @@ mod node_labels;
 pub mod node_state;
 pub mod notices;
 mod plan_nodes;
+mod prepull;
 pub mod promotion;
 pub mod reboot;
 pub mod render;
@@ -63,6 +64,7 @@ use crate::plan::core::config::JobConfig;
 use decision::Rollout;
 pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
 pub use node_state::NodeState;
+pub use prepull::owner as pull_owner;
 pub use report::phases;
 pub use status::validate;
 
@@ -101,6 +103,9 @@ pub struct PlanInput<'a> {
     pub jobs: &'a [&'a Job],
     /// The reboot pods of this Plan made by this controller.
     pub reboot_pods: &'a [&'a Pod],
+    /// The pull pods of this Plan (`spec.disruption.prePull`), as listed now; none is read
+    /// unless it pre-pulls.
+    pub pull_pods: &'a [&'a Pod],
     /// For Plans with a health gate: what the gate's pods look like on nodes that rebooted, by
     /// node name (see [`nodes_awaiting_health`]).
     pub health: &'a BTreeMap<String, HealthObservation>,

@@ -69,6 +69,7 @@ pub(super) fn roll<'a>(
     let stage = (input.stages)
         .and_then(|read| super::promotion::gate(input.plan, read, &facts.version, now));
     let mut pre_hook = None;
+    let mut pulling = None;
     let mut refused = Vec::new();
     if window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none() {
         let free: Vec<&NodeInfo> = eligible
@@ -76,8 +77,11 @@ pub(super) fn roll<'a>(
             .copied()
             .filter(|n| holder_of(input, n).is_none())
             .collect();
-        pre_hook = hooks::before_nodes(&facts, old, &free, &steps, st, out);
-        if pre_hook.is_none() {
+        pulling = super::prepull::before_nodes(&mut facts, &eligible, &free, &steps, st, out);
+        if pulling.is_none() {
+            pre_hook = hooks::before_nodes(&facts, old, &free, &steps, st, out);
+        }
+        if pulling.is_none() && pre_hook.is_none() {
             refused = fill_slots(&mut facts, &free, &mut steps);
         }
     }
@@ -95,6 +99,7 @@ pub(super) fn roll<'a>(
         stopped,
         check: gate.blocking.as_ref(),
         pre_hook: pre_hook.as_ref(),
+        pulling: pulling.as_ref(),
         refused: &refused,
         stage: stage.as_ref(),
     };

@@ -116,6 +116,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             jobs: &jobs,
             hook_jobs: &hook_jobs,
             reboot_pods: &pods,
+            pull_pods: &[],
             health: &w.health,
             secrets: &input.secrets,
             channel: input.channel.clone(),

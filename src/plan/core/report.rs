@@ -66,6 +66,8 @@ pub(super) fn report(
             HEALTH_CHECK_TIMED_OUT,
             super::hooks::PRE_HOOK,
             super::hooks::PRE_HOOK_FAILED,
+            crate::node::prepull::PRE_PULLING,
+            crate::node::prepull::PRE_PULL_FAILED,
         ]
         .contains(&cond::reason(st, COMPLETE))
         || is_rebooting_reason(cond::reason(st, COMPLETE))
@@ -125,6 +127,8 @@ pub(super) struct Situation<'a> {
     pub check: Option<&'a Blocking>,
     /// The pre hook, while it keeps new nodes from starting.
     pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
+    /// The pull of the Jobs' images, while it keeps new nodes from starting.
+    pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
     /// Nodes a DisruptionBudget did not let start, in the Plan's order.
     pub refused: &'a [(&'a NodeInfo, Refusal)],
     /// A Plan of `spec.after` that keeps new nodes from starting.

@@ -89,6 +89,8 @@ pub(super) struct Rollout {
     pub delete_jobs: Vec<JobDeletion>,
     pub create_pods: Vec<Pod>,
     pub delete_pods: Vec<String>,
+    pub pull_pods: Vec<Pod>,
+    pub delete_pull_pods: Vec<String>,
     pub node_patches: Vec<NodeChange>,
     pub events: Vec<crate::common::decision::Event>,
     pub requeue_after: Option<std::time::Duration>,
@@ -103,6 +105,8 @@ impl Rollout {
             delete_jobs: d.delete_jobs().into_iter().cloned().collect(),
             create_pods: d.create_pods().into_iter().cloned().collect(),
             delete_pods: d.delete_pods().into_iter().cloned().collect(),
+            pull_pods: d.pull_pods().into_iter().cloned().collect(),
+            delete_pull_pods: d.delete_pull_pods().into_iter().cloned().collect(),
             node_patches: d.node_patches().into_iter().cloned().collect(),
             status: d.status,
             events: d.events,
@@ -117,6 +121,8 @@ struct World {
     nodes: Vec<NodeInfo>,
     jobs: Vec<Job>,
     pods: Vec<Pod>,
+    /// The Plan's pull pods, as listed.
+    pull_pods: Vec<Pod>,
     health: BTreeMap<String, HealthObservation>,
     secrets: BTreeMap<String, Secret>,
     channel: Option<ChannelAnswer>,
@@ -137,6 +143,7 @@ impl World {
             nodes,
             jobs: Vec::new(),
             pods: Vec::new(),
+            pull_pods: Vec::new(),
             health: BTreeMap::new(),
             secrets: BTreeMap::new(),
             channel: None,
@@ -158,6 +165,7 @@ impl World {
         };
         let (hook_jobs, jobs): (Vec<&Job>, Vec<&Job>) = self.jobs.iter().partition(is_hook);
         let pods: Vec<&Pod> = self.pods.iter().collect();
+        let pull_pods: Vec<&Pod> = self.pull_pods.iter().collect();
         // As the controller sees them: the holds given, and the nodes in a maintenance.
         let holds: Vec<Hold> = (self.held.iter())
             .map(|(node, holder)| Hold::new(node.clone(), holder.clone()))
@@ -193,6 +201,7 @@ impl World {
                 jobs: &jobs,
                 hook_jobs: &hook_jobs,
                 reboot_pods: &pods,
+                pull_pods: &pull_pods,
                 health: &self.health,
                 secrets: &self.secrets,
                 channel: self.channel.clone(),
@@ -229,6 +238,15 @@ impl World {
         for p in &r.create_pods {
             if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
                 self.pods.push(p.clone());
+            }
+        }
+        self.pull_pods.retain(|p| {
+            !r.delete_pull_pods
+                .contains(p.metadata.name.as_ref().expect("pod name"))
+        });
+        for p in &r.pull_pods {
+            if !(self.pull_pods.iter()).any(|e| e.metadata.name == p.metadata.name) {
+                self.pull_pods.push(p.clone());
             }
         }
         for p in &r.node_patches {
@@ -1219,6 +1237,9 @@ mod budgets;
 
 #[cfg(test)]
 mod promotion;
+
+#[cfg(test)]
+mod prepull;
 
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {

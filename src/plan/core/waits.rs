@@ -36,6 +36,18 @@ pub(super) fn waiting(
         wait_for_check(facts, st, out, check);
     } else if let Some(stage) = situation.stage.filter(|_| left) {
         wait_for_stage(facts, st, out, stage);
+    } else if let Some(pull) = situation.pulling {
+        let (reason, message) = pull_message(pull);
+        let now = rfc3339(facts.now);
+        cond::set(
+            st,
+            COMPLETE,
+            FALSE,
+            reason,
+            &message,
+            &now,
+            facts.ctx.generation,
+        );
     } else if let Some(hook) = situation.pre_hook {
         let (reason, message) = pre_hook_message(facts, hook);
         let now = rfc3339(facts.now);
@@ -148,6 +160,25 @@ fn wait_for_stage(
         &now,
         facts.ctx.generation,
     );
+}
+
+/// The `Complete` reason and message while the pull of the images keeps nodes from starting.
+fn pull_message(pull: &crate::node::prepull::PrePullStatus) -> (&'static str, String) {
+    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
+    let what = pull.message.as_deref().unwrap_or_default();
+    match pull.phase {
+        PrePullPhase::Failed => (
+            PRE_PULL_FAILED,
+            format!(
+                "{what}; no node is touched until every node has the images \
+                 (spec.disruption.prePull): the kubelet tries again, or change the Plan's image"
+            ),
+        ),
+        _ => (
+            PRE_PULLING,
+            format!("{what}; the first node starts once every node has them"),
+        ),
+    }
 }
 
 /// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
@@ -429,6 +460,10 @@ fn whole_plan_wait(
     if let Some(stage) = situation.stage {
         let reason = super::promotion::WAITING_FOR_PLAN;
         return Some((reason, stage.message.clone(), stage.until));
+    }
+    if let Some(pull) = situation.pulling {
+        let (reason, message) = pull_message(pull);
+        return Some((reason, message, None));
     }
     let hook = situation.pre_hook?;
     let (reason, message) = pre_hook_message(facts, hook);

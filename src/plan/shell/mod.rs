@@ -31,6 +31,7 @@ use tracing::info;
 use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
 use crate::node::budget::Budget;
+use crate::node::disruption::DisruptionSpec;
 use crate::node::holders::Holder;
 use crate::node::reboot::HealthObservation;
 use crate::plan::api::{Plan, PlanStatus, labels};
@@ -79,6 +80,8 @@ pub struct PlanObserved {
     /// The Jobs of the Plan's hooks.
     hook_jobs: Vec<Arc<Job>>,
     reboot_pods: Vec<Arc<Pod>>,
+    /// The Plan's pull pods, listed only while it pre-pulls (or has a pull on record).
+    pull_pods: Vec<Pod>,
     health: BTreeMap<String, HealthObservation>,
     secrets: BTreeMap<String, Secret>,
     channel: Option<ChannelAnswer>,
@@ -332,6 +335,15 @@ impl Operation for PlanOperation {
             })
             .collect();
         let ns = plan.metadata.namespace.as_deref().unwrap_or_default();
+        let pulls = DisruptionSpec::pre_pulls(plan.spec.disruption.as_ref())
+            || plan.status.as_ref().is_some_and(|s| s.pre_pull.is_some());
+        let pull_pods = match pulls {
+            true => {
+                let client = self.shared.chores().client();
+                crate::node::shell::pull_pods(client, ns, &core::pull_owner(plan)).await?
+            }
+            false => Vec::new(),
+        };
         let stages = (plan.spec.after.iter().flatten())
             .map(|a| StageRead {
                 plan: a.plan.clone(),
@@ -346,6 +358,7 @@ impl Operation for PlanOperation {
             nodes,
             jobs,
             reboot_pods,
+            pull_pods,
             health,
             secrets: self
                 .secrets
@@ -370,6 +383,7 @@ impl Operation for PlanOperation {
         let jobs: Vec<&Job> = o.jobs.iter().map(AsRef::as_ref).collect();
         let hook_jobs: Vec<&Job> = o.hook_jobs.iter().map(AsRef::as_ref).collect();
         let reboot_pods: Vec<&Pod> = o.reboot_pods.iter().map(AsRef::as_ref).collect();
+        let pull_pods: Vec<&Pod> = o.pull_pods.iter().collect();
         let mut decision = core::decide(
             &PlanInput {
                 plan,
@@ -377,6 +391,7 @@ impl Operation for PlanOperation {
                 jobs: &jobs,
                 hook_jobs: &hook_jobs,
                 reboot_pods: &reboot_pods,
+                pull_pods: &pull_pods,
                 health: &o.health,
                 secrets: &o.secrets,
                 channel: o.channel.clone(),
@@ -450,6 +465,17 @@ impl Operation for PlanOperation {
                     info!(plan = %name, pod = %pod.name_any(), "created reboot pod");
                     self.expect.created_pod(created);
                 }
+            }
+            PlanEffect::PullImages(pod) => {
+                if chores.create(pod.as_ref()).await?.is_some() {
+                    info!(plan = %name, pod = %pod.name_any(), "created pull pod");
+                }
+            }
+            PlanEffect::DeletePullPod(pod) => {
+                info!(plan = %name, pod = %pod, "deleting pull pod");
+                chores
+                    .delete::<Pod>(ns, pod, &DeleteParams::default())
+                    .await?;
             }
             PlanEffect::CreateJob(job) => {
                 if let Some(created) = chores.create(job.as_ref()).await? {

@@ -110,7 +110,11 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
     let health_checks = spec.health_checks.clone().unwrap_or_default();
     crate::common::check::validate(&health_checks, "spec.healthChecks")?;
     if let Some(disruption) = &spec.disruption {
-        crate::node::disruption::validate(disruption, "spec.disruption")?;
+        crate::node::disruption::validate_without_images(
+            disruption,
+            "spec.disruption",
+            "a RebootPolicy runs only its reboot pod, whose image every node pulls when it reboots",
+        )?;
     }
     Ok(PolicySpec {
         selector,

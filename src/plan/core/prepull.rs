@@ -1,0 +1,118 @@
+//! A Plan's pre-pull (`spec.disruption.prePull`, see [`crate::node::prepull`]): before the first
+//! node of a version starts, the images of its Jobs are pulled on every node left to upgrade. The
+//! pull is recorded in `status.prePull` under the Plan's hash: once pulled, a version never
+//! waits for a pull again, whatever restarts.
+
+use super::Rollout;
+use super::facts::{Facts, Steps};
+use crate::common::decision::EventType;
+use crate::common::naming::safe_concat_name;
+use crate::node::NodeInfo;
+use crate::node::disruption::DisruptionSpec;
+use crate::node::prepull::{self, PrePullPhase, PrePullStatus, PullPlan};
+use crate::plan::api::{Plan, PlanStatus, labels};
+
+/// The Plan's key on its pull pods.
+pub fn owner(plan: &Plan) -> String {
+    safe_concat_name(&["plan", plan.metadata.name.as_deref().unwrap_or_default()])
+}
+
+/// Before nodes start: pulls the images when a node is about to start (a free slot and a node to
+/// take it) and this hash's pull is not recorded as done. `Some(the pull)` while it keeps nodes
+/// from starting. Pull pods no longer wanted go.
+pub(super) fn before_nodes(
+    facts: &mut Facts<'_>,
+    eligible: &[&NodeInfo],
+    free: &[&NodeInfo],
+    steps: &Steps<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) -> Option<PrePullStatus> {
+    let plan = facts.input.plan;
+    let owner = owner(plan);
+    let pods = facts.input.pull_pods;
+    if !DisruptionSpec::pre_pulls(plan.spec.disruption.as_ref()) {
+        st.pre_pull = None;
+        out.delete_pull_pods
+            .extend(prepull::leftovers(&owner, pods));
+        return None;
+    }
+    let done = st
+        .pre_pull
+        .as_ref()
+        .is_some_and(|p| p.hash == facts.hash && p.phase == PrePullPhase::Pulled);
+    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
+    let holding = steps.values().filter(|(_, s, _)| s.holds_slot()).count();
+    let starting =
+        holding < concurrency && free.iter().any(|n| !steps.contains_key(n.name.as_str()));
+    if done || !starting {
+        if done {
+            out.delete_pull_pods
+                .extend(prepull::leftovers(&owner, pods));
+        }
+        return None;
+    }
+    // The Jobs differ from node to node, their images do not.
+    let first = eligible.first()?;
+    let job = match facts.render(first) {
+        Ok(job) => job.clone(),
+        // The rollout reports a Job it cannot render; nothing to pull for it.
+        Err(_) => return None,
+    };
+    let pod = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    let images = pod.map(prepull::images_of).unwrap_or_default();
+    let secrets: Vec<String> = (pod.iter())
+        .flat_map(|p| p.image_pull_secrets.iter().flatten())
+        .map(|s| s.name.clone())
+        .collect();
+    let mut pod_labels = std::collections::BTreeMap::new();
+    pod_labels.insert(
+        labels::CONTROLLER.to_string(),
+        facts.input.controller_name.to_string(),
+    );
+    let hash = facts.hash.clone();
+    let namespace = facts.ctx.namespace.clone();
+    let pull = PullPlan {
+        owner: &owner,
+        hash: &hash,
+        images: &images,
+        namespace: &namespace,
+        service_account: pod.and_then(|p| p.service_account_name.as_deref()),
+        pull_secrets: &secrets,
+        labels: &pod_labels,
+        owner_references: &[],
+    };
+    let targets: Vec<&str> = eligible.iter().map(|n| n.name.as_str()).collect();
+    let step = prepull::step(&pull, &targets, pods);
+    out.pull_pods.extend(step.create);
+    out.delete_pull_pods.extend(step.delete);
+    let before = st.pre_pull.replace(step.status.clone());
+    announce(before.as_ref(), &step.status, out);
+    if step.status.phase != PrePullPhase::Pulled {
+        out.requeue(RECHECK);
+        return Some(step.status);
+    }
+    None
+}
+
+/// An event when the pull of a hash fails (or fails otherwise) and when it is done.
+fn announce(before: Option<&PrePullStatus>, now: &PrePullStatus, out: &mut Rollout) {
+    let same = before.is_some_and(|b| b.hash == now.hash);
+    let message = now.message.clone().unwrap_or_default();
+    match now.phase {
+        PrePullPhase::Failed
+            if !same || before.and_then(|b| b.message.as_ref()) != now.message.as_ref() =>
+        {
+            out.event(EventType::Warning, prepull::PRE_PULL_FAILED, message);
+        }
+        PrePullPhase::Pulled
+            if !(same && before.is_some_and(|b| b.phase == PrePullPhase::Pulled)) =>
+        {
+            out.event(EventType::Normal, "PrePulled", message);
+        }
+        _ => {}
+    }
+}
+
+/// How soon a pull in progress is looked at again: its pods are listed, not watched.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
