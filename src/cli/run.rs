@@ -233,7 +233,16 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     };
     let notifications = notifier.map(|n| n.run(chores, shutdown.clone()));
     let notifications = futures::future::OptionFuture::from(notifications);
-    let (plan, ..) = futures::join!(plan, others, nodes, ledgers, silences, notifications);
+    let next_up = slipway::runtime::next_up::keep(shared.clone(), shutdown.clone());
+    let (plan, ..) = futures::join!(
+        plan,
+        others,
+        nodes,
+        ledgers,
+        silences,
+        notifications,
+        next_up
+    );
     info!("controller stopped");
     plan
 }

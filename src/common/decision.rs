@@ -130,6 +130,9 @@ pub struct Decision<S, E, R = ()> {
     pub requeue: Option<Duration>,
     /// The nodes it does not start, and why (a Plan fills it only when asked to explain).
     pub waiting: Vec<Waiting>,
+    /// The nodes it takes next (its next batch), to be tainted `PreferNoSchedule` meanwhile;
+    /// filled only when the object asks for it (`spec.disruption.preferNoSchedule`).
+    pub next: BTreeSet<String>,
     /// What the kind reports besides its status (gauges, log fields).
     pub report: R,
 }
@@ -144,6 +147,7 @@ impl<S, E, R: Default> Decision<S, E, R> {
             holds: BTreeSet::new(),
             requeue: None,
             waiting: Vec::new(),
+            next: BTreeSet::new(),
             report: R::default(),
         }
     }
@@ -159,6 +163,7 @@ impl<S, E, R> Decision<S, E, R> {
             holds: self.holds,
             requeue: self.requeue,
             waiting: self.waiting,
+            next: self.next,
             report,
         }
     }

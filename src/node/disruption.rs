@@ -48,6 +48,11 @@ pub struct DisruptionSpec {
     /// node is cordoned. Plans and NodeOps; off unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_pull: Option<bool>,
+    /// The nodes the object will take next (its next batch, as many as its concurrency) carry
+    /// the taint `slipway.dev/next:PreferNoSchedule` until they are taken or no longer next, so
+    /// that new pods prefer other nodes than those about to be drained. Off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_no_schedule: Option<bool>,
 }
 
 impl DisruptionSpec {
@@ -60,6 +65,11 @@ impl DisruptionSpec {
     /// Whether an object with `spec` pulls its images on its nodes before its first node.
     pub fn pre_pulls(spec: Option<&DisruptionSpec>) -> bool {
         spec.and_then(|d| d.pre_pull).unwrap_or(false)
+    }
+
+    /// Whether the nodes an object with `spec` takes next are tainted `PreferNoSchedule`.
+    pub fn taints_next(spec: Option<&DisruptionSpec>) -> bool {
+        spec.and_then(|d| d.prefer_no_schedule).unwrap_or(false)
     }
 
     /// Whether a drain of an object with `spec` waits for the node's volumes to detach.

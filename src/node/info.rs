@@ -26,6 +26,8 @@ pub struct NodeInfo {
     /// The node carries the `medik8s.io/drain` taint: it is in maintenance (slipway's or
     /// node-maintenance-operator's), and no Plan starts it.
     pub in_maintenance: bool,
+    /// It carries the taint of the nodes operations take next ([`super::next::NEXT_TAINT`]).
+    pub next_up: bool,
     /// Conditions other than Ready that are `True` (kubelet's pressure conditions are `False`
     /// on a healthy node, so this is usually empty), with their `lastTransitionTime`: Node
     /// Problem Detector's signals for reboot policies.
@@ -105,6 +107,13 @@ impl NodeInfo {
                 .into_iter()
                 .flatten()
                 .any(|t| t.key == MAINTENANCE_TAINT),
+            next_up: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|t| t.key == super::next::NEXT_TAINT),
         }
     }
 

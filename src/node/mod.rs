@@ -14,6 +14,7 @@ pub mod handoff;
 pub mod holders;
 pub mod index;
 pub mod info;
+pub mod next;
 pub mod notify;
 pub mod prepull;
 pub mod reboot;

@@ -12,6 +12,7 @@ pub mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod next_up;
 pub mod notify;
 pub mod operation;
 pub mod server;

@@ -364,6 +364,9 @@ where
         }
     };
     let requeue = decision.requeue;
+    if !deleting {
+        shared.set_next(&me, decision.next.clone());
+    }
     let applied = apply(op, &obj, &observed, decision).await;
     // After the status write: the woken find this object's record already letting go.
     shared.wake_readers(&me, &before);

@@ -80,6 +80,10 @@ pub struct Shared {
     /// Told whenever this process's claims change: the chores around each disruption (silences)
     /// act at once rather than at their next round.
     holds_changed: tokio::sync::Notify,
+    /// Each object's next batch (`spec.disruption.preferNoSchedule`), for the chore that taints
+    /// them ([`super::next_up`]).
+    next: Mutex<BTreeMap<Holder, BTreeSet<String>>>,
+    next_changed: tokio::sync::Notify,
 }
 
 /// How long after letting go of nodes their readers are woken: the status write that ends the
@@ -110,6 +114,8 @@ impl Shared {
             triggers,
             budgets,
             holds_changed: tokio::sync::Notify::new(),
+            next: Mutex::default(),
+            next_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -361,13 +367,40 @@ impl Shared {
         });
     }
 
-    /// Lets go of every node `me` holds.
+    /// Lets go of every node `me` holds (and of its next batch).
     pub fn release(&self, me: &Holder) {
         self.claims
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .release_all(me);
         self.holds_changed.notify_one();
+        self.set_next(me, BTreeSet::new());
+    }
+
+    /// `me`'s next batch, as its last decision named it.
+    pub fn set_next(&self, me: &Holder, nodes: BTreeSet<String>) {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = match nodes.is_empty() {
+            true => next.remove(me).is_some(),
+            false => next.insert(me.clone(), nodes.clone()) != Some(nodes),
+        };
+        if changed {
+            self.next_changed.notify_one();
+        }
+    }
+
+    /// Every object's next batch together, and the nodes this process's objects hold.
+    pub fn next_and_held(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let union = next.values().flatten().cloned().collect();
+        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let held = claims.all().map(|(n, _)| n.to_string()).collect();
+        (union, held)
+    }
+
+    /// Notified when a next batch changes.
+    pub fn next_changed(&self) -> &tokio::sync::Notify {
+        &self.next_changed
     }
 
     /// What each object's own record says it holds, source by source.

@@ -19,6 +19,7 @@ mod cluster_scale;
 mod compat;
 mod controller;
 mod crd;
+mod disruption;
 mod failure_policy;
 mod health_checks;
 mod hooks;

@@ -55,7 +55,7 @@ pub(crate) async fn jobs_by_node(s: &Scene, plan: &str) -> BTreeMap<String, Job>
 
 /// The ServiceAccount `drainer` of the scene's namespace with SUC's drainer rights: a Plan's Jobs
 /// cordon and drain as their Plan's ServiceAccount, with real RBAC on real nodes.
-async fn drainer_account(s: &Scene) {
+pub(crate) async fn drainer_account(s: &Scene) {
     let drainer = s.name("drainer");
     s.cluster
         .kubectl_stdin(

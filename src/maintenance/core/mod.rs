@@ -32,6 +32,7 @@ use crate::maintenance::api::{MaintenancePhase, NodeMaintenance, NodeMaintenance
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon::CORDONED_BY;
+use crate::node::disruption::DisruptionSpec;
 use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
 use drain::drain;
@@ -445,9 +446,16 @@ fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecisio
             effects.push(MaintenanceEffect::Delete(step.delete));
         }
     }
-    let holds: BTreeSet<String> = step
-        .hold_node
-        .then(|| input.maintenance.spec.node_name.clone())
+    let node = &input.maintenance.spec.node_name;
+    let holds: BTreeSet<String> = step.hold_node.then(|| node.clone()).into_iter().collect();
+    // Its node, while it waits to take it.
+    let waits = matches!(
+        step.stage,
+        Stage::WaitingForNode { .. } | Stage::WaitingForBudget { .. } | Stage::LeaseHeld { .. }
+    );
+    let taints = DisruptionSpec::taints_next(input.maintenance.spec.disruption.as_ref());
+    let next = (waits && taints && !step.hold_node)
+        .then(|| node.clone())
         .into_iter()
         .collect();
     Decision {
@@ -457,6 +465,7 @@ fn into_decision(input: &MaintenanceInput<'_>, step: Step) -> MaintenanceDecisio
         holds,
         requeue: step.requeue_after,
         waiting,
+        next,
         report: step.stage,
     }
 }

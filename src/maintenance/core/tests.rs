@@ -917,6 +917,43 @@ fn a_disruption_budget_without_room_keeps_a_new_maintenance_waiting_and_says_whi
 }
 
 #[test]
+fn a_waiting_maintenance_names_its_node_next_when_asked_and_not_once_it_has_it() {
+    let refusal = crate::node::budget::Refusal::Full {
+        budget: "workers".into(),
+        max: 1,
+        unavailable: 1,
+        schedule: None,
+    };
+    let mut waiting = nm(true);
+    waiting.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
+        prefer_no_schedule: Some(true),
+        ..Default::default()
+    });
+    let n = node();
+    let decision = |nm: &NodeMaintenance, refusal: Option<&crate::node::budget::Refusal>| {
+        let input = MaintenanceInput {
+            maintenance: nm,
+            node: Some(&n),
+            held_by: None,
+            refusal,
+            lease: LeaseView::Free,
+            pods: None,
+            evictions: None,
+            last_error: None,
+        };
+        super::decide(&input, now())
+    };
+    let d = decision(&waiting, Some(&refusal));
+    assert_eq!(d.next.iter().collect::<Vec<_>>(), ["n1"]);
+    let taken = decision(&waiting, None);
+    assert!(taken.next.is_empty() && taken.holds.contains("n1"));
+    assert!(
+        decision(&nm(true), Some(&refusal)).next.is_empty(),
+        "not asked"
+    );
+}
+
+#[test]
 fn a_maintenance_that_waits_keeps_its_node_without_making_it_unavailable() {
     let refusal = crate::node::budget::Refusal::Full {
         budget: "workers".into(),

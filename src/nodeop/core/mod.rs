@@ -261,6 +261,10 @@ fn into_decision(
         .map(|(n, _)| n.clone())
         .collect();
     decision.waiting = steps.waiting;
+    if settings.taints_next {
+        let batch = settings.concurrency.unwrap_or(usize::MAX);
+        decision.next = steps.next_up.into_iter().take(batch).collect();
+    }
     decision.requeue = Some(steps.recheck.unwrap_or(RESYNC));
     decision
 }

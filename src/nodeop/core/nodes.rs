@@ -41,6 +41,8 @@ pub(super) struct Steps {
     pub recheck: Option<Duration>,
     /// `status.prePull`: the pull before the first node.
     pub pre_pull: Option<crate::node::prepull::PrePullStatus>,
+    /// The fresh nodes that wait for their turn (not for another holder nor a stop), in order.
+    pub next_up: Vec<String>,
 }
 
 impl Steps {
@@ -96,6 +98,7 @@ pub(super) fn step_all(
             for node in &fresh {
                 wait(&mut steps.waiting, node, reason, || message.clone(), None);
             }
+            steps.next_up.extend(fresh.iter().cloned());
             steps.recheck(super::prepull::RECHECK);
         }
         None => start_fresh(&ctx, &selected, &mut steps),
@@ -167,9 +170,11 @@ fn start_fresh(ctx: &Ctx<'_, '_>, selected: &[String], steps: &mut Steps) {
                 message,
                 None,
             );
+            steps.next_up.push(node.clone());
             continue;
         }
         if let Err(refusal) = budget.take(info) {
+            steps.next_up.push(node.clone());
             let message = || refusal.to_string();
             wait(
                 &mut steps.waiting,

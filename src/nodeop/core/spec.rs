@@ -30,6 +30,8 @@ pub struct Settings {
     pub concurrency: Option<usize>,
     pub stop_on_failure: bool,
     pub preflight: Option<Preflight>,
+    /// The nodes that start next are tainted `PreferNoSchedule` (`spec.disruption`).
+    pub taints_next: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +125,7 @@ pub fn settings(spec: &NodeOpSpec) -> Result<Settings, String> {
             .and_then(|c| usize::try_from(c).ok())
             .filter(|c| *c > 0),
         stop_on_failure: spec.stop_on_failure.unwrap_or(false),
+        taints_next: DisruptionSpec::taints_next(spec.disruption.as_ref()),
         preflight,
     })
 }

@@ -158,6 +158,14 @@ fn a_selector_picks_the_nodes_and_control_plane_nodes_go_first() {
     assert_eq!(d.waiting.len(), 1);
     assert_eq!(d.waiting[0].reason, "ConcurrencyReached");
     assert_eq!(d.waiting[0].nodes, ["b-worker"]);
+    assert!(d.next.is_empty(), "no batch named unless asked");
+    let mut asked = op.clone();
+    asked.spec.disruption = Some(DisruptionSpec {
+        prefer_no_schedule: Some(true),
+        ..Default::default()
+    });
+    let d = decide_with(&asked, &nodes, &Seen::default(), T0);
+    assert_eq!(d.next.iter().collect::<Vec<_>>(), ["b-worker"]);
 }
 
 #[test]

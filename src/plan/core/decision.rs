@@ -176,6 +176,8 @@ pub(super) struct Rollout {
     pub requeue_after: Option<Duration>,
     /// The nodes that wait, and why (only when the input asks to explain).
     pub waiting: Vec<crate::common::decision::Waiting>,
+    /// The nodes the Plan starts next (`spec.disruption.preferNoSchedule`).
+    pub next: BTreeSet<String>,
 }
 
 impl Rollout {
@@ -239,6 +241,7 @@ impl Rollout {
             holds,
             requeue: self.requeue_after,
             waiting: self.waiting,
+            next: self.next,
             report: summary,
         }
     }

@@ -85,6 +85,9 @@ pub(super) fn roll<'a>(
             refused = fill_slots(&mut facts, &free, &mut steps);
         }
     }
+    if window.is_none() && !stopped {
+        out.next = next_batch(&facts, &eligible, &steps);
+    }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
         fail_complete(st, out, "ValidationFailed", message, &now_text, input);
     }
@@ -108,6 +111,23 @@ pub(super) fn roll<'a>(
         out.waiting = super::waits::explain(&facts, &steps, &situation);
     }
     hooks::after_nodes(&facts, old, st, out);
+}
+
+/// With `spec.disruption.preferNoSchedule`: the nodes that start next, in the Plan's order, as
+/// many as its concurrency (those another operation holds wait for it, not for the Plan).
+fn next_batch(facts: &Facts<'_>, eligible: &[&NodeInfo], steps: &Steps<'_>) -> BTreeSet<String> {
+    let plan = facts.input.plan;
+    if !crate::node::disruption::DisruptionSpec::taints_next(plan.spec.disruption.as_ref()) {
+        return BTreeSet::new();
+    }
+    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
+    let fresh = (eligible.iter().copied())
+        .filter(|n| !steps.contains_key(n.name.as_str()))
+        .filter(|n| holder_of(facts.input, n).is_none());
+    selection::first_in_plan_order(concurrency, facts.uid, &facts.hash, facts.order, fresh)
+        .into_iter()
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 /// The eligible nodes, split into those quarantined for this hash (left alone unless the Plan

@@ -95,6 +95,7 @@ pub(super) struct Rollout {
     pub events: Vec<crate::common::decision::Event>,
     pub requeue_after: Option<std::time::Duration>,
     pub waiting: Vec<crate::common::decision::Waiting>,
+    pub next: BTreeSet<String>,
 }
 
 impl Rollout {
@@ -112,6 +113,7 @@ impl Rollout {
             events: d.events,
             requeue_after: d.requeue,
             waiting: d.waiting,
+            next: d.next,
         }
     }
 }
@@ -1239,7 +1241,7 @@ mod budgets;
 mod promotion;
 
 #[cfg(test)]
-mod prepull;
+mod disruption;
 
 #[test]
 fn a_node_held_by_maintenance_is_not_started_and_the_plan_says_so() {

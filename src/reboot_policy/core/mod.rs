@@ -307,6 +307,10 @@ fn into_decision(
         .filter(|(_, s)| s.holds_slot())
         .map(|(n, _)| n.clone())
         .collect();
+    if spec.taints_next {
+        let batch = steps.next_up.iter().take(spec.concurrency);
+        decision.next = batch.cloned().collect();
+    }
     decision.requeue = Some(steps.recheck.unwrap_or(RESYNC));
     decision.report = PolicyReport {
         wanting: steps.wanting,

@@ -106,6 +106,9 @@ pub struct NodeSteps {
     pub stopped: Option<String>,
     /// The nodes that want a reboot and wait, grouped by why.
     pub waiting: Vec<crate::common::decision::Waiting>,
+    /// The nodes that wait for their turn (not for another holder, nor a pause or a stop), in
+    /// the order they start.
+    pub next_up: Vec<String>,
 }
 
 impl NodeSteps {
@@ -200,6 +203,9 @@ pub fn decide_nodes(
             continue;
         };
         d.wanting += 1;
+        if !["NodeBusy", "Paused", STOPPED].contains(&reason) {
+            d.next_up.push(name.clone());
+        }
         crate::common::decision::wait(&mut d.waiting, name, reason, || message.clone(), None);
         d.nodes.push(RebootNodeStatus {
             name: name.clone(),

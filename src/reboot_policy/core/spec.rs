@@ -58,6 +58,8 @@ pub struct PolicySpec {
     pub on_drain_timeout: OnDrainTimeout,
     /// The drain waits for the node's volumes to detach.
     pub volumes: bool,
+    /// The nodes that reboot next are tainted `PreferNoSchedule` (`spec.disruption`).
+    pub taints_next: bool,
     pub timeout: Duration,
     pub health_gate: Option<HealthGate>,
     pub blocking_pods: Vec<Selector>,
@@ -125,6 +127,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         drain,
         on_drain_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
         volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
+        taints_next: DisruptionSpec::taints_next(spec.disruption.as_ref()),
         timeout: duration_field(spec.timeout.as_deref(), "spec.timeout", DEFAULT_TIMEOUT)?,
         health_gate,
         blocking_pods,

@@ -277,6 +277,8 @@ fn at_most_concurrency_nodes_start_in_name_order() {
     assert_eq!(c.phase, RebootPhase::Wanting);
     assert_eq!(c.reason.as_deref(), Some("ConcurrencyReached"));
     assert!(!d.nodes.iter().any(|n| n.name == "d"), "d wants nothing");
+    // c reboots next (its PreferNoSchedule taint, when the policy asks for it).
+    assert_eq!(d.next_up, ["c"]);
 }
 
 #[test]
@@ -291,6 +293,7 @@ fn nodes_held_by_other_operations_use_the_same_budget() {
     views[0].held_by = Some("nodemaintenance disk".into());
     let d = run(&settings(3), &BTreeMap::new(), &views, t(T0));
     assert_eq!(started(&d), vec!["b"]);
+    assert!(d.next_up.is_empty(), "a waits for its holder, not its turn");
     let a = &d.nodes[0];
     assert_eq!(
         (a.phase, a.reason.as_deref()),

@@ -1,6 +1,7 @@
-//! Pre-pull as a whole Plan decides it: the images are pulled on every node left before the
-//! first one starts, a node that cannot pull holds the rollout with nothing touched, and a
-//! version pulled once is never held by a pull again.
+//! What a Plan does around its disruptions (`spec.disruption`) as a whole Plan decides it: the
+//! images are pulled on every node left before the first one starts, a node that cannot pull
+//! holds the rollout with nothing touched, a version pulled once is never held by a pull again;
+//! the next batch is named for its `PreferNoSchedule` taint.
 
 use super::*;
 use crate::node::disruption::DisruptionSpec;
@@ -222,4 +223,36 @@ fn a_deleted_plan_takes_its_pull_pods_with_it() {
     w.plan.metadata.deletion_timestamp = Some(Time(now()));
     let r = w.step();
     assert_eq!(r.delete_pull_pods.len(), 2);
+}
+
+#[test]
+fn the_next_batch_is_named_for_its_taint_and_moves_on() {
+    let mut p = plan(1);
+    p.spec.disruption = Some(DisruptionSpec {
+        prefer_no_schedule: Some(true),
+        ..Default::default()
+    });
+    let mut w = World::new(p, nodes(3));
+    let r = w.step();
+    assert_eq!(r.status.applying.len(), 1);
+    assert_eq!(r.next.len(), 1, "as many as the concurrency");
+    assert!(!r.status.applying.contains(r.next.first().expect("one")));
+    let next = r.next.clone();
+    w.complete_unfinished();
+    let r = w.step();
+    // The next node started: it is no longer next; the last one is.
+    assert_eq!(
+        r.status.applying.iter().cloned().collect::<BTreeSet<_>>(),
+        next
+    );
+    assert_eq!(r.next.len(), 1);
+    assert!(r.next.is_disjoint(&next));
+    w.complete_unfinished();
+    w.step();
+    w.complete_unfinished();
+    let r = w.step();
+    assert!(r.next.is_empty(), "nothing left to start");
+    // Without the field, no batch is named.
+    let mut plain = World::new(plan(1), nodes(3));
+    assert!(plain.step().next.is_empty());
 }
