@@ -182,12 +182,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             .map(|b| ("disruption budget", b.budgets.ready())),
     );
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
-    // The order in which the budget lets what survived a restart keep a node: a Plan's, a
-    // policy's or a NodeOp's step under way finishes before a maintenance starts.
-    let mut sources: HoldSources = vec![plans.holds()];
-    sources.extend(policies.as_ref().map(|p| p.holds()));
-    sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
-    sources.extend(maintenances.as_ref().map(|m| m.holds()));
+    let sources = hold_sources(&plans, &policies, &nodeops, &maintenances);
     let (chores, notifier) = notifier(chores(&client, &settings, &ops), &settings, &ops)?;
     let shared = Arc::new(Shared::new(
         chores.clone(),
@@ -219,32 +214,65 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         nodeops,
         &shutdown,
     );
-    let ledgers = async {
-        if let Some(b) = budgets {
-            budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
-        }
-    };
-    let silences = keep_silences(&shared, &settings, &cluster_id, &shutdown);
     let nodes = async {
         tokio::select! {
             _ = node_watch => warn!("the node watch stopped"),
             _ = shutdown.cancelled() => {}
         }
     };
+    let around = chores_around(
+        &shared,
+        &settings,
+        &cluster_id,
+        budgets,
+        notifier,
+        &shutdown,
+    );
+    let (plan, ..) = futures::join!(plan, others, nodes, around);
+    info!("controller stopped");
+    plan
+}
+
+/// What the operations of the process hold, source by source, in the order in which the budget
+/// lets what survived a restart keep a node: a Plan's, a policy's or a NodeOp's step under way
+/// finishes before a maintenance starts.
+fn hold_sources(
+    plans: &plan::shell::PlanWatches,
+    policies: &Option<reboot_policy::shell::PolicyWatches>,
+    nodeops: &Option<(
+        nodeop::shell::NodeOpWatches,
+        nodeop::shell::upgrade::UpgradeWatches,
+    )>,
+    maintenances: &Option<maintenance::shell::MaintenanceWatches>,
+) -> HoldSources {
+    let mut sources: HoldSources = vec![plans.holds()];
+    sources.extend(policies.as_ref().map(|p| p.holds()));
+    sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
+    sources.extend(maintenances.as_ref().map(|m| m.holds()));
+    sources
+}
+
+/// The chores around the operations, until `shutdown`: the budgets' ledgers, the silences, the
+/// notifications and the taint of the nodes taken next.
+async fn chores_around(
+    shared: &Arc<Shared>,
+    settings: &Settings,
+    cluster_id: &str,
+    budgets: Option<budget::BudgetWatch>,
+    notifier: Option<slipway::runtime::notify::Notifier>,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let ledgers = async {
+        if let Some(b) = budgets {
+            budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
+        }
+    };
+    let silences = keep_silences(shared, settings, cluster_id, shutdown);
+    let chores = shared.chores().clone();
     let notifications = notifier.map(|n| n.run(chores, shutdown.clone()));
     let notifications = futures::future::OptionFuture::from(notifications);
     let next_up = slipway::runtime::next_up::keep(shared.clone(), shutdown.clone());
-    let (plan, ..) = futures::join!(
-        plan,
-        others,
-        nodes,
-        ledgers,
-        silences,
-        notifications,
-        next_up
-    );
-    info!("controller stopped");
-    plan
+    futures::join!(ledgers, silences, notifications, next_up);
 }
 
 /// The Alertmanager silences of every operation, until `shutdown`. Every controller of this name

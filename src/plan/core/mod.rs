@@ -20,6 +20,7 @@ pub mod conditions;
 pub mod config;
 mod decision;
 pub mod deletion;
+mod disruption;
 pub mod expansion;
 mod facts;
 pub mod failure;
@@ -33,7 +34,6 @@ mod node_labels;
 pub mod node_state;
 pub mod notices;
 mod plan_nodes;
-mod prepull;
 pub mod promotion;
 pub mod reboot;
 pub mod render;
@@ -63,8 +63,8 @@ use crate::plan::core::config::JobConfig;
 
 use decision::Rollout;
 pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
+pub use disruption::owner as pull_owner;
 pub use node_state::NodeState;
-pub use prepull::owner as pull_owner;
 pub use report::phases;
 pub use status::validate;
 

@@ -68,25 +68,18 @@ pub(super) fn roll<'a>(
     let gate = health_gate(&facts, old, st, out);
     let stage = (input.stages)
         .and_then(|read| super::promotion::gate(input.plan, read, &facts.version, now));
-    let mut pre_hook = None;
-    let mut pulling = None;
-    let mut refused = Vec::new();
-    if window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none() {
-        let free: Vec<&NodeInfo> = eligible
-            .iter()
-            .copied()
-            .filter(|n| holder_of(input, n).is_none())
-            .collect();
-        pulling = super::prepull::before_nodes(&mut facts, &eligible, &free, &steps, st, out);
-        if pulling.is_none() {
-            pre_hook = hooks::before_nodes(&facts, old, &free, &steps, st, out);
-        }
-        if pulling.is_none() && pre_hook.is_none() {
-            refused = fill_slots(&mut facts, &free, &mut steps);
-        }
-    }
+    let open = window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none();
+    let started = match open {
+        true => start_nodes(&mut facts, old, &eligible, &mut steps, st, out),
+        false => Started::default(),
+    };
+    let Started {
+        pulling,
+        pre_hook,
+        refused,
+    } = started;
     if window.is_none() && !stopped {
-        out.next = next_batch(&facts, &eligible, &steps);
+        out.next = super::disruption::next_batch(&facts, &eligible, &steps);
     }
     if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
         fail_complete(st, out, "ValidationFailed", message, &now_text, input);
@@ -113,21 +106,39 @@ pub(super) fn roll<'a>(
     hooks::after_nodes(&facts, old, st, out);
 }
 
-/// With `spec.disruption.preferNoSchedule`: the nodes that start next, in the Plan's order, as
-/// many as its concurrency (those another operation holds wait for it, not for the Plan).
-fn next_batch(facts: &Facts<'_>, eligible: &[&NodeInfo], steps: &Steps<'_>) -> BTreeSet<String> {
-    let plan = facts.input.plan;
-    if !crate::node::disruption::DisruptionSpec::taints_next(plan.spec.disruption.as_ref()) {
-        return BTreeSet::new();
+/// What the gates before the first nodes said, and the nodes the budgets refused.
+#[derive(Default)]
+struct Started<'a> {
+    pulling: Option<crate::node::prepull::PrePullStatus>,
+    pre_hook: Option<crate::plan::api::HookStatus>,
+    refused: Vec<(&'a NodeInfo, Refusal)>,
+}
+
+/// With nothing holding the rollout: the images are pulled, the pre hook runs, then the free
+/// slots are filled.
+fn start_nodes<'a>(
+    facts: &mut Facts<'_>,
+    old: &PlanStatus,
+    eligible: &[&'a NodeInfo],
+    steps: &mut Steps<'a>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) -> Started<'a> {
+    let input = facts.input;
+    let free: Vec<&NodeInfo> = (eligible.iter().copied())
+        .filter(|n| holder_of(input, n).is_none())
+        .collect();
+    let mut started = Started {
+        pulling: super::disruption::pre_pull(facts, eligible, &free, steps, st, out),
+        ..Started::default()
+    };
+    if started.pulling.is_none() {
+        started.pre_hook = hooks::before_nodes(facts, old, &free, steps, st, out);
     }
-    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
-    let fresh = (eligible.iter().copied())
-        .filter(|n| !steps.contains_key(n.name.as_str()))
-        .filter(|n| holder_of(facts.input, n).is_none());
-    selection::first_in_plan_order(concurrency, facts.uid, &facts.hash, facts.order, fresh)
-        .into_iter()
-        .map(|n| n.name.clone())
-        .collect()
+    if started.pulling.is_none() && started.pre_hook.is_none() {
+        started.refused = fill_slots(facts, &free, steps);
+    }
+    started
 }
 
 /// The eligible nodes, split into those quarantined for this hash (left alone unless the Plan

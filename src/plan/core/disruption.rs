@@ -1,7 +1,13 @@
-//! A Plan's pre-pull (`spec.disruption.prePull`, see [`crate::node::prepull`]): before the first
-//! node of a version starts, the images of its Jobs are pulled on every node left to upgrade. The
-//! pull is recorded in `status.prePull` under the Plan's hash: once pulled, a version never
-//! waits for a pull again, whatever restarts.
+//! What a Plan does around its disruptions (`spec.disruption`) that its rollout decides.
+//!
+//! Pre-pull (see [`crate::node::prepull`]): before the first node of a version starts, the images
+//! of its Jobs are pulled on every node left to upgrade. The pull is recorded in `status.prePull`
+//! under the Plan's hash: once pulled, a version never waits for a pull again, whatever restarts.
+//!
+//! The next batch (see [`crate::node::next`]): the nodes it starts next, for their
+//! `PreferNoSchedule` taint.
+
+use std::collections::BTreeSet;
 
 use super::Rollout;
 use super::facts::{Facts, Steps};
@@ -20,7 +26,7 @@ pub fn owner(plan: &Plan) -> String {
 /// Before nodes start: pulls the images when a node is about to start (a free slot and a node to
 /// take it) and this hash's pull is not recorded as done. `Some(the pull)` while it keeps nodes
 /// from starting. Pull pods no longer wanted go.
-pub(super) fn before_nodes(
+pub(super) fn pre_pull(
     facts: &mut Facts<'_>,
     eligible: &[&NodeInfo],
     free: &[&NodeInfo],
@@ -93,6 +99,27 @@ pub(super) fn before_nodes(
         return Some(step.status);
     }
     None
+}
+
+/// With `spec.disruption.preferNoSchedule`: the nodes that start next, in the Plan's order, as
+/// many as its concurrency (those another operation holds wait for it, not for the Plan).
+pub(super) fn next_batch(
+    facts: &Facts<'_>,
+    eligible: &[&NodeInfo],
+    steps: &Steps<'_>,
+) -> BTreeSet<String> {
+    let plan = facts.input.plan;
+    if !DisruptionSpec::taints_next(plan.spec.disruption.as_ref()) {
+        return BTreeSet::new();
+    }
+    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
+    let fresh = (eligible.iter().copied())
+        .filter(|n| !steps.contains_key(n.name.as_str()))
+        .filter(|n| super::waits::holder_of(facts.input, n).is_none());
+    super::selection::first_in_plan_order(concurrency, facts.uid, &facts.hash, facts.order, fresh)
+        .into_iter()
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 /// An event when the pull of a hash fails (or fails otherwise) and when it is done.
