@@ -353,6 +353,8 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
                 alerts: None,
                 checks: None,
                 budget: &Budget::unlimited(),
+                pull_pods: &[],
+                namespace: "system-upgrade",
             },
             now(),
         ));

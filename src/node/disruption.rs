@@ -45,7 +45,8 @@ pub struct DisruptionSpec {
     /// Before the first node of a rollout is taken, the images its Jobs run are pulled on every
     /// node it will take (a pod per node that only pulls); a node that cannot pull holds the
     /// rollout with `PrePullFailed`, naming the node, the image and the kubelet's reason, and no
-    /// node is cordoned. Plans and NodeOps; off unless set.
+    /// node is cordoned. Plans, NodeOps and RebootPolicies (their reboot image, whenever it
+    /// changes); off unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_pull: Option<bool>,
     /// The nodes the object will take next (its next batch, as many as its concurrency) carry

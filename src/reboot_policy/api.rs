@@ -213,6 +213,9 @@ pub struct RebootPolicyStatus {
     /// The value of the policy's `slipway.dev/reset-failures` annotation last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures_reset: Option<String>,
+    /// With `spec.disruption.prePull`: the pull of the reboot pod's image on the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_pull: Option<crate::node::prepull::PrePullStatus>,
 }
 
 /// What a failed reboot does to the policy.

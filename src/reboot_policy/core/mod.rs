@@ -17,6 +17,7 @@ mod drain_view;
 mod failures;
 mod nodes;
 pub mod pod;
+mod prepull;
 pub mod request;
 mod signals;
 mod spec;
@@ -40,6 +41,7 @@ use crate::node::index::Interest;
 pub use crate::reboot_policy::api::RebootPhase;
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus, RebootRecord};
 pub use nodes::{DrainView, NodeSteps, NodeView, RebootAction, decide_nodes};
+pub use prepull::owner as pull_owner;
 pub use signals::*;
 pub use spec::{DEFAULT_DRAIN_TIMEOUT, PolicySettings, PolicySpec, read_spec};
 pub use state::{DRAIN_TIMED_OUT, RebootState, read_status};
@@ -80,6 +82,10 @@ pub struct PolicyInput<'a> {
     pub checks: Option<&'a [crate::common::check::CheckRead]>,
     /// Who else holds which node, and the DisruptionBudgets a reboot must fit in.
     pub budget: &'a crate::node::budget::Budget,
+    /// The policy's pull pods (`spec.disruption.prePull`), as listed now.
+    pub pull_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
+    /// Where the reboot pods and pull pods live (the controller's namespace).
+    pub namespace: &'a str,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -118,6 +124,10 @@ pub enum RebootEffect {
         pods: Vec<PodKey>,
         grace_period_seconds: Option<i64>,
     },
+    /// A pod that pulls the reboot pod's image on one node ahead of its reboots.
+    PullImages(Box<k8s_openapi::api::core::v1::Pod>),
+    /// A pull pod, by name, once its pull is done or no longer wanted.
+    DeletePullPod(String),
     /// Have the node reboot from boot `before`: a reboot pod, or `reboot-ok=true` for an
     /// update-agent. Asked again on every look until the node has rebooted (both are idempotent).
     Reboot {
@@ -197,6 +207,8 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
     settings.soaking = spec.soaking(&previous.rebooted, now);
     let checked = checks::checked(p, spec, input.checks, now);
     settings.health_check = checked.hold.clone();
+    let pulled = prepull::pull(input, spec, input.namespace);
+    settings.pulling = pulled.holding.clone();
     let reset = failures::reset_requested(p, &previous);
     settings.stopped = failures::sticky_stop(p, spec, &previous, reset.is_some(), &mut states);
     let steps = decide_nodes(
@@ -220,12 +232,15 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         health_checks: checked.status,
         stopped: steps.stopped.clone(),
         failures_reset: reset.clone().or(previous.failures_reset.clone()),
+        pre_pull: pulled.status,
     };
     let newly_stopped = steps
         .stopped
         .clone()
         .filter(|_| status.stopped != previous.stopped);
     let mut decision = into_decision(input, spec, status, steps);
+    decision.effects.extend(pulled.effects);
+    decision.events.extend(pulled.events);
     decision.events.extend(checked.events);
     decision
         .events
@@ -363,6 +378,9 @@ fn give_back_all(
             .effects
             .push(finish(&me, node.clone(), state.signal(), legacy, view));
     }
+    let name = input.policy.metadata.name.as_deref().unwrap_or_default();
+    let pulls = crate::node::prepull::leftovers(&prepull::owner(name), input.pull_pods);
+    (decision.effects).extend(pulls.into_iter().map(RebootEffect::DeletePullPod));
     decision
 }
 

@@ -32,6 +32,8 @@ pub struct PolicySettings {
     pub alerts: Option<String>,
     /// Set when a health check holds every reboot: its reason and message.
     pub health_check: Option<(&'static str, String)>,
+    /// Set while the pull of the reboot image holds every new reboot: its reason and message.
+    pub pulling: Option<(&'static str, String)>,
     /// A failure stops every new reboot (`failurePolicy.action: Stop`).
     pub stop_on_failure: bool,
     /// Set when an earlier failure stopped the policy and it was not reset since: why.
@@ -60,6 +62,8 @@ pub struct PolicySpec {
     pub volumes: bool,
     /// The nodes that reboot next are tainted `PreferNoSchedule` (`spec.disruption`).
     pub taints_next: bool,
+    /// The reboot pod's image is pulled on every node before reboots use it (`spec.disruption`).
+    pub pre_pull: bool,
     pub timeout: Duration,
     pub health_gate: Option<HealthGate>,
     pub blocking_pods: Vec<Selector>,
@@ -112,11 +116,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
     let health_checks = spec.health_checks.clone().unwrap_or_default();
     crate::common::check::validate(&health_checks, "spec.healthChecks")?;
     if let Some(disruption) = &spec.disruption {
-        crate::node::disruption::validate_without_images(
-            disruption,
-            "spec.disruption",
-            "a RebootPolicy runs only its reboot pod, whose image every node pulls when it reboots",
-        )?;
+        crate::node::disruption::validate(disruption, "spec.disruption")?;
     }
     Ok(PolicySpec {
         selector,
@@ -128,6 +128,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         on_drain_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
         volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         taints_next: DisruptionSpec::taints_next(spec.disruption.as_ref()),
+        pre_pull: DisruptionSpec::pre_pulls(spec.disruption.as_ref()),
         timeout: duration_field(spec.timeout.as_deref(), "spec.timeout", DEFAULT_TIMEOUT)?,
         health_gate,
         blocking_pods,
@@ -237,6 +238,7 @@ impl PolicySpec {
                 }),
             },
             alerts,
+            pulling: None,
             health_check: None,
             stop_on_failure: self.stop_on_failure,
             stopped: None,

@@ -60,6 +60,7 @@ fn settings(concurrency: usize) -> PolicySettings {
         },
         alerts: None,
         health_check: None,
+        pulling: None,
         stop_on_failure: false,
         stopped: None,
         soak: None,
@@ -1149,6 +1150,8 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
             alerts: None,
             checks: None,
             budget: &NO_BUDGET,
+            pull_pods: &[],
+            namespace: "system-upgrade",
         }
     }
     let standing = |s: &RebootPolicyStatus| -> Vec<String> {
@@ -1255,4 +1258,147 @@ fn a_halted_budget_blocks_every_new_reboot_and_says_so() {
         (a.phase, a.reason.as_deref()),
         (RebootPhase::Blocked, Some("Halted"))
     );
+}
+
+/// `spec.disruption.prePull`: the reboot image is pulled on every selected node first; while a
+/// node cannot pull it, no node reboots (and none is cordoned); once pulled, the pods go and the
+/// node that asked starts.
+#[test]
+fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
+    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
+    use crate::reboot_policy::api::RebootPolicySpec;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+        PodStatus,
+    };
+    let mut p = RebootPolicy::new(
+        "nightly",
+        RebootPolicySpec {
+            disruption: Some(crate::node::disruption::DisruptionSpec {
+                pre_pull: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    p.metadata.generation = Some(1);
+    let spec = read_spec(&p.spec, "registry.local/slipway:1");
+    let (a, b) = (asking("a"), node("b"));
+    let views = [view(&a), view(&b)];
+    let decide_with = |p: &RebootPolicy, pods: &[Pod]| {
+        let refs: Vec<&Pod> = pods.iter().collect();
+        decide(
+            &PolicyInput {
+                policy: p,
+                spec: &spec,
+                nodes: &views,
+                alerts: None,
+                checks: None,
+                budget: &NO_BUDGET,
+                pull_pods: &refs,
+                namespace: "system-upgrade",
+            },
+            at(0),
+        )
+    };
+    let created = |d: &RebootDecision| -> Vec<Pod> {
+        (d.effects.iter())
+            .filter_map(|e| match e {
+                RebootEffect::PullImages(p) => Some(p.as_ref().clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let d = decide_with(&p, &[]);
+    let pods = created(&d);
+    assert_eq!(
+        pods.len(),
+        2,
+        "every selected node pulls, not only the one that asks"
+    );
+    assert_eq!(d.status.nodes[0].reason.as_deref(), Some(PRE_PULLING));
+    assert!(d.holds.is_empty());
+    assert!(
+        !(d.effects.iter()).any(|e| matches!(e, RebootEffect::Cordon(_))),
+        "nothing cordoned"
+    );
+    let image = (pods[0].spec.iter())
+        .flat_map(|s| s.containers.iter().filter_map(|c| c.image.clone()))
+        .collect::<Vec<_>>();
+    assert_eq!(image, ["registry.local/slipway:1"]);
+    let kubelet = |pods: &[Pod], bad: Option<&str>| -> Vec<Pod> {
+        let mut pods = pods.to_vec();
+        for pod in &mut pods {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            let state = match bad.is_some() && node.as_deref() == bad {
+                true => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ErrImagePull".into()),
+                        message: Some("not found".into()),
+                    }),
+                    ..Default::default()
+                },
+                false => ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 128,
+                        reason: Some("StartError".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            };
+            pod.status = Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "pull-0".into(),
+                    state: Some(state),
+                    image_id: "sha256:x".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+        }
+        pods
+    };
+    p.status = Some(d.status.clone());
+    let d = decide_with(&p, &kubelet(&pods, Some("b")));
+    assert_eq!(d.status.nodes[0].reason.as_deref(), Some(PRE_PULL_FAILED));
+    let message = d.status.nodes[0].message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "node b cannot pull image registry.local/slipway:1: ErrImagePull: not found"
+        ),
+        "{message}"
+    );
+    assert!(d.holds.is_empty());
+    p.status = Some(d.status.clone());
+    let d = decide_with(&p, &kubelet(&pods, None));
+    assert_eq!(
+        d.status.pre_pull.as_ref().map(|p| p.phase),
+        Some(PrePullPhase::Pulled)
+    );
+    assert_eq!(d.status.nodes[0].phase, RebootPhase::Draining, "a starts");
+    let deleted = (d.effects.iter())
+        .filter(|e| matches!(e, RebootEffect::DeletePullPod(_)))
+        .count();
+    assert_eq!(deleted, 2);
+    // Pulled for this image: never again.
+    p.status = Some(d.status.clone());
+    assert!(created(&decide_with(&p, &[])).is_empty());
+    // Another image: pulled again before the next reboot.
+    p.spec.image = Some("registry.local/slipway:2".into());
+    let spec2 = read_spec(&p.spec, "registry.local/slipway:1");
+    let again = decide(
+        &PolicyInput {
+            policy: &p,
+            spec: &spec2,
+            nodes: &views,
+            alerts: None,
+            checks: None,
+            budget: &NO_BUDGET,
+            pull_pods: &[],
+            namespace: "system-upgrade",
+        },
+        at(0),
+    );
+    assert_eq!(created(&again).len(), 2);
 }

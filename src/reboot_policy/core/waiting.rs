@@ -60,6 +60,9 @@ pub(super) fn hold_reason(
     if let Some((reason, message)) = &settings.health_check {
         return Some((RebootPhase::Blocked, reason, message.clone()));
     }
+    if let Some((reason, message)) = &settings.pulling {
+        return Some((RebootPhase::Blocked, reason, message.clone()));
+    }
     if let Some(holder) = &view.held_by {
         return Some((
             RebootPhase::Blocked,

@@ -232,6 +232,8 @@ pub struct Observed {
     health: BTreeMap<String, HealthObservation>,
     /// The nodes in progress whose reboot pod exists.
     reboot_pods: BTreeSet<String>,
+    /// The pull pods of `spec.disruption.prePull`, listed while it pulls or has a pull on record.
+    pull_pods: Vec<Pod>,
 }
 
 impl Operation for PolicyOperation {
@@ -313,7 +315,15 @@ impl Operation for PolicyOperation {
             }
         }
         let reboot_pods = self.reboot_pods(p, &states);
+        let pull_pods = match s.pre_pull || previous.pre_pull.is_some() {
+            true => {
+                let (client, ns) = (self.shared.chores().client(), &self.shared.namespace);
+                crate::node::shell::pull_pods(client, ns, &core::pull_owner(&p.name_any())).await?
+            }
+            false => Vec::new(),
+        };
         Ok(Observed {
+            pull_pods,
             alerts,
             checks,
             blocking,
@@ -344,6 +354,7 @@ impl Operation for PolicyOperation {
                 reboot_pod: o.reboot_pods.contains(&n.name),
             })
             .collect();
+        let pull_pods: Vec<&Pod> = o.pull_pods.iter().collect();
         core::decide(
             &PolicyInput {
                 policy: p,
@@ -352,6 +363,8 @@ impl Operation for PolicyOperation {
                 alerts: o.alerts.clone(),
                 checks: o.checks.as_deref(),
                 budget,
+                pull_pods: &pull_pods,
+                namespace: &self.shared.namespace,
             },
             now,
         )
@@ -399,6 +412,18 @@ impl Operation for PolicyOperation {
                 info!(rebootpolicy = %name, node = %node, ?pods, "deleting the pods the drain left");
                 delete_all(chores.client(), pods, *grace_period_seconds).await?;
             }
+            RebootEffect::PullImages(pod) => {
+                if chores.create(pod.as_ref()).await?.is_some() {
+                    info!(rebootpolicy = %name, pod = %pod.name_any(), "created pull pod");
+                }
+            }
+            RebootEffect::DeletePullPod(pod) => {
+                info!(rebootpolicy = %name, pod = %pod, "deleting pull pod");
+                let ns = Some(self.shared.namespace.as_str());
+                chores
+                    .delete::<Pod>(ns, pod, &DeleteParams::default())
+                    .await?;
+            }
             RebootEffect::Reboot {
                 node,
                 signal,
@@ -445,6 +470,7 @@ impl Observed {
             drains: BTreeMap::new(),
             health: BTreeMap::new(),
             reboot_pods: BTreeSet::new(),
+            pull_pods: Vec::new(),
         }
     }
 }
