@@ -4,6 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
+use super::watch::policy_view;
 use super::*;
 use crate::node::cordon::{self, CordonOwner};
 use crate::node::handoff::Handoff;
@@ -17,6 +18,7 @@ use crate::runtime::testing::{
     self, ALREADY_EXISTS, Answer, ApiServer, CONFLICT, GONE, NOT_FOUND, Row, SERVER_ERROR, Sent,
     TIMEOUT, TOO_MANY_REQUESTS,
 };
+use crate::runtime::watch::changes;
 
 /// Where the policy and its node stand when the policy is reconciled.
 #[derive(Debug, Clone, Copy, PartialEq)]
