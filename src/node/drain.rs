@@ -126,6 +126,9 @@ pub enum Skip {
     DaemonSet,
     Mirror,
     DeletedLongAgo,
+    /// It ended (`Succeeded` or `Failed`): it runs nothing and holds nothing, so the drain
+    /// neither waits for it nor evicts it (kubectl would delete it and wait until it is gone).
+    Finished,
 }
 
 /// Why a pod refuses the drain (kubectl then evicts nothing at all).
@@ -210,14 +213,15 @@ fn filter(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     );
+    if finished {
+        return Verdict::Skip(Skip::Finished);
+    }
     let controller = pod
         .owner_references()
         .iter()
         .find(|o| o.controller == Some(true));
     let mut warning = None;
-    if let Some(owner) = controller.filter(|o| o.kind == "DaemonSet")
-        && !finished
-    {
+    if let Some(owner) = controller.filter(|o| o.kind == "DaemonSet") {
         let ns = pod.namespace().unwrap_or_default();
         if !daemonset_exists(&ns, &owner.name) {
             if !options.force {
@@ -240,13 +244,13 @@ fn filter(
         .into_iter()
         .flatten()
         .any(|v| v.empty_dir.is_some());
-    if empty_dir && !finished {
+    if empty_dir {
         if !options.delete_emptydir_data {
             return Verdict::Block(Block::LocalStorage);
         }
         warning = warning.or(Some("its emptyDir data is deleted"));
     }
-    if controller.is_none() && !finished {
+    if controller.is_none() {
         if !options.force {
             return Verdict::Block(Block::NoController);
         }

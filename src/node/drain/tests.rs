@@ -131,15 +131,19 @@ fn kubectl_defaults_refuse_daemonset_emptydir_and_bare_pods() {
 }
 
 #[test]
-fn finished_pods_are_evicted_whatever_they_are() {
+fn finished_pods_are_left_alone_whatever_they_are() {
     let pods = [
         phase(pod("done"), "Succeeded"),
         phase(with_empty_dir(pod("failed")), "Failed"),
         phase(owned(pod("ds-done"), "DaemonSet", "agent"), "Succeeded"),
+        owned(pod("web"), "ReplicaSet", "web"),
     ];
     let plan = plan(&pods, ds_exists, &kubectl_defaults(), now());
-    assert_eq!(names(&plan.evict), ["done", "failed", "ds-done"]);
-    assert!(plan.warnings.is_empty());
+    // Nothing to wait for: they run nothing (no controller, emptyDir or DaemonSet blocks).
+    assert_eq!(names(&plan.evict), ["web"]);
+    assert!(!plan.is_blocked() && plan.warnings.is_empty());
+    let skipped: Vec<&Skip> = plan.skipped.iter().map(|(_, s)| s).collect();
+    assert_eq!(skipped, [&Skip::Finished; 3]);
 }
 
 #[test]
