@@ -7,6 +7,9 @@ Docker's manifest.json, as `docker save` has written since Docker 25, so `docker
 root filesystem: the static binary at /slipway, the CA bundle, and an /etc/passwd naming the
 non-root user the process runs as. Nothing else is in the image.
 
+`--rootfs DIR` writes the same files into a directory instead, for the top-level Containerfile,
+which copies them into an image FROM scratch: an engine's build gets the files from this code too.
+
 Determinism: every tar entry is owned by 0:0 with the mtime SOURCE_DATE_EPOCH, entries are
 sorted, gzip carries no name or time, and JSON is written with sorted keys and no spaces.
 """
@@ -66,9 +69,9 @@ def rfc3339(epoch):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-def build(binary, ca_bundle, version, arch, epoch):
-    """Returns (archive bytes, manifest digest)."""
-    rootfs = [
+def rootfs(binary, ca_bundle):
+    """The image's files: (path, mode, bytes or None for a directory)."""
+    return [
         ("etc", 0o755, None),
         ("etc/passwd", 0o644, PASSWD.encode()),
         ("etc/ssl", 0o755, None),
@@ -76,7 +79,23 @@ def build(binary, ca_bundle, version, arch, epoch):
         ("etc/ssl/certs/ca-certificates.crt", 0o644, ca_bundle),
         ("slipway", 0o755, binary),
     ]
-    layer_tar = tar_bytes(rootfs, epoch)
+
+
+def write_rootfs(entries, directory):
+    """Writes the files into an existing, empty directory, with their modes."""
+    for path, mode, data in sorted(entries, key=lambda e: e[0]):
+        target = os.path.join(directory, path)
+        if data is None:
+            os.mkdir(target)
+        else:
+            with open(target, "wb") as f:
+                f.write(data)
+        os.chmod(target, mode)
+
+
+def build(binary, ca_bundle, version, arch, epoch):
+    """Returns (archive bytes, manifest digest)."""
+    layer_tar = tar_bytes(rootfs(binary, ca_bundle), epoch)
     layer = gzip_bytes(layer_tar)
     created = rfc3339(epoch)
     labels = {
@@ -166,13 +185,19 @@ def main():
     parser.add_argument("--ca-bundle", required=True)
     parser.add_argument("--version", required=True)
     parser.add_argument("--arch", default="amd64")
-    parser.add_argument("--out", required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", help="the OCI image archive to write")
+    target.add_argument("--rootfs", help="an empty directory to write the image's files into")
     args = parser.parse_args()
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     with open(args.binary, "rb") as f:
         binary = f.read()
     with open(args.ca_bundle, "rb") as f:
         ca_bundle = f.read()
+    if args.rootfs:
+        write_rootfs(rootfs(binary, ca_bundle), args.rootfs)
+        print(f"rootfs: {args.rootfs}")
+        return
     archive, manifest_digest = build(binary, ca_bundle, args.version, args.arch, epoch)
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:

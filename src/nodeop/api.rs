@@ -257,6 +257,9 @@ pub struct NodeOpUpgradeStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<crate::common::condition::Condition>,
 }
 
 /// The CRD of `nodeopupgrades.operator.kairos.io`: kairos-operator's.

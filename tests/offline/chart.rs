@@ -756,6 +756,7 @@ fn every_object_carries_the_releases_labels() {
         "serviceMonitor.enabled=true",
         "prometheusRule.enabled=true",
         "dashboard.enabled=true",
+        "podDisruptionBudget.enabled=true",
     ];
     let docs = template(&everything);
     assert!(docs.len() >= 40, "{} objects", docs.len());
@@ -778,5 +779,84 @@ fn every_object_carries_the_releases_labels() {
                 doc["metadata"]["name"]
             );
         }
+    }
+}
+
+#[test]
+fn the_pod_disruption_budget_is_optional_and_always_allows_an_eviction() {
+    let pdbs = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["kind"] == "PodDisruptionBudget")
+            .cloned()
+            .collect()
+    };
+    assert!(pdbs(&template(&[])).is_empty(), "none by default");
+
+    let docs = template(&["podDisruptionBudget.enabled=true"]);
+    let [pdb] = &pdbs(&docs)[..] else {
+        panic!("one PodDisruptionBudget when enabled")
+    };
+    assert_eq!(pdb["metadata"]["name"], "system-upgrade-controller");
+    assert_eq!(pdb["metadata"]["namespace"], "system-upgrade");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"].get("minAvailable").is_none());
+    // It selects exactly the controller's pods.
+    let deployment = find(&docs, "Deployment", "system-upgrade-controller");
+    assert_eq!(
+        pdb["spec"]["selector"], deployment["spec"]["selector"],
+        "the Deployment's selector"
+    );
+
+    let docs = template(&[
+        "podDisruptionBudget.enabled=true",
+        "replicaCount=3",
+        "podDisruptionBudget.minAvailable=2",
+    ]);
+    let spec = &pdbs(&docs)[0]["spec"];
+    assert_eq!(spec["minAvailable"], 2);
+    assert!(spec.get("maxUnavailable").is_none(), "minAvailable wins");
+    let docs = template(&[
+        "podDisruptionBudget.enabled=true",
+        "replicaCount=2",
+        "podDisruptionBudget.minAvailable=50%",
+    ]);
+    assert_eq!(pdbs(&docs)[0]["spec"]["minAvailable"], "50%");
+
+    // A budget that allows no eviction would hold every drain of the controller's node.
+    let refused = [
+        (
+            vec!["podDisruptionBudget.minAvailable=1"],
+            "below replicaCount",
+        ),
+        (
+            vec!["replicaCount=2", "podDisruptionBudget.minAvailable=51%"],
+            "allows no eviction",
+        ),
+        (
+            vec!["podDisruptionBudget.minAvailable=50%"],
+            "allows no eviction",
+        ),
+        (
+            vec!["podDisruptionBudget.maxUnavailable=0"],
+            "allows no eviction",
+        ),
+        (
+            vec!["podDisruptionBudget.maxUnavailable=0%"],
+            "allows no eviction",
+        ),
+        (
+            vec!["podDisruptionBudget.maxUnavailable=null"],
+            "needs minAvailable or maxUnavailable",
+        ),
+        (
+            vec!["podDisruptionBudget.maxUnavailable=lots"],
+            "maxUnavailable",
+        ),
+        (vec!["podDisruptionBudget.budget=1"], "'budget' not allowed"),
+    ];
+    for (mut sets, message) in refused {
+        sets.push("podDisruptionBudget.enabled=true");
+        let err = try_template(&sets).expect_err(&format!("{sets:?} is refused"));
+        assert!(err.contains(message), "{sets:?}: {err}");
     }
 }

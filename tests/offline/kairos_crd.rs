@@ -49,6 +49,10 @@ const DELIBERATE: &[(&str, &str)] = &[
 /// The same for NodeOpUpgrade: its status copies the NodeOp's node entries.
 const DELIBERATE_UPGRADE: &[(&str, &str)] = &[
     (
+        ".status.conditions: only in slipway",
+        "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
+    ),
+    (
         ".status.nodeStatuses.*.bootID: only in slipway",
         "copied from the NodeOp",
     ),

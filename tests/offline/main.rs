@@ -6,6 +6,7 @@ mod alertmanager;
 mod architecture;
 mod chart;
 mod cli;
+mod containerfile;
 mod crd_and_examples;
 mod deploy_manifests;
 mod documented;

@@ -327,6 +327,15 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 
 /// The metric names of slipway's exposition, every family shown (process metrics included).
 pub(crate) fn exported() -> BTreeSet<String> {
+    exposition()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// slipway's exposition in the text format with a sample in every family it registers.
+fn exposition() -> String {
     let m = Metrics::new();
     for kind in [
         Kind::plan,
@@ -364,11 +373,9 @@ pub(crate) fn exported() -> BTreeSet<String> {
     m.channel_request(Duration::from_millis(5), false);
     m.channel_cache_hit();
     m.set_leader(true);
+    m.alertmanager_request("list", false);
+    m.silences("active", 1);
     m.render()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_string())
-        .collect()
 }
 
 /// `query: unknown metric` for each metric a query reads that slipway does not export.
@@ -554,4 +561,71 @@ fn the_kit_builds_over_deploy_and_reaches_the_controllers_metrics_port() {
     );
 
     assert_eq!(find(&docs, "PrometheusRule")["spec"], rule_file()["spec"]);
+}
+
+/// OpenMetrics text (what `/metrics` serves) in Prometheus' classic text format, the one `promtool
+/// check metrics` reads: a counter's family takes its samples' `_total` name, as Prometheus stores
+/// it, and the `# UNIT` and `# EOF` lines, which the classic format has not, go.
+fn classic_text(openmetrics: &str) -> String {
+    let counters: BTreeSet<&str> = (openmetrics.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::new();
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_classic_text_names_counters_as_prometheus_stores_them() {
+    let om = "# HELP a_jobs Jobs.\n# TYPE a_jobs counter\n# UNIT a_jobs jobs\na_jobs_total 1\n\
+              # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+    assert_eq!(
+        classic_text(om),
+        "# HELP a_jobs_total Jobs.\n# TYPE a_jobs_total counter\na_jobs_total 1\n\
+         # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n"
+    );
+}
+
+/// Every family slipway registers, rendered as the controller serves it, passes `promtool check
+/// metrics`: Prometheus' naming conventions (a counter's `_total`, base units, no `_count`, `_sum`
+/// or `_bucket` of its own, snake case) and the text format, every sample with a HELP and a TYPE.
+#[test]
+fn promtool_accepts_the_names_and_format_of_every_family() {
+    let openmetrics = exposition();
+    assert!(
+        openmetrics.ends_with("# EOF\n"),
+        "the OpenMetrics end marker"
+    );
+    let text = classic_text(&openmetrics);
+    let mut child = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    let mut stdin = child.stdin.take().expect("promtool's stdin");
+    std::io::Write::write_all(&mut stdin, text.as_bytes()).expect("writing to promtool");
+    drop(stdin);
+    let out = child.wait_with_output().expect("promtool's answer");
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n--- the exposition, as promtool read it:\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::ObjectMeta;
 
+use crate::common::condition::{Standing, set_standing};
 use crate::common::decision::{Decision, Effect, Event};
 use crate::node::holders::Holder;
 use crate::nodeop::api::{
@@ -17,12 +18,16 @@ use crate::nodeop::api::{
     NodeOpUpgradeStatus, PreflightSpec,
 };
 
+use super::words;
+
 /// On the NodeOp: the NodeOpUpgrade that made it (kairos-operator's label).
 pub const UPGRADE_LABEL: &str = "nodeopupgrade.kairos.io/name";
 /// The paths every upgrade leaves as they are (kairos-operator's).
 pub const ALWAYS_EXCLUDED: [&str; 2] = ["/etc/hostname", "/etc/hosts"];
 /// The phase right after the NodeOp is created.
 pub const INITIALIZING: &str = "Initializing";
+/// The reason of `Stalled` when a NodeOp of the upgrade's name belongs to something else.
+pub const NODEOP_NOT_OWNED: &str = "NodeOpNotOwned";
 
 /// What the shell does for a NodeOpUpgrade.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +82,9 @@ pub fn decide_upgrade(
         },
         Some(op) => copied(op, &name),
     };
+    status.conditions = previous.conditions.clone();
+    let foreign = nodeop.is_some_and(|op| !owned_by(op, u));
+    standing(&mut status, foreign, u.metadata.generation, now);
     status.last_updated = previous.last_updated.clone();
     if status != previous {
         status.last_updated = Some(Time(now));
@@ -92,6 +100,28 @@ pub fn decide_upgrade(
         ));
     }
     decision
+}
+
+/// kstatus' conditions, as the NodeOp's follow its phase: done is `Ready`; a failed NodeOp, or a
+/// NodeOp of the upgrade's name that is not its own, is `Stalled` (only a change by someone goes
+/// on); anything else, the NodeOp just created included, is `Reconciling`.
+fn standing(
+    status: &mut NodeOpUpgradeStatus,
+    foreign: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let message = status.message.clone().unwrap_or_default();
+    let standing = match status.phase.as_deref() {
+        _ if foreign => Standing::Stalled(NODEOP_NOT_OWNED, &message),
+        Some(words::COMPLETED) => Standing::Ready(words::COMPLETED, &message),
+        Some(words::FAILED) => Standing::Stalled(words::FAILED, &message),
+        Some(INITIALIZING) => Standing::Reconciling(INITIALIZING, &message),
+        Some(words::PREFLIGHT) => Standing::Reconciling(words::PREFLIGHT, &message),
+        Some(words::RUNNING) => Standing::Reconciling(words::RUNNING, &message),
+        _ => Standing::Reconciling(words::PENDING, &message),
+    };
+    set_standing(&mut status.conditions, standing, generation, now);
 }
 
 /// The NodeOp's status, as the upgrade shows it (kairos-operator's messages).
@@ -113,6 +143,7 @@ fn copied(op: &NodeOp, name: &str) -> NodeOpUpgradeStatus {
         node_statuses: st.node_statuses.clone(),
         message: Some(message),
         last_updated: None,
+        conditions: Vec::new(),
     }
 }
 

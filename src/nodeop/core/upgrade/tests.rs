@@ -193,3 +193,113 @@ fn a_nodeop_of_that_name_that_is_not_the_upgrades_is_left_alone() {
     assert_eq!(d.status.phase.as_deref(), Some("Failed"));
     assert!(d.status.node_statuses.is_empty());
 }
+
+/// Which of kstatus' `Ready`, `Reconciling`, `Stalled` is `True`, with its reason, after checking
+/// that all three are there and carry the generation.
+fn standing(d: &UpgradeDecision, generation: i64) -> (&str, &str) {
+    let conditions = &d.status.conditions;
+    let types: Vec<_> = conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Ready", "Reconciling", "Stalled"]);
+    assert!(
+        conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(generation) && !c.reason.is_empty()),
+        "{conditions:?}"
+    );
+    let on: Vec<_> = conditions.iter().filter(|c| c.status == "True").collect();
+    assert_eq!(on.len(), 1, "one of the three: {conditions:?}");
+    (on[0].type_.as_str(), on[0].reason.as_str())
+}
+
+#[test]
+fn kstatus_conditions_follow_the_nodeops_phase() {
+    let mut u = upgrade(NodeOpUpgradeSpec::default());
+    u.metadata.generation = Some(3);
+    let created = decide_upgrade(&u, None, t("2026-11-25T10:00:00Z"));
+    assert_eq!(standing(&created, 3), ("Reconciling", INITIALIZING));
+    let u = NodeOpUpgrade {
+        status: Some(created.status.clone()),
+        ..u
+    };
+    for (phase, want) in [
+        ("Pending", ("Reconciling", "Pending")),
+        ("Running", ("Reconciling", "Running")),
+        ("Completed", ("Ready", "Completed")),
+        ("Failed", ("Stalled", "Failed")),
+    ] {
+        let d = decide_upgrade(&u, Some(&nodeop_of(&u, phase)), t("2026-11-25T10:01:00Z"));
+        assert_eq!(standing(&d, 3), want, "NodeOp {phase}");
+        let on = d.status.conditions.iter().find(|c| c.status == "True");
+        assert_eq!(
+            on.map(|c| c.message.as_str()),
+            d.status.message.as_deref(),
+            "the condition says what the status says"
+        );
+    }
+    // A NodeOp not yet reconciled has no phase: still pending.
+    let mut fresh = nodeop_of(&u, "Pending");
+    fresh.status = None;
+    let d = decide_upgrade(&u, Some(&fresh), t("2026-11-25T10:01:00Z"));
+    assert_eq!(standing(&d, 3), ("Reconciling", "Pending"));
+}
+
+#[test]
+fn a_foreign_nodeop_stalls_the_upgrade() {
+    let mut u = upgrade(NodeOpUpgradeSpec::default());
+    u.metadata.generation = Some(1);
+    let mut other = nodeop_of(&u, "Completed");
+    other.metadata.owner_references = None;
+    let d = decide_upgrade(&u, Some(&other), t("2026-11-25T10:00:00Z"));
+    assert_eq!(standing(&d, 1), ("Stalled", NODEOP_NOT_OWNED));
+}
+
+#[test]
+fn a_condition_keeps_its_transition_time_while_it_holds_and_takes_a_new_generation() {
+    let mut u = upgrade(NodeOpUpgradeSpec::default());
+    u.metadata.generation = Some(1);
+    let first = decide_upgrade(
+        &u,
+        Some(&nodeop_of(&u, "Running")),
+        t("2026-11-25T10:00:00Z"),
+    );
+    let when = |d: &UpgradeDecision, type_: &str| {
+        let c = d.status.conditions.iter().find(|c| c.type_ == type_);
+        c.map(|c| c.last_transition_time.clone())
+            .expect("the condition")
+    };
+    u.status = Some(first.status.clone());
+    u.metadata.generation = Some(2);
+    let later = decide_upgrade(
+        &u,
+        Some(&nodeop_of(&u, "Running")),
+        t("2026-11-25T10:07:00Z"),
+    );
+    assert_eq!(standing(&later, 2), ("Reconciling", "Running"));
+    assert_eq!(when(&later, "Reconciling"), when(&first, "Reconciling"));
+    u.status = Some(later.status.clone());
+    let done = decide_upgrade(
+        &u,
+        Some(&nodeop_of(&u, "Completed")),
+        t("2026-11-25T10:09:00Z"),
+    );
+    assert_eq!(standing(&done, 2), ("Ready", "Completed"));
+    assert_ne!(when(&done, "Ready"), when(&later, "Ready"));
+}
+
+#[test]
+fn a_deleted_upgrade_keeps_its_conditions() {
+    let mut u = upgrade(NodeOpUpgradeSpec::default());
+    let running = decide_upgrade(
+        &u,
+        Some(&nodeop_of(&u, "Running")),
+        t("2026-11-25T10:00:00Z"),
+    );
+    u.status = Some(running.status.clone());
+    u.metadata.deletion_timestamp = Some(Time(t("2026-11-25T10:02:00Z")));
+    let d = decide_upgrade(
+        &u,
+        Some(&nodeop_of(&u, "Completed")),
+        t("2026-11-25T10:03:00Z"),
+    );
+    assert_eq!(d.status, running.status);
+}
