@@ -532,8 +532,13 @@ fn failed_for_good(old: &NodeMaintenanceStatus) -> Option<Stage> {
 fn take_node(input: &MaintenanceInput<'_>, node: &NodeFacts, step: &mut Step) {
     let me = me(input.maintenance);
     step.hold_node = true;
+    let nmo = taken_by_nmo(input.maintenance, node);
     if !node.unschedulable {
         step.node.unschedulable = Some(true);
+        step.node
+            .annotations
+            .insert(CORDONED_BY.into(), Some(me.clone()));
+    } else if nmo && node.cordoned_by.is_none() {
         step.node
             .annotations
             .insert(CORDONED_BY.into(), Some(me.clone()));
@@ -544,7 +549,18 @@ fn take_node(input: &MaintenanceInput<'_>, node: &NodeFacts, step: &mut Step) {
     if !node.excluded {
         step.node.exclude_label = Some(true);
         step.node.annotations.insert(EXCLUDED_BY.into(), Some(me));
+    } else if nmo && node.excluded_by.is_none() {
+        step.node.annotations.insert(EXCLUDED_BY.into(), Some(me));
     }
+}
+
+/// node-maintenance-operator started this maintenance before slipway took over: slipway has never
+/// decided on it (no `Drained` condition of its own) and the node carries NMO's taint. NMO records
+/// nothing of what it changed and gives the cordon and the exclusion label back whatever they were
+/// before; the maintenance does the same once it ends, so they are recorded as its own.
+fn taken_by_nmo(nm: &NodeMaintenance, node: &NodeFacts) -> bool {
+    let decided = (nm.status.iter()).any(|st| st.conditions.iter().any(|c| c.type_ == DRAINED));
+    node.drain_taint && !decided
 }
 
 /// Undoes what the maintenance did to the node, and only that.

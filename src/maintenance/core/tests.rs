@@ -621,6 +621,55 @@ fn deleting_restores_what_the_maintenance_did_and_releases_the_lease() {
 }
 
 #[test]
+fn a_maintenance_node_maintenance_operator_started_gives_its_cordon_back_as_nmo_would() {
+    // NMO cordoned, tainted and labelled the node, recording none of it; its status has no
+    // condition of slipway's.
+    let mut m = nm(true);
+    m.status = Some(crate::maintenance::api::NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        ..Default::default()
+    });
+    let by_nmo = NodeFacts {
+        unschedulable: true,
+        drain_taint: true,
+        excluded: true,
+        ..node()
+    };
+    let step = decide(&input(&m, Some(&by_nmo), Some(&pods(&[]))));
+    let me = Some("nodemaintenance/disk".to_string());
+    assert_eq!(step.node.annotations.get(CORDONED_BY), Some(&me));
+    assert_eq!(step.node.annotations.get(EXCLUDED_BY), Some(&me));
+    assert_eq!(step.node.unschedulable, None, "already cordoned");
+    // Deleted, it gives back what NMO did, as NMO would have.
+    m.status = Some(step.status.clone());
+    m.metadata.deletion_timestamp = Some(Time(now()));
+    let recorded = NodeFacts {
+        cordoned_by: me.clone(),
+        excluded_by: me.clone(),
+        ..by_nmo.clone()
+    };
+    let step = decide(&input(&m, Some(&recorded), None));
+    assert_eq!(step.node.unschedulable, Some(false));
+    assert_eq!(step.node.exclude_label, Some(false));
+
+    // A cordon someone else made before slipway's own maintenance took the node stays theirs.
+    let mut own = nm(true);
+    let admin = NodeFacts {
+        unschedulable: true,
+        ..node()
+    };
+    let first = decide(&input(&own, Some(&admin), Some(&pods(&[]))));
+    assert_eq!(first.node.annotations.get(CORDONED_BY), None);
+    own.status = Some(first.status.clone());
+    let tainted = NodeFacts {
+        drain_taint: true,
+        ..admin
+    };
+    let again = decide(&input(&own, Some(&tainted), Some(&pods(&[]))));
+    assert_eq!(again.node.annotations.get(CORDONED_BY), None);
+}
+
+#[test]
 fn a_refused_eviction_names_the_budget_in_the_status() {
     let m = nm(true);
     let p = pods(&[("web-1", false), ("web-2", false)]);
