@@ -172,6 +172,7 @@ fn drained_message(nm: &NodeMaintenance) -> String {
         .unwrap_or_default()
 }
 
+#[derive(Debug)]
 struct NodeState {
     unschedulable: bool,
     drain_taint: bool,
@@ -266,6 +267,55 @@ async fn a_drain_succeeds_and_deleting_it_restores_the_node() {
             .expect("get lease")
             .is_none(),
         "the lease is released"
+    );
+}
+
+/// A NodeMaintenance node-maintenance-operator started (its node cordoned, tainted and labelled,
+/// nothing recorded, its status NMO's), taken over by slipway: deleting it gives the node back
+/// whole, as NMO would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_nmo_started_gives_its_node_back_when_deleted() {
+    let Some(s) = bare_scene("nm-takeover", 1).await else {
+        return;
+    };
+    let (client, nms) = (&s.client, &nms(&s));
+    let node = &s.nodes[0];
+    let as_nmo = json!({
+        "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": "true"}},
+        "spec": {"unschedulable": true,
+                 "taints": [{"key": "medik8s.io/drain", "effect": "NoSchedule"}]},
+    });
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&as_nmo))
+        .await
+        .expect("the node as NMO leaves it");
+    let name = create_nm(&s, "takeover", node, None).await;
+    let running = json!({"status": {"phase": "Running", "drainProgress": 0}});
+    nms.patch_status(&name, &PatchParams::default(), &Patch::Merge(&running))
+        .await
+        .expect("NMO's status");
+    let _controller = ControllerProcess::start(&s.cluster, s.ns.name(), &MAINTENANCE_ON);
+    wait_phase(
+        nms,
+        &name,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let annotations = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("the node")
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    let me = format!("nodemaintenance/{name}");
+    assert_eq!(annotations.get("slipway.dev/cordoned-by"), Some(&me));
+    support::delete_and_wait_gone(nms, &name).await;
+    let st = node_state(client, node).await;
+    assert!(
+        !st.unschedulable && !st.drain_taint && !st.excluded,
+        "the node is given back whole: {st:?}"
     );
 }
 
