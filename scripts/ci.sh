@@ -119,6 +119,8 @@ phase build cargo build --locked --target "$target" --all-targets
 phase image scripts/image.sh
 SHOW=1 phase unit cargo test --locked --target "$target" --lib --bin slipway
 SHOW=1 phase doc cargo test --locked --target "$target" --doc
+# linux/arm64: the binary cross-built (its dependencies kept with the others) and run under qemu.
+phase arm64 scripts/arm64.sh
 
 if ! wait "$tools"; then
   tools=""

@@ -10,6 +10,8 @@
 #
 # SLIPWAY_IMAGE_PROFILE=dev takes the binary of the dev profile instead of the release one (stripped
 # here): CI builds its image from the same compile as its tests (scripts/ci.sh), and ships nothing.
+# SLIPWAY_IMAGE_PLATFORMS="amd64 arm64" writes one multi-platform image (an image index) with the
+# other platform's binary cross-compiled (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross on Debian).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -53,6 +55,32 @@ else
   strip --strip-all -o "$binary" "${CARGO_TARGET_DIR:-target}/$host/debug/slipway"
 fi
 
+binaries=(--binary "$arch=$binary")
+# Other platforms: the same build for each, cross-compiled (as scripts/arm64.sh and release.sh).
+for platform in ${SLIPWAY_IMAGE_PLATFORMS:-}; do
+  [ "$platform" != "$arch" ] || continue
+  case "$platform" in
+    arm64) cross=aarch64-unknown-linux-gnu prefix=aarch64-linux-gnu ;;
+    amd64) cross=x86_64-unknown-linux-gnu prefix=x86_64-linux-gnu ;;
+    *) echo "image: no platform $platform (amd64, arm64)" >&2; exit 1 ;;
+  esac
+  command -v "$prefix-gcc" >/dev/null 2>&1 || { echo "image: $prefix-gcc is missing (Debian: gcc-$prefix and its libc6-dev cross package)" >&2; exit 1; }
+  rustup target list --installed | grep -qx "$cross" || rustup target add "$cross" >&2
+  var=$(echo "$cross" | tr 'a-z-' 'A-Z_')
+  low=$(echo "$cross" | tr '-' '_')
+  cross_env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar")
+  echo "image: building the static slipway binary for $cross ($profile)" >&2
+  if [ "$profile" = release ]; then
+    env "${cross_env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$cross" --bin slipway
+    other="${CARGO_TARGET_DIR:-target}/$cross/release/slipway"
+  else
+    env "${cross_env[@]}" cargo build --locked --target "$cross" --bin slipway
+    other="${CARGO_TARGET_DIR:-target}/$cross/debug/slipway.stripped"
+    "$prefix-strip" --strip-all -o "$other" "${CARGO_TARGET_DIR:-target}/$cross/debug/slipway"
+  fi
+  binaries+=(--binary "$platform=$other")
+done
+
 mkdir -p "$(dirname "$out")"
-SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py --binary "$binary" --ca-bundle "$certs" --version "$version" \
-  --arch "$arch" --out "$out"
+SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py "${binaries[@]}" --ca-bundle "$certs" --version "$version" \
+  --out "$out"

@@ -7,6 +7,9 @@ Docker's manifest.json, as `docker save` has written since Docker 25, so `docker
 root filesystem: the static binary at /slipway, the CA bundle, and an /etc/passwd naming the
 non-root user the process runs as. Nothing else is in the image.
 
+`--binary ARCH=PATH` given for several platforms writes one image index of them (linux/amd64 and
+linux/arm64), each platform with its own layer and config; `docker load` takes the first.
+
 `--rootfs DIR` writes the same files into a directory instead, for the top-level Containerfile,
 which copies them into an image FROM scratch: an engine's build gets the files from this code too.
 
@@ -93,8 +96,8 @@ def write_rootfs(entries, directory):
         os.chmod(target, mode)
 
 
-def build(binary, ca_bundle, version, arch, epoch):
-    """Returns (archive bytes, manifest digest)."""
+def platform_image(binary, ca_bundle, version, arch, epoch):
+    """One platform's image: (blobs as (digest, bytes), config, layer, manifest)."""
     layer_tar = tar_bytes(rootfs(binary, ca_bundle), epoch)
     layer = gzip_bytes(layer_tar)
     created = rfc3339(epoch)
@@ -140,6 +143,41 @@ def build(binary, ca_bundle, version, arch, epoch):
             "annotations": {"org.opencontainers.image.created": created},
         }
     )
+    return config, layer, manifest
+
+
+def names(version):
+    # containerd (ctr, kind) reads the full name, the OCI tools the tag.
+    return {
+        "io.containerd.image.name": f"docker.io/library/slipway:{version}",
+        "org.opencontainers.image.ref.name": version,
+    }
+
+
+def blob(data):
+    return "blobs/sha256/" + hashlib.sha256(data).hexdigest()
+
+
+def layout(blobs, index, docker_image, version, epoch):
+    """The archive: the OCI layout of `index` with `blobs`, and Docker's manifest.json naming
+    `docker_image` (config, layer) as `docker load` reads it."""
+    config, layer = docker_image
+    docker_manifest = canonical(
+        [{"Config": blob(config), "RepoTags": [f"slipway:{version}"], "Layers": [blob(layer)]}]
+    )
+    archive = [("blobs", 0o755, None), ("blobs/sha256", 0o755, None)]
+    archive += [(blob(b), 0o644, b) for b in {blob(b): b for b in blobs}.values()]
+    archive += [
+        ("index.json", 0o644, index),
+        ("manifest.json", 0o644, docker_manifest),
+        ("oci-layout", 0o644, canonical({"imageLayoutVersion": "1.0.0"})),
+    ]
+    return tar_bytes(archive, epoch)
+
+
+def build(binary, ca_bundle, version, arch, epoch):
+    """Returns (archive bytes, manifest digest)."""
+    config, layer, manifest = platform_image(binary, ca_bundle, version, arch, epoch)
     index = canonical(
         {
             "schemaVersion": 2,
@@ -150,38 +188,64 @@ def build(binary, ca_bundle, version, arch, epoch):
                     "digest": digest(manifest),
                     "size": len(manifest),
                     "platform": {"architecture": arch, "os": "linux"},
-                    "annotations": {
-                        # containerd (ctr, kind) reads the full name, the OCI tools the tag.
-                        "io.containerd.image.name": f"docker.io/library/slipway:{version}",
-                        "org.opencontainers.image.ref.name": version,
-                    },
+                    "annotations": names(version),
                 }
             ],
         }
     )
+    archive = layout([layer, config, manifest], index, (config, layer), version, epoch)
+    return archive, digest(manifest)
 
-    def blob(data):
-        return "blobs/sha256/" + hashlib.sha256(data).hexdigest()
 
-    docker_manifest = canonical(
-        [{"Config": blob(config), "RepoTags": [f"slipway:{version}"], "Layers": [blob(layer)]}]
+def build_index(binaries, ca_bundle, version, epoch):
+    """A multi-platform image: `binaries` is [(arch, bytes)], the first also what `docker load`
+    takes. index.json names one image index (as `docker buildx` writes it), which lists each
+    platform's manifest. Returns (archive bytes, index digest)."""
+    blobs, platforms, first = [], [], None
+    for arch, binary in binaries:
+        config, layer, manifest = platform_image(binary, ca_bundle, version, arch, epoch)
+        blobs += [layer, config, manifest]
+        first = first or (config, layer)
+        platforms.append(
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest(manifest),
+                "size": len(manifest),
+                "platform": {"architecture": arch, "os": "linux"},
+            }
+        )
+    inner = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": platforms,
+        }
     )
-    archive = [
-        ("blobs", 0o755, None),
-        ("blobs/sha256", 0o755, None),
-        (blob(layer), 0o644, layer),
-        (blob(config), 0o644, config),
-        (blob(manifest), 0o644, manifest),
-        ("index.json", 0o644, index),
-        ("manifest.json", 0o644, docker_manifest),
-        ("oci-layout", 0o644, canonical({"imageLayoutVersion": "1.0.0"})),
-    ]
-    return tar_bytes(archive, epoch), digest(manifest)
+    index = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.index.v1+json",
+                    "digest": digest(inner),
+                    "size": len(inner),
+                    "annotations": names(version),
+                }
+            ],
+        }
+    )
+    return layout(blobs + [inner], index, first, version, epoch), digest(inner)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--binary", required=True)
+    parser.add_argument(
+        "--binary",
+        required=True,
+        action="append",
+        help="the static binary; ARCH=PATH, given once per platform, writes a multi-platform index",
+    )
     parser.add_argument("--ca-bundle", required=True)
     parser.add_argument("--version", required=True)
     parser.add_argument("--arch", default="amd64")
@@ -190,15 +254,27 @@ def main():
     target.add_argument("--rootfs", help="an empty directory to write the image's files into")
     args = parser.parse_args()
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
-    with open(args.binary, "rb") as f:
-        binary = f.read()
+    binaries = []
+    for given in args.binary:
+        arch, sep, path = given.partition("=")
+        if not sep:
+            arch, path = args.arch, given
+        with open(path, "rb") as f:
+            binaries.append((arch, f.read()))
     with open(args.ca_bundle, "rb") as f:
         ca_bundle = f.read()
     if args.rootfs:
-        write_rootfs(rootfs(binary, ca_bundle), args.rootfs)
+        if len(binaries) != 1:
+            parser.error("--rootfs takes one --binary")
+        write_rootfs(rootfs(binaries[0][1], ca_bundle), args.rootfs)
         print(f"rootfs: {args.rootfs}")
         return
-    archive, manifest_digest = build(binary, ca_bundle, args.version, args.arch, epoch)
+    if len(binaries) == 1:
+        arch, binary = binaries[0]
+        archive, manifest_digest = build(binary, ca_bundle, args.version, arch, epoch)
+    else:
+        archive, manifest_digest = build_index(binaries, ca_bundle, args.version, epoch)
+        binary = binaries[0][1]
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
         f.write(archive)

@@ -8,7 +8,8 @@
 #
 #   scripts/release.sh [OUT]     # default: target/release-archives
 #
-# SLIPWAY_RELEASE_TARGETS (default "x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu") picks the
+# SLIPWAY_RELEASE_URL=<base URL of the archives> also writes the krew manifest, filled, as
+# OUT/slipway.yaml. SLIPWAY_RELEASE_TARGETS (default "x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu") picks the
 # targets. Each target needs rustup's standard library for it (`rustup target add <target>`), and
 # one that is not the host a cross C toolchain with glibc's static library, for the linker and
 # ring's C code: on Debian, for aarch64, `apt-get install gcc-aarch64-linux-gnu
@@ -102,3 +103,23 @@ done
 (cd "$out" && sha256sum "${archives[@]}" > "slipway-$version.sha256")
 echo "release: $out/slipway-$version.sha256" >&2
 cat "$out/slipway-$version.sha256"
+
+# The krew manifest, filled from the archives, when their base URL is known.
+if [ -n "${SLIPWAY_RELEASE_URL:-}" ]; then
+  manifest="$out/slipway.yaml"
+  cp plugins/krew/slipway.yaml "$manifest"
+  for target in $targets; do
+    case "$target" in
+      x86_64-unknown-linux-gnu) key=LINUX_AMD64 ;;
+      aarch64-unknown-linux-gnu) key=LINUX_ARM64 ;;
+      *) continue ;;
+    esac
+    name="slipway-$version-$target.tar.gz"
+    sum=$(cd "$out" && sha256sum "$name" | cut -d' ' -f1)
+    sed -i -e "s|@URI_${key}@|${SLIPWAY_RELEASE_URL%/}/$name|" -e "s|@SHA256_${key}@|$sum|" "$manifest"
+  done
+  if grep -q '"@' "$manifest"; then
+    echo "release: $manifest keeps placeholders of targets not built" >&2
+  fi
+  echo "release: $manifest" >&2
+fi

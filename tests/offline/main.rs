@@ -10,6 +10,7 @@ mod containerfile;
 mod crd_and_examples;
 mod deploy_manifests;
 mod documented;
+mod image_index;
 mod job_golden;
 mod kairos_crd;
 mod kairos_upgrade;

@@ -55,12 +55,51 @@ func main() {
 	if desc.Annotations["org.opencontainers.image.ref.name"] != tag.TagStr() {
 		fail(fmt.Sprintf("oci index: ref name %q, want %q", desc.Annotations["org.opencontainers.image.ref.name"], tag.TagStr()))
 	}
-	image, err := index.Image(desc.Digest)
-	check("oci image", err)
-	ociConfig, err := image.ConfigName()
-	check("oci image config", err)
-	if ociConfig != dockerConfig {
-		fail(fmt.Sprintf("the docker archive's config is %s, the oci layout's %s", dockerConfig, ociConfig))
+	// One image, or (a multi-platform image) an index of one image per platform, the docker
+	// archive's among them.
+	var configs []string
+	if desc.MediaType.IsIndex() {
+		inner, err := index.ImageIndex(desc.Digest)
+		check("oci inner index", err)
+		check("oci inner index", validate.Index(inner))
+		platforms, err := inner.IndexManifest()
+		check("oci inner index", err)
+		seen := map[string]bool{}
+		for _, m := range platforms.Manifests {
+			if m.Platform == nil || m.Platform.OS != "linux" || m.Platform.Architecture == "" {
+				fail(fmt.Sprintf("oci inner index: manifest %s names no linux platform", m.Digest))
+			}
+			if seen[m.Platform.Architecture] {
+				fail("oci inner index: two manifests for " + m.Platform.Architecture)
+			}
+			seen[m.Platform.Architecture] = true
+			image, err := inner.Image(m.Digest)
+			check("oci image "+m.Platform.Architecture, err)
+			config, err := image.ConfigFile()
+			check("oci image config "+m.Platform.Architecture, err)
+			if config.Architecture != m.Platform.Architecture {
+				fail(fmt.Sprintf("the %s manifest's config says %s", m.Platform.Architecture, config.Architecture))
+			}
+			name, err := image.ConfigName()
+			check("oci image config", err)
+			configs = append(configs, name.String())
+		}
+		if len(configs) < 2 {
+			fail(fmt.Sprintf("oci inner index: %d platforms, want several", len(configs)))
+		}
+	} else {
+		image, err := index.Image(desc.Digest)
+		check("oci image", err)
+		name, err := image.ConfigName()
+		check("oci image config", err)
+		configs = append(configs, name.String())
+	}
+	found := false
+	for _, c := range configs {
+		found = found || c == dockerConfig.String()
+	}
+	if !found {
+		fail(fmt.Sprintf("the docker archive's config is %s, the oci layout's %v", dockerConfig, configs))
 	}
 	fmt.Printf("ok %s %s\n", reference, desc.Digest)
 }
