@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::decision::Event;
 use crate::common::naming::safe_concat_name;
 
 /// On pull pods: whose they are (an operation's key, see [`PullPlan::owner`]).
@@ -259,6 +260,36 @@ pub fn step(plan: &PullPlan<'_>, targets: &[&str], pods: &[&Pod]) -> PullStep {
     }
 }
 
+/// What a step of a pull tells, once: a Warning when a node cannot pull (again when the reason
+/// changes), `PrePulled` when every node has the images; `before` is the pull on record.
+pub fn told(before: Option<&PrePullStatus>, now: &PrePullStatus) -> Option<Event> {
+    let same = before.filter(|b| b.hash == now.hash);
+    let message = now.message.clone().unwrap_or_default();
+    match now.phase {
+        PrePullPhase::Failed if same.and_then(|b| b.message.as_ref()) != now.message.as_ref() => {
+            Some(Event::warning(PRE_PULL_FAILED, message))
+        }
+        PrePullPhase::Pulled if !same.is_some_and(|b| b.phase == PrePullPhase::Pulled) => {
+            Some(Event::normal("PrePulled", message))
+        }
+        _ => None,
+    }
+}
+
+/// While the pull keeps nodes from starting: the reason, and the message, ending with what waits
+/// (`waits`, as "no node starts").
+pub fn holding(now: &PrePullStatus, waits: &str) -> Option<(&'static str, String)> {
+    let message = now.message.clone().unwrap_or_default();
+    match now.phase {
+        PrePullPhase::Pulled => None,
+        PrePullPhase::Pulling => Some((PRE_PULLING, message)),
+        PrePullPhase::Failed => Some((
+            PRE_PULL_FAILED,
+            format!("{message}; {waits} until every node has the images"),
+        )),
+    }
+}
+
 /// The pull pods of `owner` still there (not being deleted): by name, to delete once the pull is
 /// recorded or no longer wanted.
 pub fn leftovers(owner: &str, pods: &[&Pod]) -> Vec<String> {
@@ -319,6 +350,56 @@ pub fn pull_pod(plan: &PullPlan<'_>, node: &str) -> Pod {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// The kubelet's side of a pull, for the tests of every kind.
+#[cfg(test)]
+pub(crate) mod testing {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+        PodStatus,
+    };
+
+    /// `pod` as the kubelet leaves it: every container created (its command then fails to
+    /// start), or with `failure` (reason, message) its last container waiting on its image.
+    pub(crate) fn kubelet(pod: &mut Pod, failure: Option<(&str, &str)>) {
+        let names: Vec<String> = (pod.spec.iter())
+            .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+            .collect();
+        let last = names.len().saturating_sub(1);
+        let statuses = (names.into_iter().enumerate())
+            .map(|(i, name)| {
+                let failed = failure.filter(|_| i == last);
+                let state = match failed {
+                    Some((reason, message)) => ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(reason.into()),
+                            message: Some(message.into()),
+                        }),
+                        ..Default::default()
+                    },
+                    None => ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            reason: Some("StartError".into()),
+                            exit_code: 128,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                };
+                ContainerStatus {
+                    name,
+                    state: Some(state),
+                    image_id: if failed.is_some() { "" } else { "sha256:x" }.into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        pod.status = Some(PodStatus {
+            container_statuses: Some(statuses),
+            ..Default::default()
+        });
     }
 }
 

@@ -81,22 +81,9 @@ pub(super) fn before_first(
     let step = prepull::step(&pull, &targets, input.pull_pods);
     (out.effects).extend(step.delete.into_iter().map(NodeOpEffect::DeletePod));
     (out.effects).extend((step.create.into_iter()).map(|p| NodeOpEffect::CreatePod(Box::new(p))));
-    let message = step.status.message.clone().unwrap_or_default();
-    let again = previous.as_ref().is_some_and(|p| p.hash == owner.uid);
-    match step.status.phase {
-        PrePullPhase::Failed => {
-            if !again || previous.as_ref().and_then(|p| p.message.as_ref()) != Some(&message) {
-                let warning = Event::warning(prepull::PRE_PULL_FAILED, message.clone());
-                out.events.push(warning);
-            }
-            let held = format!("{message}; no node starts until every node has the images");
-            out.holding = Some((prepull::PRE_PULL_FAILED, held));
-        }
-        PrePullPhase::Pulling => {
-            out.holding = Some((prepull::PRE_PULLING, message));
-        }
-        PrePullPhase::Pulled => out.events.push(Event::normal("PrePulled", message)),
-    }
+    out.events
+        .extend(prepull::told(previous.as_ref(), &step.status));
+    out.holding = prepull::holding(&step.status, "no node starts");
     out.status = Some(step.status);
     out
 }

@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use super::Rollout;
 use super::facts::{Facts, Steps};
-use crate::common::decision::EventType;
 use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::node::disruption::DisruptionSpec;
@@ -93,7 +92,8 @@ pub(super) fn pre_pull(
     out.pull_pods.extend(step.create);
     out.delete_pull_pods.extend(step.delete);
     let before = st.pre_pull.replace(step.status.clone());
-    announce(before.as_ref(), &step.status, out);
+    out.events
+        .extend(prepull::told(before.as_ref(), &step.status));
     if step.status.phase != PrePullPhase::Pulled {
         out.requeue(RECHECK);
         return Some(step.status);
@@ -120,25 +120,6 @@ pub(super) fn next_batch(
         .into_iter()
         .map(|n| n.name.clone())
         .collect()
-}
-
-/// An event when the pull of a hash fails (or fails otherwise) and when it is done.
-fn announce(before: Option<&PrePullStatus>, now: &PrePullStatus, out: &mut Rollout) {
-    let same = before.is_some_and(|b| b.hash == now.hash);
-    let message = now.message.clone().unwrap_or_default();
-    match now.phase {
-        PrePullPhase::Failed
-            if !same || before.and_then(|b| b.message.as_ref()) != now.message.as_ref() =>
-        {
-            out.event(EventType::Warning, prepull::PRE_PULL_FAILED, message);
-        }
-        PrePullPhase::Pulled
-            if !(same && before.is_some_and(|b| b.phase == PrePullPhase::Pulled)) =>
-        {
-            out.event(EventType::Normal, "PrePulled", message);
-        }
-        _ => {}
-    }
 }
 
 /// How soon a pull in progress is looked at again: its pods are listed, not watched.

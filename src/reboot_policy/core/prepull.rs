@@ -76,20 +76,9 @@ pub(super) fn pull(input: &PolicyInput<'_>, spec: &PolicySpec, namespace: &str) 
     let step = prepull::step(&pull, &targets, input.pull_pods);
     (out.effects).extend(step.delete.into_iter().map(RebootEffect::DeletePullPod));
     (out.effects).extend((step.create.into_iter()).map(|p| RebootEffect::PullImages(Box::new(p))));
-    let message = step.status.message.clone().unwrap_or_default();
-    let again = previous.as_ref().is_some_and(|p| p.hash == hash);
-    match step.status.phase {
-        PrePullPhase::Failed => {
-            if !again || previous.as_ref().and_then(|p| p.message.as_ref()) != Some(&message) {
-                out.events
-                    .push(Event::warning(prepull::PRE_PULL_FAILED, message.clone()));
-            }
-            let held = format!("{message}; no node reboots until every node has the image");
-            out.holding = Some((prepull::PRE_PULL_FAILED, held));
-        }
-        PrePullPhase::Pulling => out.holding = Some((prepull::PRE_PULLING, message)),
-        PrePullPhase::Pulled => out.events.push(Event::normal("PrePulled", message)),
-    }
+    out.events
+        .extend(prepull::told(previous.as_ref(), &step.status));
+    out.holding = prepull::holding(&step.status, "no node reboots");
     out.status = Some(step.status);
     out
 }

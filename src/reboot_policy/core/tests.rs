@@ -1267,10 +1267,7 @@ fn a_halted_budget_blocks_every_new_reboot_and_says_so() {
 fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
     use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
     use crate::reboot_policy::api::RebootPolicySpec;
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-        PodStatus,
-    };
+    use k8s_openapi::api::core::v1::Pod;
     let mut p = RebootPolicy::new(
         "nightly",
         RebootPolicySpec {
@@ -1330,32 +1327,9 @@ fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
         let mut pods = pods.to_vec();
         for pod in &mut pods {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-            let state = match bad.is_some() && node.as_deref() == bad {
-                true => ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some("ErrImagePull".into()),
-                        message: Some("not found".into()),
-                    }),
-                    ..Default::default()
-                },
-                false => ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: 128,
-                        reason: Some("StartError".into()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            };
-            pod.status = Some(PodStatus {
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "pull-0".into(),
-                    state: Some(state),
-                    image_id: "sha256:x".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            });
+            let failure =
+                (bad.is_some() && node.as_deref() == bad).then_some(("ErrImagePull", "not found"));
+            crate::node::prepull::testing::kubelet(pod, failure);
         }
         pods
     };

@@ -3,9 +3,6 @@
 
 use super::*;
 use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
-};
 
 fn pulling_op() -> NodeOp {
     nodeop(NodeOpSpec {
@@ -44,38 +41,8 @@ fn kubelet(mut pods: Vec<Pod>, bad: Option<&str>) -> Vec<Pod> {
     for pod in &mut pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         let fails = bad.is_some() && node.as_deref() == bad;
-        let statuses = (pod.spec.iter())
-            .flat_map(|s| s.containers.iter())
-            .map(|c| {
-                let state = match fails {
-                    true => ContainerState {
-                        waiting: Some(ContainerStateWaiting {
-                            reason: Some("ImagePullBackOff".into()),
-                            message: Some("manifest unknown".into()),
-                        }),
-                        ..Default::default()
-                    },
-                    false => ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            reason: Some("StartError".into()),
-                            exit_code: 128,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                };
-                ContainerStatus {
-                    name: c.name.clone(),
-                    state: Some(state),
-                    image_id: if fails { "" } else { "sha256:x" }.into(),
-                    ..Default::default()
-                }
-            })
-            .collect();
-        pod.status = Some(PodStatus {
-            container_statuses: Some(statuses),
-            ..Default::default()
-        });
+        let failure = fails.then_some(("ImagePullBackOff", "manifest unknown"));
+        crate::node::prepull::testing::kubelet(pod, failure);
     }
     pods
 }

@@ -6,9 +6,6 @@
 use super::*;
 use crate::node::disruption::DisruptionSpec;
 use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
-};
 
 fn pulling_plan(concurrency: i64) -> Plan {
     let mut p = plan(concurrency);
@@ -19,51 +16,13 @@ fn pulling_plan(concurrency: i64) -> Plan {
     p
 }
 
-/// The kubelet's word on `node`'s pull pod: every container created, or `failed` for its last.
+/// The kubelet's word on `node`'s pull pod: every image there, or `failed` (its reason) for one.
 fn kubelet(w: &mut World, node: &str, failed: Option<&str>) {
     let pod = (w.pull_pods.iter_mut())
         .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .expect("a pull pod on the node");
-    let names: Vec<String> = (pod.spec.iter())
-        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
-        .collect();
-    let last = names.len() - 1;
-    let statuses = (names.into_iter().enumerate())
-        .map(|(i, name)| {
-            let state = match failed.filter(|_| i == last) {
-                Some(reason) => ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some(reason.into()),
-                        message: Some("registry.invalid: no such host".into()),
-                    }),
-                    ..Default::default()
-                },
-                None => ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        reason: Some("StartError".into()),
-                        exit_code: 128,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            };
-            ContainerStatus {
-                name,
-                state: Some(state),
-                image_id: if failed.is_some() && i == last {
-                    ""
-                } else {
-                    "sha256:x"
-                }
-                .into(),
-                ..Default::default()
-            }
-        })
-        .collect();
-    pod.status = Some(PodStatus {
-        container_statuses: Some(statuses),
-        ..Default::default()
-    });
+    let failure = failed.map(|reason| (reason, "registry.invalid: no such host"));
+    crate::node::prepull::testing::kubelet(pod, failure);
 }
 
 fn pulled_everywhere(w: &mut World) {
