@@ -353,54 +353,49 @@ pub fn pull_pod(plan: &PullPlan<'_>, node: &str) -> Pod {
     }
 }
 
-/// The kubelet's side of a pull, for the tests of every kind.
-#[cfg(test)]
-pub(crate) mod testing {
+/// What the kubelet writes on `pod` once it is done: every container created (its command then
+/// fails to start), or with `failure` (reason, message) its last container waiting on its image.
+/// For simulations (`slipway render` takes every pull to succeed) and tests.
+pub fn kubelet_done(pod: &mut Pod, failure: Option<(&str, &str)>) {
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-        PodStatus,
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
     };
-
-    /// `pod` as the kubelet leaves it: every container created (its command then fails to
-    /// start), or with `failure` (reason, message) its last container waiting on its image.
-    pub(crate) fn kubelet(pod: &mut Pod, failure: Option<(&str, &str)>) {
-        let names: Vec<String> = (pod.spec.iter())
-            .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
-            .collect();
-        let last = names.len().saturating_sub(1);
-        let statuses = (names.into_iter().enumerate())
-            .map(|(i, name)| {
-                let failed = failure.filter(|_| i == last);
-                let state = match failed {
-                    Some((reason, message)) => ContainerState {
-                        waiting: Some(ContainerStateWaiting {
-                            reason: Some(reason.into()),
-                            message: Some(message.into()),
-                        }),
-                        ..Default::default()
-                    },
-                    None => ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            reason: Some("StartError".into()),
-                            exit_code: 128,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                };
-                ContainerStatus {
-                    name,
-                    state: Some(state),
-                    image_id: if failed.is_some() { "" } else { "sha256:x" }.into(),
+    let names: Vec<String> = (pod.spec.iter())
+        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+        .collect();
+    let last = names.len().saturating_sub(1);
+    let statuses = (names.into_iter().enumerate())
+        .map(|(i, name)| {
+            let failed = failure.filter(|_| i == last);
+            let state = match failed {
+                Some((reason, message)) => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason.into()),
+                        message: Some(message.into()),
+                    }),
                     ..Default::default()
-                }
-            })
-            .collect();
-        pod.status = Some(PodStatus {
-            container_statuses: Some(statuses),
-            ..Default::default()
-        });
-    }
+                },
+                None => ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        reason: Some("StartError".into()),
+                        exit_code: 128,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            };
+            ContainerStatus {
+                name,
+                state: Some(state),
+                image_id: if failed.is_some() { "" } else { "sha256:x" }.into(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    pod.status = Some(PodStatus {
+        container_statuses: Some(statuses),
+        ..Default::default()
+    });
 }
 
 #[cfg(test)]

@@ -78,6 +78,9 @@ struct World {
     nodes: Vec<NodeInfo>,
     jobs: Vec<Job>,
     pods: Vec<Pod>,
+    /// Pull pods (`spec.disruption.prePull`), each pulled at once: offline, every pull is taken
+    /// to succeed, as every health check to hold.
+    pull_pods: Vec<Pod>,
     health: BTreeMap<String, crate::node::reboot::HealthObservation>,
     now: Timestamp,
 }
@@ -92,6 +95,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
     };
     let (hook_jobs, jobs): (Vec<&Job>, Vec<&Job>) = w.jobs.iter().partition(is_hook);
     let pods: Vec<&Pod> = w.pods.iter().collect();
+    let pull_pods: Vec<&Pod> = w.pull_pods.iter().collect();
     let tainted = w
         .nodes
         .iter()
@@ -116,7 +120,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             jobs: &jobs,
             hook_jobs: &hook_jobs,
             reboot_pods: &pods,
-            pull_pods: &[],
+            pull_pods: &pull_pods,
             health: &w.health,
             secrets: &input.secrets,
             channel: input.channel.clone(),
@@ -155,6 +159,14 @@ impl World {
                 .iter()
                 .any(|d| Some(d.as_str()) == p.metadata.name.as_deref())
         });
+        self.pull_pods.retain(|p| {
+            !(r.delete_pull_pods().iter()).any(|d| Some(d.as_str()) == p.metadata.name.as_deref())
+        });
+        for p in r.pull_pods() {
+            let mut pulled = p.clone();
+            crate::node::prepull::kubelet_done(&mut pulled, None);
+            self.pull_pods.push(pulled);
+        }
         let mut pods = Vec::new();
         for p in r.create_pods() {
             if !self.pods.iter().any(|e| e.metadata.name == p.metadata.name) {
@@ -219,6 +231,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         nodes: input.nodes.clone(),
         jobs: Vec::new(),
         pods: Vec::new(),
+        pull_pods: Vec::new(),
         health: BTreeMap::new(),
         now: input.now,
     };
@@ -433,6 +446,7 @@ mod tests {
             nodes,
             jobs: vec![],
             pods: vec![],
+            pull_pods: vec![],
             health: BTreeMap::new(),
             now: input.now,
         };
@@ -447,6 +461,27 @@ mod tests {
         assert_eq!(rows.len(), 4);
         assert_eq!(rows[3], ("n4", None, "not selected by spec.nodeSelector"));
         assert_eq!(rows.iter().filter(|r| r.1 == Some(1)).count(), 2);
+    }
+
+    /// Offline every pull succeeds: a Plan that pre-pulls renders the same Jobs in the same
+    /// batches, its pull on record.
+    #[test]
+    fn a_plan_that_pre_pulls_renders_the_same_jobs() {
+        let nodes = vec![node("n1", "a"), node("n2", "a"), node("n3", "a")];
+        let plain = render(&input(plan(2), nodes.clone())).expect("render");
+        let mut pulling = plan(2);
+        pulling.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
+            pre_pull: Some(true),
+            ..Default::default()
+        });
+        let r = render(&input(pulling, nodes)).expect("render");
+        let names = |r: &Rendering| -> Vec<Vec<Option<String>>> {
+            (r.batches.iter())
+                .map(|b| b.jobs.iter().map(|j| j.metadata.name.clone()).collect())
+                .collect()
+        };
+        assert_eq!(names(&r), names(&plain));
+        assert_eq!(r.stopped, None);
     }
 
     #[test]

@@ -1329,7 +1329,7 @@ fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             let failure =
                 (bad.is_some() && node.as_deref() == bad).then_some(("ErrImagePull", "not found"));
-            crate::node::prepull::testing::kubelet(pod, failure);
+            crate::node::prepull::kubelet_done(pod, failure);
         }
         pods
     };

@@ -42,7 +42,7 @@ fn kubelet(mut pods: Vec<Pod>, bad: Option<&str>) -> Vec<Pod> {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         let fails = bad.is_some() && node.as_deref() == bad;
         let failure = fails.then_some(("ImagePullBackOff", "manifest unknown"));
-        crate::node::prepull::testing::kubelet(pod, failure);
+        crate::node::prepull::kubelet_done(pod, failure);
     }
     pods
 }

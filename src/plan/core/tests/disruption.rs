@@ -22,7 +22,7 @@ fn kubelet(w: &mut World, node: &str, failed: Option<&str>) {
         .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .expect("a pull pod on the node");
     let failure = failed.map(|reason| (reason, "registry.invalid: no such host"));
-    crate::node::prepull::testing::kubelet(pod, failure);
+    crate::node::prepull::kubelet_done(pod, failure);
 }
 
 fn pulled_everywhere(w: &mut World) {
