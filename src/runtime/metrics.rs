@@ -113,6 +113,12 @@ pub struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TrackedLabels {
+    pub kind: Kind,
+    pub map: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub kind: Kind,
     pub category: ErrorKind,
@@ -132,6 +138,7 @@ pub struct Metrics {
     reconciles: Family<KindLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Histograms,
+    tracked: Family<TrackedLabels, Gauge>,
     plan_complete: Family<PlanLabels, Gauge>,
     plan_nodes: Family<PlanNodeLabels, Gauge>,
     plan_targeted: Family<PlanLabels, Gauge>,
@@ -170,6 +177,7 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
+            tracked: Family::default(),
             plan_complete: Family::default(),
             plan_nodes: Family::default(),
             plan_targeted: Family::default(),
@@ -368,6 +376,11 @@ impl Metrics {
             "Time a reconcile took, from the caches to the last write, by kind",
             Unit::Seconds,
             self.reconcile_duration.clone(),
+        );
+        registry.register(
+            "tracked_objects",
+            "Objects the controller keeps per-object state for, by kind and map (failures: failing in a row; starts: when the last reconcile began; written: own writes the cache has not shown yet); back to where it was once the objects are gone",
+            self.tracked.clone(),
         );
     }
 

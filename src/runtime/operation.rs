@@ -230,7 +230,6 @@ impl<O: Operation> Driver<O> {
     }
 
     /// How many objects each map holds: (failures, starts).
-    #[cfg(test)]
     pub(crate) fn tracked(&self) -> (usize, usize) {
         (
             lock(&self.failures).map.len(),
@@ -311,6 +310,16 @@ where
             .written()
             .prune(|ns, name| driver.cached(ns, name));
     }
+    let (failures, starts) = driver.tracked();
+    let written = driver.op.written().len();
+    metrics.tracked(
+        O::KIND,
+        [
+            ("failures", failures),
+            ("starts", starts),
+            ("written", written),
+        ],
+    );
     result
 }
 

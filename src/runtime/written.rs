@@ -83,8 +83,13 @@ impl<K: Resource + Clone> Written<K> {
         self.prune_at.store(at, Ordering::Relaxed);
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Whether no object is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// How many objects are remembered.
+    pub fn len(&self) -> usize {
         self.lock().len()
     }
 

@@ -524,14 +524,24 @@ async fn a_waiting_maintenance_is_woken_when_its_nodes_holder_lets_go() {
 async fn a_deleted_maintenance_leaves_nothing_in_the_loop() {
     let api = cluster(Delete);
     api.on("DELETE", "leases/node-n1", SERVER_ERROR);
-    let driver = Arc::new(Driver::new(Arc::new(operation(&api))));
+    let op = Arc::new(operation(&api));
+    let shared = op.shared.clone();
+    let driver = Arc::new(Driver::new(op));
     let nm = Arc::new(maintenance(Delete));
     assert_eq!(driver.too_soon(&nm), None);
     assert_eq!(look(&driver, &nm).await, after(server, 1));
     assert_eq!(driver.tracked(), (1, 1), "a failure and a start");
+    let gauge = |map: &str| {
+        let line = format!("slipway_tracked_objects{{kind=\"nodemaintenance\",map=\"{map}\"}} ");
+        let text = shared.metrics().render();
+        (text.lines()).find_map(|l| l.strip_prefix(&line).map(str::to_string))
+    };
+    assert_eq!(gauge("starts").as_deref(), Some("1"), "the metric says so");
     api.on("DELETE", "leases/node-n1", Answer::deleted());
     assert_eq!(look(&driver, &nm).await, None, "cleaned up");
     assert_eq!(driver.tracked(), (0, 0), "nothing of it is kept");
+    assert_eq!(gauge("starts").as_deref(), Some("0"));
+    assert_eq!(gauge("failures").as_deref(), Some("0"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -4,6 +4,14 @@
 use super::*;
 
 impl Metrics {
+    /// How many objects of `kind` each per-object map holds (`slipway_tracked_objects`).
+    pub fn tracked(&self, kind: Kind, maps: [(&'static str, usize); 3]) {
+        for (map, n) in maps {
+            let key = TrackedLabels { kind, map };
+            self.tracked.get_or_create(&key).set(count(n));
+        }
+    }
+
     /// Sets a RebootPolicy's gauges.
     pub fn reboot_policy(&self, policy: &str, wanting: usize, rebooting: usize) {
         let key = PolicyLabels {
