@@ -69,7 +69,10 @@ compat:
 # MODE=idle (the same fleet with nothing to do for SLIPWAY_BENCH_IDLE_SECS, 600) or MODE=restart
 # (the controller started, SIGKILLed and started again: time to its first decision) or MODE=fleet
 # (NODES=5000 with every operation at once: RebootPolicies, NodeMaintenances held by PDBs, reboot
-# requests, node churn with deletes; SLIPWAY_BENCH_CHURN_SECS, 240).
+# requests, node churn with deletes; SLIPWAY_BENCH_CHURN_SECS, 240) or MODE=soak (NODES=1000 for
+# SLIPWAY_BENCH_SOAK_SECS, 3600: NodeMaintenances and NodeOps created and deleted, nodes replaced,
+# Plans edited; RSS and slipway_tracked_objects every minute; fails when RSS grows over 10% after
+# SLIPWAY_BENCH_SOAK_WARMUP_SECS, 600, or a map does not come back).
 # SLIPWAY_CLUSTER_KCM_FLAGS passes flags to the cluster's controller-manager ("--kube-api-qps=100").
 # MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
 # comma-separated list of sizes instead), no cluster.

@@ -48,6 +48,8 @@ const POOL_LABEL: &str = "bench.slipway.dev/pool";
 mod fleet;
 #[path = "rollout/quiet.rs"]
 mod quiet;
+#[path = "rollout/soak.rs"]
+mod soak;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -56,6 +58,7 @@ enum Mode {
     Idle,
     Restart,
     Fleet,
+    Soak,
 }
 
 struct Options {
@@ -67,6 +70,8 @@ struct Options {
     churn_rate: u64,
     idle_secs: u64,
     quiet_secs: u64,
+    soak_secs: u64,
+    soak_warmup_secs: u64,
     suc: Option<PathBuf>,
 }
 
@@ -86,12 +91,19 @@ impl Options {
             Ok("idle") => Mode::Idle,
             Ok("restart") => Mode::Restart,
             Ok("fleet") => Mode::Fleet,
+            Ok("soak") => Mode::Soak,
             Ok("rollout") | Err(_) => Mode::Rollout,
             Ok(other) => {
-                bail!("SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, fleet, idle or restart")
+                bail!(
+                    "SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, fleet, idle, restart or soak"
+                )
             }
         };
-        let default_nodes = if mode == Mode::Rollout { 1000 } else { 5000 };
+        let default_nodes = if matches!(mode, Mode::Rollout | Mode::Soak) {
+            1000
+        } else {
+            5000
+        };
         Ok(Options {
             mode,
             nodes: env_or("SLIPWAY_BENCH_NODES", default_nodes)?,
@@ -104,6 +116,8 @@ impl Options {
             churn_rate: env_or("SLIPWAY_BENCH_CHURN_RATE", 50)?,
             idle_secs: env_or("SLIPWAY_BENCH_IDLE_SECS", 600)?,
             quiet_secs: env_or("SLIPWAY_BENCH_QUIET_SECS", 60)?,
+            soak_secs: env_or("SLIPWAY_BENCH_SOAK_SECS", 3600)?,
+            soak_warmup_secs: env_or("SLIPWAY_BENCH_SOAK_WARMUP_SECS", 600)?,
             suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
         })
     }
@@ -951,5 +965,6 @@ async fn main() -> Result<()> {
         Mode::Idle => quiet::idle(&cluster, &admin, &opts).await,
         Mode::Restart => quiet::restart(&cluster, &admin, &opts).await,
         Mode::Fleet => fleet::fleet(&cluster, &admin, &opts).await,
+        Mode::Soak => soak::soak(&cluster, &admin, &opts).await,
     }
 }

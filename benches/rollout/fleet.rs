@@ -284,7 +284,7 @@ fn count(counts: &Counts, what: &AtomicU64, ok: bool) {
 
 /// Deletes the node and creates it again with the same labels, annotations and spec (as a node
 /// that is replaced under the same name); kwok takes it over again and makes it Ready.
-async fn recreate(api: &Api<Node>, name: &str) -> Result<()> {
+pub(super) async fn recreate(api: &Api<Node>, name: &str) -> Result<()> {
     let old = api.get(name).await?;
     api.delete(name, &DeleteParams::default()).await?;
     for _ in 0..100 {

@@ -55,7 +55,7 @@ pub(super) fn reconciles_by_kind(metrics: &str) -> BTreeMap<String, f64> {
     out
 }
 
-fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+pub(super) fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
     labels.split(',').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
         (k == key).then(|| v.trim_matches('"'))
