@@ -16,6 +16,12 @@
 //!
 //! Modes `idle` and `restart`: see [`quiet`]; mode `fleet` (every operation at once): see [`fleet`].
 //!
+//! `SLIPWAY_BENCH_IDEAL=0` leaves the ideal controller out (its time on a cluster of that size and
+//! pace is known: it is the cluster's floor). `SLIPWAY_BENCH_BINARY` benches another build.
+//!
+//! With `SLIPWAY_BENCH_CHECK=1`, slipway's Plan has a health check (a ConfigMap's field, which
+//! holds), and its reads line counts how often the check's object was read.
+//!
 //! With `SLIPWAY_BENCH_SUC=<path>` (a system-upgrade-controller binary), the rollout mode also
 //! runs SUC on the same nodes and prints its line.
 //!
@@ -72,6 +78,11 @@ struct Options {
     quiet_secs: u64,
     soak_secs: u64,
     soak_warmup_secs: u64,
+    /// Rollout mode: slipway's Plan has a health check (on a ConfigMap), to count its reads.
+    check: bool,
+    /// Rollout mode: run the ideal controller first (`SLIPWAY_BENCH_IDEAL=0` leaves it out, when
+    /// its figure on the same cluster size and pace is known: it is the cluster's floor).
+    ideal: bool,
     suc: Option<PathBuf>,
 }
 
@@ -118,6 +129,8 @@ impl Options {
             quiet_secs: env_or("SLIPWAY_BENCH_QUIET_SECS", 60)?,
             soak_secs: env_or("SLIPWAY_BENCH_SOAK_SECS", 3600)?,
             soak_warmup_secs: env_or("SLIPWAY_BENCH_SOAK_WARMUP_SECS", 600)?,
+            check: env_or("SLIPWAY_BENCH_CHECK", 0u8)? != 0,
+            ideal: env_or("SLIPWAY_BENCH_IDEAL", 1u8)? != 0,
             suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
         })
     }
@@ -586,8 +599,48 @@ fn controller_env(kubeconfig: &Path) -> Result<BTreeMap<String, String>> {
     Ok(env)
 }
 
+/// deploy/ with `components` (under deploy/components), through kustomize as a user would, its
+/// Deployment scaled to 0 (the controller under test runs here), once `crds` are established.
+/// `dir` (under target/) holds the kustomization.
+fn install(cluster: &LocalCluster, dir: &str, components: &[&str], crds: &[&str]) -> Result<()> {
+    let dir = repo().join("target").join(dir);
+    std::fs::create_dir_all(&dir)?;
+    let components: Vec<String> = (components.iter())
+        .map(|c| format!("../../deploy/components/{c}"))
+        .collect();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources: [../../deploy]\ncomponents: [{}]\n",
+            components.join(", ")
+        ),
+    )?;
+    cluster.kubectl(&["apply", "-k", &dir.display().to_string()])?;
+    cluster.kubectl(&[
+        "-n",
+        NS,
+        "scale",
+        "deployment/system-upgrade-controller",
+        "--replicas=0",
+    ])?;
+    for crd in crds {
+        cluster.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{crd}"),
+            "--timeout=60s",
+        ])?;
+    }
+    Ok(())
+}
+
+/// The release build, or `SLIPWAY_BENCH_BINARY` (another build, or a wrapper that runs it under a
+/// profiler).
 fn slipway_binary() -> PathBuf {
-    repo().join("target/release/slipway")
+    std::env::var_os("SLIPWAY_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/release/slipway"))
 }
 
 fn plan(name: &str, concurrency: usize, selector: Value) -> Result<Plan> {
@@ -675,16 +728,15 @@ async fn controller_run(
     let label = format!("plan.upgrade.cattle.io/{plan_name}");
     reset(seen, wanted, "");
     let started = Instant::now();
-    plans
-        .create(
-            &PostParams::default(),
-            &plan(
-                plan_name,
-                opts.concurrency,
-                json!({"matchLabels": {"type": "kwok"}}),
-            )?,
-        )
-        .await?;
+    let mut p = plan(
+        plan_name,
+        opts.concurrency,
+        json!({"matchLabels": {"type": "kwok"}}),
+    )?;
+    if opts.check && who == "slipway" {
+        health_check(cluster, &mut p)?;
+    }
+    plans.create(&PostParams::default(), &p).await?;
     let hash = wait_hash(&plans, plan_name).await?;
     *wanted.lock().unwrap_or_else(|e| e.into_inner()) = hash;
     refresh_done(admin, &label, seen, wanted).await?;
@@ -717,6 +769,27 @@ async fn controller_run(
         reads: reads(&audit, &jti)?,
         ..line
     })
+}
+
+/// Gives `plan` a health check that holds (a ConfigMap's field), readable by the controller, so
+/// that the reads line counts how often the check's object is read (`configmaps get`).
+fn health_check(cluster: &LocalCluster, plan: &mut Plan) -> Result<()> {
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "bench-healthy", "namespace": NS}, "data": {"ok": "true"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "bench-health-checks",
+                      "labels": {"slipway.dev/aggregate-to-health-checks": "true"}},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
+    ]});
+    let path = cluster.dir().join("health-check.json");
+    std::fs::write(&path, serde_json::to_string(&objects)?)?;
+    cluster.kubectl(&["apply", "-f", &path.display().to_string()])?;
+    plan.spec.health_checks = Some(serde_json::from_value(json!([{
+        "apiVersion": "v1", "kind": "ConfigMap", "namespace": NS, "name": "bench-healthy",
+        "expr": "data.ok == 'true'"
+    }]))?);
+    Ok(())
 }
 
 fn reset(seen: &Arc<Mutex<Observed>>, wanted: &Arc<Mutex<String>>, value: &str) {
@@ -754,41 +827,9 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
         .collect();
     let mut lines = Vec::new();
 
-    // The ideal controller: its own label, so the observer counts its nodes.
-    let wanted = Arc::new(Mutex::new("done".to_string()));
-    let seen = Arc::new(Mutex::new(Observed::default()));
-    let watch = tokio::spawn(observe(
-        admin.clone(),
-        IDEAL_LABEL.into(),
-        wanted.clone(),
-        seen.clone(),
-    ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (kubeconfig, jti) = cluster.service_account("ideal")?;
-    let client = cluster.client(&kubeconfig).await?;
-    let started = Instant::now();
-    ideal(client, &node_names, opts.concurrency).await?;
-    wait_done(&seen, opts.nodes, "ideal").await?;
-    lines.push(Line {
-        who: "ideal".into(),
-        seconds: started.elapsed().as_secs_f64(),
-        max_active: seen.lock().unwrap_or_else(|e| e.into_inner()).max_active,
-        rss_mib: None,
-        cpu_seconds: None,
-        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
-        reads: reads(&cluster.dir().join("logs/audit.log"), &jti)?,
-        reconciles: None,
-    });
-    watch.abort();
-    cluster.kubectl(&[
-        "-n",
-        NS,
-        "delete",
-        "jobs",
-        "-l",
-        &format!("{IDEAL_LABEL}=job"),
-        "--wait=false",
-    ])?;
+    if opts.ideal {
+        lines.push(ideal_line(cluster, admin, &node_names, opts).await?);
+    }
 
     for (who, program, plan_name) in [
         ("slipway", Some(slipway_binary()), "bench-slipway"),
@@ -816,6 +857,53 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
     }
     print_lines(&lines, opts.nodes, opts.concurrency);
     Ok(())
+}
+
+/// The ideal controller's run: its own label, so the observer counts its nodes; its Jobs are
+/// deleted after.
+async fn ideal_line(
+    cluster: &LocalCluster,
+    admin: &Client,
+    node_names: &[String],
+    opts: &Options,
+) -> Result<Line> {
+    // The ideal controller: its own label, so the observer counts its nodes.
+    let wanted = Arc::new(Mutex::new("done".to_string()));
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let watch = tokio::spawn(observe(
+        admin.clone(),
+        IDEAL_LABEL.into(),
+        wanted.clone(),
+        seen.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (kubeconfig, jti) = cluster.service_account("ideal")?;
+    let client = cluster.client(&kubeconfig).await?;
+    let started = Instant::now();
+    ideal(client, node_names, opts.concurrency).await?;
+    wait_done(&seen, opts.nodes, "ideal").await?;
+    let line = Line {
+        who: "ideal".into(),
+        seconds: started.elapsed().as_secs_f64(),
+        max_active: seen.lock().unwrap_or_else(|e| e.into_inner()).max_active,
+        rss_mib: None,
+        cpu_seconds: None,
+        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
+        reads: reads(&cluster.dir().join("logs/audit.log"), &jti)?,
+        reconciles: None,
+    };
+    watch.abort();
+    cluster.kubectl(&[
+        "-n",
+        NS,
+        "delete",
+        "jobs",
+        "-l",
+        &format!("{IDEAL_LABEL}=job"),
+        "--wait=false",
+    ])?;
+
+    Ok(line)
 }
 
 /// The node labels that make every churn Plan done already: each node is in one group, selected

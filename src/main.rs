@@ -258,6 +258,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    cli::process::one_malloc_arena();
     let default_level = if args.debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
@@ -306,7 +307,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         alertmanager: args.alertmanager.settings()?,
         notify: args.notify.settings(|k| std::env::var(k).ok())?,
     };
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = cli::process::runtime()?;
     runtime.block_on(async move {
         let config = client_config(&args.kubeconfig, &args.master, args.context.as_deref()).await?;
         // Evictions answered 429 (a PodDisruptionBudget) must come back at once, to be reported

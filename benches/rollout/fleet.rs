@@ -39,7 +39,7 @@ use slipway::reboot_policy::api::RebootPolicy;
 use super::quiet::{free_port, joined, mib, reconcile_line, reconciles_by_kind, scrape, settled};
 use super::{
     CHURN_LABEL, LocalCluster, NS, Options, POOL_LABEL, Process, conflicts, controller_env,
-    prepare_churn, repo, requests, slipway_binary,
+    prepare_churn, requests, slipway_binary,
 };
 
 const WORKLOADS: &str = "bench-fleet";
@@ -83,34 +83,15 @@ fn roles(nodes: &[String]) -> Roles {
 
 /// deploy/ with the maintenance and reboot-policy components, through kustomize as a user would.
 fn install(cluster: &LocalCluster) -> Result<()> {
-    let dir = repo().join("target/bench-fleet");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources: [../../deploy]\n\
-         components: [../../deploy/components/maintenance, ../../deploy/components/reboot-policy]\n",
-    )?;
-    cluster.kubectl(&["apply", "-k", &dir.display().to_string()])?;
-    cluster.kubectl(&[
-        "-n",
-        NS,
-        "scale",
-        "deployment/system-upgrade-controller",
-        "--replicas=0",
-    ])?;
-    for crd in [
-        "nodemaintenances.nodemaintenance.medik8s.io",
-        "rebootpolicies.slipway.dev",
-    ] {
-        cluster.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{crd}"),
-            "--timeout=60s",
-        ])?;
-    }
-    Ok(())
+    super::install(
+        cluster,
+        "bench-fleet",
+        &["maintenance", "reboot-policy"],
+        &[
+            "nodemaintenances.nodemaintenance.medik8s.io",
+            "rebootpolicies.slipway.dev",
+        ],
+    )
 }
 
 fn workload_name(k: usize) -> String {

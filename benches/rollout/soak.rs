@@ -22,9 +22,7 @@ use slipway::nodeop::api::NodeOp;
 use slipway::plan::api::Plan;
 
 use super::quiet::{free_port, label, mib, samples, scrape, settled, vm_rss_mib};
-use super::{
-    LocalCluster, NS, Options, Process, controller_env, prepare_churn, repo, slipway_binary,
-};
+use super::{LocalCluster, NS, Options, Process, controller_env, prepare_churn, slipway_binary};
 
 const ROUND: Duration = Duration::from_secs(10);
 const MAINTENANCES: usize = 5;
@@ -34,35 +32,15 @@ const LIFETIME: usize = 2;
 
 /// deploy/ with every component, its Deployment scaled to 0: the controller runs here.
 fn install(cluster: &LocalCluster) -> Result<()> {
-    let dir = repo().join("target/bench-soak");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources: [../../deploy]\n\
-         components: [../../deploy/components/maintenance, ../../deploy/components/reboot-policy, \
-         ../../deploy/components/kairos]\n",
-    )?;
-    cluster.kubectl(&["apply", "-k", &dir.display().to_string()])?;
-    cluster.kubectl(&[
-        "-n",
-        NS,
-        "scale",
-        "deployment/system-upgrade-controller",
-        "--replicas=0",
-    ])?;
-    for crd in [
-        "nodemaintenances.nodemaintenance.medik8s.io",
-        "nodeops.operator.kairos.io",
-    ] {
-        cluster.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{crd}"),
-            "--timeout=60s",
-        ])?;
-    }
-    Ok(())
+    super::install(
+        cluster,
+        "bench-soak",
+        &["maintenance", "reboot-policy", "kairos"],
+        &[
+            "nodemaintenances.nodemaintenance.medik8s.io",
+            "nodeops.operator.kairos.io",
+        ],
+    )
 }
 
 /// The sum of `slipway_tracked_objects` by map.
@@ -82,13 +60,22 @@ fn maintenance(name: &str, node: &str) -> Result<NodeMaintenance> {
     }))?)
 }
 
+/// A NodeOp on `node` alone. (Its selector once had a wrong field name, which the type ignored:
+/// every NodeOp then ran on every node, and the soak measured 20,000 Jobs instead of churn.)
 fn nodeop(name: &str, node: &str) -> Result<NodeOp> {
-    Ok(serde_json::from_value(json!({
+    let op: NodeOp = serde_json::from_value(json!({
         "apiVersion": "operator.kairos.io/v1alpha1", "kind": "NodeOp",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"command": ["sh", "-c", "true"], "image": "busybox",
-                 "targetNodes": {"matchLabels": {"kubernetes.io/hostname": node}}},
-    }))?)
+                 "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}}},
+    }))?;
+    let selected = (op.spec.node_selector.as_ref())
+        .and_then(|s| s.match_labels.as_ref())
+        .and_then(|l| l.get("kubernetes.io/hostname"));
+    if selected.map(String::as_str) != Some(node) {
+        bail!("the soak's NodeOp {name} does not select {node} alone");
+    }
+    Ok(op)
 }
 
 /// One round: new objects on the round's nodes, those of `LIFETIME` rounds before deleted, one

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod explain;
 pub mod generate;
+pub mod process;
 pub mod render;
 pub mod resolve;
 pub mod run;

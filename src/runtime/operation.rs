@@ -20,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::chores::{Object, Scope};
 use super::error::{Error, ErrorKind};
@@ -104,11 +104,25 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// How soon an object whose decision could not claim its nodes (another operation took one in
 /// between) is looked at again.
 const CLAIM_RETRY: Duration = Duration::from_secs(10);
-/// The shortest time between the starts of two reconciles of one object. A decision reads every
-/// node and Job of its object, and a busy rollout triggers it on every Job that finishes: without
-/// a floor, a 5,000-node rollout decided 3 times a second, each time over every node. Triggers
-/// that come sooner are folded into one reconcile at the end of the interval.
-const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// The time between the starts of two reconciles of one object grows with what its decision
+/// costs (the pure decision and its claims: what grows with the object's nodes, where observing
+/// waits on the API server too), [`COST_SHARE`] times that, between
+/// [`MIN_INTERVAL`] and [`MAX_INTERVAL`]. A decision reads every node and Job of its object, and a
+/// busy rollout triggers it on every Job that finishes: without a floor, a 5,000-node rollout
+/// decided 3 times a second, each time over every node; with one second for everything, a
+/// three-node NodeOp waited a second between a node's cordon and its Job, and another after it.
+/// Triggers that come sooner are folded into one reconcile at the end of the interval.
+const COST_SHARE: u32 = 2_500;
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_INTERVAL: Duration = Duration::from_secs(5);
+/// The interval of an object whose decision's cost is not known yet (or failed).
+const FIRST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The interval after a decision that cost `cost`.
+pub(crate) fn interval_after(cost: Duration) -> Duration {
+    cost.saturating_mul(COST_SHARE)
+        .clamp(MIN_INTERVAL, MAX_INTERVAL)
+}
 
 /// What the loop keeps for one kind. Its maps hold an entry only while it can matter: an object's
 /// entries go when its deletion is done, a start older than [`MIN_INTERVAL`] when the map has
@@ -119,10 +133,29 @@ pub struct Driver<O: Operation> {
     op: Arc<O>,
     /// Failures in a row, by object.
     failures: Mutex<Pruned<u32>>,
-    /// When each object's last reconcile started.
-    started: Mutex<Pruned<tokio::time::Instant>>,
+    /// When each object's last reconcile started, and what its last decisions cost.
+    started: Mutex<Pruned<Start>>,
     /// The controller's cache of the kind, when it runs under one.
     cache: Option<Store<O::Object>>,
+}
+
+/// An object's last reconcile: when it started, and what its last two decisions cost.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    at: tokio::time::Instant,
+    costs: [Option<Duration>; 2],
+}
+
+impl Start {
+    /// The interval before the next reconcile: from the smaller of the last two costs, so that
+    /// one decision slowed by a busy machine does not hold the object back for seconds.
+    fn interval(&self) -> Duration {
+        match self.costs {
+            [Some(a), Some(b)] => interval_after(a.min(b)),
+            [Some(a), None] | [None, Some(a)] => interval_after(a),
+            [None, None] => FIRST_INTERVAL,
+        }
+    }
 }
 
 /// A map by object (namespace, name) that is pruned when it has doubled since the last time.
@@ -170,24 +203,32 @@ impl<O: Operation> Driver<O> {
         self
     }
 
-    /// `Some(wait)` when `obj`'s last reconcile started less than [`MIN_INTERVAL`] ago; otherwise
+    /// `Some(wait)` when `obj`'s last reconcile started less than its interval ago; otherwise
     /// records that one starts now.
     pub(crate) fn too_soon(&self, obj: &O::Object) -> Option<Duration> {
         let now = tokio::time::Instant::now();
         let mut started = lock(&self.started);
         let key = Self::key(obj);
-        if let Some(wait) = started
-            .map
-            .get(&key)
-            .map(|at| MIN_INTERVAL.saturating_sub(now.duration_since(*at)))
+        let last = started.map.get(&key).copied();
+        if let Some(wait) = last
+            .map(|l| l.interval().saturating_sub(now.duration_since(l.at)))
             .filter(|wait| !wait.is_zero())
         {
             return Some(wait);
         }
-        started.map.insert(key, now);
-        // A start older than the interval holds nothing back: the same as none.
-        started.prune(|_, at| now.duration_since(*at) < MIN_INTERVAL);
+        let costs = last.map_or([None, None], |l| l.costs);
+        started.map.insert(key, Start { at: now, costs });
+        // A start older than its interval holds nothing back: the same as none.
+        started.prune(|_, l| now.duration_since(l.at) < l.interval());
         None
+    }
+
+    /// `obj`'s decision cost `cost`: with the one before, the interval before its next reconcile.
+    pub(crate) fn cost(&self, obj: &O::Object, cost: Duration) {
+        if let Some(start) = lock(&self.started).map.get_mut(&Self::key(obj)) {
+            start.costs = [Some(cost), start.costs[0]];
+            debug!(kind = %O::KIND, name = %obj.name_any(), ?cost, interval = ?start.interval(), "decided");
+        }
     }
 
     fn key(obj: &O::Object) -> (String, String) {
@@ -268,8 +309,8 @@ pub async fn drive<O>(
         .await;
 }
 
-/// [`reconcile`], at most once per [`MIN_INTERVAL`] for one object: a trigger that comes sooner
-/// is looked at when the interval ends.
+/// [`reconcile`], at most once per interval for one object (see [`COST_SHARE`]): a trigger that
+/// comes sooner is looked at when the interval ends.
 async fn throttled<O>(obj: Arc<O::Object>, driver: Arc<Driver<O>>) -> Result<Action, Error>
 where
     O: Operation,
@@ -292,7 +333,11 @@ where
     let metrics = driver.op.shared().metrics();
     metrics.reconcile_started(O::KIND);
     let started = Instant::now();
-    let result = reconcile_once(driver.op.as_ref(), obj.clone()).await;
+    let mut cost = None;
+    let result = reconcile_costed(driver.op.as_ref(), obj.clone(), &mut cost).await;
+    if let Some(cost) = cost {
+        driver.cost(&obj, cost);
+    }
     metrics.reconcile_finished(
         O::KIND,
         started.elapsed(),
@@ -323,7 +368,21 @@ where
     result
 }
 
+#[cfg(test)]
 pub(crate) async fn reconcile_once<O>(op: &O, obj: Arc<O::Object>) -> Result<Action, Error>
+where
+    O: Operation,
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    reconcile_costed(op, obj, &mut None).await
+}
+
+/// [`reconcile_once`], saying in `cost` how long deciding took (when it got there).
+async fn reconcile_costed<O>(
+    op: &O,
+    obj: Arc<O::Object>,
+    cost: &mut Option<Duration>,
+) -> Result<Action, Error>
 where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
@@ -359,12 +418,14 @@ where
     };
     let now = Timestamp::now();
     let observed = op.observe(&obj, now).await?;
+    let deciding = Instant::now();
     let decided = shared.decide_and_claim(
         &me,
         deleting,
         |budget| op.decide(&obj, &observed, budget, now),
         |d| &d.holds,
     );
+    *cost = Some(deciding.elapsed());
     let decision = match decided {
         Ok(d) => d,
         Err((node, refusal)) => {

@@ -38,28 +38,10 @@ pub(super) fn waiting(
         wait_for_stage(facts, st, out, stage);
     } else if let Some(pull) = situation.pulling {
         let (reason, message) = pull_message(pull);
-        let now = rfc3339(facts.now);
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            reason,
-            &message,
-            &now,
-            facts.ctx.generation,
-        );
+        not_complete(facts, st, reason, &message);
     } else if let Some(hook) = situation.pre_hook {
         let (reason, message) = pre_hook_message(facts, hook);
-        let now = rfc3339(facts.now);
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            reason,
-            &message,
-            &now,
-            facts.ctx.generation,
-        );
+        not_complete(facts, st, reason, &message);
     } else if st.applying.is_empty()
         && (wait_for_budget(facts, st, out, situation.refused)
             || wait_for_held(facts, st, out, eligible)
@@ -68,16 +50,7 @@ pub(super) fn waiting(
         // Nodes wait for something that is not the Plan's; the function that found it said so.
     } else if st.applying.is_empty() && !situation.quarantined.is_empty() {
         let message = quarantined_message(facts, situation.quarantined);
-        let now = rfc3339(facts.now);
-        cond::set(
-            st,
-            COMPLETE,
-            FALSE,
-            QUARANTINED,
-            &message,
-            &now,
-            facts.ctx.generation,
-        );
+        not_complete(facts, st, QUARANTINED, &message);
     } else {
         return false;
     }
@@ -98,17 +71,7 @@ fn wait_for_window(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, w:
         );
     }
     out.requeue(w.next_check(facts.now));
-    let now = rfc3339(facts.now);
-    let generation = facts.ctx.generation;
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        "Waiting",
-        MSG_WAITING_FOR_WINDOW,
-        &now,
-        generation,
-    );
+    not_complete(facts, st, "Waiting", MSG_WAITING_FOR_WINDOW);
 }
 
 /// Nodes wait for a health check: says which and why (once per reason as an event).
@@ -122,16 +85,7 @@ fn wait_for_check(facts: &Facts<'_>, st: &mut PlanStatus, out: &mut Rollout, che
         };
         out.event(kind, reason, message.clone());
     }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        reason,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
+    not_complete(facts, st, reason, &message);
 }
 
 /// Nodes wait for a Plan of `spec.after`: says which and why (once per reason as an event), and
@@ -150,16 +104,7 @@ fn wait_for_stage(
     if let Some(until) = stage.until {
         out.requeue(crate::common::until(facts.now, until));
     }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        WAITING_FOR_PLAN,
-        &stage.message,
-        &now,
-        facts.ctx.generation,
-    );
+    not_complete(facts, st, WAITING_FOR_PLAN, &stage.message);
 }
 
 /// The `Complete` reason and message while the pull of the images keeps nodes from starting.
@@ -271,16 +216,7 @@ fn no_concurrency(
     if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
         out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
     }
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        NO_CONCURRENCY,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
+    not_complete(facts, st, NO_CONCURRENCY, &message);
     true
 }
 
@@ -304,16 +240,7 @@ fn wait_for_budget(
         out.event(EventType::Normal, reason, message.clone());
     }
     out.requeue(BUDGET_RECHECK);
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        reason,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
+    not_complete(facts, st, reason, &message);
     true
 }
 
@@ -350,16 +277,7 @@ fn wait_for_held(
     }
     // A taint going away triggers a reconcile; a hold without one is looked at again.
     out.requeue(HELD_RECHECK);
-    let now = rfc3339(facts.now);
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        WAITING_FOR_NODES,
-        &message,
-        &now,
-        facts.ctx.generation,
-    );
+    not_complete(facts, st, WAITING_FOR_NODES, &message);
     true
 }
 
@@ -468,4 +386,18 @@ fn whole_plan_wait(
     let hook = situation.pre_hook?;
     let (reason, message) = pre_hook_message(facts, hook);
     Some((reason, message, None))
+}
+
+/// `Complete` is `False` for `reason`, saying `message`.
+fn not_complete(facts: &Facts<'_>, st: &mut PlanStatus, reason: &str, message: &str) {
+    let now = rfc3339(facts.now);
+    cond::set(
+        st,
+        COMPLETE,
+        FALSE,
+        reason,
+        message,
+        &now,
+        facts.ctx.generation,
+    );
 }
