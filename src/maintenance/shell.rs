@@ -238,6 +238,11 @@ impl Operation for MaintenanceOperation {
         &self.shared
     }
 
+    /// One node.
+    fn size(&self, _: &Observed) -> usize {
+        1
+    }
+
     fn written(&self) -> &Written<NodeMaintenance> {
         &self.written
     }

@@ -198,6 +198,10 @@ impl Operation for NodeOpOperation {
         &self.shared
     }
 
+    fn size(&self, observed: &Observed) -> usize {
+        observed.nodes.len()
+    }
+
     fn written(&self) -> &Written<NodeOp> {
         &self.written
     }

@@ -20,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::chores::{Object, Scope};
 use super::error::{Error, ErrorKind};
@@ -76,6 +76,10 @@ pub trait Operation: Send + Sync + Sized + 'static {
         now: Timestamp,
     ) -> Decision<Self::Status, Self::Effect, Self::Report>;
 
+    /// How many nodes the decision reads: what its cost grows with, which sets how soon the
+    /// object may be reconciled again (see [`PER_NODE`]).
+    fn size(&self, observed: &Self::Observed) -> usize;
+
     /// Performs one effect.
     fn perform(
         &self,
@@ -104,23 +108,24 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// How soon an object whose decision could not claim its nodes (another operation took one in
 /// between) is looked at again.
 const CLAIM_RETRY: Duration = Duration::from_secs(10);
-/// The time between the starts of two reconciles of one object grows with what its decision
-/// costs (the pure decision and its claims: what grows with the object's nodes, where observing
-/// waits on the API server too), [`COST_SHARE`] times that, between
-/// [`MIN_INTERVAL`] and [`MAX_INTERVAL`]. A decision reads every node and Job of its object, and a
-/// busy rollout triggers it on every Job that finishes: without a floor, a 5,000-node rollout
-/// decided 3 times a second, each time over every node; with one second for everything, a
-/// three-node NodeOp waited a second between a node's cordon and its Job, and another after it.
-/// Triggers that come sooner are folded into one reconcile at the end of the interval.
-const COST_SHARE: u32 = 2_500;
+/// The time between the starts of two reconciles of one object grows with the nodes its decision
+/// reads (what its cost grows with: about a microsecond a node, observing and deciding), by
+/// [`PER_NODE`], between [`MIN_INTERVAL`] and [`MAX_INTERVAL`]. A busy rollout triggers its
+/// decision on every Job that finishes: without a floor, a 5,000-node rollout decided 3 times a
+/// second, each time over every node; with one second for every object, a three-node NodeOp waited
+/// a second between a node's cordon and its Job. Triggers that come sooner are folded into one
+/// reconcile at the end of the interval. The size, not a measured time, so that the interval is
+/// the same on a busy machine and in a debug build.
+pub(crate) const PER_NODE: Duration = Duration::from_millis(1);
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_INTERVAL: Duration = Duration::from_secs(5);
-/// The interval of an object whose decision's cost is not known yet (or failed).
+/// The interval of an object whose size is not known yet (its first decision is under way).
 const FIRST_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The interval after a decision that cost `cost`.
-pub(crate) fn interval_after(cost: Duration) -> Duration {
-    cost.saturating_mul(COST_SHARE)
+/// The interval after a decision that read `nodes` nodes.
+pub(crate) fn interval_for(nodes: usize) -> Duration {
+    PER_NODE
+        .saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
         .clamp(MIN_INTERVAL, MAX_INTERVAL)
 }
 
@@ -139,22 +144,17 @@ pub struct Driver<O: Operation> {
     cache: Option<Store<O::Object>>,
 }
 
-/// An object's last reconcile: when it started, and what its last two decisions cost.
+/// An object's last reconcile: when it started, and how many nodes its last decision read.
 #[derive(Debug, Clone, Copy)]
 struct Start {
     at: tokio::time::Instant,
-    costs: [Option<Duration>; 2],
+    nodes: Option<usize>,
 }
 
 impl Start {
-    /// The interval before the next reconcile: from the smaller of the last two costs, so that
-    /// one decision slowed by a busy machine does not hold the object back for seconds.
+    /// The interval before the next reconcile.
     fn interval(&self) -> Duration {
-        match self.costs {
-            [Some(a), Some(b)] => interval_after(a.min(b)),
-            [Some(a), None] | [None, Some(a)] => interval_after(a),
-            [None, None] => FIRST_INTERVAL,
-        }
+        self.nodes.map_or(FIRST_INTERVAL, interval_for)
     }
 }
 
@@ -216,18 +216,17 @@ impl<O: Operation> Driver<O> {
         {
             return Some(wait);
         }
-        let costs = last.map_or([None, None], |l| l.costs);
-        started.map.insert(key, Start { at: now, costs });
+        let nodes = last.and_then(|l| l.nodes);
+        started.map.insert(key, Start { at: now, nodes });
         // A start older than its interval holds nothing back: the same as none.
         started.prune(|_, l| now.duration_since(l.at) < l.interval());
         None
     }
 
-    /// `obj`'s decision cost `cost`: with the one before, the interval before its next reconcile.
-    pub(crate) fn cost(&self, obj: &O::Object, cost: Duration) {
+    /// `obj`'s decision read `nodes` nodes: the interval before its next reconcile.
+    pub(crate) fn sized(&self, obj: &O::Object, nodes: usize) {
         if let Some(start) = lock(&self.started).map.get_mut(&Self::key(obj)) {
-            start.costs = [Some(cost), start.costs[0]];
-            debug!(kind = %O::KIND, name = %obj.name_any(), ?cost, interval = ?start.interval(), "decided");
+            start.nodes = Some(nodes);
         }
     }
 
@@ -309,7 +308,7 @@ pub async fn drive<O>(
         .await;
 }
 
-/// [`reconcile`], at most once per interval for one object (see [`COST_SHARE`]): a trigger that
+/// [`reconcile`], at most once per interval for one object (see [`PER_NODE`]): a trigger that
 /// comes sooner is looked at when the interval ends.
 async fn throttled<O>(obj: Arc<O::Object>, driver: Arc<Driver<O>>) -> Result<Action, Error>
 where
@@ -333,10 +332,10 @@ where
     let metrics = driver.op.shared().metrics();
     metrics.reconcile_started(O::KIND);
     let started = Instant::now();
-    let mut cost = None;
-    let result = reconcile_costed(driver.op.as_ref(), obj.clone(), &mut cost).await;
-    if let Some(cost) = cost {
-        driver.cost(&obj, cost);
+    let mut size = None;
+    let result = reconcile_sized(driver.op.as_ref(), obj.clone(), &mut size).await;
+    if let Some(nodes) = size {
+        driver.sized(&obj, nodes);
     }
     metrics.reconcile_finished(
         O::KIND,
@@ -374,14 +373,14 @@ where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
 {
-    reconcile_costed(op, obj, &mut None).await
+    reconcile_sized(op, obj, &mut None).await
 }
 
-/// [`reconcile_once`], saying in `cost` how long deciding took (when it got there).
-async fn reconcile_costed<O>(
+/// [`reconcile_once`], saying in `size` how many nodes the decision read (when it got there).
+async fn reconcile_sized<O>(
     op: &O,
     obj: Arc<O::Object>,
-    cost: &mut Option<Duration>,
+    size: &mut Option<usize>,
 ) -> Result<Action, Error>
 where
     O: Operation,
@@ -418,14 +417,13 @@ where
     };
     let now = Timestamp::now();
     let observed = op.observe(&obj, now).await?;
-    let deciding = Instant::now();
+    *size = Some(op.size(&observed));
     let decided = shared.decide_and_claim(
         &me,
         deleting,
         |budget| op.decide(&obj, &observed, budget, now),
         |d| &d.holds,
     );
-    *cost = Some(deciding.elapsed());
     let decision = match decided {
         Ok(d) => d,
         Err((node, refusal)) => {

@@ -376,32 +376,26 @@ async fn a_success_in_between_starts_the_count_again() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_interval_after_a_decision_grows_with_what_it_cost() {
-    use crate::runtime::operation::interval_after;
+async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
+    use crate::runtime::operation::interval_for;
     use std::time::Duration;
     let api = cluster(Start);
     let driver = Driver::new(Arc::new(operation(&api)));
     let nm = maintenance(Start);
     assert_eq!(driver.too_soon(&nm), None);
-    // A small decision: the next may start a tenth of a second after this one.
-    driver.cost(&nm, Duration::from_micros(20));
+    // One node: the next may start a tenth of a second after this one.
+    driver.sized(&nm, 1);
     tokio::time::advance(Duration::from_millis(60)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(40)));
     tokio::time::advance(Duration::from_millis(40)).await;
     assert_eq!(driver.too_soon(&nm), None, "a tenth of a second is over");
-    // One slow decision (a busy machine) changes nothing; two of 0.8 ms (thousands of nodes)
-    // give two seconds; never more than five.
-    driver.cost(&nm, Duration::from_micros(800));
-    tokio::time::advance(Duration::from_millis(100)).await;
-    assert_eq!(driver.too_soon(&nm), None, "one slow decision");
-    driver.cost(&nm, Duration::from_micros(800));
+    // Two thousand nodes: two seconds; never more than five.
+    driver.sized(&nm, 2_000);
     tokio::time::advance(Duration::from_millis(1500)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(500)));
-    assert_eq!(interval_after(Duration::ZERO), Duration::from_millis(100));
-    assert_eq!(
-        interval_after(Duration::from_secs(1)),
-        Duration::from_secs(5)
-    );
+    assert_eq!(interval_for(0), Duration::from_millis(100));
+    assert_eq!(interval_for(1_000), Duration::from_secs(1));
+    assert_eq!(interval_for(100_000), Duration::from_secs(5));
 }
 
 #[tokio::test(start_paused = true)]

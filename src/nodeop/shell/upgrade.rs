@@ -98,6 +98,11 @@ impl Operation for UpgradeOperation {
         &self.shared
     }
 
+    /// It reads its NodeOp, not nodes.
+    fn size(&self, _: &Option<NodeOp>) -> usize {
+        1
+    }
+
     fn written(&self) -> &Written<NodeOpUpgrade> {
         &self.written
     }

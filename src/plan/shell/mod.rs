@@ -488,6 +488,10 @@ impl Operation for PlanOperation {
         Ok(())
     }
 
+    fn size(&self, observed: &PlanObserved) -> usize {
+        observed.nodes.len()
+    }
+
     fn written(&self) -> &Written<Plan> {
         &self.written
     }

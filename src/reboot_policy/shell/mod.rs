@@ -137,6 +137,10 @@ impl Operation for PolicyOperation {
         &self.shared
     }
 
+    fn size(&self, observed: &Observed) -> usize {
+        observed.nodes.len()
+    }
+
     fn written(&self) -> &Written<RebootPolicy> {
         &self.written
     }

@@ -187,9 +187,11 @@ impl ControllerProcess {
     }
 }
 
-/// The shortest time between the starts of two reconciles of one object (`MIN_INTERVAL` of
-/// src/runtime/operation.rs): a trigger that comes sooner waits that long, and is not counted as a
-/// reconcile until then.
+/// The longest time between the starts of two reconciles of one object that a scene meets: the
+/// interval of src/runtime/operation.rs grows with the nodes a decision reads (a millisecond a
+/// node, from a tenth of a second) and is one second before the first decision; no scene's object
+/// reads a thousand nodes. A trigger that comes sooner waits, and is not counted as a reconcile
+/// until then.
 pub const RECONCILE_FLOOR: Duration = Duration::from_secs(1);
 
 /// The value of the sample `name` (with its labels, exactly as rendered) in a `/metrics` text.
