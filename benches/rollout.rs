@@ -658,14 +658,16 @@ fn plan(name: &str, concurrency: usize, selector: Value) -> Result<Plan> {
     }))?)
 }
 
+/// The Plan's `latestHash`, once its controller wrote it (SUC, on a busy machine, took more than
+/// 30 s to start and write it).
 async fn wait_hash(plans: &Api<Plan>, name: &str) -> Result<String> {
-    for _ in 0..600 {
+    for _ in 0..3600 {
         if let Some(h) = plans.get(name).await?.status.and_then(|s| s.latest_hash) {
             return Ok(h);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    bail!("plan {name} got no latestHash")
+    bail!("plan {name} got no latestHash in 3 minutes")
 }
 
 async fn wait_done(seen: &Arc<Mutex<Observed>>, total: usize, what: &str) -> Result<()> {
@@ -852,7 +854,14 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
             args,
             plan_name,
         };
-        lines.push(controller_run(cluster, admin, &contender, opts, &seen, &wanted).await?);
+        match controller_run(cluster, admin, &contender, opts, &seen, &wanted).await {
+            Ok(line) => lines.push(line),
+            Err(e) => {
+                // What was measured before is still worth printing.
+                print_lines(&lines, opts.nodes, opts.concurrency);
+                return Err(e.context(format!("{who}'s run")));
+            }
+        }
         watch.abort();
     }
     print_lines(&lines, opts.nodes, opts.concurrency);
