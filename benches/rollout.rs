@@ -617,13 +617,7 @@ fn install(cluster: &LocalCluster, dir: &str, components: &[&str], crds: &[&str]
         ),
     )?;
     cluster.kubectl(&["apply", "-k", &dir.display().to_string()])?;
-    cluster.kubectl(&[
-        "-n",
-        NS,
-        "scale",
-        "deployment/system-upgrade-controller",
-        "--replicas=0",
-    ])?;
+    no_deployment(cluster)?;
     for crd in crds {
         cluster.kubectl(&[
             "wait",
@@ -632,6 +626,19 @@ fn install(cluster: &LocalCluster, dir: &str, components: &[&str], crds: &[&str]
             "--timeout=60s",
         ])?;
     }
+    Ok(())
+}
+
+/// deploy/'s Deployment scaled to 0: the controllers under test run here, with its ServiceAccount
+/// and ConfigMap.
+fn no_deployment(cluster: &LocalCluster) -> Result<()> {
+    cluster.kubectl(&[
+        "-n",
+        NS,
+        "scale",
+        "deployment/system-upgrade-controller",
+        "--replicas=0",
+    ])?;
     Ok(())
 }
 
@@ -1042,13 +1049,7 @@ async fn main() -> Result<()> {
     // deploy/ as installed, minus its Deployment: the controllers under test run here, with the
     // Deployment's ServiceAccount and ConfigMap.
     cluster.kubectl(&["apply", "-k", &repo().join("deploy").display().to_string()])?;
-    cluster.kubectl(&[
-        "-n",
-        NS,
-        "scale",
-        "deployment/system-upgrade-controller",
-        "--replicas=0",
-    ])?;
+    no_deployment(&cluster)?;
     cluster.kubectl(&[
         "wait",
         "--for=condition=Established",
