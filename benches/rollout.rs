@@ -629,6 +629,23 @@ fn install(cluster: &LocalCluster, dir: &str, components: &[&str], crds: &[&str]
     Ok(())
 }
 
+/// The release build of slipway (`run`) with `env`, serving its metrics on `port`, logging to
+/// `<cluster>/<log>.log`.
+fn start_slipway(
+    cluster: &LocalCluster,
+    env: &BTreeMap<String, String>,
+    port: u16,
+    log: &str,
+) -> Result<Process> {
+    let addr = format!("127.0.0.1:{port}");
+    Process::start(
+        &slipway_binary(),
+        &["run", "--metrics-addr", &addr],
+        env,
+        cluster.dir().join(format!("{log}.log")),
+    )
+}
+
 /// deploy/'s Deployment scaled to 0: the controllers under test run here, with its ServiceAccount
 /// and ConfigMap.
 fn no_deployment(cluster: &LocalCluster) -> Result<()> {

@@ -38,8 +38,8 @@ use slipway::reboot_policy::api::RebootPolicy;
 
 use super::quiet::{free_port, joined, mib, reconcile_line, reconciles_by_kind, scrape, settled};
 use super::{
-    CHURN_LABEL, LocalCluster, NS, Options, POOL_LABEL, Process, conflicts, controller_env,
-    prepare_churn, requests, slipway_binary,
+    CHURN_LABEL, LocalCluster, NS, Options, POOL_LABEL, conflicts, controller_env, prepare_churn,
+    requests,
 };
 
 const WORKLOADS: &str = "bench-fleet";
@@ -501,13 +501,7 @@ pub(super) async fn fleet(cluster: &LocalCluster, admin: &Client, opts: &Options
     env.insert("SLIPWAY_MAINTENANCE".into(), "true".into());
     env.insert("SLIPWAY_REBOOT_POLICIES".into(), "true".into());
     let port = free_port()?;
-    let addr = format!("127.0.0.1:{port}");
-    let process = Process::start(
-        &slipway_binary(),
-        &["run", "--metrics-addr", &addr],
-        &env,
-        cluster.dir().join("slipway-fleet.log"),
-    )?;
+    let process = super::start_slipway(cluster, &env, port, "slipway-fleet")?;
     settled(admin, opts.plans).await?;
     policies_settled(admin).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;

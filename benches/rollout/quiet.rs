@@ -19,9 +19,7 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use slipway::plan::api::Plan;
 
-use super::{
-    LocalCluster, NS, Options, Process, controller_env, prepare_churn, requests, slipway_binary,
-};
+use super::{LocalCluster, NS, Options, Process, controller_env, prepare_churn, requests};
 
 /// A free port for the controller's metrics.
 pub(super) fn free_port() -> Result<u16> {
@@ -160,13 +158,7 @@ pub(super) fn joined<V: std::fmt::Display>(m: &BTreeMap<String, V>) -> String {
 fn start(cluster: &LocalCluster, who: &str, port: u16) -> Result<(Process, String)> {
     let (kubeconfig, jti) = cluster.service_account(who)?;
     let env = controller_env(&kubeconfig)?;
-    let addr = format!("127.0.0.1:{port}");
-    let process = Process::start(
-        &slipway_binary(),
-        &["run", "--metrics-addr", &addr],
-        &env,
-        cluster.dir().join(format!("{who}.log")),
-    )?;
+    let process = super::start_slipway(cluster, &env, port, who)?;
     Ok((process, jti))
 }
 

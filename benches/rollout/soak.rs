@@ -22,7 +22,7 @@ use slipway::nodeop::api::NodeOp;
 use slipway::plan::api::Plan;
 
 use super::quiet::{free_port, label, mib, samples, scrape, settled, vm_rss_mib};
-use super::{LocalCluster, NS, Options, Process, controller_env, prepare_churn, slipway_binary};
+use super::{LocalCluster, NS, Options, controller_env, prepare_churn};
 
 const ROUND: Duration = Duration::from_secs(10);
 const MAINTENANCES: usize = 5;
@@ -151,13 +151,7 @@ pub(super) async fn soak(cluster: &LocalCluster, admin: &Client, opts: &Options)
         env.insert(switch.into(), "true".into());
     }
     let port = free_port()?;
-    let addr = format!("127.0.0.1:{port}");
-    let process = Process::start(
-        &slipway_binary(),
-        &["run", "--metrics-addr", &addr],
-        &env,
-        cluster.dir().join("slipway-soak.log"),
-    )?;
+    let process = super::start_slipway(cluster, &env, port, "slipway-soak")?;
     settled(admin, opts.plans).await?;
     let before = tracked(&scrape(port).await.unwrap_or_default());
     println!(
