@@ -139,7 +139,7 @@ pub struct Driver<O: Operation> {
     op: Arc<O>,
     /// Failures in a row, by object.
     failures: Mutex<Pruned<u32>>,
-    /// When each object's last reconcile started, and what its last decisions cost.
+    /// When each object's last reconcile started, and how many nodes its decision read.
     started: Mutex<Pruned<Start>>,
     /// The controller's cache of the kind, when it runs under one.
     cache: Option<Store<O::Object>>,
