@@ -434,6 +434,22 @@ fn the_schema_refuses_bad_values() {
             vec!["serviceMonitor.interval=often"],
             "serviceMonitor/interval",
         ),
+        // The ServiceAccount's name is part of every Plan's latestHash: not a value.
+        (vec!["serviceAccount.name=other"], "'name' not allowed"),
+        (vec!["serviceAccount.create=false"], "'create' not allowed"),
+        (
+            vec!["serviceAccount.labels.helm\\.sh/chart=x"],
+            "invalid propertyName 'helm.sh/chart'",
+        ),
+        (
+            vec!["securityContext.privileged=yes"],
+            "securityContext/privileged",
+        ),
+        (vec!["securityContext.runAsUsr=1"], "'runAsUsr' not allowed"),
+        (
+            vec!["podSecurityContext.seccompProfile.type=Everything"],
+            "podSecurityContext/seccompProfile/type",
+        ),
     ];
     for (sets, message) in refused {
         let err = try_template(&sets).expect_err(&format!("{sets:?} is refused"));
@@ -472,6 +488,11 @@ extraArgs: ["--notify=ops=https://hooks.example.com/T0", "--notify-format=ops=sl
 resources: {requests: {cpu: 50m}}
 podAnnotations: {example.com/team: platform}
 podLabels: {example.com/tier: system}
+podSecurityContext: {runAsUser: 1000, runAsGroup: null, fsGroup: 2000}
+securityContext: {runAsUser: 1000, runAsGroup: null, readOnlyRootFilesystem: false}
+serviceAccount:
+  annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::111122223333:role/slipway"}
+  labels: {example.com/team: platform}
 priorityClassName: system-cluster-critical
 nodeSelector: {kubernetes.io/os: linux}
 affinity: null
@@ -512,7 +533,19 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     assert_eq!(spec["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
     assert!(spec["affinity"].is_null(), "affinity: null drops it");
     assert_eq!(spec["tolerations"], json!([{"operator": "Exists"}]));
+    // A values file's securityContext merges with the default; null drops a key.
+    assert_eq!(
+        spec["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 2000,
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
     let container = &spec["containers"][0];
+    assert_eq!(
+        container["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": false,
+               "runAsNonRoot": true, "runAsUser": 1000, "capabilities": {"drop": ["ALL"]},
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
     assert_eq!(container["image"], "registry.example.com/slipway:9.9.9");
     assert_eq!(container["imagePullPolicy"], "Always");
     assert_eq!(
@@ -546,6 +579,25 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     assert_eq!(data["CATTLE_ELECTION_RETRY_PERIOD"], "5s");
     assert_eq!(data["SLIPWAY_MAINTENANCE"], "true");
     assert_eq!(data["SLIPWAY_MAINTENANCE_LEASE_NAMESPACE"], "leases");
+
+    // The ServiceAccount keeps its name, takes the annotations and adds the labels to the chart's.
+    let account = find(&docs, "ServiceAccount", "system-upgrade");
+    assert_eq!(
+        account["metadata"]["annotations"],
+        json!({"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/slipway"})
+    );
+    assert_eq!(
+        account["metadata"]["labels"]["example.com/team"],
+        "platform"
+    );
+    assert_eq!(
+        account["metadata"]["labels"]["app.kubernetes.io/name"],
+        "slipway"
+    );
+    assert_eq!(
+        spec["serviceAccountName"], "system-upgrade",
+        "the controller runs as it"
+    );
 
     // Every binding names the ServiceAccount in the release namespace.
     for d in &docs {
@@ -601,6 +653,15 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     let dashboard = find(&docs, "ConfigMap", "slipway-dashboard");
     assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
     assert_eq!(dashboard["metadata"]["labels"]["dashboards"], "slipway");
+
+    // null renders no securityContext at all.
+    let docs = template(&["podSecurityContext=null", "securityContext=null"]);
+    let spec = &find(&docs, "Deployment", "system-upgrade-controller")["spec"]["template"]["spec"];
+    assert!(spec.get("securityContext").is_none(), "{spec}");
+    assert!(
+        spec["containers"][0].get("securityContext").is_none(),
+        "{spec}"
+    );
 
     // A digest wins over the tag.
     let digest = format!("sha256:{}", "a".repeat(64));
@@ -658,14 +719,17 @@ fn the_chart_carries_the_committed_files_and_the_crate_version() {
 /// The dotted paths of values.yaml that operators set, down to a scalar, a list or a map of free
 /// keys.
 fn value_paths(prefix: &str, value: &Value, out: &mut Vec<String>) {
-    const FREE_KEYS: [&str; 8] = [
+    const FREE_KEYS: [&str; 11] = [
         "config",
         "affinity",
         "resources",
         "labels",
+        "annotations",
         "nodeSelector",
         "podAnnotations",
         "podLabels",
+        "podSecurityContext",
+        "securityContext",
         "global",
     ];
     match value.as_object() {
