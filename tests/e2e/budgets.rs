@@ -346,6 +346,8 @@ async fn explain_predicts_the_first_nodes(s: &Scene) {
 /// pool: never more than one node unavailable, and both finish. The ledger names the holders.
 async fn one_budget_bounds_a_plan_and_a_policy_together(s: &Scene) {
     let budget = s.seen_budget("one", json!({"maxUnavailable": 1})).await;
+    s.kubectl_wait(&format!("disruptionbudget/{budget}"), "condition=Ready", 30)
+        .await;
     let checker = PoolChecker::start(s.client.clone(), s.ns.name().to_string(), s.pool.clone());
     let policy = s.name("reboots");
     let rbp: RebootPolicy = serde_json::from_value(json!({

@@ -263,7 +263,8 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
     let still = ns.api::<Plan>().get("failing").await.expect("plan");
     assert!(!is_complete(&still));
     // What GitOps tools and scripts read: the failed rollout is Stalled, with the Job's reason.
-    kubectl_wait(&s, ns.name(), "condition=Stalled").await;
+    s.kubectl_wait("plan/failing", "condition=Stalled", 60)
+        .await;
     assert_eq!(
         condition_reason(&still, "Ready").as_deref(),
         Some("JobFailed")
@@ -286,19 +287,12 @@ async fn a_failed_job_is_reported_and_fixing_the_plan_recovers() {
         is_complete,
     )
     .await;
-    kubectl_wait(&s, ns.name(), "condition=Ready").await;
-    kubectl_wait(&s, ns.name(), "condition=Stalled=False").await;
+    s.kubectl_wait("plan/failing", "condition=Ready", 60).await;
+    s.kubectl_wait("plan/failing", "condition=Stalled=False", 60)
+        .await;
 }
 
 /// `kubectl wait --for=<what> plan/failing`, as a script or a GitOps hook runs it.
-async fn kubectl_wait(s: &Scene, ns: &str, what: &str) {
-    let for_ = format!("--for={what}");
-    s.cluster
-        .kubectl(&["-n", ns, "wait", "plan/failing", &for_, "--timeout=60s"])
-        .await
-        .unwrap_or_else(|e| panic!("kubectl wait {for_}: {e}"));
-}
-
 /// The names of the Plan's Jobs.
 async fn jobs_of(ns: &TestNamespace, plan: &str) -> Vec<String> {
     (ns.api::<Job>())

@@ -246,6 +246,8 @@ async fn a_drain_succeeds_and_deleting_it_restores_the_node() {
     );
     assert_eq!(status.drain_progress, Some(100));
     assert_eq!(status.eviction_pods, Some(2), "{status:?}");
+    s.kubectl_wait(&format!("nodemaintenance/{name}"), "condition=Ready", 30)
+        .await;
     assert!(running_pods_on(ns, node).await.is_empty());
     let st = node_state(client, node).await;
     assert!(st.unschedulable && st.drain_taint && st.excluded);
@@ -426,6 +428,8 @@ async fn a_drain_timeout_fails_and_an_admins_cordon_stays() {
         Duration::from_secs(60),
     )
     .await;
+    s.kubectl_wait(&format!("nodemaintenance/{name}"), "condition=Stalled", 30)
+        .await;
     let error = failed
         .status
         .as_ref()

@@ -264,6 +264,11 @@ async fn a_canary_that_fails_starts_no_other_node_and_says_so() {
     );
     let reasons = s.ns.event_reasons().await;
     assert!(reasons.iter().any(|r| r == "NodeFailed"), "{reasons:?}");
+    // What GitOps tools and scripts read: the failed NodeOp is Stalled, not Ready.
+    s.kubectl_wait("nodeop/canary", "condition=Stalled", 30)
+        .await;
+    s.kubectl_wait("nodeop/canary", "condition=Ready=False", 30)
+        .await;
     support::delete_and_wait_gone(ops, "canary").await;
     assert!(
         !unschedulable(&s.client, nodes[0]).await,
@@ -616,6 +621,9 @@ async fn an_upgrade_goes_control_plane_first_and_reboots_each_node_through_the_h
         command.contains("kairos-agent upgrade --source dir:/ --exclude-path '/etc/hostname'"),
         "{command}"
     );
+    s.kubectl_wait("nodeopupgrade/to-v3", "condition=Ready", 30)
+        .await;
+    s.kubectl_wait("nodeop/to-v3", "condition=Ready", 30).await;
     upgrades
         .delete("to-v3", &DeleteParams::default())
         .await

@@ -267,6 +267,9 @@ async fn a_wave_reboots_every_node_two_at_a_time_across_a_crash() {
     }
     reboot_two_at_a_time_killing_the_controller_once(&s, &mut controller, &wave).await;
     wait_all_done(client, api, &wave, &others).await;
+    // Nothing under way: Ready, as kubectl (and GitOps health) reads it.
+    s.kubectl_wait(&format!("rebootpolicy/{wave}"), "condition=Ready", 30)
+        .await;
     stop.store(true, Ordering::Relaxed);
     let most = most.load(Ordering::Relaxed);
     // The watch leaves out the node an admin cordoned.

@@ -26,8 +26,15 @@ pub fn pod_node(p: &Pod) -> String {
         .unwrap_or_default()
 }
 
-/// Plays the nodes of `policy`: each node whose reboot pod appears (and is not in `rebooted`
-/// yet) comes back with a new boot ID. Returns the nodes rebooted in this pass.
+/// How long a node takes from its reboot pod to its new boot. A real node takes a minute; the
+/// scenes give it a moment, so that whoever samples the holders (a ledger written at most once a
+/// second, a silence task) can see the node held. Without it, a controller that reconciles within
+/// 0.1 s had cordoned, rebooted and given back a node in 0.3 s, and no ledger ever named it.
+const REBOOT_TAKES: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Plays the nodes of `policy`: each node whose reboot pod has been there for [`REBOOT_TAKES`]
+/// (and is not in `rebooted` yet) comes back with a new boot ID. Returns the nodes rebooted in
+/// this pass. Called in a loop, as a node's kubelet would act.
 pub async fn play_reboots(
     ns: &str,
     client: &Client,
@@ -37,10 +44,16 @@ pub async fn play_reboots(
     let mut now = Vec::new();
     for p in reboot_pods(ns, client, policy).await {
         let n = pod_node(&p);
-        if rebooted.insert(n.clone()) {
-            super::simulate_reboot(client, &n).await;
-            now.push(n);
+        let age: std::time::Duration = (p.metadata.creation_timestamp.as_ref())
+            .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+            .unwrap_or_default();
+        // Creation times are whole seconds: the pod may be up to a second older than it says.
+        if age < REBOOT_TAKES || rebooted.contains(&n) {
+            continue;
         }
+        rebooted.insert(n.clone());
+        super::simulate_reboot(client, &n).await;
+        now.push(n);
     }
     now
 }

@@ -268,6 +268,21 @@ impl Scene {
         }
     }
 
+    /// `kubectl wait --for=<what> <object>` as an operator or a GitOps tool would run it (kstatus'
+    /// conditions), in the scene's namespace (ignored for a cluster-scoped object); fails the
+    /// scene when kubectl gives up after `timeout_secs`.
+    pub async fn kubectl_wait(&self, object: &str, what: &str, timeout_secs: u32) {
+        let (for_, timeout) = (
+            format!("--for={what}"),
+            format!("--timeout={timeout_secs}s"),
+        );
+        let ns = self.ns.name();
+        (self.cluster)
+            .kubectl(&["-n", ns, "wait", object, &for_, &timeout])
+            .await
+            .unwrap_or_else(|e| panic!("kubectl wait {object} {for_}: {e}"));
+    }
+
     /// The label selector of the pool's nodes.
     pub fn pool_selector(&self) -> String {
         format!("{POOL_LABEL}={}", self.pool)
