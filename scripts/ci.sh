@@ -76,13 +76,14 @@ finish() {
 trap finish EXIT
 
 # --- the build -------------------------------------------------------------------------------
-# Go tools, in the background: helm, promtool and alertmanager first (the offline tests need them),
-# then the local cluster, the real nodes' guest image (its kubelet from the cluster's module), SUC
-# (the differential test) and the image checker.
+# Go tools, in the background: helm, promtool, alertmanager and kstatus first (the offline tests
+# need them), then the local cluster, the real nodes' guest image (its kubelet from the cluster's
+# module), SUC (the differential test) and the image checker.
 (
   phase helm tests/tools/helm/build.sh
   phase promtool tests/tools/promtool/build.sh
   phase alertmanager tests/tools/alertmanager/build.sh
+  phase kstatus tests/tools/kstatus/build.sh
   phase cluster-binaries tests/cluster/build.sh
   phase real-nodes tests/nodes/build.sh
   phase suc tests/compat/build.sh
