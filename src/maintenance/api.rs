@@ -116,6 +116,10 @@ pub struct NodeMaintenanceStatus {
     /// controller, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_pods_reasons: Vec<PendingPodReason>,
+    /// slipway: the `metadata.generation` this status was decided from (kstatus reads a status
+    /// as out of date by it, not by the conditions').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// slipway: `Drained`, with a reason and a message that say what the maintenance waits for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -155,6 +155,10 @@ pub struct NodeOpStatus {
     /// concurrency, a failed node under `stopOnFailure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// slipway: the `metadata.generation` this status was decided from (kstatus reads a status
+    /// as out of date by it, not by the conditions').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<crate::common::condition::Condition>,
@@ -257,6 +261,10 @@ pub struct NodeOpUpgradeStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// slipway: the `metadata.generation` this status was decided from (kstatus reads a status
+    /// as out of date by it, not by the conditions').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// slipway: kstatus' `Ready`, `Reconciling` and `Stalled`, for GitOps tools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<crate::common::condition::Condition>,

@@ -29,6 +29,10 @@ const DELIBERATE: &[(&str, &str)] = &[
         "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
     ),
     (
+        ".status.observedGeneration: only in slipway",
+        "the generation the status is of: kstatus reads a status as out of date by it",
+    ),
+    (
         ".status.prePull: only in slipway",
         "the pull of the images before the first node (spec.disruption.prePull)",
     ),
@@ -51,6 +55,10 @@ const DELIBERATE_UPGRADE: &[(&str, &str)] = &[
     (
         ".status.conditions: only in slipway",
         "kstatus' Ready, Reconciling and Stalled, for GitOps tools",
+    ),
+    (
+        ".status.observedGeneration: only in slipway",
+        "the generation the status is of: kstatus reads a status as out of date by it",
     ),
     (
         ".status.nodeStatuses.*.bootID: only in slipway",

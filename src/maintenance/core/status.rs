@@ -67,6 +67,7 @@ pub(super) fn finish(
         MaintenancePhase::Running => Standing::Reconciling(reason, &message),
     };
     set_standing(&mut st.conditions, standing, nm.metadata.generation, now);
+    st.observed_generation = nm.metadata.generation;
     stage_events(&mut step, old, phase, reason, message);
     step.requeue_after = requeue(&step);
     step

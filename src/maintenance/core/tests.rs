@@ -565,6 +565,11 @@ fn kstatus_conditions_follow_the_phase() {
     fresh.metadata.generation = Some(3);
     let done = decide(&input(&fresh, Some(&node()), Some(&empty)));
     assert_eq!(standing(&done), ("Ready".into(), "Drained".into()));
+    assert_eq!(
+        done.status.observed_generation,
+        Some(3),
+        "what kstatus reads"
+    );
     assert!(
         (done.status.conditions.iter()).all(|c| c.observed_generation == Some(3)),
         "{:?}",

@@ -206,6 +206,7 @@ fn standing(status: &mut NodeOpStatus, generation: Option<i64>, now: Timestamp) 
         _ => Standing::Reconciling(words::RUNNING, running),
     };
     set_standing(&mut status.conditions, standing, generation, now);
+    status.observed_generation = generation;
 }
 
 /// The status, effects and events of the nodes' steps.
@@ -232,6 +233,7 @@ fn into_decision(
         node_statuses,
         last_updated: previous.last_updated.clone(),
         message,
+        observed_generation: previous.observed_generation,
         conditions: previous.conditions.clone(),
         pre_pull: steps.pre_pull.clone(),
     };

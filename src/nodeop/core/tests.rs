@@ -422,6 +422,7 @@ fn kstatus_conditions_follow_the_phase() {
     op.metadata.generation = Some(2);
     let d1 = decide_with(&op, &[node("n1")], &Seen::default(), T0);
     assert_eq!(standing(&d1), ("Reconciling", "Running"));
+    assert_eq!(d1.status.observed_generation, Some(2), "what kstatus reads");
     assert!(
         d1.status
             .conditions

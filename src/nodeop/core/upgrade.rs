@@ -122,6 +122,7 @@ fn standing(
         _ => Standing::Reconciling(words::PENDING, &message),
     };
     set_standing(&mut status.conditions, standing, generation, now);
+    status.observed_generation = generation;
 }
 
 /// The NodeOp's status, as the upgrade shows it (kairos-operator's messages).
@@ -143,6 +144,7 @@ fn copied(op: &NodeOp, name: &str) -> NodeOpUpgradeStatus {
         node_statuses: st.node_statuses.clone(),
         message: Some(message),
         last_updated: None,
+        observed_generation: None,
         conditions: Vec::new(),
     }
 }

@@ -217,6 +217,11 @@ fn kstatus_conditions_follow_the_nodeops_phase() {
     u.metadata.generation = Some(3);
     let created = decide_upgrade(&u, None, t("2026-11-25T10:00:00Z"));
     assert_eq!(standing(&created, 3), ("Reconciling", INITIALIZING));
+    assert_eq!(
+        created.status.observed_generation,
+        Some(3),
+        "what kstatus reads"
+    );
     let u = NodeOpUpgrade {
         status: Some(created.status.clone()),
         ..u
