@@ -1,6 +1,6 @@
 // kstatus reads a JSON array of Kubernetes objects on stdin and prints, for each in order, what
-// cli-utils' kstatus (the rules Flux and `kubectl wait`-minded tools share) computes of it, as a
-// JSON line: {"status":"Current|InProgress|Failed|...","message":"..."}.
+// cli-utils' kstatus (the rules Flux's health checks and kpt judge by) computes of it, as a JSON
+// line: {"status":"Current|InProgress|Failed|...","message":"..."}.
 package main
 
 import (
