@@ -1,6 +1,6 @@
 //! slipway's offline tests, one test binary: what needs no cluster (the repository's files, the
-//! binary's offline commands, Helm's rendering, promtool's rule tests). A module per subject;
-//! `cargo test --test offline -- chart::` runs one.
+//! binary's offline commands, Helm's rendering, promtool's rule tests, kstatus' verdicts). A module
+//! per subject; `cargo test --test offline -- chart::` runs one.
 
 mod alertmanager;
 mod architecture;
@@ -14,4 +14,5 @@ mod image_index;
 mod job_golden;
 mod kairos_crd;
 mod kairos_upgrade;
+mod kstatus;
 mod monitoring;
