@@ -72,7 +72,9 @@ compat:
 # requests, node churn with deletes; SLIPWAY_BENCH_CHURN_SECS, 240) or MODE=soak (NODES=1000 for
 # SLIPWAY_BENCH_SOAK_SECS, 3600: NodeMaintenances and NodeOps created and deleted, nodes replaced,
 # Plans edited; RSS and slipway_tracked_objects every minute; fails when RSS grows over 10% after
-# SLIPWAY_BENCH_SOAK_WARMUP_SECS, 600, or a map does not come back).
+# SLIPWAY_BENCH_SOAK_WARMUP_SECS, 600, or a map does not come back) or MODE=nodeop (NODES=3:
+# kairos-operator's quick example, a NodeOp of every node with concurrency 1, cordon and drain,
+# twice; seconds to Completed).
 # SLIPWAY_CLUSTER_KCM_FLAGS passes flags to the cluster's controller-manager ("--kube-api-qps=100").
 # MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
 # comma-separated list of sizes instead), no cluster.

@@ -14,7 +14,9 @@
 //! `SLIPWAY_BENCH_CHURN_RATE` (50) node label patches per second change a label no Plan reads.
 //! It prints the controller's CPU seconds and reconciles per minute during that window.
 //!
-//! Modes `idle` and `restart`: see [`quiet`]; mode `fleet` (every operation at once): see [`fleet`].
+//! Modes `idle` and `restart`: see [`quiet`]; mode `fleet` (every operation at once): see [`fleet`];
+//! mode `soak` (an hour of object churn): see [`soak`]; mode `nodeop` (a small NodeOp's pace): see
+//! [`nodeop`].
 //!
 //! `SLIPWAY_BENCH_IDEAL=0` leaves the ideal controller out (its time on a cluster of that size and
 //! pace is known: it is the cluster's floor). `SLIPWAY_BENCH_BINARY` benches another build.
@@ -52,6 +54,8 @@ const POOL_LABEL: &str = "bench.slipway.dev/pool";
 
 #[path = "rollout/fleet.rs"]
 mod fleet;
+#[path = "rollout/nodeop.rs"]
+mod nodeop;
 #[path = "rollout/quiet.rs"]
 mod quiet;
 #[path = "rollout/soak.rs"]
@@ -65,6 +69,7 @@ enum Mode {
     Restart,
     Fleet,
     Soak,
+    NodeOp,
 }
 
 struct Options {
@@ -103,17 +108,18 @@ impl Options {
             Ok("restart") => Mode::Restart,
             Ok("fleet") => Mode::Fleet,
             Ok("soak") => Mode::Soak,
+            Ok("nodeop") => Mode::NodeOp,
             Ok("rollout") | Err(_) => Mode::Rollout,
             Ok(other) => {
                 bail!(
-                    "SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, fleet, idle, restart or soak"
+                    "SLIPWAY_BENCH_MODE={other:?}: use rollout, churn, fleet, idle, restart, soak or nodeop"
                 )
             }
         };
-        let default_nodes = if matches!(mode, Mode::Rollout | Mode::Soak) {
-            1000
-        } else {
-            5000
+        let default_nodes = match mode {
+            Mode::Rollout | Mode::Soak => 1000,
+            Mode::NodeOp => 3,
+            _ => 5000,
         };
         Ok(Options {
             mode,
@@ -1081,5 +1087,6 @@ async fn main() -> Result<()> {
         Mode::Restart => quiet::restart(&cluster, &admin, &opts).await,
         Mode::Fleet => fleet::fleet(&cluster, &admin, &opts).await,
         Mode::Soak => soak::soak(&cluster, &admin, &opts).await,
+        Mode::NodeOp => nodeop::nodeop_pace(&cluster, &admin, &opts).await,
     }
 }
