@@ -740,6 +740,17 @@ async fn controller_run(
     wanted: &Arc<Mutex<String>>,
 ) -> Result<Line> {
     let (who, program, args, plan_name) = (c.who, c.program, c.args, c.plan_name);
+    if who == "suc" {
+        // SUC's manifest binds its ServiceAccount to cluster-admin, and SUC needs it: it creates
+        // its CRD at start and exits when it may not (under deploy/'s rights it never ran).
+        cluster.kubectl(&[
+            "create",
+            "clusterrolebinding",
+            "bench-suc-cluster-admin",
+            "--clusterrole=cluster-admin",
+            &format!("--serviceaccount={NS}:{SA}"),
+        ])?;
+    }
     let (kubeconfig, jti) = cluster.service_account(who)?;
     let env = controller_env(&kubeconfig)?;
     // slipway serves its metrics on a free port, to read its reconciles at the end.
