@@ -323,18 +323,7 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
             n
         })
         .collect();
-    let views: Vec<NodeView<'_>> = asking
-        .iter()
-        .map(|n| NodeView {
-            node: n,
-            selected: true,
-            held_by: None,
-            blocking_pods: Vec::new(),
-            drain: None,
-            health: None,
-            reboot_pod: false,
-        })
-        .collect();
+    let views: Vec<NodeView<'_>> = asking.iter().map(NodeView::bare).collect();
     let mut p = RebootPolicy::new(
         "nightly",
         RebootPolicySpec {

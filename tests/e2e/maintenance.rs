@@ -304,15 +304,23 @@ async fn a_maintenance_nmo_started_gives_its_node_back_when_deleted() {
         Duration::from_secs(60),
     )
     .await;
-    let annotations = Api::<Node>::all(client.clone())
-        .get(node)
-        .await
-        .expect("the node")
-        .metadata
-        .annotations
-        .unwrap_or_default();
+    // The status is written before the effects that take the node (a controller killed in
+    // between finds the node in it): the cordon's record may land a moment after `Succeeded`.
     let me = format!("nodemaintenance/{name}");
-    assert_eq!(annotations.get("slipway.dev/cordoned-by"), Some(&me));
+    let nodes = Api::<Node>::all(client.clone());
+    support::wait_for(
+        "slipway's cordon record",
+        Duration::from_secs(30),
+        || async {
+            let node = nodes.get(node).await?;
+            let annotations = node.metadata.annotations.unwrap_or_default();
+            match annotations.get("slipway.dev/cordoned-by") {
+                Some(by) if *by == me => Ok(()),
+                other => Err(anyhow!("cordoned-by: {other:?}")),
+            }
+        },
+    )
+    .await;
     support::delete_and_wait_gone(nms, &name).await;
     let st = node_state(client, node).await;
     assert!(

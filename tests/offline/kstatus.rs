@@ -332,17 +332,7 @@ fn asking(name: &str) -> NodeInfo {
 /// The policy with the status of one decision over `nodes`.
 fn policy_decided(mut p: RebootPolicy, nodes: &[NodeInfo]) -> RebootPolicy {
     let spec = read_spec(&p.spec, "busybox");
-    let views: Vec<NodeView<'_>> = (nodes.iter())
-        .map(|n| NodeView {
-            node: n,
-            selected: true,
-            held_by: None,
-            blocking_pods: vec![],
-            drain: None,
-            health: None,
-            reboot_pod: false,
-        })
-        .collect();
+    let views: Vec<NodeView<'_>> = (nodes.iter()).map(NodeView::bare).collect();
     let d = policy_core::decide(
         &PolicyInput {
             policy: &p,

@@ -42,6 +42,22 @@ pub struct NodeView<'a> {
     pub reboot_pod: bool,
 }
 
+impl<'a> NodeView<'a> {
+    /// A selected node that nothing else holds and nothing was observed on (no pods, no drain,
+    /// no reboot pod): what a decision over bare nodes reads.
+    pub fn bare(node: &'a NodeInfo) -> NodeView<'a> {
+        NodeView {
+            node,
+            selected: true,
+            held_by: None,
+            blocking_pods: Vec::new(),
+            drain: None,
+            health: None,
+            reboot_pod: false,
+        }
+    }
+}
+
 impl NodeView<'_> {
     /// Whether the node's reboot by `signal` is already asked for: the pod is there, or the
     /// update agent's `reboot-ok` grant is on the node.

@@ -73,15 +73,7 @@ fn signals() -> Signals {
 }
 
 fn view(n: &NodeInfo) -> NodeView<'_> {
-    NodeView {
-        node: n,
-        selected: true,
-        held_by: None,
-        blocking_pods: vec![],
-        drain: None,
-        health: None,
-        reboot_pod: false,
-    }
+    NodeView::bare(n)
 }
 
 fn run(
