@@ -545,8 +545,10 @@ async fn a_frozen_schedule_holds_everything_until_it_ends(s: &Scene) {
     let now = Timestamp::now();
     let utc = now.to_zoned(jiff::tz::TimeZone::UTC);
     let cron = format!("{} {} * * *", utc.minute(), utc.hour());
-    // The period started at the top of this minute and ends 15 s from now.
-    let duration = i64::from(utc.second()) + 15;
+    // The period started at the top of this minute and ends 40 s from now: long enough for the
+    // budget to be seen and the Plan created on a loaded machine (at 15 s, a CI run at load 27
+    // saw the freeze over before the Plan's first decision).
+    let duration = i64::from(utc.second()) + 40;
     let budget = s
         .seen_budget(
             "freeze",
