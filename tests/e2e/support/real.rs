@@ -172,9 +172,11 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
         if dir.join("guests").join(name).exists() {
             cmd.arg(dir).arg(name);
         }
-        // Six guests boot side by side at the start of a run: 4-6 minutes on 2 idle cores.
+        // Four guests boot side by side at the start of a run, each importing slipway's image
+        // (CI's dev-profile binary, 75 MB) under emulation: 10 minutes on 2 cores in CI, 14 when
+        // something else ran beside them. A bound on a hang, not a speed.
         if std::env::var_os("SLIPWAY_NODES_TIMEOUT").is_none() {
-            cmd.env("SLIPWAY_NODES_TIMEOUT", "900");
+            cmd.env("SLIPWAY_NODES_TIMEOUT", "1500");
         }
         let log = dir.join(format!("logs/guest-{name}-up.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
