@@ -308,6 +308,11 @@ fn plans_as_kstatus_reads_them() {
     });
     let mut invalid = PlanWorld::new(spec);
     invalid.step(at(0));
+    let mut unresolvable = PlanWorld::new(PlanSpec {
+        version: None,
+        ..plan_spec()
+    });
+    unresolvable.step(at(0));
     check(
         "Plan",
         vec![
@@ -315,6 +320,7 @@ fn plans_as_kstatus_reads_them() {
             under_way,
             case("a Job failed", &failed.plan, "Stalled"),
             case("an invalid nodeSelector", &invalid.plan, "Stalled"),
+            case("neither version nor channel", &unresolvable.plan, "Stalled"),
         ],
     );
 }

@@ -30,6 +30,10 @@ pub const TRUE: &str = "True";
 pub const FALSE: &str = "False";
 pub const UNKNOWN: &str = "Unknown";
 
+/// `LatestResolved`'s reason when the Plan has neither version nor channel (SUC's), unlike a
+/// channel that did not answer (`ResolveFailed`).
+pub const UNRESOLVABLE: &str = "Error";
+
 /// The condition of `type_`, if present.
 pub fn get<'a>(status: &'a PlanStatus, type_: &str) -> Option<&'a PlanCondition> {
     status.conditions.iter().find(|c| c.type_ == type_)
@@ -97,9 +101,10 @@ pub fn set(
     c.observed_generation = generation;
 }
 
-/// Sets `Ready`, `Reconciling` and `Stalled` from `Validated` and `Complete`, as kstatus reads
-/// them: an invalid Plan or a rollout stopped by a failure is `Stalled`, a finished one `Ready`,
-/// anything else `Reconciling`; `Ready=False` carries the same reason and message.
+/// Sets `Ready`, `Reconciling` and `Stalled` from `Validated`, `LatestResolved` and `Complete`, as
+/// kstatus reads them: an invalid Plan, one with neither version nor channel, or a rollout stopped
+/// by a failure is `Stalled`, a finished one `Ready`, anything else `Reconciling` (a channel that
+/// does not answer may answer later); `Ready=False` carries the same reason and message.
 pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
     let (state, reason, message) = if is(status, VALIDATED, FALSE) {
         let reason = match reason(status, VALIDATED) {
@@ -110,6 +115,13 @@ pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
             STALLED,
             reason.to_string(),
             message(status, VALIDATED).to_string(),
+        )
+    } else if is(status, LATEST_RESOLVED, FALSE) && reason(status, LATEST_RESOLVED) == UNRESOLVABLE
+    {
+        (
+            STALLED,
+            "Unresolvable".to_string(),
+            message(status, LATEST_RESOLVED).to_string(),
         )
     } else if is(status, COMPLETE, TRUE) {
         (
@@ -254,6 +266,44 @@ mod tests {
                 "every condition names the generation"
             );
         }
+    }
+
+    #[test]
+    fn no_version_and_no_channel_is_stalled_and_a_silent_channel_is_not() {
+        let mut s = PlanStatus::default();
+        set(&mut s, VALIDATED, TRUE, "PlanIsValid", "", "t1", Some(1));
+        set(
+            &mut s,
+            LATEST_RESOLVED,
+            FALSE,
+            UNRESOLVABLE,
+            "missing",
+            "t1",
+            Some(1),
+        );
+        set(
+            &mut s,
+            COMPLETE,
+            FALSE,
+            "NotReady",
+            "not resolved",
+            "t1",
+            Some(1),
+        );
+        kstatus(&mut s, "t1", Some(1));
+        assert_eq!(kstatus_of(&s), (FALSE, FALSE, TRUE, "Unresolvable"));
+        assert_eq!(message(&s, STALLED), "missing");
+        set(
+            &mut s,
+            LATEST_RESOLVED,
+            FALSE,
+            "ResolveFailed",
+            "503",
+            "t2",
+            Some(2),
+        );
+        kstatus(&mut s, "t2", Some(2));
+        assert_eq!(kstatus_of(&s), (FALSE, TRUE, FALSE, "NotReady"));
     }
 
     #[test]

@@ -179,7 +179,7 @@ pub(super) fn resolve(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Roll
                 st,
                 LATEST_RESOLVED,
                 FALSE,
-                "Error",
+                cond::UNRESOLVABLE,
                 ERR_UNRESOLVABLE,
                 now,
                 generation,
