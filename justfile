@@ -41,6 +41,11 @@ release-manifest:
     scripts/release-manifest.sh > dist/slipway.yaml.tmp
     mv dist/slipway.yaml.tmp dist/slipway.yaml
 
+# Build the top-level Containerfile with buildah and compare its image with `just image`'s
+# (run `just image` first).
+containerfile:
+    tests/containerfile/engine.sh
+
 # Build the container image as an OCI archive (target/image/slipway-<version>.oci.tar) without a
 # container engine: a static binary, CA certificates and /etc/passwd. Prints its path and digest.
 image OUT="":

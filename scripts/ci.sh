@@ -118,6 +118,8 @@ phase fmt cargo fmt --all -- --check
 # The workspace's default members: slipway and its fuzz targets.
 phase build cargo build --locked --target "$target" --all-targets
 phase image scripts/image.sh
+# The top-level Containerfile built by buildah, against that image.
+phase containerfile tests/containerfile/engine.sh
 SHOW=1 phase unit cargo test --locked --target "$target" --lib --bin slipway
 SHOW=1 phase doc cargo test --locked --target "$target" --doc
 # linux/arm64: the binary cross-built (its dependencies kept with the others) and run under qemu.

@@ -1,8 +1,9 @@
-//! The top-level Containerfile against scripts/image.sh: no container engine runs here, so what an
-//! engine would build is read from the Containerfile's instructions and compared with what
+//! The top-level Containerfile against scripts/image.sh, read: what an engine would build is read
+//! from the Containerfile's instructions and compared with what
 //! scripts/oci_image.py writes (run with python3, as image.sh runs it): the same binary build
 //! command, the same files (both come from `oci_image.py`), the same user, entrypoint, command,
-//! working directory, labels and exposed ports. A change to either side alone fails here.
+//! working directory, labels and exposed ports. A change to either side alone fails here. CI also
+//! has buildah build it (tests/containerfile/engine.sh) and compares the two images.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
