@@ -36,7 +36,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, P
 use serde_json::{Value, json};
 use slipway::plan::api::Plan;
 
-const CONTROLLER: &str = "system-upgrade-controller";
+pub(crate) const CONTROLLER: &str = "system-upgrade-controller";
 const POOL_LABEL: &str = "slipway.test/compat";
 /// The test's nodes, the same names and labels in both runs: a control-plane node and two
 /// workers, labelled so that every example selects some of them (k3OS opts in with its Plan's
@@ -263,7 +263,7 @@ fn secrets(ns: &str) -> Vec<Secret> {
 
 /// `program args` with the environment SUC's Deployment gives its controller (slipway reads the
 /// same variables), logging to `log`; killed when dropped.
-fn start(program: &Path, args: &[&str], s: &Scene, log: &Path) -> ChildProcess {
+pub(crate) fn start(program: &Path, args: &[&str], s: &Scene, log: &Path) -> ChildProcess {
     let kubeconfig = s.cluster.kubeconfig_path();
     ChildProcess::new(program, log)
         .args(args)
@@ -281,10 +281,37 @@ fn start(program: &Path, args: &[&str], s: &Scene, log: &Path) -> ChildProcess {
 }
 
 /// What a run leaves behind, normalized: `jobs/<plan>/<node>`, `nodes/<node>`, `plans/<plan>`.
-type Snapshot = BTreeMap<String, Value>;
+pub(crate) type Snapshot = BTreeMap<String, Value>;
 
 /// Runs one controller over fresh nodes and the corpus, until every Plan settles.
 async fn run(s: &Scene, program: &Path, args: &[&str], channel: &str, who: &str) -> Snapshot {
+    let begun = begin(s, program, args, channel, who).await;
+    settle(&s.client, s.ns.name(), &begun.log).await;
+    let mut snapshot = snapshot(&s.client, s.ns.name()).await;
+    snapshot.extend(begun.rejected);
+    drop(begun.process);
+    cleanup(&s.client, s.ns.name(), &begun.nodes).await;
+    snapshot
+}
+
+/// A controller started over fresh nodes, with the corpus created.
+pub(crate) struct Begun {
+    pub process: ChildProcess,
+    pub nodes: Vec<String>,
+    /// The Plans the API server refused, as snapshot entries.
+    pub rejected: Snapshot,
+    pub log: PathBuf,
+}
+
+/// Creates the nodes, starts `program` (which installs its own Plan CRD), and creates the
+/// corpus' Secrets, ServiceAccounts and Plans.
+pub(crate) async fn begin(
+    s: &Scene,
+    program: &Path,
+    args: &[&str],
+    channel: &str,
+    who: &str,
+) -> Begun {
     let (client, ns) = (&s.client, s.ns.name());
     // In the scene's pool, so that the scene removes them if it fails half-way.
     let nodes: Vec<Node> = NODES
@@ -340,12 +367,12 @@ async fn run(s: &Scene, program: &Path, args: &[&str], channel: &str, who: &str)
             Err(e) => panic!("{who}: create Plan {:?}: {e}", p.metadata.name),
         }
     }
-    settle(client, ns, &log).await;
-    let mut snapshot = snapshot(client, ns).await;
-    snapshot.extend(rejected);
-    drop(process);
-    cleanup(client, ns, &names).await;
-    snapshot
+    Begun {
+        process,
+        nodes: names,
+        rejected,
+        log,
+    }
 }
 
 async fn wait_crd(cluster: &support::Cluster) {
@@ -365,7 +392,7 @@ async fn wait_crd(cluster: &support::Cluster) {
 /// Waits until every Plan is in a state that lasts: complete; stopped by a failed Job, a closed
 /// window or an invalid spec (its Jobs finished); or every applying node's Job held running (the
 /// hold label).
-async fn settle(client: &kube::Client, ns: &str, log: &Path) {
+pub(crate) async fn settle(client: &kube::Client, ns: &str, log: &Path) {
     let plans = Api::<Plan>::namespaced(client.clone(), ns);
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
@@ -589,7 +616,7 @@ fn normalize_job(mut job: Value) -> Value {
     job
 }
 
-async fn delete_crd(client: &kube::Client) {
+pub(crate) async fn delete_crd(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     release_plans(client).await;
     let api = Api::<CustomResourceDefinition>::all(client.clone());
@@ -611,7 +638,7 @@ async fn delete_crd(client: &kube::Client) {
     .await;
 }
 
-async fn cleanup(client: &kube::Client, ns: &str, nodes: &[String]) {
+pub(crate) async fn cleanup(client: &kube::Client, ns: &str, nodes: &[String]) {
     let _ = Api::<Plan>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
@@ -821,7 +848,7 @@ fn only_allowed_differences(of_suc: &Snapshot, of_slipway: &Snapshot) {
 
 /// What docs/migrating.md asks before going back to SUC: slipway (stopped) leaves its finalizer on
 /// every Plan, which would keep the CRD from going.
-async fn release_plans(client: &kube::Client) {
+pub(crate) async fn release_plans(client: &kube::Client) {
     let plans = Api::<Plan>::all(client.clone());
     let list = match plans.list(&ListParams::default()).await {
         Ok(list) => list,

@@ -24,6 +24,7 @@ mod failure_policy;
 mod health_checks;
 mod hooks;
 mod maintenance;
+mod migration;
 mod nodeop;
 mod notify;
 mod operations;

@@ -36,7 +36,7 @@ use slipway::reboot_policy::api::RebootPolicy;
 
 /// FLUO's prefix, written here as FLUO's `pkg/constants/constants.go` has it (not from the library,
 /// so a wrong constant there fails these tests).
-const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.net/";
+pub(crate) const FLATCAR: &str = "flatcar-linux-update.v1.flatcar-linux.net/";
 /// The controller's setting that turns RebootPolicies on.
 const POLICIES_ON: [(&str, &str); 1] = [("SLIPWAY_REBOOT_POLICIES", "true")];
 /// The controller's reconciles of RebootPolicies, as its metrics name them.
@@ -44,7 +44,7 @@ const KIND: &str = "rebootpolicy";
 
 /// A scene of `nodes` nodes and its policy-enabled controller (with metrics, for
 /// [`ControllerProcess::settled`]).
-async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
+pub(crate) async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
     // Its controller reconciles every RebootPolicy of the cluster.
     let s = Scene::new(name)
         .nodes(nodes)
@@ -56,7 +56,7 @@ async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProc
     Some((s, controller))
 }
 
-fn policies(s: &Scene) -> Api<RebootPolicy> {
+pub(crate) fn policies(s: &Scene) -> Api<RebootPolicy> {
     Api::all(s.client.clone())
 }
 
@@ -82,7 +82,7 @@ fn policy(name: &str, pool: &str, spec: Value) -> RebootPolicy {
 }
 
 /// Creates the scene's RebootPolicy `<namespace>-<what>` with `spec`; its name.
-async fn create_policy(s: &Scene, what: &str, spec: Value) -> String {
+pub(crate) async fn create_policy(s: &Scene, what: &str, spec: Value) -> String {
     let name = s.name(what);
     let p = policy(&name, &s.pool, spec);
     let api = policies(s);
@@ -96,21 +96,21 @@ async fn create_policy(s: &Scene, what: &str, spec: Value) -> String {
     name
 }
 
-async fn node(client: &Client, name: &str) -> Node {
+pub(crate) async fn node(client: &Client, name: &str) -> Node {
     Api::<Node>::all(client.clone())
         .get(name)
         .await
         .expect("get node")
 }
 
-fn cordoned(n: &Node) -> bool {
+pub(crate) fn cordoned(n: &Node) -> bool {
     n.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
 }
 
-async fn annotate(client: &Client, name: &str, annotations: Value) {
+pub(crate) async fn annotate(client: &Client, name: &str, annotations: Value) {
     Api::<Node>::all(client.clone())
         .patch(
             name,
@@ -121,12 +121,12 @@ async fn annotate(client: &Client, name: &str, annotations: Value) {
         .expect("annotate node");
 }
 
-async fn status_of(api: &Api<RebootPolicy>, name: &str) -> Value {
+pub(crate) async fn status_of(api: &Api<RebootPolicy>, name: &str) -> Value {
     let p = api.get(name).await.expect("get policy");
     serde_json::to_value(&p.status).unwrap_or_default()
 }
 
-fn node_entry<'a>(status: &'a Value, node: &str) -> Option<&'a Value> {
+pub(crate) fn node_entry<'a>(status: &'a Value, node: &str) -> Option<&'a Value> {
     status["nodes"]
         .as_array()?
         .iter()
@@ -139,7 +139,12 @@ async fn wait_node_phase(api: &Api<RebootPolicy>, name: &str, node: &str, phase:
 }
 
 /// Until the policy has no node left and every node of `names` is schedulable.
-async fn wait_all_done(client: &Client, api: &Api<RebootPolicy>, name: &str, names: &[String]) {
+pub(crate) async fn wait_all_done(
+    client: &Client,
+    api: &Api<RebootPolicy>,
+    name: &str,
+    names: &[String],
+) {
     support::wait_for(
         &format!("{name} to finish"),
         Duration::from_secs(90),
@@ -185,7 +190,7 @@ fn watch_cordons(
     (most, stop)
 }
 
-async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
+pub(crate) async fn delete_policy(api: &Api<RebootPolicy>, name: &str) {
     let _ = api.delete(name, &DeleteParams::default()).await;
     support::wait_for("the policy to go", Duration::from_secs(30), || async {
         match api.get_opt(name).await {

@@ -1,0 +1,227 @@
+//! Taking over from the controller slipway replaces, as docs/migrating.md tells an operator to:
+//! the records the old controller left are read as they are, and nothing that was done is done
+//! again.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use slipway::plan::api::Plan;
+
+use crate::compat;
+use crate::support::{self, scene::Scene};
+
+/// What SUC leaves of a Plan it completed: its hash, its Jobs (name and uid: a Job made again has
+/// a new uid) and the label it wrote on each node.
+#[derive(Debug, PartialEq)]
+struct Done {
+    hash: Option<String>,
+    jobs: BTreeMap<String, String>,
+    labels: BTreeMap<String, Option<String>>,
+}
+
+/// Each Plan of the namespace that SUC marked `Complete=True`, with what it left.
+async fn done_plans(client: &kube::Client, ns: &str, nodes: &[String]) -> BTreeMap<String, Done> {
+    let plans = (Api::<Plan>::namespaced(client.clone(), ns).list(&ListParams::default()))
+        .await
+        .expect("list Plans");
+    let jobs = (Api::<Job>::namespaced(client.clone(), ns).list(&ListParams::default()))
+        .await
+        .expect("list Jobs");
+    let mut node_labels = Vec::new();
+    for name in nodes {
+        let node = Api::<Node>::all(client.clone()).get(name).await;
+        node_labels.push((name.clone(), node.expect("get a node").labels().clone()));
+    }
+    let mut out = BTreeMap::new();
+    for p in plans.items {
+        let status = p.status.clone().unwrap_or_default();
+        let complete =
+            (status.conditions.iter()).any(|c| c.type_ == "Complete" && c.status == "True");
+        // SUC calls a Plan of concurrency 0 complete with nothing done; slipway says it cannot
+        // start (COMPATIBILITY.md, "`concurrency` 0 or unset"): not a Plan SUC finished.
+        let runs = p.spec.concurrency.is_some_and(|c| c > 0);
+        if !complete || !runs {
+            continue;
+        }
+        let name = p.name_any();
+        let of_plan = |j: &&Job| j.labels().get("upgrade.cattle.io/plan") == Some(&name);
+        let label = format!("plan.upgrade.cattle.io/{name}");
+        out.insert(
+            name.clone(),
+            Done {
+                hash: status.latest_hash.clone(),
+                jobs: (jobs.items.iter().filter(of_plan))
+                    .map(|j| (j.name_any(), j.uid().unwrap_or_default()))
+                    .collect(),
+                labels: (node_labels.iter())
+                    .map(|(n, l)| (n.clone(), l.get(&label).cloned()))
+                    .collect(),
+            },
+        );
+    }
+    out
+}
+
+/// SUC completes the corpus' Plans and is stopped, its Jobs left until their TTL as its Deployment
+/// leaves them; slipway starts on the same Plans (its CRD applied over SUC's, in place) and takes
+/// them: each completed Plan is `Ready` under slipway's finalizer with SUC's hash, its Jobs the
+/// ones SUC made and its node labels as SUC wrote them. Nothing is upgraded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slipway_takes_over_the_plans_suc_completed_and_upgrades_nothing_again() {
+    if support::cluster().await.is_none() {
+        return;
+    }
+    let suc = tokio::task::spawn_blocking(compat::suc_binary)
+        .await
+        .expect("build SUC");
+    // On the differential test's cluster, for the same reasons (it replaces the Plan CRD).
+    let Some(s) = Scene::new("takeover").own_cluster("compat").start().await else {
+        return;
+    };
+    let (client, ns) = (&s.client, s.ns.name());
+    let channel = support::channel_server(Arc::new(Mutex::new("v1.30.1+k3s1".into()))).await;
+    let by_suc = compat::begin(&s, &suc, &[], &channel, "suc").await;
+    compat::settle(client, ns, &by_suc.log).await;
+    let before = done_plans(client, ns, &by_suc.nodes).await;
+    for plan in ["k3os-latest", "window-open"] {
+        assert!(
+            before.contains_key(plan),
+            "SUC completed no {plan}: {before:?}"
+        );
+    }
+    drop(by_suc.process);
+
+    let slipway = PathBuf::from(env!("CARGO_BIN_EXE_slipway"));
+    let log = std::env::temp_dir().join(format!("slipway-takeover-{ns}.log"));
+    let process = compat::start(&slipway, &["run"], &s, &log);
+    let plans = Api::<Plan>::namespaced(client.clone(), ns);
+    support::wait_for(
+        "slipway to take the completed Plans",
+        Duration::from_secs(120),
+        || async {
+            let mut waiting = Vec::new();
+            for name in before.keys() {
+                let p = plans.get(name).await?;
+                let ready = (p.status.iter().flat_map(|s| s.conditions.iter()))
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let finalized = p
+                    .finalizers()
+                    .iter()
+                    .any(|f| f == "slipway.dev/plan-cleanup");
+                if !(ready && finalized) {
+                    waiting.push(format!("{name} (Ready {ready}, finalizer {finalized})"));
+                }
+            }
+            match waiting.is_empty() {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!(
+                    "{}\n{}",
+                    waiting.join(", "),
+                    support::log_tail(&log)
+                )),
+            }
+        },
+    )
+    .await;
+    let after = done_plans(client, ns, &by_suc.nodes).await;
+    drop(process);
+    compat::release_plans(client).await;
+    compat::cleanup(client, ns, &by_suc.nodes).await;
+    // The scenes after this one expect the committed CRD.
+    support::install_crd(client).await;
+    assert_eq!(
+        before, after,
+        "what SUC completed, as slipway left it after taking it over"
+    );
+}
+
+/// FLUO removed in the middle of a reboot (docs/reboots.md, "Replacing FLUO"): its update-agent is
+/// rebooting `n0` (FLUO's grant `reboot-ok`, `reboot-in-progress`, the node cordoned by the agent)
+/// while `n1` waits for a grant. slipway takes `n1` through FLUO's protocol and leaves `n0` to its
+/// agent: no grant written or withdrawn, no cordon changed, no entry in the policy's status, even
+/// once the agent is back; FLUO's grant is the operator's to withdraw (the checklist's step 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fluo_was_rebooting_is_left_to_its_agent_and_the_next_is_taken() {
+    use crate::reboot_policy::{self as rbp, FLATCAR};
+    let Some((s, _controller)) = rbp::policy_scene("fluo-takeover", 2).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &rbp::policies(&s));
+    let (n0, n1) = (s.nodes[0].clone(), s.nodes[1].clone());
+    let flag = |name: &str| format!("{FLATCAR}{name}");
+    Api::<Node>::all(client.clone())
+        .patch(
+            &n0,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("cordon n0 as FLUO's agent did");
+    let fluos = serde_json::json!({
+        flag("reboot-needed"): "true",
+        flag("reboot-in-progress"): "true",
+        flag("reboot-ok"): "true",
+        flag("agent-made-unschedulable"): "true",
+    });
+    rbp::annotate(client, &n0, fluos.clone()).await;
+    rbp::annotate(
+        client,
+        &n1,
+        serde_json::json!({
+            flag("reboot-needed"): "true",
+            flag("reboot-in-progress"): "false",
+            flag("reboot-ok"): "false",
+        }),
+    )
+    .await;
+    let policy = rbp::create_policy(
+        &s,
+        "flatcar",
+        serde_json::json!({"concurrency": 1, "signals": {"agent": false, "flatcar": true}}),
+    )
+    .await;
+    let granted = |n: &Node| n.annotations().get(&flag("reboot-ok")).cloned();
+    support::wait_for("n1's grant", Duration::from_secs(60), || async {
+        match granted(&rbp::node(client, &n1).await).as_deref() {
+            Some("true") => Ok(()),
+            other => Err(anyhow::anyhow!("n1's reboot-ok {other:?}")),
+        }
+    })
+    .await;
+    // n1's reboot, as its agent does it; then n0's agent is back too.
+    rbp::annotate(
+        client,
+        &n1,
+        serde_json::json!({flag("reboot-in-progress"): "true"}),
+    )
+    .await;
+    support::simulate_reboot(client, &n1).await;
+    let back =
+        serde_json::json!({flag("reboot-needed"): "false", flag("reboot-in-progress"): "false"});
+    rbp::annotate(client, &n1, back.clone()).await;
+    support::simulate_reboot(client, &n0).await;
+    rbp::annotate(client, &n0, back).await;
+    rbp::wait_all_done(client, api, &policy, std::slice::from_ref(&n1)).await;
+    let n0_now = rbp::node(client, &n0).await;
+    assert_eq!(
+        granted(&n0_now).as_deref(),
+        Some("true"),
+        "FLUO's grant on n0"
+    );
+    assert!(rbp::cordoned(&n0_now), "the agent's cordon on n0");
+    let status = rbp::status_of(api, &policy).await;
+    assert!(rbp::node_entry(&status, &n0).is_none(), "n0 in {status}");
+    let n1_now = rbp::node(client, &n1).await;
+    assert_eq!(
+        granted(&n1_now).as_deref(),
+        Some("false"),
+        "n1's grant withdrawn"
+    );
+    rbp::delete_policy(api, &policy).await;
+}
