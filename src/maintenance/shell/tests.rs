@@ -383,18 +383,19 @@ async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
     let driver = Driver::new(Arc::new(operation(&api)));
     let nm = maintenance(Start);
     assert_eq!(driver.too_soon(&nm), None);
-    // One node: the next may start a tenth of a second after this one.
+    // One node: a second, as before any decision.
     driver.sized(&nm, 1);
-    tokio::time::advance(Duration::from_millis(60)).await;
-    assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(40)));
-    tokio::time::advance(Duration::from_millis(40)).await;
-    assert_eq!(driver.too_soon(&nm), None, "a tenth of a second is over");
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(400)));
+    tokio::time::advance(Duration::from_millis(400)).await;
+    assert_eq!(driver.too_soon(&nm), None, "the second is over");
     // Two thousand nodes: two seconds; never more than five.
     driver.sized(&nm, 2_000);
     tokio::time::advance(Duration::from_millis(1500)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(500)));
-    assert_eq!(interval_for(0), Duration::from_millis(100));
+    assert_eq!(interval_for(0), Duration::from_secs(1));
     assert_eq!(interval_for(1_000), Duration::from_secs(1));
+    assert_eq!(interval_for(3_000), Duration::from_secs(3));
     assert_eq!(interval_for(100_000), Duration::from_secs(5));
 }
 

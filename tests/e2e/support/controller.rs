@@ -188,9 +188,8 @@ impl ControllerProcess {
 }
 
 /// The longest time between the starts of two reconciles of one object that a scene meets: the
-/// interval of src/runtime/operation.rs grows with the nodes a decision reads (a millisecond a
-/// node, from a tenth of a second) and is one second before the first decision; no scene's object
-/// reads a thousand nodes. A trigger that comes sooner waits, and is not counted as a reconcile
+/// interval of src/runtime/operation.rs is one second up to a thousand nodes, and grows with the
+/// nodes a decision reads beyond; no scene's object reads a thousand nodes. A trigger that comes sooner waits, and is not counted as a reconcile
 /// until then.
 pub const RECONCILE_FLOOR: Duration = Duration::from_secs(1);
 
