@@ -143,11 +143,12 @@ async fn slipway_takes_over_the_plans_suc_completed_and_upgrades_nothing_again()
 
 /// FLUO removed in the middle of a reboot (docs/reboots.md, "Replacing FLUO"): its update-agent is
 /// rebooting `n0` (FLUO's grant `reboot-ok`, `reboot-in-progress`, the node cordoned by the agent)
-/// while `n1` waits for a grant. slipway takes `n1` through FLUO's protocol and leaves `n0` to its
-/// agent: no grant written or withdrawn, no cordon changed, no entry in the policy's status, even
-/// once the agent is back; FLUO's grant is the operator's to withdraw (the checklist's step 3).
+/// while `n1` waits for a grant. `n0` is down, so with `concurrency: 1` `n1` waits until `n0`'s
+/// agent is back; then slipway takes `n1` through FLUO's protocol. `n0` is left to its agent: no
+/// grant written or withdrawn, no cordon changed, no entry in the policy's status; FLUO's grant is
+/// the operator's to withdraw (the checklist's step 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_fluo_was_rebooting_is_left_to_its_agent_and_the_next_is_taken() {
+async fn a_node_fluo_was_rebooting_holds_a_slot_and_is_left_to_its_agent() {
     use crate::reboot_policy::{self as rbp, FLATCAR};
     let Some((s, _controller)) = rbp::policy_scene("fluo-takeover", 2).await else {
         return;
@@ -155,12 +156,8 @@ async fn a_node_fluo_was_rebooting_is_left_to_its_agent_and_the_next_is_taken() 
     let (client, api) = (&s.client, &rbp::policies(&s));
     let (n0, n1) = (s.nodes[0].clone(), s.nodes[1].clone());
     let flag = |name: &str| format!("{FLATCAR}{name}");
-    Api::<Node>::all(client.clone())
-        .patch(
-            &n0,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-        )
+    let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+    (Api::<Node>::all(client.clone()).patch(&n0, &PatchParams::default(), &Patch::Merge(&cordon)))
         .await
         .expect("cordon n0 as FLUO's agent did");
     let fluos = serde_json::json!({
@@ -169,24 +166,41 @@ async fn a_node_fluo_was_rebooting_is_left_to_its_agent_and_the_next_is_taken() 
         flag("reboot-ok"): "true",
         flag("agent-made-unschedulable"): "true",
     });
-    rbp::annotate(client, &n0, fluos.clone()).await;
-    rbp::annotate(
-        client,
-        &n1,
-        serde_json::json!({
-            flag("reboot-needed"): "true",
-            flag("reboot-in-progress"): "false",
-            flag("reboot-ok"): "false",
-        }),
-    )
-    .await;
-    let policy = rbp::create_policy(
-        &s,
-        "flatcar",
-        serde_json::json!({"concurrency": 1, "signals": {"agent": false, "flatcar": true}}),
-    )
-    .await;
+    rbp::annotate(client, &n0, fluos).await;
+    let waiting = serde_json::json!({
+        flag("reboot-needed"): "true",
+        flag("reboot-in-progress"): "false",
+        flag("reboot-ok"): "false",
+    });
+    rbp::annotate(client, &n1, waiting).await;
+    let spec = serde_json::json!({"concurrency": 1, "signals": {"agent": false, "flatcar": true}});
+    let policy = rbp::create_policy(&s, "flatcar", spec).await;
     let granted = |n: &Node| n.annotations().get(&flag("reboot-ok")).cloned();
+    let n1_waits = || async {
+        let status = rbp::status_of(api, &policy).await;
+        match rbp::node_entry(&status, &n1).map(|e| e["reason"].clone()) {
+            Some(reason) if reason == "ConcurrencyReached" => Ok(()),
+            _ => Err(anyhow::anyhow!("status {status}")),
+        }
+    };
+    support::wait_for(
+        "n1 to wait for n0's slot",
+        Duration::from_secs(60),
+        n1_waits,
+    )
+    .await;
+    let n1_now = rbp::node(client, &n1).await;
+    assert_eq!(
+        granted(&n1_now).as_deref(),
+        Some("false"),
+        "no grant while n0 is down"
+    );
+    assert!(!rbp::cordoned(&n1_now), "n1 untouched while n0 is down");
+    // n0's agent is back; then n1's grant, and its reboot as its agent does it.
+    let back =
+        serde_json::json!({flag("reboot-needed"): "false", flag("reboot-in-progress"): "false"});
+    support::simulate_reboot(client, &n0).await;
+    rbp::annotate(client, &n0, back.clone()).await;
     support::wait_for("n1's grant", Duration::from_secs(60), || async {
         match granted(&rbp::node(client, &n1).await).as_deref() {
             Some("true") => Ok(()),
@@ -194,19 +208,10 @@ async fn a_node_fluo_was_rebooting_is_left_to_its_agent_and_the_next_is_taken() 
         }
     })
     .await;
-    // n1's reboot, as its agent does it; then n0's agent is back too.
-    rbp::annotate(
-        client,
-        &n1,
-        serde_json::json!({flag("reboot-in-progress"): "true"}),
-    )
-    .await;
+    let in_progress = serde_json::json!({flag("reboot-in-progress"): "true"});
+    rbp::annotate(client, &n1, in_progress).await;
     support::simulate_reboot(client, &n1).await;
-    let back =
-        serde_json::json!({flag("reboot-needed"): "false", flag("reboot-in-progress"): "false"});
-    rbp::annotate(client, &n1, back.clone()).await;
-    support::simulate_reboot(client, &n0).await;
-    rbp::annotate(client, &n0, back).await;
+    rbp::annotate(client, &n1, back).await;
     rbp::wait_all_done(client, api, &policy, std::slice::from_ref(&n1)).await;
     let n0_now = rbp::node(client, &n0).await;
     assert_eq!(

@@ -8,7 +8,9 @@ use jiff::Timestamp;
 
 pub use super::drain_view::DrainView;
 use super::failures::{STOPPED, stopped, stopped_message};
-use super::signals::{CONDITION_HANDLED, REBOOT_OK, Signal, Signals, condition_marker, requested};
+use super::signals::{
+    CONDITION_HANDLED, REBOOT_OK, Signal, Signals, agent_rebooting, condition_marker, requested,
+};
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
 use super::waiting::{halted, hold_reason, refused, soaking};
@@ -189,11 +191,14 @@ pub fn decide_nodes(
     }
 
     let soaking = soaking(settings, &mut d, now);
+    // Besides its own: the selected nodes another operation holds, and those an update-agent is
+    // rebooting under another coordinator's grant.
     let mut busy = d.states.values().filter(|s| s.holds_slot()).count()
         + soaking.len()
         + nodes
             .iter()
-            .filter(|v| v.selected && v.held_by.is_some() && !d.states.contains_key(&v.node.name))
+            .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
+            .filter(|v| v.held_by.is_some() || agent_rebooting(v.node, signals))
             .count();
     d.stopped = stopped(settings, &d.states);
     let mut waiting = nodes

@@ -102,6 +102,22 @@ pub fn condition_marker(node: &NodeInfo, signals: &Signals) -> Option<String> {
     (!seen.is_empty()).then(|| seen.join(","))
 }
 
+/// Whether an enabled update-agent says it is rebooting the node: on a node no policy started,
+/// one another coordinator (FLUO, CLUO, left running or removed mid-reboot) granted, which is
+/// down all the same.
+pub fn agent_rebooting(node: &NodeInfo, signals: &Signals) -> bool {
+    [
+        (signals.flatcar, Signal::Flatcar),
+        (signals.container_linux, Signal::ContainerLinux),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .any(|(_, s)| {
+        let prefix = s.update_agent().unwrap_or_default();
+        annotation(node, prefix, REBOOT_IN_PROGRESS) == Some("true")
+    })
+}
+
 /// Which signal, if any, says the node wants a reboot now.
 ///
 /// The agent's annotation counts only when made at the node's current boot (a request from before

@@ -274,6 +274,52 @@ fn at_most_concurrency_nodes_start_in_name_order() {
     assert_eq!(d.next_up, ["c"]);
 }
 
+/// FLUO removed (or still running) while its update-agent reboots a node under FLUO's grant: that
+/// node is down, and takes a slot, until the agent says it is back.
+#[test]
+fn a_node_an_update_agent_reboots_on_its_own_takes_a_slot() {
+    let fluo = Signals {
+        agent: false,
+        flatcar: true,
+        ..signals()
+    };
+    let decide = |signals: &Signals, nodes: &[NodeInfo]| {
+        let views: Vec<_> = nodes.iter().map(view).collect();
+        let (states, since) = (BTreeMap::new(), BTreeMap::new());
+        let budget = Budget::default();
+        decide_nodes(
+            &settings(1),
+            signals,
+            &states,
+            &views,
+            &budget,
+            &since,
+            t(T0),
+        )
+    };
+    let mut nodes = [
+        flatcar("a", &[(REBOOT_IN_PROGRESS, "true"), (REBOOT_OK, "true")]),
+        flatcar("b", &[]),
+    ];
+    let d = decide(&fluo, &nodes);
+    assert!(started(&d).is_empty(), "a's reboot takes the one slot");
+    let b = d.nodes.iter().find(|n| n.name == "b").expect("b listed");
+    assert_eq!(b.reason.as_deref(), Some("ConcurrencyReached"));
+    assert!(
+        !d.nodes.iter().any(|n| n.name == "a"),
+        "a is not the policy's"
+    );
+    assert!(actions_of(&d, "a").is_empty(), "nothing is done to a");
+    // An agent the policy does not listen to says nothing (and b wants nothing either).
+    let d = decide(&signals(), &nodes);
+    assert!(started(&d).is_empty() && d.nodes.is_empty());
+    // Back: the agent clears both flags, and b may start.
+    for flag in [REBOOT_IN_PROGRESS, REBOOT_NEEDED] {
+        (nodes[0].annotations).insert(format!("{FLATCAR_PREFIX}{flag}"), "false".into());
+    }
+    assert_eq!(started(&decide(&fluo, &nodes)), vec!["b"]);
+}
+
 #[test]
 fn nodes_held_by_other_operations_use_the_same_budget() {
     let nodes = [asking("a"), asking("b"), node("p")];
