@@ -68,7 +68,7 @@ spec:
         .await
         .expect("create the Plan");
 
-    let failed = wait_reason(&plans, "pulled", PRE_PULL_FAILED, Duration::from_secs(300)).await;
+    let failed = wait_reason(&plans, "pulled", PRE_PULL_FAILED, Duration::from_secs(600)).await;
     let message = complete_message(&failed);
     assert!(
         workers
@@ -110,7 +110,10 @@ spec:
         .patch("pulled", &PatchParams::default(), &Patch::Merge(&fix))
         .await
         .expect("patch the Plan");
-    let done = wait_complete(&plans, "pulled", Duration::from_secs(600)).await;
+    // Two pulls side by side, then two Jobs one after the other, each cordoning its node first:
+    // beside a full load of scenes an emulated guest took 5 minutes for the pulls alone (CI,
+    // 2026-11-26). A bound on a hang, not a speed.
+    let done = wait_complete(&plans, "pulled", Duration::from_secs(1500)).await;
     eprintln!(
         "pre-pull: both workers pulled and upgraded in {:?}",
         fixed_at.elapsed()
