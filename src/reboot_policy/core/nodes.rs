@@ -160,6 +160,18 @@ pub(super) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     now.duration_since(since).try_into().unwrap_or_default()
 }
 
+/// The slots of the concurrency taken: the policy's own nodes in progress and soaking, the
+/// selected nodes another operation holds, and those an update-agent is rebooting under another
+/// coordinator's grant.
+fn slots_taken(signals: &Signals, d: &NodeSteps, soaking: usize, nodes: &[NodeView<'_>]) -> usize {
+    let others = nodes
+        .iter()
+        .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
+        .filter(|v| v.held_by.is_some() || agent_rebooting(v.node, signals))
+        .count();
+    d.states.values().filter(|s| s.holds_slot()).count() + soaking + others
+}
+
 /// Decides the next step of every node of one policy.
 ///
 /// `states` are the nodes in progress, as persisted; `nodes` every node the policy governs or has
@@ -191,15 +203,7 @@ pub fn decide_nodes(
     }
 
     let soaking = soaking(settings, &mut d, now);
-    // Besides its own: the selected nodes another operation holds, and those an update-agent is
-    // rebooting under another coordinator's grant.
-    let mut busy = d.states.values().filter(|s| s.holds_slot()).count()
-        + soaking.len()
-        + nodes
-            .iter()
-            .filter(|v| v.selected && !d.states.contains_key(&v.node.name))
-            .filter(|v| v.held_by.is_some() || agent_rebooting(v.node, signals))
-            .count();
+    let mut busy = slots_taken(signals, &d, soaking.len(), nodes);
     d.stopped = stopped(settings, &d.states);
     let mut waiting = nodes
         .iter()
