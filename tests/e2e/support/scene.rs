@@ -214,7 +214,7 @@ impl SceneBuilder {
             test: test_name(&self.name),
             waited: started - waiting,
             started,
-            _turn: turn,
+            turn,
         })
     }
 }
@@ -234,7 +234,7 @@ pub struct Scene {
     waited: Duration,
     started: Instant,
     /// Given back after the clean-up (fields drop after `drop`).
-    _turn: Turn,
+    turn: Turn,
 }
 
 impl Scene {
@@ -326,6 +326,12 @@ impl Drop for Scene {
         })
         .join()
         .unwrap_or_else(|_| Err("the clean-up panicked".to_string()));
+        if !self.real.is_empty() {
+            let group = self.turn.chosen().unwrap_or(super::real::INSTALLS);
+            if !turns::wanted(group) {
+                super::real::stop(&self.cluster, super::real::set(group));
+            }
+        }
         let took = self.started.elapsed();
         if let Err(e) = &cleaned {
             eprintln!("scene {}: clean-up failed: {e}", self.test);

@@ -20,6 +20,13 @@
 //! guests on 2 cores) a guest took 447 s to come back from a restart; with 2 beside them (CI,
 //! 2026-11-26) a Job's `echo` on the installs' control-plane guest did not end in 11 minutes.
 //!
+//! At most `SLIPWAY_E2E_REAL_AT_ONCE` scenes on real nodes run at once (1 by default), and the
+//! scenes of one set of guests go before those of the next: so only one set of guests is up at a
+//! time (the last scene of a set stops its guests, [`wanted`]). An idle guest under emulation
+//! costs a quarter of a host core (kubelet and containerd, measured 2026-11-27): four guests up
+//! at once took half the machine before any scene ran, and in CI their boot took ten minutes and
+//! a Job's pod as long.
+//!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
 //! than scenes (scripts/ci.sh does): every scene then asks at once, and the first turns are given
@@ -60,6 +67,9 @@ struct State {
     /// How many other scenes may run beside scenes on real nodes (read at the first ask; no
     /// limit when unset).
     beside_real: Option<usize>,
+    /// How many scenes on real nodes may run at once (read at the first ask; no limit when
+    /// unset).
+    real_at_once: Option<usize>,
     alone: bool,
     held: BTreeSet<&'static str>,
     /// Scenes on real nodes that have their turn and wait for their guests.
@@ -86,6 +96,14 @@ fn beside_real() -> usize {
         .unwrap_or(1)
 }
 
+fn real_at_once() -> usize {
+    std::env::var("SLIPWAY_E2E_REAL_AT_ONCE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
 fn limit() -> usize {
     std::env::var("SLIPWAY_E2E_SCENES")
         .ok()
@@ -102,6 +120,10 @@ impl State {
             && ask.groups.is_disjoint(&self.held)
             && (ask.one_of.is_empty() || self.free_of(ask).is_some())
             && (ask.priority == Priority::RealNodes || self.booting == 0)
+            && (ask.priority != Priority::RealNodes
+                || self
+                    .real_at_once
+                    .is_none_or(|most| self.real_running < most))
             && (ask.priority == Priority::RealNodes
                 || self.real_running == 0
                 || self
@@ -117,7 +139,7 @@ impl State {
     /// The scene that starts next, if any may.
     fn next(&self, limit: usize) -> Option<u64> {
         let mut order: Vec<&(u64, Ask)> = self.waiting.iter().collect();
-        order.sort_by_key(|(id, ask)| (ask.priority, *id));
+        order.sort_by_key(|(id, ask)| (ask.priority, set_of(ask), *id));
         for (id, ask) in order {
             if self.can_run(ask, limit) {
                 return Some(*id);
@@ -128,6 +150,24 @@ impl State {
         }
         None
     }
+}
+
+/// The set of guests a scene on real nodes takes (its own cluster's group, or the first of the
+/// pairs it may take), so that the scenes of one set go one after the other; none for the others.
+fn set_of(ask: &Ask) -> Option<&'static str> {
+    match ask.priority {
+        Priority::RealNodes => ask.groups.iter().next().or(ask.one_of.first()).copied(),
+        _ => None,
+    }
+}
+
+/// Whether a scene still waiting would take `group`'s guests: when none would, the scene that
+/// holds them is the set's last, and stops them once it ends.
+pub fn wanted(group: &str) -> bool {
+    state()
+        .waiting
+        .iter()
+        .any(|(_, ask)| ask.groups.contains(group) || ask.one_of.contains(&group))
 }
 
 /// A scene's turn; giving it back (dropping it) lets the next scenes start.
@@ -181,6 +221,7 @@ pub async fn take(ask: Ask) -> Turn {
         s.next_id += 1;
         s.first_ask.get_or_insert_with(Instant::now);
         s.beside_real.get_or_insert_with(beside_real);
+        s.real_at_once.get_or_insert_with(real_at_once);
         s.waiting.push((id, ask.clone()));
         id
     };
@@ -325,6 +366,38 @@ mod tests {
         assert_eq!(s.next(6), None, "a boot under way holds the others");
         s.booting = 0;
         assert_eq!(s.next(6), Some(1), "the group's scene, then the shared one");
+    }
+
+    #[test]
+    fn one_set_of_guests_at_a_time_its_scenes_one_after_the_other() {
+        let pair = |alone| Ask {
+            one_of: vec!["pair"],
+            ..ask(alone, &[], Priority::RealNodes)
+        };
+        let mut s = state_with(vec![
+            pair(false),
+            ask(false, &["installs"], Priority::RealNodes),
+            pair(false),
+            ask(false, &["installs"], Priority::RealNodes),
+        ]);
+        s.real_at_once = Some(1);
+        assert_eq!(s.next(6), Some(1), "the installs' set first, by name");
+        s.waiting.retain(|(id, _)| *id != 1);
+        s.held.insert("installs");
+        s.running = 1;
+        s.real_running = 1;
+        assert_eq!(s.next(6), None, "one scene on real nodes at a time");
+        s.held.remove("installs");
+        s.running = 0;
+        s.real_running = 0;
+        assert_eq!(s.next(6), Some(3), "the same set's next scene");
+        s.waiting.retain(|(id, _)| *id != 3);
+        assert_eq!(s.next(6), Some(0), "then the pair's");
+        s.real_at_once = Some(2);
+        s.held.insert("installs");
+        s.running = 1;
+        s.real_running = 1;
+        assert_eq!(s.next(6), Some(0), "two at once when asked");
     }
 
     #[test]
