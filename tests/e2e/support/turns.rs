@@ -21,8 +21,8 @@
 //! 2026-11-26) a Job's `echo` on the installs' control-plane guest did not end in 11 minutes.
 //!
 //! At most `SLIPWAY_E2E_REAL_AT_ONCE` scenes on real nodes run at once (1 by default), and the
-//! scenes of one set of guests go before those of the next: so only one set of guests is up at a
-//! time (the last scene of a set stops its guests, [`wanted`]). An idle guest under emulation
+//! scenes of one set of guests go one after the other, ordered by the set's name among those
+//! waiting: so only one set of guests is up at a time (the last scene of a set stops its guests, [`wanted`]). An idle guest under emulation
 //! costs a quarter of a host core (kubelet and containerd, measured 2026-11-27): four guests up
 //! at once took half the machine before any scene ran, and in CI their boot took ten minutes and
 //! a Job's pod as long.
@@ -70,6 +70,8 @@ struct State {
     /// How many scenes on real nodes may run at once (read at the first ask; no limit when
     /// unset).
     real_at_once: Option<usize>,
+    /// The set of guests of the scene on real nodes that started last.
+    active_set: Option<&'static str>,
     alone: bool,
     held: BTreeSet<&'static str>,
     /// Scenes on real nodes that have their turn and wait for their guests.
@@ -139,7 +141,11 @@ impl State {
     /// The scene that starts next, if any may.
     fn next(&self, limit: usize) -> Option<u64> {
         let mut order: Vec<&(u64, Ask)> = self.waiting.iter().collect();
-        order.sort_by_key(|(id, ask)| (ask.priority, set_of(ask), *id));
+        // The set whose guests are up goes on first: another set would boot beside it.
+        order.sort_by_key(|(id, ask)| {
+            let set = set_of(ask);
+            (ask.priority, set != self.active_set, set, *id)
+        });
         for (id, ask) in order {
             if self.can_run(ask, limit) {
                 return Some(*id);
@@ -152,11 +158,11 @@ impl State {
     }
 }
 
-/// The set of guests a scene on real nodes takes (its own cluster's group, or the first of the
-/// pairs it may take), so that the scenes of one set go one after the other; none for the others.
+/// The set of guests a scene on real nodes takes (the first of the pairs it may take, or its own
+/// cluster's group), so that the scenes of one set go one after the other; none for the others.
 fn set_of(ask: &Ask) -> Option<&'static str> {
     match ask.priority {
-        Priority::RealNodes => ask.groups.iter().next().or(ask.one_of.first()).copied(),
+        Priority::RealNodes => ask.one_of.first().or(ask.groups.iter().next()).copied(),
         _ => None,
     }
 }
@@ -237,6 +243,7 @@ pub async fn take(ask: Ask) -> Turn {
                 s.running += 1;
                 if ask.priority == Priority::RealNodes {
                     s.real_running += 1;
+                    s.active_set = set_of(&ask);
                 }
                 s.alone |= ask.alone;
                 s.held.extend(ask.groups.iter().copied());
@@ -370,14 +377,15 @@ mod tests {
 
     #[test]
     fn one_set_of_guests_at_a_time_its_scenes_one_after_the_other() {
-        let pair = |alone| Ask {
+        // A scene on the pair may share a group too ("a cluster-wide kind"): the pair is its set.
+        let pair = |group| Ask {
             one_of: vec!["pair"],
-            ..ask(alone, &[], Priority::RealNodes)
+            ..ask(false, &[group], Priority::RealNodes)
         };
         let mut s = state_with(vec![
-            pair(false),
+            pair("a cluster-wide kind"),
             ask(false, &["installs"], Priority::RealNodes),
-            pair(false),
+            pair("b"),
             ask(false, &["installs"], Priority::RealNodes),
         ]);
         s.real_at_once = Some(1);
@@ -393,11 +401,21 @@ mod tests {
         assert_eq!(s.next(6), Some(3), "the same set's next scene");
         s.waiting.retain(|(id, _)| *id != 3);
         assert_eq!(s.next(6), Some(0), "then the pair's");
+        // Once the pair's guests are up, its scenes go on before another set's.
+        s.waiting
+            .push((4, ask(false, &["installs"], Priority::RealNodes)));
+        s.active_set = Some("pair");
+        assert_eq!(s.next(6), Some(0), "the set that is up first");
+        s.waiting.retain(|(id, _)| *id != 0);
+        assert_eq!(s.next(6), Some(2));
+        s.waiting.retain(|(id, _)| *id != 2);
+        assert_eq!(s.next(6), Some(4), "then the other set");
+        s.waiting.push((5, pair("b")));
         s.real_at_once = Some(2);
         s.held.insert("installs");
         s.running = 1;
         s.real_running = 1;
-        assert_eq!(s.next(6), Some(0), "two at once when asked");
+        assert_eq!(s.next(6), Some(5), "two at once when asked");
     }
 
     #[test]
