@@ -17,4 +17,8 @@ if [ ! -x "$bin" ]; then
   mv "$bin.tmp" "$bin"
   echo "compat build: built in $((SECONDS - start))s" >&2
 fi
+# The scenes that run SUC with its own manifests read them from its module (kubectl kustomize):
+# it must be in Go's module cache even when the binary was built before (a module cache pruned
+# since then failed the k3s pair scene under SUC, CI 2026-11-27).
+(cd "$here/go/suc" && GOFLAGS="-mod=readonly" go mod download github.com/rancher/system-upgrade-controller)
 echo "$bin"

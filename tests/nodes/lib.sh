@@ -183,21 +183,54 @@ node_state() {
     -o jsonpath='{.status.nodeInfo.bootID} {range .status.conditions[?(@.type=="Ready")]}{.status}{end} {.spec.taints[*].key}' 2>/dev/null
 }
 
+# set_up_since_start CLUSTER_DIR NAME : whether the guest's setup ran since QEMU last started (its
+# console says so).
+set_up_since_start() {
+  awk '/^---- .* QEMU starts ----$/ { up = 0 } /^slipway-node: node .* set up/ { up = 1 }
+    END { exit !up }' "$1/guests/$2/console.log" 2>/dev/null
+}
+
+# restart_guest CLUSTER_DIR NAME : kills the guest's QEMU and starts it again from its disk.
+restart_guest() {
+  local pid
+  if pid=$(guest_pid "$1" "$2"); then
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      pid_is_ours "$pid" "$1" || break
+      sleep 0.1
+    done
+  fi
+  echo "---- $(date -u +%FT%TZ) killed: no setup in time ----" >>"$1/guests/$2/console.log"
+  start_guest "$1" "$2"
+}
+
 # wait_guest_ready CLUSTER_DIR NAME TIMEOUT [OLD_BOOT_ID] [LABEL...] : waits until node NAME is
 # Ready without the node lifecycle controller's not-ready or unreachable taint (with OLD_BOOT_ID:
 # and with another boot ID), applying the LABELs (k=v) with the admin's
 # credentials as soon as the Node exists (a kubelet may not set node-role labels itself). Fails
 # early, with the console's end, if QEMU exits.
+# A boot that has not reached the guest's setup SLIPWAY_NODES_SETUP_TIMEOUT seconds (360) after
+# QEMU started is started again, twice at most: under TCG a guest once hung before its root disk
+# was written, a host core busy and its console empty, while its twin beside it was set up in 58 s
+# (CI, 2026-11-27; a setup took 150 s at most, with four guests booting on two cores).
 wait_guest_ready() {
   local dir=$1 name=$2 timeout=$3 old=${4:-} labelled=false state boot ready taints
   shift 4 || shift $#
   local labels=("$@") deadline=$((SECONDS + timeout))
+  local setup_timeout=${SLIPWAY_NODES_SETUP_TIMEOUT:-360} qemu_started=$SECONDS restarts=0
   local kubectl
   kubectl="$("$cluster_scripts/build.sh" | tail -n 1)/kubectl"
   while :; do
     if ! guest_pid "$dir" "$name" >/dev/null; then
       tail -n 40 "$dir/guests/$name/console.log" >&2 || true
       nodes_die "the QEMU of $name exited (console: $dir/guests/$name/console.log)"
+    fi
+    if [ "$restarts" -lt 2 ] && [ $((SECONDS - qemu_started)) -ge "$setup_timeout" ] &&
+      ! set_up_since_start "$dir" "$name"; then
+      nodes_log "node $name: no setup ${setup_timeout}s after QEMU started (a hung boot); starting it again"
+      restart_guest "$dir" "$name"
+      restarts=$((restarts + 1)) qemu_started=$SECONDS
+      deadline=$((deadline > SECONDS + setup_timeout ? deadline : SECONDS + setup_timeout))
     fi
     state=$(KUBECONFIG="$dir/kubeconfig" node_state "$kubectl" "$name" || true)
     if [ -n "$state" ] && [ "$labelled" = false ]; then
