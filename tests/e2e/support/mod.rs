@@ -144,6 +144,28 @@ pub async fn own_cluster(name: &'static str) -> Option<Cluster> {
     }
 }
 
+/// Stops the own cluster `name` (its guests too) once no scene is left for it
+/// ([`turns::wanted`]); its directory goes with it. A failure is told, not raised: it runs as a
+/// scene ends, maybe while it unwinds.
+pub fn stop_own_cluster(cluster: &Cluster, name: &str) {
+    let Some(dir) = cluster.kubeconfig_path().parent() else {
+        return;
+    };
+    let down = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/down.sh");
+    match Command::new(&down)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(status) if status.success() => {
+            eprintln!("cluster {name}: stopped, no scene left for it")
+        }
+        other => eprintln!("cluster {name}: stopping it failed: {other:?}"),
+    }
+}
+
 fn warn_skipped() {
     // Once per test binary, written to the stderr handle rather than with eprintln! so that the
     // test harness does not capture it.

@@ -212,6 +212,7 @@ impl SceneBuilder {
             pool,
             real,
             test: test_name(&self.name),
+            own_cluster: self.own_cluster,
             waited: started - waiting,
             started,
             turn,
@@ -231,6 +232,8 @@ pub struct Scene {
     /// The real nodes in the pool (also in `nodes`), the control-plane node first.
     pub real: Vec<String>,
     test: String,
+    /// The own cluster the scene ran on, if any.
+    own_cluster: Option<&'static str>,
     waited: Duration,
     started: Instant,
     /// Given back after the clean-up (fields drop after `drop`).
@@ -326,11 +329,19 @@ impl Drop for Scene {
         })
         .join()
         .unwrap_or_else(|_| Err("the clean-up panicked".to_string()));
-        if !self.real.is_empty() {
-            let group = self.turn.chosen().unwrap_or(super::real::INSTALLS);
-            if !turns::wanted(group) {
-                super::real::stop(&self.cluster, super::real::set(group));
+        // The last scene of an own cluster stops it (its guests too), the last scene of a pair
+        // its guests: what is left up costs every later scene (a guest a quarter of a core, an
+        // idle cluster a few percent; six own clusters were up through the last hour in CI).
+        match self.own_cluster {
+            Some(name) if !turns::wanted(name) => super::stop_own_cluster(&self.cluster, name),
+            Some(_) => {}
+            None if !self.real.is_empty() => {
+                let group = self.turn.chosen().unwrap_or(super::real::INSTALLS);
+                if !turns::wanted(group) {
+                    super::real::stop(&self.cluster, super::real::set(group));
+                }
             }
+            None => {}
         }
         let took = self.started.elapsed();
         if let Err(e) = &cleaned {
