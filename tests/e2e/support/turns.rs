@@ -91,25 +91,23 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A count from the environment variable `name`, if set to a number.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 fn beside_real() -> usize {
-    std::env::var("SLIPWAY_E2E_BESIDE_REAL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
+    env_count("SLIPWAY_E2E_BESIDE_REAL").unwrap_or(1)
 }
 
 fn real_at_once() -> usize {
-    std::env::var("SLIPWAY_E2E_REAL_AT_ONCE")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    env_count("SLIPWAY_E2E_REAL_AT_ONCE")
         .filter(|n| *n > 0)
         .unwrap_or(1)
 }
 
 fn limit() -> usize {
-    std::env::var("SLIPWAY_E2E_SCENES")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    env_count("SLIPWAY_E2E_SCENES")
         .filter(|n| *n > 0)
         .unwrap_or(6)
 }
