@@ -110,24 +110,42 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 const CLAIM_RETRY: Duration = Duration::from_secs(10);
 /// The time between the starts of two reconciles of one object grows with the nodes its decision
 /// reads (what its cost grows with: about a microsecond a node, observing and deciding), by
-/// [`PER_NODE`], between [`MIN_INTERVAL`] and [`MAX_INTERVAL`]. A busy rollout triggers its
-/// decision on every Job that finishes: without a floor, a 5,000-node rollout decided 3 times a
-/// second, each time over every node. Triggers that come sooner are folded into one reconcile at
-/// the end of the interval. The size, not a measured time, so that the interval is the same on a
-/// busy machine and in a debug build. Not under a second: at 0.1 s (which took a three-node NodeOp
-/// from 12.2 s to 6.6 s) CI's real nodes, emulated guests beside the scenes' debug-build
-/// controllers, no longer came up or back in time, twice in two runs.
+/// [`PER_NODE`], between a floor and [`MAX_INTERVAL`]. A busy rollout triggers its decision on
+/// every Job that finishes: without a floor, a 5,000-node rollout decided 3 times a second, each
+/// time over every node. Triggers that come sooner are folded into one reconcile at the end of the
+/// interval. The size, not a measured time, so that the interval is the same on a busy machine and
+/// in a debug build. The floor is [`MIN_INTERVAL`] after a reconcile that wrote nothing, and
+/// [`QUICK_INTERVAL`] after one that wrote (a cordon, a Job, a status): the next step of a small
+/// operation waits on what it just wrote (a three-node NodeOp took 12.2 s with a one-second floor
+/// and 6.6 s with 0.1 s), while an object whose reconciles change nothing (something else moves)
+/// is not decided more than once a second. A floor of 0.1 s after every reconcile made CI's real
+/// nodes, emulated guests beside the scenes' debug-build controllers, miss their bounds twice in
+/// two runs.
 pub(crate) const PER_NODE: Duration = Duration::from_millis(1);
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
+const QUICK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_INTERVAL: Duration = Duration::from_secs(5);
 /// The interval of an object whose size is not known yet (its first decision is under way).
 const FIRST_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The interval after a decision that read `nodes` nodes.
-pub(crate) fn interval_for(nodes: usize) -> Duration {
+/// The interval after a decision that read `nodes` nodes, and whose reconcile `wrote` or not.
+pub(crate) fn interval_for(nodes: usize, wrote: bool) -> Duration {
+    let floor = match wrote {
+        true => QUICK_INTERVAL,
+        false => MIN_INTERVAL,
+    };
     PER_NODE
         .saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
-        .clamp(MIN_INTERVAL, MAX_INTERVAL)
+        .clamp(floor, MAX_INTERVAL)
+}
+
+/// What a reconcile says of itself that sets the interval before the next one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pace {
+    /// How many nodes its decision read (`None`: it did not get to a decision).
+    pub nodes: Option<usize>,
+    /// Whether it wrote anything: an effect performed or its status written.
+    pub wrote: bool,
 }
 
 /// What the loop keeps for one kind. Its maps hold an entry only while it can matter: an object's
@@ -139,23 +157,25 @@ pub struct Driver<O: Operation> {
     op: Arc<O>,
     /// Failures in a row, by object.
     failures: Mutex<Pruned<u32>>,
-    /// When each object's last reconcile started, and how many nodes its decision read.
+    /// When each object's last reconcile started, and how it went.
     started: Mutex<Pruned<Start>>,
     /// The controller's cache of the kind, when it runs under one.
     cache: Option<Store<O::Object>>,
 }
 
-/// An object's last reconcile: when it started, and how many nodes its last decision read.
+/// An object's last reconcile: when it started, and how the last decided one went.
 #[derive(Debug, Clone, Copy)]
 struct Start {
     at: tokio::time::Instant,
-    nodes: Option<usize>,
+    pace: Pace,
 }
 
 impl Start {
     /// The interval before the next reconcile.
     fn interval(&self) -> Duration {
-        self.nodes.map_or(FIRST_INTERVAL, interval_for)
+        self.pace
+            .nodes
+            .map_or(FIRST_INTERVAL, |n| interval_for(n, self.pace.wrote))
     }
 }
 
@@ -217,17 +237,17 @@ impl<O: Operation> Driver<O> {
         {
             return Some(wait);
         }
-        let nodes = last.and_then(|l| l.nodes);
-        started.map.insert(key, Start { at: now, nodes });
+        let pace = last.map(|l| l.pace).unwrap_or_default();
+        started.map.insert(key, Start { at: now, pace });
         // A start older than its interval holds nothing back: the same as none.
         started.prune(|_, l| now.duration_since(l.at) < l.interval());
         None
     }
 
-    /// `obj`'s decision read `nodes` nodes: the interval before its next reconcile.
-    pub(crate) fn sized(&self, obj: &O::Object, nodes: usize) {
+    /// How `obj`'s reconcile went, which sets the interval before its next one.
+    pub(crate) fn paced(&self, obj: &O::Object, pace: Pace) {
         if let Some(start) = lock(&self.started).map.get_mut(&Self::key(obj)) {
-            start.nodes = Some(nodes);
+            start.pace = pace;
         }
     }
 
@@ -333,10 +353,10 @@ where
     let metrics = driver.op.shared().metrics();
     metrics.reconcile_started(O::KIND);
     let started = Instant::now();
-    let mut size = None;
-    let result = reconcile_sized(driver.op.as_ref(), obj.clone(), &mut size).await;
-    if let Some(nodes) = size {
-        driver.sized(&obj, nodes);
+    let mut pace = Pace::default();
+    let result = reconcile_paced(driver.op.as_ref(), obj.clone(), &mut pace).await;
+    if pace.nodes.is_some() {
+        driver.paced(&obj, pace);
     }
     metrics.reconcile_finished(
         O::KIND,
@@ -374,15 +394,12 @@ where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
 {
-    reconcile_sized(op, obj, &mut None).await
+    reconcile_paced(op, obj, &mut Pace::default()).await
 }
 
-/// [`reconcile_once`], saying in `size` how many nodes the decision read (when it got there).
-async fn reconcile_sized<O>(
-    op: &O,
-    obj: Arc<O::Object>,
-    size: &mut Option<usize>,
-) -> Result<Action, Error>
+/// [`reconcile_once`], saying in `pace` how many nodes the decision read (when it got there) and
+/// whether it wrote.
+async fn reconcile_paced<O>(op: &O, obj: Arc<O::Object>, pace: &mut Pace) -> Result<Action, Error>
 where
     O: Operation,
     <O::Object as kube::Resource>::Scope: Scope,
@@ -418,7 +435,7 @@ where
     };
     let now = Timestamp::now();
     let observed = op.observe(&obj, now).await?;
-    *size = Some(op.size(&observed));
+    pace.nodes = Some(op.size(&observed));
     let decided = shared.decide_and_claim(
         &me,
         deleting,
@@ -436,7 +453,7 @@ where
     if !deleting {
         shared.set_next(&me, decision.next.clone());
     }
-    let applied = apply(op, &obj, &observed, decision).await;
+    let applied = apply(op, &obj, &observed, decision, &mut pace.wrote).await;
     // After the status write: the woken find this object's record already letting go.
     shared.wake_readers(&me, &before);
     applied?;
@@ -485,11 +502,13 @@ where
 /// take, in the order decided. The first failure stops it: a later effect may rest on an earlier
 /// one (the Lease before the cordon), and the next reconcile decides again from what the cluster
 /// shows. An object being deleted has no status to write: its cleanup runs in the order decided.
+/// `wrote` says whether anything was written (even when a later step failed).
 async fn apply<O>(
     op: &O,
     obj: &O::Object,
     observed: &O::Observed,
     decision: Decision<O::Status, O::Effect, O::Report>,
+    wrote: &mut bool,
 ) -> Result<(), Error>
 where
     O: Operation,
@@ -501,10 +520,11 @@ where
         .effects
         .iter()
         .partition(|e| !deleting && e.before_status());
+    let changed = obj.status().cloned().unwrap_or_default() != decision.status;
+    *wrote = !decision.effects.is_empty() || (!deleting && changed);
     for effect in first {
         op.perform(obj, observed, effect).await?;
     }
-    let changed = obj.status().cloned().unwrap_or_default() != decision.status;
     let mut written = None;
     if !deleting && changed {
         let Some(w) = chores.write_status(obj, &decision.status).await? else {

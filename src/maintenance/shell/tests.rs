@@ -377,26 +377,62 @@ async fn a_success_in_between_starts_the_count_again() {
 
 #[tokio::test(start_paused = true)]
 async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
-    use crate::runtime::operation::interval_for;
+    use crate::runtime::operation::{Pace, interval_for};
     use std::time::Duration;
     let api = cluster(Start);
     let driver = Driver::new(Arc::new(operation(&api)));
     let nm = maintenance(Start);
+    let read = |nodes| Pace {
+        nodes: Some(nodes),
+        wrote: false,
+    };
     assert_eq!(driver.too_soon(&nm), None);
     // One node: a second, as before any decision.
-    driver.sized(&nm, 1);
+    driver.paced(&nm, read(1));
     tokio::time::advance(Duration::from_millis(600)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(400)));
     tokio::time::advance(Duration::from_millis(400)).await;
     assert_eq!(driver.too_soon(&nm), None, "the second is over");
     // Two thousand nodes: two seconds; never more than five.
-    driver.sized(&nm, 2_000);
+    driver.paced(&nm, read(2_000));
     tokio::time::advance(Duration::from_millis(1500)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(500)));
-    assert_eq!(interval_for(0), Duration::from_secs(1));
-    assert_eq!(interval_for(1_000), Duration::from_secs(1));
-    assert_eq!(interval_for(3_000), Duration::from_secs(3));
-    assert_eq!(interval_for(100_000), Duration::from_secs(5));
+    for wrote in [false, true] {
+        assert_eq!(interval_for(1_000, wrote), Duration::from_secs(1));
+        assert_eq!(interval_for(3_000, wrote), Duration::from_secs(3));
+        assert_eq!(interval_for(100_000, wrote), Duration::from_secs(5));
+    }
+    assert_eq!(interval_for(0, false), Duration::from_secs(1));
+    assert_eq!(interval_for(0, true), Duration::from_millis(100));
+    assert_eq!(interval_for(500, true), Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_reconcile_that_wrote_the_next_one_may_come_sooner_than_a_second() {
+    use crate::runtime::operation::Pace;
+    use std::time::Duration;
+    let api = cluster(Start);
+    let driver = Driver::new(Arc::new(operation(&api)));
+    let nm = maintenance(Start);
+    assert_eq!(driver.too_soon(&nm), None);
+    // It cordoned its node: the watch showing the cordon is looked at 0.1 s after the start.
+    let wrote = Pace {
+        nodes: Some(1),
+        wrote: true,
+    };
+    driver.paced(&nm, wrote);
+    tokio::time::advance(Duration::from_millis(40)).await;
+    assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(60)));
+    tokio::time::advance(Duration::from_millis(60)).await;
+    assert_eq!(driver.too_soon(&nm), None, "0.1 s is over");
+    // That one wrote nothing (its node is still draining): a second before the next.
+    let still = Pace {
+        nodes: Some(1),
+        wrote: false,
+    };
+    driver.paced(&nm, still);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(900)));
 }
 
 #[tokio::test(start_paused = true)]
