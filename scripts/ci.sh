@@ -134,6 +134,8 @@ tools=""
 PATH="$(tests/cluster/build.sh):$PATH"
 export PATH
 SHOW=1 phase offline cargo test --locked --target "$target" --test offline
+# What a release ships, from this compile: the CLI's archives and the two-platform image.
+phase release tests/release/check.sh
 
 # --- the end-to-end scenes -------------------------------------------------------------------
 # The real nodes import the image this run built.

@@ -14,7 +14,9 @@
 # one that is not the host a cross C toolchain with glibc's static library, for the linker and
 # ring's C code: on Debian, for aarch64, `apt-get install gcc-aarch64-linux-gnu
 # libc6-dev-arm64-cross`. With qemu-user-static installed, each foreign binary is run once
-# (`--version`) before it is packed.
+# (`--version`) before it is packed. SLIPWAY_RELEASE_PROFILE=dev packs the dev profile's binaries
+# (stripped here) instead of a release build: CI checks the archives from its own compile
+# (tests/release/check.sh) and ships nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -26,6 +28,11 @@ targets=${SLIPWAY_RELEASE_TARGETS:-x86_64-unknown-linux-gnu aarch64-unknown-linu
 # shellcheck source=scripts/static-env.sh
 source "$root/scripts/static-env.sh"
 host=$SLIPWAY_STATIC_TARGET
+profile=${SLIPWAY_RELEASE_PROFILE:-release}
+case "$profile" in
+  release | dev) ;;
+  *) echo "release: SLIPWAY_RELEASE_PROFILE is release or dev, not $profile" >&2; exit 1 ;;
+esac
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 for tool in python3 sha256sum; do
   command -v "$tool" >/dev/null 2>&1 || { echo "release: $tool is required" >&2; exit 1; }
@@ -58,10 +65,23 @@ for target in $targets; do
     low=$(echo "$target" | tr '-' '_')
     env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar")
   fi
-  echo "release: building slipway $version for $target" >&2
-  env "${env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols \
-    cargo build --release --locked --target "$target" --bin slipway
-  binary="${CARGO_TARGET_DIR:-target}/$target/release/slipway"
+  echo "release: building slipway $version for $target ($profile)" >&2
+  if [ "$profile" = release ]; then
+    env "${env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols \
+      cargo build --release --locked --target "$target" --bin slipway
+    binary="${CARGO_TARGET_DIR:-target}/$target/release/slipway"
+  else
+    # The host's with all targets, as scripts/ci.sh and image.sh build it (the tests'
+    # dev-dependencies turn on features of shared dependencies); a foreign one as scripts/arm64.sh.
+    what=(--bin slipway)
+    [ "$target" != "$host" ] || what=(--all-targets)
+    env "${env[@]}" cargo build --locked --target "$target" "${what[@]}"
+    # Stripped as the release profile strips, on a copy: the profile itself stays the tests'.
+    binary="${CARGO_TARGET_DIR:-target}/$target/debug/slipway.stripped"
+    strip_tool=strip
+    [ "$target" = "$host" ] || strip_tool="$(cross_prefix "$target")-strip"
+    "$strip_tool" --strip-all -o "$binary" "${CARGO_TARGET_DIR:-target}/$target/debug/slipway"
+  fi
   if [ "$target" != "$host" ]; then
     qemu="qemu-${target%%-*}-static"
     if command -v "$qemu" >/dev/null 2>&1; then

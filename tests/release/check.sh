@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# What a release ships, written by the release scripts themselves from CI's dev compile (the
+# shipped ones differ only in their profile): the CLI's archives for linux/amd64 and linux/arm64
+# with their checksums and the filled krew manifest (scripts/release.sh), and the two-platform
+# image (scripts/image.sh with SLIPWAY_IMAGE_PLATFORMS). Each archive is unpacked as krew unpacks it
+# and its binary run (the arm64 one under qemu-user): `--version` and `validate` of the quick
+# start's Plan; the image is read by go-containerregistry's validators (tests/tools/ocicheck).
+# CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
+#
+#   tests/release/check.sh [OUT]     # default: target/ci/release
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${1:-target/ci/release}
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+url="https://example.invalid/slipway/v$version"
+fail() { echo "release check: $*" >&2; exit 1; }
+# The static build's dev-profile flags (scripts/static-env.sh), as CI's compile has them.
+export SLIPWAY_IMAGE_PROFILE=dev
+
+rm -rf "$out"
+mkdir -p "$out"
+SLIPWAY_RELEASE_PROFILE=dev SLIPWAY_RELEASE_URL=$url scripts/release.sh "$out/archives" >/dev/null
+(cd "$out/archives" && sha256sum --check --strict --quiet "slipway-$version.sha256") ||
+  fail "the checksums do not match the archives"
+manifest="$out/archives/slipway.yaml"
+! grep -q '@' "$manifest" || fail "$manifest keeps placeholders: $(grep '@' "$manifest")"
+
+for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+  name="slipway-$version-$target.tar.gz"
+  archive="$out/archives/$name"
+  grep -q "^[0-9a-f]\{64\}  $name\$" "$out/archives/slipway-$version.sha256" ||
+    fail "no checksum for $name"
+  # What krew's manifest takes from it, at its root, owned by root.
+  listing=$(tar -tvzf "$archive" | awk '{print $1, $2, $6}')
+  want=$'-rw-r--r-- root/root LICENSE\n-rw-r--r-- root/root README.md\n-rwxr-xr-x root/root slipway'
+  [ "$listing" = "$want" ] || fail "$name holds:"$'\n'"$listing"$'\n'"not:"$'\n'"$want"
+  sum=$(sha256sum "$archive" | cut -d' ' -f1)
+  grep -A1 -F "uri: \"$url/$name\"" "$manifest" | grep -q "sha256: \"$sum\"" ||
+    fail "the krew manifest does not name $name with its sha256 $sum"
+  unpacked="$out/unpacked/$target"
+  mkdir -p "$unpacked"
+  tar -xzf "$archive" -C "$unpacked"
+  run=("$unpacked/slipway")
+  [ "$target" != aarch64-unknown-linux-gnu ] || run=(qemu-aarch64-static "$unpacked/slipway")
+  said=$("${run[@]}" --version)
+  [ "$said" = "slipway $version" ] || fail "$name's binary says \"$said\", not \"slipway $version\""
+  "${run[@]}" validate examples/quickstart/hello.yaml >/dev/null ||
+    fail "$name's binary does not validate the quick start's Plan"
+  echo "release check: $name: $(du -h "$archive" | cut -f1), runs" >&2
+done
+# Two builds of the same commit give the same archives.
+SLIPWAY_RELEASE_PROFILE=dev scripts/release.sh "$out/again" >/dev/null
+cmp "$out/archives/slipway-$version.sha256" "$out/again/slipway-$version.sha256" ||
+  fail "a second build gave other archives"
+
+image="$out/slipway-$version.oci.tar"
+SLIPWAY_IMAGE_PROFILE=dev SLIPWAY_IMAGE_PLATFORMS="amd64 arm64" scripts/image.sh "$image" >/dev/null
+platforms=$(tar -xOf "$image" index.json | python3 -c '
+import json, sys, tarfile
+archive = tarfile.open(sys.argv[1])
+def blob(digest):
+    return json.load(archive.extractfile("blobs/sha256/" + digest.split(":")[1]))
+index = blob(json.load(sys.stdin)["manifests"][0]["digest"])
+print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in index["manifests"])))
+' "$image")
+[ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the image's index names $platforms"
+"$(tests/tools/ocicheck.sh)" "$image" "docker.io/library/slipway:$version" >&2 ||
+  fail "the two-platform image is refused"
+# The checksums and the manifest stay to be read; the large files go (CI's disk is not large).
+rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz
+echo "release check: ok ($out)" >&2
