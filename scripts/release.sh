@@ -114,7 +114,8 @@ with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
 with open(path + ".tmp", "wb") as f:
-    with gzip.GzipFile(filename="", mode="wb", fileobj=f, compresslevel=9, mtime=0) as gz:
+    # gzip's default level: 9 took three times as long for 1% less.
+    with gzip.GzipFile(filename="", mode="wb", fileobj=f, compresslevel=6, mtime=0) as gz:
         gz.write(buf.getvalue())
 os.replace(path + ".tmp", path)
 EOF

@@ -24,7 +24,7 @@ SLIPWAY_RELEASE_PROFILE=dev SLIPWAY_RELEASE_URL=$url scripts/release.sh "$out/ar
 (cd "$out/archives" && sha256sum --check --strict --quiet "slipway-$version.sha256") ||
   fail "the checksums do not match the archives"
 manifest="$out/archives/slipway.yaml"
-! grep -q '@' "$manifest" || fail "$manifest keeps placeholders: $(grep '@' "$manifest")"
+! grep -q '"@' "$manifest" || fail "$manifest keeps placeholders: $(grep '"@' "$manifest")"
 
 for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
   name="slipway-$version-$target.tar.gz"
