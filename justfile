@@ -91,7 +91,8 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
       SLIPWAY_BENCH_SIZES={{NODES}} cargo bench --locked --bench decisions
       exit
     fi
-    cargo build --release --locked
+    # The controller alone: the workspace's release build links six fuzz targets with fat LTO too.
+    cargo build --release --locked -p slipway --bin slipway
     tests/cluster/build.sh >/dev/null
     # The audit log holds every request the bench counts, at thousands of nodes too.
     export SLIPWAY_CLUSTER_AUDIT_MB=${SLIPWAY_CLUSTER_AUDIT_MB:-500}
