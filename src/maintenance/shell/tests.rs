@@ -375,17 +375,22 @@ async fn a_success_in_between_starts_the_count_again() {
     );
 }
 
+/// A reconcile that decided over `nodes` nodes and `wrote` or not.
+fn decided(nodes: usize, wrote: bool) -> crate::runtime::operation::Pace {
+    crate::runtime::operation::Pace {
+        nodes: Some(nodes),
+        wrote,
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
-    use crate::runtime::operation::{Pace, interval_for};
+    use crate::runtime::operation::interval_for;
     use std::time::Duration;
     let api = cluster(Start);
     let driver = Driver::new(Arc::new(operation(&api)));
     let nm = maintenance(Start);
-    let read = |nodes| Pace {
-        nodes: Some(nodes),
-        wrote: false,
-    };
+    let read = |nodes| decided(nodes, false);
     assert_eq!(driver.too_soon(&nm), None);
     // One node: a second, as before any decision.
     driver.paced(&nm, read(1));
@@ -409,28 +414,19 @@ async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
 
 #[tokio::test(start_paused = true)]
 async fn after_a_reconcile_that_wrote_the_next_one_may_come_sooner_than_a_second() {
-    use crate::runtime::operation::Pace;
     use std::time::Duration;
     let api = cluster(Start);
     let driver = Driver::new(Arc::new(operation(&api)));
     let nm = maintenance(Start);
     assert_eq!(driver.too_soon(&nm), None);
     // It cordoned its node: the watch showing the cordon is looked at 0.1 s after the start.
-    let wrote = Pace {
-        nodes: Some(1),
-        wrote: true,
-    };
-    driver.paced(&nm, wrote);
+    driver.paced(&nm, decided(1, true));
     tokio::time::advance(Duration::from_millis(40)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(60)));
     tokio::time::advance(Duration::from_millis(60)).await;
     assert_eq!(driver.too_soon(&nm), None, "0.1 s is over");
     // That one wrote nothing (its node is still draining): a second before the next.
-    let still = Pace {
-        nodes: Some(1),
-        wrote: false,
-    };
-    driver.paced(&nm, still);
+    driver.paced(&nm, decided(1, false));
     tokio::time::advance(Duration::from_millis(100)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(900)));
 }

@@ -365,33 +365,15 @@ fn draining(
     if late && settings.on_drain_timeout == OnDrainTimeout::Fail {
         return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
     }
-    let mut message = match &view.drain {
-        Some(v) if v.volumes_only => v.waiting_for.join("; "),
-        Some(v) if !v.waiting_for.is_empty() => format!(
-            "{} pods left to evict: {}",
-            v.remaining,
-            v.waiting_for.join("; ")
-        ),
-        Some(v) => format!("{} pods left to evict", v.remaining),
-        None => "draining".into(),
-    };
+    let waiting = drain_waiting(view);
     ask_again(signals, name, signal, view, d);
-    match view.drain.as_ref().filter(|_| late) {
-        Some(drain) => {
-            let after = GoDuration::from_std(timeout).to_string();
-            for pod in &drain.to_delete {
-                let e = drain::deleted_event(pod, name, &after);
-                d.event(name, true, e.reason, e.message);
-            }
-            if !drain.to_delete.is_empty() {
-                d.act(name, RebootAction::DeletePods(drain.to_delete.clone()));
-            }
-            // Volumes are not deleted: they are waited for.
-            let doing = if drain.volumes_only { "" } else { "deleting " };
-            message = format!("the drain did not finish within {after}; {doing}{message}");
+    let message = match view.drain.as_ref().filter(|_| late) {
+        Some(drain) => drain_past_timeout(name, drain, timeout, waiting, d),
+        None => {
+            d.act(name, RebootAction::Drain);
+            waiting
         }
-        None => d.act(name, RebootAction::Drain),
-    }
+    };
     let next = RebootState::Draining {
         signal,
         before,
@@ -400,6 +382,42 @@ fn draining(
     };
     d.keep(name, next, message);
     d.recheck(DRAIN_RECHECK);
+}
+
+/// What a drain under way waits for, as the node's status says it.
+fn drain_waiting(view: &NodeView<'_>) -> String {
+    match &view.drain {
+        Some(v) if v.volumes_only => v.waiting_for.join("; "),
+        Some(v) if !v.waiting_for.is_empty() => format!(
+            "{} pods left to evict: {}",
+            v.remaining,
+            v.waiting_for.join("; ")
+        ),
+        Some(v) => format!("{} pods left to evict", v.remaining),
+        None => "draining".into(),
+    }
+}
+
+/// A drain past its timeout (`onDrainTimeout: Delete`): the pods eviction could not move are
+/// deleted, each told in an event; the message says so, then what the drain is still `waiting` for.
+fn drain_past_timeout(
+    name: &str,
+    drain: &DrainView,
+    timeout: Duration,
+    waiting: String,
+    d: &mut NodeSteps,
+) -> String {
+    let after = GoDuration::from_std(timeout).to_string();
+    for pod in &drain.to_delete {
+        let e = drain::deleted_event(pod, name, &after);
+        d.event(name, true, e.reason, e.message);
+    }
+    if !drain.to_delete.is_empty() {
+        d.act(name, RebootAction::DeletePods(drain.to_delete.clone()));
+    }
+    // Volumes are not deleted: they are waited for.
+    let doing = if drain.volumes_only { "" } else { "deleting " };
+    format!("the drain did not finish within {after}; {doing}{waiting}")
 }
 
 /// What a node's start asked for, asked again while the node does not show it (the patch may
