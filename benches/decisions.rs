@@ -344,6 +344,7 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
                 budget: &Budget::unlimited(),
                 pull_pods: &[],
                 namespace: "system-upgrade",
+                kured: &slipway::reboot_policy::core::kured::KuredView::Off,
             },
             now(),
         ));

@@ -184,6 +184,8 @@ struct RunArgs {
     #[arg(long, env = "SLIPWAY_NODEOPS", default_value_t = false, action = clap::ArgAction::Set)]
     nodeops: bool,
     #[command(flatten)]
+    kured: cli::run::KuredArgs,
+    #[command(flatten)]
     alertmanager: cli::run::AlertmanagerArgs,
     #[command(flatten)]
     notify: cli::run::NotifyArgs,
@@ -302,6 +304,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 ..Default::default()
             }),
         reboot_policies: args.reboot_policies,
+        kured: args.kured.lock()?,
         disruption_budgets: args.disruption_budgets,
         nodeops: args.nodeops,
         alertmanager: args.alertmanager.settings()?,

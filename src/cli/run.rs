@@ -13,6 +13,7 @@ use slipway::maintenance::core::LeaseSettings;
 use slipway::node::index::NodeIndex;
 use slipway::plan::core::config::JobConfig;
 use slipway::plan::shell::PlanSettings;
+use slipway::reboot_policy::core::kured::KuredLock;
 use slipway::runtime::health::Transition;
 use slipway::runtime::notify::{Notifier, NotifySettings};
 use slipway::runtime::silences::{self, AlertmanagerSettings};
@@ -41,6 +42,8 @@ pub struct Settings {
     pub maintenance: Option<LeaseSettings>,
     /// Reconcile RebootPolicies (cluster-wide): reboot the nodes that ask for it.
     pub reboot_policies: bool,
+    /// Where kured keeps its lock, read to take over the reboots kured started (`None`: not read).
+    pub kured: Option<KuredLock>,
     /// Read DisruptionBudgets (cluster-wide) and keep their ledgers.
     pub disruption_budgets: bool,
     /// Reconcile kairos-operator's NodeOps and NodeOpUpgrades (every namespace).
@@ -144,6 +147,34 @@ pub struct AlertmanagerArgs {
 impl AlertmanagerArgs {
     pub fn settings(&self) -> Result<Option<AlertmanagerSettings>, silences::AlertmanagerError> {
         AlertmanagerSettings::from_flags(&self.alertmanager_url, &self.alertmanager_secret)
+    }
+}
+
+/// `--kured-daemonset` and `--kured-lock-annotation` (docs/migrating.md, "From kured").
+#[derive(Debug, Clone, clap::Args)]
+pub struct KuredArgs {
+    /// kured's DaemonSet, `<namespace>/<name>` (kured's --ds-namespace and --ds-name): while it
+    /// exists, RebootPolicies take over the nodes its lock names, and finish their reboots if
+    /// kured is uninstalled first. Empty: kured's lock is not read.
+    #[arg(
+        long,
+        env = "SLIPWAY_KURED_DAEMONSET",
+        default_value = "kube-system/kured"
+    )]
+    pub kured_daemonset: String,
+    /// The annotation of kured's lock on its DaemonSet (kured's --lock-annotation).
+    #[arg(
+        long,
+        env = "SLIPWAY_KURED_LOCK_ANNOTATION",
+        default_value = "weave.works/kured-node-lock"
+    )]
+    pub kured_lock_annotation: String,
+}
+
+impl KuredArgs {
+    pub fn lock(&self) -> Result<Option<KuredLock>, Error> {
+        KuredLock::of(&self.kured_daemonset, &self.kured_lock_annotation)
+            .map_err(|e| Error::Startup(format!("--kured-daemonset: {e}")))
     }
 }
 
@@ -310,7 +341,9 @@ async fn operations(
     let rp = async {
         if let Some(watches) = policies {
             let image = image.clone();
-            reboot_policy::shell::run(shared.clone(), image, watches, shutdown.clone()).await;
+            let kured = settings.kured.clone();
+            reboot_policy::shell::run(shared.clone(), image, kured, watches, shutdown.clone())
+                .await;
         }
     };
     let no = async {

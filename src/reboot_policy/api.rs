@@ -265,6 +265,8 @@ pub enum Signal {
     ContainerLinux,
     /// A Node condition the policy names (Node Problem Detector) became `True`.
     NodeCondition,
+    /// kured's lock named the node: a reboot kured started, taken over (docs/migrating.md).
+    Kured,
 }
 
 /// Where a node of the policy is.
@@ -322,8 +324,9 @@ pub struct RebootNodeStatus {
     /// The boot ID the node ran when its reboot started; a different one means it rebooted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
-    /// Written by slipway before the node annotation `slipway.dev/cordoned-by` recorded who
-    /// cordoned a node; read only to give back the nodes such a slipway cordoned.
+    /// The node's cordon is the policy's to give back without the node annotation
+    /// `slipway.dev/cordoned-by` saying so: written by slipway before that annotation existed,
+    /// and for a node kured cordoned that was schedulable before (signal `kured`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cordoned: Option<bool>,
     /// Why the node waits, or why it failed.

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use slipway::plan::api::Plan;
 
 use crate::compat;
@@ -227,6 +228,158 @@ async fn a_node_fluo_was_rebooting_holds_a_slot_and_is_left_to_its_agent() {
         granted(&n1_now).as_deref(),
         Some("false"),
         "n1's grant withdrawn"
+    );
+    rbp::delete_policy(api, &policy).await;
+}
+
+/// kured's lock as it writes it with `--concurrency` above 1: each node with whether it was
+/// cordoned before kured took it.
+fn kured_lock(nodes: &[(&str, bool)]) -> String {
+    let locks: Vec<serde_json::Value> = (nodes.iter())
+        .map(|(n, was)| {
+            serde_json::json!({"nodeID": n, "metadata": {"unschedulable": was},
+                "created": "2026-11-27T08:00:00Z", "TTL": 0})
+        })
+        .collect();
+    serde_json::json!({"maxOwners": 2, "locks": locks}).to_string()
+}
+
+/// kured's DaemonSet as its manifest makes it, its lock annotated, on no node of the cluster.
+fn kured_daemonset(lock: &str) -> DaemonSet {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "kured", "annotations": {"weave.works/kured-node-lock": lock}},
+        "spec": {
+            "selector": {"matchLabels": {"name": "kured"}},
+            "template": {
+                "metadata": {"labels": {"name": "kured"}},
+                "spec": {
+                    "nodeSelector": {"slipway.test/kured": "nowhere"},
+                    "containers": [{"name": "kured", "image": "ghcr.io/kubereboot/kured:1.17.1"}],
+                },
+            },
+        },
+    }))
+    .expect("kured's DaemonSet")
+}
+
+/// kured uninstalled in the middle of its reboots (docs/migrating.md, "From kured"). Its lock
+/// names `n0`, schedulable before kured cordoned it, and `n2`, cordoned before kured took it.
+/// The policy (`concurrency: 2`) takes both over: nothing is done to them and `n1`, which asks
+/// for a reboot, waits for a slot. kured reboots `n2` and releases it: the policy forgets it and
+/// its cordon stays (kured's rule, the admin's cordon). With a slot free, `n1` goes through the
+/// policy. kured is uninstalled before it rebooted `n0`: the policy drains and reboots `n0`
+/// itself and gives kured's cordon back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reboots_kured_started_are_taken_over_and_finished_when_it_is_uninstalled() {
+    use crate::reboot_policy as rbp;
+    let kured = |ns: &str| vec![("SLIPWAY_KURED_DAEMONSET", format!("{ns}/kured"))];
+    let Some((s, _controller)) = rbp::policy_scene_with("kured-takeover", 3, kured).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &rbp::policies(&s));
+    let (n0, n1, n2) = (s.nodes[0].clone(), s.nodes[1].clone(), s.nodes[2].clone());
+    let nodes = Api::<Node>::all(client.clone());
+    let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+    for n in [&n0, &n2] {
+        (nodes.patch(n, &PatchParams::default(), &Patch::Merge(&cordon)))
+            .await
+            .expect("cordon as kured (n0) and an admin (n2) did");
+    }
+    let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), s.ns.name());
+    let ds = kured_daemonset(&kured_lock(&[(&n0, false), (&n2, true)]));
+    (daemonsets.create(&PostParams::default(), &ds))
+        .await
+        .expect("install kured's DaemonSet");
+    let n0_boot = support::current_boot_id(client, &n0).await;
+    let policy = rbp::create_policy(&s, "kured", serde_json::json!({"concurrency": 2})).await;
+    support::ask_reboot(client, &n1).await;
+    let entry = |status: &serde_json::Value, n: &str, key: &str| {
+        rbp::node_entry(status, n).map(|e| e[key].as_str().unwrap_or_default().to_string())
+    };
+    support::wait_for(
+        "kured's nodes held, n1 waiting",
+        Duration::from_secs(60),
+        || async {
+            let st = rbp::status_of(api, &policy).await;
+            let held = |n: &str| {
+                entry(&st, n, "reason").as_deref() == Some("KuredHolds")
+                    && entry(&st, n, "signal").as_deref() == Some("kured")
+            };
+            let waits = entry(&st, &n1, "reason").as_deref() == Some("ConcurrencyReached");
+            match held(&n0) && held(&n2) && waits {
+                true => Ok(()),
+                false => Err(anyhow::anyhow!("status {st}")),
+            }
+        },
+    )
+    .await;
+    let policy_pods = |n: String| {
+        let (ns, client, policy) = (s.ns.name().to_string(), client.clone(), policy.clone());
+        async move {
+            (crate::support::reboots::reboot_pods(&ns, &client, &policy)
+                .await
+                .iter())
+            .any(|p| crate::support::reboots::pod_node(p) == n)
+        }
+    };
+    assert!(
+        !policy_pods(n0.clone()).await,
+        "kured's node is left to kured"
+    );
+    // kured reboots n2 and lets it go.
+    support::simulate_reboot(client, &n2).await;
+    let released = serde_json::json!({"metadata": {"annotations": {
+        "weave.works/kured-node-lock": kured_lock(&[(&n0, false)])}}});
+    (daemonsets.patch("kured", &PatchParams::default(), &Patch::Merge(&released)))
+        .await
+        .expect("kured releases n2");
+    support::wait_for("n2 forgotten", Duration::from_secs(60), || async {
+        let st = rbp::status_of(api, &policy).await;
+        let recorded = (st["rebooted"].as_array().into_iter().flatten())
+            .any(|r| r["name"] == n2.as_str() && r["signal"] == "kured");
+        match rbp::node_entry(&st, &n2).is_none() && recorded {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!("status {st}")),
+        }
+    })
+    .await;
+    assert!(
+        rbp::cordoned(&rbp::node(client, &n2).await),
+        "n2's cordon was there before kured"
+    );
+    // kured is uninstalled with n0 not rebooted yet; n1 has taken the free slot meanwhile.
+    (daemonsets.delete("kured", &DeleteParams::default()))
+        .await
+        .expect("uninstall kured");
+    let mut rebooted = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while rebooted.len() < 2 {
+        let ns = s.ns.name();
+        crate::support::reboots::play_reboots(ns, client, &policy, &mut rebooted).await;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rebooted {rebooted:?}; status {}",
+            rbp::status_of(api, &policy).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rebooted, [n0.clone(), n1.clone()].into_iter().collect());
+    rbp::wait_all_done(client, api, &policy, &[n0.clone(), n1.clone()]).await;
+    assert_ne!(support::current_boot_id(client, &n0).await, n0_boot);
+    assert!(
+        rbp::cordoned(&rbp::node(client, &n2).await),
+        "n2 stays cordoned"
+    );
+    let st = rbp::status_of(api, &policy).await;
+    let n0_record = (st["rebooted"].as_array().into_iter().flatten())
+        .find(|r| r["name"] == n0.as_str())
+        .cloned();
+    assert_eq!(
+        n0_record.map(|r| r["signal"].clone()),
+        Some(serde_json::json!("kured")),
+        "{st}"
     );
     rbp::delete_policy(api, &policy).await;
 }

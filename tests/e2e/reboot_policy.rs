@@ -45,6 +45,15 @@ const KIND: &str = "rebootpolicy";
 /// A scene of `nodes` nodes and its policy-enabled controller (with metrics, for
 /// [`ControllerProcess::settled`]).
 pub(crate) async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, ControllerProcess)> {
+    policy_scene_with(name, nodes, |_| Vec::new()).await
+}
+
+/// [`policy_scene`] with more of the controller's environment, given the scene's namespace.
+pub(crate) async fn policy_scene_with(
+    name: &str,
+    nodes: usize,
+    env: impl FnOnce(&str) -> Vec<(&'static str, String)>,
+) -> Option<(Scene, ControllerProcess)> {
     // Its controller reconciles every RebootPolicy of the cluster.
     let s = Scene::new(name)
         .nodes(nodes)
@@ -52,7 +61,10 @@ pub(crate) async fn policy_scene(name: &str, nodes: usize) -> Option<(Scene, Con
         .crds(&["rebootpolicies.slipway.dev"])
         .start()
         .await?;
-    let controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &POLICIES_ON);
+    let extra = env(s.ns.name());
+    let mut all: Vec<(&str, &str)> = POLICIES_ON.to_vec();
+    all.extend(extra.iter().map(|(k, v)| (*k, v.as_str())));
+    let controller = ControllerProcess::start_metered(&s.cluster, s.ns.name(), &all);
     Some((s, controller))
 }
 

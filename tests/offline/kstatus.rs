@@ -349,6 +349,7 @@ fn policy_decided(mut p: RebootPolicy, nodes: &[NodeInfo]) -> RebootPolicy {
             budget: &Budget::unlimited(),
             pull_pods: &[],
             namespace: "system-upgrade",
+            kured: &slipway::reboot_policy::core::kured::KuredView::Off,
         },
         at(0),
     );

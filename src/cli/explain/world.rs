@@ -26,6 +26,7 @@ use slipway::plan::api::Plan;
 use slipway::plan::core::config::EnvSettings;
 use slipway::plan::shell::{PlanOperation, PlanSettings};
 use slipway::reboot_policy::api::RebootPolicy;
+use slipway::reboot_policy::core::kured::KuredLock;
 use slipway::reboot_policy::shell::PolicyOperation;
 use slipway::runtime::budget::{Budgets, ledgers};
 use slipway::runtime::leader::LeaseGuard;
@@ -137,7 +138,13 @@ impl World {
             nodeops: nodeop_store.state(),
             budgets: Some(budgets),
             nodeop_op: NodeOpOperation::new(shared.clone(), reboot_image.clone(), nodeop_store),
-            policy_op: PolicyOperation::new(shared.clone(), reboot_image, policy_store, pod_store),
+            policy_op: PolicyOperation::new(
+                shared.clone(),
+                reboot_image,
+                Some(KuredLock::default()),
+                policy_store,
+                pod_store,
+            ),
             maintenance_op: MaintenanceOperation::new(
                 shared.clone(),
                 LeaseSettings::default(),

@@ -548,7 +548,7 @@ fn nodeop_text(op: &NodeOpReport, out: &mut String) {
     }
 }
 
-/// A signal as the API writes it (`agent`, `flatcar`, `containerLinux`, `nodeCondition`).
+/// A signal as the API writes it (`agent`, `flatcar`, `containerLinux`, `nodeCondition`, `kured`).
 fn signal(s: slipway::reboot_policy::api::Signal) -> String {
     serde_json::to_value(s)
         .ok()

@@ -15,6 +15,7 @@ pub mod alerts;
 mod checks;
 mod drain_view;
 mod failures;
+pub mod kured;
 mod nodes;
 pub mod pod;
 mod prepull;
@@ -86,6 +87,8 @@ pub struct PolicyInput<'a> {
     pub pull_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
     /// Where the reboot pods and pull pods live (the controller's namespace).
     pub namespace: &'a str,
+    /// What the shell read of kured's lock.
+    pub kured: &'a kured::KuredView,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -204,6 +207,7 @@ pub fn decide(input: &PolicyInput<'_>, now: Timestamp) -> RebootDecision {
         Err(message) => return invalid(input, &states, previous, message, now),
     };
     let mut settings = spec.settings(now, input.alerts.clone());
+    settings.kured = input.kured.clone();
     settings.soaking = spec.soaking(&previous.rebooted, now);
     let checked = checks::checked(p, spec, input.checks, now);
     settings.health_check = checked.hold.clone();
@@ -371,7 +375,8 @@ fn give_back_all(
             RebootState::Draining { cordoned, .. } | RebootState::Rebooting { cordoned, .. } => {
                 *cordoned
             }
-            RebootState::DrainFailed { .. } => false,
+            // kured may be rebooting it still: its cordon stays kured's.
+            RebootState::DrainFailed { .. } | RebootState::Kured { .. } => false,
         };
         let view = views.get(node.as_str()).copied();
         decision

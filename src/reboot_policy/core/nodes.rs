@@ -135,16 +135,35 @@ impl NodeSteps {
     }
 
     /// `node` stays in progress in `state`; `message` says what it waits for.
-    fn keep(&mut self, node: &str, state: RebootState, message: String) {
+    pub(super) fn keep(&mut self, node: &str, state: RebootState, message: String) {
         self.nodes.push(state.to_status(node, message));
         self.states.insert(node.to_string(), state);
     }
 
-    fn act(&mut self, node: &str, action: RebootAction) {
+    /// `node` starts draining in `state`: cordoned unless it is, its pods evicted, told in a
+    /// `Draining` event saying `why`.
+    pub(super) fn begin_drain(&mut self, node: &NodeInfo, state: RebootState, why: String) {
+        let name = &node.name;
+        if !node.unschedulable {
+            self.act(name, RebootAction::Cordon);
+        }
+        self.act(name, RebootAction::Drain);
+        self.event(name, false, "Draining", why);
+        self.keep(name, state, "cordoning and draining".into());
+        self.recheck(DRAIN_RECHECK);
+    }
+
+    pub(super) fn act(&mut self, node: &str, action: RebootAction) {
         self.actions.push((node.to_string(), action));
     }
 
-    fn event(&mut self, node: &str, warning: bool, reason: &'static str, message: String) {
+    pub(super) fn event(
+        &mut self,
+        node: &str,
+        warning: bool,
+        reason: &'static str,
+        message: String,
+    ) {
         self.act(
             node,
             RebootAction::Event {
@@ -201,6 +220,7 @@ pub fn decide_nodes(
             ),
         }
     }
+    super::kured::take_over(settings, states, nodes, now, &mut d);
 
     let soaking = soaking(settings, &mut d, now);
     let mut busy = slots_taken(signals, &d, soaking.len(), nodes);
@@ -264,29 +284,17 @@ fn start(
         cordoned: false,
         since: now,
     };
-    d.nodes
-        .push(state.to_status(name, "cordoning and draining".into()));
-    d.states.insert(name.to_string(), state);
     if signal == Signal::NodeCondition
         && let Some(marker) = condition_marker(node, signals)
     {
         // Recorded before anything else: this occurrence of the conditions is being handled.
         d.act(name, RebootAction::MarkConditions(marker));
     }
-    if !node.unschedulable {
-        d.act(name, RebootAction::Cordon);
-    }
-    d.act(name, RebootAction::Drain);
-    d.event(
-        name,
-        false,
-        "Draining",
-        format!(
-            "Node {name} asked for a reboot ({}); draining it",
-            signal.name()
-        ),
+    let why = format!(
+        "Node {name} asked for a reboot ({}); draining it",
+        signal.name()
     );
-    d.recheck(DRAIN_RECHECK);
+    d.begin_drain(node, state, why);
 }
 
 /// One node in progress.
@@ -302,6 +310,18 @@ fn advance(
     match state {
         s @ RebootState::Draining { .. } => draining(settings, signals, name, s, view, now, d),
         s @ RebootState::Rebooting { .. } => rebooting(settings, name, s, view, now, d),
+        RebootState::Kured {
+            before,
+            cordoned,
+            since,
+        } => {
+            let taken = super::kured::Taken {
+                before,
+                cordoned,
+                since,
+            };
+            super::kured::advance(settings, name, taken, view, now, d);
+        }
         RebootState::DrainFailed {
             signal,
             message,
@@ -479,7 +499,7 @@ fn drain_timed_out(
     d.recheck(DRAIN_RETRY);
 }
 
-fn rebooting(
+pub(super) fn rebooting(
     settings: &PolicySettings,
     name: &str,
     state: RebootState,

@@ -29,6 +29,7 @@ impl Signal {
             Signal::Flatcar => "flatcar",
             Signal::ContainerLinux => "containerLinux",
             Signal::NodeCondition => "nodeCondition",
+            Signal::Kured => "kured",
         }
     }
 
@@ -36,7 +37,7 @@ impl Signal {
     /// `None` when slipway's reboot pod does it.
     pub fn update_agent(self) -> Option<&'static str> {
         match self {
-            Signal::Agent | Signal::NodeCondition => None,
+            Signal::Agent | Signal::NodeCondition | Signal::Kured => None,
             Signal::Flatcar => Some(FLATCAR_PREFIX),
             Signal::ContainerLinux => Some(CONTAINER_LINUX_PREFIX),
         }

@@ -42,6 +42,8 @@ pub struct PolicySettings {
     pub soak: Option<Duration>,
     /// Nodes back from an earlier reboot that still keep their slot, and until when.
     pub soaking: Vec<(String, Timestamp)>,
+    /// What the shell read of kured's lock.
+    pub kured: super::kured::KuredView,
 }
 
 /// How long a drain may take unless the policy says otherwise.
@@ -244,6 +246,7 @@ impl PolicySpec {
             stopped: None,
             soak: self.soak,
             soaking: Vec::new(),
+            kured: super::kured::KuredView::Off,
         }
     }
 }

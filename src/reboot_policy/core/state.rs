@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
+use super::kured::KURED_HOLDS;
 use super::signals::Signal;
 use crate::common::rfc3339;
 use crate::node::handoff::{Handoff, Stage};
@@ -34,6 +35,15 @@ pub enum RebootState {
         message: String,
         since: Timestamp,
     },
+    /// kured's lock names the node: the policy holds its slot and waits for kured
+    /// ([`super::kured`]). `before`: the boot it ran when taken over; `cordoned`: it was
+    /// schedulable before kured took it, so kured's cordon is the policy's to give back if kured
+    /// does not.
+    Kured {
+        before: String,
+        cordoned: bool,
+        since: Timestamp,
+    },
 }
 
 impl RebootState {
@@ -47,6 +57,7 @@ impl RebootState {
             RebootState::Draining { signal, .. }
             | RebootState::Rebooting { signal, .. }
             | RebootState::DrainFailed { signal, .. } => *signal,
+            RebootState::Kured { .. } => Signal::Kured,
         }
     }
 
@@ -68,6 +79,11 @@ impl RebootState {
             handoff,
         };
         Some(match (s.phase, s.reason.as_deref()) {
+            (RebootPhase::Rebooting, Some(KURED_HOLDS)) => RebootState::Kured {
+                before: before(),
+                cordoned,
+                since,
+            },
             (RebootPhase::Draining, _) => RebootState::Draining {
                 signal,
                 before: before(),
@@ -151,11 +167,22 @@ impl RebootState {
                 reason: Some(DRAIN_TIMED_OUT.to_string()),
                 ..entry(RebootPhase::Failed, *since)
             },
+            RebootState::Kured {
+                before,
+                cordoned,
+                since,
+            } => RebootNodeStatus {
+                boot_id: Some(before.clone()),
+                cordoned: legacy(*cordoned),
+                reason: Some(KURED_HOLDS.to_string()),
+                ..entry(RebootPhase::Rebooting, *since)
+            },
         }
     }
 }
 
-/// An older slipway's record that it cordoned the node, kept until the node is given back.
+/// The policy's record that the cordon is its to give back: an older slipway's that cordoned the
+/// node, or kured's cordon of a node that was schedulable, kept until the node is given back.
 fn legacy(cordoned: bool) -> Option<bool> {
     cordoned.then_some(true)
 }

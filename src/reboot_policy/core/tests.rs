@@ -7,6 +7,7 @@ static NO_BUDGET: Budget = Budget::unlimited();
 use crate::node::handoff::{GatePolicy, Handoff, HandoffPolicy, Stage};
 use crate::node::reboot::HealthObservation;
 use crate::reboot_policy::api::{RebootNodeStatus, RebootRecord};
+use kured::KuredView;
 use request::REBOOT_REQUIRED_ANNOTATION;
 
 fn t(s: &str) -> Timestamp {
@@ -65,6 +66,27 @@ fn settings(concurrency: usize) -> PolicySettings {
         stopped: None,
         soak: None,
         soaking: Vec::new(),
+        kured: KuredView::Off,
+    }
+}
+
+/// What [`decide`] reads of a policy with no budget, alerts, checks or pull pods.
+fn input<'a>(
+    p: &'a RebootPolicy,
+    spec: &'a Result<PolicySpec, String>,
+    views: &'a [NodeView<'a>],
+    kured: &'a KuredView,
+) -> PolicyInput<'a> {
+    PolicyInput {
+        policy: p,
+        spec,
+        nodes: views,
+        alerts: None,
+        checks: None,
+        budget: &NO_BUDGET,
+        pull_pods: &[],
+        namespace: "system-upgrade",
+        kured,
     }
 }
 
@@ -866,6 +888,11 @@ fn states_read_back_from_status_as_written() {
             message: "stuck".into(),
             since: t(T0),
         },
+        RebootState::Kured {
+            before: "b1".into(),
+            cordoned: true,
+            since: t(T0),
+        },
     ];
     for state in cases {
         let message = match &state {
@@ -1176,29 +1203,13 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
     let spec = read_spec(&p.spec, "busybox");
     let b = asking("b");
     let views = [view(&b)];
-    fn input<'a>(
-        p: &'a RebootPolicy,
-        spec: &'a Result<PolicySpec, String>,
-        views: &'a [NodeView<'a>],
-    ) -> PolicyInput<'a> {
-        PolicyInput {
-            policy: p,
-            spec,
-            nodes: views,
-            alerts: None,
-            checks: None,
-            budget: &NO_BUDGET,
-            pull_pods: &[],
-            namespace: "system-upgrade",
-        }
-    }
     let standing = |s: &RebootPolicyStatus| -> Vec<String> {
         (s.conditions.iter())
             .filter(|c| ["Ready", "Reconciling", "Stalled"].contains(&c.type_.as_str()))
             .map(|c| format!("{}={}", c.type_, c.status))
             .collect()
     };
-    let d = decide(&input(&p, &spec, &views), at(0));
+    let d = decide(&input(&p, &spec, &views, &KuredView::Off), at(0));
     assert_eq!(d.status.nodes[0].reason.as_deref(), Some("RolloutStopped"));
     assert!(d.status.stopped.is_some());
     assert_eq!(
@@ -1209,7 +1220,7 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
     assert!(d.events.is_empty(), "{:?}", d.events);
     p.metadata.annotations =
         Some([("slipway.dev/reset-failures".to_string(), "1".to_string())].into());
-    let d = decide(&input(&p, &spec, &views), at(1));
+    let d = decide(&input(&p, &spec, &views, &KuredView::Off), at(1));
     assert_eq!(d.status.nodes[0].phase, RebootPhase::Draining, "b starts");
     assert_eq!(d.status.stopped, None);
     assert_eq!(
@@ -1220,7 +1231,7 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
     assert_eq!(d.status.failures_reset.as_deref(), Some("1"));
     assert!(d.events.iter().any(|e| e.reason == "FailuresReset"));
     p.status = Some(d.status);
-    let d = decide(&input(&p, &spec, &views), at(2));
+    let d = decide(&input(&p, &spec, &views, &KuredView::Off), at(2));
     assert!(
         !d.events.iter().any(|e| e.reason == "FailuresReset"),
         "acted on once"
@@ -1332,6 +1343,7 @@ fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
                 budget: &NO_BUDGET,
                 pull_pods: &refs,
                 namespace: "system-upgrade",
+                kured: &KuredView::Off,
             },
             at(0),
         )
@@ -1409,8 +1421,11 @@ fn the_reboot_image_is_pulled_everywhere_before_a_reboot_uses_it() {
             budget: &NO_BUDGET,
             pull_pods: &[],
             namespace: "system-upgrade",
+            kured: &KuredView::Off,
         },
         at(0),
     );
     assert_eq!(created(&again).len(), 2);
 }
+
+mod kured_takeover;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::controller::Controller;
@@ -32,6 +33,7 @@ use crate::node::holders::Holder;
 use crate::node::reboot::HealthObservation;
 use crate::node::shell::{delete_all, evict_all, gate_pods, pods_view};
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus};
+use crate::reboot_policy::core::kured::{KuredLock, KuredView};
 use crate::reboot_policy::core::pod::{
     PolicyPod, policy_reboot_pod_name, render_policy_reboot_pod,
 };
@@ -49,6 +51,7 @@ impl PolicyOperation {
     pub fn new(
         shared: Arc<Shared>,
         default_image: String,
+        kured: Option<KuredLock>,
         policies: Store<RebootPolicy>,
         pods: Store<Pod>,
     ) -> PolicyOperation {
@@ -60,6 +63,7 @@ impl PolicyOperation {
             http: reqwest::Client::builder().build().ok(),
             checks,
             pods,
+            kured,
             written: Written::default(),
         }
     }
@@ -69,12 +73,14 @@ impl PolicyOperation {
 pub async fn run(
     shared: Arc<Shared>,
     default_image: String,
+    kured: Option<KuredLock>,
     watches: PolicyWatches,
     shutdown: CancellationToken,
 ) {
     let op = Arc::new(PolicyOperation::new(
         shared,
         default_image,
+        kured,
         watches.store.clone(),
         watches.pods,
     ));
@@ -103,6 +109,8 @@ pub struct PolicyOperation {
     http: Option<reqwest::Client>,
     checks: CheckReader,
     pods: Store<Pod>,
+    /// Where kured keeps its lock (`None`: not read).
+    kured: Option<KuredLock>,
     written: Written<RebootPolicy>,
 }
 
@@ -121,6 +129,7 @@ pub struct Observed {
     reboot_pods: BTreeSet<String>,
     /// The pull pods of `spec.disruption.prePull`, listed while it pulls or has a pull on record.
     pull_pods: Vec<Pod>,
+    kured: KuredView,
 }
 
 impl Operation for PolicyOperation {
@@ -166,6 +175,7 @@ impl Operation for PolicyOperation {
         let Ok(s) = &spec else {
             return Ok(Observed::of(spec, nodes));
         };
+        let kured = self.read_kured(now).await;
         let wanting: Vec<&NodeInfo> = nodes
             .iter()
             .filter(|(_, selected)| *selected)
@@ -221,6 +231,7 @@ impl Operation for PolicyOperation {
             drains,
             health,
             reboot_pods,
+            kured,
             ..Observed::of(spec, nodes)
         })
     }
@@ -256,6 +267,7 @@ impl Operation for PolicyOperation {
                 budget,
                 pull_pods: &pull_pods,
                 namespace: &self.shared.namespace,
+                kured: &o.kured,
             },
             now,
         )
@@ -362,6 +374,7 @@ impl Observed {
             health: BTreeMap::new(),
             reboot_pods: BTreeSet::new(),
             pull_pods: Vec::new(),
+            kured: KuredView::Off,
         }
     }
 }
@@ -398,6 +411,32 @@ impl PolicyOperation {
         // A node in progress that leaves the selector is still this policy's to finish.
         index.follow(&me, in_progress);
         nodes
+    }
+
+    /// kured's lock as its DaemonSet holds it now. Read on every look: it is one small object,
+    /// and a node kured takes must count against the policy at once.
+    async fn read_kured(&self, now: Timestamp) -> KuredView {
+        let Some(lock) = &self.kured else {
+            return KuredView::Off;
+        };
+        let client = self.shared.chores().client().clone();
+        let api = Api::<DaemonSet>::namespaced(client, &lock.namespace);
+        match api.get_metadata_opt(&lock.name).await {
+            Ok(None) => KuredView::Gone,
+            Ok(Some(ds)) => {
+                let value = ds.metadata.annotations.as_ref();
+                KuredView::of_lock(
+                    value
+                        .and_then(|a| a.get(&lock.annotation))
+                        .map(String::as_str),
+                    now,
+                )
+            }
+            Err(e) => KuredView::Unreadable(format!(
+                "cannot read kured's DaemonSet {}/{}: {e}",
+                lock.namespace, lock.name
+            )),
+        }
     }
 
     /// The rebooting nodes whose reboot pod from this policy is in the cache (not being deleted).

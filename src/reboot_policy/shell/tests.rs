@@ -207,6 +207,7 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         http: None,
         checks: crate::runtime::checks::CheckReader::new(api.client()),
         pods: testing::listed(vec![]),
+        kured: None,
         written: Default::default(),
     }
 }
