@@ -121,12 +121,12 @@ impl KuredView {
     }
 }
 
-/// Takes over the selected nodes kured's lock names that no operation holds and the policy has
-/// no state for (`before`: the states the decision started from, so a node given back in this
-/// decision is not taken again in it).
+/// Takes over the selected nodes kured's lock names that no operation holds and the policy had
+/// no state for when the decision began (`states`: a node given back in this decision is not
+/// taken again in it).
 pub(super) fn take_over(
     settings: &PolicySettings,
-    before: &BTreeMap<String, RebootState>,
+    states: &BTreeMap<String, RebootState>,
     nodes: &[NodeView<'_>],
     now: Timestamp,
     d: &mut NodeSteps,
@@ -139,10 +139,7 @@ pub(super) fn take_over(
         let Some(was_cordoned) = held.get(name) else {
             continue;
         };
-        if !view.selected || view.held_by.is_some() || before.contains_key(name) {
-            continue;
-        }
-        if d.states.contains_key(name) {
+        if !view.selected || view.held_by.is_some() || states.contains_key(name) {
             continue;
         }
         let state = RebootState::Kured {

@@ -12,6 +12,7 @@ pub use watch::{PolicyWatches, hold_source, watch};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -22,7 +23,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::common::check::CheckRead;
 use crate::node::NodeInfo;
@@ -64,6 +65,7 @@ impl PolicyOperation {
             checks,
             pods,
             kured,
+            kured_unreadable: AtomicBool::new(false),
             written: Written::default(),
         }
     }
@@ -111,6 +113,8 @@ pub struct PolicyOperation {
     pods: Store<Pod>,
     /// Where kured keeps its lock (`None`: not read).
     kured: Option<KuredLock>,
+    /// Set once the log said kured's lock cannot be read, until it can again.
+    kured_unreadable: AtomicBool,
     written: Written<RebootPolicy>,
 }
 
@@ -421,22 +425,26 @@ impl PolicyOperation {
         };
         let client = self.shared.chores().client().clone();
         let api = Api::<DaemonSet>::namespaced(client, &lock.namespace);
-        match api.get_metadata_opt(&lock.name).await {
+        let view = match api.get_metadata_opt(&lock.name).await {
             Ok(None) => KuredView::Gone,
             Ok(Some(ds)) => {
                 let value = ds.metadata.annotations.as_ref();
-                KuredView::of_lock(
-                    value
-                        .and_then(|a| a.get(&lock.annotation))
-                        .map(String::as_str),
-                    now,
-                )
+                let value = value.and_then(|a| a.get(&lock.annotation));
+                KuredView::of_lock(value.map(String::as_str), now)
             }
             Err(e) => KuredView::Unreadable(format!(
                 "cannot read kured's DaemonSet {}/{}: {e}",
                 lock.namespace, lock.name
             )),
+        };
+        // Said once: nodes kured holds are not taken over while it lasts.
+        let unreadable = matches!(view, KuredView::Unreadable(_));
+        if self.kured_unreadable.swap(unreadable, Ordering::Relaxed) != unreadable
+            && let KuredView::Unreadable(why) = &view
+        {
+            warn!("{why}; the nodes kured reboots are not taken over until it can be read");
         }
+        view
     }
 
     /// The rebooting nodes whose reboot pod from this policy is in the cache (not being deleted).

@@ -208,6 +208,7 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         checks: crate::runtime::checks::CheckReader::new(api.client()),
         pods: testing::listed(vec![]),
         kured: None,
+        kured_unreadable: Default::default(),
         written: Default::default(),
     }
 }
@@ -523,4 +524,44 @@ async fn deleted_policies_leave_nothing_behind() {
         assert_eq!(testing::reconcile(&op, p.clone()).await, Ok(()));
     }
     assert_eq!(kept(&op), (0, false));
+}
+
+/// kured's lock is read from its DaemonSet on every look: the nodes it names, `Gone` once the
+/// DaemonSet is, and a refusal said as what it is (never read as "kured holds nothing").
+#[tokio::test]
+async fn kureds_lock_is_read_from_its_daemonset_and_a_refusal_is_not_an_empty_lock() {
+    let lock = r#"{"nodeID":"n1","metadata":{"unschedulable":false},"created":"2026-01-01T00:00:00Z","TTL":0}"#;
+    let ds = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "kured", "namespace": "kube-system",
+            "annotations": {"weave.works/kured-node-lock": lock}},
+    });
+    let holds = KuredView::Holds([("n1".to_string(), false)].into());
+    for (answer, want) in [
+        (Answer::Json(200, ds), Some(holds)),
+        (NOT_FOUND, Some(KuredView::Gone)),
+        (Answer::Fail(403, "Forbidden"), None),
+    ] {
+        let api = cluster(Start);
+        api.on(
+            "GET",
+            "namespaces/kube-system/daemonsets/kured",
+            answer.clone(),
+        );
+        let mut op = operation(&api, Start);
+        op.kured = Some(KuredLock::default());
+        let seen = op
+            .observe(&policy(Start), Timestamp::now())
+            .await
+            .expect("observed");
+        match want {
+            Some(view) => assert_eq!(seen.kured, view, "{answer:?}"),
+            None => assert!(
+                matches!(&seen.kured, KuredView::Unreadable(why) if why.contains("kube-system/kured")),
+                "{:?}",
+                seen.kured
+            ),
+        }
+        assert!(api.unscripted().is_empty(), "{:?}", api.unscripted());
+    }
 }
