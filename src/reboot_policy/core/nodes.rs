@@ -13,7 +13,7 @@ use super::signals::{
 };
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
-use super::waiting::{halted, hold_reason, refused, soaking};
+use super::waiting::{halted, hold_reason, refused, soaking, summary};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
@@ -569,44 +569,4 @@ pub(super) fn rebooting(
         handoff: step.state,
     };
     d.keep(name, next, message);
-}
-
-/// The `Progressing` message: what the policy does, or why it waits.
-fn summary(settings: &PolicySettings, d: &NodeSteps, busy: usize) -> String {
-    let failed: Vec<&str> = d
-        .nodes
-        .iter()
-        .filter(|n| n.phase == RebootPhase::Failed)
-        .map(|n| n.name.as_str())
-        .collect();
-    let mut parts = Vec::new();
-    if !failed.is_empty() {
-        parts.push(format!("failed: {}", failed.join(", ")));
-    }
-    if d.rebooting > 0 {
-        parts.push(format!("{} rebooting", d.rebooting));
-    }
-    if d.wanting > 0 {
-        let why = if let Some(stopped) = &d.stopped {
-            format!("stopped: {stopped}")
-        } else if settings.paused {
-            "paused".to_string()
-        } else if settings.window_closed.is_some() {
-            "outside the window".to_string()
-        } else if let Some(alerts) = &settings.alerts {
-            alerts.clone()
-        } else if let Some((_, message)) = &settings.health_check {
-            message.clone()
-        } else if busy >= settings.concurrency {
-            format!("{busy} of {} slots taken", settings.concurrency)
-        } else {
-            "blocked".to_string()
-        };
-        parts.push(format!("{} waiting ({why})", d.wanting));
-    }
-    if parts.is_empty() {
-        "no node wants a reboot".into()
-    } else {
-        parts.join("; ")
-    }
 }
