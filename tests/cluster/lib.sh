@@ -39,6 +39,34 @@ for s in socks:
 EOF
 }
 
+# lasting_free_port : prints a free TCP port on 127.0.0.1 below the kernel's ephemeral range, for a
+# listener that goes away and binds the same port again (a guest's kubelet forward, bound by its
+# QEMU at each start): a port of the ephemeral range may be taken meanwhile by any outgoing
+# connection on loopback (in CI a restarted guest's QEMU was refused its port twice). 20000-29999:
+# clear of Kubernetes' own ports (102xx) and the NodePort range in the guest too.
+lasting_free_port() {
+  python3 - <<'EOF'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+candidates = list(range(20000, min(low, 30000)))
+random.shuffle(candidates)
+for port in candidates[:2000]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])
+EOF
+}
+
 # uuid : prints a random UUID.
 uuid() {
   cat /proc/sys/kernel/random/uuid

@@ -88,7 +88,7 @@ mkdir "$g"
 flock -u 9
 exec 9>&-
 pod_subnet="$GUEST_POD_PREFIX.$index.0/24"
-kubelet_port=$(free_ports 1)
+kubelet_port=$(lasting_free_port)
 api="https://$GUEST_API_ADDRESS:$APISERVER_PORT"
 
 # --- the config disk: certificates, kubeconfigs, configurations, images -----------------------
