@@ -11,6 +11,9 @@
 //! - `policy`: a RebootPolicy over every node, 1% of them asking for a reboot, concurrency 10;
 //! - `plan-budgets`: `plan-first` under 10 DisruptionBudgets (each a fifth of the pools, 1%), the
 //!   pools measured from the members the node index keeps, as the controller does, then the decision;
+//! - `plan-change`: `plan-done` kept in the node index, then one node replaced (created again
+//!   without the Plan's label): the index told, then the reconcile as the controller assembles it
+//!   (the hash, the unsettled candidates and the count of the others) and its decision;
 //! - `index`: the node index built from every node, then one Plan's candidates looked up.
 //!
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
@@ -29,6 +32,7 @@ use slipway::node::holders::Holder;
 use slipway::node::index::{Interest, NodeIndex};
 use slipway::plan::api::{ContainerSpec, Plan, PlanSpec, labels};
 use slipway::plan::core::config::JobConfig;
+use slipway::plan::core::settled::{self, SettledNodes};
 use slipway::plan::core::{self as plan_core, PlanInput, TemplateMemo};
 use slipway::reboot_policy::api::{RebootPolicy, RebootPolicySpec};
 use slipway::reboot_policy::core::request::REBOOT_REQUIRED_ANNOTATION;
@@ -68,6 +72,9 @@ fn main() {
         }
         if runs("plan-budgets") {
             print_line("plan-budgets", n, n, plan_budgets(&nodes));
+        }
+        if runs("plan-change") {
+            print_line("plan-change", n, n, plan_change(&nodes));
         }
         if runs("index") {
             print_line("index", n, n, index(&nodes));
@@ -136,12 +143,13 @@ fn decide(
     jobs: &[&Job],
     memo: &TemplateMemo,
 ) -> plan_core::PlanDecision {
-    decide_under(plan, nodes, jobs, memo, &Budget::unlimited())
+    decide_under(plan, nodes, None, jobs, memo, &Budget::unlimited())
 }
 
 fn decide_under(
     plan: &Plan,
     nodes: &[&NodeInfo],
+    settled: Option<&SettledNodes>,
     jobs: &[&Job],
     memo: &TemplateMemo,
     budget: &Budget,
@@ -151,6 +159,7 @@ fn decide_under(
         &PlanInput {
             plan,
             nodes,
+            settled,
             jobs,
             hook_jobs: &[],
             reboot_pods: &[],
@@ -236,7 +245,7 @@ fn plan_budgets(nodes: &[NodeInfo]) -> Duration {
             })
             .collect();
         let budget = Budget::new(BTreeMap::new(), &measured, Reason::Upgrade);
-        std::hint::black_box(decide_under(&p, &refs, &[], &memo, &budget));
+        std::hint::black_box(decide_under(&p, &refs, None, &[], &memo, &budget));
     })
 }
 
@@ -348,6 +357,67 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
             },
             now(),
         ));
+    })
+}
+
+/// A done Plan over every node, kept in the node index; each run replaces one more node (deleted,
+/// then created again without the Plan's label) and reconciles as the controller does.
+fn plan_change(nodes: &[NodeInfo]) -> Duration {
+    let refs: Vec<&NodeInfo> = nodes.iter().collect();
+    let mut p = plan("change", everything());
+    let memo = TemplateMemo::default();
+    let first = decide(&p, &refs, &[], &memo);
+    let hash = first.status.latest_hash.clone().unwrap_or_default();
+    p.status = Some(first.status);
+    let key = labels::plan_node_label("change");
+    let done: Vec<NodeInfo> = (nodes.iter().cloned())
+        .map(|mut n| {
+            n.labels.insert(key.clone(), hash.clone());
+            n
+        })
+        .collect();
+    if let Some(s) = p.status.as_mut() {
+        s.applying.clear();
+    }
+    let done_refs: Vec<&NodeInfo> = done.iter().collect();
+    p.status = Some(decide(&p, &done_refs, &[], &memo).status);
+    let mut index = NodeIndex::new();
+    index.relist_start();
+    done.iter().for_each(|n| index.relisted(n.clone()));
+    index.relist_done();
+    let who = Holder::Plan {
+        namespace: "system-upgrade".into(),
+        name: "change".into(),
+    };
+    let secrets = BTreeMap::new();
+    let reconcile = |index: &mut NodeIndex| {
+        let hash = settled::target_hash(&p, &secrets, None, now()).unwrap_or_default();
+        let named = settled::Named::of(&p, &[], &[]);
+        let mut names: BTreeSet<&str> = named.names;
+        let by_hostname: Vec<String> = (named.hostnames.iter())
+            .filter_map(|h| index.node_of_hostname(h).map(str::to_string))
+            .collect();
+        names.extend(by_hostname.iter().map(String::as_str));
+        let rule = settled::rule(&p, &hash);
+        let interest = || plan_core::interest(&p);
+        let (read, count) = index.unsettled(&who, "uid-change", Some(1), interest, &rule, &names);
+        let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
+        let settled = SettledNodes { hash, count };
+        let budget = Budget::unlimited();
+        decide_under(&p, &read, Some(&settled), &[], &memo, &budget)
+    };
+    // The first reconcile finds the unsettled nodes among every candidate, once.
+    reconcile(&mut index);
+    let mut replaced = done.iter();
+    median(1, || {
+        if let Some(n) = replaced.next() {
+            let mut fresh = n.clone();
+            fresh.labels.remove(&key);
+            fresh.uid = format!("{}-again", n.uid);
+            index.delete(&n.name);
+            index.apply(fresh);
+        }
+        std::hint::black_box(reconcile(&mut index));
     })
 }
 

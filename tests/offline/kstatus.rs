@@ -230,6 +230,7 @@ impl PlanWorld {
             &PlanInput {
                 plan: &self.plan,
                 nodes: &nodes,
+                settled: None,
                 jobs: &jobs,
                 reboot_pods: &[],
                 pull_pods: &[],

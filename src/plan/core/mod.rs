@@ -40,6 +40,7 @@ pub mod render;
 mod report;
 pub mod secret;
 pub mod selection;
+pub mod settled;
 mod status;
 mod waits;
 
@@ -97,8 +98,11 @@ pub enum ChannelAnswer {
 pub struct PlanInput<'a> {
     pub plan: &'a Plan,
     /// The Plan's candidate nodes: at least every node its `nodeSelector` matches (the node index
-    /// gives exactly those); other nodes are ignored.
+    /// gives exactly those), but for the `settled` ones; other nodes are ignored.
     pub nodes: &'a [&'a NodeInfo],
+    /// Candidates left out of `nodes`, counted: settled at the hash this decision rolls out
+    /// ([`settled`]; `None`: none left out). Never while explaining, which lists every node.
+    pub settled: Option<&'a settled::SettledNodes>,
     /// The Jobs of this Plan made by this controller.
     pub jobs: &'a [&'a Job],
     /// The reboot pods of this Plan made by this controller.
@@ -138,6 +142,16 @@ pub struct PlanInput<'a> {
 
 pub use crate::common::rfc3339;
 
+impl PlanInput<'_> {
+    fn resolving(&self) -> status::Resolving<'_> {
+        status::Resolving {
+            plan: self.plan,
+            secrets: self.secrets,
+            channel: self.channel.as_ref(),
+        }
+    }
+}
+
 /// Decides the next step of one Plan: which nodes go next and why the others wait, the Jobs and
 /// reboot pods, the node labels and the status. A Plan being deleted is decided on once more: its
 /// cleanup ([`deletion`]).
@@ -151,7 +165,11 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     let mut st = old.clone();
     let mut out = Rollout::default();
     let read = node_labels::read(input);
-    if status::handle(input, &mut st, &mut out, &now_text) {
+    if status::handle(&input.resolving(), &mut st, &mut out, &now_text) {
+        debug_assert!(
+            (input.settled).is_none_or(|s| st.latest_hash.as_ref() == Some(&s.hash)),
+            "nodes left out at another hash than the decision's"
+        );
         plan_nodes::roll(input, &read, now, &old, &mut st, &mut out);
     } else {
         // A version too new to roll out says so; anything else that stops a Plan is SUC's.

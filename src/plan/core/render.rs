@@ -117,6 +117,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
         &PlanInput {
             plan: &w.plan,
             nodes: &nodes,
+            settled: None,
             jobs: &jobs,
             hook_jobs: &hook_jobs,
             reboot_pods: &pods,

@@ -186,7 +186,8 @@ const NO_NODES: &str = "NoNodes";
 /// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
 /// nothing done, which deserves a word (SUC issues #217, #285).
 fn selects_nothing(facts: &Facts<'_>) -> Option<String> {
-    if facts.read.iter().any(|r| r.selected && r.host.is_some()) {
+    let settled = facts.input.settled.is_some_and(|s| s.count > 0);
+    if settled || facts.read.iter().any(|r| r.selected && r.host.is_some()) {
         return None;
     }
     let plan = facts.input.plan;
@@ -214,7 +215,7 @@ fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
         .iter()
         .filter(|p| p.labels.contains_key(&plan_label))
         .count();
-    let (targeted, upgraded) = upgraded(facts.read, facts.name, &facts.hash, &out.node_patches);
+    let (targeted, upgraded) = upgraded(facts.input, facts.read, &facts.hash, &out.node_patches);
     if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
         return;
     }
@@ -232,21 +233,26 @@ fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
 }
 
 /// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
-/// and how many of them carry `hash`, counting this decision's labels.
+/// and how many of them carry `hash`, counting this decision's labels and the settled nodes.
 fn upgraded(
+    input: &PlanInput<'_>,
     read: &[NodeLabels<'_>],
-    plan: &str,
     hash: &str,
     patches: &[NodeChange],
 ) -> (usize, usize) {
+    let plan = input.plan.metadata.name.as_deref().unwrap_or_default();
     let plan_label = labels::plan_node_label(plan);
     let patched: BTreeSet<&str> = patches
         .iter()
         .filter(|p| p.labels.get(&plan_label).and_then(Option::as_deref) == Some(hash))
         .map(|p| p.node.as_str())
         .collect();
-    let mut targeted = 0;
-    let mut upgraded = 0;
+    let settled = input.settled.map_or(0, |s| s.count);
+    let mut targeted = settled;
+    let mut upgraded = match input.settled {
+        Some(s) if !hash.is_empty() && s.hash == hash => settled,
+        _ => 0,
+    };
     for r in read.iter().filter(|r| r.targeted()) {
         targeted += 1;
         if !hash.is_empty() && (r.plan == Some(hash) || patched.contains(r.node.name.as_str())) {
@@ -285,12 +291,8 @@ pub(super) fn summary(
     st: &PlanStatus,
     patches: &[NodeChange],
 ) -> PlanSummary {
-    let (targeted, upgraded) = upgraded(
-        read,
-        input.plan.metadata.name.as_deref().unwrap_or_default(),
-        st.latest_hash.as_deref().unwrap_or_default(),
-        patches,
-    );
+    let hash = st.latest_hash.as_deref().unwrap_or_default();
+    let (targeted, upgraded) = upgraded(input, read, hash, patches);
     PlanSummary {
         complete: cond::is(st, COMPLETE, TRUE),
         applying: st.applying.len(),

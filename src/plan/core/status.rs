@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::{ChannelAnswer, ERR_UNRESOLVABLE, PlanInput, Rollout};
+use super::{ChannelAnswer, ERR_UNRESOLVABLE, Rollout};
 use crate::common::decision::EventType;
 use crate::common::duration::GoDuration;
 use crate::common::selector as selection;
@@ -17,10 +17,18 @@ use crate::plan::core::conditions::{
 use crate::plan::core::hash;
 use crate::plan::core::image::munge_version;
 
+/// What the status handler reads: no node, so that the hash is known before the nodes are read
+/// ([`super::settled::target_hash`]).
+pub(super) struct Resolving<'a> {
+    pub(super) plan: &'a Plan,
+    pub(super) secrets: &'a BTreeMap<String, Secret>,
+    pub(super) channel: Option<&'a ChannelAnswer>,
+}
+
 /// Conditions exist, the Plan is valid, the version is resolved, the hash is known. Returns whether
 /// the rollout may go on (`Validated` and `LatestResolved` are both `True`).
 pub(super) fn handle(
-    input: &PlanInput<'_>,
+    input: &Resolving<'_>,
     st: &mut PlanStatus,
     out: &mut Rollout,
     now: &str,
@@ -130,14 +138,14 @@ pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), S
 }
 
 /// Resolves the version from `spec.version` or the channel, and computes the hash.
-pub(super) fn resolve(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
+pub(super) fn resolve(input: &Resolving<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
     let plan = input.plan;
     let generation = plan.metadata.generation;
     let spec_version = plan.spec.version.as_deref().filter(|v| !v.is_empty());
     let channel = plan.spec.channel.as_deref().filter(|c| !c.is_empty());
     let (latest, reason) = match (spec_version, channel) {
         (Some(v), _) => (munge_version(v), "Version"),
-        (None, Some(url)) => match &input.channel {
+        (None, Some(url)) => match input.channel {
             Some(ChannelAnswer::Version(v)) => match version_label(v) {
                 Ok(()) => match old_enough(input, st, out, v, now) {
                     true => (munge_version(v), "Channel"),
@@ -215,7 +223,7 @@ pub const VERSION_TOO_NEW: &str = "VersionTooNew";
 /// goes); with none in force yet, `LatestResolved` is `False`. Records when each new version was
 /// first seen.
 fn old_enough(
-    input: &PlanInput<'_>,
+    input: &Resolving<'_>,
     st: &mut PlanStatus,
     out: &mut Rollout,
     version: &str,
@@ -344,7 +352,7 @@ fn channel_failed(
     }
 }
 
-fn digest(input: &PlanInput<'_>, st: &mut PlanStatus) {
+fn digest(input: &Resolving<'_>, st: &mut PlanStatus) {
     if let Some(latest) = st.latest_version.clone()
         && let Ok(h) = hash::plan_latest_hash(input.plan, &latest, input.secrets)
     {

@@ -196,29 +196,75 @@ impl World {
             .collect();
         let budget =
             crate::node::budget::Budget::new(held, &pools, crate::node::budget::Reason::Upgrade);
-        let d = decide(
-            &PlanInput {
-                plan: &self.plan,
-                nodes: &nodes,
-                jobs: &jobs,
-                hook_jobs: &hook_jobs,
-                reboot_pods: &pods,
-                pull_pods: &pull_pods,
-                health: &self.health,
-                secrets: &self.secrets,
-                channel: self.channel.clone(),
-                controller_name: CONTROLLER,
-                job_config: &self.config,
-                budget: &budget,
-                shared: &BTreeSet::new(),
-                checks: &self.checks,
-                stages: Some(&self.stages),
-                templates: None,
-                explain: self.explain,
-            },
-            self.now,
-        );
+        let input = PlanInput {
+            plan: &self.plan,
+            nodes: &nodes,
+            settled: None,
+            jobs: &jobs,
+            hook_jobs: &hook_jobs,
+            reboot_pods: &pods,
+            pull_pods: &pull_pods,
+            health: &self.health,
+            secrets: &self.secrets,
+            channel: self.channel.clone(),
+            controller_name: CONTROLLER,
+            job_config: &self.config,
+            budget: &budget,
+            shared: &BTreeSet::new(),
+            checks: &self.checks,
+            stages: Some(&self.stages),
+            templates: None,
+            explain: self.explain,
+        };
+        let d = decide(&input, self.now);
+        self.assert_settled_change_nothing(&input, &d);
         Rollout::of(&self.plan, d)
+    }
+
+    /// Every decision of these tests is made again as the controller makes it, with the settled
+    /// nodes counted instead of read, and must be the same.
+    fn assert_settled_change_nothing(&self, input: &PlanInput<'_>, d: &PlanDecision) {
+        use crate::plan::core::settled::{Named, SettledNodes, rule, target_hash};
+        let channel = input.channel.as_ref();
+        let Some(hash) = target_hash(input.plan, input.secrets, channel, self.now) else {
+            return;
+        };
+        let rule = rule(input.plan, &hash);
+        let all_jobs: Vec<&Job> = input.jobs.iter().chain(input.hook_jobs).copied().collect();
+        let pods: Vec<&Pod> = (input.reboot_pods.iter().chain(input.pull_pods))
+            .copied()
+            .collect();
+        let named = Named::of(input.plan, &all_jobs, &pods);
+        let (read, left): (Vec<&NodeInfo>, Vec<&NodeInfo>) = input.nodes.iter().partition(|n| {
+            !rule.holds(n)
+                || named.hostnames.contains(n.hostname())
+                || named.names.contains(n.name.as_str())
+        });
+        let settled = SettledNodes {
+            hash,
+            count: left.len(),
+        };
+        let unexplained = PlanInput {
+            explain: false,
+            channel: input.channel.clone(),
+            ..*input
+        };
+        let split = PlanInput {
+            nodes: &read,
+            settled: Some(&settled),
+            channel: input.channel.clone(),
+            ..unexplained
+        };
+        let full = match input.explain {
+            true => decide(&unexplained, self.now),
+            false => d.clone(),
+        };
+        assert_eq!(
+            decide(&split, self.now),
+            full,
+            "{} nodes settled",
+            left.len()
+        );
     }
 
     /// Applies a decision the way the controller and the cluster would: status written, Jobs

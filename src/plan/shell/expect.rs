@@ -168,6 +168,11 @@ impl Expectations {
         );
     }
 
+    /// The nodes with a patch laid over them.
+    pub fn patched_nodes(&self) -> Vec<String> {
+        lock(&self.nodes).keys().cloned().collect()
+    }
+
     /// `cached`: the cache's Jobs of `plan`.
     pub fn jobs(&self, cached: Vec<Arc<Job>>, plan: &str) -> Vec<Arc<Job>> {
         overlay(cached, &self.jobs, labels::PLAN, plan)

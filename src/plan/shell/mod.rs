@@ -9,6 +9,7 @@
 
 pub mod channel;
 pub mod expect;
+mod nodes;
 mod observe;
 mod watch;
 
@@ -37,6 +38,7 @@ use crate::node::reboot::HealthObservation;
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::promotion::{StagePlan, StageRead};
+use crate::plan::core::settled::SettledNodes;
 use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
@@ -74,8 +76,11 @@ pub struct PlanOperation {
 
 /// What a Plan's decision reads besides the Plan.
 pub struct PlanObserved {
-    /// The candidate nodes, with what this process patched and the index has not shown yet.
+    /// The candidate nodes, with what this process patched and the index has not shown yet; but
+    /// for the `settled` ones.
     nodes: Vec<Arc<NodeInfo>>,
+    /// The candidates left out of `nodes`, counted.
+    settled: Option<SettledNodes>,
     jobs: Vec<Arc<Job>>,
     /// The Jobs of the Plan's hooks.
     hook_jobs: Vec<Arc<Job>>,
@@ -293,22 +298,16 @@ impl Operation for PlanOperation {
         Ok(plan)
     }
 
-    async fn observe(&self, plan: &Plan, _now: Timestamp) -> Result<PlanObserved, Error> {
+    async fn observe(&self, plan: &Plan, now: Timestamp) -> Result<PlanObserved, Error> {
         let name = plan
             .metadata
             .name
             .as_deref()
             .ok_or(Error::Incomplete("name"))?;
-        let nodes = self.candidates(plan);
         let (jobs, reboot_pods) = self.owned_by(name);
-        let overlaid = self.expect.look_again(name, &nodes);
-        let health = observe::health(
-            self.shared.chores().client(),
-            plan,
-            &nodes,
-            &self.job_config,
-        )
-        .await?;
+        let secrets: BTreeMap<String, Secret> = (self.secrets.state().iter())
+            .map(|s| (s.name_any(), s.as_ref().clone()))
+            .collect();
         let (channel, next_look) = observe::ask_channel(
             plan,
             &self.channels,
@@ -317,6 +316,26 @@ impl Operation for PlanOperation {
             RESYNC,
         )
         .await;
+        let ns = plan.metadata.namespace.as_deref().unwrap_or_default();
+        let pulls = DisruptionSpec::pre_pulls(plan.spec.disruption.as_ref())
+            || plan.status.as_ref().is_some_and(|s| s.pre_pull.is_some());
+        let pull_pods = match pulls {
+            true => {
+                let client = self.shared.chores().client();
+                crate::node::shell::pull_pods(client, ns, &core::pull_owner(plan)).await?
+            }
+            false => Vec::new(),
+        };
+        let hash = core::settled::target_hash(plan, &secrets, channel.as_ref(), now);
+        let (nodes, settled) = self.nodes_read(plan, hash, &jobs, &reboot_pods, &pull_pods);
+        let overlaid = self.expect.look_again(name, &nodes);
+        let health = observe::health(
+            self.shared.chores().client(),
+            plan,
+            &nodes,
+            &self.job_config,
+        )
+        .await?;
         let next_look = overlaid.map_or(next_look, |o| o.min(next_look));
         let shared = self.shared.held_by_other_plans(&core::holder(plan));
         let checks = match plan.spec.health_checks.as_deref() {
@@ -334,16 +353,6 @@ impl Operation for PlanOperation {
                     == Some(name)
             })
             .collect();
-        let ns = plan.metadata.namespace.as_deref().unwrap_or_default();
-        let pulls = DisruptionSpec::pre_pulls(plan.spec.disruption.as_ref())
-            || plan.status.as_ref().is_some_and(|s| s.pre_pull.is_some());
-        let pull_pods = match pulls {
-            true => {
-                let client = self.shared.chores().client();
-                crate::node::shell::pull_pods(client, ns, &core::pull_owner(plan)).await?
-            }
-            false => Vec::new(),
-        };
         let stages = (plan.spec.after.iter().flatten())
             .map(|a| StageRead {
                 plan: a.plan.clone(),
@@ -356,16 +365,12 @@ impl Operation for PlanOperation {
             checks,
             hook_jobs,
             nodes,
+            settled,
             jobs,
             reboot_pods,
             pull_pods,
             health,
-            secrets: self
-                .secrets
-                .state()
-                .iter()
-                .map(|s| (s.name_any(), s.as_ref().clone()))
-                .collect(),
+            secrets,
             channel,
             next_look,
             shared,
@@ -388,6 +393,7 @@ impl Operation for PlanOperation {
             &PlanInput {
                 plan,
                 nodes: &nodes,
+                settled: o.settled.as_ref(),
                 jobs: &jobs,
                 hook_jobs: &hook_jobs,
                 reboot_pods: &reboot_pods,
@@ -488,8 +494,11 @@ impl Operation for PlanOperation {
         Ok(())
     }
 
+    /// Every candidate, settled or not: the interval stays the Plan's size's, as before the
+    /// settled nodes were left out (fewer nodes to read makes a reconcile cheaper, not more
+    /// frequent).
     fn size(&self, observed: &PlanObserved) -> usize {
-        observed.nodes.len()
+        observed.nodes.len() + observed.settled.as_ref().map_or(0, |s| s.count)
     }
 
     fn written(&self) -> &Written<Plan> {
@@ -520,23 +529,6 @@ impl Operation for PlanOperation {
 }
 
 impl PlanOperation {
-    /// The Plan's candidate nodes from the index, with what this process patched onto them.
-    fn candidates(&self, plan: &Plan) -> Vec<Arc<NodeInfo>> {
-        let candidates = self.shared.nodes_mut().candidates(
-            &core::holder(plan),
-            plan.metadata.uid.as_deref().unwrap_or_default(),
-            plan.metadata.generation,
-            || core::interest(plan),
-        );
-        candidates
-            .into_iter()
-            .map(|n| match self.expect.node(&n) {
-                Some(overlaid) => Arc::new(overlaid),
-                None => n,
-            })
-            .collect()
-    }
-
     /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
     /// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
     fn owned_by(&self, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {

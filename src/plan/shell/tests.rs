@@ -489,3 +489,55 @@ async fn channels_no_plan_reads_any_more_are_forgotten() {
     assert!(op.prepare(Arc::new(p)).await.is_ok());
     assert_eq!(op.channels.urls(), ["http://127.0.0.1:1/channels/now"]);
 }
+
+/// A reconcile reads the nodes not yet at the Plan's hash and those its records name; the nodes
+/// at the hash are counted, and the decision is the one made over every node.
+#[tokio::test]
+async fn nodes_at_the_hash_are_counted_not_read() {
+    let w = world(Finish).await;
+    let hash = (w.plan.status.as_ref())
+        .and_then(|s| s.latest_hash.clone())
+        .expect("a hash");
+    let key = labels::plan_node_label("p");
+    let other = |name: &str, at: Option<&str>| {
+        let mut n = node();
+        n.name = name.into();
+        n.uid = format!("{name}-uid");
+        n.labels.insert(labels::HOSTNAME.into(), name.into());
+        if let Some(at) = at {
+            n.labels.insert(key.clone(), at.into());
+        }
+        n
+    };
+    // n1 is at the hash too, but its Job and the status name it.
+    let mut n1 = w.node.clone();
+    n1.labels.insert(key.clone(), hash.clone());
+    let nodes = vec![
+        n1,
+        other("n2", Some(&hash)),
+        other("n3", Some(&hash)),
+        other("n4", Some("older")),
+    ];
+    let api = cluster(&w.plan);
+    let op = PlanOperation {
+        shared: testing::shared(&api.client(), nodes),
+        ..operation(&api, &w)
+    };
+    let now = Timestamp::now();
+    let observed = op.observe(&w.plan, now).await.expect("observed");
+    let read: Vec<&str> = observed.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(read, ["n4", "n1"]);
+    assert_eq!(observed.settled.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(op.size(&observed), 4, "the interval is the Plan's size's");
+    let budget = op.shared.budget_for(&core::holder(&w.plan));
+    let counted = op.decide(&w.plan, &observed, &budget, now);
+    let explaining = op.explaining();
+    let every = explaining.observe(&w.plan, now).await.expect("observed");
+    assert_eq!(every.nodes.len(), 4);
+    assert!(every.settled.is_none(), "explaining lists every node");
+    let read_all = explaining.decide(&w.plan, &every, &budget, now);
+    assert_eq!(counted.status, read_all.status);
+    assert_eq!(counted.effects, read_all.effects);
+    assert_eq!(counted.report, read_all.report);
+    assert_eq!((counted.report.targeted, counted.report.upgraded), (4, 3));
+}
