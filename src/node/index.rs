@@ -287,9 +287,9 @@ impl NodeIndex {
         names.filter_map(|n| self.nodes.get(n).cloned()).collect()
     }
 
-    /// The candidates of `who` (as [`NodeIndex::candidates`]) that `rule` does not hold for, in
-    /// name order, then those of `named` it holds for (the nodes the object's own records name),
-    /// and how many candidates are left out. The unsettled are kept node by node for the last
+    /// The candidates of `who` (as [`NodeIndex::candidates`]) that `rule` does not hold for, and
+    /// those of `named` it holds for (the nodes the object's own records name), in name order as
+    /// [`NodeIndex::candidates`] gives them; and how many candidates are left out. The unsettled are kept node by node for the last
     /// rule asked: a reconcile costs what is not settled, not the whole fleet; a new rule (a new
     /// hash) looks at every candidate once.
     pub fn unsettled(
@@ -326,10 +326,11 @@ impl NodeIndex {
         let left_out = (entry.candidates.len())
             .saturating_sub(open_count)
             .saturating_sub(named_settled.len());
-        let found = (open.into_iter().flatten().map(String::as_str))
+        let mut found: Vec<Arc<NodeInfo>> = (open.into_iter().flatten().map(String::as_str))
             .chain(named_settled)
             .filter_map(|n| nodes.get(n).cloned())
             .collect();
+        found.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         (found, left_out)
     }
 
@@ -682,7 +683,7 @@ mod tests {
         let named = unsettled(&mut i, "h1", &["a1", "b1"]);
         assert_eq!(
             named,
-            (vec!["a2".into(), "a1".into()], 0),
+            (vec!["a1".into(), "a2".into()], 0),
             "b1 is no candidate"
         );
         i.apply(labelled("a2", "a", &[h1]));

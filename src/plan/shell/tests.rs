@@ -526,7 +526,7 @@ async fn nodes_at_the_hash_are_counted_not_read() {
     let now = Timestamp::now();
     let observed = op.observe(&w.plan, now).await.expect("observed");
     let read: Vec<&str> = observed.nodes.iter().map(|n| n.name.as_str()).collect();
-    assert_eq!(read, ["n4", "n1"]);
+    assert_eq!(read, ["n1", "n4"]);
     assert_eq!(observed.settled.as_ref().map(|s| s.count), Some(2));
     assert_eq!(op.size(&observed), 4, "the interval is the Plan's size's");
     let budget = op.shared.budget_for(&core::holder(&w.plan));
