@@ -355,8 +355,17 @@ async fn the_reboots_kured_started_are_taken_over_and_finished_when_it_is_uninst
         .expect("uninstall kured");
     let mut rebooted = std::collections::BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // From then until it is uncordoned, kured's cordon on n0 is recorded as the policy's.
+    let record = |n: &k8s_openapi::api::core::v1::Node| {
+        (n.metadata.annotations.as_ref())
+            .and_then(|a| a.get("slipway.dev/cordoned-by"))
+            .cloned()
+    };
+    let mut recorded = false;
     while rebooted.len() < 2 {
         let ns = s.ns.name();
+        let n0_now = rbp::node(client, &n0).await;
+        recorded |= record(&n0_now) == Some(format!("rebootpolicy/{policy}"));
         crate::support::reboots::play_reboots(ns, client, &policy, &mut rebooted).await;
         assert!(
             std::time::Instant::now() < deadline,
@@ -368,6 +377,9 @@ async fn the_reboots_kured_started_are_taken_over_and_finished_when_it_is_uninst
     assert_eq!(rebooted, [n0.clone(), n1.clone()].into_iter().collect());
     rbp::wait_all_done(client, api, &policy, &[n0.clone(), n1.clone()]).await;
     assert_ne!(support::current_boot_id(client, &n0).await, n0_boot);
+    assert!(recorded, "n0's cordon was never recorded as the policy's");
+    let n0_after = rbp::node(client, &n0).await;
+    assert!(!rbp::cordoned(&n0_after) && record(&n0_after).is_none());
     assert!(
         rbp::cordoned(&rbp::node(client, &n2).await),
         "n2 stays cordoned"

@@ -27,6 +27,7 @@ use super::nodes::{NodeSteps, NodeView, RebootAction, rebooting};
 use super::spec::PolicySettings;
 use super::state::RebootState;
 use crate::common::rfc3339;
+use crate::node::cordon;
 use crate::node::handoff::Handoff;
 use crate::reboot_policy::api::RebootRecord;
 
@@ -207,8 +208,15 @@ pub(super) fn advance(
                 handoff: Handoff::start(before, now),
             };
             rebooting(settings, name, next, view, now, d);
+            // Not when it finished at once: the uncordon comes before the record would.
+            if d.states.contains_key(name) {
+                own_cordon(name, cordoned, view, d);
+            }
         }
-        (KuredView::Gone, _) => finish_for_kured(name, before, cordoned, view, now, d),
+        (KuredView::Gone, _) => {
+            own_cordon(name, cordoned, view, d);
+            finish_for_kured(name, before, cordoned, view, now, d);
+        }
         (KuredView::Off | KuredView::Unreadable(_), _) => {
             let why = match &settings.kured {
                 KuredView::Unreadable(why) => why.clone(),
@@ -224,6 +232,15 @@ pub(super) fn advance(
             d.keep(name, next, format!("taken over from kured; waiting: {why}"));
             d.recheck(KURED_RECHECK);
         }
+    }
+}
+
+/// kured is gone: the cordon it made is the policy's to give back now. The status' `cordoned` says
+/// so to the policy; the node's record says so to every operation (a Plan starting there does not
+/// take it for an admin's).
+fn own_cordon(name: &str, cordoned: bool, view: &NodeView<'_>, d: &mut NodeSteps) {
+    if cordoned && view.node.unschedulable && !cordon::has_record(view.node) {
+        d.act(name, RebootAction::RecordCordon);
     }
 }
 

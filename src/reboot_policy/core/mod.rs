@@ -270,6 +270,11 @@ fn into_decision(
     let views = input.views_by_name();
     let mut decision = RebootDecision::keep(status);
     decision.waiting = steps.waiting;
+    let grace_period_seconds = spec
+        .drain
+        .as_ref()
+        .and_then(|(_, o)| o.grace_period_seconds);
+    let mine = cordon::record(&CordonOwner::Operation(me.clone()));
     for (node, action) in steps.actions {
         let view = views.get(node.as_str()).copied();
         let effect = match action {
@@ -289,26 +294,24 @@ fn into_decision(
                 NodeChange::of(&node).annotation(CONDITION_HANDLED, Some(&marker)),
             ),
             RebootAction::Cordon => RebootEffect::Cordon(NodeChange {
-                annotations: cordon::record(&CordonOwner::Operation(me.clone())),
+                annotations: mine.clone(),
                 ..NodeChange::of(&node).cordon(true)
+            }),
+            RebootAction::RecordCordon => RebootEffect::Annotate(NodeChange {
+                annotations: mine.clone(),
+                ..NodeChange::of(&node)
             }),
             RebootAction::Drain => RebootEffect::Evict {
                 pods: view
                     .and_then(|v| v.drain.as_ref())
                     .map(|d| d.to_evict.clone())
                     .unwrap_or_default(),
-                grace_period_seconds: spec
-                    .drain
-                    .as_ref()
-                    .and_then(|(_, o)| o.grace_period_seconds),
+                grace_period_seconds,
                 node,
             },
             RebootAction::DeletePods(pods) => RebootEffect::Delete {
                 pods,
-                grace_period_seconds: spec
-                    .drain
-                    .as_ref()
-                    .and_then(|(_, o)| o.grace_period_seconds),
+                grace_period_seconds,
                 node,
             },
             RebootAction::Reboot { signal, before } => RebootEffect::Reboot {

@@ -85,6 +85,8 @@ pub enum RebootAction {
     MarkConditions(String),
     /// Cordon the node (it was schedulable).
     Cordon,
+    /// Record on the node that its cordon is the policy's: one kured made, kured being gone.
+    RecordCordon,
     /// Evict the pods the drain still has to move.
     Drain,
     /// Delete these pods: the drain's timeout passed (`onDrainTimeout: DeletePods`).

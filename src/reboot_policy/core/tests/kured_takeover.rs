@@ -206,7 +206,17 @@ fn kured_uninstalled_after_the_reboot_the_node_is_handed_off_and_uncordoned() {
         "not Ready yet: {:?}",
         d.states
     );
-    assert!(actions_of(&d, "a").is_empty(), "no reboot asked for");
+    assert_eq!(
+        actions_of(&d, "a"),
+        [&RebootAction::RecordCordon],
+        "no reboot asked for; kured's cordon recorded as the policy's"
+    );
+    let recorded = NodeInfo {
+        annotations: BTreeMap::from([(cordon::CORDONED_BY.into(), "rebootpolicy/p".into())]),
+        ..back.clone()
+    };
+    let d = run(&gone, &taken("a", true), &[view(&recorded)], at(60));
+    assert!(actions_of(&d, "a").is_empty(), "recorded once");
     back.ready = true;
     let d = run(&gone, &taken("a", true), &[view(&back)], at(60));
     assert!(d.states.is_empty());
@@ -234,8 +244,8 @@ fn kured_uninstalled_before_the_reboot_the_policy_drains_and_reboots_the_node() 
     assert_eq!(d.states.get("a"), Some(&draining));
     assert_eq!(
         actions_of(&d, "a"),
-        [&RebootAction::Drain],
-        "already cordoned"
+        [&RebootAction::RecordCordon, &RebootAction::Drain],
+        "already cordoned, by kured: now the policy's"
     );
     // kured had taken the lock but not cordoned yet: the policy cordons.
     let d = run(&gone, &taken("a", true), &[view(&node("a"))], at(60));
