@@ -392,15 +392,10 @@ fn plan_change(nodes: &[NodeInfo]) -> Duration {
     let secrets = BTreeMap::new();
     let reconcile = |index: &mut NodeIndex| {
         let hash = settled::target_hash(&p, &secrets, None, now()).unwrap_or_default();
-        let named = settled::Named::of(&p, &[], &[]);
-        let mut names: BTreeSet<&str> = named.names;
-        let by_hostname: Vec<String> = (named.hostnames.iter())
-            .filter_map(|h| index.node_of_hostname(h).map(str::to_string))
-            .collect();
-        names.extend(by_hostname.iter().map(String::as_str));
+        let named = settled::named(&p, &[], &[]);
         let rule = settled::rule(&p, &hash);
         let interest = || plan_core::interest(&p);
-        let (read, count) = index.unsettled(&who, "uid-change", Some(1), interest, &rule, &names);
+        let (read, count) = index.unsettled(&who, "uid-change", Some(1), interest, &rule, &named);
         let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
         let settled = SettledNodes { hash, count };
         let budget = Budget::unlimited();

@@ -48,6 +48,14 @@ impl Settled {
     }
 }
 
+/// The nodes an object's own records name, by node name and by `kubernetes.io/hostname`: its
+/// decision reads them whatever [`Settled`] says.
+#[derive(Debug, Default)]
+pub struct Named<'a> {
+    pub names: BTreeSet<&'a str>,
+    pub hostnames: BTreeSet<&'a str>,
+}
+
 #[derive(Debug)]
 struct Entry {
     uid: String,
@@ -288,7 +296,7 @@ impl NodeIndex {
     }
 
     /// The candidates of `who` (as [`NodeIndex::candidates`]) that `rule` does not hold for, and
-    /// those of `named` it holds for (the nodes the object's own records name), in name order as
+    /// those of `named` it holds for, in name order as
     /// [`NodeIndex::candidates`] gives them; and how many candidates are left out. The unsettled are kept node by node for the last
     /// rule asked: a reconcile costs what is not settled, not the whole fleet; a new rule (a new
     /// hash) looks at every candidate once.
@@ -299,9 +307,13 @@ impl NodeIndex {
         generation: Option<i64>,
         interest: impl FnOnce() -> Interest,
         rule: &Settled,
-        named: &BTreeSet<&str>,
+        named: &Named<'_>,
     ) -> (Vec<Arc<NodeInfo>>, usize) {
         self.refresh(who, uid, generation, interest);
+        let by_hostname = (named.hostnames.iter()).filter_map(|h| self.hostnames.get(*h));
+        let named: BTreeSet<&str> = (named.names.iter().copied())
+            .chain(by_hostname.map(String::as_str))
+            .collect();
         let nodes = &self.nodes;
         let Some(entry) = self.entries.get_mut(who) else {
             return (Vec::new(), 0);
@@ -654,7 +666,10 @@ mod tests {
     /// of the others.
     fn unsettled(i: &mut NodeIndex, hash: &str, named: &[&str]) -> (Vec<String>, usize) {
         ask(i, "pa", "a", 1);
-        let named: BTreeSet<&str> = named.iter().copied().collect();
+        let named = Named {
+            names: named.iter().copied().collect(),
+            ..Named::default()
+        };
         let (nodes, left) = i.unsettled(
             &key("pa"),
             "uid-pa",

@@ -10,7 +10,7 @@
 //!
 //! [`NodeIndex::unsettled`]: crate::node::index::NodeIndex::unsettled
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use super::status::{self, Resolving};
 use super::{ChannelAnswer, Rollout, rfc3339};
-use crate::node::index::Settled;
+use crate::node::index::{Named, Settled};
 use crate::plan::api::{Plan, labels};
 use crate::plan::core::failure;
 
@@ -62,33 +62,25 @@ pub fn rule(plan: &Plan, hash: &str) -> Settled {
 
 /// The nodes the Plan's own records name: by hostname (its status) and by name (its Jobs and
 /// pods). A decision reads them whatever their labels say.
-#[derive(Debug, Default)]
-pub struct Named<'a> {
-    pub hostnames: BTreeSet<&'a str>,
-    pub names: BTreeSet<&'a str>,
-}
-
-impl<'a> Named<'a> {
-    pub fn of(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a> {
-        let status = plan.status.iter();
-        let hostnames = (status.clone().flat_map(|s| s.applying.iter()))
-            .chain(status.flat_map(|s| s.nodes.iter().map(|p| &p.name)))
-            .map(String::as_str)
-            .collect();
-        let labelled = |labels: Option<&'a BTreeMap<String, String>>| {
-            labels.and_then(|l| l.get(labels::NODE)).map(String::as_str)
-        };
-        let names = (jobs.iter())
-            .filter_map(|j| labelled(j.metadata.labels.as_ref()))
-            .chain(pods.iter().flat_map(|p| {
-                let scheduled = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-                labelled(p.metadata.labels.as_ref())
-                    .into_iter()
-                    .chain(scheduled)
-            }))
-            .collect();
-        Named { hostnames, names }
-    }
+pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a> {
+    let status = plan.status.iter();
+    let hostnames = (status.clone().flat_map(|s| s.applying.iter()))
+        .chain(status.flat_map(|s| s.nodes.iter().map(|p| &p.name)))
+        .map(String::as_str)
+        .collect();
+    let labelled = |labels: Option<&'a BTreeMap<String, String>>| {
+        labels.and_then(|l| l.get(labels::NODE)).map(String::as_str)
+    };
+    let names = (jobs.iter())
+        .filter_map(|j| labelled(j.metadata.labels.as_ref()))
+        .chain(pods.iter().flat_map(|p| {
+            let scheduled = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            labelled(p.metadata.labels.as_ref())
+                .into_iter()
+                .chain(scheduled)
+        }))
+        .collect();
+    Named { hostnames, names }
 }
 
 #[cfg(test)]

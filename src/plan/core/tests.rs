@@ -224,7 +224,7 @@ impl World {
     /// Every decision of these tests is made again as the controller makes it, with the settled
     /// nodes counted instead of read, and must be the same.
     fn assert_settled_change_nothing(&self, input: &PlanInput<'_>, d: &PlanDecision) {
-        use crate::plan::core::settled::{Named, SettledNodes, rule, target_hash};
+        use crate::plan::core::settled::{SettledNodes, named, rule, target_hash};
         let channel = input.channel.as_ref();
         let Some(hash) = target_hash(input.plan, input.secrets, channel, self.now) else {
             return;
@@ -234,7 +234,7 @@ impl World {
         let pods: Vec<&Pod> = (input.reboot_pods.iter().chain(input.pull_pods))
             .copied()
             .collect();
-        let named = Named::of(input.plan, &all_jobs, &pods);
+        let named = named(input.plan, &all_jobs, &pods);
         let (read, left): (Vec<&NodeInfo>, Vec<&NodeInfo>) = input.nodes.iter().partition(|n| {
             !rule.holds(n)
                 || named.hostnames.contains(n.hostname())

@@ -1,7 +1,6 @@
 //! The nodes a Plan's decision reads: from the node index, with this process' patches laid over
 //! them, and the settled ones counted instead of read (see [`core::settled`]).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -42,25 +41,17 @@ impl PlanOperation {
         let pods: Vec<&Pod> = (reboot_pods.iter().map(AsRef::as_ref))
             .chain(pull_pods)
             .collect();
-        let named = core::settled::Named::of(plan, &jobs, &pods);
         let patched = self.expect.patched_nodes();
-        let mut index = self.shared.nodes_mut();
-        let by_hostname: Vec<String> = (named.hostnames.iter())
-            .filter_map(|h| index.node_of_hostname(h).map(str::to_string))
-            .collect();
-        let names: BTreeSet<&str> = (named.names.iter().copied())
-            .chain(by_hostname.iter().map(String::as_str))
-            .chain(patched.iter().map(String::as_str))
-            .collect();
-        let (nodes, count) = index.unsettled(
+        let mut named = core::settled::named(plan, &jobs, &pods);
+        named.names.extend(patched.iter().map(String::as_str));
+        let (nodes, count) = self.shared.nodes_mut().unsettled(
             &core::holder(plan),
             plan.metadata.uid.as_deref().unwrap_or_default(),
             plan.metadata.generation,
             || core::interest(plan),
             &core::settled::rule(plan, &hash),
-            &names,
+            &named,
         );
-        drop(index);
         (self.overlaid(nodes), Some(SettledNodes { hash, count }))
     }
 

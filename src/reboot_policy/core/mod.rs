@@ -274,10 +274,9 @@ fn into_decision(
         .drain
         .as_ref()
         .and_then(|(_, o)| o.grace_period_seconds);
-    let mine = cordon::record(&CordonOwner::Operation(me.clone()));
     for (node, action) in steps.actions {
         let view = views.get(node.as_str()).copied();
-        let effect = match action {
+        match action {
             RebootAction::Event {
                 warning,
                 reason,
@@ -288,40 +287,15 @@ fn into_decision(
                     false => Event::normal(reason, message),
                 };
                 decision.events.push(event.on(&node));
-                continue;
             }
-            RebootAction::MarkConditions(marker) => RebootEffect::Annotate(
-                NodeChange::of(&node).annotation(CONDITION_HANDLED, Some(&marker)),
-            ),
-            RebootAction::Cordon => RebootEffect::Cordon(NodeChange {
-                annotations: mine.clone(),
-                ..NodeChange::of(&node).cordon(true)
-            }),
-            RebootAction::RecordCordon => RebootEffect::Annotate(NodeChange {
-                annotations: mine.clone(),
-                ..NodeChange::of(&node)
-            }),
-            RebootAction::Drain => RebootEffect::Evict {
-                pods: view
-                    .and_then(|v| v.drain.as_ref())
-                    .map(|d| d.to_evict.clone())
-                    .unwrap_or_default(),
+            action => (decision.effects).extend(node_effect(
+                &me,
+                node,
+                action,
+                view,
                 grace_period_seconds,
-                node,
-            },
-            RebootAction::DeletePods(pods) => RebootEffect::Delete {
-                pods,
-                grace_period_seconds,
-                node,
-            },
-            RebootAction::Reboot { signal, before } => RebootEffect::Reboot {
-                node,
-                signal,
-                before,
-            },
-            RebootAction::Finish { signal, uncordon } => finish(&me, node, signal, uncordon, view),
-        };
-        decision.effects.push(effect);
+            )),
+        }
     }
     decision.holds = steps
         .states
@@ -339,6 +313,50 @@ fn into_decision(
         rebooting: steps.rebooting,
     };
     decision
+}
+
+/// What the policy does to a node for `action` (`None` for an event, which is no node's).
+fn node_effect(
+    me: &Holder,
+    node: String,
+    action: RebootAction,
+    view: Option<&NodeView<'_>>,
+    grace_period_seconds: Option<i64>,
+) -> Option<RebootEffect> {
+    let mine = || cordon::record(&CordonOwner::Operation(me.clone()));
+    Some(match action {
+        RebootAction::MarkConditions(marker) => RebootEffect::Annotate(
+            NodeChange::of(&node).annotation(CONDITION_HANDLED, Some(&marker)),
+        ),
+        RebootAction::Cordon => RebootEffect::Cordon(NodeChange {
+            annotations: mine(),
+            ..NodeChange::of(&node).cordon(true)
+        }),
+        RebootAction::RecordCordon => RebootEffect::Annotate(NodeChange {
+            annotations: mine(),
+            ..NodeChange::of(&node)
+        }),
+        RebootAction::Drain => RebootEffect::Evict {
+            pods: view
+                .and_then(|v| v.drain.as_ref())
+                .map(|d| d.to_evict.clone())
+                .unwrap_or_default(),
+            grace_period_seconds,
+            node,
+        },
+        RebootAction::DeletePods(pods) => RebootEffect::Delete {
+            pods,
+            grace_period_seconds,
+            node,
+        },
+        RebootAction::Reboot { signal, before } => RebootEffect::Reboot {
+            node,
+            signal,
+            before,
+        },
+        RebootAction::Finish { signal, uncordon } => finish(me, node, signal, uncordon, view),
+        RebootAction::Event { .. } => return None,
+    })
 }
 
 /// Finishing a node: its cordon goes back if the policy made it: the node's record says so, or
