@@ -557,26 +557,13 @@ async fn the_k3s_pair_upgrades(s: &Scene, since: jiff::Timestamp, under: &str) {
     every_request_granted(s, since);
 }
 
-/// deploy/ as a user applies it, its controller a real pod on the control-plane node, and the
-/// k3s docs' server and agent Plans: the server's kubelet is replaced first, then the agent's
-/// (its prepare step reads the server Plan and the control-plane nodes with the Jobs'
-/// ServiceAccount), and no request of that ServiceAccount is refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_k3s_pair_upgrades_server_then_agents_under_deploys_rbac() {
-    let Some((s, since)) = k3s_pair_scene("k3s-deploy").await else {
-        return;
-    };
-    let mut install = support::install::Install::new(&s.cluster).await;
-    install
-        .apply_kustomization_air_gapped(&s.cluster, &repo().join("deploy"))
-        .await;
-    controller_pod_runs_on_the_server(&s).await;
-    the_k3s_pair_upgrades(&s, since, "deploy/'s RBAC").await;
-}
-
-/// The same pair with slipway installed by `helm install` of charts/slipway (the Jobs' pull
-/// policy `IfNotPresent` as a value): the chart's RBAC lets the agents' prepare step read the
-/// server Plan, and no request of the ServiceAccount is refused. Then the uninstall the chart's
+/// The k3s docs' server and agent Plans under slipway installed by `helm install` of
+/// charts/slipway (the Jobs' pull policy `IfNotPresent` as a value), its controller a real pod on
+/// the control-plane node: the server's kubelet is replaced first, then the agent's (its prepare
+/// step reads the server Plan and the control-plane nodes with the Jobs' ServiceAccount), and no
+/// request of that ServiceAccount is refused. deploy/'s RBAC is the same objects
+/// (tests/offline/chart.rs renders both and compares them exactly) and the quick start below
+/// installs deploy/'s build on these nodes, so this scene stands for both installs. Then the uninstall the chart's
 /// README gives, pasted as an operator would, finishes and leaves nothing the chart made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {

@@ -243,13 +243,14 @@ spec:
 }
 
 /// The flag file and systemd drop-in of [`a_reboot_whose_kubelet_does_not_come_back_times_out`]:
-/// the kubelet starts 150 s late, once, at the next boot.
+/// the kubelet starts 90 s late, once, at the next boot.
 const LATE_FLAG: &str = "/etc/slipway-test-late-kubelet";
 const LATE_DROP_IN: &str = "/etc/systemd/system/kubelet.service.d/50-slipway-test-late.conf";
-const LATE_SECS: u32 = 150;
+const LATE_SECS: u32 = 90;
 
-/// A Plan with `spec.reboot` (timeout 90 s) on one worker whose Job adds a systemd drop-in that
-/// holds the kubelet back 150 s at the next boot: the node reboots but does not come back in
+/// A Plan with `spec.reboot` (timeout 45 s) on one worker whose Job adds a systemd drop-in that
+/// holds the kubelet back 90 s at the next boot (the reboot itself comes on top, so the node is
+/// away well past the timeout even with KVM): the node reboots but does not come back in
 /// time, the API server still has its old boot ID; the Plan says `RebootTimedOut` naming the node
 /// (its `Complete` condition, the node's status, a Warning event) and keeps holding the node. Once
 /// the kubelet starts the node is back with a new boot ID and the rollout finishes; the drop-in
@@ -298,7 +299,7 @@ spec:
     command: [sh, -c]
     args: [{script}]
   reboot:
-    timeout: 90s
+    timeout: 45s
 "#,
         version = version_of(&s),
         pool = s.pool,

@@ -15,7 +15,8 @@
 #                    node-role.kubernetes.io/* labels work too)
 #   --image ARCHIVE  an OCI or Docker image archive imported into the guest's containerd before
 #                    its kubelet starts, at every boot (slipway's own image from scripts/image.sh)
-#   --memory MIB     guest memory (default 1024); --cpus N: virtual CPUs (default 2)
+#   --memory MIB     guest memory (default 1024); --cpus N: virtual CPUs (default 2 with KVM, 1
+#                    under emulation)
 #   --no-wait        return once QEMU runs
 #
 # The guest's files are in CLUSTER_DIR/guests/NAME (console.log is its serial console), its QEMU
@@ -35,7 +36,7 @@ usage() {
 [ $# -ge 2 ] || usage
 dir=$1 name=$2
 shift 2
-control_plane=false wait=true memory=1024 cpus=2 labels=() images=()
+control_plane=false wait=true memory=1024 cpus='' labels=() images=()
 while [ $# -gt 0 ]; do
   case "$1" in
   --control-plane) control_plane=true ;;
@@ -76,6 +77,13 @@ g="$dir/guests/$name"
 start_time=$SECONDS
 image=$("$here/build.sh" | tail -n 1)
 accel=$(accel "$image/vmlinuz")
+# Under emulation one virtual CPU: with two, a guest rebooted beside a loaded host once hung in its
+# kernel for good (an RCU stall on CPU 0, "timer wakeup didn't happen" on CPU 1, 2026-11-27), and
+# two guests of two vCPUs each are four threads on CI's two cores.
+if [ -z "$cpus" ]; then
+  cpus=1
+  [ "$accel" = kvm ] && cpus=2
+fi
 
 # An index per guest of this cluster: its pod subnet is GUEST_POD_PREFIX.<index>.0/24.
 mkdir -p "$dir/guests"

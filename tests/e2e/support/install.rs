@@ -70,21 +70,11 @@ impl Install {
             .unwrap_or_else(|e| panic!("kubectl apply -k {dir}: {e}"));
     }
 
-    /// `kubectl apply -k <dir>` for a cluster whose nodes reach no registry (the real nodes): the
-    /// same objects, but the ConfigMap's `SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY` is `IfNotPresent`,
-    /// as an operator of an air-gapped cluster sets it (SUC's manifest's `Always` would ask a
-    /// registry for every Job's images).
-    pub async fn apply_kustomization_air_gapped(&mut self, cluster: &Cluster, dir: &Path) {
-        let dir = dir.display().to_string();
-        let rendered = cluster
-            .kubectl(&["kustomize", &dir])
-            .await
-            .unwrap_or_else(|e| panic!("kubectl kustomize {dir}: {e}"));
-        self.apply_air_gapped(cluster, &rendered, &dir).await;
-    }
-
-    /// `kubectl apply -f <manifest>` (`what` names it), air-gapped as
-    /// [`Install::apply_kustomization_air_gapped`] is; its objects are removed at the end.
+    /// `kubectl apply -f <manifest>` (`what` names it) for a cluster whose nodes reach no
+    /// registry (the real nodes): the same objects, but the ConfigMap's
+    /// `SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY` is `IfNotPresent`, as an operator of an air-gapped
+    /// cluster sets it (SUC's manifest's `Always` would ask a registry for every Job's images).
+    /// Its objects are removed at the end.
     pub async fn apply_air_gapped(&mut self, cluster: &Cluster, manifest: &str, what: &str) {
         let air_gapped = air_gapped(manifest);
         self.record(&air_gapped);
