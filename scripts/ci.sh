@@ -79,24 +79,12 @@ finish() {
 trap finish EXIT
 
 # --- the build -------------------------------------------------------------------------------
-# Go tools, in the background, in the order the run needs them: the local cluster and the real
-# nodes' guest image (its kubelet from the cluster's module) first, since the end-to-end scenes
-# start as soon as those and the compile are there; then, at a lower priority beside the first
-# scenes, SUC (the differential test), Helm and Alertmanager (scenes that need one before it is
-# built wait for it: each build script holds a lock while it builds), promtool, kstatus and the
-# image checker (the offline tests and the release check).
-e2e_tools=$ci/e2e-tools-ready
+# Go tools, in the background: the local cluster and the real nodes' guest image (its kubelet from
+# the cluster's module) first, as the end-to-end scenes start as soon as those and the compile are
+# there; the other tools after them (below).
 (
   phase cluster-binaries tests/cluster/build.sh
   phase real-nodes tests/nodes/build.sh
-  touch "$e2e_tools"
-  renice -n 5 -p "$BASHPID" >/dev/null
-  phase suc tests/compat/build.sh
-  phase helm tests/tools/helm/build.sh
-  phase alertmanager tests/tools/alertmanager/build.sh
-  phase promtool tests/tools/promtool/build.sh
-  phase kstatus tests/tools/kstatus/build.sh
-  phase ocicheck tests/tools/ocicheck.sh
 ) &
 tools=$!
 
@@ -137,15 +125,25 @@ SHOW=1 phase doc cargo test --locked --target "$target" --doc
 # image and this compile are there; the arm64 build, the other tools, the offline tests and the
 # release check run beside them at a lower priority. A failure from here on is reported once the
 # scenes are done (no scene is cut short, no guest left running).
-while [ ! -e "$e2e_tools" ]; do
-  if ! kill -0 "$tools" 2>/dev/null; then
-    wait "$tools" || true
-    tools=""
-    say "the cluster's or the real nodes' build failed (its log is in $logs)"
-    exit 1
-  fi
-  sleep 2
-done
+if ! wait "$tools"; then
+  tools=""
+  say "the cluster's or the real nodes' build failed (its log is in $logs)"
+  exit 1
+fi
+# The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
+# and Alertmanager (a scene that needs one before it is built waits: each build script holds a
+# lock while it builds), promtool and kstatus (the offline tests), the image checker (the release
+# check).
+(
+  renice -n 5 -p "$BASHPID" >/dev/null
+  phase suc tests/compat/build.sh
+  phase helm tests/tools/helm/build.sh
+  phase alertmanager tests/tools/alertmanager/build.sh
+  phase promtool tests/tools/promtool/build.sh
+  phase kstatus tests/tools/kstatus/build.sh
+  phase ocicheck tests/tools/ocicheck.sh
+) &
+tools=$!
 PATH="$(tests/cluster/build.sh):$PATH"
 export PATH
 # The real nodes import the image this run built.

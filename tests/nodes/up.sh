@@ -77,7 +77,7 @@ g="$dir/guests/$name"
 start_time=$SECONDS
 image=$("$here/build.sh" | tail -n 1)
 accel=$(accel "$image/vmlinuz")
-# Under emulation one virtual CPU: with two, a guest rebooted beside a loaded host once hung in its
+# Under emulation one virtual CPU: with two, a guest rebooted on an idle host once hung in its
 # kernel for good (an RCU stall on CPU 0, "timer wakeup didn't happen" on CPU 1, 2026-11-27), and
 # two guests of two vCPUs each are four threads on CI's two cores.
 if [ -z "$cpus" ]; then

@@ -8,11 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 key=$(cat "$here/ocicheck/go.sum" "$here/ocicheck/main.go" | sha256sum | cut -c1-12)
 cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
 bin="$cache_root/ocicheck-$key/bin/ocicheck"
-# One build at a time: a scene that asks for the tool while CI's background chain is building it
-# waits for that build instead of starting its own.
-mkdir -p "$(dirname "$bin")"
-exec 9>"$(dirname "$bin").lock"
-flock 9
+# shellcheck source=build-lock.sh
+source "$here/build-lock.sh"
+build_lock "$bin"
 if [ ! -x "$bin" ]; then
   command -v go >/dev/null 2>&1 || { echo "ocicheck build: the Go toolchain is required (Go >= 1.26)" >&2; exit 1; }
   echo "ocicheck build: building the image checker (go-containerregistry; first use, cached in $(dirname "$bin"))" >&2

@@ -11,11 +11,9 @@ if [ -z "$version" ]; then
 fi
 cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
 bin="$cache_root/kstatus-$version/bin/kstatus"
-# One build at a time: a scene that asks for the tool while CI's background chain is building it
-# waits for that build instead of starting its own.
-mkdir -p "$(dirname "$bin")"
-exec 9>"$(dirname "$bin").lock"
-flock 9
+# shellcheck source=build-lock.sh
+source "$here/../build-lock.sh"
+build_lock "$bin"
 if [ ! -x "$bin" ]; then
   command -v go >/dev/null 2>&1 || { echo "kstatus build: the Go toolchain is required (Go >= 1.26)" >&2; exit 1; }
   echo "kstatus build: building the kstatus checker (sigs.k8s.io/cli-utils $version; first use; cached in $(dirname "$bin"))" >&2

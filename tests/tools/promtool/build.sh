@@ -7,11 +7,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
 cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
 bin="$cache_root/promtool-$PROMETHEUS_MODULE_VERSION/bin/promtool"
-# One build at a time: a scene that asks for the tool while CI's background chain is building it
-# waits for that build instead of starting its own.
-mkdir -p "$(dirname "$bin")"
-exec 9>"$(dirname "$bin").lock"
-flock 9
+# shellcheck source=build-lock.sh
+source "$here/../build-lock.sh"
+build_lock "$bin"
 if [ ! -x "$bin" ]; then
   command -v go >/dev/null 2>&1 || { echo "promtool build: the Go toolchain is required (Go >= 1.26)" >&2; exit 1; }
   echo "promtool build: building promtool (github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION; first use; cached in $(dirname "$bin"))" >&2
