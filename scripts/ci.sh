@@ -27,8 +27,11 @@ rm -rf "$ci"
 mkdir -p "$logs"
 phases=$ci/phases.tsv
 export SLIPWAY_TEST_REPORT=$ci/scenes.tsv
+# Every wait of a second or more inside a scene (tests/e2e/support's wait_for): scene, what, seconds.
+export SLIPWAY_TEST_WAITS=$ci/waits.tsv
 : >"$phases"
 : >"$SLIPWAY_TEST_REPORT"
+: >"$SLIPWAY_TEST_WAITS"
 started=$(date +%s)
 
 say() { echo "ci: $*" >&2; }
@@ -66,6 +69,11 @@ report() {
       sort -t$'\t' -k4,4nr "$SLIPWAY_TEST_REPORT" |
         awk -F'\t' '{ printf "%-72s %-7s %6.1f %6.1f\n", $2, $3, $4, $5 }'
       awk -F'\t' '{ n++; s += $4; if ($3 != "ok") f++ } END { printf "%d scenes, %d not ok, %.0f scene-seconds\n", n, f, s }' "$SLIPWAY_TEST_REPORT"
+    fi
+    if [ -s "$SLIPWAY_TEST_WAITS" ]; then
+      echo "-- the 25 longest waits inside scenes (seconds; all in $SLIPWAY_TEST_WAITS) --"
+      sort -t$'\t' -k3,3nr "$SLIPWAY_TEST_WAITS" | head -n 25 |
+        awk -F'\t' '{ printf "%-60s %-56s %6.1f\n", substr($1, 1, 60), substr($2, 1, 56), $3 }'
     fi
     echo "total: ${total}s ($((total / 60)) min $((total % 60)) s)"
   } | tee "$ci/report.txt" >&2

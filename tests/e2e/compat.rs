@@ -30,6 +30,7 @@ use std::time::Duration;
 use crate::support::process::ChildProcess;
 use crate::support::scene::{POOL_LABEL as SCENE_POOL, Scene};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -313,6 +314,7 @@ pub(crate) async fn begin(
     who: &str,
 ) -> Begun {
     let (client, ns) = (&s.client, s.ns.name());
+    no_node_left(client).await;
     // In the scene's pool, so that the scene removes them if it fails half-way.
     let nodes: Vec<Node> = NODES
         .iter()
@@ -375,6 +377,44 @@ pub(crate) async fn begin(
     }
 }
 
+/// Waits until no node of [`NODES`] is left from an earlier run (this scene's first, or the
+/// migration scene's on the same cluster) and their node Leases are gone too. kwok v0.8.0 keeps
+/// the owner a Lease already has, so a node made again under its old name keeps the old node's
+/// Lease until the garbage collector deletes it, at a time of its own, and kwok skips the pods
+/// of a node whose Lease it does not hold. The likeliest cause of a CI run (2026-11-27) where
+/// the pods on both workers made again were never run and the Plans waited 180 s; the pods on
+/// the third node ran.
+async fn no_node_left(client: &kube::Client) {
+    let nodes = Api::<Node>::all(client.clone());
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease");
+    support::wait_for(
+        "the nodes and node Leases of an earlier run to go",
+        Duration::from_secs(120),
+        || async {
+            let mut left = Vec::new();
+            for (name, _) in NODES {
+                if nodes.get_opt(name).await?.is_some() {
+                    left.push(format!("node {name}"));
+                } else if leases.get_opt(name).await?.is_some() {
+                    // The garbage collector would delete it as well, at a time of its own.
+                    match leases.delete(name, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    left.push(format!("lease {name}"));
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{left:?}"))
+            }
+        },
+    )
+    .await;
+}
+
 async fn wait_crd(cluster: &support::Cluster) {
     support::wait_for("the Plan CRD", Duration::from_secs(60), || async {
         cluster
@@ -408,13 +448,44 @@ pub(crate) async fn settle(client: &kube::Client, ns: &str, log: &Path) {
             return Ok(());
         }
         Err(anyhow::anyhow!(
-            "{}\npods not finished:\n{}\n{}",
+            "{}\npods not finished:\n{}\nnode Leases:\n{}\n{}",
             unsettled.join("\n"),
             unfinished_pods(&pods, ns).await?.join("\n"),
+            lease_owners(client).await?.join("\n"),
             support::log_tail(log)
         ))
     })
     .await
+}
+
+/// Each node's Lease: its holder and whether its owner is the node there now (kwok runs the
+/// pods of a node only while it holds that node's Lease).
+async fn lease_owners(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease");
+    let nodes = Api::<Node>::all(client.clone());
+    let mut out = Vec::new();
+    for (name, _) in NODES {
+        let uid = nodes.get_opt(name).await?.and_then(|n| n.metadata.uid);
+        let line = match leases.get_opt(name).await? {
+            None => format!("{name}: no Lease"),
+            Some(l) => {
+                let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+                let owners: Vec<String> = (l.metadata.owner_references.iter().flatten())
+                    .map(|o| {
+                        let now = if Some(&o.uid) == uid.as_ref() {
+                            ""
+                        } else {
+                            " (gone)"
+                        };
+                        format!("{}{now}", o.uid)
+                    })
+                    .collect();
+                format!("{name}: held by {holder:?}, owners {owners:?}")
+            }
+        };
+        out.push(line);
+    }
+    Ok(out)
 }
 
 /// The Jobs' pods not finished: where each is and why not (the Jobs wait on them).

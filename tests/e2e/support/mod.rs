@@ -721,6 +721,31 @@ pub async fn release_held_pod(client: &Client, ns: &str, node: &str) {
     .unwrap_or_else(|e| panic!("releasing pod {held}: {e}"));
 }
 
+/// Appends a wait of a second or more to the file `SLIPWAY_TEST_WAITS` names (CI's
+/// `target/ci/waits.tsv`): the scene (libtest names the thread that runs a test's body after it),
+/// what it waited for and the seconds, so a run shows where each scene's time went.
+fn record_wait(description: &str, took: Duration) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("SLIPWAY_TEST_WAITS") else {
+        return;
+    };
+    if took < Duration::from_secs(1) {
+        return;
+    }
+    let scene = std::thread::current().name().unwrap_or("?").to_string();
+    // The first line of the description: some name a whole object.
+    let what = description.lines().next().unwrap_or_default();
+    let line = format!("{scene}\t{what}\t{:.1}\n", took.as_secs_f64());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        // One write of a short line: lines from scenes side by side do not interleave.
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
 /// Polls `check` every 200 ms until it returns `Ok(value)`, and returns that value. `Err(seen)`
 /// means "not yet": `seen` should describe what was observed (or be the API error). After
 /// `timeout` it panics with `description` and the last `seen`.
@@ -742,7 +767,10 @@ where
     loop {
         attempts += 1;
         let last = match check().await {
-            Ok(value) => return value,
+            Ok(value) => {
+                record_wait(description, start.elapsed());
+                return value;
+            }
             Err(seen) => seen.to_string(),
         };
         if start.elapsed() >= timeout {
