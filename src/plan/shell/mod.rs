@@ -9,6 +9,7 @@
 
 pub mod channel;
 pub mod expect;
+mod lean_job;
 mod nodes;
 mod observe;
 mod watch;

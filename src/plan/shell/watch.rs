@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -17,6 +17,7 @@ use kube::{Api, Client};
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::plan::api::{Plan, labels};
+use crate::plan::shell::lean_job::LeanJob;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::{HoldSource, HolderObject, ReadyFuture, ready};
 
@@ -115,12 +116,13 @@ pub fn watch(
     let ns = namespace;
     let mine = format!("{}={}", labels::CONTROLLER, controller_name);
     let (jobs, job_writer) = reflector::store();
+    // Decoded without what the cache would drop (`prune_job`), not decoded whole and pruned.
     let job_events = watcher(
-        Api::<Job>::namespaced(client.clone(), ns),
+        Api::<LeanJob>::namespaced(client.clone(), ns),
         watcher::Config::default().labels(&mine),
     )
     .default_backoff()
-    .modify(prune_job)
+    .map_ok(LeanJob::into_job_event)
     .reflect(job_writer);
     let (secrets, secret_writer) = reflector::store();
     let secret_changes = watcher(
@@ -202,8 +204,10 @@ pub(crate) fn pod_view(p: &Pod) -> u64 {
     digest((&p.metadata.uid, p.metadata.deletion_timestamp.is_some()))
 }
 
-/// Keeps what decisions read of a Job: the pod template is rendered by slipway and compared by
-/// its hash annotation, so the cache need not hold it.
+/// What decisions read of a Job: the pod template is rendered by slipway and compared by its hash
+/// annotation, so the cache need not hold it. The watch decodes Jobs this way at once
+/// ([`LeanJob`]); its tests hold it to this.
+#[cfg(test)]
 pub(crate) fn prune_job(job: &mut Job) {
     job.metadata.managed_fields = None;
     if let Some(spec) = job.spec.as_mut() {
