@@ -343,28 +343,10 @@ impl Operation for PlanOperation {
             Some(checks) if !checks.is_empty() => self.checks.read_all(checks).await,
             _ => Vec::new(),
         };
-        let hook_jobs = self
-            .jobs
-            .state()
-            .into_iter()
-            .filter(|j| {
-                j.labels()
-                    .get(core::hooks::HOOK_PLAN_LABEL)
-                    .map(String::as_str)
-                    == Some(name)
-            })
-            .collect();
-        let stages = (plan.spec.after.iter().flatten())
-            .map(|a| StageRead {
-                plan: a.plan.clone(),
-                found: (self.plans.get(&ObjectRef::new(&a.plan).within(ns)))
-                    .map(|p| StagePlan::of(&p)),
-            })
-            .collect();
         Ok(PlanObserved {
-            stages,
+            stages: self.stages(plan, ns),
             checks,
-            hook_jobs,
+            hook_jobs: self.hook_jobs(name),
             nodes,
             settled,
             jobs,
@@ -532,6 +514,29 @@ impl Operation for PlanOperation {
 impl PlanOperation {
     /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
     /// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
+    /// The Jobs of the Plan's hooks.
+    fn hook_jobs(&self, plan: &str) -> Vec<Arc<Job>> {
+        (self.jobs.state().into_iter())
+            .filter(|j| {
+                j.labels()
+                    .get(core::hooks::HOOK_PLAN_LABEL)
+                    .map(String::as_str)
+                    == Some(plan)
+            })
+            .collect()
+    }
+
+    /// The Plans this one comes after (`spec.after`), as found in namespace `ns`.
+    fn stages(&self, plan: &Plan, ns: &str) -> Vec<StageRead> {
+        (plan.spec.after.iter().flatten())
+            .map(|a| StageRead {
+                plan: a.plan.clone(),
+                found: (self.plans.get(&ObjectRef::new(&a.plan).within(ns)))
+                    .map(|p| StagePlan::of(&p)),
+            })
+            .collect()
+    }
+
     fn owned_by(&self, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
         let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
             labels.get(key).map(String::as_str) == Some(plan)
