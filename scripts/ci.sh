@@ -72,17 +72,21 @@ report() {
     fi
     if [ -s "$SLIPWAY_TEST_WAITS" ]; then
       echo "-- the 25 longest waits inside scenes (seconds; all in $SLIPWAY_TEST_WAITS) --"
-      sort -t$'\t' -k3,3nr "$SLIPWAY_TEST_WAITS" | head -n 25 |
-        awk -F'\t' '{ printf "%-60s %-56s %6.1f\n", substr($1, 1, 60), substr($2, 1, 56), $3 }'
+      # awk stops printing rather than head stopping reading: sort must not die of SIGPIPE (141).
+      sort -t$'\t' -k3,3nr "$SLIPWAY_TEST_WAITS" |
+        awk -F'\t' 'NR <= 25 { printf "%-60s %-56s %6.1f\n", substr($1, 1, 60), substr($2, 1, 56), $3 }'
     fi
     echo "total: ${total}s ($((total / 60)) min $((total % 60)) s)"
   } | tee "$ci/report.txt" >&2
 }
 tools=""
 finish() {
+  # The run's own outcome is the exit code: the report is for reading, it never changes it.
+  local rc=$?
   # A failure in the foreground leaves no tool build running behind it.
   [ -z "$tools" ] || kill "$tools" 2>/dev/null || true
-  report
+  report || say "the report failed (exit $?); the run's outcome stands"
+  exit "$rc"
 }
 trap finish EXIT
 
