@@ -236,21 +236,22 @@ impl Chores {
             return Ok(true);
         }
         self.leading()?;
-        let nodes = self.api::<k8s_openapi::api::core::v1::Node>(None);
+        // Its answer is the whole node: decoded lean, as the node watch does.
+        let nodes = self.api::<super::lean::LeanNode>(None);
         let mut body = change.patch();
         if !change.taint_edits.is_empty() && change.taints.is_none() {
             // The taint list is replaced whole: read it, and refuse the write if it moved since.
             let Some(node) = nodes.get_opt(&change.node).await? else {
                 return Ok(false);
             };
-            let current = node
+            let current = (node.0)
                 .spec
                 .as_ref()
                 .and_then(|s| s.taints.clone())
                 .unwrap_or_default();
             if let Some(taints) = change.edited_taints(&current) {
                 body["spec"]["taints"] = json!(taints);
-                body["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+                body["metadata"]["resourceVersion"] = json!(node.0.metadata.resource_version);
             } else if body == json!({}) {
                 return Ok(true);
             }

@@ -11,6 +11,7 @@ pub mod chores;
 pub mod error;
 pub mod health;
 pub mod leader;
+pub mod lean;
 pub mod metrics;
 pub mod next_up;
 pub mod notify;

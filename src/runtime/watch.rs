@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::{Stream, StreamExt, future};
+use futures::{Stream, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{WatchEvent, WatchParams};
 use kube::runtime::watcher::InitialListStrategy;
@@ -16,6 +16,7 @@ use kube::{Api, Client, Resource};
 use tracing::{debug, info, warn};
 
 use super::ReadyFuture;
+use super::lean::LeanNode;
 use crate::node::NodeInfo;
 use crate::node::holders::Holder;
 use crate::node::index::NodeIndex;
@@ -72,7 +73,11 @@ pub async fn nodes(
         streamed = config.initial_list_strategy == InitialListStrategy::StreamingList,
         "watching nodes"
     );
-    let events = watcher(api, config).default_backoff();
+    // Decoded as the index reads them: not their images, managed fields or capacity.
+    let lean = Api::<LeanNode>::all(client.clone());
+    let events = watcher(lean, config)
+        .default_backoff()
+        .map_ok(LeanNode::into_event);
     apply_node_events(events, index, kept, triggers).await;
 }
 

@@ -4,68 +4,16 @@
 //! most of the rest their pod template, both thrown away right after; serde skips a field it
 //! does not know without building anything.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus, PodFailurePolicy, SuccessPolicy};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::runtime::watcher::Event;
 use serde::{Deserialize, Deserializer};
+
+use crate::runtime::lean::{LeanMeta, lean_resource};
 
 /// A Job without its `managedFields`, pod template, selector and uncounted pods.
 #[derive(Clone, Debug)]
 pub struct LeanJob(pub Job);
 
-impl LeanJob {
-    /// The watch's event about the Job it carries.
-    pub fn into_job_event(event: Event<LeanJob>) -> Event<Job> {
-        match event {
-            Event::Apply(j) => Event::Apply(j.0),
-            Event::Delete(j) => Event::Delete(j.0),
-            Event::Init => Event::Init,
-            Event::InitApply(j) => Event::InitApply(j.0),
-            Event::InitDone => Event::InitDone,
-        }
-    }
-}
-
-impl k8s_openapi::Resource for LeanJob {
-    const API_VERSION: &'static str = <Job as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Job as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Job as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Job as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Job as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Job as k8s_openapi::Resource>::Scope;
-}
-
-impl k8s_openapi::Metadata for LeanJob {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
-
-/// `ObjectMeta` but `managedFields`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Meta {
-    annotations: Option<BTreeMap<String, String>>,
-    creation_timestamp: Option<Time>,
-    deletion_grace_period_seconds: Option<i64>,
-    deletion_timestamp: Option<Time>,
-    finalizers: Option<Vec<String>>,
-    generate_name: Option<String>,
-    generation: Option<i64>,
-    labels: Option<BTreeMap<String, String>>,
-    name: Option<String>,
-    namespace: Option<String>,
-    owner_references: Option<Vec<OwnerReference>>,
-    resource_version: Option<String>,
-    self_link: Option<String>,
-    uid: Option<String>,
-}
+lean_resource!(LeanJob, Job);
 
 /// `JobSpec` but `template` and `selector`.
 #[derive(Deserialize)]
@@ -89,7 +37,7 @@ struct Spec {
 
 #[derive(Deserialize)]
 struct Wire {
-    metadata: Option<Meta>,
+    metadata: Option<LeanMeta>,
     spec: Option<Spec>,
     status: Option<JobStatus>,
 }
@@ -101,23 +49,7 @@ impl<'de> Deserialize<'de> for LeanJob {
             spec,
             status,
         } = Wire::deserialize(d)?;
-        let metadata = metadata.map_or_else(ObjectMeta::default, |m| ObjectMeta {
-            annotations: m.annotations,
-            creation_timestamp: m.creation_timestamp,
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-            deletion_timestamp: m.deletion_timestamp,
-            finalizers: m.finalizers,
-            generate_name: m.generate_name,
-            generation: m.generation,
-            labels: m.labels,
-            managed_fields: None,
-            name: m.name,
-            namespace: m.namespace,
-            owner_references: m.owner_references,
-            resource_version: m.resource_version,
-            self_link: m.self_link,
-            uid: m.uid,
-        });
+        let metadata = LeanMeta::into_meta(metadata);
         let spec = spec.map(|s| JobSpec {
             active_deadline_seconds: s.active_deadline_seconds,
             backoff_limit: s.backoff_limit,
@@ -287,26 +219,5 @@ mod tests {
         let text = include_str!("../../../tests/golden/k3os-latest-job.json");
         let v: Value = serde_json::from_str(text).expect("the golden Job");
         assert_eq!(lean(&v), pruned(&v));
-    }
-
-    #[test]
-    fn watch_events_carry_the_job() {
-        let job = lean(&full_job());
-        let events = [
-            Event::Apply(LeanJob(job.clone())),
-            Event::Delete(LeanJob(job.clone())),
-            Event::Init,
-            Event::InitApply(LeanJob(job.clone())),
-            Event::InitDone,
-        ];
-        let seen: Vec<Option<Job>> = (events.into_iter())
-            .map(LeanJob::into_job_event)
-            .map(|e| match e {
-                Event::Apply(j) | Event::Delete(j) | Event::InitApply(j) => Some(j),
-                Event::Init | Event::InitDone => None,
-            })
-            .collect();
-        let j = Some(job);
-        assert_eq!(seen, vec![j.clone(), j.clone(), None, j, None]);
     }
 }

@@ -122,7 +122,7 @@ pub fn watch(
         watcher::Config::default().labels(&mine),
     )
     .default_backoff()
-    .map_ok(LeanJob::into_job_event)
+    .map_ok(LeanJob::into_event)
     .reflect(job_writer);
     let (secrets, secret_writer) = reflector::store();
     let secret_changes = watcher(
