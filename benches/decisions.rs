@@ -14,6 +14,9 @@
 //! - `plan-change`: `plan-done` kept in the node index, then one node replaced (created again
 //!   without the Plan's label): the index told, then the reconcile as the controller assembles it
 //!   (the hash, the unsettled candidates and the count of the others) and its decision;
+//! - `plan-mid`: one Plan over every node at concurrency a tenth of them, rolled out to its middle
+//!   (half the nodes done, their Jobs complete and kept until their TTL, a tenth running): the
+//!   reconcile as the controller assembles it from the node index, and its decision;
 //! - `index`: the node index built from every node, then one Plan's candidates looked up.
 //!
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
@@ -25,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::batch::v1::{Job, JobCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use slipway::node::NodeInfo;
 use slipway::node::holders::Holder;
 use slipway::node::index::{Interest, NodeIndex};
@@ -75,6 +78,10 @@ fn main() {
         }
         if runs("plan-change") {
             print_line("plan-change", n, n, plan_change(&nodes));
+        }
+        if runs("plan-mid") {
+            let (took, read) = plan_mid(&nodes);
+            print_line("plan-mid", n, read, took);
         }
         if runs("index") {
             print_line("index", n, n, index(&nodes));
@@ -414,6 +421,95 @@ fn plan_change(nodes: &[NodeInfo]) -> Duration {
         }
         std::hint::black_box(reconcile(&mut index));
     })
+}
+
+/// `plan-mid`: the rollout of one Plan (concurrency a tenth of the nodes) played decision by
+/// decision, every Job completing at once, until half the nodes carry its hash; then the next
+/// reconcile as the controller makes it (the unsettled candidates from the node index, the rest
+/// counted). Also returns how many nodes that decision read.
+fn plan_mid(nodes: &[NodeInfo]) -> (Duration, usize) {
+    let mut p = plan("mid", everything());
+    p.spec.concurrency = Some((nodes.len() / 10).max(1) as i64);
+    let memo = TemplateMemo::default();
+    let mut fleet: BTreeMap<String, NodeInfo> = (nodes.iter().cloned())
+        .map(|n| (n.name.clone(), n))
+        .collect();
+    let mut jobs: Vec<Job> = Vec::new();
+    let key = labels::plan_node_label("mid");
+    let done = |fleet: &BTreeMap<String, NodeInfo>| {
+        (fleet.values())
+            .filter(|n| n.labels.contains_key(&key))
+            .count()
+    };
+    while done(&fleet) < nodes.len() / 2 {
+        let refs: Vec<&NodeInfo> = fleet.values().collect();
+        let job_refs: Vec<&Job> = jobs.iter().collect();
+        let d = decide(&p, &refs, &job_refs, &memo);
+        let created: Vec<Job> = d.create_jobs().into_iter().cloned().collect();
+        for change in d.node_patches() {
+            if let Some(n) = fleet.get_mut(&change.node) {
+                for (k, v) in &change.labels {
+                    match v {
+                        Some(v) => n.labels.insert(k.clone(), v.clone()),
+                        None => n.labels.remove(k),
+                    };
+                }
+            }
+        }
+        p.status = Some(d.status);
+        // Every Job the cluster has runs to completion before the next decision.
+        jobs.extend(created);
+        jobs.iter_mut().for_each(complete);
+    }
+    // The next wave is running.
+    let refs: Vec<&NodeInfo> = fleet.values().collect();
+    let job_refs: Vec<&Job> = jobs.iter().collect();
+    let d = decide(&p, &refs, &job_refs, &memo);
+    jobs.extend(d.create_jobs().into_iter().cloned());
+    p.status = Some(d.status);
+    let mut index = NodeIndex::new();
+    index.relist_start();
+    fleet.values().for_each(|n| index.relisted(n.clone()));
+    index.relist_done();
+    let who = Holder::Plan {
+        namespace: "system-upgrade".into(),
+        name: "mid".into(),
+    };
+    let secrets = BTreeMap::new();
+    let job_refs: Vec<&Job> = jobs.iter().collect();
+    let mut read_count = 0;
+    let mut reconcile = |index: &mut NodeIndex| {
+        let hash = settled::target_hash(&p, &secrets, None, now()).unwrap_or_default();
+        let named = settled::named(&p, &job_refs, &[]);
+        let rule = settled::rule(&p, &hash);
+        let interest = || plan_core::interest(&p);
+        let (read, count) = index.unsettled(&who, "uid-mid", Some(1), interest, &rule, &named);
+        let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
+        read_count = read.len();
+        let settled = SettledNodes { hash, count };
+        let budget = Budget::unlimited();
+        decide_under(&p, &read, Some(&settled), &job_refs, &memo, &budget)
+    };
+    // The index finds the unsettled candidates once; the reconciles after that are timed.
+    reconcile(&mut index);
+    let took = median(nodes.len(), || {
+        std::hint::black_box(reconcile(&mut index));
+    });
+    (took, read_count)
+}
+
+/// The Job as the job controller leaves it when its pod succeeded.
+fn complete(job: &mut Job) {
+    let status = job.status.get_or_insert_default();
+    if status.conditions.is_none() {
+        status.succeeded = Some(1);
+        status.conditions = Some(vec![JobCondition {
+            type_: "Complete".into(),
+            status: "True".into(),
+            last_transition_time: Some(Time(now())),
+            ..Default::default()
+        }]);
+    }
 }
 
 fn index(nodes: &[NodeInfo]) -> Duration {

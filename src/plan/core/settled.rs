@@ -1,7 +1,7 @@
 //! The nodes a Plan's decision may count instead of reading. A candidate is settled at the Plan's
 //! hash when it has a hostname, carries the Plan's label at that hash and no quarantine of the
-//! Plan, and none of the Plan's own records names it (its status, its Jobs, its reboot and pull
-//! pods). Nothing a decision does concerns such a node: it is not eligible, holds no slot and has
+//! Plan, and none of the Plan's own records names it (its status, its Jobs but those that
+//! completed, its reboot and pull pods). Nothing a decision does concerns such a node: it is not eligible, holds no slot and has
 //! no Job or pod to sweep; it counts among the targeted and upgraded nodes, and it is something
 //! the selector matches. So the controller reads the others and counts these: the node index
 //! keeps the unsettled candidates node by node ([`NodeIndex::unsettled`]), and a done Plan of
@@ -16,6 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
+use super::jobs::{Outcome, PlanJob};
 use super::status::{self, Resolving};
 use super::{ChannelAnswer, Rollout, rfc3339};
 use crate::node::index::{Named, Settled};
@@ -60,8 +61,8 @@ pub fn rule(plan: &Plan, hash: &str) -> Settled {
     }
 }
 
-/// The nodes the Plan's own records name: by hostname (its status) and by name (its Jobs and
-/// pods). A decision reads them whatever their labels say.
+/// The nodes the Plan's own records name: by hostname (its status) and by name (its Jobs that
+/// did not complete, and its pods). A decision reads them whatever their labels say.
 pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a> {
     let status = plan.status.iter();
     let hostnames = (status.clone().flat_map(|s| s.applying.iter()))
@@ -71,7 +72,13 @@ pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a
     let labelled = |labels: Option<&'a BTreeMap<String, String>>| {
         labels.and_then(|l| l.get(labels::NODE)).map(String::as_str)
     };
+    // A Job that completed names nothing: its node's progress lives in the status until the
+    // node is done, and a done node's Job waits for its TTL in the sweep, which reads Jobs, not
+    // nodes. Mid-rollout, most of a Plan's Jobs have completed.
     let names = (jobs.iter())
+        .filter(|j| {
+            !PlanJob::read(j).is_some_and(|j| matches!(j.outcome, Outcome::Complete { .. }))
+        })
         .filter_map(|j| labelled(j.metadata.labels.as_ref()))
         .chain(pods.iter().flat_map(|p| {
             let scheduled = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
