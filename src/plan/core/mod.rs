@@ -58,7 +58,7 @@ use crate::node::budget::Budget;
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
 use crate::node::reboot::HealthObservation;
-use crate::plan::api::{NodePhase, Plan};
+use crate::plan::api::{NodePhase, Plan, PlanStatus};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
 use crate::plan::core::config::JobConfig;
 
@@ -161,7 +161,8 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
         return deletion::cleanup(input);
     }
     let now_text = rfc3339(now);
-    let old = plan.status.clone().unwrap_or_default();
+    let unset = PlanStatus::default();
+    let old = plan.status.as_ref().unwrap_or(&unset);
     let mut st = old.clone();
     let mut out = Rollout::default();
     let read = node_labels::read(input);
@@ -170,7 +171,7 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
             (input.settled).is_none_or(|s| st.latest_hash.as_ref() == Some(&s.hash)),
             "nodes left out at another hash than the decision's"
         );
-        plan_nodes::roll(input, &read, now, &old, &mut st, &mut out);
+        plan_nodes::roll(input, &read, now, old, &mut st, &mut out);
     } else {
         // A version too new to roll out says so; anything else that stops a Plan is SUC's.
         let (reason, message) = match cond::get(&st, cond::LATEST_RESOLVED) {
@@ -201,7 +202,7 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     st.observed_generation = plan.metadata.generation;
     cond::kstatus(&mut st, &now_text, plan.metadata.generation);
     let name = plan.metadata.name.as_deref().unwrap_or_default();
-    out.events.extend(notices::of(name, &old, &st));
+    out.events.extend(notices::of(name, old, &st));
     let summary = report::summary(input, &read, &st, &out.node_patches);
     let holds = decision::applying_nodes(&st.applying, read.iter().map(|r| (r.hostname(), r.node)));
     out.into_decision(st, holds, summary)
