@@ -3,21 +3,17 @@
 
 use anyhow::Context;
 
-/// The runtime `slipway run` works on.
+/// The runtime `slipway run` works on: one thread. The controller waits on the API server far
+/// more than it computes, and its decisions of one object run one at a time; on a runtime of
+/// several workers each watch event and each HTTP answer woke another thread (hyper's connection
+/// tasks on a worker, the controllers on the thread that blocks on them), and those wake-ups were
+/// a tenth of the CPU. On one thread the 1,000-node rollout took 3.7 CPU s instead of 4.3 to 4.8,
+/// in the same wall time (docs/performance.md). Blocking work still goes to tokio's blocking pool.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads())
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
-}
-
-/// The controller waits on the API server far more than it computes, and its decisions of one
-/// object run one at a time: more threads than this bring only memory (stacks, allocator state).
-const MAX_WORKER_THREADS: usize = 4;
-
-fn worker_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKER_THREADS))
 }
 
 /// glibc's malloc gives each thread that allocates at once an arena of its own and keeps what is
