@@ -436,10 +436,10 @@ pub(crate) async fn settle(client: &kube::Client, ns: &str, log: &Path) {
     let plans = Api::<Plan>::namespaced(client.clone(), ns);
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    // os-packages (concurrency 1) waits its postCompleteDelay of 2m after its last node: on a
-    // busy machine its Jobs may finish late enough that this is over three minutes (2026-11-28:
-    // both of SUC's runs timed out at 180 s, os-packages alone in that delay).
-    support::wait_for("every Plan to settle", Duration::from_secs(420), || async {
+    // os-packages (concurrency 1) waits its postCompleteDelay of 2m after each node it takes, up
+    // to three: on a busy machine that is well over three minutes (2026-11-28: both of SUC's runs
+    // timed out at 180 s, os-packages alone in that delay; slipway's run took it through three).
+    support::wait_for("every Plan to settle", Duration::from_secs(600), || async {
         let plans = plans.list(&ListParams::default()).await?;
         let jobs = jobs.list(&ListParams::default()).await?;
         let unsettled: Vec<String> = plans
