@@ -388,26 +388,8 @@ fn plan_change(nodes: &[NodeInfo]) -> Duration {
     }
     let done_refs: Vec<&NodeInfo> = done.iter().collect();
     p.status = Some(decide(&p, &done_refs, &[], &memo).status);
-    let mut index = NodeIndex::new();
-    index.relist_start();
-    done.iter().for_each(|n| index.relisted(n.clone()));
-    index.relist_done();
-    let who = Holder::Plan {
-        namespace: "system-upgrade".into(),
-        name: "change".into(),
-    };
-    let secrets = BTreeMap::new();
-    let reconcile = |index: &mut NodeIndex| {
-        let hash = settled::target_hash(&p, &secrets, None, now()).unwrap_or_default();
-        let named = settled::named(&p, &[], &[]);
-        let rule = settled::rule(&p, &hash);
-        let interest = || plan_core::interest(&p);
-        let (read, count) = index.unsettled(&who, "uid-change", Some(1), interest, &rule, &named);
-        let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
-        let settled = SettledNodes { hash, count };
-        let budget = Budget::unlimited();
-        decide_under(&p, &read, Some(&settled), &[], &memo, &budget)
-    };
+    let mut index = indexed(&done);
+    let reconcile = |index: &mut NodeIndex| reconcile_settled(&p, index, &[], &memo).0;
     // The first reconcile finds the unsettled nodes among every candidate, once.
     reconcile(&mut index);
     let mut replaced = done.iter();
@@ -467,28 +449,14 @@ fn plan_mid(nodes: &[NodeInfo]) -> (Duration, usize) {
     let d = decide(&p, &refs, &job_refs, &memo);
     jobs.extend(d.create_jobs().into_iter().cloned());
     p.status = Some(d.status);
-    let mut index = NodeIndex::new();
-    index.relist_start();
-    fleet.values().for_each(|n| index.relisted(n.clone()));
-    index.relist_done();
-    let who = Holder::Plan {
-        namespace: "system-upgrade".into(),
-        name: "mid".into(),
-    };
-    let secrets = BTreeMap::new();
+    let fleet: Vec<NodeInfo> = fleet.into_values().collect();
+    let mut index = indexed(&fleet);
     let job_refs: Vec<&Job> = jobs.iter().collect();
     let mut read_count = 0;
     let mut reconcile = |index: &mut NodeIndex| {
-        let hash = settled::target_hash(&p, &secrets, None, now()).unwrap_or_default();
-        let named = settled::named(&p, &job_refs, &[]);
-        let rule = settled::rule(&p, &hash);
-        let interest = || plan_core::interest(&p);
-        let (read, count) = index.unsettled(&who, "uid-mid", Some(1), interest, &rule, &named);
-        let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
-        read_count = read.len();
-        let settled = SettledNodes { hash, count };
-        let budget = Budget::unlimited();
-        decide_under(&p, &read, Some(&settled), &job_refs, &memo, &budget)
+        let (d, read) = reconcile_settled(&p, index, &job_refs, &memo);
+        read_count = read;
+        d
     };
     // The index finds the unsettled candidates once; the reconciles after that are timed.
     reconcile(&mut index);
@@ -496,6 +464,40 @@ fn plan_mid(nodes: &[NodeInfo]) -> (Duration, usize) {
         std::hint::black_box(reconcile(&mut index));
     });
     (took, read_count)
+}
+
+/// An index of `nodes`, listed once.
+fn indexed(nodes: &[NodeInfo]) -> NodeIndex {
+    let mut index = NodeIndex::new();
+    index.relist_start();
+    nodes.iter().for_each(|n| index.relisted(n.clone()));
+    index.relist_done();
+    index
+}
+
+/// One reconcile of `p` as the controller assembles it: its hash, the unsettled candidates and
+/// those its records name from `index`, the rest counted; the decision, and how many nodes it read.
+fn reconcile_settled(
+    p: &Plan,
+    index: &mut NodeIndex,
+    jobs: &[&Job],
+    memo: &TemplateMemo,
+) -> (plan_core::PlanDecision, usize) {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let who = Holder::Plan {
+        namespace: "system-upgrade".into(),
+        name,
+    };
+    let hash = settled::target_hash(p, &BTreeMap::new(), None, now()).unwrap_or_default();
+    let named = settled::named(p, jobs, &[]);
+    let rule = settled::rule(p, &hash);
+    let interest = || plan_core::interest(p);
+    let (read, count) = index.unsettled(&who, &uid, Some(1), interest, &rule, &named);
+    let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
+    let settled = SettledNodes { hash, count };
+    let d = decide_under(p, &read, Some(&settled), jobs, memo, &Budget::unlimited());
+    (d, read.len())
 }
 
 /// The Job as the job controller leaves it when its pod succeeded.
