@@ -1,11 +1,11 @@
 //! What the decision reads of the Plan's Jobs: which node and hash each is for, how it ended, and
 //! which Jobs must go because no node state owns them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobCondition};
 
 use super::JobDeletion;
 use super::node_state::JobSeen;
@@ -48,14 +48,7 @@ impl<'a> PlanJob<'a> {
                 .and_then(|l| l.get(key))
                 .map(String::as_str)
         };
-        let finished = |type_: &str| {
-            job.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.type_ == type_ && c.status == "True")
-        };
+        let finished = |type_: &str| finished(job, type_);
         let outcome = if let Some(c) = finished("Failed") {
             Outcome::Failed {
                 at: c.last_transition_time.as_ref().map(|t| t.0),
@@ -79,6 +72,14 @@ impl<'a> PlanJob<'a> {
             version: label(labels::VERSION),
             outcome,
         })
+    }
+
+    /// Whether [`PlanJob::read`] would say `Complete`, without reading the rest: a decision
+    /// asks it of every Job of the Plan.
+    pub fn completed(job: &Job) -> bool {
+        job.metadata.deletion_timestamp.is_none()
+            && finished(job, "Failed").is_none()
+            && finished(job, "Complete").is_some()
     }
 
     pub fn running(&self) -> bool {
@@ -112,16 +113,26 @@ impl<'a> PlanJob<'a> {
     }
 }
 
-/// The Plan's live Jobs, by name, and which nodes have one running.
+/// The Job's condition `type_`, if it is true.
+fn finished<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
+    (job.status.as_ref().and_then(|s| s.conditions.as_ref()))
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The Plan's live Jobs, by name, and which nodes have one running. Hashed, not ordered: a
+/// decision builds it from every Job of the Plan, and Job names share a long prefix; what it
+/// gives out in an order (the sweep's deletions) it sorts.
 pub struct PlanJobs<'a> {
-    pub by_name: BTreeMap<&'a str, PlanJob<'a>>,
+    pub by_name: HashMap<&'a str, PlanJob<'a>>,
     /// Names of the unfinished Jobs of each node.
     running: BTreeMap<&'a str, Vec<&'a str>>,
 }
 
 impl<'a> PlanJobs<'a> {
     pub fn new(jobs: &'a [&'a Job]) -> PlanJobs<'a> {
-        let by_name: BTreeMap<&str, PlanJob<'_>> = jobs
+        let by_name: HashMap<&str, PlanJob<'_>> = jobs
             .iter()
             .copied()
             .filter_map(PlanJob::read)
@@ -207,6 +218,7 @@ impl<'a> PlanJobs<'a> {
                 None => {}
             }
         }
+        deletions.sort_by(|a, b| a.name.cmp(&b.name));
         (deletions, recheck)
     }
 }
@@ -259,6 +271,47 @@ mod tests {
             Some(JobSeen::Running { pods_idle, .. }) => pods_idle,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn completed_says_what_read_says_of_complete() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let condition = |type_: &str, status: &str| JobCondition {
+            type_: type_.into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let with = |conditions: Vec<JobCondition>| {
+            job(Some(JobStatus {
+                conditions: Some(conditions),
+                ..Default::default()
+            }))
+        };
+        let mut deleting = with(vec![condition("Complete", "True")]);
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let jobs = [
+            job(None),
+            with(vec![]),
+            with(vec![condition("Complete", "True")]),
+            with(vec![condition("Complete", "False")]),
+            with(vec![condition("SuccessCriteriaMet", "True")]),
+            with(vec![condition("Failed", "True")]),
+            with(vec![
+                condition("Complete", "True"),
+                condition("Failed", "True"),
+            ]),
+            with(vec![
+                condition("Failed", "False"),
+                condition("Complete", "True"),
+            ]),
+            deleting,
+        ];
+        let read = |j: &Job| {
+            PlanJob::read(j).is_some_and(|p| matches!(p.outcome, Outcome::Complete { .. }))
+        };
+        let said: Vec<bool> = jobs.iter().map(PlanJob::completed).collect();
+        assert_eq!(said, jobs.iter().map(read).collect::<Vec<_>>());
+        assert_eq!(said.iter().filter(|c| **c).count(), 2, "{said:?}");
     }
 
     #[test]

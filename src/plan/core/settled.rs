@@ -16,7 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
-use super::jobs::{Outcome, PlanJob};
+use super::jobs::PlanJob;
 use super::status::{self, Resolving};
 use super::{ChannelAnswer, Rollout, rfc3339};
 use crate::node::index::{Named, Settled};
@@ -76,9 +76,7 @@ pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a
     // node is done, and a done node's Job waits for its TTL in the sweep, which reads Jobs, not
     // nodes. Mid-rollout, most of a Plan's Jobs have completed.
     let names = (jobs.iter())
-        .filter(|j| {
-            !PlanJob::read(j).is_some_and(|j| matches!(j.outcome, Outcome::Complete { .. }))
-        })
+        .filter(|j| !PlanJob::completed(j))
         .filter_map(|j| labelled(j.metadata.labels.as_ref()))
         .chain(pods.iter().flat_map(|p| {
             let scheduled = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
