@@ -165,6 +165,7 @@ impl Chores {
             )
             .await
             .found()
+            .map(|o| o.map(without_managed_fields))
     }
 
     /// Adds (`present`) or removes `finalizer`, keeping the others. `None`: the object is gone.
@@ -227,7 +228,7 @@ impl Chores {
             .await
             .found()?;
         debug!(name = %obj.name_any(), "status written");
-        Ok(written)
+        Ok(written.map(without_managed_fields))
     }
 
     /// Applies `change` to its node. `false`: the node is gone (nothing left to change).
@@ -355,6 +356,13 @@ fn note_digest(note: &str) -> String {
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
 /// Fields `new` leaves out are set to null, so that they go.
+/// An object as the process keeps it: its answer from the API server names every field each
+/// manager wrote (for a status, every field of it), and nothing here reads that.
+fn without_managed_fields<K: Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
+}
+
 pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
     if old == new {
         return None;

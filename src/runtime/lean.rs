@@ -11,27 +11,42 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
-/// Makes `$lean` a watchable stand-in for `$full` (the same kind, group and path; its metadata is
-/// the wrapped object's), and gives it `into_event`, which hands the watch's events on as `$full`.
+/// Makes `$lean` a stand-in for `$full` (the same kind, group and path; its metadata is the
+/// wrapped object's; written as the object it wraps), and gives it `into_event`, which hands the
+/// watch's events on as `$full`.
 macro_rules! lean_resource {
     ($lean:ident, $full:ty) => {
-        impl k8s_openapi::Resource for $lean {
-            const API_VERSION: &'static str = <$full as k8s_openapi::Resource>::API_VERSION;
-            const GROUP: &'static str = <$full as k8s_openapi::Resource>::GROUP;
-            const KIND: &'static str = <$full as k8s_openapi::Resource>::KIND;
-            const VERSION: &'static str = <$full as k8s_openapi::Resource>::VERSION;
-            const URL_PATH_SEGMENT: &'static str =
-                <$full as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-            type Scope = <$full as k8s_openapi::Resource>::Scope;
-        }
-
-        impl k8s_openapi::Metadata for $lean {
-            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-            fn metadata(&self) -> &Self::Ty {
+        impl kube::Resource for $lean {
+            type DynamicType = ();
+            type Scope = <$full as kube::Resource>::Scope;
+            fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$full as kube::Resource>::kind(dt)
+            }
+            fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$full as kube::Resource>::group(dt)
+            }
+            fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$full as kube::Resource>::version(dt)
+            }
+            fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$full as kube::Resource>::api_version(dt)
+            }
+            fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$full as kube::Resource>::plural(dt)
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &self.0.metadata
             }
-            fn metadata_mut(&mut self) -> &mut Self::Ty {
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &mut self.0.metadata
+            }
+        }
+
+        impl serde::Serialize for $lean {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                self.0.serialize(s)
             }
         }
 

@@ -10,6 +10,7 @@
 pub mod channel;
 pub mod expect;
 mod lean_job;
+mod lean_plan;
 mod nodes;
 mod observe;
 mod watch;
@@ -50,6 +51,7 @@ use crate::runtime::written::Written;
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
+use lean_job::LeanJob;
 pub use watch::{PlanWatches, hold_source, watch};
 
 /// How often every Plan is looked at even when nothing changes.
@@ -467,7 +469,9 @@ impl Operation for PlanOperation {
                     .await?;
             }
             PlanEffect::CreateJob(job) => {
-                if let Some(created) = chores.create(job.as_ref()).await? {
+                // Its answer decoded as the Job watch decodes Jobs: the expectation keeps it.
+                let lean = LeanJob(job.as_ref().clone());
+                if let Some(LeanJob(created)) = chores.create(&lean).await? {
                     chores.metrics().job_created();
                     self.expect.created_job(created);
                     info!(plan = %name, job = %job.name_any(), "created job");

@@ -18,6 +18,7 @@ use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::plan::api::{Plan, labels};
 use crate::plan::shell::lean_job::LeanJob;
+use crate::plan::shell::lean_plan::LeanPlan;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
 use crate::runtime::{HoldSource, HolderObject, ReadyFuture, ready};
 
@@ -147,10 +148,11 @@ pub fn watch(
     // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
     let (plans, plan_writer) = reflector::store();
     let plan_events = watcher(
-        Api::<Plan>::namespaced(client.clone(), ns),
+        Api::<LeanPlan>::namespaced(client.clone(), ns),
         watcher::Config::default(),
     )
     .default_backoff()
+    .map_ok(LeanPlan::into_event)
     .reflect(plan_writer);
     PlanWatches {
         plans,
