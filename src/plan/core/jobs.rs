@@ -1,7 +1,7 @@
 //! What the decision reads of the Plan's Jobs: which node and hash each is for, how it ended, and
 //! which Jobs must go because no node state owns them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -121,18 +121,16 @@ fn finished<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
         .find(|c| c.type_ == type_ && c.status == "True")
 }
 
-/// The Plan's live Jobs, by name, and which nodes have one running. Hashed, not ordered: a
-/// decision builds it from every Job of the Plan, and Job names share a long prefix; what it
-/// gives out in an order (the sweep's deletions) it sorts.
+/// The Plan's live Jobs, by name, and which nodes have one running.
 pub struct PlanJobs<'a> {
-    pub by_name: HashMap<&'a str, PlanJob<'a>>,
+    pub by_name: BTreeMap<&'a str, PlanJob<'a>>,
     /// Names of the unfinished Jobs of each node.
     running: BTreeMap<&'a str, Vec<&'a str>>,
 }
 
 impl<'a> PlanJobs<'a> {
     pub fn new(jobs: &'a [&'a Job]) -> PlanJobs<'a> {
-        let by_name: HashMap<&str, PlanJob<'_>> = jobs
+        let by_name: BTreeMap<&str, PlanJob<'_>> = jobs
             .iter()
             .copied()
             .filter_map(PlanJob::read)
@@ -218,7 +216,6 @@ impl<'a> PlanJobs<'a> {
                 None => {}
             }
         }
-        deletions.sort_by(|a, b| a.name.cmp(&b.name));
         (deletions, recheck)
     }
 }
