@@ -354,8 +354,6 @@ fn note_digest(note: &str) -> String {
         .collect()
 }
 
-/// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
-/// Fields `new` leaves out are set to null, so that they go.
 /// An object as the process keeps it: its answer from the API server names every field each
 /// manager wrote (for a status, every field of it), and nothing here reads that.
 fn without_managed_fields<K: Resource>(mut obj: K) -> K {
@@ -363,6 +361,8 @@ fn without_managed_fields<K: Resource>(mut obj: K) -> K {
     obj
 }
 
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
+/// Fields `new` leaves out are set to null, so that they go.
 pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
     if old == new {
         return None;

@@ -24,15 +24,12 @@ struct Wire {
 
 impl<'de> Deserialize<'de> for LeanPlan {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let Wire {
-            metadata,
-            spec,
-            status,
-        } = Wire::deserialize(d)?;
+        let wire = Wire::deserialize(d)?;
+        let metadata = LeanMeta::into_meta(Some(wire.metadata));
         Ok(LeanPlan(Plan {
-            metadata: LeanMeta::into_meta(Some(metadata)),
-            spec,
-            status,
+            metadata,
+            spec: wire.spec,
+            status: wire.status,
         }))
     }
 }
