@@ -489,25 +489,14 @@ fn reconcile_settled(
         namespace: "system-upgrade".into(),
         name,
     };
-    let Some(target) = settled::target(p, &BTreeMap::new(), None, now()) else {
-        let all: Vec<&NodeInfo> = index.all().map(AsRef::as_ref).collect();
-        let d = decide_under(p, &all, None, jobs, memo, &Budget::unlimited());
-        return (d, all.len());
-    };
+    let hash = settled::target_hash(p, &BTreeMap::new(), None, now()).unwrap_or_default();
     let named = settled::named(p, jobs, &[]);
-    let rule = settled::rule(p, &target.hash);
+    let rule = settled::rule(p, &hash);
     let interest = || plan_core::interest(p);
     let (read, count) = index.unsettled(&who, &uid, Some(1), interest, &rule, &named);
     let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
-    let jobs_read = settled::JobsRead::new(p, &target, read.iter().copied());
-    let jobs: Vec<&Job> = (jobs.iter().copied())
-        .filter(|j| jobs_read.reads(j))
-        .collect();
-    let settled = SettledNodes {
-        hash: target.hash,
-        count,
-    };
-    let d = decide_under(p, &read, Some(&settled), &jobs, memo, &Budget::unlimited());
+    let settled = SettledNodes { hash, count };
+    let d = decide_under(p, &read, Some(&settled), jobs, memo, &Budget::unlimited());
     (d, read.len())
 }
 

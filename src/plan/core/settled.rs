@@ -10,7 +10,7 @@
 //!
 //! [`NodeIndex::unsettled`]: crate::node::index::NodeIndex::unsettled
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -19,8 +19,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use super::jobs::PlanJob;
 use super::status::{self, Resolving};
 use super::{ChannelAnswer, Rollout, rfc3339};
-use crate::common::naming;
-use crate::node::NodeInfo;
 use crate::node::index::{Named, Settled};
 use crate::plan::api::{Plan, labels};
 use crate::plan::core::failure;
@@ -32,21 +30,14 @@ pub struct SettledNodes {
     pub count: usize,
 }
 
-/// What the Plan rolls out now: its hash and its version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub hash: String,
-    pub version: String,
-}
-
-/// What the Plan rolls out now, found as its decision finds it; `None` when it does not roll out
-/// (invalid, unresolved, being deleted): its decision then reads every candidate and every Job.
-pub fn target(
+/// The hash the Plan rolls out now, found as its decision finds it; `None` when it does not roll
+/// out (invalid, unresolved, being deleted): its decision then reads every candidate.
+pub fn target_hash(
     plan: &Plan,
     secrets: &BTreeMap<String, Secret>,
     channel: Option<&ChannelAnswer>,
     now: Timestamp,
-) -> Option<Target> {
+) -> Option<String> {
     if plan.metadata.deletion_timestamp.is_some() {
         return None;
     }
@@ -57,11 +48,7 @@ pub fn target(
         channel,
     };
     let rolls = status::handle(&resolving, &mut st, &mut Rollout::default(), &rfc3339(now));
-    let hash = st.latest_hash.filter(|h| rolls && !h.is_empty())?;
-    Some(Target {
-        hash,
-        version: st.latest_version.unwrap_or_default(),
-    })
+    st.latest_hash.filter(|h| rolls && !h.is_empty())
 }
 
 /// What makes a candidate settled at `hash` by its own labels.
@@ -101,47 +88,10 @@ pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a
     Named { hostnames, names }
 }
 
-/// Which of the Plan's Jobs a decision over some nodes reads. A Job that completed at the
-/// target's version, with the Plan's labels and no TTL of SUC's annotation, concerns no decision
-/// unless it bears the name a node read would give its Job: the sweep keeps it for the TTL
-/// controller, no node state looks it up, and no node waits for it. Mid-rollout, the Plan's
-/// completed Jobs are most of them, and each decision would read them all.
-pub struct JobsRead {
-    version: String,
-    /// The Job names of the nodes read, at the target's hash.
-    names: HashSet<String>,
-}
-
-impl JobsRead {
-    pub fn new<'a>(
-        plan: &Plan,
-        target: &Target,
-        read: impl IntoIterator<Item = &'a NodeInfo>,
-    ) -> JobsRead {
-        let plan = plan.metadata.name.as_deref().unwrap_or_default();
-        JobsRead {
-            version: target.version.clone(),
-            names: (read.into_iter())
-                .map(|n| naming::job_name(plan, &n.name, &target.hash))
-                .collect(),
-        }
-    }
-
-    pub fn reads(&self, job: &Job) -> bool {
-        let label = |key: &str| job.metadata.labels.as_ref().and_then(|l| l.get(key));
-        let concerns_none = PlanJob::completed(job)
-            && label(labels::PLAN).is_some()
-            && label(labels::NODE).is_some()
-            && label(labels::VERSION) == Some(&self.version)
-            && !PlanJob::ttl_annotated(job)
-            && !(job.metadata.name.as_ref()).is_some_and(|n| self.names.contains(n));
-        !concerns_none
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::NodeInfo;
 
     fn node(labels: &[(&str, &str)]) -> NodeInfo {
         NodeInfo {
@@ -171,105 +121,5 @@ mod tests {
         assert!(!r.holds(&node(&[host, ("plan.upgrade.cattle.io/p", "disabled")])));
         assert!(!r.holds(&node(&[host, at, ("quarantine.slipway.dev/p", "h0")])));
         assert!(!r.holds(&node(&[host])));
-    }
-
-    /// A Job of the Plan as its rollout leaves it: labelled, at `version`, completed.
-    fn done_job(name: &str, version: &str) -> Job {
-        use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
-        let labels = [
-            (labels::PLAN, "p"),
-            (labels::NODE, "n1"),
-            (labels::VERSION, version),
-        ];
-        Job {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(
-                    (labels.iter())
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(JobSpec {
-                ttl_seconds_after_finished: Some(900),
-                ..Default::default()
-            }),
-            status: Some(JobStatus {
-                conditions: Some(vec![JobCondition {
-                    type_: "Complete".into(),
-                    status: "True".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
-    }
-
-    #[test]
-    fn only_completed_jobs_at_the_version_of_nodes_not_read_are_left_out() {
-        let plan = Plan {
-            metadata: kube::api::ObjectMeta {
-                name: Some("p".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let target = Target {
-            hash: "h1".into(),
-            version: "v2".into(),
-        };
-        let read_node = NodeInfo {
-            name: "read".into(),
-            ..Default::default()
-        };
-        let r = JobsRead::new(&plan, &target, [&read_node]);
-        let done = done_job("apply-p-on-n1-with-h1", "v2");
-        assert!(
-            !r.reads(&done),
-            "completed, at the version, its node not read"
-        );
-
-        let mut shapes: Vec<(&str, Job)> = Vec::new();
-        let mut running = done.clone();
-        running.status = None;
-        shapes.push(("running", running));
-        let mut failed = done.clone();
-        (failed.status.as_mut().and_then(|s| s.conditions.as_mut()))
-            .expect("conditions")
-            .push(k8s_openapi::api::batch::v1::JobCondition {
-                type_: "Failed".into(),
-                status: "True".into(),
-                ..Default::default()
-            });
-        shapes.push(("failed too", failed));
-        shapes.push((
-            "of another version",
-            done_job("apply-p-on-n1-with-h1", "v1"),
-        ));
-        let mut deleting = done.clone();
-        deleting.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
-        );
-        shapes.push(("being deleted", deleting));
-        for missing in [labels::PLAN, labels::NODE, labels::VERSION] {
-            let mut unlabelled = done.clone();
-            (unlabelled.metadata.labels.as_mut())
-                .expect("labels")
-                .remove(missing);
-            shapes.push((missing, unlabelled));
-        }
-        let mut annotated = done.clone();
-        annotated.spec = None;
-        annotated.metadata.annotations =
-            Some([(labels::TTL_SECONDS_AFTER_FINISHED.to_string(), "60".into())].into());
-        shapes.push(("with SUC's TTL annotation", annotated));
-        shapes.push((
-            "named as a read node's Job",
-            done_job(&naming::job_name("p", "read", "h1"), "v2"),
-        ));
-        for (what, job) in shapes {
-            assert!(r.reads(&job), "{what}");
-        }
     }
 }

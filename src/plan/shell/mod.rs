@@ -329,10 +329,8 @@ impl Operation for PlanOperation {
             }
             false => Vec::new(),
         };
-        let target = core::settled::target(plan, &secrets, channel.as_ref(), now);
-        let (nodes, settled) =
-            self.nodes_read(plan, target.as_ref(), &jobs, &reboot_pods, &pull_pods);
-        let jobs = self.jobs_read(plan, target.as_ref(), &nodes, jobs);
+        let hash = core::settled::target_hash(plan, &secrets, channel.as_ref(), now);
+        let (nodes, settled) = self.nodes_read(plan, hash, &jobs, &reboot_pods, &pull_pods);
         let overlaid = self.expect.look_again(name, &nodes);
         let health = observe::health(
             self.shared.chores().client(),

@@ -1,6 +1,5 @@
 //! The nodes a Plan's decision reads: from the node index, with this process' patches laid over
-//! them, and the settled ones counted instead of read; and the Jobs it reads (see
-//! [`core::settled`]).
+//! them, and the settled ones counted instead of read (see [`core::settled`]).
 
 use std::sync::Arc;
 
@@ -10,8 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::PlanOperation;
 use crate::node::NodeInfo;
 use crate::plan::api::Plan;
-use crate::plan::core::settled::{JobsRead, SettledNodes, Target};
-use crate::plan::core::{self as core};
+use crate::plan::core::{self as core, settled::SettledNodes};
 
 impl PlanOperation {
     /// The Plan's candidate nodes from the index, with what this process patched onto them.
@@ -25,18 +23,18 @@ impl PlanOperation {
         self.overlaid(candidates)
     }
 
-    /// The nodes the Plan's decision reads: when it rolls out to `target` (and is not explained,
-    /// which lists every node), the candidates not settled at its hash and those its records or
-    /// this process' pending patches name, with the others counted; else every candidate.
+    /// The nodes the Plan's decision reads: when it rolls out to `hash` (and is not explained,
+    /// which lists every node), the candidates not settled at it and those its records or this
+    /// process' pending patches name, with the others counted; else every candidate.
     pub(super) fn nodes_read(
         &self,
         plan: &Plan,
-        target: Option<&Target>,
+        hash: Option<String>,
         jobs: &[Arc<Job>],
         reboot_pods: &[Arc<Pod>],
         pull_pods: &[Pod],
     ) -> (Vec<Arc<NodeInfo>>, Option<SettledNodes>) {
-        let Some(hash) = target.filter(|_| !self.explaining).map(|t| t.hash.clone()) else {
+        let Some(hash) = hash.filter(|_| !self.explaining) else {
             return (self.candidates(plan), None);
         };
         let jobs: Vec<&Job> = jobs.iter().map(AsRef::as_ref).collect();
@@ -55,22 +53,6 @@ impl PlanOperation {
             &named,
         );
         (self.overlaid(nodes), Some(SettledNodes { hash, count }))
-    }
-
-    /// The Plan's Jobs its decision over `nodes` reads: when it rolls out to `target` (and is not
-    /// explained), all but the completed ones [`JobsRead`] leaves out; else all.
-    pub(super) fn jobs_read(
-        &self,
-        plan: &Plan,
-        target: Option<&Target>,
-        nodes: &[Arc<NodeInfo>],
-        mut jobs: Vec<Arc<Job>>,
-    ) -> Vec<Arc<Job>> {
-        if let Some(target) = target.filter(|_| !self.explaining) {
-            let read = JobsRead::new(plan, target, nodes.iter().map(AsRef::as_ref));
-            jobs.retain(|j| read.reads(j));
-        }
-        jobs
     }
 
     fn overlaid(&self, nodes: Vec<Arc<NodeInfo>>) -> Vec<Arc<NodeInfo>> {
