@@ -202,22 +202,18 @@ impl Chores {
         K::Status: Serialize,
         K::Scope: Scope,
     {
-        let old = obj
-            .status()
-            .map(serde_json::to_value)
-            .transpose()
-            .map_err(|e| Error::Startup(format!("cannot encode a status: {e}")))?
-            .unwrap_or(Value::Null);
-        let new = serde_json::to_value(status)
-            .map_err(|e| Error::Startup(format!("cannot encode a status: {e}")))?;
-        let Some(diff) = merge_patch(&old, &new) else {
+        let encoding =
+            |e: serde_json::Error| Error::Startup(format!("cannot encode a status: {e}"));
+        let Some(diff) = merge::status_patch(obj.status(), status).map_err(encoding)? else {
             return Ok(Some(obj.clone()));
         };
         self.leading()?;
-        let body = json!({
-            "metadata": { "resourceVersion": obj.resource_version() },
-            "status": diff,
-        });
+        let body = StatusPatch {
+            metadata: Revision {
+                resource_version: obj.resource_version(),
+            },
+            status: &diff,
+        };
         let written = self
             .api_of(obj)
             .patch_status(
@@ -354,6 +350,19 @@ fn note_digest(note: &str) -> String {
         .collect()
 }
 
+/// A status write: the merge patch of the status, guarded by the resourceVersion read.
+#[derive(Debug, Serialize)]
+struct StatusPatch<'a> {
+    metadata: Revision,
+    status: &'a serde_json::value::RawValue,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Revision {
+    resource_version: Option<String>,
+}
+
 /// An object as the process keeps it: its answer from the API server names every field each
 /// manager wrote (for a status, every field of it), and nothing here reads that.
 fn without_managed_fields<K: Resource>(mut obj: K) -> K {
@@ -361,33 +370,7 @@ fn without_managed_fields<K: Resource>(mut obj: K) -> K {
     obj
 }
 
-/// The JSON merge patch (RFC 7386) that turns `old` into `new`; `None` when they are equal.
-/// Fields `new` leaves out are set to null, so that they go.
-pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
-    if old == new {
-        return None;
-    }
-    let (Value::Object(old), Value::Object(new)) = (old, new) else {
-        return Some(new.clone());
-    };
-    let mut patch = serde_json::Map::new();
-    for (key, value) in new {
-        match old.get(key) {
-            Some(before) => {
-                if let Some(p) = merge_patch(before, value) {
-                    patch.insert(key.clone(), p);
-                }
-            }
-            None => {
-                patch.insert(key.clone(), value.clone());
-            }
-        }
-    }
-    for key in old.keys().filter(|k| !new.contains_key(*k)) {
-        patch.insert(key.clone(), Value::Null);
-    }
-    Some(Value::Object(patch))
-}
+mod merge;
 
 #[cfg(test)]
 mod answers;
@@ -395,21 +378,6 @@ mod answers;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_merge_patch_carries_only_what_changed_and_removes_what_went() {
-        let old = json!({"phase": "Running", "pendingPods": ["a"], "nested": {"x": 1, "y": 2}});
-        let new = json!({"phase": "Succeeded", "nested": {"x": 1, "y": 3}});
-        assert_eq!(
-            merge_patch(&old, &new),
-            Some(json!({"phase": "Succeeded", "pendingPods": null, "nested": {"y": 3}}))
-        );
-        assert_eq!(merge_patch(&new, &new), None);
-        assert_eq!(
-            merge_patch(&Value::Null, &json!({"a": 1})),
-            Some(json!({"a": 1}))
-        );
-    }
 
     #[test]
     fn events_with_other_messages_are_other_series() {
