@@ -427,8 +427,9 @@ where
             .await?
         {
             Some(patched) => {
-                op.written().remember(&patched);
-                Arc::new(patched)
+                let patched = Arc::new(patched);
+                op.written().remember(patched.clone());
+                patched
             }
             None => return Ok(Action::await_change()),
         },
@@ -520,7 +521,10 @@ where
         .effects
         .iter()
         .partition(|e| !deleting && e.before_status());
-    let changed = obj.status().cloned().unwrap_or_default() != decision.status;
+    let changed = match obj.status() {
+        Some(status) => *status != decision.status,
+        None => decision.status != O::Status::default(),
+    };
     *wrote = !decision.effects.is_empty() || (!deleting && changed);
     for effect in first {
         op.perform(obj, observed, effect).await?;
@@ -531,11 +535,12 @@ where
             // Gone: nothing is taken for an object that no longer exists.
             return Ok(());
         };
-        op.written().remember(&w);
+        let w = Arc::new(w);
+        op.written().remember(w.clone());
         written = Some(w);
     }
     // Effects on the object itself name the resourceVersion the status write left.
-    let obj = written.as_ref().unwrap_or(obj);
+    let obj = written.as_deref().unwrap_or(obj);
     chores.publish(obj, &decision.events).await;
     for effect in then {
         if let Err(e) = op.perform(obj, observed, effect).await {

@@ -41,8 +41,9 @@ fn revision<K: Resource>(obj: &K) -> Option<u64> {
 }
 
 impl<K: Resource + Clone> Written<K> {
-    pub fn remember(&self, written: &K) {
-        self.lock().insert(key(written), Arc::new(written.clone()));
+    /// Shared, not copied: a Plan's status lists up to thousands of nodes.
+    pub fn remember(&self, written: Arc<K>) {
+        self.lock().insert(key(written.as_ref()), written);
     }
 
     /// The newer of the cached object and the one this process last wrote. The cache wins, and
@@ -119,7 +120,7 @@ mod tests {
     #[test]
     fn the_newer_object_wins_until_the_cache_catches_up() {
         let w = Written::default();
-        w.remember(&object("u", "11"));
+        w.remember(Arc::new(object("u", "11")));
         assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "11");
         assert_eq!(rv(&w.latest(Arc::new(object("u", "12")))), "12");
         // Forgotten once the cache moved past it.
@@ -129,11 +130,11 @@ mod tests {
     #[test]
     fn another_object_of_the_same_name_or_no_revision_is_believed() {
         let w = Written::default();
-        w.remember(&object("u", "11"));
+        w.remember(Arc::new(object("u", "11")));
         assert_eq!(rv(&w.latest(Arc::new(object("other", "10")))), "10");
-        w.remember(&object("u", "11"));
+        w.remember(Arc::new(object("u", "11")));
         assert_eq!(rv(&w.latest(Arc::new(object("u", "x")))), "x");
-        w.remember(&object("u", "11"));
+        w.remember(Arc::new(object("u", "11")));
         w.forget(&object("u", "11"));
         assert_eq!(rv(&w.latest(Arc::new(object("u", "10")))), "10");
     }
@@ -148,11 +149,11 @@ mod tests {
         };
         let exists = |_: &str, name: &str| name.starts_with("kept-");
         for i in 0..10 {
-            w.remember(&named(format!("kept-{i}")));
+            w.remember(Arc::new(named(format!("kept-{i}"))));
         }
         // Deleted (finalizer and all) by someone else before the cache showed the write.
         for i in 0..1000 {
-            w.remember(&named(format!("gone-{i}")));
+            w.remember(Arc::new(named(format!("gone-{i}"))));
             w.prune(exists);
         }
         assert!(w.len() < 64, "{} kept", w.len());
