@@ -307,7 +307,11 @@ impl Operation for PlanOperation {
             .name
             .as_deref()
             .ok_or(Error::Incomplete("name"))?;
-        let (jobs, reboot_pods) = self.owned_by(name);
+        let Owned {
+            jobs,
+            hook_jobs,
+            reboot_pods,
+        } = self.owned_by(name);
         let secrets: BTreeMap<String, Secret> = (self.secrets.state().iter())
             .map(|s| (s.name_any(), s.as_ref().clone()))
             .collect();
@@ -348,7 +352,7 @@ impl Operation for PlanOperation {
         Ok(PlanObserved {
             stages: self.stages(plan, ns),
             checks,
-            hook_jobs: self.hook_jobs(name),
+            hook_jobs,
             nodes,
             settled,
             jobs,
@@ -516,20 +520,6 @@ impl Operation for PlanOperation {
 }
 
 impl PlanOperation {
-    /// The Plan's Jobs and reboot pods: the caches' and those created but not in the caches yet.
-    /// Shared, not copied: a Plan of thousands of nodes has thousands of Jobs for a while.
-    /// The Jobs of the Plan's hooks.
-    fn hook_jobs(&self, plan: &str) -> Vec<Arc<Job>> {
-        (self.jobs.state().into_iter())
-            .filter(|j| {
-                j.labels()
-                    .get(core::hooks::HOOK_PLAN_LABEL)
-                    .map(String::as_str)
-                    == Some(plan)
-            })
-            .collect()
-    }
-
     /// The Plans this one comes after (`spec.after`), as found in namespace `ns`.
     fn stages(&self, plan: &Plan, ns: &str) -> Vec<StageRead> {
         (plan.spec.after.iter().flatten())
@@ -541,24 +531,41 @@ impl PlanOperation {
             .collect()
     }
 
-    fn owned_by(&self, plan: &str) -> (Vec<Arc<Job>>, Vec<Arc<Pod>>) {
+    /// The Plan's Jobs, its hooks' Jobs and its reboot pods: the caches' and those created but
+    /// not in the caches yet. Shared, not copied: a Plan of thousands of nodes has thousands of
+    /// Jobs for a while, so the Job cache is read once for both kinds.
+    fn owned_by(&self, plan: &str) -> Owned {
         let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
             labels.get(key).map(String::as_str) == Some(plan)
         };
-        let jobs = self
-            .jobs
-            .state()
-            .into_iter()
-            .filter(|j| of_plan(j.labels(), labels::PLAN))
-            .collect();
+        let (mut jobs, mut hook_jobs) = (Vec::new(), Vec::new());
+        for job in self.jobs.state() {
+            if of_plan(job.labels(), core::hooks::HOOK_PLAN_LABEL) {
+                hook_jobs.push(job.clone());
+            }
+            if of_plan(job.labels(), labels::PLAN) {
+                jobs.push(job);
+            }
+        }
         let pods = self
             .reboot_pods
             .state()
             .into_iter()
             .filter(|p| of_plan(p.labels(), core::reboot::REBOOT_PLAN_LABEL))
             .collect();
-        (self.expect.jobs(jobs, plan), self.expect.pods(pods, plan))
+        Owned {
+            jobs: self.expect.jobs(jobs, plan),
+            hook_jobs,
+            reboot_pods: self.expect.pods(pods, plan),
+        }
     }
+}
+
+/// What [`PlanOperation::owned_by`] finds of a Plan.
+struct Owned {
+    jobs: Vec<Arc<Job>>,
+    hook_jobs: Vec<Arc<Job>>,
+    reboot_pods: Vec<Arc<Pod>>,
 }
 
 #[cfg(test)]
