@@ -639,7 +639,8 @@ async fn deploy_grants_exactly_what_a_rollout_uses() {
     })
     .await;
     if leader_election {
-        // A renewal (get, update) besides the acquisition (create), before the release.
+        // A renewal (an update: the holder renews unread) besides the acquisition (get, create),
+        // before the release.
         a_lease_renewal(&client).await;
     }
     let peak = controller.peak_rss_kib();
