@@ -547,6 +547,63 @@ fn jittered(period: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::testing::{Answer, ApiServer, CONFLICT, NOT_FOUND};
+    use serde_json::json;
+
+    /// The holder renews with one write and no read; should that write be refused (someone
+    /// wrote the Lease since), it reads the Lease and yields to the holder it names.
+    #[tokio::test]
+    async fn the_holder_renews_unread_and_reads_when_that_fails() {
+        let api = ApiServer::new();
+        api.on("GET", "leases/slipway", NOT_FOUND)
+            .on("POST", "leases", Answer::Echo(201))
+            .on("PUT", "leases/slipway", Answer::Echo(200));
+        let mut elector = LeaderElector::new(
+            api.client(),
+            "ns",
+            "slipway",
+            "me".into(),
+            Default::default(),
+        );
+        assert!(elector.acquire(&CancellationToken::new()).await);
+        let verbs = |api: &ApiServer| -> Vec<String> {
+            (api.sent().iter())
+                .filter(|s| !s.is_event())
+                .map(|s| s.method.clone())
+                .collect()
+        };
+        assert_eq!(verbs(&api), ["GET", "POST"], "acquired: read, then created");
+        assert!(matches!(
+            elector.try_acquire_or_renew().await,
+            Ok(Attempt::Held)
+        ));
+        assert!(matches!(
+            elector.try_acquire_or_renew().await,
+            Ok(Attempt::Held)
+        ));
+        assert_eq!(verbs(&api), ["GET", "POST", "PUT", "PUT"], "renewed unread");
+        let renewed = &api.sent()[3].body["spec"];
+        assert_eq!(renewed["holderIdentity"], "me");
+
+        let now = jiff::Timestamp::now().to_string();
+        let theirs = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "slipway", "namespace": "ns", "resourceVersion": "9"},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 45,
+                     "acquireTime": now, "renewTime": now},
+        });
+        api.on("PUT", "leases/slipway", CONFLICT).on(
+            "GET",
+            "leases/slipway",
+            Answer::Json(200, theirs),
+        );
+        let attempt = elector.try_acquire_or_renew().await;
+        assert!(
+            matches!(&attempt, Ok(Attempt::HeldBy(h)) if h == "other"),
+            "{attempt:?}"
+        );
+        assert_eq!(verbs(&api)[4..], ["PUT", "GET"], "refused, then read");
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = pairs
