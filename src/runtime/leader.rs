@@ -450,23 +450,8 @@ impl LeaderElector {
         let now = Instant::now();
         let stamp = MicroTime(jiff::Timestamp::now());
         let seconds = self.config.lease_duration_seconds();
-        if let Some(mut lease) = self.written.take().filter(|_| self.guard.is_leading()) {
-            let spec = lease.spec.take().unwrap_or_default();
-            lease.spec = Some(next_spec(&spec, &self.identity, seconds, stamp.clone()));
-            // Its resourceVersion is the one written: should anyone have written since, this is
-            // a conflict, and the read below decides.
-            match self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(written) => {
-                    self.observe(&written, now);
-                    self.written = Some(written);
-                    return Ok(Attempt::Held);
-                }
-                Err(e) => debug!(lease = %self.name, "renewing the lease unread failed: {e}"),
-            }
+        if self.renewed_unread(seconds, &stamp, now).await {
+            return Ok(Attempt::Held);
         }
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             let lease = Lease {
@@ -525,6 +510,31 @@ impl LeaderElector {
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(e),
+        }
+    }
+
+    /// While this process leads: whether a write over the Lease as it last wrote it renewed
+    /// it. Its resourceVersion is the one written: should anyone have written since, the write is
+    /// refused, and a read decides.
+    async fn renewed_unread(&mut self, seconds: i32, stamp: &MicroTime, now: Instant) -> bool {
+        let Some(mut lease) = self.written.take().filter(|_| self.guard.is_leading()) else {
+            return false;
+        };
+        let spec = lease.spec.take().unwrap_or_default();
+        lease.spec = Some(next_spec(&spec, &self.identity, seconds, stamp.clone()));
+        match (self.api)
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                self.observe(&written, now);
+                self.written = Some(written);
+                true
+            }
+            Err(e) => {
+                debug!(lease = %self.name, "renewing the lease unread failed: {e}");
+                false
+            }
         }
     }
 
