@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::metrics::Metrics;
-use super::shared::Shared;
+use super::shared::{HolderObject, Shared};
 use crate::common::decision::Event;
 use crate::node::holders::Holder;
 use crate::node::silence::{self, Action, HeldSince, Postable, Seen, Silence, Wanted};
@@ -387,12 +387,16 @@ pub async fn round(
 fn wanted(shared: &Shared) -> (Vec<Wanted>, BTreeSet<Holder>) {
     let mut wanted = Vec::new();
     let mut asking = BTreeSet::new();
+    // Each holder's object read once a round, not once per node it holds.
+    let mut objects: BTreeMap<Holder, Option<HolderObject>> = BTreeMap::new();
     for (node, holders) in shared.holders_by_node() {
         for holder in holders {
-            let Some(object) = shared.holder_object(&holder) else {
-                continue;
-            };
-            let Some(spec) = object.disruption.as_ref().and_then(|d| d.silence.as_ref()) else {
+            let object =
+                (objects.entry(holder.clone())).or_insert_with(|| shared.holder_object(&holder));
+            let Some(spec) = (object.as_ref())
+                .and_then(|o| o.disruption.as_ref())
+                .and_then(|d| d.silence.as_ref())
+            else {
                 continue;
             };
             asking.insert(holder.clone());
