@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 use super::error::ErrorKind;
 use super::shared::Shared;
 use super::watch::{changes, digest};
+use super::written::Written;
 use super::{ReadyFuture, ready};
 use crate::node::budget::api::DisruptionBudgetStatus;
 use crate::node::budget::ledger::{self, Holding, LedgerInput};
@@ -44,6 +45,10 @@ pub struct Budgets {
     parsed: Mutex<HashMap<String, Read>>,
     /// Woken when a holder takes or lets go of nodes: the ledgers are written again.
     pub(super) changed: Notify,
+    /// Each ledger as last written, until the watch shows it: the next ledger is written over
+    /// it, not refused for a copy that lags (under load the watch can take longer than the
+    /// ledgers' floor, and a hold shorter than two floors then went unwritten).
+    written: Written<DisruptionBudget>,
 }
 
 /// The watch of DisruptionBudgets: nothing runs until `changes` is polled.
@@ -68,6 +73,7 @@ pub fn watch(client: &Client) -> BudgetWatch {
             store,
             parsed: Mutex::default(),
             changed: Notify::new(),
+            written: Written::default(),
         }),
         changes: changes(events, view).boxed(),
     }
@@ -80,6 +86,7 @@ impl Budgets {
             store: super::listed(budgets),
             parsed: Mutex::default(),
             changed: Notify::new(),
+            written: Written::default(),
         })
     }
 
@@ -116,9 +123,17 @@ impl Budgets {
         !self.store.is_empty()
     }
 
-    /// Every budget.
+    /// Every budget: the newer of the cache's copy and the one its ledger's last write returned.
     pub fn objects(&self) -> Vec<Arc<DisruptionBudget>> {
-        self.store.state()
+        let cached = self.store.state();
+        (self.written).prune(|ns, name| {
+            (cached.iter()).any(|b| {
+                b.metadata.namespace.as_deref().unwrap_or_default() == ns && b.name_any() == name
+            })
+        });
+        (cached.into_iter())
+            .map(|b| self.written.latest(b))
+            .collect()
     }
 }
 
@@ -167,7 +182,8 @@ async fn write_ledgers(shared: &Shared, budgets: &Budgets) -> bool {
             continue;
         }
         match shared.chores().write_status(budget.as_ref(), &status).await {
-            Ok(_) => {}
+            Ok(Some(written)) => budgets.written.remember(Arc::new(written)),
+            Ok(None) => {}
             Err(e) if e.kind() == ErrorKind::conflict => {
                 debug!(budget = %budget.name_any(), "the ledger changed meanwhile; writing it again");
                 all = false;
@@ -237,4 +253,42 @@ fn status_of(
         },
         now,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(name: &str, revision: &str) -> DisruptionBudget {
+        let mut b = DisruptionBudget::new(name, Default::default());
+        b.metadata.uid = Some(format!("uid-{name}"));
+        b.metadata.resource_version = Some(revision.into());
+        b
+    }
+
+    /// A ledger is computed over the copy its last write returned until the watch shows that
+    /// write; then over the cache's.
+    #[test]
+    fn a_ledger_is_written_over_its_last_write_until_the_cache_shows_it() {
+        let budgets = Budgets::listed(vec![budget("a", "5"), budget("b", "6")]);
+        budgets.written.remember(Arc::new(budget("a", "7")));
+        budgets.written.remember(Arc::new(budget("b", "4")));
+        let revisions = |budgets: &Budgets| -> BTreeMap<String, String> {
+            (budgets.objects().iter())
+                .map(|b| (b.name_any(), b.resource_version().unwrap_or_default()))
+                .collect()
+        };
+        assert_eq!(
+            revisions(&budgets),
+            BTreeMap::from([("a".into(), "7".into()), ("b".into(), "6".into())]),
+            "the newer of the two"
+        );
+        let caught_up = Budgets::listed(vec![budget("a", "7")]);
+        caught_up.written.remember(Arc::new(budget("a", "7")));
+        assert_eq!(revisions(&caught_up)["a"], "7");
+        assert!(
+            caught_up.written.is_empty(),
+            "forgotten once the cache shows it"
+        );
+    }
 }
