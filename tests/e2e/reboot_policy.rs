@@ -1102,12 +1102,14 @@ spec:
 /// upgraded by the Plan `shared`.
 async fn reboot_and_upgrade_every_node(s: &Scene, shared: &str) {
     let (client, api, ns, nodes, pool) = (&s.client, &policies(s), &s.ns, &s.nodes, &s.pool);
-    let mut rebooted = BTreeSet::new();
+    let (mut seen, mut rebooted) = (BTreeSet::new(), BTreeSet::new());
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
         for p in reboot_pods(ns.name(), client, shared).await {
             let n = pod_node(&p);
-            if rebooted.insert(n.clone()) {
+            // Rebooted when seen a second time, a loop (200 ms) later: a reboot pod then lives
+            // longer than the overlap watch's poll (150 ms), which must see one.
+            if !seen.insert(n.clone()) && rebooted.insert(n.clone()) {
                 support::simulate_reboot(client, &n).await;
             }
         }
