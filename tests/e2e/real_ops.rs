@@ -556,6 +556,55 @@ async fn pod_states(s: &Scene, app: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// Each agent pod as a failure message needs it: node, phase, its container's restarts, state
+/// and last state, and the end of its log (read through the kubelet, so bounded in time).
+async fn agents_report(s: &Scene) -> String {
+    let pods = match (s.ns.api::<Pod>())
+        .list(&ListParams::default().labels("app=agent"))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => return format!("cannot list the agents: {e}"),
+    };
+    let mut report = Vec::new();
+    for p in pods {
+        let node = p.spec.as_ref().and_then(|sp| sp.node_name.clone());
+        let status = p.status.clone().unwrap_or_default();
+        let container = (status.container_statuses.unwrap_or_default())
+            .into_iter()
+            .next()
+            .map(|c| {
+                format!(
+                    "restarts {}, state {}, last state {}",
+                    c.restart_count,
+                    serde_json::to_string(&c.state).unwrap_or_default(),
+                    serde_json::to_string(&c.last_state).unwrap_or_default()
+                )
+            });
+        let params = kube::api::LogParams {
+            tail_lines: Some(15),
+            timestamps: true,
+            ..Default::default()
+        };
+        let log = match tokio::time::timeout(
+            Duration::from_secs(20),
+            s.ns.api::<Pod>().logs(&p.name_any(), &params),
+        )
+        .await
+        {
+            Ok(Ok(log)) => log,
+            Ok(Err(e)) => format!("(no log: {e})"),
+            Err(_) => "(no log in 20 s)".into(),
+        };
+        report.push(format!(
+            "{} on {node:?}: {:?}, {container:?}; log:\n{log}",
+            p.name_any(),
+            status.phase
+        ));
+    }
+    report.join("\n")
+}
+
 /// The first Running pod of `app` in the scene's namespace on `node`.
 async fn running_pod(s: &Scene, app: &str, node: &str) -> String {
     support::wait_for(
@@ -710,6 +759,8 @@ spec:
 
     // Until both are back: a new boot, Ready, uncordoned and asking no more.
     let mut back_at: BTreeMap<&str, Duration> = BTreeMap::new();
+    // Since when a node is back but for its request of an earlier boot, which its agent removes.
+    let mut stale_since: BTreeMap<&str, Instant> = BTreeMap::new();
     while back_at.len() < workers.len() {
         let mut down = Vec::new();
         let mut cordoned = Vec::new();
@@ -725,6 +776,15 @@ spec:
             let asks = reboot_request(&s.client, n).await;
             if boot != before[n] && ready && !unschedulable && asks.is_none() {
                 back_at.entry(n).or_insert_with(|| started.elapsed());
+            }
+            if boot != before[n] && ready && !unschedulable && asks.is_some() {
+                let since = *stale_since.entry(n).or_insert_with(Instant::now);
+                assert!(
+                    since.elapsed() < Duration::from_secs(300),
+                    "{n} is back (boot {boot}) but its agent has not withdrawn the request \
+                     {asks:?} in 300 s; agents: {}",
+                    agents_report(&s).await
+                );
             }
         }
         assert!(
@@ -744,8 +804,9 @@ spec:
         );
         assert!(
             started.elapsed() < Duration::from_secs(1200),
-            "not both back in time: {back_at:?}; {}",
-            serde_json::to_string(&status).unwrap_or_default()
+            "not both back in time: {back_at:?}; {}; agents: {}",
+            serde_json::to_string(&status).unwrap_or_default(),
+            agents_report(&s).await
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
