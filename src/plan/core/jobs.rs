@@ -1,7 +1,7 @@
 //! What the decision reads of the Plan's Jobs: which node and hash each is for, how it ended, and
 //! which Jobs must go because no node state owns them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -123,19 +123,21 @@ fn finished<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
 
 /// The Plan's live Jobs, by name, and which nodes have one running.
 pub struct PlanJobs<'a> {
-    pub by_name: BTreeMap<&'a str, PlanJob<'a>>,
+    /// Hashed, not sorted: mid-rollout a Plan has a Job for most of its nodes (the completed ones
+    /// wait for their TTL), and each decision builds this; what it yields in order, it sorts.
+    pub by_name: HashMap<&'a str, PlanJob<'a>>,
     /// Names of the unfinished Jobs of each node.
     running: BTreeMap<&'a str, Vec<&'a str>>,
 }
 
 impl<'a> PlanJobs<'a> {
     pub fn new(jobs: &'a [&'a Job]) -> PlanJobs<'a> {
-        let by_name: BTreeMap<&str, PlanJob<'_>> = jobs
-            .iter()
-            .copied()
-            .filter_map(PlanJob::read)
-            .map(|j| (j.name, j))
-            .collect();
+        let mut by_name: HashMap<&str, PlanJob<'_>> = HashMap::with_capacity(jobs.len());
+        by_name.extend(
+            (jobs.iter().copied())
+                .filter_map(PlanJob::read)
+                .map(|j| (j.name, j)),
+        );
         let mut running: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for j in by_name.values().filter(|j| j.running()) {
             if let Some(node) = j.node {
@@ -216,6 +218,7 @@ impl<'a> PlanJobs<'a> {
                 None => {}
             }
         }
+        deletions.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         (deletions, recheck)
     }
 }
