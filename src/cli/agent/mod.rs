@@ -24,6 +24,11 @@ use tracing::{info, warn};
 
 /// The field manager of the agent's patches.
 const FIELD_MANAGER: &str = "slipway-agent";
+/// How long the agent waits for the API server to answer one request. kube-rs sets no read
+/// timeout and speaks HTTP/1.1, without the pings with which client-go finds a dead connection:
+/// a connection that died without a reset (a NAT that forgot it, a node's network coming back)
+/// would hold the agent, and the node's request, until the process ends.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -134,7 +139,7 @@ async fn step(
     args: &AgentArgs,
     update_engine: Option<UpdateEngine>,
 ) -> anyhow::Result<()> {
-    let node = nodes.get(&args.node).await.map_err(|e| {
+    let node = answered(nodes.get(&args.node)).await?.map_err(|e| {
         anyhow::anyhow!("cannot read node {}: {}", args.node, super::kube_error(&e))
     })?;
     let boot_id = node
@@ -184,16 +189,12 @@ async fn step(
     if decision.label_kairos {
         info!(node = %args.node, "the host runs Kairos: labelling the node {KAIROS_MANAGED_LABEL}=true");
     }
-    nodes
-        .patch(
-            &args.node,
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(patch),
-        )
-        .await
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    answered(nodes.patch(&args.node, &params, &Patch::Merge(patch)))
+        .await?
         .map_err(|e| {
             anyhow::anyhow!(
                 "cannot change node {}: {}",
@@ -202,6 +203,14 @@ async fn step(
             )
         })?;
     Ok(())
+}
+
+/// `request`'s answer, or an error once [`REQUEST_TIMEOUT`] has passed without one (the request
+/// is dropped with its connection; the next step opens another).
+async fn answered<T>(request: impl Future<Output = T>) -> anyhow::Result<T> {
+    tokio::time::timeout(REQUEST_TIMEOUT, request)
+        .await
+        .map_err(|_| anyhow::anyhow!("the API server did not answer in {REQUEST_TIMEOUT:?}"))
 }
 
 /// The host's kairos-release and os-release under its /etc.
@@ -298,5 +307,41 @@ impl Stop {
             _ = term.recv() => false,
             _ = int.recv() => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    /// An API server that takes the request and never answers (a connection that died without a
+    /// reset): the step gives up after the timeout, so the loop goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_gives_up_on_an_api_server_that_never_answers() {
+        let silent = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        let nodes: Api<Node> = Api::all(kube::Client::new(silent, "default"));
+        let args =
+            Cli::try_parse_from(["agent", "--node", "n1", "--sentinel-file", "/nonexistent"])
+                .expect("the agent's arguments")
+                .agent;
+        let started = tokio::time::Instant::now();
+        let error = tokio::time::timeout(2 * REQUEST_TIMEOUT, step(&nodes, &args, None))
+            .await
+            .expect("the step ended by itself")
+            .expect_err("no answer is an error");
+        assert_eq!(started.elapsed(), REQUEST_TIMEOUT);
+        assert!(
+            error.to_string().contains("did not answer in 30s"),
+            "{error:#}"
+        );
     }
 }
