@@ -3,6 +3,7 @@
 //! in the library.
 
 pub mod agent;
+pub mod connect;
 pub mod explain;
 pub mod generate;
 pub mod process;
@@ -45,7 +46,8 @@ pub fn structured<T: Serialize>(value: &T, output: Output) -> anyhow::Result<Opt
 /// current context), as `slipway run` builds it.
 pub async fn client(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<kube::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    crate::client(kubeconfig, "", context).await
+    let config = connect::client_config(kubeconfig, "", context).await?;
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }
 
 /// The API server's message of a failed request, on one line.
