@@ -99,6 +99,12 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
       SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
 
+# A profile-guided build of the controller (scripts/pgo.sh): built with LLVM's counters, trained on
+# the 1,000-node rollout, built again with the profile; prints the binary's path, to compare with
+# `SLIPWAY_BENCH_BINARY=<path> just bench`. Installs Debian's llvm-<rustc's LLVM major> if missing.
+pgo:
+    scripts/pgo.sh
+
 # Fuzz every target of fuzz/ (or those named) for SECONDS each with libFuzzer; prints executions,
 # corpus size and crashes per target, fails on a crash (the input is kept in fuzz/artifacts/).
 fuzz SECONDS="60" *TARGETS:
