@@ -91,17 +91,21 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
       SLIPWAY_BENCH_SIZES={{NODES}} cargo bench --locked --bench decisions
       exit
     fi
-    # The controller alone: the workspace's release build links six fuzz targets with fat LTO too.
-    cargo build --release --locked -p slipway --bin slipway
+    # The controller as the image ships it (scripts/image.sh's build: static, with the profile of
+    # pgo/; SLIPWAY_PGO=off without), alone: the workspace's release build links the fuzz targets too.
+    root=$PWD; source scripts/static-env.sh
+    CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$SLIPWAY_STATIC_TARGET" --bin slipway
+    unset RUSTFLAGS
     tests/cluster/build.sh >/dev/null
     # The audit log holds every request the bench counts, at thousands of nodes too.
     export SLIPWAY_CLUSTER_AUDIT_MB=${SLIPWAY_CLUSTER_AUDIT_MB:-500}
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
       SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
 
-# A profile-guided build of the controller (scripts/pgo.sh): built with LLVM's counters, trained on
-# the 1,000-node rollout, built again with the profile; prints the binary's path, to compare with
-# `SLIPWAY_BENCH_BINARY=<path> just bench`. Installs Debian's llvm-<rustc's LLVM major> if missing.
+# Make the release builds' profile again (scripts/pgo.sh, half an hour): the image's build with
+# LLVM's counters runs the 1,000-node rollout; its counters, merged, are pgo/slipway.profdata.xz
+# (commit it). Prints the path of the release build made with it. Installs Debian's
+# llvm-<rustc's LLVM major> if missing.
 pgo:
     scripts/pgo.sh
 

@@ -2,7 +2,7 @@
 //!
 //! Mode `rollout` (default): a cluster of `SLIPWAY_BENCH_NODES` (1,000) fake nodes; first an ideal
 //! controller (create one Job per node with `SLIPWAY_BENCH_CONCURRENCY` (100) in flight, label the
-//! node when its Job completes, nothing else), then slipway (release build) rolling out one Plan of
+//! node when its Job completes, nothing else), then slipway (the image's build) rolling out one Plan of
 //! the same concurrency over the same nodes. Each line: seconds from start to every node labelled,
 //! the most Jobs active at once (watched independently), the controller's peak RSS and CPU seconds,
 //! and its API writes by verb and resource (from the API server's audit log: both run with their
@@ -665,12 +665,16 @@ fn no_deployment(cluster: &LocalCluster) -> Result<()> {
     Ok(())
 }
 
-/// The release build, or `SLIPWAY_BENCH_BINARY` (another build, or a wrapper that runs it under a
-/// profiler).
+/// The image's build (static, with the release profile of pgo/: `just bench` builds it as
+/// scripts/image.sh does), or `SLIPWAY_BENCH_BINARY` (another build, or a wrapper that runs it
+/// under a profiler).
 fn slipway_binary() -> PathBuf {
     std::env::var_os("SLIPWAY_BENCH_BINARY")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/release/slipway"))
+        .unwrap_or_else(|| {
+            let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+            repo().join(format!("target/{target}/release/slipway"))
+        })
 }
 
 fn plan(name: &str, concurrency: usize, selector: Value) -> Result<Plan> {
@@ -1110,7 +1114,7 @@ async fn main() -> Result<()> {
     let opts = Options::from_env()?;
     if !slipway_binary().is_file() {
         bail!(
-            "{} is missing: run `cargo build --release` (just bench does)",
+            "{} is missing: `just bench` builds it",
             slipway_binary().display()
         );
     }

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# A profile-guided build of the controller, measured (docs/performance.md, "Profile-guided"):
+# Makes pgo/slipway.profdata.xz, the profile every release build of slipway is built with
+# (scripts/static-env.sh; docs/performance.md, "A profile-guided build"):
 #
-#   1. slipway built with LLVM's counters (-Cprofile-generate), in target/pgo/generate;
-#   2. that build runs the 1,000-node rollout of `just bench` (a local cluster, fake nodes),
-#      and writes its counters when it stops;
-#   3. llvm-profdata (of rustc's own LLVM version, Debian's llvm-<major>) merges them into
-#      target/pgo/slipway.profdata;
-#   4. slipway built again with that profile (-Cprofile-use), hot and never-run code laid out
-#      apart (-z keep-text-section-prefix): target/pgo/use/<host>/release/slipway.
+#   1. the release build (static, as the image's) with LLVM's counters (-Cprofile-generate), in
+#      target/pgo/generate;
+#   2. that build runs the 1,000-node rollout of `just bench` (a local cluster, fake nodes) and
+#      writes its counters when it stops;
+#   3. llvm-profdata (of rustc's own LLVM version, Debian's llvm-<major>) merges them, and xz
+#      packs them into pgo/slipway.profdata.xz (commit it);
+#   4. the release build with it, as scripts/image.sh builds it: its path is printed last.
 #
-# Then, to compare it with the plain release build side by side:
-#   SLIPWAY_BENCH_BINARY=target/pgo/use/<host>/release/slipway just bench rollout 1000
-# The image and `just bench` still build without a profile: this is the measurement, not yet
-# the release process.
+# Run it again when the code a rollout runs has changed much, or rustc's LLVM: LLVM builds each
+# function whose control flow changed since without the profile, so an old profile does no harm,
+# it only helps less. To compare with a build without it, side by side:
+#   SLIPWAY_BENCH_BINARY=<path> just bench rollout 1000; SLIPWAY_PGO=off just bench rollout 1000
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 say() { echo "pgo: $*" >&2; }
 
-host=$(rustc -vV | sed -n 's/^host: //p')
 major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 profdata=llvm-profdata-$major
 if ! command -v "$profdata" >/dev/null; then
@@ -29,10 +29,14 @@ fi
 
 out=$root/target/pgo
 rm -rf "$out/raw" && mkdir -p "$out/raw"
-# --target keeps the flags off build scripts and proc macros, which run on the host.
+# The release build's flags without a profile, and the counters on top: the functions of the
+# build that uses the profile must be the same ones.
+# shellcheck source=scripts/static-env.sh
+SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=off source "$root/scripts/static-env.sh"
+host=$SLIPWAY_STATIC_TARGET
 say "1/4 the instrumented build"
-CARGO_TARGET_DIR=$out/generate RUSTFLAGS="-Cprofile-generate=$out/raw" \
-  cargo build --release --locked -p slipway --bin slipway --target "$host"
+CARGO_TARGET_DIR=$out/generate RUSTFLAGS="$RUSTFLAGS -Cprofile-generate=$out/raw" \
+  CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin slipway --target "$host"
 
 # The bench SIGKILLs the controller it started, which would lose the counters: it starts this
 # wrapper instead, whose child is stopped with SIGTERM once the bench is done.
@@ -48,19 +52,25 @@ chmod +x "$wrapper"
 say "2/4 the 1,000-node rollout, run by the instrumented build"
 tests/cluster/build.sh >/dev/null
 # The bench's own build without LTO: it only drives the cluster, and LTO would take 15 minutes.
-CARGO_PROFILE_BENCH_LTO=off CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
-  SLIPWAY_CLUSTER_AUDIT_MB=500 SLIPWAY_BENCH_BINARY=$wrapper SLIPWAY_BENCH_MODE=rollout \
-  SLIPWAY_BENCH_NODES=1000 SLIPWAY_BENCH_CONCURRENCY=100 SLIPWAY_BENCH_IDEAL=0 \
-  cargo bench --locked --bench rollout >/dev/null
+(
+  unset RUSTFLAGS
+  CARGO_PROFILE_BENCH_LTO=off CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
+    SLIPWAY_CLUSTER_AUDIT_MB=500 SLIPWAY_BENCH_BINARY=$wrapper SLIPWAY_BENCH_MODE=rollout \
+    SLIPWAY_BENCH_NODES=1000 SLIPWAY_BENCH_CONCURRENCY=100 SLIPWAY_BENCH_IDEAL=0 \
+    cargo bench --locked --bench rollout >/dev/null
+)
 pkill -TERM -f "^$generated " || true
 for _ in $(seq 60); do pgrep -f "^$generated " >/dev/null || break; sleep 1; done
 ls "$out"/raw/slipway-*.profraw >/dev/null 2>&1 || { say "no counters were written"; exit 1; }
 
-say "3/4 merging the counters"
+say "3/4 merging the counters into pgo/slipway.profdata.xz"
 "$profdata" merge -o "$out/slipway.profdata" "$out"/raw/slipway-*.profraw
+mkdir -p pgo
+xz -9 -T1 -c "$out/slipway.profdata" > pgo/slipway.profdata.xz.tmp
+mv pgo/slipway.profdata.xz.tmp pgo/slipway.profdata.xz
 
-say "4/4 the build with the profile"
-CARGO_TARGET_DIR=$out/use \
-  RUSTFLAGS="-Cprofile-use=$out/slipway.profdata -Clink-arg=-Wl,-z,keep-text-section-prefix" \
-  cargo build --release --locked -p slipway --bin slipway --target "$host"
-echo "$out/use/$host/release/slipway"
+say "4/4 the release build with it"
+# shellcheck source=scripts/static-env.sh
+SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=on source "$root/scripts/static-env.sh"
+CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin slipway --target "$host"
+echo "${CARGO_TARGET_DIR:-$root/target}/$host/release/slipway"

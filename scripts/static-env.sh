@@ -9,6 +9,7 @@
 #                          too, so that any clone builds the same bytes. CI's dev-profile build
 #                          keeps the checkout's path: the compiled dependencies then do not depend
 #                          on where the clone is, and CI keeps them between runs (scripts/ci.sh).
+#                          A release build also takes the profile of pgo/ (below).
 #   SLIPWAY_COMMIT         slipway_build_info's commit label, the same for every build of a commit
 # Needs $root (the checkout).
 : "${root:?static-env.sh needs root, the checkout}"
@@ -17,6 +18,28 @@ export SLIPWAY_STATIC_TARGET
 RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ]; then
   RUSTFLAGS="$RUSTFLAGS --remap-path-prefix=$root=/slipway"
+fi
+# A release build is profile-guided: pgo/slipway.profdata.xz, LLVM's counters from the
+# 1,000-node rollout (scripts/pgo.sh, `just pgo`, makes it again), lays the code out by use
+# (hot, then the rest, then what never ran: less of it resident) and optimizes the hot paths;
+# docs/performance.md has the figures. A function changed since the profile was made is built
+# without it. The unpacked profile's name is its checksum, so that cargo rebuilds when it
+# changes. SLIPWAY_PGO=off builds without it. -z keep-text-section-prefix makes rust-lld group
+# the code by use; GNU ld (the arm64 cross linker) does so by default and says it ignores it.
+unset SLIPWAY_PGO_PROFILE
+if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ] && [ "${SLIPWAY_PGO:-on}" != off ] &&
+  [ -f "$root/pgo/slipway.profdata.xz" ]; then
+  SLIPWAY_PGO_PROFILE=$root/target/pgo/slipway-$(sha256sum "$root/pgo/slipway.profdata.xz" | cut -c1-16).profdata
+  if [ ! -f "$SLIPWAY_PGO_PROFILE" ]; then
+    command -v xz >/dev/null || {
+      echo "static-env: xz unpacks pgo/slipway.profdata.xz (apt-get install xz-utils); SLIPWAY_PGO=off builds without it" >&2
+      return 1
+    }
+    mkdir -p "$root/target/pgo"
+    xz -dc "$root/pgo/slipway.profdata.xz" > "$SLIPWAY_PGO_PROFILE.tmp"
+    mv "$SLIPWAY_PGO_PROFILE.tmp" "$SLIPWAY_PGO_PROFILE"
+  fi
+  RUSTFLAGS="$RUSTFLAGS -Cprofile-use=$SLIPWAY_PGO_PROFILE -Clink-arg=-Wl,-z,keep-text-section-prefix"
 fi
 export RUSTFLAGS
 if [ -z "${SLIPWAY_COMMIT:-}" ]; then

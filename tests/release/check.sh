@@ -4,7 +4,8 @@
 # with their checksums and the filled krew manifest (scripts/release.sh), and the two-platform
 # image (scripts/image.sh with SLIPWAY_IMAGE_PLATFORMS). Each archive is unpacked as krew unpacks it
 # and its binary run (the arm64 one under qemu-user): `--version` and `validate` of the quick
-# start's Plan; the image is read by go-containerregistry's validators (tests/tools/ocicheck).
+# start's Plan; the image is read by go-containerregistry's validators (tests/tools/ocicheck); the
+# release builds' profile (pgo/) is read by this rustc.
 # CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
 #
 #   tests/release/check.sh [OUT]     # default: target/ci/release
@@ -67,6 +68,23 @@ print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] 
 [ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the image's index names $platforms"
 "$(tests/tools/ocicheck.sh)" "$image" "docker.io/library/slipway:$version" >&2 ||
   fail "the two-platform image is refused"
+# The release builds' profile (scripts/static-env.sh) is read by this rustc: with a profile that
+# is damaged or of a newer LLVM, a release build (CI makes none) would fail or, rustc only
+# warning, ship without it. Read as a release build reads it, by a one-line program.
+(
+  export SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=on
+  # shellcheck source=scripts/static-env.sh
+  source "$root/scripts/static-env.sh"
+  [ -n "${SLIPWAY_PGO_PROFILE:-}" ] || fail "a release build takes no profile (pgo/slipway.profdata.xz)"
+  # A damaged profile is only a warning to rustc: any word from it fails the check.
+  echo 'fn main() { println!("profiled"); }' |
+    rustc --edition 2021 -O -Cprofile-use="$SLIPWAY_PGO_PROFILE" -o "$out/profiled" - 2>"$out/profiled.err" &&
+    [ ! -s "$out/profiled.err" ] ||
+    fail "rustc does not read the profile of pgo/ cleanly (make it again: just pgo): $(cat "$out/profiled.err")"
+  [ "$("$out/profiled")" = profiled ] || fail "the program built with the profile does not run"
+  echo "release check: the profile of pgo/ is read by $(rustc --version)" >&2
+)
+
 # The checksums and the manifest stay to be read; the large files go (CI's disk is not large).
-rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz
+rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz "$out/profiled" "$out/profiled.err"
 echo "release check: ok ($out)" >&2
