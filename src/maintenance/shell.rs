@@ -77,6 +77,7 @@ impl MaintenanceOperation {
             shared,
             lease,
             evictions: Mutex::default(),
+            asking: Mutex::default(),
             failures: Mutex::default(),
             maintenances,
             written: Written::default(),
@@ -191,6 +192,8 @@ pub struct MaintenanceOperation {
     /// The answers of each maintenance's last round of evictions: its next decision's input
     /// (forgotten on a restart, which only asks again sooner).
     evictions: Mutex<HashMap<String, EvictionRound>>,
+    /// The rounds of evictions being asked now, by maintenance (see [`core::Asking`]).
+    asking: Mutex<HashMap<String, core::Asking>>,
     /// Why each maintenance's last effects failed: its next status says it.
     failures: Mutex<HashMap<String, String>>,
     /// The cache: which maintenances still exist (their gauges go with them).
@@ -202,14 +205,21 @@ impl MaintenanceOperation {
     /// The maintenances whose last round `pdb` may have refused, their wait ended.
     fn unblocked(&self, pdb: &PodDisruptionBudget) -> Vec<ObjectRef<NodeMaintenance>> {
         let namespace = pdb.namespace().unwrap_or_default();
-        lock(&self.evictions)
+        let mut woken: Vec<_> = lock(&self.evictions)
             .iter_mut()
             .filter_map(|(name, round)| {
                 round
                     .budget_allows(&namespace)
                     .then(|| ObjectRef::new(name))
             })
-            .collect()
+            .collect();
+        // Reconciled again once the round is back, which then asks at once.
+        woken.extend(lock(&self.asking).iter_mut().filter_map(|(name, asking)| {
+            asking
+                .budget_allows(&namespace)
+                .then(|| ObjectRef::new(name))
+        }));
+        woken
     }
 }
 
@@ -257,6 +267,7 @@ impl Operation for MaintenanceOperation {
         self.shared.metrics().retain_maintenances(exists);
         // A maintenance whose finalizer someone else removed is never reconciled deleted.
         lock(&self.evictions).retain(|n, _| exists(n));
+        lock(&self.asking).retain(|n, _| exists(n));
         lock(&self.failures).retain(|n, _| exists(n));
         self.shared.forget_gone();
         Ok(nm)
@@ -358,6 +369,7 @@ impl Operation for MaintenanceOperation {
     fn forget(&self, nm: &NodeMaintenance) {
         let name = nm.name_any();
         lock(&self.evictions).remove(&name);
+        lock(&self.asking).remove(&name);
         lock(&self.failures).remove(&name);
         self.shared.metrics().retain_maintenances(|n| n != name);
     }
@@ -410,12 +422,14 @@ impl MaintenanceOperation {
             MaintenanceEffect::HoldLease => self.hold_lease(nm, o).await?,
             MaintenanceEffect::ReleaseLease => self.release_lease(o.lease.as_ref()).await?,
             MaintenanceEffect::Evict(pods) => {
+                let name = nm.name_any();
+                lock(&self.asking).insert(name.clone(), core::Asking::of(pods));
                 let results =
                     evict_all(chores.client(), chores.eviction_client(), pods, None).await;
+                let asking = lock(&self.asking).remove(&name).unwrap_or_default();
                 let mut rounds = lock(&self.evictions);
-                let name = nm.name_any();
                 let round = EvictionRound::next(rounds.get(&name), results, Timestamp::now());
-                rounds.insert(name, round);
+                rounds.insert(name, asking.answered(round));
             }
             MaintenanceEffect::Delete(pods) => delete_all(chores.client(), pods, None).await?,
         }

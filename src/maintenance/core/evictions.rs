@@ -1,6 +1,7 @@
 //! The answers of the Eviction API, as the next decision reads them: why each pod is still there,
 //! and how long to wait after a PodDisruptionBudget refused.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -71,5 +72,42 @@ impl EvictionRound {
             self.at = None;
         }
         refused_there
+    }
+}
+
+/// A round of evictions being asked: its answers are recorded only once it is back, so a budget
+/// that allows a disruption meanwhile finds no refused round to wake, and the drain would wait
+/// out its backoff (up to a minute) for a budget that already allows it. Kept while the round
+/// is asked, and given to the round it becomes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asking {
+    namespaces: BTreeSet<String>,
+    allowed: BTreeSet<String>,
+}
+
+impl Asking {
+    /// The evictions of `pods` being asked.
+    pub fn of(pods: &[PodKey]) -> Asking {
+        Asking {
+            namespaces: pods.iter().map(|p| p.namespace.clone()).collect(),
+            allowed: BTreeSet::new(),
+        }
+    }
+
+    /// A budget in `namespace` allows a disruption: whether it may answer this round.
+    pub fn budget_allows(&mut self, namespace: &str) -> bool {
+        let there = self.namespaces.contains(namespace);
+        if there {
+            self.allowed.insert(namespace.to_string());
+        }
+        there
+    }
+
+    /// The round it became, told of the budgets that allowed a disruption while it was asked.
+    pub fn answered(self, mut round: EvictionRound) -> EvictionRound {
+        for namespace in &self.allowed {
+            round.budget_allows(namespace);
+        }
+        round
     }
 }

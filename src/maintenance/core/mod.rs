@@ -36,7 +36,7 @@ use crate::node::disruption::DisruptionSpec;
 use crate::node::drain::{PodKey, PodsView};
 use crate::node::holders::{Hold, Holder, MAINTENANCE_TAINT};
 use drain::drain;
-pub use evictions::{EvictionRound, refusal_backoff};
+pub use evictions::{Asking, EvictionRound, refusal_backoff};
 pub use lease::{LeaseAction, LeaseSettings, LeaseView, lease_name, lease_view, renewed_lease};
 pub use status::phase;
 use status::{finish, record_evictions, stamp};

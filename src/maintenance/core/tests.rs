@@ -834,6 +834,43 @@ fn a_budget_that_allows_a_disruption_again_ends_the_wait_of_the_rounds_it_refuse
 }
 
 #[test]
+fn a_budget_that_allows_a_disruption_while_a_round_is_asked_ends_the_wait_of_its_answer() {
+    let refused = vec![(pod("web-1"), EvictionResult::Refused("PDB".into()))];
+    let first = EvictionRound::next(None, refused.clone(), now());
+    let mut asking = Asking::of(&[pod("web-1")]);
+    assert!(
+        !asking.budget_allows("other"),
+        "a budget of another namespace"
+    );
+    let untold = asking
+        .clone()
+        .answered(EvictionRound::next(Some(&first), refused.clone(), now()));
+    assert!(
+        untold.next_ask().is_some(),
+        "nothing came meanwhile: the backoff stands"
+    );
+    assert!(asking.budget_allows(&pod("web-1").namespace));
+    let round = asking.answered(EvictionRound::next(Some(&first), refused, now()));
+    assert_eq!(round.refused_in_a_row, 2, "the count stays");
+    assert_eq!(round.next_ask(), None, "asked again at once");
+    let m = nm(true);
+    let n = taken();
+    let p = pods(&[("web-1", false)]);
+    let mut i = input(&m, Some(&n), Some(&p));
+    i.evictions = Some(&round);
+    i.now = now() + jiff::SignedDuration::from_secs(1);
+    assert_eq!(decide(&i).evict, [pod("web-1")], "at once");
+    let mut accepted = Asking::of(&[pod("web-1")]);
+    assert!(accepted.budget_allows(&pod("web-1").namespace));
+    let done = accepted.answered(EvictionRound::next(
+        Some(&round),
+        vec![(pod("web-1"), EvictionResult::Accepted)],
+        now(),
+    ));
+    assert_eq!(done.refused_in_a_row, 0, "an accepted round stays accepted");
+}
+
+#[test]
 fn the_decision_gives_back_before_the_status_and_takes_after_it() {
     let mut m = nm(true);
     let n = node();

@@ -158,6 +158,7 @@ fn operation(api: &ApiServer) -> MaintenanceOperation {
         shared: testing::shared(&api.client(), vec![]),
         lease: LeaseSettings::default(),
         evictions: Mutex::default(),
+        asking: Mutex::default(),
         failures: Mutex::default(),
         maintenances: kube::runtime::reflector::store().0,
         written: Default::default(),
