@@ -202,7 +202,8 @@ pub struct MaintenanceOperation {
 }
 
 impl MaintenanceOperation {
-    /// The maintenances whose last round `pdb` may have refused, their wait ended.
+    /// The maintenances whose last round `pdb` may have refused, their wait ended, and those
+    /// whose round is being asked now (the API server may have checked `pdb`'s old status).
     fn unblocked(&self, pdb: &PodDisruptionBudget) -> Vec<ObjectRef<NodeMaintenance>> {
         let namespace = pdb.namespace().unwrap_or_default();
         let mut woken: Vec<_> = lock(&self.evictions)
