@@ -19,7 +19,7 @@ done
 rustup target list --installed | grep -qx "$target" || rustup target add "$target" >&2
 # shellcheck source=scripts/static-env.sh
 source "$root/scripts/static-env.sh"
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+RUSTFLAGS=$SLIPWAY_CROSS_RUSTFLAGS CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
   AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar \
   cargo build --locked --target "$target" --bin slipway >&2

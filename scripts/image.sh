@@ -46,6 +46,7 @@ echo "image: building the static slipway binary for $host ($profile; the first b
 if [ "$profile" = release ]; then
   CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$host" --bin slipway
   binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
+  slipway_pgo_used "$binary" || true
 else
   # All targets, as scripts/ci.sh builds them: the tests' dev-dependencies turn on features of
   # shared dependencies, so a build of the binary alone would compile them again.
@@ -68,7 +69,8 @@ for platform in ${SLIPWAY_IMAGE_PLATFORMS:-}; do
   rustup target list --installed | grep -qx "$cross" || rustup target add "$cross" >&2
   var=$(echo "$cross" | tr 'a-z-' 'A-Z_')
   low=$(echo "$cross" | tr '-' '_')
-  cross_env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar")
+  cross_env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar"
+    "RUSTFLAGS=$SLIPWAY_CROSS_RUSTFLAGS")
   echo "image: building the static slipway binary for $cross ($profile)" >&2
   if [ "$profile" = release ]; then
     env "${cross_env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$cross" --bin slipway

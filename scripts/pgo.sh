@@ -7,7 +7,8 @@
 #   2. that build runs the 1,000-node rollout of `just bench` (a local cluster, fake nodes) and
 #      writes its counters when it stops;
 #   3. llvm-profdata (of rustc's own LLVM version, Debian's llvm-<major>) merges them, and xz
-#      packs them into pgo/slipway.profdata.xz (commit it);
+#      packs them into pgo/slipway.profdata.xz, and the functions that ran, in the link order
+#      rust-lld is given, into pgo/slipway.order.xz (commit both);
 #   4. the release build with it, as scripts/image.sh builds it: its path is printed last.
 #
 # Run it again when the code a rollout runs has changed much, or rustc's LLVM: LLVM builds each
@@ -63,14 +64,31 @@ pkill -TERM -f "^$generated " || true
 for _ in $(seq 60); do pgrep -f "^$generated " >/dev/null || break; sleep 1; done
 ls "$out"/raw/slipway-*.profraw >/dev/null 2>&1 || { say "no counters were written"; exit 1; }
 
-say "3/4 merging the counters into pgo/slipway.profdata.xz"
+say "3/4 merging the counters into pgo/slipway.profdata.xz and pgo/slipway.order.xz"
 "$profdata" merge -o "$out/slipway.profdata" "$out"/raw/slipway-*.profraw
 mkdir -p pgo
 xz -9 -T1 -c "$out/slipway.profdata" > pgo/slipway.profdata.xz.tmp
 mv pgo/slipway.profdata.xz.tmp pgo/slipway.profdata.xz
+# The link order: every function that ran (a counter above 0), the most run first; a name is the
+# symbol after the profile's "<unit>;" prefix.
+"$profdata" merge --text -o - "$out/slipway.profdata" | awk '
+  state == 0 && NF && !/^[#:]/ { name = $0; state = 1; next }
+  state == 1 && /^# Num Counters:/ { getline n; state = 2; next }
+  state == 2 && /^# Counter Values:/ {
+    max = 0
+    for (i = 0; i < n; i++) { getline v; if (v + 0 > max) max = v + 0 }
+    if (max > 0) { sub(/^.*;/, "", name); printf "%d\t%s\n", max, name }
+    state = 3; next
+  }
+  state == 3 && !NF { state = 0 }
+' | LC_ALL=C sort -t "$(printf '\t')" -k1,1nr -k2,2 | cut -f2 > "$out/slipway.order"
+[ -s "$out/slipway.order" ] || { say "no function ran"; exit 1; }
+xz -9 -T1 -c "$out/slipway.order" > pgo/slipway.order.xz
 
 say "4/4 the release build with it"
 # shellcheck source=scripts/static-env.sh
 SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=on source "$root/scripts/static-env.sh"
 CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin slipway --target "$host"
-echo "${CARGO_TARGET_DIR:-$root/target}/$host/release/slipway"
+binary=${CARGO_TARGET_DIR:-$root/target}/$host/release/slipway
+slipway_pgo_used "$binary"
+echo "$binary"

@@ -63,13 +63,15 @@ for target in $targets; do
     }
     var=$(echo "$target" | tr 'a-z-' 'A-Z_')
     low=$(echo "$target" | tr '-' '_')
-    env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar")
+    env=("CARGO_TARGET_${var}_LINKER=$prefix-gcc" "CC_${low}=$prefix-gcc" "AR_${low}=$prefix-ar"
+      "RUSTFLAGS=$SLIPWAY_CROSS_RUSTFLAGS")
   fi
   echo "release: building slipway $version for $target ($profile)" >&2
   if [ "$profile" = release ]; then
     env "${env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols \
       cargo build --release --locked --target "$target" --bin slipway
     binary="${CARGO_TARGET_DIR:-target}/$target/release/slipway"
+    [ "$target" != "$host" ] || slipway_pgo_used "$binary" || true
   else
     # The host's with all targets, as scripts/ci.sh and image.sh build it (the tests'
     # dev-dependencies turn on features of shared dependencies); a foreign one as scripts/arm64.sh.

@@ -10,6 +10,8 @@
 #                          keeps the checkout's path: the compiled dependencies then do not depend
 #                          on where the clone is, and CI keeps them between runs (scripts/ci.sh).
 #                          A release build also takes the profile of pgo/ (below).
+#   SLIPWAY_CROSS_RUSTFLAGS  the same for a build for another target (no rust-lld-only flags)
+#   slipway_pgo_used BIN   says whether a release binary was built with the profile
 #   SLIPWAY_COMMIT         slipway_build_info's commit label, the same for every build of a commit
 # Needs $root (the checkout).
 : "${root:?static-env.sh needs root, the checkout}"
@@ -26,7 +28,7 @@ fi
 # without it. The unpacked profile's name is its checksum, so that cargo rebuilds when it
 # changes. SLIPWAY_PGO=off builds without it. -z keep-text-section-prefix makes rust-lld group
 # the code by use; GNU ld (the arm64 cross linker) does so by default and says it ignores it.
-unset SLIPWAY_PGO_PROFILE
+unset SLIPWAY_PGO_PROFILE SLIPWAY_PGO_ORDER
 if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ] && [ "${SLIPWAY_PGO:-on}" != off ] &&
   [ -f "$root/pgo/slipway.profdata.xz" ]; then
   SLIPWAY_PGO_PROFILE=$root/target/pgo/slipway-$(sha256sum "$root/pgo/slipway.profdata.xz" | cut -c1-16).profdata
@@ -41,7 +43,33 @@ if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ] && [ "${SLIPWAY_PGO:-on}" !
   fi
   RUSTFLAGS="$RUSTFLAGS -Cprofile-use=$SLIPWAY_PGO_PROFILE -Clink-arg=-Wl,-z,keep-text-section-prefix"
 fi
-export RUSTFLAGS
+# Builds for another target (scripts/image.sh, release.sh) take these flags, without rust-lld's own.
+SLIPWAY_CROSS_RUSTFLAGS=$RUSTFLAGS
+# And rust-lld (x86_64's linker) puts first, in each of those groups, the functions the profile saw
+# run (pgo/slipway.order.xz, written with the profile): many ran a few times only, so LLVM counts
+# them cold, and scattered among what never ran they made the kernel map most of that code too.
+if [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] &&
+  [ -f "$root/pgo/slipway.order.xz" ]; then
+  SLIPWAY_PGO_ORDER=$root/target/pgo/slipway-$(sha256sum "$root/pgo/slipway.order.xz" | cut -c1-16).order
+  if [ ! -f "$SLIPWAY_PGO_ORDER" ]; then
+    xz -dc "$root/pgo/slipway.order.xz" > "$SLIPWAY_PGO_ORDER.tmp"
+    mv "$SLIPWAY_PGO_ORDER.tmp" "$SLIPWAY_PGO_ORDER"
+  fi
+  RUSTFLAGS="$RUSTFLAGS -Clink-arg=-Wl,--symbol-ordering-file=$SLIPWAY_PGO_ORDER -Clink-arg=-Wl,--no-warn-symbol-ordering"
+fi
+export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
+# slipway_pgo_used BINARY: whether a release build was built with the profile. Its hot code is then
+# apart (rust-lld's .text.hot). The profile names functions by symbol, and cargo derives every
+# crate's symbols from the release profile's settings too (strip among them: the profile's
+# training and every build use strip = symbols) and from rustc's version: a build that differs
+# there gets nothing of the profile, and rustc says nothing.
+slipway_pgo_used() {
+  [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] || return 0
+  if ! readelf -SW "$1" | grep -q ' \.text\.hot '; then
+    echo "warning: $1 was built without pgo/'s profile: its symbols are not the ones the profile names (another rustc, or release settings other than the training's); just pgo makes it again" >&2
+    return 1
+  fi
+}
 if [ -z "${SLIPWAY_COMMIT:-}" ]; then
   SLIPWAY_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
 fi

@@ -82,6 +82,22 @@ print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] 
     [ ! -s "$out/profiled.err" ] ||
     fail "rustc does not read the profile of pgo/ cleanly (make it again: just pgo): $(cat "$out/profiled.err")"
   [ "$("$out/profiled")" = profiled ] || fail "the program built with the profile does not run"
+  # The link order is the profile's (its names are symbols the profile counted), and rust-lld
+  # takes it: a one-line program linked with the release build's flags.
+  if [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ]; then
+    [ -n "${SLIPWAY_PGO_ORDER:-}" ] || fail "a release build takes no link order (pgo/slipway.order.xz)"
+    for n in 1 "$(($(wc -l < "$SLIPWAY_PGO_ORDER") / 2))" "$(wc -l < "$SLIPWAY_PGO_ORDER")"; do
+      name=$(sed -n "${n}p" "$SLIPWAY_PGO_ORDER")
+      grep -aqF -- "$name" "$SLIPWAY_PGO_PROFILE" ||
+        fail "pgo/slipway.order.xz names $name, which the profile does not: make both again (just pgo)"
+    done
+    echo 'fn main() { println!("ordered"); }' |
+      rustc --edition 2021 -O -Clink-arg=-Wl,--symbol-ordering-file="$SLIPWAY_PGO_ORDER" \
+        -Clink-arg=-Wl,--no-warn-symbol-ordering \
+        -o "$out/profiled" - 2>"$out/profiled.err" && [ ! -s "$out/profiled.err" ] ||
+      fail "rust-lld does not take the link order of pgo/: $(cat "$out/profiled.err")"
+    [ "$("$out/profiled")" = ordered ] || fail "the program linked in the profile's order does not run"
+  fi
   echo "release check: the profile of pgo/ is read by $(rustc --version)" >&2
 )
 
