@@ -58,14 +58,20 @@ if [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unkn
   RUSTFLAGS="$RUSTFLAGS -Clink-arg=-Wl,--symbol-ordering-file=$SLIPWAY_PGO_ORDER -Clink-arg=-Wl,--no-warn-symbol-ordering"
 fi
 export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
-# slipway_pgo_used BINARY: whether a release build was built with the profile. Its hot code is then
-# apart (rust-lld's .text.hot). The profile names functions by symbol, and cargo derives every
-# crate's symbols from the release profile's settings too (strip among them: the profile's
-# training and every build use strip = symbols) and from rustc's version: a build that differs
-# there gets nothing of the profile, and rustc says nothing.
+# slipway_pgo_used BINARY: whether a release build was laid out by the profile. Most of the code
+# never ran in training, so rust-lld's .text.unlikely is then larger than .text (3.8 and 14.4 MB
+# on 2026-11-29; 24.6 and 4.0 for a build the profile missed). The profile names functions by
+# symbol, and cargo derives every crate's symbols from the release profile's settings too (strip
+# among them: the training and every build use strip = symbols) and from rustc's version: a build
+# that differs there gets nothing of the profile, and rustc says nothing. (A `cargo rustc` build
+# with extra arguments after `--` missed most of it too.)
 slipway_pgo_used() {
   [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] || return 0
-  if ! readelf -SW "$1" | grep -q ' \.text\.hot '; then
+  local text unlikely
+  # A section's line: its name, type, address, offset, then its size (hex).
+  text=$(readelf -SW "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == ".text") print $(i + 4) }')
+  unlikely=$(readelf -SW "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == ".text.unlikely") print $(i + 4) }')
+  if [ -z "$text" ] || [ -z "$unlikely" ] || [ $((16#$unlikely)) -le $((16#$text)) ]; then
     echo "warning: $1 was built without pgo/'s profile: its symbols are not the ones the profile names (another rustc, or release settings other than the training's); just pgo makes it again" >&2
     return 1
   fi
