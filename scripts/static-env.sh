@@ -29,32 +29,34 @@ fi
 # changes. SLIPWAY_PGO=off builds without it. -z keep-text-section-prefix makes rust-lld group
 # the code by use; GNU ld (the arm64 cross linker) does so by default and says it ignores it.
 unset SLIPWAY_PGO_PROFILE SLIPWAY_PGO_ORDER
-if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ] && [ "${SLIPWAY_PGO:-on}" != off ] &&
-  [ -f "$root/pgo/slipway.profdata.xz" ]; then
-  SLIPWAY_PGO_PROFILE=$root/target/pgo/slipway-$(sha256sum "$root/pgo/slipway.profdata.xz" | cut -c1-16).profdata
-  if [ ! -f "$SLIPWAY_PGO_PROFILE" ]; then
+# slipway_unpacked FILE.xz SUFFIX: FILE unpacked into target/pgo, named by its checksum; its path.
+slipway_unpacked() {
+  local to
+  to=$root/target/pgo/slipway-$(sha256sum "$1" | cut -c1-16).$2
+  if [ ! -f "$to" ]; then
     command -v xz >/dev/null || {
-      echo "static-env: xz unpacks pgo/slipway.profdata.xz (apt-get install xz-utils); SLIPWAY_PGO=off builds without it" >&2
+      echo "static-env: xz unpacks $1 (apt-get install xz-utils); SLIPWAY_PGO=off builds without it" >&2
       return 1
     }
     mkdir -p "$root/target/pgo"
-    xz -dc "$root/pgo/slipway.profdata.xz" > "$SLIPWAY_PGO_PROFILE.tmp"
-    mv "$SLIPWAY_PGO_PROFILE.tmp" "$SLIPWAY_PGO_PROFILE"
+    xz -dc "$1" > "$to.tmp"
+    mv "$to.tmp" "$to"
   fi
+  echo "$to"
+}
+if [ "${SLIPWAY_IMAGE_PROFILE:-release}" = release ] && [ "${SLIPWAY_PGO:-on}" != off ] &&
+  [ -f "$root/pgo/slipway.profdata.xz" ]; then
+  SLIPWAY_PGO_PROFILE=$(slipway_unpacked "$root/pgo/slipway.profdata.xz" profdata) || return 1
   RUSTFLAGS="$RUSTFLAGS -Cprofile-use=$SLIPWAY_PGO_PROFILE -Clink-arg=-Wl,-z,keep-text-section-prefix"
 fi
-# Builds for another target (scripts/image.sh, release.sh) take these flags, without rust-lld's own.
+# Builds for another target (image.sh, release.sh, arm64.sh) take these, without rust-lld's own.
 SLIPWAY_CROSS_RUSTFLAGS=$RUSTFLAGS
 # And rust-lld (x86_64's linker) puts first, in each of those groups, the functions the profile saw
 # run (pgo/slipway.order.xz, written with the profile): many ran a few times only, so LLVM counts
 # them cold, and scattered among what never ran they made the kernel map most of that code too.
 if [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] &&
   [ -f "$root/pgo/slipway.order.xz" ]; then
-  SLIPWAY_PGO_ORDER=$root/target/pgo/slipway-$(sha256sum "$root/pgo/slipway.order.xz" | cut -c1-16).order
-  if [ ! -f "$SLIPWAY_PGO_ORDER" ]; then
-    xz -dc "$root/pgo/slipway.order.xz" > "$SLIPWAY_PGO_ORDER.tmp"
-    mv "$SLIPWAY_PGO_ORDER.tmp" "$SLIPWAY_PGO_ORDER"
-  fi
+  SLIPWAY_PGO_ORDER=$(slipway_unpacked "$root/pgo/slipway.order.xz" order) || return 1
   RUSTFLAGS="$RUSTFLAGS -Clink-arg=-Wl,--symbol-ordering-file=$SLIPWAY_PGO_ORDER -Clink-arg=-Wl,--no-warn-symbol-ordering"
 fi
 export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
@@ -67,11 +69,13 @@ export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
 # with extra arguments after `--` missed most of it too.)
 slipway_pgo_used() {
   [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] || return 0
-  local text unlikely
+  local sizes text unlikely
   # A section's line: its name, type, address, offset, then its size (hex).
-  text=$(readelf -SW "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == ".text") print $(i + 4) }')
-  unlikely=$(readelf -SW "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == ".text.unlikely") print $(i + 4) }')
-  if [ -z "$text" ] || [ -z "$unlikely" ] || [ $((16#$unlikely)) -le $((16#$text)) ]; then
+  sizes=$(readelf -SW "$1" | awk '
+    { for (i = 1; i < NF; i++) { if ($i == ".text") t = $(i + 4); if ($i == ".text.unlikely") u = $(i + 4) } }
+    END { print t "," u }')
+  text=${sizes%,*} unlikely=${sizes#*,}
+  if [ -z "$unlikely" ] || [ $((0x$unlikely)) -le $((0x${text:-0})) ]; then
     echo "warning: $1 was built without pgo/'s profile: its symbols are not the ones the profile names (another rustc, or release settings other than the training's); just pgo makes it again" >&2
     return 1
   fi
