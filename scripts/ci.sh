@@ -77,7 +77,28 @@ report() {
         awk -F'\t' 'NR <= 25 { printf "%-60s %-56s %6.1f\n", substr($1, 1, 60), substr($2, 1, 56), $3 }'
     fi
     echo "total: ${total}s ($((total / 60)) min $((total % 60)) s)"
+    failures
   } | tee "$ci/report.txt" >&2
+}
+
+# Why each failed test failed, last: a record that keeps only the end of a run's output (the
+# scenes' console lines fill the middle) still says it. From libtest's failures section of each
+# test phase's log: the test's name, then the panic and its message (a few lines, each cut short).
+failures() {
+  local log
+  for log in "$logs"/unit.log "$logs"/doc.log "$logs"/offline.log "$logs"/e2e.log; do
+    [ -s "$log" ] || continue
+    awk -v phase="$(basename "$log" .log)" '
+      /^---- .* stdout ----$/ { name = $2; keep = 0; next }
+      /^failures:$/ { name = ""; keep = 0; next }
+      name != "" && / panicked at / {
+        if (!said++) print "-- why the tests of " phase " failed --"
+        print name; print "    " substr($0, 1, 300); keep = 1; n = 0; next
+      }
+      keep && (/^note: run with/ || /^$/) { keep = 0; next }
+      keep && n < 8 { print "    " substr($0, 1, 300); n++ }
+    ' "$log"
+  done
 }
 tools=""
 finish() {

@@ -361,10 +361,14 @@ fn repo() -> std::path::PathBuf {
 async fn kubelet_versions(client: &Client, names: &[String]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for n in names {
-        let node = Api::<Node>::all(client.clone()).get(n).await.expect("node");
-        let v = (node.status.and_then(|s| s.node_info))
-            .map(|i| i.kubelet_version)
-            .unwrap_or_default();
+        // A read that fails (an API server busy beside CI's scenes) is not a version: the
+        // callers look again, or say what they read.
+        let v = match Api::<Node>::all(client.clone()).get(n).await {
+            Ok(node) => (node.status.and_then(|s| s.node_info))
+                .map(|i| i.kubelet_version)
+                .unwrap_or_default(),
+            Err(e) => format!("unread: {e}"),
+        };
         out.insert(n.clone(), v);
     }
     out
@@ -372,7 +376,18 @@ async fn kubelet_versions(client: &Client, names: &[String]) -> BTreeMap<String,
 
 /// A version none of the nodes runs: the upgrade then changes every node.
 async fn next_version(client: &Client, names: &[String]) -> &'static str {
-    let now = kubelet_versions(client, names).await;
+    let now = support::wait_for(
+        "every node's version read",
+        Duration::from_secs(60),
+        || async {
+            let now = kubelet_versions(client, names).await;
+            match now.values().any(|v| v.starts_with("unread: ")) {
+                true => Err(format!("{now:?}")),
+                false => Ok(now),
+            }
+        },
+    )
+    .await;
     KUBELETS
         .into_iter()
         .find(|v| now.values().all(|n| n != v))
