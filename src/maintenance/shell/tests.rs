@@ -399,18 +399,20 @@ async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(400)));
     tokio::time::advance(Duration::from_millis(400)).await;
     assert_eq!(driver.too_soon(&nm), None, "the second is over");
-    // Two thousand nodes: two seconds; never more than five.
-    driver.paced(&nm, read(2_000));
+    // A thousand nodes: two seconds; never more than five.
+    driver.paced(&nm, read(1_000));
     tokio::time::advance(Duration::from_millis(1500)).await;
     assert_eq!(driver.too_soon(&nm), Some(Duration::from_millis(500)));
     for wrote in [false, true] {
-        assert_eq!(interval_for(1_000, wrote), Duration::from_secs(1));
-        assert_eq!(interval_for(3_000, wrote), Duration::from_secs(3));
+        assert_eq!(interval_for(1_000, wrote), Duration::from_secs(2));
+        assert_eq!(interval_for(2_000, wrote), Duration::from_secs(4));
+        assert_eq!(interval_for(3_000, wrote), Duration::from_secs(5));
         assert_eq!(interval_for(100_000, wrote), Duration::from_secs(5));
     }
     assert_eq!(interval_for(0, false), Duration::from_secs(1));
     assert_eq!(interval_for(0, true), Duration::from_millis(100));
-    assert_eq!(interval_for(500, true), Duration::from_millis(500));
+    assert_eq!(interval_for(250, false), Duration::from_secs(1));
+    assert_eq!(interval_for(250, true), Duration::from_millis(500));
 }
 
 #[tokio::test(start_paused = true)]
