@@ -94,7 +94,7 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     # The controller as the image ships it (scripts/image.sh's build: static, with the profile of
     # pgo/; SLIPWAY_PGO=off without), alone: the workspace's release build links the fuzz targets too.
     root=$PWD; source scripts/static-env.sh
-    CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$SLIPWAY_STATIC_TARGET" --bin slipway
+    cargo build --release --locked --target "$SLIPWAY_STATIC_TARGET" --bin slipway
     slipway_pgo_used "target/$SLIPWAY_STATIC_TARGET/release/slipway" || true
     unset RUSTFLAGS
     tests/cluster/build.sh >/dev/null

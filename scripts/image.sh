@@ -44,7 +44,7 @@ certs=${SLIPWAY_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 echo "image: building the static slipway binary for $host ($profile; the first build takes minutes)" >&2
 if [ "$profile" = release ]; then
-  CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$host" --bin slipway
+  cargo build --release --locked --target "$host" --bin slipway
   binary="${CARGO_TARGET_DIR:-target}/$host/release/slipway"
   slipway_pgo_used "$binary" || true
 else
@@ -73,7 +73,7 @@ for platform in ${SLIPWAY_IMAGE_PLATFORMS:-}; do
     "RUSTFLAGS=$SLIPWAY_CROSS_RUSTFLAGS")
   echo "image: building the static slipway binary for $cross ($profile)" >&2
   if [ "$profile" = release ]; then
-    env "${cross_env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "$cross" --bin slipway
+    env "${cross_env[@]}" cargo build --release --locked --target "$cross" --bin slipway
     other="${CARGO_TARGET_DIR:-target}/$cross/release/slipway"
   else
     env "${cross_env[@]}" cargo build --locked --target "$cross" --bin slipway

@@ -37,7 +37,7 @@ SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=off source "$root/scripts/static-env.s
 host=$SLIPWAY_STATIC_TARGET
 say "1/4 the instrumented build"
 CARGO_TARGET_DIR=$out/generate RUSTFLAGS="$RUSTFLAGS -Cprofile-generate=$out/raw" \
-  CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin slipway --target "$host"
+  cargo build --release --locked --bin slipway --target "$host"
 
 # The bench SIGKILLs the controller it started, which would lose the counters: it starts this
 # wrapper instead, whose child is stopped with SIGTERM once the bench is done.
@@ -88,7 +88,7 @@ xz -9 -T1 -c "$out/slipway.order" > pgo/slipway.order.xz
 say "4/4 the release build with it"
 # shellcheck source=scripts/static-env.sh
 SLIPWAY_IMAGE_PROFILE=release SLIPWAY_PGO=on source "$root/scripts/static-env.sh"
-CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin slipway --target "$host"
+cargo build --release --locked --bin slipway --target "$host"
 binary=${CARGO_TARGET_DIR:-$root/target}/$host/release/slipway
 slipway_pgo_used "$binary"
 echo "$binary"

@@ -68,8 +68,7 @@ for target in $targets; do
   fi
   echo "release: building slipway $version for $target ($profile)" >&2
   if [ "$profile" = release ]; then
-    env "${env[@]}" CARGO_PROFILE_RELEASE_STRIP=symbols \
-      cargo build --release --locked --target "$target" --bin slipway
+    env "${env[@]}" cargo build --release --locked --target "$target" --bin slipway
     binary="${CARGO_TARGET_DIR:-target}/$target/release/slipway"
     [ "$target" != "$host" ] || slipway_pgo_used "$binary" || true
   else

@@ -64,8 +64,9 @@ export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
 # never ran in training, so rust-lld's .text.unlikely is then larger than .text (3.8 and 14.4 MB
 # on 2026-11-29; 24.6 and 4.0 for a build the profile missed). The profile names functions by
 # symbol, and cargo derives every crate's symbols from the release profile's settings too (strip
-# among them: the training and every build use strip = symbols) and from rustc's version: a build
-# that differs there gets nothing of the profile, and rustc says nothing. (A `cargo rustc` build
+# among them: Cargo.toml's `strip = "symbols"`, which the training had) and from rustc's version: a
+# build that differs there (CARGO_PROFILE_RELEASE_STRIP=none, say) gets nothing of the profile, and
+# rustc says nothing. (A `cargo rustc` build
 # with extra arguments after `--` missed most of it too.)
 slipway_pgo_used() {
   [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] || return 0
