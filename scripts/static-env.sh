@@ -66,8 +66,8 @@ export RUSTFLAGS SLIPWAY_CROSS_RUSTFLAGS
 # symbol, and cargo derives every crate's symbols from the release profile's settings too (strip
 # among them: Cargo.toml's `strip = "symbols"`, which the training had) and from rustc's version: a
 # build that differs there (CARGO_PROFILE_RELEASE_STRIP=none, say) gets nothing of the profile, and
-# rustc says nothing. (A `cargo rustc` build
-# with extra arguments after `--` missed most of it too.)
+# rustc says nothing. (A `cargo rustc` build with extra arguments after `--` missed most of it
+# too.)
 slipway_pgo_used() {
   [ -n "${SLIPWAY_PGO_PROFILE:-}" ] && [ "$SLIPWAY_STATIC_TARGET" = x86_64-unknown-linux-gnu ] || return 0
   local sizes text unlikely

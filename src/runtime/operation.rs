@@ -112,17 +112,17 @@ const CLAIM_RETRY: Duration = Duration::from_secs(10);
 /// reads (what its cost grows with: about a microsecond a node, observing and deciding), by
 /// [`PER_NODE`], between a floor and [`MAX_INTERVAL`]. Two milliseconds a node, not one: at 1,000
 /// nodes that cut a rollout's Plan reconciles from 220 to 132 and its CPU by an eighth, for 1 s
-/// more in 300 (a finished Job is acted on within 2 s, in waves whose Jobs take 30 s).
-/// A busy rollout triggers its decision on every Job that finishes: without a floor, a 5,000-node rollout decided 3 times a second, each
-/// time over every node. Triggers that come sooner are folded into one reconcile at the end of the
-/// interval. The size, not a measured time, so that the interval is the same on a busy machine and
-/// in a debug build. The floor is [`MIN_INTERVAL`] after a reconcile that wrote nothing, and
-/// [`QUICK_INTERVAL`] after one that wrote (a cordon, a Job, a status): the next step of a small
-/// operation waits on what it just wrote (a three-node NodeOp took 12.2 s with a one-second floor
-/// and 6.6 s with 0.1 s), while an object whose reconciles change nothing (something else moves)
-/// is not decided more than once a second. A floor of 0.1 s after every reconcile made CI's real
-/// nodes, emulated guests beside the scenes' debug-build controllers, miss their bounds twice in
-/// two runs.
+/// more in 300 (a finished Job is acted on within 2 s, in waves whose Jobs take 30 s). A busy
+/// rollout triggers its decision on every Job that finishes: without a floor, a 5,000-node rollout
+/// decided 3 times a second, each time over every node. Triggers that come sooner are folded into
+/// one reconcile at the end of the interval. The size, not a measured time, so that the interval is
+/// the same on a busy machine and in a debug build. The floor is [`MIN_INTERVAL`] after a reconcile
+/// that wrote nothing, and [`QUICK_INTERVAL`] after one that wrote (a cordon, a Job, a status): the
+/// next step of a small operation waits on what it just wrote (a three-node NodeOp took 12.2 s with
+/// a one-second floor and 6.6 s with 0.1 s), while an object whose reconciles change nothing
+/// (something else moves) is not decided more than once a second. A floor of 0.1 s after every
+/// reconcile made CI's real nodes, emulated guests beside the scenes' debug-build controllers, miss
+/// their bounds twice in two runs.
 pub(crate) const PER_NODE: Duration = Duration::from_millis(2);
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 const QUICK_INTERVAL: Duration = Duration::from_millis(100);

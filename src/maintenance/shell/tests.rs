@@ -413,6 +413,7 @@ async fn the_interval_after_a_decision_grows_with_the_nodes_it_reads() {
     assert_eq!(interval_for(0, true), Duration::from_millis(100));
     assert_eq!(interval_for(250, false), Duration::from_secs(1));
     assert_eq!(interval_for(250, true), Duration::from_millis(500));
+    assert_eq!(interval_for(500, true), Duration::from_secs(1));
 }
 
 #[tokio::test(start_paused = true)]
