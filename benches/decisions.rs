@@ -16,7 +16,8 @@
 //!   (the hash, the unsettled candidates and the count of the others) and its decision;
 //! - `plan-mid`: one Plan over every node at concurrency a tenth of them, rolled out to its middle
 //!   (half the nodes done, their Jobs complete and kept until their TTL, a tenth running): the
-//!   reconcile as the controller assembles it from the node index, and its decision;
+//!   reconcile as the controller assembles it from the node index and the Job index, and its
+//!   decision;
 //! - `index`: the node index built from every node, then one Plan's candidates looked up.
 //!
 //! `per_node_ns` is the decision's time divided by the nodes it looks at: flat as the fleet grows
@@ -35,6 +36,7 @@ use slipway::node::holders::Holder;
 use slipway::node::index::{Interest, NodeIndex};
 use slipway::plan::api::{ContainerSpec, Plan, PlanSpec, labels};
 use slipway::plan::core::config::JobConfig;
+use slipway::plan::core::job_index::JobIndex;
 use slipway::plan::core::settled::{self, SettledNodes};
 use slipway::plan::core::{self as plan_core, PlanInput, TemplateMemo};
 use slipway::reboot_policy::api::{RebootPolicy, RebootPolicySpec};
@@ -389,7 +391,8 @@ fn plan_change(nodes: &[NodeInfo]) -> Duration {
     let done_refs: Vec<&NodeInfo> = done.iter().collect();
     p.status = Some(decide(&p, &done_refs, &[], &memo).status);
     let mut index = indexed(&done);
-    let reconcile = |index: &mut NodeIndex| reconcile_settled(&p, index, &[], &memo).0;
+    let jobs = Jobs::of(&[]);
+    let reconcile = |index: &mut NodeIndex| reconcile_settled(&p, index, &jobs, &memo).0;
     // The first reconcile finds the unsettled nodes among every candidate, once.
     reconcile(&mut index);
     let mut replaced = done.iter();
@@ -451,10 +454,10 @@ fn plan_mid(nodes: &[NodeInfo]) -> (Duration, usize) {
     p.status = Some(d.status);
     let fleet: Vec<NodeInfo> = fleet.into_values().collect();
     let mut index = indexed(&fleet);
-    let job_refs: Vec<&Job> = jobs.iter().collect();
+    let jobs = Jobs::of(&jobs);
     let mut read_count = 0;
     let mut reconcile = |index: &mut NodeIndex| {
-        let (d, read) = reconcile_settled(&p, index, &job_refs, &memo);
+        let (d, read) = reconcile_settled(&p, index, &jobs, &memo);
         read_count = read;
         d
     };
@@ -475,28 +478,70 @@ fn indexed(nodes: &[NodeInfo]) -> NodeIndex {
     index
 }
 
-/// One reconcile of `p` as the controller assembles it: its hash, the unsettled candidates and
-/// those its records name from `index`, the rest counted; the decision, and how many nodes it read.
+/// The Job cache as the Job watch keeps it: the Jobs by name, and their index by Plan.
+struct Jobs<'a> {
+    by_name: HashMap<&'a str, &'a Job>,
+    index: JobIndex,
+}
+
+impl<'a> Jobs<'a> {
+    fn of(jobs: &'a [Job]) -> Jobs<'a> {
+        Jobs {
+            by_name: (jobs.iter())
+                .map(|j| (j.metadata.name.as_deref().unwrap_or_default(), j))
+                .collect(),
+            index: JobIndex::listed(jobs),
+        }
+    }
+
+    fn get(&self, names: Vec<std::sync::Arc<str>>) -> Vec<&'a Job> {
+        (names.iter())
+            .filter_map(|n| self.by_name.get(n.as_ref()).copied())
+            .collect()
+    }
+}
+
+/// One reconcile of `p` as the controller assembles it: its target, the Jobs its decision reads
+/// but the quiet ones, the unsettled candidates and those its records name from `index`, the rest
+/// counted, the quiet Jobs of the nodes read; the decision, and how many nodes it read.
 fn reconcile_settled(
     p: &Plan,
     index: &mut NodeIndex,
-    jobs: &[&Job],
+    jobs: &Jobs<'_>,
     memo: &TemplateMemo,
 ) -> (plan_core::PlanDecision, usize) {
     let name = p.metadata.name.clone().unwrap_or_default();
     let uid = p.metadata.uid.clone().unwrap_or_default();
     let who = Holder::Plan {
         namespace: "system-upgrade".into(),
-        name,
+        name: name.clone(),
     };
-    let hash = settled::target_hash(p, &BTreeMap::new(), None, now()).unwrap_or_default();
-    let named = settled::named(p, jobs, &[]);
-    let rule = settled::rule(p, &hash);
+    let target = settled::target(p, &BTreeMap::new(), None, now()).unwrap_or(settled::Target {
+        hash: String::new(),
+        version: String::new(),
+    });
+    let mut read_jobs = jobs.get(jobs.index.plan_jobs(&name, Some(&target.version)));
+    let named = settled::named(p, &read_jobs, &[]);
+    let rule = settled::rule(p, &target.hash);
     let interest = || plan_core::interest(p);
     let (read, count) = index.unsettled(&who, &uid, Some(1), interest, &rule, &named);
     let read: Vec<&NodeInfo> = read.iter().map(AsRef::as_ref).collect();
-    let settled = SettledNodes { hash, count };
-    let d = decide_under(p, &read, Some(&settled), jobs, memo, &Budget::unlimited());
+    let quiet = jobs
+        .index
+        .quiet_of(&name, &target.version, read.iter().map(|n| n.name.as_str()));
+    read_jobs.extend(jobs.get(quiet));
+    let settled = SettledNodes {
+        hash: target.hash,
+        count,
+    };
+    let d = decide_under(
+        p,
+        &read,
+        Some(&settled),
+        &read_jobs,
+        memo,
+        &Budget::unlimited(),
+    );
     (d, read.len())
 }
 

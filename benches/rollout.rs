@@ -21,6 +21,11 @@
 //! `SLIPWAY_BENCH_IDEAL=0` leaves the ideal controller out (its time on a cluster of that size and
 //! pace is known: it is the cluster's floor). `SLIPWAY_BENCH_BINARY` benches another build.
 //!
+//! With `SLIPWAY_BENCH_BESIDE=1`, slipway runs beside the ideal controller with no Plan, and the
+//! ideal's Jobs are the Jobs slipway renders for a Plan (without the Plan's label and owner), so
+//! its watches see the same Jobs and node events as in its own rollout: its line, `watching`, is
+//! what following the cluster costs it, with no decision to make and nothing to write.
+//!
 //! With `SLIPWAY_BENCH_CHECK=1`, slipway's Plan has a health check (a ConfigMap's field, which
 //! holds), and its reads line counts how often the check's object was read.
 //!
@@ -88,6 +93,8 @@ struct Options {
     /// Rollout mode: run the ideal controller first (`SLIPWAY_BENCH_IDEAL=0` leaves it out, when
     /// its figure on the same cluster size and pace is known: it is the cluster's floor).
     ideal: bool,
+    /// Rollout mode: slipway watches the ideal controller's run (see the module's comment).
+    beside: bool,
     suc: Option<PathBuf>,
 }
 
@@ -137,6 +144,7 @@ impl Options {
             soak_warmup_secs: env_or("SLIPWAY_BENCH_SOAK_WARMUP_SECS", 600)?,
             check: env_or("SLIPWAY_BENCH_CHECK", 0u8)? != 0,
             ideal: env_or("SLIPWAY_BENCH_IDEAL", 1u8)? != 0,
+            beside: env_or("SLIPWAY_BENCH_BESIDE", 0u8)? != 0,
             suc: std::env::var_os("SLIPWAY_BENCH_SUC").map(PathBuf::from),
         })
     }
@@ -459,7 +467,12 @@ fn print_lines(lines: &[Line], nodes: usize, concurrency: usize) {
 }
 
 /// The floor: one Job per node, `concurrency` in flight, the node labelled when its Job completes.
-async fn ideal(client: Client, nodes: &[String], concurrency: usize) -> Result<()> {
+async fn ideal(
+    client: Client,
+    nodes: &[String],
+    concurrency: usize,
+    create: impl Fn(&str) -> Result<Job>,
+) -> Result<()> {
     let jobs = Api::<Job>::namespaced(client.clone(), NS);
     let node_api = Api::<Node>::all(client);
     let mut queue = nodes.iter();
@@ -470,11 +483,10 @@ async fn ideal(client: Client, nodes: &[String], concurrency: usize) -> Result<(
         watcher::Config::default().labels(&format!("{IDEAL_LABEL}=job")),
     )
     .boxed();
-    let create = |node: &str| ideal_job(node);
     while finished < nodes.len() {
         while in_flight.len() < concurrency {
             let Some(node) = queue.next() else { break };
-            jobs.create(&PostParams::default(), &create(node)).await?;
+            jobs.create(&PostParams::default(), &create(node)?).await?;
             in_flight.insert(node.clone());
         }
         let Some(event) = events.next().await else {
@@ -501,8 +513,8 @@ async fn ideal(client: Client, nodes: &[String], concurrency: usize) -> Result<(
     Ok(())
 }
 
-fn ideal_job(node: &str) -> Job {
-    serde_json::from_value(json!({
+fn ideal_job(node: &str) -> Result<Job> {
+    Ok(serde_json::from_value(json!({
         "metadata": {"name": format!("ideal-{node}"), "labels": {IDEAL_LABEL: "job", "node": node}},
         "spec": {
             "backoffLimit": 0,
@@ -521,8 +533,34 @@ fn ideal_job(node: &str) -> Job {
                 }
             }
         }
-    }))
-    .unwrap_or_default()
+    }))?)
+}
+
+/// The Job slipway renders for `node` under the bench's Plan, as the ideal controller's: its name,
+/// the ideal's labels, and neither the Plan's label (no Plan takes it up) nor its owner (the
+/// garbage collector would delete a Job whose owner does not exist).
+fn rendered_job(node: &str) -> Result<Job> {
+    use slipway::plan::api::labels;
+    let mut plan = plan("bench-slipway", 1, json!({"matchLabels": {"type": "kwok"}}))?;
+    plan.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    plan.status = Some(serde_json::from_value(
+        json!({"latestVersion": "v1.0.0", "latestHash": "0".repeat(56)}),
+    )?);
+    let info = slipway::node::NodeInfo::from_node(&serde_json::from_value(json!({
+        "metadata": {"name": node, "labels": {
+            "kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "type": "kwok"
+        }}
+    }))?);
+    let config = slipway::plan::core::config::JobConfig::default();
+    let mut job =
+        slipway::plan::core::job::render_job(&plan, &info, "system-upgrade-controller", &config)?;
+    job.metadata.name = Some(format!("ideal-{node}"));
+    job.metadata.owner_references = None;
+    let job_labels = job.metadata.labels.get_or_insert_default();
+    job_labels.remove(labels::PLAN);
+    job_labels.insert(IDEAL_LABEL.into(), "job".into());
+    job_labels.insert("node".into(), node.into());
+    Ok(job)
 }
 
 /// A controller process (slipway or SUC) run with a ServiceAccount kubeconfig.
@@ -910,7 +948,7 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
     let mut lines = Vec::new();
 
     if opts.ideal {
-        lines.push(ideal_line(cluster, admin, &node_names, opts).await?);
+        lines.extend(ideal_line(cluster, admin, &node_names, opts).await?);
     }
 
     for (who, program, plan_name) in [
@@ -949,13 +987,13 @@ async fn rollout(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Resu
 }
 
 /// The ideal controller's run: its own label, so the observer counts its nodes; its Jobs are
-/// deleted after.
+/// deleted after. With `opts.beside`, slipway's line watching it follows.
 async fn ideal_line(
     cluster: &LocalCluster,
     admin: &Client,
     node_names: &[String],
     opts: &Options,
-) -> Result<Line> {
+) -> Result<Vec<Line>> {
     // The ideal controller: its own label, so the observer counts its nodes.
     let wanted = Arc::new(Mutex::new("done".to_string()));
     let seen = Arc::new(Mutex::new(Observed::default()));
@@ -968,19 +1006,31 @@ async fn ideal_line(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (kubeconfig, jti) = cluster.service_account("ideal")?;
     let client = cluster.client(&kubeconfig).await?;
+    let watching = match opts.beside {
+        true => Some(Watching::start(cluster).await?),
+        false => None,
+    };
     let started = Instant::now();
-    ideal(client, node_names, opts.concurrency).await?;
+    match opts.beside {
+        true => ideal(client, node_names, opts.concurrency, rendered_job).await?,
+        false => ideal(client, node_names, opts.concurrency, ideal_job).await?,
+    }
     wait_done(&seen, opts.nodes, "ideal").await?;
-    let line = Line {
+    let seconds = started.elapsed().as_secs_f64();
+    let audit = cluster.dir().join("logs/audit.log");
+    let mut lines = vec![Line {
         who: "ideal".into(),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         max_active: seen.lock().unwrap_or_else(|e| e.into_inner()).max_active,
         rss_mib: None,
         cpu_seconds: None,
-        writes: writes(&cluster.dir().join("logs/audit.log"), &jti)?,
-        reads: reads(&cluster.dir().join("logs/audit.log"), &jti)?,
+        writes: writes(&audit, &jti)?,
+        reads: reads(&audit, &jti)?,
         reconciles: None,
-    };
+    }];
+    if let Some(w) = watching {
+        lines.push(w.line(seconds, &audit).await?);
+    }
     watch.abort();
     cluster.kubectl(&[
         "-n",
@@ -991,8 +1041,41 @@ async fn ideal_line(
         &format!("{IDEAL_LABEL}=job"),
         "--wait=false",
     ])?;
+    Ok(lines)
+}
 
-    Ok(line)
+/// slipway with no Plan, beside the ideal controller.
+struct Watching {
+    process: Process,
+    jti: String,
+    port: u16,
+}
+
+impl Watching {
+    async fn start(cluster: &LocalCluster) -> Result<Watching> {
+        let (kubeconfig, jti) = cluster.service_account("watching")?;
+        let port = quiet::free_port()?;
+        let process = start_slipway(cluster, &controller_env(&kubeconfig)?, port, "watching")?;
+        // Its start (the caches' first lists) is over before the ideal controller starts.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Ok(Watching { process, jti, port })
+    }
+
+    async fn line(self, seconds: f64, audit: &Path) -> Result<Line> {
+        let reconciles = Some(quiet::reconcile_line(self.port).await);
+        let (rss_mib, cpu_seconds) = (self.process.peak_rss_mib(), self.process.cpu_seconds());
+        drop(self.process);
+        Ok(Line {
+            who: "watching".into(),
+            seconds,
+            max_active: 0,
+            rss_mib,
+            cpu_seconds,
+            writes: writes(audit, &self.jti)?,
+            reads: reads(audit, &self.jti)?,
+            reconciles,
+        })
+    }
 }
 
 /// The node labels that make every churn Plan done already: each node is in one group, selected

@@ -126,7 +126,11 @@ impl World {
         let plan_op = PlanOperation::new(
             shared.clone(),
             settings,
-            (plan_store.clone(), listed(jobs), listed(secrets)),
+            (
+                plan_store.clone(),
+                slipway::plan::shell::JobCache::listed(jobs),
+                listed(secrets),
+            ),
             pod_store.clone(),
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?

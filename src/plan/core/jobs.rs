@@ -82,6 +82,12 @@ impl<'a> PlanJob<'a> {
             && finished(job, "Complete").is_some()
     }
 
+    /// Whether only SUC's TTL annotation gives the Job its TTL: the sweep then deletes it once
+    /// finished, not the TTL controller.
+    pub fn ttl_annotated(job: &Job) -> bool {
+        annotation_ttl(job).is_some()
+    }
+
     pub fn running(&self) -> bool {
         self.outcome == Outcome::Running
     }

@@ -28,6 +28,7 @@ pub mod hash;
 pub mod hooks;
 pub mod image;
 pub mod job;
+pub mod job_index;
 mod jobs;
 pub mod lint;
 mod node_labels;

@@ -30,14 +30,21 @@ pub struct SettledNodes {
     pub count: usize,
 }
 
-/// The hash the Plan rolls out now, found as its decision finds it; `None` when it does not roll
-/// out (invalid, unresolved, being deleted): its decision then reads every candidate.
-pub fn target_hash(
+/// What the Plan rolls out now: its hash and its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub hash: String,
+    pub version: String,
+}
+
+/// What the Plan rolls out now, found as its decision finds it; `None` when it does not roll out
+/// (invalid, unresolved, being deleted): its decision then reads every candidate and every Job.
+pub fn target(
     plan: &Plan,
     secrets: &BTreeMap<String, Secret>,
     channel: Option<&ChannelAnswer>,
     now: Timestamp,
-) -> Option<String> {
+) -> Option<Target> {
     if plan.metadata.deletion_timestamp.is_some() {
         return None;
     }
@@ -48,7 +55,11 @@ pub fn target_hash(
         channel,
     };
     let rolls = status::handle(&resolving, &mut st, &mut Rollout::default(), &rfc3339(now));
-    st.latest_hash.filter(|h| rolls && !h.is_empty())
+    let hash = st.latest_hash.filter(|h| rolls && !h.is_empty())?;
+    Some(Target {
+        hash,
+        version: st.latest_version.unwrap_or_default(),
+    })
 }
 
 /// What makes a candidate settled at `hash` by its own labels.
@@ -88,6 +99,28 @@ pub fn named<'a>(plan: &'a Plan, jobs: &[&'a Job], pods: &[&'a Pod]) -> Named<'a
     Named { hostnames, names }
 }
 
+/// A Job that completed, with the Plan's labels and no TTL of SUC's annotation: the node and
+/// version it names. At the version the Plan rolls out, such a Job concerns a decision only
+/// through its node: the sweep leaves it to the TTL controller, no node waits for it, and only
+/// its node's state looks it up. So a decision that rolls out reads it only when it reads that
+/// node; mid-rollout, the Plan's Jobs are mostly these, waiting for their TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quiet<'a> {
+    pub node: &'a str,
+    pub version: &'a str,
+}
+
+pub fn quiet(job: &Job) -> Option<Quiet<'_>> {
+    let label = |key: &str| {
+        (job.metadata.labels.as_ref())
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+    };
+    label(labels::PLAN)?;
+    let (node, version) = (label(labels::NODE)?, label(labels::VERSION)?);
+    (PlanJob::completed(job) && !PlanJob::ttl_annotated(job)).then_some(Quiet { node, version })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +154,83 @@ mod tests {
         assert!(!r.holds(&node(&[host, ("plan.upgrade.cattle.io/p", "disabled")])));
         assert!(!r.holds(&node(&[host, at, ("quarantine.slipway.dev/p", "h0")])));
         assert!(!r.holds(&node(&[host])));
+    }
+
+    /// A Job of the Plan as its rollout leaves it: labelled, at `version`, completed.
+    fn done_job(version: &str) -> Job {
+        use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
+        let labels = [
+            (labels::PLAN, "p"),
+            (labels::NODE, "n1"),
+            (labels::VERSION, version),
+        ];
+        Job {
+            metadata: kube::api::ObjectMeta {
+                name: Some("apply-p-on-n1".into()),
+                labels: Some(
+                    (labels.iter())
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                ttl_seconds_after_finished: Some(900),
+                ..Default::default()
+            }),
+            status: Some(JobStatus {
+                conditions: Some(vec![JobCondition {
+                    type_: "Complete".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_quiet_job_completed_with_the_plans_labels_and_no_annotated_ttl() {
+        let done = done_job("v2");
+        assert_eq!(
+            quiet(&done),
+            Some(Quiet {
+                node: "n1",
+                version: "v2"
+            })
+        );
+        let mut loud: Vec<(&str, Job)> = Vec::new();
+        let mut running = done.clone();
+        running.status = None;
+        loud.push(("running", running));
+        let mut failed = done.clone();
+        (failed.status.as_mut().and_then(|s| s.conditions.as_mut()))
+            .expect("conditions")
+            .push(k8s_openapi::api::batch::v1::JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                ..Default::default()
+            });
+        loud.push(("failed too", failed));
+        let mut deleting = done.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        loud.push(("being deleted", deleting));
+        for missing in [labels::PLAN, labels::NODE, labels::VERSION] {
+            let mut unlabelled = done.clone();
+            (unlabelled.metadata.labels.as_mut())
+                .expect("labels")
+                .remove(missing);
+            loud.push((missing, unlabelled));
+        }
+        let mut annotated = done.clone();
+        annotated.spec = None;
+        annotated.metadata.annotations =
+            Some([(labels::TTL_SECONDS_AFTER_FINISHED.to_string(), "60".into())].into());
+        loud.push(("with SUC's TTL annotation", annotated));
+        for (what, job) in loud {
+            assert_eq!(quiet(&job), None, "{what}");
+        }
     }
 }

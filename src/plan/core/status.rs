@@ -18,7 +18,7 @@ use crate::plan::core::hash;
 use crate::plan::core::image::munge_version;
 
 /// What the status handler reads: no node, so that the hash is known before the nodes are read
-/// ([`super::settled::target_hash`]).
+/// ([`super::settled::target`]).
 pub(super) struct Resolving<'a> {
     pub(super) plan: &'a Plan,
     pub(super) secrets: &'a BTreeMap<String, Secret>,

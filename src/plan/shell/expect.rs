@@ -53,17 +53,12 @@ fn overlay<K: Resource>(
     created: &Mutex<HashMap<String, (Instant, Arc<K>)>>,
     label: &str,
     plan: &str,
+    shown: impl Fn(&str) -> bool,
 ) -> Vec<Arc<K>> {
     let mut created = lock(created);
     let now = Instant::now();
     if !created.is_empty() {
-        let shown: std::collections::HashSet<&str> = cached
-            .iter()
-            .filter_map(|c| c.meta().name.as_deref())
-            .collect();
-        created.retain(|name, (at, _)| {
-            now.duration_since(*at) < PATIENCE && !shown.contains(name.as_str())
-        });
+        created.retain(|name, (at, _)| now.duration_since(*at) < PATIENCE && !shown(name));
     }
     let mut all = cached;
     all.extend(
@@ -173,14 +168,29 @@ impl Expectations {
         lock(&self.nodes).keys().cloned().collect()
     }
 
-    /// `cached`: the cache's Jobs of `plan`.
-    pub fn jobs(&self, cached: Vec<Arc<Job>>, plan: &str) -> Vec<Arc<Job>> {
-        overlay(cached, &self.jobs, labels::PLAN, plan)
+    /// `cached`: the cache's Jobs of `plan` a decision reads (not all of them: `in_cache` tells
+    /// whether the cache has a Job of that name).
+    pub fn jobs(
+        &self,
+        cached: Vec<Arc<Job>>,
+        plan: &str,
+        in_cache: impl Fn(&str) -> bool,
+    ) -> Vec<Arc<Job>> {
+        overlay(cached, &self.jobs, labels::PLAN, plan, in_cache)
     }
 
     /// `cached`: the cache's reboot pods of `plan`.
     pub fn pods(&self, cached: Vec<Arc<Pod>>, plan: &str) -> Vec<Arc<Pod>> {
-        overlay(cached, &self.pods, reboot::REBOOT_PLAN_LABEL, plan)
+        let shown: std::collections::HashSet<&str> = (cached.iter())
+            .filter_map(|c| c.meta().name.as_deref())
+            .collect();
+        overlay(
+            cached.clone(),
+            &self.pods,
+            reboot::REBOOT_PLAN_LABEL,
+            plan,
+            |n| shown.contains(n),
+        )
     }
 
     /// When to look at `plan` again though no watch event comes: just after the first of the
@@ -266,14 +276,18 @@ mod tests {
     fn a_created_job_counts_for_its_plan_until_the_cache_has_it() {
         let e = Expectations::default();
         e.created_job(job("a", "p"));
-        assert_eq!(e.jobs(vec![], "p").len(), 1);
+        assert_eq!(e.jobs(vec![], "p", |_| false).len(), 1);
         assert!(
-            e.jobs(vec![], "other").is_empty(),
+            e.jobs(vec![], "other", |_| false).is_empty(),
             "another Plan's Job is not this Plan's"
         );
-        assert_eq!(e.jobs(vec![Arc::new(job("a", "p"))], "p").len(), 1);
+        assert_eq!(
+            e.jobs(vec![Arc::new(job("a", "p"))], "p", |n| n == "a")
+                .len(),
+            1
+        );
         // Seen once: forgotten, even if the cache loses it later (deleted by someone).
-        assert!(e.jobs(vec![], "p").is_empty());
+        assert!(e.jobs(vec![], "p", |_| false).is_empty());
     }
 
     #[test]
@@ -286,10 +300,14 @@ mod tests {
         };
         e.created_job(with_uid("new"));
         e.watched_job(&with_uid("old"));
-        assert_eq!(e.jobs(vec![], "p").len(), 1, "an older Job of that name");
+        assert_eq!(
+            e.jobs(vec![], "p", |_| false).len(),
+            1,
+            "an older Job of that name"
+        );
         // Created, then deleted before a reconcile saw it in the cache: gone at once.
         e.watched_job(&with_uid("new"));
-        assert!(e.jobs(vec![], "p").is_empty());
+        assert!(e.jobs(vec![], "p", |_| false).is_empty());
         assert_eq!(e.look_again("p", &[]), None);
     }
 
@@ -306,7 +324,7 @@ mod tests {
         let first = e.look_again("p", &[]).expect("a Job not shown yet");
         assert!(first > PATIENCE - Duration::from_secs(1) && first <= LOOK_AGAIN);
         assert_eq!(e.look_again("other", its_node), None, "another Plan's Job");
-        e.jobs(vec![Arc::new(job("a", "p"))], "p");
+        e.jobs(vec![Arc::new(job("a", "p"))], "p", |n| n == "a");
         assert_eq!(e.look_again("p", &[]), None, "shown");
         e.patched_node(&NodeChange::of("n").label("k", Some("v")), &n);
         assert!(e.look_again("p", its_node).is_some(), "a patch of its node");

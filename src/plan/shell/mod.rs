@@ -40,7 +40,7 @@ use crate::node::reboot::HealthObservation;
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::promotion::{StagePlan, StageRead};
-use crate::plan::core::settled::SettledNodes;
+use crate::plan::core::settled::{SettledNodes, Target};
 use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
@@ -52,7 +52,7 @@ use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
 use lean_job::LeanJob;
-pub use watch::{PlanWatches, hold_source, watch};
+pub use watch::{JobCache, PlanWatches, hold_source, watch};
 
 /// How often every Plan is looked at even when nothing changes.
 const RESYNC: Duration = Duration::from_secs(10 * 60);
@@ -61,7 +61,7 @@ const RESYNC: Duration = Duration::from_secs(10 * 60);
 pub struct PlanOperation {
     shared: Arc<Shared>,
     plans: Store<Plan>,
-    jobs: Store<Job>,
+    jobs: JobCache,
     secrets: Store<Secret>,
     reboot_pods: Store<Pod>,
     job_config: JobConfig,
@@ -195,7 +195,7 @@ fn plans_reading(plans: &Store<Plan>, secret: &str) -> Vec<ObjectRef<Plan>> {
 }
 
 /// The caches a Plan's decision reads: Plans, Jobs, Secrets (reboot pods apart).
-pub type PlanStores = (Store<Plan>, Store<Job>, Store<Secret>);
+pub type PlanStores = (Store<Plan>, JobCache, Store<Secret>);
 
 impl PlanOperation {
     /// The Plan controller over `stores` (a channel that answers late triggers nothing).
@@ -264,7 +264,7 @@ impl PlanOperation {
     /// and the records of every kind are the runtime's to wait for).
     async fn caches_synced(&self) -> Result<(), Error> {
         for (ready, what) in [
-            (crate::runtime::ready(self.jobs.clone()), "job"),
+            (crate::runtime::ready(self.jobs.store.clone()), "job"),
             (crate::runtime::ready(self.secrets.clone()), "secret"),
             (
                 crate::runtime::ready(self.reboot_pods.clone()),
@@ -307,11 +307,6 @@ impl Operation for PlanOperation {
             .name
             .as_deref()
             .ok_or(Error::Incomplete("name"))?;
-        let Owned {
-            jobs,
-            hook_jobs,
-            reboot_pods,
-        } = self.owned_by(name);
         let secrets: BTreeMap<String, Secret> = (self.secrets.state().iter())
             .map(|s| (s.name_any(), s.as_ref().clone()))
             .collect();
@@ -333,8 +328,17 @@ impl Operation for PlanOperation {
             }
             false => Vec::new(),
         };
-        let hash = core::settled::target_hash(plan, &secrets, channel.as_ref(), now);
+        // Explained, a decision lists every node: it reads every candidate and every Job.
+        let target = core::settled::target(plan, &secrets, channel.as_ref(), now)
+            .filter(|_| !self.explaining);
+        let Owned {
+            mut jobs,
+            hook_jobs,
+            reboot_pods,
+        } = self.owned_by(name, target.as_ref());
+        let hash = target.as_ref().map(|t| t.hash.clone());
         let (nodes, settled) = self.nodes_read(plan, hash, &jobs, &reboot_pods, &pull_pods);
+        jobs.extend(self.quiet_jobs(name, target.as_ref(), &nodes));
         let overlaid = self.expect.look_again(name, &nodes);
         let health = observe::health(
             self.shared.chores().client(),
@@ -532,32 +536,57 @@ impl PlanOperation {
     }
 
     /// The Plan's Jobs, its hooks' Jobs and its reboot pods: the caches' and those created but
-    /// not in the caches yet. Shared, not copied: a Plan of thousands of nodes has thousands of
-    /// Jobs for a while, so the Job cache is read once for both kinds.
-    fn owned_by(&self, plan: &str) -> Owned {
-        let of_plan = |labels: &BTreeMap<String, String>, key: &str| {
-            labels.get(key).map(String::as_str) == Some(plan)
+    /// not in the caches yet. Of the Plan's Jobs, when it rolls out to `target`, not the quiet
+    /// ones at its version ([`core::settled::quiet`]): mid-rollout they are most of them, and a
+    /// decision reads only those of the nodes it reads ([`PlanOperation::quiet_jobs`]).
+    fn owned_by(&self, plan: &str, target: Option<&Target>) -> Owned {
+        let ns = &self.shared.namespace;
+        let (names, hook_names) = {
+            let index = self.jobs.index();
+            let version = target.map(|t| t.version.as_str());
+            (index.plan_jobs(plan, version), index.hook_jobs(plan))
         };
-        let (mut jobs, mut hook_jobs) = (Vec::new(), Vec::new());
-        for job in self.jobs.state() {
-            if of_plan(job.labels(), core::hooks::HOOK_PLAN_LABEL) {
-                hook_jobs.push(job.clone());
-            }
-            if of_plan(job.labels(), labels::PLAN) {
-                jobs.push(job);
-            }
-        }
+        let jobs = self.jobs.get(names, ns);
         let pods = self
             .reboot_pods
             .state()
             .into_iter()
-            .filter(|p| of_plan(p.labels(), core::reboot::REBOOT_PLAN_LABEL))
+            .filter(|p| {
+                p.labels()
+                    .get(core::reboot::REBOOT_PLAN_LABEL)
+                    .map(String::as_str)
+                    == Some(plan)
+            })
             .collect();
+        let cached = |name: &str| {
+            self.jobs
+                .store
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some()
+        };
         Owned {
-            jobs: self.expect.jobs(jobs, plan),
-            hook_jobs,
+            jobs: self.expect.jobs(jobs, plan, cached),
+            hook_jobs: self.jobs.get(hook_names, ns),
             reboot_pods: self.expect.pods(pods, plan),
         }
+    }
+
+    /// The Plan's quiet Jobs at `target`'s version of the `nodes` its decision reads.
+    fn quiet_jobs(
+        &self,
+        plan: &str,
+        target: Option<&Target>,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Vec<Arc<Job>> {
+        let Some(target) = target else {
+            return Vec::new();
+        };
+        let names = (self.jobs.index()).quiet_of(
+            plan,
+            &target.version,
+            nodes.iter().map(|n| n.name.as_str()),
+        );
+        self.jobs.get(names, &self.shared.namespace)
     }
 }
 

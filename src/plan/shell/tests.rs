@@ -140,7 +140,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
     PlanOperation {
         shared: testing::shared(&api.client(), vec![w.node.clone()]),
         plans: testing::listed(vec![w.plan.clone()]),
-        jobs: testing::listed(w.jobs.clone()),
+        jobs: JobCache::listed(w.jobs.clone()),
         secrets: testing::listed(vec![]),
         reboot_pods: testing::listed(w.pods.clone()),
         job_config: JobConfig::default(),
@@ -454,7 +454,7 @@ async fn deleted_plans_leave_nothing_behind() {
             .filter(|l| l.contains("plan=\"p-"))
             .count();
         let jobs: usize = (plans.iter())
-            .map(|p| op.expect.jobs(vec![], &p.name_any()).len())
+            .map(|p| op.expect.jobs(vec![], &p.name_any(), |_| false).len())
             .sum();
         let readers = op.shared.nodes().readers().count();
         (readers, series > 0, op.channels.url_count(), jobs)
@@ -494,7 +494,7 @@ async fn channels_no_plan_reads_any_more_are_forgotten() {
 /// at the hash are counted, and the decision is the one made over every node.
 #[tokio::test]
 async fn nodes_at_the_hash_are_counted_not_read() {
-    let w = world(Finish).await;
+    let mut w = world(Finish).await;
     let hash = (w.plan.status.as_ref())
         .and_then(|s| s.latest_hash.clone())
         .expect("a hash");
@@ -518,6 +518,15 @@ async fn nodes_at_the_hash_are_counted_not_read() {
         other("n3", Some(&hash)),
         other("n4", Some("older")),
     ];
+    // Completed Jobs at the Plan's version: n2's (settled) is not read, n4's is.
+    let done_on = |node: &str| {
+        let mut j = w.jobs[0].clone();
+        j.metadata.name = Some(format!("done-on-{node}"));
+        (j.metadata.labels.get_or_insert_default()).insert(labels::NODE.into(), node.into());
+        j
+    };
+    let (on_n2, on_n4) = (done_on("n2"), done_on("n4"));
+    w.jobs.extend([on_n2, on_n4]);
     let api = cluster(&w.plan);
     let op = PlanOperation {
         shared: testing::shared(&api.client(), nodes),
@@ -527,6 +536,13 @@ async fn nodes_at_the_hash_are_counted_not_read() {
     let observed = op.observe(&w.plan, now).await.expect("observed");
     let read: Vec<&str> = observed.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(read, ["n1", "n4"]);
+    let jobs_read = |o: &PlanObserved| {
+        let mut names: Vec<String> = o.jobs.iter().map(|j| j.name_any()).collect();
+        names.sort();
+        names
+    };
+    let n1_job = w.jobs[0].name_any();
+    assert_eq!(jobs_read(&observed), [n1_job.clone(), "done-on-n4".into()]);
     assert_eq!(observed.settled.as_ref().map(|s| s.count), Some(2));
     assert_eq!(op.size(&observed), 4, "the interval is the Plan's size's");
     let budget = op.shared.budget_for(&core::holder(&w.plan));
@@ -535,6 +551,7 @@ async fn nodes_at_the_hash_are_counted_not_read() {
     let every = explaining.observe(&w.plan, now).await.expect("observed");
     assert_eq!(every.nodes.len(), 4);
     assert!(every.settled.is_none(), "explaining lists every node");
+    assert_eq!(every.jobs.len(), 3, "and reads every Job");
     let read_all = explaining.decide(&w.plan, &every, &budget, now);
     assert_eq!(counted.status, read_all.status);
     assert_eq!(counted.effects, read_all.effects);

@@ -2,7 +2,7 @@
 //! and pods of this controller only), each reduced to the changes a decision reads, and the node
 //! changes that concern a Plan.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
@@ -17,6 +17,7 @@ use kube::{Api, Client};
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
 use crate::plan::api::{Plan, labels};
+use crate::plan::core::job_index::JobIndex;
 use crate::plan::shell::lean_job::LeanJob;
 use crate::plan::shell::lean_plan::LeanPlan;
 use crate::runtime::watch::{NodeTriggers, changes, digest};
@@ -28,7 +29,7 @@ type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// runs until the streams are polled.
 pub struct PlanWatches {
     pub(super) plans: Store<Plan>,
-    pub(super) jobs: Store<Job>,
+    pub(super) jobs: JobCache,
     pub(super) secrets: Store<Secret>,
     pub(super) reboot_pods: Store<Pod>,
     pub(super) plan_changes: Changes<Plan>,
@@ -49,7 +50,7 @@ impl PlanWatches {
     pub fn ready(&self) -> Vec<(&'static str, ReadyFuture)> {
         vec![
             ("plan", ready(self.plans.clone())),
-            ("job", ready(self.jobs.clone())),
+            ("job", ready(self.jobs.store.clone())),
             ("secret", ready(self.secrets.clone())),
             ("reboot pod", ready(self.reboot_pods.clone())),
         ]
@@ -107,6 +108,47 @@ impl HoldSource for PlanHolds {
     }
 }
 
+/// The Job cache and its index by Plan ([`JobIndex`]), both kept by the Job watch.
+#[derive(Clone)]
+pub struct JobCache {
+    pub(super) store: Store<Job>,
+    index: Arc<Mutex<JobIndex>>,
+}
+
+impl JobCache {
+    /// A cache of `jobs`, listed once (`slipway explain`).
+    pub fn listed(jobs: Vec<Job>) -> JobCache {
+        let index = JobIndex::listed(&jobs);
+        JobCache {
+            store: crate::runtime::listed(jobs),
+            index: Arc::new(Mutex::new(index)),
+        }
+    }
+
+    pub(super) fn index(&self) -> std::sync::MutexGuard<'_, JobIndex> {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cached Jobs of these names, in the controller's namespace.
+    pub(super) fn get(&self, names: Vec<Arc<str>>, namespace: &str) -> Vec<Arc<Job>> {
+        (names.iter())
+            .filter_map(|n| self.store.get(&ObjectRef::new(n).within(namespace)))
+            .collect()
+    }
+
+    /// Files what the watch brought (once the store has it) in the index.
+    fn file(&self, event: &watcher::Event<Job>) {
+        let mut index = self.index();
+        match event {
+            watcher::Event::Apply(j) => index.applied(j),
+            watcher::Event::Delete(j) => index.deleted(j),
+            watcher::Event::Init => index.relist_start(),
+            watcher::Event::InitApply(j) => index.relisted(j),
+            watcher::Event::InitDone => index.relist_done(),
+        }
+    }
+}
+
 /// Starts (lazily) the watches of the Plan controller.
 pub fn watch(
     client: &Client,
@@ -116,7 +158,12 @@ pub fn watch(
 ) -> PlanWatches {
     let ns = namespace;
     let mine = format!("{}={}", labels::CONTROLLER, controller_name);
-    let (jobs, job_writer) = reflector::store();
+    let (job_store, job_writer) = reflector::store();
+    let jobs = JobCache {
+        store: job_store,
+        index: Arc::default(),
+    };
+    let filing = jobs.clone();
     // Decoded without what the cache would drop (`prune_job`), not decoded whole and pruned.
     let job_events = watcher(
         Api::<LeanJob>::namespaced(client.clone(), ns),
@@ -124,7 +171,8 @@ pub fn watch(
     )
     .default_backoff()
     .map_ok(LeanJob::into_event)
-    .reflect(job_writer);
+    .reflect(job_writer)
+    .inspect_ok(move |event| filing.file(event));
     let (secrets, secret_writer) = reflector::store();
     let secret_changes = watcher(
         Api::<Secret>::namespaced(client.clone(), ns),
