@@ -24,7 +24,7 @@ use slipway::nodeop::api::NodeOp;
 use slipway::nodeop::shell::NodeOpOperation;
 use slipway::plan::api::Plan;
 use slipway::plan::core::config::EnvSettings;
-use slipway::plan::shell::{PlanOperation, PlanSettings};
+use slipway::plan::shell::{JobCache, PlanOperation, PlanSettings};
 use slipway::reboot_policy::api::RebootPolicy;
 use slipway::reboot_policy::core::kured::KuredLock;
 use slipway::reboot_policy::shell::PolicyOperation;
@@ -126,11 +126,7 @@ impl World {
         let plan_op = PlanOperation::new(
             shared.clone(),
             settings,
-            (
-                plan_store.clone(),
-                slipway::plan::shell::JobCache::listed(jobs),
-                listed(secrets),
-            ),
+            (plan_store.clone(), JobCache::listed(jobs), listed(secrets)),
             pod_store.clone(),
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?
