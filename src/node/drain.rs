@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::decision::Event;
+use crate::common::labels;
 use crate::common::selector::Selector;
 
 /// kubelet's static pods carry it; their mirror pods cannot be evicted.
@@ -123,6 +124,12 @@ pub const DELETED_POD: &str = "DrainDeletedPod";
 /// Why a drain leaves a pod where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Skip {
+    /// It carries the controller label ([`crate::common::labels::CONTROLLER`]): the controller's
+    /// own pods, and the pods of the Jobs and reboots it runs. Evicting the controller from the
+    /// node it is draining would leave nobody to finish the operation (on a cluster with one
+    /// control-plane node its new pod has nowhere else to go), and a Plan's Jobs skip the same
+    /// pods (`kubectl drain --pod-selector '!upgrade.cattle.io/controller'`).
+    Controller,
     DaemonSet,
     Mirror,
     DeletedLongAgo,
@@ -201,6 +208,10 @@ fn filter(
     options: &DrainOptions,
     now: Timestamp,
 ) -> Verdict {
+    // Before kubectl's filters, as the Jobs' `--pod-selector` is: these pods are not the drain's.
+    if pod.labels().contains_key(labels::CONTROLLER) {
+        return Verdict::Skip(Skip::Controller);
+    }
     if let (Some(limit), Some(deleted)) = (
         options.skip_wait_for_delete_timeout,
         &pod.metadata.deletion_timestamp,

@@ -781,3 +781,116 @@ async fn node_name_is_immutable() {
     );
     support::delete_and_wait_gone(nms, &name).await;
 }
+
+/// The controller's pod template as deploy/ ships it: its labels and tolerations, pinned to
+/// `node`, running a stand-in image (the controller itself runs as this scene's process).
+fn controller_like(node: &str) -> Deployment {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/deployment.yaml"
+    ))
+    .expect("read deploy/deployment.yaml");
+    let shipped: serde_json::Value = serde_saphyr::from_str(&text).expect("parse the Deployment");
+    let template = &shipped["spec"]["template"];
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": "controller" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": template["metadata"]["labels"].clone() },
+            "template": {
+                "metadata": { "labels": template["metadata"]["labels"].clone() },
+                "spec": {
+                    "nodeSelector": { "kubernetes.io/hostname": node },
+                    "tolerations": template["spec"]["tolerations"].clone(),
+                    "containers": [{ "name": "controller", "image": "slipway:e2e" }],
+                    "terminationGracePeriodSeconds": 1,
+                },
+            },
+        },
+    }))
+    .expect("a Deployment")
+}
+
+/// The pods of the scene's Deployment `controller`: name, node, and whether each runs.
+async fn controller_pods(ns: &TestNamespace) -> Vec<(String, Option<String>, bool)> {
+    let label = format!(
+        "{}=system-upgrade-controller",
+        slipway::common::labels::CONTROLLER
+    );
+    ns.api::<Pod>()
+        .list(&ListParams::default().labels(&label))
+        .await
+        .expect("list the controller's pods")
+        .items
+        .into_iter()
+        .map(|p| {
+            let running = p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let node = p.spec.and_then(|s| s.node_name);
+            (p.metadata.name.unwrap_or_default(), node, running)
+        })
+        .collect()
+}
+
+/// The node the controller runs on, maintained (on a cluster with one control-plane node, the
+/// only node it may run on): its pod is not evicted, and a new one (the old one lost, the
+/// controller upgraded) goes back to the cordoned, tainted node, so the maintenance can end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_of_the_controllers_own_node_keeps_the_controller_there() {
+    let Some((s, _controller)) = maintenance_scene("nm-self", 1).await else {
+        return;
+    };
+    let (client, ns, nms) = (&s.client, &s.ns, &nms(&s));
+    let node = &s.nodes[0];
+    let pp = PostParams::default();
+    ns.api::<Deployment>()
+        .create(&pp, &controller_like(node))
+        .await
+        .expect("create the controller's Deployment");
+    ns.api::<Deployment>()
+        .create(&pp, &deployment("web", node, 1))
+        .await
+        .expect("create deployment");
+    wait_running(ns, node, 2).await;
+    let before = controller_pods(ns).await;
+    let name = create_nm(&s, "self", node, Some("2m")).await;
+    let done = wait_phase(
+        nms,
+        &name,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(status.eviction_pods, Some(1), "only web: {status:?}");
+    assert_eq!(
+        controller_pods(ns).await,
+        before,
+        "the controller's pod is neither evicted nor replaced"
+    );
+    let st = node_state(client, node).await;
+    assert!(st.unschedulable && st.drain_taint, "{st:?}");
+
+    // Its pod lost while the node is cordoned and tainted: the new one runs there again.
+    ns.api::<Pod>()
+        .delete(&before[0].0, &Default::default())
+        .await
+        .expect("delete the controller's pod");
+    support::wait_for(
+        "a new controller pod running on the maintained node",
+        Duration::from_secs(60),
+        || async {
+            let pods = controller_pods(ns).await;
+            match &pods[..] {
+                [(name, Some(on), true)] if name != &before[0].0 && on == node => Ok(()),
+                _ => Err(anyhow!("controller pods: {pods:?}")),
+            }
+        },
+    )
+    .await;
+    support::delete_and_wait_gone(nms, &name).await;
+    let st = node_state(client, node).await;
+    assert!(!st.unschedulable && !st.drain_taint, "{st:?}");
+}

@@ -146,6 +146,47 @@ fn finished_pods_are_left_alone_whatever_they_are() {
     assert_eq!(skipped, [&Skip::Finished; 3]);
 }
 
+fn labelled(mut p: Pod, key: &str, value: &str) -> Pod {
+    p.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(key.into(), value.into());
+    p
+}
+
+#[test]
+fn the_controllers_own_pods_are_never_drained_whatever_else_they_are() {
+    let controller = labelled(
+        owned(pod("system-upgrade-controller-7d9"), "ReplicaSet", "suc"),
+        crate::common::labels::CONTROLLER,
+        "system-upgrade-controller",
+    );
+    // A Job's pod of another controller name, bare and with emptyDir: still not the drain's,
+    // as a Plan's `kubectl drain --pod-selector '!upgrade.cattle.io/controller'` leaves it.
+    let job_pod = labelled(
+        with_empty_dir(pod("apply-k3s-on-n1")),
+        crate::common::labels::CONTROLLER,
+        "other",
+    );
+    let web = labelled(owned(pod("web"), "ReplicaSet", "web"), "app", "web");
+    let pods = [controller.clone(), job_pod.clone(), web];
+    for options in [DrainOptions::default(), kubectl_defaults()] {
+        let plan = plan(&pods, ds_exists, &options, now());
+        assert_eq!(names(&plan.evict), ["web"]);
+        assert!(!plan.is_blocked(), "{:?}", plan.blocked);
+        assert_eq!(
+            plan.skipped,
+            [
+                (PodRef::of(&controller), Skip::Controller),
+                (PodRef::of(&job_pod), Skip::Controller)
+            ]
+        );
+    }
+    // Nothing left to evict but the controller: the node counts as drained.
+    let plan = plan(&[controller], ds_exists, &DrainOptions::default(), now());
+    assert!(plan.evict.is_empty() && !plan.is_blocked());
+}
+
 #[test]
 fn pods_deleted_longer_ago_than_the_limit_are_skipped() {
     let mut old = owned(pod("old"), "ReplicaSet", "r");
