@@ -126,13 +126,14 @@ EOF
   chmod 600 "$file"
 }
 
-# AUDIT_USER: the one user whose requests the API server's audit log records (at level Metadata:
-# who, verb, resource, response code; no bodies): slipway's ServiceAccount as deploy/ installs it.
-# tests/e2e/rbac.rs reads the log to prove that deploy/'s RBAC grants exactly what slipway uses.
-# Nobody else is logged, so the log stays small even when every test shares the cluster.
-AUDIT_USER=system:serviceaccount:system-upgrade:system-upgrade
+# AUDIT_USERS: the users whose requests the API server's audit log records (at level Metadata:
+# who, verb, resource, response code; no bodies): slipway's two ServiceAccounts as deploy/ installs
+# them, the controller's and the upgrade Jobs'. tests/e2e/rbac.rs reads the log to prove that
+# deploy/'s RBAC grants exactly what slipway uses, each account apart. Nobody else is logged, so the
+# log stays small even when every test shares the cluster.
+AUDIT_USERS='"system:serviceaccount:system-upgrade:system-upgrade-controller", "system:serviceaccount:system-upgrade:system-upgrade"'
 
-# write_audit_policy FILE : the audit policy for AUDIT_USER. RequestReceived is omitted; watches
+# write_audit_policy FILE : the audit policy for AUDIT_USERS. RequestReceived is omitted; watches
 # keep ResponseStarted (a watch still open at the end has no ResponseComplete yet).
 write_audit_policy() {
   cat >"$1" <<EOF
@@ -141,7 +142,7 @@ kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  users: ["$AUDIT_USER"]
+  users: [$AUDIT_USERS]
 - level: None
 EOF
 }

@@ -6,8 +6,8 @@
 #   tests/cluster/up.sh [NODES]
 #
 # Last stdout line: `export KUBECONFIG=<dir>/kubeconfig`; progress goes to stderr.
-# The API server audits the requests of one user only (AUDIT_USER in lib.sh: the ServiceAccount
-# deploy/ creates for slipway) to <dir>/logs/audit.log; tests/e2e/rbac.rs reads it.
+# The API server audits the requests of two users only (AUDIT_USERS in lib.sh: the ServiceAccounts
+# deploy/ creates for slipway's controller and its Jobs) to <dir>/logs/audit.log; tests/e2e/rbac.rs reads it.
 # Stop it with `tests/cluster/down.sh <dir>`.
 #
 # Environment:

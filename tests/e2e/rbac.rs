@@ -1,16 +1,18 @@
 //! deploy/'s RBAC, proven against a real API server rather than guessed.
 //!
 //! Each scene installs `deploy/` (`kubectl apply -k`, or an overlay of it with one component),
-//! runs `slipway run` as a child process with a fresh token of the `system-upgrade`
+//! runs `slipway run` as a child process with a fresh token of the `system-upgrade-controller`
 //! ServiceAccount (so with exactly the rights the install grants, and the environment of its
 //! ConfigMap), drives the controller through every path that needs a right, then reads the API
-//! server's audit log (tests/cluster logs this ServiceAccount's requests only), keeps the requests
-//! made with its token (the token's `jti`), and checks, request by request and rule by rule:
+//! server's audit log (tests/cluster logs slipway's ServiceAccounts' requests only), keeps the
+//! requests made with its token (the token's `jti`), and checks, request by request and rule by
+//! rule:
 //!
+//! - the controller's account holds none of the Jobs' roles (the drainer ClusterRole and the
+//!   `system-upgrade-jobs` Role), and the Jobs' account, `system-upgrade`, holds nothing else:
+//!   with its token no pod, Job or Secret can be created or read;
 //! - no request was refused, and the controller logged no 403/forbidden;
-//! - every request is allowed by the controller's own roles (not by the Jobs' roles, the drainer
-//!   ClusterRole and the `system-upgrade-jobs` Role, which the ServiceAccount also holds for the
-//!   upgrade Jobs);
+//! - every request is allowed by the controller's own roles;
 //! - every (rule, resource, verb) of the roles under proof was used at least once;
 //! - a ClusterRole right on a namespaced resource was used outside the controller's namespace
 //!   (otherwise it belongs in the Role), and no Role right repeats a ClusterRole right.
@@ -71,7 +73,10 @@ use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 
 const NS: &str = install::NS;
-const SA: &str = "system-upgrade";
+/// The controller's ServiceAccount.
+const SA: &str = "system-upgrade-controller";
+/// The upgrade Jobs' ServiceAccount, which Plans name: the drainer role and the Jobs' Role only.
+const JOBS_SA: &str = "system-upgrade";
 const CONTROLLER: &str = "system-upgrade-controller";
 /// The role deploy/ binds to the ServiceAccount for the upgrade Jobs, not for the controller.
 const DRAINER_ROLE: &str = "system-upgrade-controller-drainer";
@@ -396,16 +401,15 @@ fn read_audit_log(path: &Path, jti: &str) -> (BTreeSet<Request>, Vec<String>, us
     (requests, refused, events)
 }
 
-/// The rules bound to the ServiceAccount by name, split into the controller's and the Jobs' (the
-/// drainer role and the Jobs' Role).
-async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
+/// The rules bound to the ServiceAccount `sa` of the install's namespace, by ClusterRoleBindings
+/// and by RoleBindings in any namespace.
+async fn bound_rules(client: &kube::Client, sa: &str) -> Vec<Grant> {
     let is_sa = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
         subjects.iter().flatten().any(|s| {
-            s.kind == "ServiceAccount" && s.name == SA && s.namespace.as_deref() == Some(NS)
+            s.kind == "ServiceAccount" && s.name == sa && s.namespace.as_deref() == Some(NS)
         })
     };
-    let mut controller = Vec::new();
-    let mut drainer = Vec::new();
+    let mut grants = Vec::new();
     let cluster_roles = Api::<ClusterRole>::all(client.clone());
     let crbs = Api::<ClusterRoleBinding>::all(client.clone())
         .list(&ListParams::default())
@@ -417,13 +421,8 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
             .get(&b.role_ref.name)
             .await
             .expect("bound ClusterRole");
-        let into = if b.role_ref.name == DRAINER_ROLE {
-            &mut drainer
-        } else {
-            &mut controller
-        };
         for rule in role.rules.unwrap_or_default() {
-            into.push(Grant {
+            grants.push(Grant {
                 role: b.role_ref.name.clone(),
                 namespace: None,
                 rule,
@@ -455,20 +454,41 @@ async fn bound_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
                 .rules
                 .unwrap_or_default(),
         };
-        let into = match b.role_ref.name == JOBS_ROLE {
-            true => &mut drainer,
-            false => &mut controller,
-        };
         for rule in rules {
-            into.push(Grant {
+            grants.push(Grant {
                 role: b.role_ref.name.clone(),
                 namespace: Some(ns.clone()),
                 rule,
             });
         }
     }
+    grants
+}
+
+/// The controller's rules and the Jobs' rules, each bound to its own ServiceAccount: the
+/// controller holds none of the Jobs' roles, and the Jobs hold nothing but theirs.
+async fn controller_and_job_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Grant>) {
+    let controller = bound_rules(client, SA).await;
+    let jobs = bound_rules(client, JOBS_SA).await;
     assert!(!controller.is_empty(), "deploy/ binds no role to {NS}/{SA}");
-    (controller, drainer)
+    let job_roles = [DRAINER_ROLE, JOBS_ROLE];
+    let shared: BTreeSet<&str> = (controller.iter())
+        .map(|g| g.role.as_str())
+        .filter(|r| job_roles.contains(r))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "{NS}/{SA} holds the Jobs' roles {shared:?}"
+    );
+    let foreign: BTreeSet<&str> = (jobs.iter())
+        .map(|g| g.role.as_str())
+        .filter(|r| !job_roles.contains(r))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "{NS}/{JOBS_SA}, the Jobs' account, holds more than the Jobs' roles: {foreign:?}"
+    );
+    (controller, jobs)
 }
 
 /// The `jti` claim of a ServiceAccount token (a JWT), which the audit log records per request.
@@ -649,8 +669,70 @@ async fn deploy_grants_exactly_what_a_rollout_uses() {
     evidence.report(peak, started);
     evidence.assert_least_privilege(&controller);
     evidence.the_checker_catches_both_kinds_of_mistake();
+    the_jobs_token_runs_nothing_and_reads_no_secret(&d.s.cluster).await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
+}
+
+/// What root on a node being upgraded gets from the Job's token (read from the kubelet's volume
+/// directory): tried with a token of the Jobs' ServiceAccount, no pod or Job is created anywhere
+/// and no Secret is read; what a Job's `kubectl drain` needs (listing and evicting pods, patching
+/// a Node) is still allowed.
+async fn the_jobs_token_runs_nothing_and_reads_no_secret(cluster: &support::Cluster) {
+    let (_, kubeconfig) = kubeconfig_of(cluster, JOBS_SA, "slipway-rbac-jobs").await;
+    let as_job = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("the Jobs' config"),
+    )
+    .expect("the Jobs' client");
+    let _ = std::fs::remove_file(&kubeconfig);
+    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{NS}/{JOBS_SA} may {what}: {other:?}"),
+    };
+    let pod_spec = json!({"hostPID": true, "nodeName": "any",
+                          "containers": [{"name": "c", "image": "busybox",
+                                          "securityContext": {"privileged": true}}]});
+    let privileged: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "stolen-token"},
+        "spec": pod_spec,
+    }))
+    .expect("a pod");
+    for ns in [NS, "kube-system", "default"] {
+        let pods = Api::<Pod>::namespaced(as_job.clone(), ns);
+        let created = pods.create(&PostParams::default(), &privileged).await;
+        forbidden(&format!("create a pod in {ns}"), created.map(|_| ()));
+        let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(as_job.clone(), ns);
+        let job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "stolen-token"},
+            "spec": {"template": {"spec": pod_spec.clone()}},
+        }));
+        let created = jobs
+            .create(&PostParams::default(), &job.expect("a Job"))
+            .await;
+        forbidden(&format!("create a Job in {ns}"), created.map(|_| ()));
+        let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(as_job.clone(), ns);
+        let listed = secrets.list(&ListParams::default()).await;
+        forbidden(&format!("list Secrets in {ns}"), listed.map(|_| ()));
+    }
+    let patched = Api::<Plan>::namespaced(as_job.clone(), NS)
+        .patch(
+            PLAN,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"concurrency": 100}})),
+        )
+        .await;
+    forbidden("edit a Plan", patched.map(|_| ()));
+    // What the Jobs' drain uses stays allowed.
+    Api::<Pod>::all(as_job.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("the Jobs' account lists pods (kubectl drain)");
 }
 
 /// Waits until the leader has renewed its Lease (a renewal moves `renewTime` past
@@ -783,7 +865,7 @@ spec:
   concurrency: 1
   cordon: true
   version: v1.30.1+k3s1
-  serviceAccountName: {SA}
+  serviceAccountName: {JOBS_SA}
   nodeSelector:
     matchLabels:
       {POOL_LABEL}: {pool}
@@ -900,7 +982,7 @@ metadata:
 spec:
   concurrency: 1
   version: "2026-11-22"
-  serviceAccountName: {SA}
+  serviceAccountName: {JOBS_SA}
   nodeSelector:
     matchLabels:
       {POOL_LABEL}: {pool}
@@ -1005,7 +1087,7 @@ impl Evidence {
         leader_election: bool,
     ) -> Self {
         let (requests, refused, audited) = read_audit_log(audit_log, jti);
-        let (mut grants, drainer) = bound_rules(client).await;
+        let (mut grants, drainer) = controller_and_job_rules(client).await;
         // deploy/'s own roles only, whatever else is bound.
         grants.retain(|g| !COMPONENT_ROLES.contains(&g.role.as_str()));
         let lease_unused_reason = (!leader_election).then_some(
@@ -1122,7 +1204,7 @@ impl Evidence {
         // allows is reported above as not granted.
         assert!(
             !self.drainer.is_empty(),
-            "deploy/ binds {DRAINER_ROLE} to {SA}"
+            "deploy/ binds {DRAINER_ROLE} to {JOBS_SA}"
         );
     }
 }
@@ -1809,7 +1891,7 @@ async fn prove_component_audit(
     allowed_unused: &[(&str, &str, &str, &str)],
 ) {
     let (requests, refused, audited) = read_audit_log(audit_log, jti);
-    let (grants, _) = bound_rules(client).await;
+    let (grants, _) = controller_and_job_rules(client).await;
     // deploy/'s roles and this component's: not another component's, whose rights overlap.
     let grants: Vec<Grant> = grants
         .into_iter()
@@ -2059,11 +2141,17 @@ const POLICY_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-/// A kubeconfig that authenticates as deploy/'s ServiceAccount with a fresh token, and the token's
-/// ID, which marks its requests in the audit log.
+/// A kubeconfig that authenticates as deploy/'s controller ServiceAccount with a fresh token, and
+/// the token's ID, which marks its requests in the audit log.
 async fn service_account_kubeconfig(cluster: &support::Cluster, name: &str) -> (String, PathBuf) {
+    kubeconfig_of(cluster, SA, name).await
+}
+
+/// A kubeconfig that authenticates as the ServiceAccount `sa` of the install's namespace with a
+/// fresh token, and the token's ID.
+async fn kubeconfig_of(cluster: &support::Cluster, sa: &str, name: &str) -> (String, PathBuf) {
     let token = cluster
-        .kubectl(&["-n", NS, "create", "token", SA, "--duration=1h"])
+        .kubectl(&["-n", NS, "create", "token", sa, "--duration=1h"])
         .await
         .expect("kubectl create token")
         .trim()

@@ -350,8 +350,10 @@ spec:
 
 /// The versions the upgrade image carries, in the order a scene picks them.
 const KUBELETS: [&str; 3] = ["v1.34.2", "v1.34.3", "v1.34.1"];
-/// The ServiceAccount of the install and its Jobs.
-const SA_USER: &str = "system:serviceaccount:system-upgrade:system-upgrade";
+/// The ServiceAccount of the install's Jobs.
+const JOBS_USER: &str = "system:serviceaccount:system-upgrade:system-upgrade";
+/// The ServiceAccount of the install's controller.
+const CONTROLLER_USER: &str = "system:serviceaccount:system-upgrade:system-upgrade-controller";
 
 fn repo() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -489,23 +491,24 @@ async fn upgrade_the_k3s_pair(s: &Scene, version: &str) -> Duration {
     started.elapsed()
 }
 
-/// The requests of the install's ServiceAccount (the controller's and its Jobs') in the cluster's
-/// audit log since `since`: (verb, resource, name, code) of each.
+/// The requests of the ServiceAccount `user` (the install's controller or its Jobs) in the
+/// cluster's audit log since `since`: (verb, resource, name, code) of each.
 fn service_account_requests(
     s: &Scene,
+    user: &str,
     since: jiff::Timestamp,
 ) -> Vec<(String, String, String, i64)> {
     let dir = support::real::cluster_dir(&s.cluster);
     let text = std::fs::read_to_string(dir.join("logs/audit.log")).unwrap_or_default();
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| l.contains(SA_USER)) {
+    for line in text.lines().filter(|l| l.contains(user)) {
         let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let at = ev["requestReceivedTimestamp"]
             .as_str()
             .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-        if ev["user"]["username"] != SA_USER || at.is_none_or(|t| t < since) {
+        if ev["user"]["username"] != user || at.is_none_or(|t| t < since) {
             continue;
         }
         let obj = &ev["objectRef"];
@@ -523,15 +526,26 @@ fn service_account_requests(
     out
 }
 
-/// What an install's proof on real nodes checks of the ServiceAccount's requests: none refused,
-/// and the Jobs' calls among them (the prepare step's reads of the server Plan and of the
-/// control-plane nodes, the cordons).
-fn every_request_granted(s: &Scene, since: jiff::Timestamp) {
-    let requests = service_account_requests(s, since);
+/// What an install's proof on real nodes checks of its ServiceAccounts' requests, each account
+/// apart: none refused, and the Jobs' calls made with the Jobs' account (the prepare step's reads
+/// of the server Plan and of the control-plane nodes, the cordons), not the controller's.
+/// `controller_user` is the account the controller ran as (SUC runs as its Jobs' own).
+fn every_request_granted(s: &Scene, since: jiff::Timestamp, controller_user: &str) {
+    let controller = service_account_requests(s, controller_user, since);
+    let refused: Vec<_> = controller.iter().filter(|r| r.3 == 403).collect();
+    assert!(
+        refused.is_empty(),
+        "requests of {controller_user} refused: {refused:?}"
+    );
+    assert!(
+        !controller.is_empty(),
+        "the controller ran as {controller_user}"
+    );
+    let requests = service_account_requests(s, JOBS_USER, since);
     let refused: Vec<_> = requests.iter().filter(|r| r.3 == 403).collect();
     assert!(
         refused.is_empty(),
-        "requests of {SA_USER} refused: {refused:?}"
+        "requests of {JOBS_USER} refused: {refused:?}"
     );
     let made = |verb: &str, resource: &str, name: &str| {
         requests
@@ -565,11 +579,16 @@ async fn k3s_pair_scene(name: &str) -> Option<(Scene, jiff::Timestamp)> {
 /// The k3s docs' server and agent Plans upgrade every node under the controller installed by
 /// `under` (the server before the agents, [`upgrade_the_k3s_pair`]), and no request of the
 /// install's ServiceAccount since `since` was refused ([`every_request_granted`]).
-async fn the_k3s_pair_upgrades(s: &Scene, since: jiff::Timestamp, under: &str) {
+async fn the_k3s_pair_upgrades(
+    s: &Scene,
+    since: jiff::Timestamp,
+    under: &str,
+    controller_user: &str,
+) {
     let version = next_version(&s.client, &s.real).await;
     let took = upgrade_the_k3s_pair(s, version).await;
     eprintln!("real: the k3s pair under {under}: every node at {version} in {took:?}");
-    every_request_granted(s, since);
+    every_request_granted(s, since, controller_user);
 }
 
 /// The k3s docs' server and agent Plans under slipway installed by `helm install` of
@@ -590,7 +609,7 @@ async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {
         .helm_install_air_gapped(&s.cluster, &repo().join("charts/slipway"))
         .await;
     controller_pod_runs_on_the_server(&s).await;
-    the_k3s_pair_upgrades(&s, since, "the chart's RBAC").await;
+    the_k3s_pair_upgrades(&s, since, "the chart's RBAC", CONTROLLER_USER).await;
     install.uninstall_as_the_chart_readme_says(&s.cluster).await;
 }
 
@@ -647,7 +666,7 @@ async fn the_k3s_pair_upgrades_server_then_agents_under_suc() {
             kubeconfig.display().to_string(),
         )
         .started();
-    the_k3s_pair_upgrades(&s, since, "SUC v0.20.1 and its RBAC").await;
+    the_k3s_pair_upgrades(&s, since, "SUC v0.20.1 and its RBAC", JOBS_USER).await;
     // SUC replaced the Plan CRD by its own; the scenes after this one expect the committed one.
     support::install_crd(&s.client).await;
 }

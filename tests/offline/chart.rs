@@ -580,7 +580,8 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     assert_eq!(data["SLIPWAY_MAINTENANCE"], "true");
     assert_eq!(data["SLIPWAY_MAINTENANCE_LEASE_NAMESPACE"], "leases");
 
-    // The ServiceAccount keeps its name, takes the annotations and adds the labels to the chart's.
+    // The Jobs' ServiceAccount keeps its name, takes the annotations and adds the labels to the
+    // chart's; the controller runs as its own, which takes neither.
     let account = find(&docs, "ServiceAccount", "system-upgrade");
     assert_eq!(
         account["metadata"]["annotations"],
@@ -594,9 +595,11 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
         account["metadata"]["labels"]["app.kubernetes.io/name"],
         "slipway"
     );
+    let controller = find(&docs, "ServiceAccount", "system-upgrade-controller");
+    assert!(controller["metadata"]["annotations"].is_null());
     assert_eq!(
-        spec["serviceAccountName"], "system-upgrade",
-        "the controller runs as it"
+        spec["serviceAccountName"], "system-upgrade-controller",
+        "the controller runs as its own"
     );
 
     // Every binding names the ServiceAccount in the release namespace.

@@ -66,7 +66,11 @@ pub(super) fn unreadable(check: &HealthCheckSpec, aggregated: &[&Value]) -> Opti
     let allowed = docs.iter().any(|d| {
         let in_scope = match d.kind() {
             "ClusterRole" => d.name() == "system-upgrade-controller",
-            "Role" => check.namespace.as_deref() == Some(NAMESPACE),
+            // The controller's own Role: the Jobs' (`system-upgrade-jobs`) is another account's.
+            "Role" => {
+                d.name() == "system-upgrade-controller"
+                    && check.namespace.as_deref() == Some(NAMESPACE)
+            }
             _ => false,
         };
         in_scope && grants(&d.value, group, &resource, verb, check.name.as_deref())
@@ -165,5 +169,19 @@ mod tests {
             ceph.contains("list cephclusters (group \"ceph.rook.io\")"),
             "{ceph}"
         );
+    }
+
+    #[test]
+    fn the_jobs_role_is_not_the_controllers() {
+        // `system-upgrade-jobs` lets the Jobs get Plans; the controller's account does not hold it.
+        let named = check(
+            "upgrade.cattle.io/v1",
+            "Plan",
+            Some(NAMESPACE),
+            Some("server-plan"),
+        );
+        assert!(unreadable_alone(&named).is_some());
+        let listed = check("upgrade.cattle.io/v1", "Plan", Some(NAMESPACE), None);
+        assert_eq!(unreadable_alone(&listed), None);
     }
 }
