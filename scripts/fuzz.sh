@@ -6,6 +6,8 @@
 # cargo-fuzz wants nightly for its sanitizers; slipway is memory-safe Rust, so the targets run
 # without one (--sanitizer none) on the stable toolchain (RUSTC_BOOTSTRAP for cargo-fuzz's flags).
 # Each target runs with an RSS limit and a per-allocation limit: unbounded allocation is a crash.
+# With debug assertions and overflow checks (--debug-assertions): an arithmetic overflow that a
+# release build would wrap silently (a Go duration did) is a crash too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
@@ -29,7 +31,7 @@ for t in "${targets[@]}"; do
   seeds=()
   # The Plans of examples/ and of the differential test seed the Plan target.
   if [ "$t" = plan ]; then seeds=(examples tests/compat/plans); fi
-  cargo fuzz run --sanitizer none "$t" "fuzz/corpus/$t" "${seeds[@]}" -- \
+  cargo fuzz run --sanitizer none --debug-assertions "$t" "fuzz/corpus/$t" "${seeds[@]}" -- \
     -max_total_time="$seconds" -rss_limit_mb=1024 \
     -malloc_limit_mb=256 -timeout=10 -print_final_stats=1 >"$logs/$t.log" 2>&1 || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log" | tail -n 1)

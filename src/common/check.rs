@@ -161,7 +161,7 @@ pub fn evaluate(check: &HealthCheckSpec, read: &CheckRead) -> Result<(), String>
     }
     let program = compile(&check.expr)?;
     for object in objects {
-        holds(&program, object).map_err(|why| match object_name(object) {
+        holds(&program, &check.expr, object).map_err(|why| match object_name(object) {
             Some(name) if check.name.is_none() => format!("{name}: {why}"),
             _ => why,
         })?;
@@ -169,7 +169,9 @@ pub fn evaluate(check: &HealthCheckSpec, read: &CheckRead) -> Result<(), String>
     Ok(())
 }
 
-fn holds(program: &cel::Program, object: &Value) -> Result<(), String> {
+/// Why not is said without a value read: a check's message goes into a status that readers of the
+/// object see, and the object it read (a Secret, a Pod's spec) may be one they may not read.
+fn holds(program: &cel::Program, expr: &str, object: &Value) -> Result<(), String> {
     let mut ctx = cel::Context::default();
     if let Value::Object(fields) = object {
         for (key, value) in fields {
@@ -182,8 +184,60 @@ fn holds(program: &cel::Program, object: &Value) -> Result<(), String> {
     match program.execute(&ctx) {
         Ok(cel::Value::Bool(true)) => Ok(()),
         Ok(cel::Value::Bool(false)) => Err("the expression is false".into()),
-        Ok(other) => Err(format!("the expression gave {other:?}, not a bool")),
-        Err(e) => Err(format!("the expression failed: {e}")),
+        Ok(other) => Err(format!(
+            "the expression gave a {}, not a bool",
+            other.type_of()
+        )),
+        Err(e) => Err(format!("the expression failed: {}", failure(&e, expr))),
+    }
+}
+
+/// An evaluation error in words that name types, never values: cel's own messages print the
+/// values involved (`Unsupported binary operator '+': String("..."), Int(1)`). A missing key is
+/// named only when the expression spells it (else it may have been computed from a value).
+fn failure(e: &cel::ExecutionError, expr: &str) -> String {
+    use cel::ExecutionError as E;
+    let ty = |v: &cel::Value| v.type_of();
+    match e {
+        E::InvalidArgumentCount { .. }
+        | E::UnexpectedType { .. }
+        | E::NoSuchOverload(_)
+        | E::UndeclaredReference(_)
+        | E::MissingArgumentOrTarget => e.to_string(),
+        E::NoSuchKey(key) if expr.contains(key.as_str()) => e.to_string(),
+        E::NoSuchKey(_) => "No such key".into(),
+        E::UnsupportedTargetType { target } => format!("Invalid argument type: {}", ty(target)),
+        E::NotSupportedAsMethod { method, target } if expr.contains(method.as_str()) => {
+            format!("Method '{method}' not supported on type '{}'", ty(target))
+        }
+        E::NotSupportedAsMethod { target, .. } => {
+            format!("Method not supported on type '{}'", ty(target))
+        }
+        E::UnsupportedKeyType(key) => format!("Unable to use a {} as a key", ty(key)),
+        E::ValuesNotComparable(a, b) => format!("A {} can not be compared to a {}", ty(a), ty(b)),
+        E::UnsupportedBinaryOperator(op, a, b) => {
+            format!(
+                "Unsupported binary operator '{op}' on a {} and a {}",
+                ty(a),
+                ty(b)
+            )
+        }
+        E::UnsupportedIndex(index, of) => {
+            format!("Cannot use a {} to index a {}", ty(index), ty(of))
+        }
+        E::FunctionError { function, .. } => format!("Error executing function '{function}'"),
+        E::DivisionByZero(_) => "Division by zero".into(),
+        E::RemainderByZero(_) => "Remainder by zero".into(),
+        E::Overflow(op, a, b) => {
+            format!(
+                "Overflow from binary operator '{op}' on a {} and a {}",
+                ty(a),
+                ty(b)
+            )
+        }
+        E::IndexOutOfBounds(_) => "Index out of bounds".into(),
+        E::DuplicateKey(_) => "A map repeats a key".into(),
+        _ => "an evaluation error".into(),
     }
 }
 

@@ -2,6 +2,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::bounded::{CONDITION_MESSAGE_BYTES, cut};
+
 /// A condition, `metav1.Condition`.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -25,7 +27,7 @@ pub fn set_condition(
         type_: type_.to_string(),
         status: status.to_string(),
         reason: reason.to_string(),
-        message: message.to_string(),
+        message: cut(message, CONDITION_MESSAGE_BYTES).into_owned(),
         last_transition_time: kept.unwrap_or(Time(now)),
         observed_generation: generation,
     };

@@ -95,7 +95,9 @@ impl FromStr for GoDuration {
                 let digits = &frac_part[..frac_part.len().min(18)];
                 let frac: u128 = digits.parse().map_err(|_| err())?;
                 let denom = 10u128.pow(digits.len() as u32);
-                value += frac * scale / denom;
+                // Checked: a whole part just under u128's limit plus its fraction would wrap in a
+                // release build into a short duration, which Go refuses as an overflow.
+                value = value.checked_add(frac * scale / denom).ok_or_else(err)?;
             }
             total = total.checked_add(value).ok_or_else(err)?;
             s = rest;
@@ -185,6 +187,17 @@ mod tests {
         assert_eq!(d("267.39166933939166933991366999933339s"), 267_391_669_339);
         let fuzzed = ".3s3s267.39166933939166933991366999933339s267.3w267.3s26";
         assert!(fuzzed.parse::<GoDuration>().is_err(), "w is no unit");
+    }
+
+    #[test]
+    fn a_whole_part_and_its_fraction_that_overflow_together_are_refused() {
+        // Its whole part times an hour fits u128; with the fraction it does not, and a release
+        // build (no overflow checks) wrapped it into a short duration that passed validation.
+        let text = "94522879700260684295381835.999999999999999999h";
+        assert!(text.parse::<GoDuration>().is_err(), "{text} overflows");
+        assert!("9223372036.854775808s".parse::<GoDuration>().is_err());
+        assert_eq!(d("9223372036.854775807s"), i64::MAX);
+        assert_eq!(d("-9223372036.854775808s"), i64::MIN);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The vocabulary every operation's spec and status share: Go durations, time windows, label
 //! selectors, names, labels and the CRD schema rules. Pure: nothing here reaches the cluster.
 
+pub mod bounded;
 pub mod check;
 pub mod condition;
 pub mod crd;

@@ -21,6 +21,7 @@ use super::error::{ApiResult, Error};
 use super::leader::LeaseGuard;
 use super::metrics::Metrics;
 use super::notify::Notifier;
+use crate::common::bounded::{EVENT_NOTE_BYTES, cut};
 use crate::common::decision::{Event, EventType};
 use crate::node::change::NodeChange;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -335,7 +336,7 @@ pub fn kube_event(event: &Event) -> KubeEvent {
             EventType::Warning => KubeEventType::Warning,
         },
         reason: event.reason.to_string(),
-        note: Some(event.message.clone()),
+        note: Some(cut(&event.message, EVENT_NOTE_BYTES).into_owned()),
         action: format!("{}-{}", event.reason, note_digest(&event.message)),
         secondary: None,
     }

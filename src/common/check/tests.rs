@@ -82,6 +82,38 @@ fn a_missing_field_a_non_bool_and_a_refused_read_fail_with_a_reason() {
 }
 
 #[test]
+fn no_failure_says_a_value_it_read() {
+    // A check over a Secret must not copy what it read into a status: whatever the expression
+    // does with the value, the reason names types and the expression's own words only.
+    let secret = "hunter2-s3cret";
+    let read = CheckRead::Objects(vec![cm(json!({"password": secret, "n": "7"}))]);
+    let cases = [
+        ("data", "a map, not a bool"),
+        ("data.password", "a string, not a bool"),
+        ("[data.password]", "a list, not a bool"),
+        ("data.password + 1 == 2", "string and a int"),
+        ("data.password < 1", "(string, int)"),
+        ("int(data.password) == 1", "int"),
+        ("data[data.password] == 'x'", "No such key"),
+        (
+            "{data.password: 1, data.password: 2}.size() == 1",
+            "repeats a key",
+        ),
+        ("[1][size(data.password)] == 1", "Index out of bounds"),
+        ("1 / (size(data.password) - 14) == 1", "Division by zero"),
+        ("data.password.nosuch() == 1", "nosuch"),
+    ];
+    for (expr, says) in cases {
+        let e = evaluate(&check(expr), &read).unwrap_err();
+        assert!(!e.contains("hunter2"), "{expr}: {e}");
+        assert!(e.contains(says), "{expr}: {e}");
+    }
+    // A key the expression spells is named: it says what is missing without saying anything read.
+    let e = evaluate(&check("data.token == 'x'"), &read).unwrap_err();
+    assert!(e.contains("token"), "{e}");
+}
+
+#[test]
 fn validate_names_the_field() {
     let mut c = check("data.x == ");
     let e = validate(std::slice::from_ref(&c), "spec.healthChecks").unwrap_err();

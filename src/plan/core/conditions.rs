@@ -2,6 +2,7 @@
 //! the `Ready`, `Reconciling` and `Stalled` conditions that kstatus (Argo CD, Flux, `kubectl wait`)
 //! reads, derived from SUC's.
 
+use crate::common::bounded::{CONDITION_MESSAGE_BYTES, cut};
 use crate::plan::api::{PlanCondition, PlanStatus};
 
 pub const COMPLETE: &str = "Complete";
@@ -87,7 +88,7 @@ pub fn set(
     let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) else {
         return;
     };
-    let message = (!message.is_empty()).then(|| message.to_string());
+    let message = (!message.is_empty()).then(|| cut(message, CONDITION_MESSAGE_BYTES).into_owned());
     let reason = (!reason.is_empty()).then(|| reason.to_string());
     if c.status != value {
         c.last_transition_time = Some(now.to_string());
