@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::common::decision::{Event, EventType};
 
 pub use config::{ConfigError, Format, Target, TargetFlags, redacted_url, targets};
-pub use template::{Template, TemplateError};
+pub use template::{Markup, Template, TemplateError, escape};
 
 /// What a notification tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -217,12 +217,17 @@ pub fn object_name(o: &Object) -> String {
 
 /// The text `target` says for `n`: its template for the kind, else the default one.
 pub fn text(target: &Target, n: &Notification) -> String {
+    let markup = match target.format {
+        Format::Slack => Markup::Slack,
+        Format::Teams => Markup::Teams,
+        Format::Json => Markup::Plain,
+    };
     match target.templates.get(&n.kind) {
-        Some(t) => t.render(n),
+        Some(t) => t.render_for(n, markup),
         None => match Template::parse(n.kind.default_template()) {
-            Ok(t) => t.render(n),
+            Ok(t) => t.render_for(n, markup),
             // The defaults are checked by a test; a message is still better than none.
-            Err(_) => n.message.clone(),
+            Err(_) => escape(markup, &n.message),
         },
     }
 }

@@ -104,17 +104,64 @@ impl Template {
         Ok(Template(pieces))
     }
 
-    /// The text for `n`.
+    /// The text for `n`, its values as they are.
     pub fn render(&self, n: &Notification) -> String {
+        self.render_for(n, Markup::Plain)
+    }
+
+    /// The text for `n`, its values escaped for `markup`; the template's own text is the
+    /// operator's, and keeps its markup and mentions.
+    pub fn render_for(&self, n: &Notification, markup: Markup) -> String {
         let mut out = String::new();
         for piece in &self.0 {
             match piece {
                 Piece::Text(t) => out.push_str(t),
-                Piece::Field(f) => out.push_str(&value(*f, n)),
+                Piece::Field(f) => out.push_str(&escape(markup, &value(*f, n))),
             }
         }
         out
     }
+}
+
+/// The markup a receiver reads in a message's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Markup {
+    /// Nothing is markup (slipway's JSON object).
+    Plain,
+    /// Slack's mrkdwn (and Mattermost's, Rocket.Chat's): `<!channel>`, `<@U123>` and `<url|text>`
+    /// mention and link; Mattermost and Rocket.Chat also ping on a plain `@channel`.
+    Slack,
+    /// An Adaptive Card's TextBlock (Microsoft Teams): a CommonMark subset, links and lists.
+    Teams,
+}
+
+/// `value` as text that `markup` shows as it is: a value comes from the cluster (a hold reason a
+/// node wrote, a pod's name in a message), and must neither ping a channel nor make a link.
+pub fn escape(markup: Markup, value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match (markup, c) {
+            (Markup::Plain, c) => out.push(c),
+            // Slack's own escaping of its control characters.
+            (Markup::Slack, '&') => out.push_str("&amp;"),
+            (Markup::Slack, '<') => out.push_str("&lt;"),
+            (Markup::Slack, '>') => out.push_str("&gt;"),
+            // A zero-width space after it: still `@` to read, no longer a mention.
+            (Markup::Slack, '@') => out.push_str("@\u{200B}"),
+            // CommonMark's backslash escapes, for what the card's subset reads as markup.
+            (
+                Markup::Teams,
+                '\\' | '*' | '_' | '[' | ']' | '(' | ')' | '<' | '>' | '`' | '#' | '{' | '}',
+            ) => {
+                out.push('\\');
+                out.push(c);
+            }
+            // A value never starts a line: no list, no heading.
+            (Markup::Slack | Markup::Teams, '\n' | '\r') => out.push(' '),
+            (_, c) => out.push(c),
+        }
+    }
+    out
 }
 
 fn value(field: Field, n: &Notification) -> String {

@@ -239,6 +239,40 @@ fn a_target_s_own_template_is_used_for_its_kind_only() {
 }
 
 #[test]
+fn values_from_the_cluster_neither_ping_nor_link_but_the_template_may() {
+    // A hold reason a node wrote reaches the message: in chat it must read as text.
+    let hostile = "<!channel> @here see [docs](https://evil.example) *now*\n- x";
+    let n = notification(
+        "RebootPolicy",
+        None,
+        "weekly",
+        &Event::normal("Rebooted", hostile).on("n1"),
+        at(),
+    )
+    .expect("told");
+    let mut target = one(flags(&["ops=https://chat.example/hook"]));
+    let template = Template::parse("<!here> {message}").expect("a template");
+    target.templates.insert(n.kind, template);
+
+    target.format = Format::Slack;
+    let slack = text(&target, &n);
+    assert_eq!(
+        slack,
+        "<!here> &lt;!channel&gt; @\u{200B}here see [docs](https://evil.example) *now* - x"
+    );
+    target.format = Format::Teams;
+    let teams = text(&target, &n);
+    assert_eq!(
+        teams,
+        "<!here> \\<!channel\\> @here see \\[docs\\]\\(https://evil.example\\) \\*now\\* - x"
+    );
+    // slipway's JSON carries the value as it is: its reader escapes for where it shows it.
+    target.format = Format::Json;
+    assert_eq!(payload(&target, &n)["message"], hostile);
+    assert_eq!(text(&target, &n), format!("<!here> {hostile}"));
+}
+
+#[test]
 fn each_format_posts_its_own_body() {
     let mut target = one(flags(&["ops=https://chat.example/hook"]));
     let n = back("n1");
