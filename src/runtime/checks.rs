@@ -25,6 +25,10 @@ const KIND_TTL: Duration = Duration::from_secs(60);
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a check's read is reused.
 pub const READ_INTERVAL: Duration = Duration::from_secs(5);
+/// A check without a name reads its objects this many at a time...
+const PAGE: u32 = 250;
+/// ...and at most this many: past it the check fails, saying so, rather than hold them all.
+pub const MAX_LISTED: usize = 1000;
 
 type Discovered = Result<(ApiResource, bool), CheckRead>;
 
@@ -107,11 +111,16 @@ impl CheckReader {
                 let selector = Selector::from_label_selector(check.selector.as_ref())
                     .map(|s| s.to_string())
                     .unwrap_or_default();
-                let params = ListParams::default().labels(&selector);
-                api.list(&params)
-                    .await
-                    .map(|l| l.items)
-                    .map_err(|e| (e, "list"))
+                match list_bounded(&api, &selector).await {
+                    Ok(Some(objects)) => Ok(objects),
+                    Ok(None) => {
+                        return CheckRead::Failed(format!(
+                            "more than {MAX_LISTED} {} match: name one, or narrow the check's namespace or selector",
+                            resource.plural
+                        ));
+                    }
+                    Err(e) => Err((e, "list")),
+                }
             }
         };
         match objects {
@@ -159,6 +168,26 @@ impl CheckReader {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, Discovered)>> {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The objects `selector` matches, a page at a time; `None` past [`MAX_LISTED`].
+async fn list_bounded(
+    api: &Api<DynamicObject>,
+    selector: &str,
+) -> Result<Option<Vec<DynamicObject>>, KubeError> {
+    let mut objects = Vec::new();
+    let mut params = ListParams::default().labels(selector).limit(PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        objects.extend(page.items);
+        if objects.len() > MAX_LISTED {
+            return Ok(None);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(Some(objects)),
+        }
     }
 }
 
@@ -245,6 +274,50 @@ mod tests {
         let reads = reader.read_all(&[c]).await;
         assert!(
             matches!(&reads[0], CheckRead::NotFound(w) if w.contains("is the CRD of ConfigMap installed")),
+            "{:?}",
+            reads[0]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_is_read_a_page_at_a_time_and_never_past_its_bound() {
+        let api = api();
+        let cm = |i: usize| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("gate-{i}"), "namespace": "ops"},
+                   "data": {"state": "ok"}})
+        };
+        // An API server that always has another page: the read stops at the bound.
+        let page = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+            "metadata": {"continue": "more"},
+            "items": (0..PAGE as usize).map(cm).collect::<Vec<_>>()});
+        api.on("GET", "namespaces/ops/configmaps", Answer::Json(200, page));
+        let reader = CheckReader::new(api.client());
+        let reads = reader.read_all(&[check(None)]).await;
+        let CheckRead::Failed(why) = &reads[0] else {
+            panic!("{:?}", reads[0]);
+        };
+        assert!(why.starts_with("more than 1000 configmaps match"), "{why}");
+        let lists: Vec<String> = (api.sent().into_iter())
+            .filter(|s| s.method == "GET" && s.path.ends_with("namespaces/ops/configmaps"))
+            .map(|s| s.query)
+            .collect();
+        assert_eq!(lists.len(), MAX_LISTED / PAGE as usize + 1);
+        assert!(lists.iter().all(|q| q.contains("limit=250")), "{lists:?}");
+        assert!(
+            lists[1..].iter().all(|q| q.contains("continue=more")),
+            "{lists:?}"
+        );
+        // The last page says no more: every object is read.
+        tokio::time::advance(READ_INTERVAL).await;
+        api.on(
+            "GET",
+            "namespaces/ops/configmaps",
+            Answer::list((0..3).map(cm).collect()),
+        );
+        let reads = reader.read_all(&[check(None)]).await;
+        assert!(
+            matches!(&reads[0], CheckRead::Objects(o) if o.len() == 3),
             "{:?}",
             reads[0]
         );
