@@ -236,11 +236,14 @@ impl Alertmanager {
 
     async fn refused(request: &'static str, response: reqwest::Response) -> AlertmanagerError {
         let status = response.status();
-        let body = response.text().await.unwrap_or_default();
+        // Only its beginning is said: no more is read.
+        let body = bounded_bytes(response, REFUSAL_BYTES, true)
+            .await
+            .unwrap_or_default();
         AlertmanagerError::Status {
             request,
             status,
-            body: body.chars().take(512).collect(),
+            body: String::from_utf8_lossy(&body).chars().take(512).collect(),
         }
     }
 
@@ -296,11 +299,36 @@ async fn read_json<T: serde::de::DeserializeOwned>(
         request,
         message: format!("unreadable answer: {message}"),
     };
-    let bytes = response
-        .bytes()
+    let bytes = bounded_bytes(response, MAX_ANSWER_BYTES, false)
         .await
-        .map_err(|e| unreadable(error_chain(&e)))?;
+        .map_err(unreadable)?;
     serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))
+}
+
+/// The most bytes of an answer read (a list of every silence of a large Alertmanager is a few MiB).
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+/// The most bytes of a refusal read, to quote its beginning.
+const REFUSAL_BYTES: usize = 4 << 10;
+
+/// The body of `response`, read a chunk at a time up to `max` bytes: past it, the first `max`
+/// bytes when `truncate`, else an error (a JSON answer cut short would not parse anyway).
+async fn bounded_bytes(
+    mut response: reqwest::Response,
+    max: usize,
+    truncate: bool,
+) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+        if body.len() + chunk.len() > max {
+            if truncate {
+                body.extend_from_slice(&chunk[..max - body.len()]);
+                return Ok(body);
+            }
+            return Err(format!("the answer is larger than {max} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

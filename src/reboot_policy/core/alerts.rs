@@ -38,10 +38,15 @@ impl AlertFilter {
     /// when the answer is not a successful vector query.
     pub fn blocking(&self, answer: &Value) -> Result<Vec<String>, String> {
         if answer["status"] != "success" {
-            return Err(format!(
-                "the query failed: {}",
-                answer["error"].as_str().unwrap_or("no status")
-            ));
+            // Prometheus' own error type (`bad_data`, `timeout`...), never the server's text: the
+            // URL is the policy author's, and the answer could be any service's.
+            let kind = answer["errorType"].as_str().filter(|t| {
+                t.len() <= 32 && t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            });
+            return Err(match kind {
+                Some(kind) => format!("the query failed ({kind})"),
+                None => "the answer is not a successful Prometheus query".to_string(),
+            });
         }
         let samples = answer["data"]["result"]
             .as_array()
@@ -136,9 +141,16 @@ mod tests {
     #[test]
     fn an_answer_that_cannot_be_read_is_an_error() {
         let f = filter(None, false, true);
-        assert!(
-            f.blocking(&json!({"status": "error", "error": "bad query"}))
-                .is_err()
+        // Prometheus' error type is said, never the server's own words.
+        assert_eq!(
+            f.blocking(&json!({"status": "error", "errorType": "bad_data", "error": "s3cret"})),
+            Err("the query failed (bad_data)".into())
+        );
+        assert_eq!(
+            f.blocking(
+                &json!({"status": "error", "errorType": "<b>s3cret</b>", "error": "s3cret"})
+            ),
+            Err("the answer is not a successful Prometheus query".into())
         );
         assert!(
             f.blocking(&json!({"status": "success", "data": {}}))

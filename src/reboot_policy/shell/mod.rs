@@ -61,7 +61,7 @@ impl PolicyOperation {
             shared,
             policies,
             default_image,
-            http: reqwest::Client::builder().build().ok(),
+            http: alerts::client(),
             checks,
             pods,
             kured,
