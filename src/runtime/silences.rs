@@ -17,6 +17,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::http_body::{Past, read_bounded};
 use super::metrics::Metrics;
 use super::shared::{HolderObject, Shared};
 use crate::common::decision::Event;
@@ -237,7 +238,7 @@ impl Alertmanager {
     async fn refused(request: &'static str, response: reqwest::Response) -> AlertmanagerError {
         let status = response.status();
         // Only its beginning is said: no more is read.
-        let body = bounded_bytes(response, REFUSAL_BYTES, true)
+        let body = read_bounded(response, REFUSAL_BYTES, Past::Truncate)
             .await
             .unwrap_or_default();
         AlertmanagerError::Status {
@@ -299,7 +300,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
         request,
         message: format!("unreadable answer: {message}"),
     };
-    let bytes = bounded_bytes(response, MAX_ANSWER_BYTES, false)
+    let bytes = read_bounded(response, MAX_ANSWER_BYTES, Past::Fail)
         .await
         .map_err(unreadable)?;
     serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))
@@ -309,27 +310,6 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 /// The most bytes of a refusal read, to quote its beginning.
 const REFUSAL_BYTES: usize = 4 << 10;
-
-/// The body of `response`, read a chunk at a time up to `max` bytes: past it, the first `max`
-/// bytes when `truncate`, else an error (a JSON answer cut short would not parse anyway).
-async fn bounded_bytes(
-    mut response: reqwest::Response,
-    max: usize,
-    truncate: bool,
-) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
-        if body.len() + chunk.len() > max {
-            if truncate {
-                body.extend_from_slice(&chunk[..max - body.len()]);
-                return Ok(body);
-            }
-            return Err(format!("the answer is larger than {max} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::reboot_policy::core::alerts::AlertFilter;
+use crate::runtime::http_body::{Past, read_bounded};
 
 /// How long one query may take.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,7 +29,7 @@ pub async fn ask(filter: &AlertFilter, http: &reqwest::Client) -> Option<String>
 
 async fn query(filter: &AlertFilter, http: &reqwest::Client) -> Result<Vec<String>, String> {
     let url = format!("{}/api/v1/query?query=ALERTS", filter.url);
-    let mut response = http
+    let response = http
         .get(&url)
         .timeout(QUERY_TIMEOUT)
         .send()
@@ -37,13 +38,7 @@ async fn query(filter: &AlertFilter, http: &reqwest::Client) -> Result<Vec<Strin
     if !response.status().is_success() {
         return Err(format!("HTTP {}", response.status()));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-        if body.len() + chunk.len() > MAX_BODY {
-            return Err(format!("the answer is larger than {MAX_BODY} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = read_bounded(response, MAX_BODY, Past::Fail).await?;
     let answer: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
     filter.blocking(&answer)
 }
