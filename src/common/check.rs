@@ -15,6 +15,9 @@ use crate::common::Extra;
 use crate::common::duration::GoDuration;
 use crate::common::selector::Selector;
 
+mod cost;
+pub use cost::{MAX_COST, UNKNOWN_SIZE};
+
 /// One health check (a slipway extension): every object it names must satisfy `expr`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -60,6 +63,9 @@ pub enum CheckRead {
     NotRead,
     /// Not read, and taken to hold: `slipway render` simulates a rollout offline.
     Assumed,
+    /// Read and evaluated already, by the shell, off the controller's runtime thread
+    /// (`src/runtime/checks.rs`): what [`evaluate`] said, or why it was not let finish.
+    Judged(Result<(), String>),
 }
 
 /// The status of one check, as operations report it.
@@ -127,7 +133,9 @@ pub fn validate(checks: &[HealthCheckSpec], field: &str) -> Result<(), String> {
         if let Err(e) = Selector::from_label_selector(check.selector.as_ref()) {
             return Err(format!("{at}.selector is invalid: {e}"));
         }
-        compile(&check.expr).map_err(|e| format!("{at}.expr does not compile: {e}"))?;
+        let program =
+            compile(&check.expr).map_err(|e| format!("{at}.expr does not compile: {e}"))?;
+        affordable(&program).map_err(|e| format!("{at}.expr is refused: {e}"))?;
         timeout(check, &at)?;
     }
     Ok(())
@@ -139,6 +147,21 @@ pub fn compile(expr: &str) -> Result<cel::Program, String> {
         return Err("the expression is empty".into());
     }
     cel::Program::compile(expr).map_err(|e| first_line(&e.to_string()))
+}
+
+/// `Ok` when the program's worst case ([`cost::cost`]) is within [`MAX_COST`].
+pub fn affordable(program: &cel::Program) -> Result<(), String> {
+    let steps = cost::cost(program.expression());
+    match steps <= MAX_COST {
+        true => Ok(()),
+        false => Err(format!(
+            "its worst case is {} steps, over the limit of {MAX_COST} (each comprehension runs its body once per element; a list of the object counts as {UNKNOWN_SIZE}): nest fewer comprehensions or use shorter lists",
+            match steps {
+                u64::MAX => "more than 18446744073709551615".to_string(),
+                n => n.to_string(),
+            }
+        )),
+    }
 }
 
 fn first_line(text: &str) -> String {
@@ -155,11 +178,14 @@ pub fn evaluate(check: &HealthCheckSpec, read: &CheckRead) -> Result<(), String>
         }
         CheckRead::NotRead => return Err("not read".into()),
         CheckRead::Assumed => return Ok(()),
+        CheckRead::Judged(verdict) => return verdict.clone(),
     };
     if objects.is_empty() {
         return Err("no object found".into());
     }
     let program = compile(&check.expr)?;
+    // Never evaluated past its budget, whatever validation said (an object written before it).
+    affordable(&program)?;
     for object in objects {
         holds(&program, &check.expr, object).map_err(|why| match object_name(object) {
             Some(name) if check.name.is_none() => format!("{name}: {why}"),

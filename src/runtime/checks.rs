@@ -1,12 +1,15 @@
 //! Reads the objects health checks name, of any kind: the kind is looked up once through API
 //! discovery (remembered for a while, failures too), then the objects are read with a GET or a
 //! LIST. Every way a read can fail becomes a [`CheckRead`] that says what to do about it: the
-//! checks are evaluated by the pure [`crate::common::check`]. A check's read is reused for a few
-//! seconds ([`READ_INTERVAL`]), by every operation that has it: a busy fleet reconciles a Plan as
-//! often as its nodes change, and the objects a check names need not be read that often.
+//! checks are evaluated by the pure [`crate::common::check`], here, on tokio's blocking pool: the
+//! controller's one runtime thread keeps renewing its Lease and deciding other objects while an
+//! expression runs, and an evaluation past [`EVAL_TIMEOUT`] fails its check (the thread cannot be
+//! stopped; that expression is not started again until it ends). A check's read is reused for a
+//! few seconds ([`READ_INTERVAL`]), by every operation that has it: a busy fleet reconciles a
+//! Plan as often as its nodes change, and the objects a check names need not be read that often.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::time::Instant as Clock;
@@ -29,6 +32,8 @@ pub const READ_INTERVAL: Duration = Duration::from_secs(5);
 const PAGE: u32 = 250;
 /// ...and at most this many: past it the check fails, saying so, rather than hold them all.
 pub const MAX_LISTED: usize = 1000;
+/// How long one evaluation of a check's expression may take before the check fails.
+pub const EVAL_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Discovered = Result<(ApiResource, bool), CheckRead>;
 
@@ -38,6 +43,9 @@ pub struct CheckReader {
     kinds: Mutex<HashMap<(String, String), (Instant, Discovered)>>,
     /// The last read of each check (by what it reads), and when.
     reads: Mutex<HashMap<String, (Clock, CheckRead)>>,
+    /// The checks (what they read and their expression) whose evaluation runs now.
+    evaluating: Arc<Mutex<HashSet<String>>>,
+    eval_timeout: Duration,
 }
 
 impl CheckReader {
@@ -46,11 +54,55 @@ impl CheckReader {
             client,
             kinds: Mutex::new(HashMap::new()),
             reads: Mutex::new(HashMap::new()),
+            evaluating: Arc::new(Mutex::new(HashSet::new())),
+            eval_timeout: EVAL_TIMEOUT,
         }
     }
 
-    /// What each check names, in order: read now, or less than [`READ_INTERVAL`] ago.
+    /// What each check names, read now or less than [`READ_INTERVAL`] ago, and judged
+    /// ([`CheckRead::Judged`]) when its objects were read.
     pub async fn read_all(&self, checks: &[HealthCheckSpec]) -> Vec<CheckRead> {
+        let mut judged = Vec::with_capacity(checks.len());
+        for (check, read) in checks.iter().zip(self.read_objects(checks).await) {
+            judged.push(self.judge(check, read).await);
+        }
+        judged
+    }
+
+    /// The check's expression over the objects read, on the blocking pool, for at most
+    /// `eval_timeout`; another read (refused, not found) is left as it is.
+    async fn judge(&self, check: &HealthCheckSpec, read: CheckRead) -> CheckRead {
+        if !matches!(read, CheckRead::Objects(_)) {
+            return read;
+        }
+        let key = format!(
+            "{} {} {}",
+            check.api_version,
+            crate::common::check::id(check),
+            check.expr
+        );
+        let secs = self.eval_timeout.as_secs_f64();
+        if !lock(&self.evaluating).insert(key.clone()) {
+            return CheckRead::Judged(Err(format!(
+                "its last evaluation, started more than {secs}s ago, still runs: simplify the expression"
+            )));
+        }
+        let (evaluating, spec) = (self.evaluating.clone(), check.clone());
+        let evaluation = tokio::task::spawn_blocking(move || {
+            let verdict = crate::common::check::evaluate(&spec, &read);
+            lock(&evaluating).remove(&key);
+            verdict
+        });
+        match tokio::time::timeout(self.eval_timeout, evaluation).await {
+            Ok(Ok(verdict)) => CheckRead::Judged(verdict),
+            Ok(Err(_)) => CheckRead::Judged(Err("its evaluation failed".into())),
+            Err(_) => CheckRead::Judged(Err(format!(
+                "its evaluation took longer than {secs}s: simplify the expression"
+            ))),
+        }
+    }
+
+    async fn read_objects(&self, checks: &[HealthCheckSpec]) -> Vec<CheckRead> {
         let mut reads = Vec::with_capacity(checks.len());
         for check in checks {
             let key = format!("{} {}", check.api_version, crate::common::check::id(check));
@@ -169,6 +221,10 @@ impl CheckReader {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, Discovered)>> {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The objects `selector` matches, a page at a time; `None` past [`MAX_LISTED`].
@@ -316,10 +372,61 @@ mod tests {
             Answer::list((0..3).map(cm).collect()),
         );
         let reads = reader.read_all(&[check(None)]).await;
-        assert!(
-            matches!(&reads[0], CheckRead::Objects(o) if o.len() == 3),
-            "{:?}",
-            reads[0]
+        assert_eq!(
+            reads[0],
+            CheckRead::Judged(Ok(())),
+            "every object read and judged"
         );
+    }
+
+    /// The worst an object can make an affordable expression cost: the runtime's one thread goes
+    /// on (a task beside it keeps ticking), the check fails once the evaluation is over its time,
+    /// and the same evaluation is not started again while it still runs.
+    #[test]
+    fn a_slow_evaluation_fails_its_check_and_stalls_nothing() {
+        // The controller's runtime: one thread (src/cli/process.rs).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let api = api();
+            // One comprehension (within the static budget), over a list the object makes long.
+            let items: Vec<i64> = (0..400_000).collect();
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "gate", "namespace": "ops"}, "items": items});
+            api.on(
+                "GET",
+                "namespaces/ops/configmaps/gate",
+                Answer::Json(200, cm),
+            );
+            let mut reader = CheckReader::new(api.client());
+            reader.eval_timeout = Duration::from_millis(50);
+            let mut slow = check(Some("gate"));
+            slow.expr = "items.all(x, x >= 0 && x < 1000000 && x != 7000000)".into();
+            let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let ticker = tokio::spawn({
+                let ticks = ticks.clone();
+                async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+            let first = reader.read_all(std::slice::from_ref(&slow)).await;
+            let CheckRead::Judged(Err(why)) = &first[0] else {
+                panic!("{:?}", first[0]);
+            };
+            assert!(why.contains("took longer than 0.05s"), "{why}");
+            let again = reader.read_all(std::slice::from_ref(&slow)).await;
+            let CheckRead::Judged(Err(why)) = &again[0] else {
+                panic!("{:?}", again[0]);
+            };
+            assert!(why.contains("still runs"), "{why}");
+            // The runtime's thread was free meanwhile.
+            assert!(ticks.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+            ticker.abort();
+        });
     }
 }
