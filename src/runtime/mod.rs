@@ -10,7 +10,7 @@ pub mod checks;
 pub mod chores;
 pub mod error;
 pub mod health;
-pub mod http_body;
+pub mod http;
 pub mod leader;
 pub mod lean;
 pub mod metrics;

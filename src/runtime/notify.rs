@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::chores::Chores;
+use super::http::error_chain;
 use super::metrics::{Delivery, Metrics};
 use crate::common::decision::Event;
 use crate::node::notify::{
@@ -272,17 +273,6 @@ impl Notifier {
             )
             .await;
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

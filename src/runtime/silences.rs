@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::http_body::{Past, read_bounded};
+use super::http::{Past, error_chain, read_bounded};
 use super::metrics::Metrics;
 use super::shared::{HolderObject, Shared};
 use crate::common::decision::Event;
@@ -310,17 +310,6 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 /// The most bytes of a refusal read, to quote its beginning.
 const REFUSAL_BYTES: usize = 4 << 10;
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
 
 /// What one round did, for the log and the tests.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -7,7 +7,6 @@
 //! share it, instead of one per reconcile of each Plan.
 
 use std::collections::HashMap;
-use std::error::Error as _;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,6 +15,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, LOCATION};
 use reqwest::{Url, redirect};
 use tokio::time::Instant;
+
+use crate::runtime::http::error_chain;
 
 /// Header with the UID of the `kube-system` Namespace.
 pub const HEADER_CLUSTER_ID: &str = "X-SUC-Cluster-ID";
@@ -334,18 +335,6 @@ fn location_text(
         }),
         Err(_) => Ok(None),
     }
-}
-
-/// reqwest's `Display` names only the stage that failed; the cause is further down the chain.
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Counters for metrics, updated by [`ChannelCache`].

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::reboot_policy::core::alerts::AlertFilter;
-use crate::runtime::http_body::{Past, read_bounded};
+use crate::runtime::http::{Past, read_bounded};
 
 /// How long one query may take.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);

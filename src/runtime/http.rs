@@ -1,8 +1,7 @@
-//! Reading an HTTP answer's body with a bound: the servers slipway asks (Alertmanager, a
-//! RebootPolicy's Prometheus) are named by whoever configures them, and an answer is read a chunk at
-//! a time, never past its bound, so no server can make the controller hold more than that.
-
-use std::error::Error as _;
+//! What slipway's HTTP clients (channel servers, notification targets, Alertmanager, a
+//! RebootPolicy's Prometheus) share: reading an answer's body with a bound (those servers are named
+//! by whoever configures them, and an answer is read a chunk at a time, never past its bound, so no
+//! server can make the controller hold more than that), and an error in words.
 
 /// What to do with an answer longer than its bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +23,7 @@ pub async fn read_bounded(
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return Ok(body),
-            Err(e) => return Err(chain(&e)),
+            Err(e) => return Err(error_chain(&e)),
         };
         if body.len() + chunk.len() > max {
             return match past {
@@ -39,8 +38,9 @@ pub async fn read_bounded(
     }
 }
 
-/// An error and its causes, `: `-separated (reqwest's own message says only "error decoding").
-fn chain(e: &reqwest::Error) -> String {
+/// An error and its causes, `: `-separated: reqwest's `Display` names only the stage that failed
+/// ("error sending request"); the cause is further down the chain.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
