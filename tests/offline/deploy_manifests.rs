@@ -122,7 +122,11 @@ fn the_deployment_runs_locked_down_with_suc_identity() {
         Some("system-upgrade-controller"),
         "the pod label that names the controller and keeps drains off it"
     );
-    assert_eq!(pod.service_account_name.as_deref(), Some("system-upgrade"));
+    // Its own account: the Jobs' system-upgrade (which Plans name) holds a drain's rights only.
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("system-upgrade-controller")
+    );
     let psc = pod.security_context.expect("pod securityContext");
     assert_eq!(psc.run_as_non_root, Some(true));
     assert_eq!(psc.run_as_user, Some(65534));
