@@ -774,6 +774,22 @@ impl Replicas {
         });
     }
 
+    /// SIGSTOP, then SIGCONT after `paused`: a process frozen (a long GC pause, a VM suspended)
+    /// past its lease, that wakes up believing it still leads.
+    fn pause_for(&self, id: &str, paused: Duration) -> anyhow::Result<()> {
+        let pid = (self.procs.lock().expect("replicas").iter())
+            .find(|(i, _)| i == id)
+            .and_then(|(_, p)| p.pid())
+            .ok_or_else(|| anyhow::anyhow!("replica {id} runs no process"))?;
+        signal(pid, "STOP")?;
+        tokio::spawn(async move {
+            tokio::time::sleep(paused).await;
+            // Killed meanwhile (the scene ended): nothing to wake.
+            let _ = signal(pid, "CONT");
+        });
+        Ok(())
+    }
+
     /// Kills every replica for good.
     fn stop(self) {}
 }
@@ -1238,6 +1254,18 @@ async fn a_standby_takes_over_from_a_killed_leader() {
     scene("leader-kills", 2, sizes, leader_kills).await;
 }
 
+/// Two replicas under leader election, the leader frozen past its lease and woken beside the
+/// standby that took over, twice: no node over the Plan's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_past_its_lease_wakes_up_harmless() {
+    let sizes = Sizes {
+        nodes: 9,
+        concurrency: 3,
+        ..Sizes::SMALL
+    };
+    scene("leader-pause", 17, sizes, leader_pause).await;
+}
+
 /// Kills while the Plan's nodes reboot (`spec.reboot`): reboot pods on no more nodes than the
 /// concurrency, never two on a node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1353,6 +1381,7 @@ async fn full_suite() {
     ));
     suite.run("controller-kills", controller_kills).await;
     suite.run("leader-kills", leader_kills).await;
+    suite.run("leader-pause", leader_pause).await;
     suite.run("reboot-kills", reboot_kills).await;
     suite.run("maintenance-kills", maintenance_kills).await;
     suite.run("policy-kills", policy_kills).await;
@@ -1506,6 +1535,54 @@ async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
     let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
     replicas.stop();
     Some(stage.end(finished, kills).await)
+}
+
+/// Two replicas under leader election; the leader frozen (SIGSTOP) past its lease, so that the
+/// standby takes over, then woken (SIGCONT) while the new leader works: the old one must see that
+/// it no longer leads before it writes anything. Twice, and the rollout finishes.
+async fn leader_pause(sizes: Sizes, mut rng: Random) -> Option<Row> {
+    let c = sizes.concurrency;
+    let stage = Stage::new(Scene::new("chaos-pause"), sizes, |_| {
+        Limits::one_plan("up", c)
+    })
+    .await?;
+    let ns = stage.ns().to_string();
+    let kubeconfig = stage.kubeconfig();
+    let replicas = Replicas::start(&ns, &[("a", kubeconfig), ("b", kubeconfig)], true);
+    stage
+        .create_plan(&rollout_plan("up", &stage.s.pool, c, "v1", ""))
+        .await;
+    let client = stage.client();
+    let mut pauses = 0;
+    for _ in 0..2 {
+        tokio::time::sleep(rng.millis(500, 2000)).await;
+        let Some(leader) = lease_holder(&client, &ns).await else {
+            continue;
+        };
+        let frozen = LEASE + Duration::from_secs(8);
+        if let Err(e) = replicas.pause_for(&leader, frozen) {
+            stage
+                .checker
+                .violation(format!("could not pause {leader}: {e}"));
+            continue;
+        }
+        pauses += 1;
+        let until = Instant::now() + LEASE + Duration::from_secs(5);
+        while lease_holder(&client, &ns).await.as_deref() == Some(leader.as_str()) {
+            if Instant::now() >= until {
+                stage.checker.violation(format!(
+                    "the standby did not take over from paused {leader}"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Both working again: the woken one beside the new leader, for a while.
+        tokio::time::sleep(frozen - LEASE + rng.millis(1000, 3000)).await;
+    }
+    let finished = stage.finish_rollout("up", ROLLOUT_LIMIT).await;
+    replicas.stop();
+    Some(stage.end(finished, pauses).await)
 }
 
 async fn apiserver_restart(sizes: Sizes, _rng: Random) -> Option<Row> {
