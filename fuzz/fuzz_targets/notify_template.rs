@@ -1,0 +1,29 @@
+//! Notification templates (`--notify-template NAME/KIND=TEXT`, the operator's) rendered with a
+//! message (the cluster's: a hold reason a node wrote) for every target's markup.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use slipway::common::decision::Event;
+use slipway::node::notify::{Markup, Template, escape, notification};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (template, message) = text.split_once('\0').unwrap_or((text, ""));
+    let now: jiff::Timestamp = "2026-11-22T10:00:00Z".parse().expect("a constant time");
+    let event = Event::normal("Rebooted", message).on("node-1");
+    let Some(n) = notification("RebootPolicy", None, "weekly", &event, now) else {
+        return;
+    };
+    for markup in [Markup::Plain, Markup::Slack, Markup::Teams] {
+        let escaped = escape(markup, message);
+        if markup != Markup::Plain {
+            // Escaped, a value starts no line and opens no mention.
+            assert!(!escaped.contains('\n') && !escaped.contains('<'));
+        }
+        if let Ok(t) = Template::parse(template) {
+            let _ = t.render_for(&n, markup);
+        }
+    }
+});
