@@ -19,11 +19,35 @@ fuzz_target!(|data: &[u8]| {
     for markup in [Markup::Plain, Markup::Slack, Markup::Teams] {
         let escaped = escape(markup, message);
         if markup != Markup::Plain {
-            // Escaped, a value starts no line and opens no mention.
-            assert!(!escaped.contains('\n') && !escaped.contains('<'));
+            // Escaped, a value starts no line...
+            assert!(!escaped.contains(['\n', '\r']), "{escaped:?}");
+        }
+        // ...and opens no mention and no link: Slack's `<` are entities, every Markdown
+        // character of a Teams card follows a backslash.
+        match markup {
+            Markup::Plain => {}
+            Markup::Slack => assert!(!escaped.contains(['<', '>']), "{escaped:?}"),
+            Markup::Teams => assert!(unescaped_markdown(&escaped).is_none(), "{escaped:?}"),
         }
         if let Ok(t) = Template::parse(template) {
             let _ = t.render_for(&n, markup);
         }
     }
 });
+
+/// The first Markdown character of `text` that no backslash escapes.
+fn unescaped_markdown(text: &str) -> Option<char> {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '*' | '_' | '[' | ']' | '(' | ')' | '<' | '>' | '`' | '#' | '{' | '}' => {
+                return Some(c);
+            }
+            _ => {}
+        }
+    }
+    None
+}
