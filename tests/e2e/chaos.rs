@@ -1483,18 +1483,36 @@ async fn controller_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
     Some(stage.end(finished, kills).await)
 }
 
-async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
+/// A rollout of Plan `up` driven by two replicas, `a` and `b`, under leader election.
+async fn elected_rollout(scene: SceneBuilder, sizes: Sizes) -> Option<(Stage, Replicas, String)> {
     let c = sizes.concurrency;
-    let stage = Stage::new(Scene::new("chaos-leader"), sizes, |_| {
-        Limits::one_plan("up", c)
-    })
-    .await?;
+    let stage = Stage::new(scene, sizes, |_| Limits::one_plan("up", c)).await?;
     let ns = stage.ns().to_string();
     let kubeconfig = stage.kubeconfig();
     let replicas = Replicas::start(&ns, &[("a", kubeconfig), ("b", kubeconfig)], true);
     stage
         .create_plan(&rollout_plan("up", &stage.s.pool, c, "v1", ""))
         .await;
+    Some((stage, replicas, ns))
+}
+
+/// Waits until `leader` (down or frozen) no longer holds the Lease; a violation if the standby
+/// has not taken it within the lease and 5 s.
+async fn standby_takes_over(stage: &Stage, client: &Client, ns: &str, leader: &str) {
+    let until = Instant::now() + LEASE + Duration::from_secs(5);
+    while lease_holder(client, ns).await.as_deref() == Some(leader) {
+        if Instant::now() >= until {
+            stage
+                .checker
+                .violation(format!("the standby did not take over from {leader}"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
+    let (stage, replicas, ns) = elected_rollout(Scene::new("chaos-leader"), sizes).await?;
     let client = stage.client();
     let mut kills = 0;
     // The leader, the standby, both: each at least once, and again while the rollout lasts.
@@ -1512,16 +1530,7 @@ async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
             // Back after the lease expired: the standby must have taken over.
             0 => {
                 replicas.crash_for(&leader, LEASE + Duration::from_secs(5));
-                let until = Instant::now() + LEASE + Duration::from_secs(5);
-                while lease_holder(&client, &ns).await.as_deref() == Some(leader.as_str()) {
-                    if Instant::now() >= until {
-                        stage
-                            .checker
-                            .violation(format!("the standby did not take over from {leader}"));
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+                standby_takes_over(&stage, &client, &ns, &leader).await;
             }
             1 => replicas.crash(standby),
             _ => {
@@ -1541,17 +1550,7 @@ async fn leader_kills(sizes: Sizes, mut rng: Random) -> Option<Row> {
 /// standby takes over, then woken (SIGCONT) while the new leader works: the old one must see that
 /// it no longer leads before it writes anything. Twice, and the rollout finishes.
 async fn leader_pause(sizes: Sizes, mut rng: Random) -> Option<Row> {
-    let c = sizes.concurrency;
-    let stage = Stage::new(Scene::new("chaos-pause"), sizes, |_| {
-        Limits::one_plan("up", c)
-    })
-    .await?;
-    let ns = stage.ns().to_string();
-    let kubeconfig = stage.kubeconfig();
-    let replicas = Replicas::start(&ns, &[("a", kubeconfig), ("b", kubeconfig)], true);
-    stage
-        .create_plan(&rollout_plan("up", &stage.s.pool, c, "v1", ""))
-        .await;
+    let (stage, replicas, ns) = elected_rollout(Scene::new("chaos-pause"), sizes).await?;
     let client = stage.client();
     let mut pauses = 0;
     for _ in 0..2 {
@@ -1567,16 +1566,7 @@ async fn leader_pause(sizes: Sizes, mut rng: Random) -> Option<Row> {
             continue;
         }
         pauses += 1;
-        let until = Instant::now() + LEASE + Duration::from_secs(5);
-        while lease_holder(&client, &ns).await.as_deref() == Some(leader.as_str()) {
-            if Instant::now() >= until {
-                stage.checker.violation(format!(
-                    "the standby did not take over from paused {leader}"
-                ));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        standby_takes_over(&stage, &client, &ns, &leader).await;
         // Both working again: the woken one beside the new leader, for a while.
         tokio::time::sleep(frozen - LEASE + rng.millis(1000, 3000)).await;
     }
