@@ -87,11 +87,15 @@ impl CheckReader {
                 "its last evaluation, started more than {secs}s ago, still runs: simplify the expression"
             )));
         }
-        let (evaluating, spec) = (self.evaluating.clone(), check.clone());
+        let running = Running {
+            set: self.evaluating.clone(),
+            key,
+        };
+        let spec = check.clone();
         let evaluation = tokio::task::spawn_blocking(move || {
-            let verdict = crate::common::check::evaluate(&spec, &read);
-            lock(&evaluating).remove(&key);
-            verdict
+            // Dropped when the evaluation ends, even by a panic: the check is not stuck "running".
+            let _running = running;
+            crate::common::check::evaluate(&spec, &read)
         });
         match tokio::time::timeout(self.eval_timeout, evaluation).await {
             Ok(Ok(verdict)) => CheckRead::Judged(verdict),
@@ -220,6 +224,18 @@ impl CheckReader {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, Discovered)>> {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A check's evaluation in progress: its key leaves the set when this is dropped.
+struct Running {
+    set: Arc<Mutex<HashSet<String>>>,
+    key: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.set).remove(&self.key);
     }
 }
 
