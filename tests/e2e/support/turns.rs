@@ -11,21 +11,24 @@
 //! when one of them is free and holds that one.
 //!
 //! While a scene on real nodes waits for its guests to boot ([`Turn::booted`]), no other scene
-//! starts: booting emulated guests is the run's heaviest work and the start of its longest chains,
-//! and beside a full load of other scenes a boot once took more than ten minutes.
+//! starts, on real nodes or not: a boot under emulation is a host core's work for about 50 s per
+//! guest, and the start of a chain. Beside a full load of other scenes a boot once took more than
+//! ten minutes; two sets booting at once (four guests, 2026-11-29) took 180 s where one takes 58.
 //!
-//! While scenes on real nodes run, at most `SLIPWAY_E2E_BESIDE_REAL` other scenes (1 by default) run
-//! beside them: an emulated guest is slow in proportion to the load, and the real nodes' waits
-//! (a boot, a reboot, a kubelet's heartbeat) are measured in wall time. At load 22 (6 scenes and 6
-//! guests on 2 cores) a guest took 447 s to come back from a restart; with 2 beside them (CI,
-//! 2026-11-26) a Job's `echo` on the installs' control-plane guest did not end in 11 minutes.
+//! Each set of guests is a chain of scenes, one after the other, and the set with the most scenes
+//! waiting goes first (its chain is the run's longest). At most `SLIPWAY_E2E_REAL_AT_ONCE` scenes
+//! on real nodes run at once (1 by default), so one set of guests works at a time; the last scene
+//! of a set stops its guests ([`wanted`]). A chain keeps about a host core busy (its guests
+//! alternate; an idle guest takes a tenth of one), so on 2 cores two chains only slow each other
+//! down: side by side in CI (2026-11-29) the RebootPolicy's scene took 603 s and the k3s pair's
+//! 426 s, where each takes about 210 s alone.
 //!
-//! At most `SLIPWAY_E2E_REAL_AT_ONCE` scenes on real nodes run at once (1 by default), and the
-//! scenes of one set of guests go one after the other, ordered by the set's name among those
-//! waiting: so only one set of guests is up at a time (the last scene of a set stops its guests, [`wanted`]). An idle guest under emulation
-//! costs a quarter of a host core (kubelet and containerd, measured 2026-11-27): four guests up
-//! at once took half the machine before any scene ran, and in CI their boot took ten minutes and
-//! a Job's pod as long.
+//! While scenes on real nodes run, the run takes at most `SLIPWAY_E2E_BESIDE_REAL` + 1 scenes
+//! (1 + 1 by default), those on real nodes among them: a second chain takes the place of another
+//! scene. An emulated guest is slow in proportion to the load, and the real nodes' waits (a boot,
+//! a reboot, a kubelet's heartbeat) are measured in wall time: at load 22 (6 scenes and 6 guests
+//! on 2 cores) a guest took 447 s to come back from a restart, and with three sets of guests and
+//! two other scenes (load 8, 2026-11-29) the installs' first scene took 464 s where it takes 195.
 //!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
@@ -64,8 +67,8 @@ struct State {
     running: usize,
     /// Of which scenes on real nodes.
     real_running: usize,
-    /// How many other scenes may run beside scenes on real nodes (read at the first ask; no
-    /// limit when unset).
+    /// How many other scenes may run beside a scene on real nodes, each further scene on real
+    /// nodes taking the place of one (read at the first ask; no limit when unset).
     beside_real: Option<usize>,
     /// How many scenes on real nodes may run at once (read at the first ask; no limit when
     /// unset).
@@ -119,16 +122,13 @@ impl State {
             && (!ask.alone || self.running == 0)
             && ask.groups.is_disjoint(&self.held)
             && (ask.one_of.is_empty() || self.free_of(ask).is_some())
-            && (ask.priority == Priority::RealNodes || self.booting == 0)
+            && self.booting == 0
             && (ask.priority != Priority::RealNodes
                 || self
                     .real_at_once
                     .is_none_or(|most| self.real_running < most))
-            && (ask.priority == Priority::RealNodes
-                || self.real_running == 0
-                || self
-                    .beside_real
-                    .is_none_or(|most| self.running - self.real_running < most))
+            && (self.real_running == 0 && ask.priority != Priority::RealNodes
+                || self.beside_real.is_none_or(|most| self.running <= most))
     }
 
     /// The first of the scene's `one_of` groups that no running scene holds.
@@ -139,10 +139,17 @@ impl State {
     /// The scene that starts next, if any may.
     fn next(&self, limit: usize) -> Option<u64> {
         let mut order: Vec<&(u64, Ask)> = self.waiting.iter().collect();
-        // The set whose guests are up goes on first: another set would boot beside it.
+        // The set whose guests are up goes on first (another set would boot beside it), then the
+        // set with the most scenes left: the longest chain starts first.
+        let left = |set: Option<&'static str>| {
+            (self.waiting.iter())
+                .filter(|(_, a)| set.is_some() && set_of(a) == set)
+                .count()
+        };
         order.sort_by_key(|(id, ask)| {
             let set = set_of(ask);
-            (ask.priority, set != self.active_set, set, *id)
+            let longest = std::cmp::Reverse(left(set));
+            (ask.priority, set != self.active_set, longest, set, *id)
         });
         for (id, ask) in order {
             if self.can_run(ask, limit) {
@@ -358,80 +365,99 @@ mod tests {
     }
 
     #[test]
-    fn nothing_but_real_node_scenes_starts_while_guests_boot() {
+    fn nothing_starts_while_guests_boot() {
         let mut s = state_with(vec![
             ask(false, &[], Priority::Shared),
             ask(false, &["g"], Priority::Group),
-            ask(false, &["real"], Priority::RealNodes),
+            ask(false, &["other set"], Priority::RealNodes),
         ]);
         s.booting = 1;
         s.running = 1;
-        assert_eq!(s.next(6), Some(2));
-        s.waiting.retain(|(id, _)| *id != 2);
-        assert_eq!(s.next(6), None, "a boot under way holds the others");
+        s.real_running = 1;
+        assert_eq!(s.next(6), None, "a boot under way holds every other scene");
         s.booting = 0;
+        assert_eq!(s.next(6), Some(2), "then the other set's chain first");
+        s.waiting.retain(|(id, _)| *id != 2);
+        s.running = 2;
+        s.real_running = 2;
         assert_eq!(s.next(6), Some(1), "the group's scene, then the shared one");
     }
 
     #[test]
-    fn one_set_of_guests_at_a_time_its_scenes_one_after_the_other() {
+    fn the_longest_chain_first_its_scenes_one_after_the_other() {
         // A scene on the pair may share a group too ("a cluster-wide kind"): the pair is its set.
         let pair = |group| Ask {
             one_of: vec!["pair"],
             ..ask(false, &[group], Priority::RealNodes)
         };
+        let installs = || ask(false, &["installs"], Priority::RealNodes);
         let mut s = state_with(vec![
+            installs(),
             pair("a cluster-wide kind"),
-            ask(false, &["installs"], Priority::RealNodes),
             pair("b"),
-            ask(false, &["installs"], Priority::RealNodes),
+            installs(),
+            pair("c"),
         ]);
         s.real_at_once = Some(1);
-        assert_eq!(s.next(6), Some(1), "the installs' set first, by name");
+        assert_eq!(
+            s.next(6),
+            Some(1),
+            "the pair's chain first: three scenes against two"
+        );
         s.waiting.retain(|(id, _)| *id != 1);
-        s.held.insert("installs");
+        s.held.extend(["pair", "a cluster-wide kind"]);
+        s.active_set = Some("pair");
         s.running = 1;
         s.real_running = 1;
         assert_eq!(s.next(6), None, "one scene on real nodes at a time");
-        s.held.remove("installs");
+        s.real_at_once = Some(2);
+        assert_eq!(
+            s.next(6),
+            Some(0),
+            "two when asked: the other set beside it"
+        );
+        s.held.clear();
         s.running = 0;
         s.real_running = 0;
-        assert_eq!(s.next(6), Some(3), "the same set's next scene");
-        s.waiting.retain(|(id, _)| *id != 3);
-        assert_eq!(s.next(6), Some(0), "then the pair's");
-        // Once the pair's guests are up, its scenes go on before another set's.
-        s.waiting
-            .push((4, ask(false, &["installs"], Priority::RealNodes)));
-        s.active_set = Some("pair");
-        assert_eq!(s.next(6), Some(0), "the set that is up first");
-        s.waiting.retain(|(id, _)| *id != 0);
-        assert_eq!(s.next(6), Some(2));
-        s.waiting.retain(|(id, _)| *id != 2);
-        assert_eq!(s.next(6), Some(4), "then the other set");
-        s.waiting.push((5, pair("b")));
-        s.real_at_once = Some(2);
+        assert_eq!(s.next(6), Some(2), "a set that is up goes on first");
+        s.active_set = Some("installs");
+        assert_eq!(s.next(6), Some(0));
         s.held.insert("installs");
-        s.running = 1;
-        s.real_running = 1;
-        assert_eq!(s.next(6), Some(5), "two at once when asked");
+        assert_eq!(s.next(6), Some(2), "a held set lets the other pass");
+        s.held.insert("pair");
+        assert_eq!(s.next(6), None, "both sets held");
     }
 
     #[test]
-    fn few_scenes_run_beside_scenes_on_real_nodes() {
+    fn scenes_on_real_nodes_take_places_of_the_others_beside_them() {
         let mut s = state_with(vec![
             ask(false, &[], Priority::Shared),
             ask(false, &[], Priority::Shared),
             ask(false, &["real b"], Priority::RealNodes),
         ]);
-        s.beside_real = Some(1);
+        s.beside_real = Some(2);
+        s.real_at_once = Some(2);
         s.held.insert("real a");
         s.running = 2;
         s.real_running = 1;
-        assert_eq!(s.next(6), Some(2), "another scene on real nodes may start");
+        assert_eq!(s.next(6), Some(2), "a second chain takes the second place");
         s.waiting.retain(|(id, _)| *id != 2);
-        assert_eq!(s.next(6), None, "one other scene already runs beside them");
-        s.running = 1;
-        assert_eq!(s.next(6), Some(0));
+        s.running = 3;
+        s.real_running = 2;
+        assert_eq!(
+            s.next(6),
+            None,
+            "two chains and one other scene fill the run"
+        );
+        s.running = 2;
+        assert_eq!(s.next(6), Some(0), "a place left");
+        s.real_running = 1;
+        s.running = 3;
+        assert_eq!(
+            s.next(6),
+            None,
+            "one chain and two other scenes fill it too"
+        );
         s.real_running = 0;
         s.running = 5;
         assert_eq!(
