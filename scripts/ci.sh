@@ -12,8 +12,9 @@
 # release check. On a cold machine the tools take longer than the compile, and the scenes (the
 # real nodes' chain above all) are most of the run, so they no longer wait for every tool.
 #
-# Report: target/ci/report.txt (each phase and each scene with its seconds, and the total); logs
-# of each phase in target/ci/logs/.
+# Report: target/ci/report.txt (each phase and each scene with its seconds, how long the critical
+# path waited for the tools building beside it, and the total); logs of each phase in
+# target/ci/logs/.
 #   SLIPWAY_E2E=skip          skip the end-to-end scenes (loudly)
 #   SLIPWAY_E2E_SCENES=N      scenes at once (default 6; tests/e2e/support/turns.rs orders them)
 #   SLIPWAY_E2E_FILTER=...    only the scenes whose name contains it (libtest's filter)
@@ -69,6 +70,10 @@ report() {
       sort -t$'\t' -k4,4nr "$SLIPWAY_TEST_REPORT" |
         awk -F'\t' '{ printf "%-72s %-7s %6.1f %6.1f\n", $2, $3, $4, $5 }'
       awk -F'\t' '{ n++; s += $4; if ($3 != "ok") f++ } END { printf "%d scenes, %d not ok, %.0f scene-seconds\n", n, f, s }' "$SLIPWAY_TEST_REPORT"
+    fi
+    if grep -q $'\tthe tool ' "$SLIPWAY_TEST_WAITS" 2>/dev/null; then
+      echo "-- scenes waiting for a tool built beside them (seconds; their turn held meanwhile) --"
+      awk -F'\t' '$2 ~ /^the tool / { printf "%-60s %-56s %6.1f\n", substr($1, 1, 60), substr($2, 1, 56), $3 }' "$SLIPWAY_TEST_WAITS"
     fi
     if [ -s "$SLIPWAY_TEST_WAITS" ]; then
       echo "-- the 25 longest waits inside scenes (seconds; all in $SLIPWAY_TEST_WAITS) --"
@@ -158,11 +163,17 @@ SHOW=1 phase doc cargo test --locked --target "$target" --doc
 # image and this compile are there; the arm64 build, the other tools, the offline tests and the
 # release check run beside them at a lower priority. A failure from here on is reported once the
 # scenes are done (no scene is cut short, no guest left running).
+# waited NAME SINCE : records how long the critical path waited for tools built beside it.
+waited() {
+  printf 'phase\t%s\t%s\t%s\n' "$1" waited "$(($(date +%s) - $2))" >>"$phases"
+}
+since=$(date +%s)
 if ! wait "$tools"; then
   tools=""
   say "the cluster's or the real nodes' build failed (its log is in $logs)"
   exit 1
 fi
+waited "wait: cluster, guest image" "$since"
 # The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
 # and Alertmanager (a scene that needs one before it is built waits: each build script holds a
 # lock while it builds), promtool and kstatus (the offline tests), the image checker (the release
@@ -201,11 +212,13 @@ scenes=$!
 failed=0
 # linux/arm64: the binary cross-built (its dependencies kept with the others) and run under qemu.
 phase arm64 nice -n 5 scripts/arm64.sh || failed=1
+since=$(date +%s)
 if ! wait "$tools"; then
   say "a tool build failed (its log is in $logs)"
   failed=1
 fi
 tools=""
+waited "wait: the other tools" "$since"
 if [ "$failed" = 0 ]; then
   phase offline nice -n 5 cargo test --locked --target "$target" --test offline || failed=1
 fi

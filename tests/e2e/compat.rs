@@ -23,7 +23,7 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -148,12 +148,7 @@ pub(crate) fn suc_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SLIPWAY_SUC_BINARY") {
         return PathBuf::from(p);
     }
-    let out = Command::new(repo().join("tests/compat/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run tests/compat/build.sh");
-    assert!(out.status.success(), "tests/compat/build.sh failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    support::tool("tests/compat/build.sh")
 }
 
 /// SUC's own manifests (`kubectl kustomize` of its module, which `tests/compat/build.sh` leaves in

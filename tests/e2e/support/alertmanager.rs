@@ -7,24 +7,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// alertmanager: `SLIPWAY_ALERTMANAGER`, else what tests/tools/alertmanager/build.sh builds.
 fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SLIPWAY_ALERTMANAGER") {
         return PathBuf::from(p);
     }
-    let out = Command::new(repo().join("tests/tools/alertmanager/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run tests/tools/alertmanager/build.sh");
-    assert!(
-        out.status.success(),
-        "tests/tools/alertmanager/build.sh failed"
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    super::tool("tests/tools/alertmanager/build.sh")
 }
 
 /// A running Alertmanager, killed when dropped.

@@ -255,16 +255,7 @@ async fn run_helm(cluster: &Cluster, args: Vec<String>) -> String {
 /// The cached Helm binary (`tests/tools/helm/build.sh` builds it on first use).
 pub fn helm() -> PathBuf {
     static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    HELM.get_or_init(|| {
-        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/helm/build.sh");
-        let out = Command::new(&build)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", build.display()));
-        assert!(out.status.success(), "{} failed", build.display());
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-    .clone()
+    (HELM.get_or_init(|| super::tool("tests/tools/helm/build.sh"))).clone()
 }
 
 /// The install's manifest with the Jobs' image pull policy `IfNotPresent`.

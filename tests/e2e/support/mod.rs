@@ -721,6 +721,23 @@ pub async fn release_held_pod(client: &Client, ns: &str, node: &str) {
     .unwrap_or_else(|e| panic!("releasing pod {held}: {e}"));
 }
 
+/// The path a tool's build script prints (`tests/compat/build.sh` for SUC, `tests/tools/*/build.sh`),
+/// given as `script` relative to the repository: cached after its first build. In CI the tools
+/// build in the background while the scenes run, each script holding a lock while it builds, so a
+/// scene that asks first waits for that build: the wait is recorded (`the tool <script>`), and the
+/// run's report says how long the scenes waited for each tool.
+pub fn tool(script: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let started = Instant::now();
+    let out = Command::new(&path)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(out.status.success(), "{script} failed");
+    record_wait(&format!("the tool {script}"), started.elapsed());
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 /// Appends a wait of a second or more to the file `SLIPWAY_TEST_WAITS` names (CI's
 /// `target/ci/waits.tsv`): the scene (libtest names the thread that runs a test's body after it),
 /// what it waited for and the seconds, so a run shows where each scene's time went.
