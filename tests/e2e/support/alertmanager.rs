@@ -7,12 +7,26 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// alertmanager: `SLIPWAY_ALERTMANAGER`, else what tests/tools/alertmanager/build.sh builds.
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// alertmanager: `SLIPWAY_ALERTMANAGER`, else what tests/tools/alertmanager/build.sh builds. Run
+/// here rather than through the end-to-end scenes' `support::tool`: the offline tests include this
+/// file too (the offline phase waits for the tools before it starts).
 fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SLIPWAY_ALERTMANAGER") {
         return PathBuf::from(p);
     }
-    super::tool("tests/tools/alertmanager/build.sh")
+    let out = Command::new(repo().join("tests/tools/alertmanager/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run tests/tools/alertmanager/build.sh");
+    assert!(
+        out.status.success(),
+        "tests/tools/alertmanager/build.sh failed"
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// A running Alertmanager, killed when dropped.
