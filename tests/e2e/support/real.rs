@@ -11,7 +11,8 @@
 //! tainted as kubeadm and kind do) and a worker ([`INSTALL_WORKER`]), for the scenes that install
 //! slipway as a user would (its controller a real pod on the control-plane node). Each guest
 //! imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes)
-//! into its containerd at every boot. Each set runs its own chain of scenes, side by side. Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
+//! into its containerd at its first boot. Each set runs its own chain of scenes ([`super::turns`] says
+//! which runs when). Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
 //! emulated guest once took 447 s to come back from a restart and a drain Job 6.5 minutes, so
 //! they are generous (the scenes' times are in the run's report).
 
@@ -172,9 +173,9 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
         if dir.join("guests").join(name).exists() {
             cmd.arg(dir).arg(name);
         }
-        // Four guests boot side by side at the start of a run, each importing slipway's image
-        // (CI's dev-profile binary, 75 MB) under emulation: 10 minutes on 2 cores in CI, 14 when
-        // something else ran beside them. A bound on a hang, not a speed.
+        // A set's guests boot in about a minute, nothing else starting beside them (turns.rs);
+        // four at once, each importing slipway's image, once took 10 minutes on 2 cores in CI,
+        // 14 when something else ran beside them. A bound on a hang, not a speed.
         if std::env::var_os("SLIPWAY_NODES_TIMEOUT").is_none() {
             cmd.env("SLIPWAY_NODES_TIMEOUT", "1500");
         }
