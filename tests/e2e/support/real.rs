@@ -173,9 +173,8 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
         if dir.join("guests").join(name).exists() {
             cmd.arg(dir).arg(name);
         }
-        // A set's guests boot in about a minute, nothing else starting beside them (turns.rs);
-        // four at once, each importing slipway's image, once took 10 minutes on 2 cores in CI,
-        // 14 when something else ran beside them. A bound on a hang, not a speed.
+        // A set's guests boot with nothing else starting beside them (turns.rs); under load a
+        // boot takes many times as long. A bound on a hang, not a speed.
         if std::env::var_os("SLIPWAY_NODES_TIMEOUT").is_none() {
             cmd.env("SLIPWAY_NODES_TIMEOUT", "1500");
         }
@@ -352,8 +351,8 @@ fn run(script: &Path, cluster: &Cluster, name: &str) {
 /// of them is quick), placed by `placement` (pod spec lines, such as a `nodeSelector`, indented
 /// by 6), with a PodDisruptionBudget when `min_available` says so: what the real scenes drain.
 /// No probe: a pod is Ready once its container runs. An exec probe is a container runtime call
-/// each time, which under emulation is not cheap: two such pods probed every 2 s took 0.43 of a
-/// host core on top of the guest's 0.2 (docs/testing.md).
+/// each time, which under emulation costs the guest more than the pods themselves
+/// (docs/testing.md, "How long a run takes, and why").
 pub fn sleepers(
     ns: &str,
     app: &str,

@@ -11,24 +11,20 @@
 //! when one of them is free and holds that one.
 //!
 //! While a scene on real nodes waits for its guests to boot ([`Turn::booted`]), no other scene
-//! starts, on real nodes or not: a boot under emulation is a host core's work for about 50 s per
-//! guest, and the start of a chain. Beside a full load of other scenes a boot once took more than
-//! ten minutes; two sets booting at once (four guests, 2026-11-29) took 180 s where one takes 58.
+//! starts, on real nodes or not: a boot under emulation is a host core's work for its whole
+//! length, and the start of a chain.
 //!
 //! Each set of guests is a chain of scenes, one after the other, and the set with the most scenes
 //! waiting goes first (its chain is the run's longest). At most `SLIPWAY_E2E_REAL_AT_ONCE` scenes
 //! on real nodes run at once (1 by default), so one set of guests works at a time; the last scene
-//! of a set stops its guests ([`wanted`]). A chain keeps about a host core busy (its guests
-//! alternate; an idle guest takes a tenth of one), so on 2 cores two chains only slow each other
-//! down: side by side in CI (2026-11-29) the RebootPolicy's scene took 603 s and the k3s pair's
-//! 426 s, where each takes about 210 s alone.
+//! of a set stops its guests ([`wanted`]). A chain keeps about a host core busy, so on 2 cores two
+//! chains slow each other down more than they gain.
 //!
 //! While scenes on real nodes run, the run takes at most `SLIPWAY_E2E_BESIDE_REAL` + 1 scenes
 //! (1 + 1 by default), those on real nodes among them: a second chain takes the place of another
 //! scene. An emulated guest is slow in proportion to the load, and the real nodes' waits (a boot,
-//! a reboot, a kubelet's heartbeat) are measured in wall time: at load 22 (6 scenes and 6 guests
-//! on 2 cores) a guest took 447 s to come back from a restart, and with three sets of guests and
-//! two other scenes (load 8, 2026-11-29) the installs' first scene took 464 s where it takes 195.
+//! a reboot, a kubelet's heartbeat) are measured in wall time. docs/testing.md ("How long a run
+//! takes, and why") has the figures behind these limits.
 //!
 //! At most `SLIPWAY_E2E_SCENES` scenes run at once (6 by default; the real limit is libtest's
 //! `--test-threads` when that is smaller). For the priorities to work, run with more test threads
