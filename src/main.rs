@@ -131,6 +131,15 @@ struct RunArgs {
     /// Debug logging (same as RUST_LOG=debug).
     #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_DEBUG", default_value_t = false)]
     debug: bool,
+    /// The ServiceAccount of --namespace whose rights every health check reads with: the API
+    /// server is asked before each read whether it may (docs/plans.md, "Health checks").
+    #[arg(
+        long,
+        env = "SLIPWAY_HEALTH_CHECK_ACCOUNT",
+        default_value = slipway::runtime::checks::CheckAccount::DEFAULT_NAME,
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    health_check_account: String,
     /// Install or update the CRD at start, as SUC does.
     #[arg(long, env = "SLIPWAY_INSTALL_CRD", default_value_t = true, action = clap::ArgAction::Set)]
     install_crd: bool,
@@ -290,6 +299,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let settings = cli::run::Settings {
         name: args.name,
+        check_account: slipway::runtime::checks::CheckAccount {
+            namespace: args.namespace.clone(),
+            name: args.health_check_account,
+        },
         namespace: args.namespace,
         threads: args.threads.max(1),
         job: env.job,

@@ -30,6 +30,8 @@ pub struct Settings {
     pub name: String,
     /// `--namespace`: where Plans, Jobs and Secrets are watched.
     pub namespace: String,
+    /// `--health-check-account`: whose rights every health check reads with.
+    pub check_account: slipway::runtime::checks::CheckAccount,
     /// Plan reconciles that may run at once.
     pub threads: u16,
     pub job: JobConfig,
@@ -215,15 +217,18 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
     let sources = hold_sources(&plans, &policies, &nodeops, &maintenances);
     let (chores, notifier) = notifier(chores(&client, &settings, &ops), &settings, &ops)?;
-    let shared = Arc::new(Shared::new(
-        chores.clone(),
-        settings.name.clone(),
-        settings.namespace.clone(),
-        nodes,
-        sources,
-        triggers,
-        budgets.as_ref().map(|b| b.budgets.clone()),
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            chores.clone(),
+            settings.name.clone(),
+            settings.namespace.clone(),
+            nodes,
+            sources,
+            triggers,
+            budgets.as_ref().map(|b| b.budgets.clone()),
+        )
+        .with_check_account(settings.check_account.clone()),
+    );
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     let shutdown = ops.shutdown.clone();
     let plan = plan::shell::run(

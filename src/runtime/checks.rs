@@ -7,6 +7,13 @@
 //! stopped; that expression is not started again until it ends). A check's read is reused for a
 //! few seconds ([`READ_INTERVAL`]), by every operation that has it: a busy fleet reconciles a
 //! Plan as often as its nodes change, and the objects a check names need not be read that often.
+//!
+//! A check reads only what the health checks' ServiceAccount ([`CheckAccount`]) may read, never
+//! with the controller's own rights: before each read the controller asks the API server, by a
+//! SubjectAccessReview, whether that account may get or list what the check names, and reads
+//! nothing when it may not. Not by impersonation: that would need the right to act as
+//! ServiceAccounts, which a stolen controller token could then use as any of them; a review only
+//! asks. The account's token is mounted nowhere, so no node holds it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -14,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use tokio::time::Instant as Clock;
 
-use kube::api::{Api, DynamicObject, ListParams};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, Scope};
 use kube::{Client, Error as KubeError};
@@ -37,9 +47,70 @@ pub const EVAL_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Discovered = Result<(ApiResource, bool), CheckRead>;
 
+/// The ServiceAccount whose rights every health check reads with (`--health-check-account`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckAccount {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl CheckAccount {
+    /// The account's name when none is given: deploy/ and the chart create it, with no token
+    /// mounted anywhere and only the rules aggregated for health checks.
+    pub const DEFAULT_NAME: &str = "system-upgrade-health-checks";
+
+    /// The default account of a controller in `namespace`.
+    pub fn in_namespace(namespace: &str) -> CheckAccount {
+        CheckAccount {
+            namespace: namespace.to_string(),
+            name: Self::DEFAULT_NAME.to_string(),
+        }
+    }
+
+    /// The question "may this account `verb` `resource` (named `name`) in `namespace`?", as the
+    /// API server authenticates the account's tokens: its user name and groups.
+    fn review(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        verb: &str,
+    ) -> SubjectAccessReview {
+        let ns = &self.namespace;
+        SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!("system:serviceaccount:{ns}:{}", self.name)),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated".into(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(resource.group.clone()),
+                    version: Some(resource.version.clone()),
+                    resource: Some(resource.plural.clone()),
+                    namespace: namespace.map(str::to_string),
+                    name: name.map(str::to_string),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+impl std::fmt::Display for CheckAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// Reads health checks' objects; shared by every operation that has checks.
 pub struct CheckReader {
     client: Client,
+    account: CheckAccount,
     kinds: Mutex<HashMap<(String, String), (Instant, Discovered)>>,
     /// The last read of each check (by what it reads), and when.
     reads: Mutex<HashMap<String, (Clock, CheckRead)>>,
@@ -49,9 +120,11 @@ pub struct CheckReader {
 }
 
 impl CheckReader {
-    pub fn new(client: Client) -> Self {
+    /// A reader whose checks read what `account` may read.
+    pub fn new(client: Client, account: CheckAccount) -> Self {
         CheckReader {
             client,
+            account,
             kinds: Mutex::new(HashMap::new()),
             reads: Mutex::new(HashMap::new()),
             evaluating: Arc::new(Mutex::new(HashSet::new())),
@@ -143,18 +216,28 @@ impl CheckReader {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let verb_target = |verb: &str| {
-            let scope = ns.map_or("cluster-wide".to_string(), |n| format!("in namespace {n}"));
-            format!(
-                "slipway may not {verb} {} ({}) {scope}: grant its service account get and list on them (docs/plans.md, \"Health checks\")",
-                resource.plural,
-                if resource.group.is_empty() {
-                    "core group".to_string()
-                } else {
-                    format!("group {}", resource.group)
-                }
-            )
-        };
+        let verb = if check.name.is_some() { "get" } else { "list" };
+        let target = format!(
+            "{} ({}) {}",
+            resource.plural,
+            if resource.group.is_empty() {
+                "core group".to_string()
+            } else {
+                format!("group {}", resource.group)
+            },
+            ns.map_or("cluster-wide".to_string(), |n| format!("in namespace {n}"))
+        );
+        let grant = "grant it with a ClusterRole labelled slipway.dev/aggregate-to-health-checks (docs/plans.md, \"Health checks\")";
+        match self.may(&resource, ns, check.name.as_deref(), verb).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return CheckRead::Forbidden(format!(
+                    "the health checks' account {} may not {verb} {target}: {grant}",
+                    self.account
+                ));
+            }
+            Err(why) => return CheckRead::Failed(why),
+        }
         let objects = match &check.name {
             Some(name) => match api.get_opt(name).await {
                 Ok(Some(o)) => Ok(vec![o]),
@@ -186,10 +269,34 @@ impl CheckReader {
                     .filter_map(|o| serde_json::to_value(o).ok())
                     .collect(),
             ),
-            Err((KubeError::Api(s), verb)) if s.code == 403 => {
-                CheckRead::Forbidden(verb_target(verb))
-            }
+            Err((KubeError::Api(s), verb)) if s.code == 403 => CheckRead::Forbidden(format!(
+                "the controller may not {verb} {target}, which its health checks' account may: {grant}"
+            )),
             Err((e, verb)) => CheckRead::Failed(format!("cannot {verb} {}: {e}", resource.plural)),
+        }
+    }
+
+    /// Whether the checks' account may `verb` the objects, as the API server answers; `Err` says
+    /// why it could not be asked.
+    async fn may(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        verb: &str,
+    ) -> Result<bool, String> {
+        let review = self.account.review(resource, namespace, name, verb);
+        let reviews = Api::<SubjectAccessReview>::all(self.client.clone());
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(answer) => Ok(answer.status.is_some_and(|s| s.allowed)),
+            Err(KubeError::Api(s)) if s.code == 403 => Err(format!(
+                "the controller may not ask whether {} may {verb} {}: grant it create on subjectaccessreviews (authorization.k8s.io)",
+                self.account, resource.plural
+            )),
+            Err(e) => Err(format!(
+                "cannot ask whether {} may {verb} {}: {e}",
+                self.account, resource.plural
+            )),
         }
     }
 
@@ -268,7 +375,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::runtime::testing::{Answer, ApiServer, NOT_FOUND};
+    use crate::runtime::testing::{Answer, ApiServer, NOT_FOUND, Sent};
 
     fn check(name: Option<&str>) -> HealthCheckSpec {
         HealthCheckSpec {
@@ -287,7 +394,105 @@ mod tests {
             "resources": [{"name": "configmaps", "singularName": "configmap", "namespaced": true,
                            "kind": "ConfigMap", "verbs": ["get", "list"]}]});
         api.on("GET", "api/v1", Answer::Json(200, resources));
+        api.on("POST", "subjectaccessreviews", review(true));
         api
+    }
+
+    fn account() -> CheckAccount {
+        CheckAccount::in_namespace("system-upgrade")
+    }
+
+    fn review(allowed: bool) -> Answer {
+        Answer::Json(
+            201,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {}, "status": {"allowed": allowed}}),
+        )
+    }
+
+    /// A check reads nothing its account may not read, though the controller may: the API server
+    /// is asked first, as the account, about exactly what the check names, and the refusal says
+    /// which account to grant what. An API server that cannot be asked reads nothing either.
+    #[tokio::test(start_paused = true)]
+    async fn reads_only_what_the_checks_account_may() {
+        let api = api();
+        let secret = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gate", "namespace": "ops"}, "data": {"password": "hunter2"}});
+        api.on(
+            "GET",
+            "namespaces/ops/configmaps/gate",
+            Answer::Json(200, secret.clone()),
+        );
+        api.on(
+            "GET",
+            "namespaces/ops/configmaps",
+            Answer::list(vec![secret]),
+        );
+        api.on("POST", "subjectaccessreviews", review(false));
+        let reader = CheckReader::new(api.client(), account());
+        let reads = reader.read_all(&[check(Some("gate")), check(None)]).await;
+        for (read, verb) in reads.iter().zip(["get", "list"]) {
+            let CheckRead::Forbidden(why) = read else {
+                panic!("{read:?}");
+            };
+            assert!(
+                why.contains(&format!(
+                    "account system-upgrade/system-upgrade-health-checks may not {verb} configmaps (core group) in namespace ops"
+                )),
+                "{why}"
+            );
+            assert!(!why.contains("hunter2"), "{why}");
+        }
+        let sent = api.sent();
+        assert!(
+            !sent
+                .iter()
+                .any(|s| s.method == "GET" && s.path.contains("configmaps")),
+            "nothing read: {:?}",
+            sent.iter().map(Sent::line).collect::<Vec<_>>()
+        );
+        let asked: Vec<&serde_json::Value> = (sent.iter())
+            .filter(|s| s.is("POST", "subjectaccessreviews"))
+            .map(|s| &s.body)
+            .collect();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(
+            asked[0]["spec"]["user"],
+            "system:serviceaccount:system-upgrade:system-upgrade-health-checks"
+        );
+        assert_eq!(
+            asked[0]["spec"]["groups"],
+            json!([
+                "system:serviceaccounts",
+                "system:serviceaccounts:system-upgrade",
+                "system:authenticated"
+            ])
+        );
+        assert_eq!(
+            asked[0]["spec"]["resourceAttributes"],
+            json!({"group": "", "version": "v1", "resource": "configmaps",
+                   "namespace": "ops", "name": "gate", "verb": "get"})
+        );
+        assert_eq!(asked[1]["spec"]["resourceAttributes"]["verb"], "list");
+        assert!(asked[1]["spec"]["resourceAttributes"].get("name").is_none());
+
+        tokio::time::advance(READ_INTERVAL).await;
+        api.on(
+            "POST",
+            "subjectaccessreviews",
+            Answer::Fail(403, "Forbidden"),
+        );
+        let reads = reader.read_all(&[check(Some("gate"))]).await;
+        let CheckRead::Failed(why) = &reads[0] else {
+            panic!("{:?}", reads[0]);
+        };
+        assert!(why.contains("create on subjectaccessreviews"), "{why}");
+        assert!(
+            !api.sent()
+                .iter()
+                .any(|s| s.method == "GET" && s.path.contains("configmaps")),
+            "nothing read when the API server cannot be asked"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -301,7 +506,7 @@ mod tests {
             Answer::Json(200, cm.clone()),
         );
         api.on("GET", "namespaces/ops/configmaps", Answer::list(vec![cm]));
-        let reader = CheckReader::new(api.client());
+        let reader = CheckReader::new(api.client(), account());
         let reads = reader.read_all(&[check(Some("gate")), check(None)]).await;
         for read in &reads {
             assert_eq!(crate::common::check::evaluate(&check(None), read), Ok(()));
@@ -324,7 +529,7 @@ mod tests {
             panic!("{:?}", reads[1]);
         };
         assert!(
-            why.contains("may not list configmaps (core group) in namespace ops"),
+            why.contains("the controller may not list configmaps (core group) in namespace ops"),
             "{why}"
         );
     }
@@ -332,7 +537,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_unknown_kind_names_its_api_version() {
         let api = api();
-        let reader = CheckReader::new(api.client());
+        let reader = CheckReader::new(api.client(), account());
         let mut c = check(Some("gate"));
         c.kind = "Gadget".into();
         let reads = reader.read_all(&[c]).await;
@@ -364,7 +569,7 @@ mod tests {
             "metadata": {"continue": "more"},
             "items": (0..PAGE as usize).map(cm).collect::<Vec<_>>()});
         api.on("GET", "namespaces/ops/configmaps", Answer::Json(200, page));
-        let reader = CheckReader::new(api.client());
+        let reader = CheckReader::new(api.client(), account());
         let reads = reader.read_all(&[check(None)]).await;
         let CheckRead::Failed(why) = &reads[0] else {
             panic!("{:?}", reads[0]);
@@ -416,7 +621,7 @@ mod tests {
                 "namespaces/ops/configmaps/gate",
                 Answer::Json(200, cm),
             );
-            let mut reader = CheckReader::new(api.client());
+            let mut reader = CheckReader::new(api.client(), account());
             reader.eval_timeout = Duration::from_millis(50);
             let mut slow = check(Some("gate"));
             slow.expr = "items.all(x, x >= 0 && x < 1000000 && x != 7000000)".into();

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 
 use super::ReadyFuture;
 use super::budget::Budgets;
+use super::checks::{CheckAccount, CheckReader};
 use super::chores::Chores;
 use super::error::Error;
 use super::metrics::Metrics;
@@ -69,6 +70,8 @@ pub struct Shared {
     pub controller_name: String,
     /// `--namespace`: where Plans, Jobs, Secrets and reboot pods live.
     pub namespace: String,
+    /// Whose rights every health check reads with (`--health-check-account`).
+    pub check_account: CheckAccount,
     nodes: Arc<RwLock<NodeIndex>>,
     claims: Mutex<NodeClaims>,
     sources: HoldSources,
@@ -107,6 +110,7 @@ impl Shared {
         Shared {
             chores,
             controller_name,
+            check_account: CheckAccount::in_namespace(&namespace),
             namespace,
             nodes,
             claims: Mutex::default(),
@@ -117,6 +121,19 @@ impl Shared {
             next: Mutex::default(),
             next_changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The same, its health checks reading with `account`'s rights.
+    pub fn with_check_account(self, account: CheckAccount) -> Shared {
+        Shared {
+            check_account: account,
+            ..self
+        }
+    }
+
+    /// A reader of health checks' objects, reading what the health checks' account may read.
+    pub fn check_reader(&self) -> CheckReader {
+        CheckReader::new(self.chores.client().clone(), self.check_account.clone())
     }
 
     /// Notified when this process's claims on nodes change.

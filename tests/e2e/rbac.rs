@@ -650,6 +650,7 @@ async fn deploy_grants_exactly_what_a_rollout_uses() {
     a_failed_job_then_a_fixed_plan(&controller, &plans, &d.s.pool).await;
     a_new_node_makes_the_complete_event_a_series(&mut d.s, &controller, &plans).await;
     a_reboot_behind_a_health_gate(&mut d.s, &controller, &plans).await;
+    let check_grant = a_plan_behind_a_granted_health_check(&d.s, &controller, &plans).await;
     support::wait_for("the budget's ledger", Duration::from_secs(30), || async {
         let b = budgets.get(&budget_name).await?;
         match b.status.is_some_and(|s| s.nodes == 3) {
@@ -670,6 +671,9 @@ async fn deploy_grants_exactly_what_a_rollout_uses() {
     evidence.assert_least_privilege(&controller);
     evidence.the_checker_catches_both_kinds_of_mistake();
     the_jobs_token_runs_nothing_and_reads_no_secret(&d.s.cluster).await;
+    let _ = Api::<ClusterRole>::all(client.clone())
+        .delete(&check_grant, &Default::default())
+        .await;
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(controller.log_path());
 }
@@ -959,6 +963,85 @@ async fn a_new_node_makes_the_complete_event_a_series(
         },
     )
     .await;
+}
+
+/// A Plan with a health check on a ConfigMap of another namespace, granted as docs/plans.md says
+/// (a ClusterRole labelled for aggregation into the health checks' role): the controller asks
+/// whether the health checks' account may get it (a SubjectAccessReview), reads it through the
+/// aggregated role, and the Plan completes. The grant's name, to remove after the proof (the
+/// aggregated role's rules are among those proven).
+async fn a_plan_behind_a_granted_health_check(
+    s: &Scene,
+    controller: &ControllerProcess,
+    plans: &Api<Plan>,
+) -> String {
+    let (client, ns, pool) = (&s.client, s.ns.name(), &s.pool);
+    let gate: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "gate"}, "data": {"state": "ok"}
+    }))
+    .expect("a ConfigMap");
+    s.ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &gate)
+        .await
+        .expect("create the ConfigMap");
+    let grant = s.name("check-grant");
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": grant,
+                     "labels": {"slipway.dev/aggregate-to-health-checks": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                   "resourceNames": ["gate"]}],
+    }))
+    .expect("a ClusterRole");
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("grant the check");
+    let plan: Plan = serde_saphyr::from_str(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {PLAN}-checked
+spec:
+  concurrency: 1
+  version: v1.30.1+k3s1
+  serviceAccountName: {JOBS_SA}
+  nodeSelector:
+    matchLabels:
+      {POOL_LABEL}: {pool}
+      {ROLE_LABEL}: rollout
+  upgrade:
+    image: rancher/k3s-upgrade
+  healthChecks:
+  - apiVersion: v1
+    kind: ConfigMap
+    namespace: {ns}
+    name: gate
+    expr: "data.state == 'ok'"
+"#
+    ))
+    .expect("checked plan");
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create the checked plan");
+    let name = format!("{PLAN}-checked");
+    support::wait_for(
+        "the checked plan to complete",
+        Duration::from_secs(120),
+        || async {
+            assert_not_refused(controller);
+            let p = plans.get(&name).await?;
+            let healthy = (p.status.as_ref())
+                .is_some_and(|st| st.health_checks.len() == 1 && st.health_checks[0].healthy);
+            match healthy && is_complete(&p) {
+                true => Ok(()),
+                false => Err(anyhow!("status: {}", serde_json::to_string(&p.status)?)),
+            }
+        },
+    )
+    .await;
+    grant
 }
 
 /// A Plan with spec.reboot and a health gate in all namespaces: a reboot pod is created on

@@ -807,6 +807,8 @@ async fn a_health_check_holds_reboots_until_it_holds() {
     maps.create(&PostParams::default(), &gate)
         .await
         .expect("create the ConfigMap");
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]);
+    support::checks::grant(client, ns.name(), ns.name(), "read-gate", rules).await;
     let check = json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name(),
         "name": "reboot-gate", "expr": "data.state == 'ok'"});
     let checked = create_policy(&s, "checked", json!({"healthChecks": [check]})).await;

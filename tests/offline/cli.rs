@@ -461,8 +461,8 @@ fn the_krew_manifest_template() {
 }
 
 /// Health checks: an expression that does not compile is an error naming the field; a check on a
-/// kind deploy/'s RBAC cannot read is a warning, gone once the input carries an aggregated
-/// ClusterRole that grants the read.
+/// kind the health checks' account cannot read is a warning, gone once the input carries an
+/// aggregated ClusterRole that grants the read.
 #[test]
 fn health_checks_are_compiled_and_their_reads_checked_offline() {
     let plan = |expr: &str| {
@@ -481,7 +481,7 @@ fn health_checks_are_compiled_and_their_reads_checked_offline() {
     let good = plan("status.ceph.health == 'HEALTH_OK'");
     let (code, out, _) = slipway(&["validate", "-"], Some(&good));
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("health check CephCluster rook-ceph/rook-ceph: the RBAC in deploy/ does not let slipway get cephclusters"), "{out}");
+    assert!(out.contains("health check CephCluster rook-ceph/rook-ceph: no ClusterRole of the input labelled slipway.dev/aggregate-to-health-checks=true lets the health checks' account get cephclusters"), "{out}");
     let role = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: ceph-health\n  labels:\n    slipway.dev/aggregate-to-health-checks: \"true\"\nrules:\n- apiGroups: [ceph.rook.io]\n  resources: [cephclusters]\n  verbs: [get]\n";
     let (code, out, _) = slipway(&["validate", "-"], Some(&format!("{good}{role}")));
     assert_eq!(code, 0, "{out}");

@@ -207,7 +207,7 @@ impl PlanOperation {
     ) -> Result<PlanOperation, Error> {
         let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
             .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
-        let checks = CheckReader::new(shared.chores().client().clone());
+        let checks = shared.check_reader();
         Ok(PlanOperation {
             shared,
             plans,

@@ -148,7 +148,10 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         channel_answered: futures::channel::mpsc::unbounded().0,
         expect: Expectations::default(),
         templates: TemplateMemo::default(),
-        checks: crate::runtime::checks::CheckReader::new(api.client()),
+        checks: crate::runtime::checks::CheckReader::new(
+            api.client(),
+            crate::runtime::checks::CheckAccount::in_namespace(testing::NAMESPACE),
+        ),
         written: Default::default(),
         explaining: false,
     }

@@ -56,7 +56,7 @@ impl PolicyOperation {
         policies: Store<RebootPolicy>,
         pods: Store<Pod>,
     ) -> PolicyOperation {
-        let checks = CheckReader::new(shared.chores().client().clone());
+        let checks = shared.check_reader();
         PolicyOperation {
             shared,
             policies,

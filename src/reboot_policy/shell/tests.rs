@@ -205,7 +205,10 @@ fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
         policies: testing::listed(vec![policy(scene)]),
         default_image: "busybox".into(),
         http: None,
-        checks: crate::runtime::checks::CheckReader::new(api.client()),
+        checks: crate::runtime::checks::CheckReader::new(
+            api.client(),
+            crate::runtime::checks::CheckAccount::in_namespace(testing::NAMESPACE),
+        ),
         pods: testing::listed(vec![]),
         kured: None,
         kured_unreadable: Default::default(),

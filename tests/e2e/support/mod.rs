@@ -41,6 +41,7 @@
 
 pub mod alertmanager;
 pub mod budgets;
+pub mod checks;
 pub mod controller;
 pub mod install;
 pub mod jobwatch;

@@ -1,11 +1,10 @@
-//! Whether the controller installed from `deploy/` may read what a Plan's health checks name: the
-//! shipped ClusterRole and Role, and the ClusterRoles among the inputs labelled for aggregation
-//! into its health-check role. A check on a kind it cannot read is a warning before it becomes a
-//! `Forbidden` in the status.
+//! Whether the health checks' account installed from `deploy/` may read what a Plan's health
+//! checks name: it holds only the ClusterRoles labelled for aggregation into its role (none by
+//! default), never the controller's own rights. A check on a kind it cannot read is a warning
+//! before it becomes a `Forbidden` in the status.
 
 use serde_json::Value;
 
-use super::documents::parse_documents;
 use super::{FileFinding, Finding, Input, Severity, Source, in_file};
 use crate::common::check::{HealthCheckSpec, group_of, guess_resource, id};
 use crate::plan::api::Plan;
@@ -51,35 +50,18 @@ pub(super) fn health_check_access(
     }
 }
 
-/// The controller's RBAC as `deploy/` installs it.
-const DEPLOY_RBAC: &str = include_str!("../../../../deploy/rbac.yaml");
-/// The namespace of the controller's Role.
-const NAMESPACE: &str = "system-upgrade";
-
-/// `Some(message)` when neither the shipped RBAC nor the `aggregated` ClusterRoles let the
-/// controller read the check's objects.
+/// `Some(message)` when none of the `aggregated` ClusterRoles lets the health checks' account
+/// read the check's objects.
 pub(super) fn unreadable(check: &HealthCheckSpec, aggregated: &[&Value]) -> Option<String> {
     let group = group_of(&check.api_version);
     let resource = guess_resource(&check.kind);
     let verb = if check.name.is_some() { "get" } else { "list" };
-    let docs = parse_documents(DEPLOY_RBAC).unwrap_or_default();
-    let allowed = docs.iter().any(|d| {
-        let in_scope = match d.kind() {
-            "ClusterRole" => d.name() == "system-upgrade-controller",
-            // The controller's own Role: the Jobs' (`system-upgrade-jobs`) is another account's.
-            "Role" => {
-                d.name() == "system-upgrade-controller"
-                    && check.namespace.as_deref() == Some(NAMESPACE)
-            }
-            _ => false,
-        };
-        in_scope && grants(&d.value, group, &resource, verb, check.name.as_deref())
-    }) || aggregated
+    let allowed = aggregated
         .iter()
         .any(|role| grants(role, group, &resource, verb, check.name.as_deref()));
     (!allowed).then(|| {
         format!(
-            "the RBAC in deploy/ does not let slipway {verb} {resource} (group {group:?}), and no ClusterRole of the input labelled {AGGREGATE_LABEL}=true does: until one grants it, the check reports Forbidden and holds the rollout"
+            "no ClusterRole of the input labelled {AGGREGATE_LABEL}=true lets the health checks' account {verb} {resource} (group {group:?}): until one does, the check reports Forbidden and holds the rollout"
         )
     })
 }
@@ -151,37 +133,23 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_rbac_reads_pods_and_secrets_of_its_namespace_only() {
-        // Pods are listed cluster-wide (health gates); Secrets only in the controller's namespace.
-        assert_eq!(
-            unreadable_alone(&check("v1", "Pod", Some("db"), None)),
-            None
-        );
-        assert_eq!(
-            unreadable_alone(&check("v1", "Secret", Some(NAMESPACE), None)),
-            None
-        );
-        assert!(unreadable_alone(&check("v1", "Secret", Some("db"), None)).is_some());
-        let cm = unreadable_alone(&check("v1", "ConfigMap", Some("ops"), Some("gate"))).unwrap();
-        assert!(cm.contains("get configmaps"), "{cm}");
-        let ceph = unreadable_alone(&check("ceph.rook.io/v1", "CephCluster", None, None)).unwrap();
+    fn the_controllers_own_rights_grant_a_check_nothing() {
+        // The controller lists pods cluster-wide, Secrets and Plans in its namespace: a check
+        // reads none of them without a grant of its own.
+        for c in [
+            check("v1", "Pod", Some("db"), None),
+            check("v1", "Secret", Some("system-upgrade"), None),
+            check("upgrade.cattle.io/v1", "Plan", Some("system-upgrade"), None),
+        ] {
+            assert!(unreadable_alone(&c).is_some(), "{c:?}");
+        }
+        let cm = unreadable_alone(&check("v1", "ConfigMap", Some("ops"), Some("gate")));
+        assert!(cm.is_some_and(|m| m.contains("get configmaps")));
+        let ceph = unreadable_alone(&check("ceph.rook.io/v1", "CephCluster", None, None));
         assert!(
-            ceph.contains("list cephclusters (group \"ceph.rook.io\")"),
-            "{ceph}"
+            ceph.as_deref()
+                .is_some_and(|m| m.contains("list cephclusters (group \"ceph.rook.io\")")),
+            "{ceph:?}"
         );
-    }
-
-    #[test]
-    fn the_jobs_role_is_not_the_controllers() {
-        // `system-upgrade-jobs` lets the Jobs get Plans; the controller's account does not hold it.
-        let named = check(
-            "upgrade.cattle.io/v1",
-            "Plan",
-            Some(NAMESPACE),
-            Some("server-plan"),
-        );
-        assert!(unreadable_alone(&named).is_some());
-        let listed = check("upgrade.cattle.io/v1", "Plan", Some(NAMESPACE), None);
-        assert_eq!(unreadable_alone(&listed), None);
     }
 }
