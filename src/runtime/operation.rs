@@ -527,19 +527,26 @@ where
         Some(status) => *status != decision.status,
         None => decision.status != O::Status::default(),
     };
-    *wrote = !decision.effects.is_empty() || (!deleting && changed);
+    *wrote = !decision.effects.is_empty();
     for effect in first {
         op.perform(obj, observed, effect).await?;
     }
     let mut written = None;
     if !deleting && changed {
+        *wrote = true;
         let Some(w) = chores.write_status(obj, &decision.status).await? else {
             // Gone: nothing is taken for an object that no longer exists.
             return Ok(());
         };
-        let w = Arc::new(w);
-        op.written().remember(w.clone());
-        written = Some(w);
+        // The same resourceVersion: the status differed only in text past what a status keeps
+        // (common::bounded), so nothing was sent.
+        if w.resource_version() == obj.resource_version() {
+            *wrote = !decision.effects.is_empty();
+        } else {
+            let w = Arc::new(w);
+            op.written().remember(w.clone());
+            written = Some(w);
+        }
     }
     // Effects on the object itself name the resourceVersion the status write left.
     let obj = written.as_deref().unwrap_or(obj);

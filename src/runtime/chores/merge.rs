@@ -6,6 +6,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::common::bounded::{STATUS_TEXT_BYTES, cut_strings, longest_literal};
+
 /// The JSON merge patch that turns `old` into `new`; `None` when they are equal. Fields `new`
 /// leaves out are set to null, so that they go.
 pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
@@ -52,7 +54,7 @@ pub fn status_patch<S: Serialize>(
     old: Option<&S>,
     new: &S,
 ) -> serde_json::Result<Option<Box<RawValue>>> {
-    let new_text = serde_json::to_string(new)?;
+    let new_text = bounded(serde_json::to_string(new)?)?;
     let Some(old) = old else {
         // Nothing to patch: the whole of `new` replaces it, as `merge_patch(null, new)` does.
         return match new_text.as_str() {
@@ -87,6 +89,18 @@ pub fn status_patch<S: Serialize>(
         true => Ok(None),
         false => serde_json::value::to_raw_value(&patch).map(Some),
     }
+}
+
+/// `text` (a status encoded) with every string cut to [`STATUS_TEXT_BYTES`]: what the API server
+/// keeps, and what the next decision's status is compared with. Only a status that has a longer
+/// string is decoded.
+fn bounded(text: String) -> serde_json::Result<String> {
+    if longest_literal(&text) <= STATUS_TEXT_BYTES {
+        return Ok(text);
+    }
+    let mut value: Value = serde_json::from_str(&text)?;
+    cut_strings(&mut value, STATUS_TEXT_BYTES);
+    serde_json::to_string(&value)
 }
 
 /// One top-level field of a [`status_patch`]: `None` when it did not change.
@@ -157,6 +171,23 @@ mod tests {
                 assert_eq!(got(Some(old)), reference(Some(old), new), "{old} to {new}");
             }
         }
+    }
+
+    /// A text longer than the API server keeps is cut on its way out, and the status read back
+    /// (cut) is what the next decision's (not cut) is compared with: no write again.
+    #[test]
+    fn a_status_writes_no_text_past_its_bound_and_once() {
+        let long = "pod shop/web-1 refuses the drain; ".repeat(2000);
+        let new = json!({"nodes": [{"name": "n1", "message": long}], "phase": "Running"});
+        let patch = status_patch(Some(&json!({"phase": "Running"})), &new)
+            .unwrap()
+            .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap())
+            .unwrap();
+        let message = patch["nodes"][0]["message"].as_str().unwrap();
+        assert_eq!(message.len(), crate::common::bounded::STATUS_TEXT_BYTES);
+        assert!(message.ends_with(crate::common::bounded::MARKER));
+        let written = json!({"nodes": [{"name": "n1", "message": message}], "phase": "Running"});
+        assert!(status_patch(Some(&written), &new).unwrap().is_none());
     }
 
     #[test]
