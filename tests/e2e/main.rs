@@ -33,6 +33,7 @@ mod rbac;
 mod real;
 mod real_faults;
 mod real_ops;
+mod real_own_node;
 mod reboot;
 mod reboot_policy;
 mod silences;

@@ -1322,25 +1322,7 @@ const MAINTENANCE_ALLOWED_UNUSED: &[(&str, &str, &str, &str)] = &[
 
 /// `kubectl apply -k` of an overlay of deploy/ with one of its components, as a user would write it.
 async fn apply_with_component(cluster: &support::Cluster, install: &mut Install, component: &str) {
-    let overlay = std::env::temp_dir().join(support::unique_name("slipway-rbac-overlay"));
-    std::fs::create_dir_all(&overlay).expect("overlay directory");
-    // kustomize takes a base and a component from anywhere by a relative path.
-    let up = "../".repeat(overlay.components().count().saturating_sub(1));
-    let rel = |p: &str| {
-        format!(
-            "{up}{}",
-            repo().join(p).display().to_string().trim_start_matches('/')
-        )
-    };
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
-            rel("deploy"),
-            rel(component)
-        ),
-    )
-    .expect("write the overlay");
+    let overlay = install::overlay(&[component]);
     install.apply_kustomization(cluster, &overlay).await;
     let _ = std::fs::remove_dir_all(&overlay);
 }

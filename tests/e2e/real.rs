@@ -608,7 +608,7 @@ async fn the_k3s_pair_upgrades_server_then_agents_under_the_charts_rbac() {
     install
         .helm_install_air_gapped(&s.cluster, &repo().join("charts/slipway"))
         .await;
-    controller_pod_runs_on_the_server(&s).await;
+    let _ = controller_pod_runs_on_the_server(&s).await;
     the_k3s_pair_upgrades(&s, since, "the chart's RBAC", CONTROLLER_USER).await;
     install.uninstall_as_the_chart_readme_says(&s.cluster).await;
 }
@@ -702,8 +702,8 @@ fn stretched(command: &str) -> String {
         .join(" ")
 }
 
-/// The controller of an install: Ready, a real pod on the control-plane node.
-async fn controller_pod_runs_on_the_server(s: &Scene) {
+/// The controller of an install: Ready, a real pod on the control-plane node; that pod.
+pub(crate) async fn controller_pod_runs_on_the_server(s: &Scene) -> Pod {
     let pods = Api::<Pod>::namespaced(s.client.clone(), support::install::NS);
     support::wait_for(
         "the controller's pod Ready on the control-plane node",
@@ -721,10 +721,11 @@ async fn controller_pod_runs_on_the_server(s: &Scene) {
                     .flatten()
                     .any(|c| c.type_ == "Ready" && c.status == "True")
             });
-            match ready.and_then(|p| p.spec.as_ref()?.node_name.clone()) {
-                Some(node) if node == support::real::CONTROL_PLANE => Ok(()),
+            match ready.and_then(|p| Some((p, p.spec.as_ref()?.node_name.clone()?))) {
+                Some((pod, node)) if node == support::real::CONTROL_PLANE => Ok(pod.clone()),
                 other => bail!(
-                    "ready on {other:?}; pods {:?}",
+                    "ready on {:?}; pods {:?}",
+                    other.map(|(_, node)| node),
                     list.items
                         .iter()
                         .map(|p| (
@@ -736,7 +737,7 @@ async fn controller_pod_runs_on_the_server(s: &Scene) {
             }
         },
     )
-    .await;
+    .await
 }
 
 /// The README's quick start on real nodes, as a user follows it on a cluster whose control-plane

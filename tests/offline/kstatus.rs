@@ -520,7 +520,6 @@ fn maintained(
 #[test]
 fn node_maintenances_as_kstatus_reads_them() {
     let (n1, busy, empty) = (facts(), pods(&["web-1"]), pods(&[]));
-    let drained = maintained(maintenance(), Some(&n1), &empty, at(0));
     let draining = maintained(maintenance(), Some(&n1), &busy, at(0));
     // Ten minutes on, the pod still there: the drain timed out.
     let taken = NodeFacts {
@@ -531,6 +530,8 @@ fn node_maintenances_as_kstatus_reads_them() {
         excluded_by: Some("nodemaintenance/disk".into()),
         ..facts()
     };
+    // Drained once the node is taken, with nothing left on it.
+    let drained = maintained(maintenance(), Some(&taken), &empty, at(0));
     let timed_out = maintained(draining.clone(), Some(&taken), &busy, at(600));
     let missing = maintained(maintenance(), None, &busy, at(0));
     let mut bad = maintenance();

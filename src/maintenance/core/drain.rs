@@ -19,7 +19,10 @@ pub(super) fn drain(input: &MaintenanceInput<'_>, step: &mut Step, now: Timestam
         step.status.total_pods = Some(count(pods.total));
         step.status.eviction_pods = Some(count(pods.to_evict.len() + pods.blocked.len()));
     }
-    if pods.is_drained() {
+    // Drained only on a node taken already as read: its cordon and taint are written after the
+    // status (the hold is recorded first), so a decision that takes the node and says drained
+    // would say so before the node is cordoned, and go on saying it if the cordon failed.
+    if pods.is_drained() && step.node.is_empty() {
         step.stage = Stage::Drained;
         return;
     }

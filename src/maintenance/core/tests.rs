@@ -216,6 +216,21 @@ fn progress_counts_from_the_pods_to_evict_at_the_start() {
     assert!(step.node.is_empty(), "the node is already taken");
 }
 
+/// A node with nothing to evict is drained once it is taken, not in the decision that takes it:
+/// the cordon is written after the status.
+#[test]
+fn an_empty_node_is_drained_only_once_taken() {
+    let mut m = nm(true);
+    let first = decide(&input(&m, Some(&node()), Some(&pods(&[]))));
+    assert!(!first.node.is_empty(), "the node is taken");
+    assert_eq!(first.stage, Stage::Draining);
+    assert_ne!(first.status.phase, Some(MaintenancePhase::Succeeded));
+    m.status = Some(first.status);
+    let then = decide(&input(&m, Some(&taken()), Some(&pods(&[]))));
+    assert_eq!(then.stage, Stage::Drained);
+    assert_eq!(then.status.phase, Some(MaintenancePhase::Succeeded));
+}
+
 #[test]
 fn an_empty_drain_succeeds_once() {
     let mut m = nm(true);
@@ -563,7 +578,7 @@ fn kstatus_conditions_follow_the_phase() {
     let empty = pods(&[]);
     let mut fresh = nm(true);
     fresh.metadata.generation = Some(3);
-    let done = decide(&input(&fresh, Some(&node()), Some(&empty)));
+    let done = decide(&input(&fresh, Some(&tk), Some(&empty)));
     assert_eq!(standing(&done), ("Ready".into(), "Drained".into()));
     assert_eq!(
         done.status.observed_generation,

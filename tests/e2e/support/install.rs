@@ -259,6 +259,33 @@ pub fn helm() -> PathBuf {
 }
 
 /// The install's manifest with the Jobs' image pull policy `IfNotPresent`.
+/// A directory holding an overlay of deploy/ with `components` (paths from the repository, e.g.
+/// `deploy/components/maintenance`), as a user writes one; the caller removes it.
+pub fn overlay(components: &[&str]) -> PathBuf {
+    let overlay = std::env::temp_dir().join(super::unique_name("slipway-overlay"));
+    std::fs::create_dir_all(&overlay).expect("overlay directory");
+    // kustomize takes a base and a component from anywhere by a relative path.
+    let up = "../".repeat(overlay.components().count().saturating_sub(1));
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let rel = |p: &str| {
+        format!(
+            "{up}{}",
+            repo.join(p).display().to_string().trim_start_matches('/')
+        )
+    };
+    let components: Vec<String> = components.iter().map(|c| rel(c)).collect();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
+            rel("deploy"),
+            components.join(", ")
+        ),
+    )
+    .expect("write the overlay");
+    overlay
+}
+
 pub fn air_gapped(manifest: &str) -> String {
     const ALWAYS: &str = "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: Always";
     const QUOTED: &str = "SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY: \"Always\"";

@@ -1,0 +1,233 @@
+//! The controller's own node, on real nodes: the installs' cluster has one control-plane node,
+//! where the controller runs as a real pod (deploy/ with the maintenance and reboot-policy
+//! components, applied as a user applies an overlay), and a worker: kubeadm's default shape, a
+//! single k3s server with agents. A NodeMaintenance of the control-plane node drains it and
+//! leaves the controller there; a RebootPolicy over both nodes reboots each, the controller's own
+//! node too: the controller goes down with its node, comes back with it, and gives the node
+//! back. Had slipway's drain evicted the controller, its replacement could run nowhere (the only
+//! control-plane node is cordoned) and the node would stay cordoned for good.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::reboot_policy::api::RebootPolicy;
+
+use crate::real::{controller_pod_runs_on_the_server, node_state};
+use crate::support::install::{self, Install};
+use crate::support::real::CONTROL_PLANE;
+use crate::support::scene::Scene;
+
+/// The taint NodeMaintenance puts on its node, as medik8s's operator does.
+const DRAIN_TAINT: &str = "medik8s.io/drain";
+
+/// Whether the node is cordoned or carries the maintenance's taint, read now.
+async fn taken(client: &Client, name: &str) -> bool {
+    let node = Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get node {name}: {e}"));
+    let spec = node.spec.unwrap_or_default();
+    spec.unschedulable.unwrap_or(false)
+        || (spec.taints.into_iter().flatten()).any(|t| t.key == DRAIN_TAINT)
+}
+
+/// The controller's pod `uid`: still there, not being deleted, on the control-plane node.
+async fn same_controller(client: &Client, pod: &Pod) {
+    let now = Api::<Pod>::namespaced(client.clone(), install::NS)
+        .get_opt(&pod.name_any())
+        .await
+        .expect("get the controller's pod");
+    let now = now.unwrap_or_else(|| panic!("the controller's pod {} is gone", pod.name_any()));
+    assert_eq!(now.uid(), pod.uid(), "the same controller pod");
+    assert!(
+        now.metadata.deletion_timestamp.is_none(),
+        "the controller's pod is being deleted (evicted)"
+    );
+    assert_eq!(
+        now.spec.and_then(|s| s.node_name).as_deref(),
+        Some(CONTROL_PLANE)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_own_node_is_maintained_and_rebooted_and_given_back() {
+    let Some(s) = Scene::new("own-node-real")
+        .own_cluster(support::real::INSTALLS)
+        .real_nodes()
+        .start()
+        .await
+    else {
+        return;
+    };
+    support::install::wait_for_earlier_removal(&s.cluster).await;
+    let started = Instant::now();
+    let client = &s.client;
+    let mut install = Install::new(&s.cluster).await;
+    let overlay = install::overlay(&[
+        "deploy/components/maintenance",
+        "deploy/components/reboot-policy",
+    ]);
+    let manifest = s
+        .cluster
+        .kubectl(&["kustomize", &overlay.display().to_string()])
+        .await
+        .expect("kubectl kustomize the overlay");
+    let _ = std::fs::remove_dir_all(&overlay);
+    install
+        .apply_air_gapped(&s.cluster, &manifest, "overlay with two components")
+        .await;
+    support::ensure_lease_namespace(client).await;
+    let controller = controller_pod_runs_on_the_server(&s).await;
+
+    // A NodeMaintenance of the controller's node: drained, the controller left where it is.
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let nm_name = s.name("nm");
+    let nm: NodeMaintenance = serde_json::from_value(json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": nm_name},
+        "spec": {"nodeName": CONTROL_PLANE, "reason": "the controller's own node"},
+    }))
+    .expect("a NodeMaintenance");
+    nms.create(&PostParams::default(), &nm)
+        .await
+        .expect("create the NodeMaintenance");
+    let done = support::wait_for(
+        "the maintenance of the controller's node",
+        Duration::from_secs(600),
+        || async {
+            let status = nms.get(&nm_name).await?.status.unwrap_or_default();
+            match status.phase {
+                Some(MaintenancePhase::Succeeded) => Ok(status),
+                _ => bail!("status: {}", serde_json::to_string(&status)?),
+            }
+        },
+    )
+    .await;
+    // Drained means taken: cordoned and tainted before the status said so.
+    assert!(taken(client, CONTROL_PLANE).await, "{done:?}");
+    same_controller(client, &controller).await;
+    nms.delete(&nm_name, &DeleteParams::default())
+        .await
+        .expect("end the maintenance");
+    support::wait_for(
+        "the controller's node given back",
+        Duration::from_secs(300),
+        || async {
+            let gone = nms.get_opt(&nm_name).await?.is_none();
+            match gone && !taken(client, CONTROL_PLANE).await {
+                true => Ok(()),
+                false => bail!("maintenance left: {gone:?}"),
+            }
+        },
+    )
+    .await;
+    let maintained = started.elapsed();
+
+    // A RebootPolicy over both nodes, each asking: the controller's node reboots too.
+    let nodes = [
+        CONTROL_PLANE.to_string(),
+        support::real::INSTALL_WORKER.to_string(),
+    ];
+    let mut before = BTreeMap::new();
+    for n in &nodes {
+        before.insert(n.clone(), node_state(client, n).await.0);
+        support::ask_reboot(client, n).await;
+    }
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let name = s.name("rbp");
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]},
+            "concurrency": 1,
+            "drain": {"timeout": "5m"},
+            "timeout": "10m",
+        },
+    }))
+    .expect("a RebootPolicy");
+    let rebooting = Instant::now();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the RebootPolicy");
+    let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
+    while back_at.len() < nodes.len() {
+        let (mut down, mut cordoned) = (Vec::new(), Vec::new());
+        for n in &nodes {
+            let (boot, ready, _) = node_state(client, n).await;
+            let held = taken(client, n).await;
+            if !ready {
+                down.push(n);
+            }
+            if held {
+                cordoned.push(n);
+            }
+            if boot != before[n] && ready && !held {
+                back_at.entry(n.clone()).or_insert(rebooting.elapsed());
+            }
+        }
+        assert!(
+            down.len() <= 1 && cordoned.len() <= 1,
+            "one node at a time: down {down:?}, cordoned {cordoned:?}"
+        );
+        let status = (policies.get(&name).await)
+            .expect("the RebootPolicy")
+            .status
+            .unwrap_or_default();
+        assert!(
+            status.nodes.iter().all(|n| n.phase.as_str() != "Failed"),
+            "{}",
+            serde_json::to_string(&status).unwrap_or_default()
+        );
+        assert!(
+            rebooting.elapsed() < Duration::from_secs(1200),
+            "not both back in time: {back_at:?}; {}",
+            serde_json::to_string(&status).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let status = support::wait_for("the policy's records", Duration::from_secs(240), || async {
+        let status = policies.get(&name).await?.status.unwrap_or_default();
+        match status.nodes.is_empty() && status.rebooted.len() == 2 {
+            true => Ok(status),
+            false => bail!("status: {}", serde_json::to_string(&status)?),
+        }
+    })
+    .await;
+    for n in &nodes {
+        let (boot, _, _) = node_state(client, n).await;
+        let record = (status.rebooted.iter()).find(|r| &r.name == n);
+        assert_eq!(
+            record.and_then(|r| r.boot_id.as_deref()),
+            Some(boot.as_str()),
+            "{n} came back with the boot it runs"
+        );
+    }
+    // The controller went down with its node and came back with it: the same pod, restarted.
+    let back = controller_pod_runs_on_the_server(&s).await;
+    assert_eq!(back.uid(), controller.uid(), "the same controller pod");
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    support::wait_for("the policy to go", Duration::from_secs(120), || async {
+        match policies.get_opt(&name).await? {
+            None => Ok(()),
+            Some(_) => bail!("still there"),
+        }
+    })
+    .await;
+    eprintln!(
+        "real: the controller's own node maintained in {maintained:?}, both nodes rebooted, back at {back_at:?}, in {:?}",
+        started.elapsed()
+    );
+}
