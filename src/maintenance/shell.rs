@@ -7,7 +7,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use futures::channel::mpsc::UnboundedReceiver;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -38,7 +37,7 @@ use crate::node::holders::{Hold, Holder};
 use crate::node::index::{Interest, NodeIndex};
 use crate::node::shell::{delete_all, evict_all, pods_view};
 use crate::runtime::metrics::Kind;
-use crate::runtime::watch::{self, NodeTriggers, digest};
+use crate::runtime::watch::{self, NodeTriggers, Triggered, digest};
 use crate::runtime::written::Written;
 use crate::runtime::{
     ApiResult, Error, HoldSource, HolderObject, Operation, ReadyFuture, Shared, drive, ready,
@@ -51,7 +50,7 @@ pub struct MaintenanceWatches {
     /// The PodDisruptionBudgets that allow a disruption (again): each may end a refusal's wait.
     allowing: futures::stream::BoxStream<'static, PodDisruptionBudget>,
     /// The maintenances whose node changed, or that another operation let go of.
-    nodes: UnboundedReceiver<Holder>,
+    nodes: Triggered,
 }
 
 impl MaintenanceWatches {

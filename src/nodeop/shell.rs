@@ -39,7 +39,7 @@ use crate::nodeop::core::{
     self as core, JobView, NodeOpDecision, NodeOpEffect, NodeOpInput, PreflightView,
 };
 use crate::runtime::metrics::Kind;
-use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::watch::{NodeTriggers, Triggered, changes, digest};
 use crate::runtime::written::Written;
 use crate::runtime::{
     Error, HoldSource, HolderObject, Operation, ReadyFuture, Shared, drive, ready,
@@ -52,7 +52,7 @@ pub struct NodeOpWatches {
     changes: BoxStream<'static, Result<NodeOp, watcher::Error>>,
     /// The NodeOps a node change concerns (Ready, a boot ID, a cordon on a node they run on), and
     /// those another operation woke by letting go of a node they wait for.
-    nodes: futures::channel::mpsc::UnboundedReceiver<Holder>,
+    nodes: Triggered,
     client: Client,
 }
 

@@ -1,12 +1,14 @@
 //! The one Node watch of the process, and what every watch shares: reducing a stream of objects to
 //! the changes a decision reads.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::channel::mpsc::{TryRecvError, UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{WatchEvent, WatchParams};
@@ -32,24 +34,71 @@ pub struct NodeTriggers {
 struct Route {
     which: fn(&Holder) -> bool,
     tx: UnboundedSender<Holder>,
+    /// The objects sent and not received yet: an object is in the channel once at most, so a
+    /// node that flaps a thousand times before its Plan's next reconcile queues that Plan once.
+    pending: Arc<Mutex<BTreeSet<Holder>>>,
+}
+
+/// The objects of one kind that node changes concern, each queued once until received.
+pub struct Triggered {
+    rx: UnboundedReceiver<Holder>,
+    pending: Arc<Mutex<BTreeSet<Holder>>>,
+}
+
+impl Triggered {
+    /// The next object already queued, if any (without waiting).
+    pub fn try_recv(&mut self) -> Result<Holder, TryRecvError> {
+        let h = self.rx.try_recv()?;
+        self.received(&h);
+        Ok(h)
+    }
+
+    /// `h` may be queued again: its reconcile, which reads the node index as it is when it runs,
+    /// comes after this (a change folded into the index meanwhile is read by it).
+    fn received(&self, h: &Holder) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(h);
+    }
+}
+
+impl futures::Stream for Triggered {
+    type Item = Holder;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Holder>> {
+        let next = self.rx.poll_next_unpin(cx);
+        if let Poll::Ready(Some(h)) = &next {
+            self.received(h);
+        }
+        next
+    }
 }
 
 impl NodeTriggers {
     /// The objects of one kind (those `which` picks) that node changes concern.
-    pub fn concerned(&self, which: fn(&Holder) -> bool) -> UnboundedReceiver<Holder> {
+    pub fn concerned(&self, which: fn(&Holder) -> bool) -> Triggered {
         let (tx, rx) = unbounded();
+        let pending = Arc::new(Mutex::new(BTreeSet::new()));
         let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        routes.push(Route { which, tx });
-        rx
+        routes.push(Route {
+            which,
+            tx,
+            pending: pending.clone(),
+        });
+        Triggered { rx, pending }
     }
 
     /// Tells each object's kind that it is concerned (no receiver for a kind the process does not
-    /// run is fine).
+    /// run is fine); an object already queued is not queued again.
     pub fn send(&self, concerned: impl IntoIterator<Item = Holder>) {
         let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         for h in concerned {
             if let Some(route) = routes.iter().find(|r| (r.which)(&h)) {
-                let _ = route.tx.unbounded_send(h);
+                let mut pending = route.pending.lock().unwrap_or_else(|e| e.into_inner());
+                if pending.insert(h.clone()) && route.tx.unbounded_send(h.clone()).is_err() {
+                    pending.remove(&h);
+                }
             }
         }
     }
@@ -240,6 +289,7 @@ pub fn digest(parts: impl Hash) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
     use serde_json::json;
 
     use super::*;
@@ -251,6 +301,32 @@ mod tests {
             json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
                 "metadata": {"resourceVersion": "7", "annotations": annotations}}}),
         )
+    }
+
+    /// A node that changes a thousand times before its Plan's next reconcile queues that Plan
+    /// once (the channel holds each object once at most), and again once it was received.
+    #[tokio::test]
+    async fn an_object_is_queued_once_until_it_is_received() {
+        let triggers = NodeTriggers::default();
+        let mut plans = triggers.concerned(Holder::is_plan);
+        let plan = |n: &str| Holder::Plan {
+            namespace: "ns".into(),
+            name: n.into(),
+        };
+        for _ in 0..1000 {
+            triggers.send([plan("a"), plan("b")]);
+        }
+        let mut got = vec![plans.next().await, plans.next().await];
+        got.sort();
+        assert_eq!(got, [Some(plan("a")), Some(plan("b"))]);
+        assert!(plans.try_recv().is_err(), "each queued once");
+        triggers.send([plan("a")]);
+        assert_eq!(
+            plans.try_recv().ok(),
+            Some(plan("a")),
+            "queued again once received"
+        );
+        assert!(plans.try_recv().is_err());
     }
 
     #[tokio::test]

@@ -29,6 +29,11 @@
 
 use crate::support;
 
+mod expired;
+mod flapping;
+mod proxy;
+mod throttle;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io::Write as _;
@@ -1327,6 +1332,28 @@ async fn a_rollout_survives_a_cut_connection() {
 
 /// Up to 15 pods and Jobs deleted, nodes deleted and re-created, at random; each kind at least
 /// once.
+/// The API server's own flow control answers every new request of the controller 429 for a
+/// minute, then queues them behind one seat for another: the rollout holds its limits and
+/// finishes once the API server answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_an_api_server_answering_429_then_slowly() {
+    scene("api-throttle", 23, Sizes::SMALL, throttle::api_throttle).await;
+}
+
+/// Nodes of the pool flap NotReady and Ready again, one at a time at random, until the rollout is
+/// done: no node over the Plan's limits, the rollout finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_nodes_flapping() {
+    scene("node-flapping", 29, Sizes::SMALL, flapping::node_flapping).await;
+}
+
+/// The controller's watches ended and answered `410 Expired` for a few seconds, three times
+/// through a rollout, as after etcd's compaction: it lists again and the rollout finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_watches_expired_by_compaction() {
+    scene("watch-expired", 31, Sizes::SMALL, expired::watch_expired).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_job_and_node_churn() {
     let sizes = Sizes {
@@ -1390,6 +1417,9 @@ async fn full_suite() {
     suite.run("apiserver-restart", apiserver_restart).await;
     suite.run("etcd-pause", etcd_pause).await;
     suite.run("connection-cut", connection_cut).await;
+    suite.run("api-throttle", throttle::api_throttle).await;
+    suite.run("node-flapping", flapping::node_flapping).await;
+    suite.run("watch-expired", expired::watch_expired).await;
     suite.run("job-and-node-churn", job_and_node_churn).await;
     suite.run("plan-edits", plan_edits).await;
     suite.run("plan-deletion", plan_deletion).await;

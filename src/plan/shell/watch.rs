@@ -4,7 +4,6 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
@@ -20,7 +19,7 @@ use crate::plan::api::{Plan, labels};
 use crate::plan::core::job_index::JobIndex;
 use crate::plan::shell::lean_job::LeanJob;
 use crate::plan::shell::lean_plan::LeanPlan;
-use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::watch::{NodeTriggers, Triggered, changes, digest};
 use crate::runtime::{HoldSource, HolderObject, ReadyFuture, ready};
 
 type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
@@ -37,7 +36,7 @@ pub struct PlanWatches {
     pub(super) secret_changes: Changes<Secret>,
     pub(super) pod_changes: Changes<Pod>,
     /// The objects node changes concern (the Plans among them).
-    pub(super) nodes: UnboundedReceiver<Holder>,
+    pub(super) nodes: Triggered,
 }
 
 impl PlanWatches {
@@ -58,7 +57,7 @@ impl PlanWatches {
 
     /// The Plans node changes concern.
     pub(super) fn node_triggers(
-        nodes: UnboundedReceiver<Holder>,
+        nodes: Triggered,
     ) -> impl futures::Stream<Item = ObjectRef<Plan>> + Send + 'static {
         nodes.filter_map(|h| async move {
             match h {

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +17,7 @@ use crate::node::index::NodeIndex;
 use crate::reboot_policy::api::RebootPolicy;
 use crate::reboot_policy::core::pod::REBOOT_POLICY_LABEL;
 use crate::reboot_policy::core::{self as core};
-use crate::runtime::watch::{NodeTriggers, changes, digest};
+use crate::runtime::watch::{NodeTriggers, Triggered, changes, digest};
 use crate::runtime::{HoldSource, HolderObject, ReadyFuture, ready};
 
 /// The RebootPolicies of the cluster: a cache, and the changes that trigger their reconciles.
@@ -29,7 +28,7 @@ pub struct PolicyWatches {
     pub(super) changes: BoxStream<'static, Result<RebootPolicy, watcher::Error>>,
     /// The policies a node change concerns (a signal, Ready, a boot ID on a node a policy
     /// governs), and those another operation woke by letting go of a node they wait for.
-    pub(super) nodes: UnboundedReceiver<Holder>,
+    pub(super) nodes: Triggered,
     /// The policies' reboot pods (their metadata): which reboots were asked for.
     pub(super) pods: Store<Pod>,
     pub(super) pod_events: BoxStream<'static, ()>,
