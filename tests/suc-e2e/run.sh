@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Runs SUC's own end-to-end suite (build.sh), every assertion as SUC wrote it, against a controller
+# under test run as a process (slipway, or SUC itself: tests/compat/build.sh).
+#
+#   tests/suc-e2e/run.sh CONTROLLER [SUITE FLAGS...]     e.g. -ginkgo.focus='Plan Resolution'
+#   SLIPWAY_SUC_E2E_ARGS=run tests/suc-e2e/run.sh target/debug/slipway
+#
+# SUC's framework deploys, in each spec's namespace, a Deployment of rancher/system-upgrade-controller
+# (SYSTEM_UPGRADE_CONTROLLER_{NAME,NAMESPACE,NODE_NAME,LEADER_ELECT,DEBUG}) with a ServiceAccount
+# bound to cluster-admin, and waits for it to be available. kwok makes that pod "run";
+# controllers.py starts CONTROLLER for it with the same environment and the cluster's admin
+# kubeconfig, and stops it when the spec's namespace goes.
+#
+# Environment:
+#   SLIPWAY_SUC_E2E_KUBECONFIG  an existing cluster (kwok nodes; one worker without the
+#                               control-plane label, as SUC's CI: a k3s server and one agent)
+#                               instead of a fresh one of tests/cluster with kwok-stages-sh.yaml
+#   SLIPWAY_SUC_E2E_NODES       nodes of the fresh cluster (default 2: node-1 control-plane, node-2)
+#   SLIPWAY_SUC_E2E_DIR         where the logs go (default: a new /tmp/slipway-suc-e2e.XXXXXX)
+#   SLIPWAY_SUC_E2E_ARGS        arguments of every controller process (slipway: run; SUC: none)
+#   SLIPWAY_SUC_E2E_ENV         extra K=V words for every controller process (run.sh adds
+#                               SLIPWAY_METRICS_ADDR=127.0.0.1:0: several may run at once)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cluster_src=$(cd "$here/../cluster" && pwd)
+[ $# -ge 1 ] || { echo "usage: $0 CONTROLLER [SUITE FLAGS...]" >&2; exit 2; }
+controller=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+shift
+[ -x "$controller" ] || { echo "suc-e2e: $controller is not an executable" >&2; exit 2; }
+suite=$("$here/build.sh" | tail -n 1)
+
+work=${SLIPWAY_SUC_E2E_DIR:-$(mktemp -d /tmp/slipway-suc-e2e.XXXXXX)}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+log() { echo "suc-e2e: $*" >&2; }
+
+shim=""
+cluster_dir=""
+cleanup() {
+  if [ -n "$shim" ]; then kill "$shim" 2>/dev/null || true; wait "$shim" 2>/dev/null || true; fi
+  if [ -n "$cluster_dir" ]; then SLIPWAY_CLUSTER_KEEP=1 "$work/cluster-scripts/down.sh" "$cluster_dir" >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+
+if [ -n "${SLIPWAY_SUC_E2E_KUBECONFIG:-}" ]; then
+  kubeconfig=$SLIPWAY_SUC_E2E_KUBECONFIG
+else
+  # tests/cluster as it is, but for kwok's stages: its own, plus kwok-stages-sh.yaml, with
+  # pod-complete kept off the pods those stages take.
+  scripts="$work/cluster-scripts"
+  mkdir -p "$scripts"
+  for f in "$cluster_src"/*; do ln -sfn "$f" "$scripts/$(basename "$f")"; done
+  rm -f "$scripts/kwok-stages.yaml"
+  python3 - "$cluster_src/kwok-stages.yaml" "$here/kwok-stages-sh.yaml" >"$scripts/kwok-stages.yaml" <<'EOF'
+import re, sys
+base, extra = (open(p).read() for p in sys.argv[1:3])
+guards = "".join(
+    "    - key: '[.spec.containers.[] | select(.command == [\"sh\", \"-c\"]) | (.args // [\"\"])[0]"
+    f" | test(\"{rx}\")] | any'\n      operator: 'NotIn'\n      values:\n      - 'true'\n"
+    for rx in ("^exit [1-9][0-9]*$", "^sleep [0-9]+$"))
+docs = re.split(r"(?m)^---\n", base)
+hits = 0
+for i, d in enumerate(docs):
+    if re.search(r"(?m)^  name: pod-complete$", d):
+        docs[i] = d.replace("    matchExpressions:\n", "    matchExpressions:\n" + guards, 1)
+        hits += 1
+if hits != 1:
+    sys.exit("kwok-stages.yaml: expected one pod-complete stage, found %d" % hits)
+sys.stdout.write("---\n".join(docs).rstrip("\n") + "\n" + "---\n" + extra.split("\n---\n", 1)[1])
+EOF
+  cluster_dir="$work/cluster"
+  log "starting a cluster of ${SLIPWAY_SUC_E2E_NODES:-2} nodes in $cluster_dir"
+  SLIPWAY_CLUSTER_DIR="$cluster_dir" SLIPWAY_CLUSTER_OWNER_PID=$$ \
+    "$scripts/up.sh" "${SLIPWAY_SUC_E2E_NODES:-2}" >/dev/null
+  kubeconfig="$cluster_dir/kubeconfig"
+fi
+kc=(kubectl --kubeconfig="$kubeconfig")
+
+# shellcheck disable=SC2206 # words
+extra_env=(SLIPWAY_METRICS_ADDR=127.0.0.1:0 ${SLIPWAY_SUC_E2E_ENV:-})
+# shellcheck disable=SC2206 # words
+controller_args=(${SLIPWAY_SUC_E2E_ARGS:-})
+
+# The Plan CRD is the controller's own (SUC and slipway both register it at start). In SUC's CI it
+# exists before a spec creates a Plan: its controller pod starts before the Deployment counts as
+# available. Here a Deployment is available as soon as kwok marks its pod ready, so the controller
+# under test registers its CRD once, before the suite, in a namespace of its own.
+if ! "${kc[@]}" get crd plans.upgrade.cattle.io >/dev/null 2>&1; then
+  log "letting $controller register its CRD"
+  "${kc[@]}" create namespace suc-e2e-bootstrap >/dev/null
+  env -i PATH="$PATH" HOME="$HOME" KUBECONFIG="$kubeconfig" SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG="$kubeconfig" \
+    SYSTEM_UPGRADE_CONTROLLER_NAME=suc-e2e-bootstrap SYSTEM_UPGRADE_CONTROLLER_NAMESPACE=suc-e2e-bootstrap \
+    "${extra_env[@]}" "$controller" "${controller_args[@]}" >"$work/bootstrap.log" 2>&1 &
+  boot=$!
+  for _ in $(seq 1 120); do
+    "${kc[@]}" get crd plans.upgrade.cattle.io >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  "${kc[@]}" wait --for=condition=Established crd/plans.upgrade.cattle.io --timeout=60s >/dev/null
+  kill "$boot" 2>/dev/null || true
+  wait "$boot" 2>/dev/null || true
+  "${kc[@]}" delete namespace suc-e2e-bootstrap --wait=false >/dev/null
+fi
+
+env_args=()
+for kv in "${extra_env[@]}"; do env_args+=(--env "$kv"); done
+for arg in "${controller_args[@]}"; do env_args+=(--arg "$arg"); done
+python3 "$here/controllers.py" --kubeconfig "$kubeconfig" --controller "$controller" \
+  --log-dir "$work/controllers" "${env_args[@]}" 2>"$work/controllers.log" &
+shim=$!
+
+log "running $suite (output in $work/suite.log)"
+rc=0
+(cd "$work" && "$suite" --provider=local --kubeconfig="$kubeconfig" \
+  -ginkgo.v -ginkgo.junit-report="$work/junit.xml" "$@") >"$work/suite.log" 2>&1 || rc=$?
+grep -E '^(Ran |PASS|FAIL|SUCCESS|\[FAIL\])|^  \[FAIL\]' "$work/suite.log" >&2 || true
+log "exit $rc; logs in $work"
+exit "$rc"
