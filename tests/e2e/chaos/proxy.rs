@@ -20,7 +20,51 @@ use http::header::{
 use kube::Client;
 use tokio::sync::Notify;
 
-use super::Task;
+use super::{Limits, Replicas, Row, Sizes, Stage, Task, rollout_plan};
+use crate::support;
+use crate::support::scene::Scene;
+
+/// A rollout of Plan `up` whose one controller talks to the API server through an [`ApiProxy`],
+/// its Jobs taking `job` each (so that the controller has work left while the proxy misbehaves).
+pub(super) struct Proxied {
+    pub(super) stage: Stage,
+    pub(super) proxy: ApiProxy,
+    replicas: Replicas,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Proxied {
+    pub(super) async fn start(name: &str, sizes: Sizes, job: &str) -> Option<Proxied> {
+        let c = sizes.concurrency;
+        let stage = Stage::new(Scene::new(name), sizes, |_| Limits::one_plan("up", c)).await?;
+        let proxy = ApiProxy::start(stage.client())
+            .await
+            .expect("start the proxy in front of the API server");
+        let kubeconfig = std::env::temp_dir().join(format!("{}-proxied.kubeconfig", stage.ns()));
+        proxy
+            .kubeconfig(&kubeconfig)
+            .expect("write the proxy's kubeconfig");
+        let replicas = Replicas::start(stage.ns(), &[("a", kubeconfig.as_path())], false);
+        let mut plan = rollout_plan("up", &stage.s.pool, c, "v1", "");
+        (plan.metadata.annotations.get_or_insert_default())
+            .insert(support::COMPLETE_DELAY_ANNOTATION.into(), job.into());
+        stage.create_plan(&plan).await;
+        Some(Proxied {
+            stage,
+            proxy,
+            replicas,
+            kubeconfig,
+        })
+    }
+
+    /// Once the proxy passes everything on again: the rollout finished, the scenario's row.
+    pub(super) async fn end(self, faults: usize) -> Row {
+        let finished = self.stage.finish_rollout("up", super::ROLLOUT_LIMIT).await;
+        self.replicas.stop();
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        self.stage.end(finished, faults).await
+    }
+}
 
 /// How long a request is held by [`Mode::Hold`].
 pub(super) const SLOW: Duration = Duration::from_millis(1500);
