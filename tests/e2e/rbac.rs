@@ -83,6 +83,9 @@ const DRAINER_ROLE: &str = "system-upgrade-controller-drainer";
 /// The Role for the Jobs' own scripts (an agent Plan's prepare step reads the server Plan); like
 /// the drainer role, for the Jobs, and proven on real nodes (`real::`).
 const JOBS_ROLE: &str = "system-upgrade-jobs";
+/// The account health checks read as, and the one role it holds (filled by aggregation).
+const CHECKS_SA: &str = "system-upgrade-health-checks";
+const CHECKS_ROLE: &str = "system-upgrade-controller-health-checks";
 const PLAN: &str = "rbac";
 /// The ClusterRole, Role and bindings of deploy/components/maintenance.
 const MAINTENANCE_ROLE: &str = "system-upgrade-controller-maintenance";
@@ -487,6 +490,15 @@ async fn controller_and_job_rules(client: &kube::Client) -> (Vec<Grant>, Vec<Gra
     assert!(
         foreign.is_empty(),
         "{NS}/{JOBS_SA}, the Jobs' account, holds more than the Jobs' roles: {foreign:?}"
+    );
+    // The health checks' account holds what is aggregated for checks, and nothing else.
+    let checks: BTreeSet<String> = (bound_rules(client, CHECKS_SA).await.into_iter())
+        .map(|g| g.role)
+        .filter(|r| r != CHECKS_ROLE)
+        .collect();
+    assert!(
+        checks.is_empty(),
+        "{NS}/{CHECKS_SA}, the health checks' account, holds more than {CHECKS_ROLE}: {checks:?}"
     );
     (controller, jobs)
 }

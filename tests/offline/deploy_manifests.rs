@@ -105,6 +105,50 @@ fn the_config_map_has_suc_values_under_names_slipway_reads() {
     }
 }
 
+/// The account health checks read as runs nothing: no token is mounted for it, and no pod of
+/// deploy/ or the chart names it, so no node ever holds its token.
+#[test]
+fn the_health_checks_account_runs_nothing() {
+    const ACCOUNT: &str = "system-upgrade-health-checks";
+    for file in ["deploy/rbac.yaml", "charts/slipway/templates/rbac.yaml"] {
+        let text = read(file);
+        let account = text
+            .split("\n---\n")
+            .find(|d| {
+                d.contains("kind: ServiceAccount") && d.contains(&format!("name: {ACCOUNT}\n"))
+            })
+            .unwrap_or_else(|| panic!("{file} makes the ServiceAccount {ACCOUNT}"));
+        assert!(
+            account.contains("automountServiceAccountToken: false"),
+            "{file}: {account}"
+        );
+    }
+    let mut manifests = Vec::new();
+    for dir in ["deploy", "deploy/components", "charts/slipway/templates"] {
+        let mut stack = vec![repo().join(dir)];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d)
+                .expect("a manifests directory")
+                .flatten()
+            {
+                let path = entry.path();
+                match path.is_dir() {
+                    true => stack.push(path),
+                    false => manifests.push(path),
+                }
+            }
+        }
+    }
+    for path in manifests {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            !text.contains(&format!("serviceAccountName: {ACCOUNT}")),
+            "{} runs a pod as {ACCOUNT}",
+            path.display()
+        );
+    }
+}
+
 #[test]
 fn the_deployment_runs_locked_down_with_suc_identity() {
     let d: Deployment = yaml("deploy/deployment.yaml");
