@@ -81,9 +81,7 @@ pub(super) fn roll<'a>(
     if window.is_none() && !stopped {
         out.next = super::disruption::next_batch(&facts, &eligible, &steps);
     }
-    if let Err(message) = apply_actions(&mut facts, &mut steps, out) {
-        fail_complete(st, out, "ValidationFailed", message, &now_text, input);
-    }
+    let unmade = apply_actions(&mut facts, &mut steps, out);
     reconcile_reboot_pods(&facts, &steps, out);
     sweep_jobs(&facts, &steps, out);
     write_nodes(st, &steps);
@@ -100,6 +98,10 @@ pub(super) fn roll<'a>(
         stage: stage.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
+    // After the report, which would say the node's step goes on: its Job cannot be made.
+    if let Err(message) = unmade {
+        fail_complete(st, out, "ValidationFailed", message, &now_text, input);
+    }
     if input.explain {
         out.waiting = super::waits::explain(&facts, &steps, &situation);
     }

@@ -770,6 +770,59 @@ fn a_changed_pod_template_replaces_a_failed_job() {
     assert_ne!(complete(&r.status).1, "JobFailed");
 }
 
+/// On SUC's CRD `status.nodes` is pruned at every status write: the failed Job of the template
+/// before an edit is still replaced (SUC's e2e suite: a failing Job, then the args fixed).
+#[test]
+fn a_changed_pod_template_replaces_a_failed_job_without_status_nodes() {
+    let mut w = World::new(plan(1), nodes(1));
+    let pruned = |w: &mut World| {
+        if let Some(st) = w.plan.status.as_mut() {
+            st.nodes.clear();
+        }
+    };
+    w.step();
+    pruned(&mut w);
+    let job = w.job_names()[0].clone();
+    w.finish(&job, "Failed", now(), "BackoffLimitExceeded", "backoff");
+    w.step();
+    pruned(&mut w);
+    assert_eq!(complete(&w.status()).1, "JobFailed");
+    assert!(w.step().delete_jobs.is_empty(), "held while unchanged");
+    pruned(&mut w);
+    w.plan.metadata.generation = Some(2);
+    w.plan.spec.upgrade.args = Some(vec!["exit 0".into()]);
+    let r = w.step();
+    pruned(&mut w);
+    let deleted: Vec<&str> = r.delete_jobs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(deleted, [job.as_str()]);
+    let r = w.step();
+    assert_eq!(r.create_jobs.len(), 1, "recreated with the new template");
+}
+
+/// SUC's CRD and slipway's accept a Plan without an image: it resolves and is valid, its node is
+/// listed as SUC lists it, and no Job is made nor node touched; `Complete` says why.
+#[test]
+fn a_plan_without_an_image_makes_no_job_and_says_why() {
+    let mut p = plan(1);
+    p.spec.upgrade.image = String::new();
+    p.spec.cordon = Some(true);
+    let mut w = World::new(p, nodes(1));
+    for _ in 0..3 {
+        let r = w.step();
+        assert!(r.create_jobs.is_empty());
+        assert!(r.node_patches.is_empty(), "{:?}", r.node_patches);
+        assert!(cond::is(&r.status, VALIDATED, TRUE));
+        assert_eq!(
+            complete(&r.status),
+            (
+                "False".into(),
+                "ValidationFailed".into(),
+                "Failed to create job for node node-1: spec.upgrade.image is empty: a Job needs an image".into()
+            )
+        );
+    }
+}
+
 #[test]
 fn post_complete_delay_holds_the_slot_and_labels_after_it() {
     let mut p = plan(1);

@@ -55,6 +55,10 @@ pub enum RenderError {
     /// SUC's message, reported for every Windows node while the image is unset.
     #[error("SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE_WINDOWS is required when targeting Windows nodes")]
     MissingWindowsKubectlImage,
+    /// SUC's CRD and slipway's accept a Plan without an image (one that only resolves a
+    /// version); no Job can run it.
+    #[error("spec.{0}.image is empty: a Job needs an image")]
+    EmptyImage(&'static str),
     #[error("spec.postCompleteDelay {0:?} is not a duration")]
     InvalidPostCompleteDelay(String),
     #[error("spec.drain.podSelector: {0}")]
@@ -100,6 +104,16 @@ impl<'a> Target<'a> {
             .and_then(|s| s.latest_hash.as_deref())
             .filter(|h| !h.is_empty())
             .ok_or_else(|| missing(RenderError::MissingLatestHash))?;
+        let empty =
+            |c: Option<&crate::plan::api::ContainerSpec>| c.is_some_and(|c| c.image.is_empty());
+        for (field, container) in [
+            ("upgrade", Some(&plan.spec.upgrade)),
+            ("prepare", plan.spec.prepare.as_ref()),
+        ] {
+            if empty(container) {
+                return Err(RenderError::EmptyImage(field));
+            }
+        }
         let windows = node.is_windows();
         if windows && config.kubectl_image_windows.is_empty() {
             return Err(RenderError::MissingWindowsKubectlImage);
@@ -201,6 +215,22 @@ mod tests {
             err.to_string(),
             "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE_WINDOWS is required when targeting Windows nodes"
         );
+    }
+
+    #[test]
+    fn a_plan_without_an_image_renders_no_job() {
+        for (spec, field) in [
+            ("upgrade:\n  image: ''\n", "upgrade"),
+            ("upgrade:\n  image: u\nprepare:\n  image: ''\n", "prepare"),
+        ] {
+            let err = render_job(&plan(spec), &node("n1"), "c", &JobConfig::default())
+                .expect_err("no image");
+            assert_eq!(err, RenderError::EmptyImage(field));
+            assert_eq!(
+                err.to_string(),
+                format!("spec.{field}.image is empty: a Job needs an image")
+            );
+        }
     }
 
     // --- Job spec and metadata ---

@@ -92,6 +92,23 @@ pub enum JobSeen {
     },
 }
 
+impl JobSeen {
+    /// A Job of an earlier pod template (a failed one too: on SUC's CRD, which prunes
+    /// `status.nodes`, no record of the failure's generation says the Plan changed since).
+    pub fn outdated(&self) -> bool {
+        matches!(
+            self,
+            JobSeen::Running {
+                template_current: false,
+                ..
+            } | JobSeen::Failed {
+                template_current: false,
+                ..
+            }
+        )
+    }
+}
+
 /// Everything one transition reads about the node.
 #[derive(Debug, Clone)]
 pub struct Observation<'a> {
@@ -323,10 +340,8 @@ pub(super) fn upgrading(
             same(job, boot, since)
         }
         JobSeen::Absent => NodeState::Pending { job, since },
-        JobSeen::Running {
-            template_current: false,
-            ..
-        } => {
+        // Running or failed, a Job of an earlier template goes: a failure is its template's.
+        seen if seen.outdated() => {
             actions.push(NodeAction::DeleteJob("its pod template changed".into()));
             NodeState::Pending { job, since: now }
         }

@@ -314,6 +314,31 @@ fn a_new_template_replaces_a_failed_job() {
     );
 }
 
+/// On SUC's CRD `status.nodes` is pruned: every decision finds the node only selected, and the
+/// failed Job of the template before an edit must still be replaced, not adopted as a failure.
+#[test]
+fn a_failed_job_of_an_earlier_template_is_replaced_without_a_record() {
+    let old = || JobSeen::Failed {
+        message: "x".into(),
+        template_current: false,
+    };
+    for state in [NodeState::selected("j1", t(T0)), upgrading()] {
+        let (s, a) = step(state, &node(), old(), &ctx());
+        assert!(matches!(s, NodeState::Pending { .. }), "{s:?}");
+        assert_eq!(
+            a,
+            [NodeAction::DeleteJob("its pod template changed".into())]
+        );
+    }
+    // The Job of the current template that failed is a failure, held.
+    let current = JobSeen::Failed {
+        message: "x".into(),
+        template_current: true,
+    };
+    let (s, _) = step(NodeState::selected("j1", t(T0)), &node(), current, &ctx());
+    assert!(matches!(s, NodeState::Failed { .. }), "{s:?}");
+}
+
 #[test]
 fn a_state_for_another_job_starts_over() {
     let s = NodeState::Upgrading {
