@@ -27,6 +27,7 @@ crd:
     cp crds/nodeops.operator.kairos.io.yaml deploy/components/kairos/
     cargo run --locked --quiet --bin slipway -- crd nodeopupgrades > crds/nodeopupgrades.operator.kairos.io.yaml
     cp crds/nodeopupgrades.operator.kairos.io.yaml deploy/components/kairos/
+    cargo run --locked --quiet --bin slipway -- crd strict-plans > deploy/components/strict-plans/policy.yaml
     just chart-files release-manifest
 
 # Copy the files the Helm chart shares with crds/ and deploy/ into charts/slipway/files/ (Helm reads
@@ -34,6 +35,7 @@ crd:
 chart-files:
     cp crds/*.yaml charts/slipway/files/crds/
     cp deploy/components/monitoring/prometheusrule.yaml deploy/components/monitoring/dashboard.json charts/slipway/files/monitoring/
+    cp deploy/components/strict-plans/policy.yaml charts/slipway/files/strict-plans/
 
 # Write dist/slipway.yaml, the single-file install (`kubectl kustomize deploy/`: the namespace, the
 # Plan and DisruptionBudget CRDs, RBAC, ConfigMap, Deployment); tests/offline/deploy_manifests.rs checks it is up to date.

@@ -39,7 +39,9 @@ enum Command {
     /// Print a CustomResourceDefinition as YAML (or JSON): plans.upgrade.cattle.io (the default),
     /// nodemaintenances.nodemaintenance.medik8s.io, rebootpolicies.slipway.dev,
     /// disruptionbudgets.slipway.dev, nodeops.operator.kairos.io or
-    /// nodeopupgrades.operator.kairos.io.
+    /// nodeopupgrades.operator.kairos.io; or, with strict-plans, the opt-in
+    /// ValidatingAdmissionPolicy (and its binding) that refuses at admission the Plans SUC's CRD
+    /// accepts but no controller can run.
     Crd(CrdArgs),
     /// Print the latestHash of a Plan, exactly as system-upgrade-controller computes it.
     ///
@@ -91,6 +93,7 @@ enum CrdResource {
     Disruptionbudgets,
     Nodeops,
     Nodeopupgrades,
+    StrictPlans,
 }
 
 #[derive(clap::Args)]
@@ -517,6 +520,13 @@ fn crd(args: &CrdArgs) -> anyhow::Result<String> {
         CrdResource::Disruptionbudgets => slipway::node::budget::api::disruption_budget_crd(),
         CrdResource::Nodeops => slipway::nodeop::api::nodeop_crd(),
         CrdResource::Nodeopupgrades => slipway::nodeop::api::nodeopupgrade_crd(),
+        CrdResource::StrictPlans => {
+            let docs = slipway::plan::api::strict::strict_plan_policy();
+            return Ok(match args.output {
+                Objects::Yaml => slipway::plan::api::strict::strict_plan_policy_yaml()?,
+                Objects::Json => serde_json::to_string_pretty(&docs)? + "\n",
+            });
+        }
     };
     // The YAML is what crds/ holds, as the library's *_crd_yaml functions write it.
     Ok(match args.output {

@@ -1,7 +1,8 @@
 //! The committed CRD on a real API server: it is accepted and Established (every scene installs
-//! it), every example is accepted, every CEL rule rejects what it should with the field named, a
-//! valid window and the edge values pass, and `kubectl get plans` shows SUC's columns. Shared
-//! scenes: Plans in a namespace of their own, and no controller.
+//! it), every example is accepted, what SUC's CRD refuses is refused with the field named and what
+//! it accepts is accepted, the opt-in strict policy refuses the rest naming the field, a valid
+//! window and the edge values pass, and `kubectl get plans` shows SUC's columns. Shared scenes:
+//! Plans in a namespace of their own, and no controller.
 
 use crate::support;
 
@@ -101,9 +102,11 @@ async fn every_example_is_accepted_in(ns: &TestNamespace) {
     assert!(created >= 8, "created {created} example plans");
 }
 
-/// Each CEL rule rejects what it should, naming the field.
-async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, ns: &TestNamespace) {
+/// What SUC's CRD accepts and no controller can run: accepted by slipway's CRD (the controller
+/// reports it), refused by the opt-in strict policy naming the field. `(name, spec, field)`.
+fn strict_cases() -> Vec<(String, Value, &'static str)> {
     let upgrade = upgrade();
+    let window = |w: Value| json!({"window": w, "upgrade": upgrade});
     let cases = [
         (
             json!({"concurrency": -1, "upgrade": upgrade}),
@@ -126,7 +129,38 @@ async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, n
             json!({"prepare": {"image": ""}, "upgrade": upgrade}),
             "spec.prepare.image",
         ),
-        (json!({}), "spec.upgrade"),
+        (
+            window(json!({"days": ["mo"], "startTime": "25:00", "endTime": "02:00"})),
+            "spec.window.startTime",
+        ),
+        (
+            window(json!({"days": ["mo"], "startTime": "01:00", "endTime": "3:04pm"})),
+            "spec.window.endTime",
+        ),
+        (
+            window(json!({"days": ["mo"], "startTime": "01:00"})),
+            "spec.window",
+        ),
+        (
+            window(json!({"startTime": "01:00", "endTime": "02:00"})),
+            "spec.window.days",
+        ),
+    ];
+    let mut out: Vec<(String, Value, &'static str)> = (cases.into_iter().enumerate())
+        .map(|(i, (spec, field))| (format!("strict-{i}"), spec, field))
+        .collect();
+    out.push((
+        format!("n{}", "x".repeat(63)),
+        json!({"upgrade": upgrade}),
+        "metadata.name",
+    ));
+    out
+}
+
+/// The schema refuses what SUC's refuses too, naming the field; it accepts what SUC's accepts.
+async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, ns: &TestNamespace) {
+    let upgrade = upgrade();
+    let cases = [
         (
             json!({"window": {"days": ["never"], "startTime": "01:00", "endTime": "02:00"}, "upgrade": upgrade}),
             "spec.window.days",
@@ -135,17 +169,14 @@ async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, n
             json!({"window": {"days": [], "startTime": "01:00", "endTime": "02:00"}, "upgrade": upgrade}),
             "spec.window.days",
         ),
+        (json!({}), "spec.upgrade"),
         (
-            json!({"window": {"days": ["mo"], "startTime": "25:00", "endTime": "02:00"}, "upgrade": upgrade}),
-            "spec.window.startTime",
+            json!({"reboot": {"sentinelPath": "relative"}, "upgrade": upgrade}),
+            "spec.reboot.sentinelPath",
         ),
         (
-            json!({"window": {"days": ["mo"], "startTime": "01:00", "endTime": "3:04pm"}, "upgrade": upgrade}),
-            "spec.window.endTime",
-        ),
-        (
-            json!({"window": {"days": ["mo"], "startTime": "01:00"}, "upgrade": upgrade}),
-            "spec.window",
+            json!({"failurePolicy": {"then": "Retry"}, "upgrade": upgrade}),
+            "spec.failurePolicy.then",
         ),
     ];
     for (i, (spec, field)) in cases.iter().enumerate() {
@@ -169,6 +200,147 @@ async fn each_cel_rule_rejects_naming_the_field_in(cluster: &support::Cluster, n
             "{spec}: the message names {field}: {message}"
         );
     }
+    for (name, spec, field) in strict_cases() {
+        create_raw(ns, &minimal_plan(&name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("{field}: SUC's CRD accepts it, slipway's refused it: {e}"));
+    }
+}
+
+/// The opt-in strict policy, as deploy/components/strict-plans ships it but bound to the scene's
+/// namespace only (the cluster is shared): once the API server has it, each strict case is
+/// refused naming the field, a valid Plan is accepted, and a Plan admitted before the policy can
+/// still have its metadata written (its finalizer) and be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_strict_policy_refuses_naming_the_field() {
+    let Some(s) = Scene::new("strict").start().await else {
+        return;
+    };
+    let ns = &s.ns;
+    let before = minimal_plan(
+        "admitted-before",
+        json!({"concurrency": -1, "upgrade": upgrade()}),
+    );
+    create_raw(ns, &before)
+        .await
+        .expect("accepted without the policy");
+    let name = format!("slipway-strict-plans-{}", ns.name());
+    let [mut policy, mut binding] = slipway::plan::api::strict::strict_plan_policy();
+    policy["metadata"]["name"] = json!(name);
+    binding["metadata"]["name"] = json!(name);
+    binding["spec"]["policyName"] = json!(name);
+    binding["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels":
+        {"kubernetes.io/metadata.name": ns.name()}}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]});
+    s.cluster
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&list.to_string()))
+        .await
+        .expect("the policy and its binding apply");
+    let cases = strict_cases();
+    // The API server compiles a new policy in the background: the first case waits for it.
+    // A probe accepted before is not asked again (its name would be refused as taken).
+    let (first, spec, _) = &cases[0];
+    let probes = std::sync::atomic::AtomicUsize::new(0);
+    support::wait_for(
+        "the policy refuses",
+        std::time::Duration::from_secs(60),
+        || async {
+            let n = probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let probe = minimal_plan(&format!("{first}-probe-{n}"), spec.clone());
+            match create_raw(ns, &probe).await {
+                Err(e) if e.contains(&name) => Ok(e),
+                Err(e) => Err(anyhow::anyhow!("refused, not by the policy: {e}")),
+                Ok(()) => Err(anyhow::anyhow!("accepted")),
+            }
+        },
+    )
+    .await;
+    for (plan, spec, field) in &cases {
+        let message = create_raw(ns, &minimal_plan(plan, spec.clone()))
+            .await
+            .expect_err(&format!("{plan}: {spec} must be refused"));
+        assert!(message.contains(field), "{spec}: names {field}: {message}");
+        assert!(
+            message.contains(&name),
+            "{spec}: names the policy: {message}"
+        );
+    }
+    create_raw(
+        ns,
+        &minimal_plan("valid", json!({"concurrency": 1, "upgrade": upgrade()})),
+    )
+    .await
+    .expect("a valid Plan passes the policy");
+    s.cluster
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "patch",
+            "plan",
+            "admitted-before",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["slipway.dev/plan-cleanup"]}}"#,
+        ])
+        .await
+        .expect("a Plan admitted before the policy keeps its metadata writes");
+    s.cluster
+        .kubectl(&[
+            "-n",
+            ns.name(),
+            "patch",
+            "plan",
+            "admitted-before",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
+        .await
+        .expect("and its finalizer can go");
+    support::wait_for(
+        "the policy's type checking",
+        std::time::Duration::from_secs(60),
+        || async {
+            let seen = s
+                .cluster
+                .kubectl(&[
+                    "get",
+                    "validatingadmissionpolicy",
+                    &name,
+                    "-o",
+                    "jsonpath={.status.observedGeneration}",
+                ])
+                .await?;
+            match seen.is_empty() {
+                true => Err(anyhow::anyhow!("not checked yet")),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
+    let status = s
+        .cluster
+        .kubectl(&[
+            "get",
+            "validatingadmissionpolicy",
+            &name,
+            "-o",
+            "jsonpath={.status.typeChecking}",
+        ])
+        .await
+        .expect("the policy's status");
+    assert!(
+        !status.contains("expressionWarnings"),
+        "type checking: {status}"
+    );
+    let _ = s
+        .cluster
+        .kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &name,
+        ])
+        .await;
 }
 
 /// A valid window, and the edge values the rules allow.

@@ -685,6 +685,27 @@ fn crds_can_be_left_to_others_and_are_kept_by_default() {
     assert!(crd["metadata"]["annotations"].is_null());
 }
 
+/// The strict checks of Plans are opt-in: off, no policy; on, deploy/'s component as it is.
+#[test]
+fn strict_plans_are_an_opt_in_admission_policy() {
+    let kinds = [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    let docs = template(&[]);
+    assert!(
+        !docs
+            .iter()
+            .any(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+    );
+    let docs = template(&["strictPlans.enabled=true"]);
+    let [policy, binding] = slipway::plan::api::strict::strict_plan_policy();
+    for (kind, expected) in kinds.into_iter().zip([policy, binding]) {
+        let found = find(&docs, kind, slipway::plan::api::strict::POLICY_NAME);
+        assert_eq!(found["spec"], expected["spec"], "{kind}");
+    }
+}
+
 #[test]
 fn the_chart_carries_the_committed_files_and_the_crate_version() {
     let copies = [
@@ -693,6 +714,7 @@ fn the_chart_carries_the_committed_files_and_the_crate_version() {
         ("crds", "rebootpolicies.slipway.dev.yaml"),
         ("deploy/components/monitoring", "prometheusrule.yaml"),
         ("deploy/components/monitoring", "dashboard.json"),
+        ("deploy/components/strict-plans", "policy.yaml"),
     ];
     for (dir, name) in copies {
         let read =

@@ -16,3 +16,4 @@ mod kairos_crd;
 mod kairos_upgrade;
 mod kstatus;
 mod monitoring;
+mod suc_crd;

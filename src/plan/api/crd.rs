@@ -1,8 +1,10 @@
 //! The CustomResourceDefinition of `plans.upgrade.cattle.io`.
 //!
 //! The schema is derived from the Rust types; this module adds what derive attributes cannot say
-//! cleanly: the CEL rules for what SUC only checks inside its controller, bounds that keep those rules
-//! cheap, and the list-map merge keys of `status.conditions`.
+//! cleanly: SUC's own schema where it differs from the derived one, the CEL rules of slipway's own
+//! fields (with bounds that keep them cheap), and the list-map merge keys of `status.conditions`.
+//! What SUC accepts at admission and checks in its controller is accepted here too; the opt-in
+//! [`super::strict`] rules refuse it.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -10,8 +12,7 @@ use serde_json::{Value, json};
 
 use super::Plan;
 use crate::common::crd::{
-    GO_DURATION_PATTERN, extend, health_check_rules, map_list, positive_duration, push_rule, rule,
-    window_rules, with_rules,
+    DAY_NAMES, extend, health_check_rules, map_list, positive_duration, push_rule, rule, with_rules,
 };
 
 /// The CRD that `slipway crd` prints and `slipway run` installs.
@@ -26,15 +27,7 @@ pub fn plan_crd_yaml() -> Result<String, crate::Error> {
 
 fn add_rules(root: &mut Value) {
     let spec = "/properties/spec";
-    push_rule(
-        root,
-        rule(
-            "size(self.metadata.name) <= 63",
-            "metadata.name must be at most 63 characters: it becomes the node label plan.upgrade.cattle.io/<name>",
-        ),
-    );
-    spec_rules(root, spec);
-    window_rules(root, &format!("{spec}/properties/window"));
+    suc_schema(root, spec);
     reboot_rules(root, &format!("{spec}/properties/reboot"));
     failure_rules(root, &format!("{spec}/properties/failurePolicy"));
     health_check_rules(
@@ -92,45 +85,42 @@ fn hook_rules(root: &mut Value, hooks: &str) {
     }
 }
 
-/// `concurrency`, `postCompleteDelay`, `drain` and the containers' images.
-fn spec_rules(root: &mut Value, spec: &str) {
-    extend(root, &format!("{spec}/properties/concurrency"), |s| {
-        push_rule(
-            s,
-            rule("self >= 0", "spec.concurrency must not be negative"),
-        );
-    });
-    extend(root, &format!("{spec}/properties/postCompleteDelay"), |s| {
-        s["pattern"] = json!(GO_DURATION_PATTERN);
-        s["maxLength"] = json!(64);
-        push_rule(
-            s,
-            rule(
-                "!self.startsWith('-')",
-                "spec.postCompleteDelay must not be negative",
-            ),
-        );
-    });
-    extend(root, &format!("{spec}/properties/drain"), |s| {
-        push_rule(
-            s,
-            rule(
-                "!(has(self.deleteLocalData) && has(self.deleteEmptydirData))",
-                "spec.drain cannot specify both deleteEmptydirData and deleteLocalData",
-            ),
-        );
-    });
+/// Where SUC's fields differ from what the derived schema says: every Plan SUC v0.20.1's CRD
+/// accepts is accepted ([`super::strict`] holds the rules it leaves to the controller), and
+/// `tests/offline/suc_crd.rs` compares the two schemas field by field.
+fn suc_schema(root: &mut Value, spec: &str) {
+    // SUC's day names, as SUC's schema lists them (its e2e suite expects `never` refused here).
+    extend(
+        root,
+        &format!("{spec}/properties/window/properties/days"),
+        |s| {
+            s["minItems"] = json!(1);
+            s["items"]["enum"] = json!(DAY_NAMES);
+        },
+    );
+    // Kubernetes' LocalObjectReference: a name SUC's schema defaults to "" rather than requires.
+    let mut references = vec![format!("{spec}/properties/imagePullSecrets/items")];
     for container in ["upgrade", "prepare"] {
-        extend(
-            root,
-            &format!("{spec}/properties/{container}/properties/image"),
-            |s| {
-                push_rule(
-                    s,
-                    rule("self != ''", &format!("spec.{container}.image is required")),
-                );
-            },
-        );
+        let c = format!("{spec}/properties/{container}/properties");
+        references.push(format!("{c}/envFrom/items/properties/configMapRef"));
+        references.push(format!("{c}/envFrom/items/properties/secretRef"));
+        references.push(format!(
+            "{c}/envs/items/properties/valueFrom/properties/configMapKeyRef"
+        ));
+        references.push(format!(
+            "{c}/envs/items/properties/valueFrom/properties/secretKeyRef"
+        ));
+    }
+    for pointer in references {
+        extend(root, &pointer, |s| {
+            if let Some(required) = s.get_mut("required").and_then(Value::as_array_mut) {
+                required.retain(|r| r != "name");
+                if required.is_empty() {
+                    s.as_object_mut().map(|o| o.remove("required"));
+                }
+            }
+            s["properties"]["name"]["default"] = json!("");
+        });
     }
 }
 

@@ -24,6 +24,7 @@ pub use crate::node::reboot::HealthGateSpec;
 
 pub mod crd;
 mod hooks;
+pub mod strict;
 
 pub use hooks::{HookPhase, HookStatus, HooksSpec, HooksStatus};
 

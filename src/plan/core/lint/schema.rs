@@ -32,9 +32,10 @@ impl Default for SchemaChecker {
 }
 
 impl SchemaChecker {
-    /// The checker of the CRD that slipway installs.
+    /// The checker of the CRD that slipway installs, with the opt-in strict rules: a Plan the
+    /// strict policy would refuse is one no controller can run as written.
     pub fn new() -> Self {
-        let crd = crate::plan::api::crd::plan_crd();
+        let crd = crate::plan::api::strict::strict_plan_crd();
         let schema = crd
             .spec
             .versions
@@ -390,7 +391,7 @@ mod tests {
         let fields: Vec<&str> = f.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(
             fields,
-            vec!["spec.window.days", "spec.window.endTime"],
+            vec!["spec.window.days.1", "spec.window.endTime"],
             "{f:?}"
         );
     }
