@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod next_up;
 pub mod notify;
 pub mod operation;
+mod pruned;
 pub mod server;
 pub mod shared;
 pub mod silences;

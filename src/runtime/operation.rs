@@ -6,7 +6,7 @@
 //! lock, the order of effects and status, the events, the metrics, the backoff after errors, and
 //! an event when a failure persists (so it reaches the object, not only the log).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use super::chores::{Object, Scope};
 use super::error::{Error, ErrorKind};
 use super::metrics::Kind;
+use super::pruned::Pruned;
 use super::shared::Shared;
 use super::written::Written;
 use crate::common::decision::{Decision, Effect, Event};
@@ -43,7 +44,7 @@ pub trait Operation: Send + Sync + Sized + 'static {
     type Observed: Send + Sync;
 
     const KIND: Kind;
-    /// Held while the object has something to give back when it is deleted.
+    /// Held while the object has something to give back when it is deleted ([`Operation::holds`]).
     const FINALIZER: &'static str;
 
     fn shared(&self) -> &Shared;
@@ -99,6 +100,21 @@ pub trait Operation: Send + Sync + Sized + 'static {
     /// `obj`'s deletion is done: what the kind keeps of it goes (its gauges, its maps), or a
     /// cluster that creates and deletes objects every day keeps them all.
     fn forget(&self, _obj: &Self::Object) {}
+
+    /// Whether `obj`, once `status` is decided, holds something its deletion must give back (a
+    /// node it cordoned): its finalizer is set before such a decision is applied, and removed
+    /// after one that holds nothing. A finalizer nobody removes blocks the deletion of its object,
+    /// its namespace and its CRD once the controller is gone (uninstalled with them); an object at
+    /// rest then holds none. The default, always, is for the kinds whose finalizer is part of the
+    /// API they share with another operator.
+    fn holds(
+        &self,
+        _obj: &Self::Object,
+        _status: &Self::Status,
+        _observed: &Self::Observed,
+    ) -> bool {
+        true
+    }
 }
 
 /// After this many failures in a row, a reconcile's error becomes a Warning event on the object.
@@ -180,35 +196,6 @@ impl Start {
             .map_or(FIRST_INTERVAL, |n| interval_for(n, self.pace.wrote))
     }
 }
-
-/// A map by object (namespace, name) that is pruned when it has doubled since the last time.
-struct Pruned<V> {
-    map: HashMap<(String, String), V>,
-    prune_at: usize,
-}
-
-impl<V> Default for Pruned<V> {
-    fn default() -> Self {
-        Pruned {
-            map: HashMap::new(),
-            prune_at: PRUNE_FLOOR,
-        }
-    }
-}
-
-impl<V> Pruned<V> {
-    /// Keeps what `keep` says once the map has doubled: amortized O(1) per insert.
-    fn prune(&mut self, keep: impl FnMut(&(String, String), &mut V) -> bool) {
-        if self.map.len() < self.prune_at {
-            return;
-        }
-        self.map.retain(keep);
-        self.prune_at = (2 * self.map.len()).max(PRUNE_FLOOR);
-    }
-}
-
-/// The size below which the maps are never pruned.
-const PRUNE_FLOOR: usize = 64;
 
 impl<O: Operation> Driver<O> {
     pub fn new(op: Arc<O>) -> Driver<O> {
@@ -419,23 +406,6 @@ where
         deleted(op, &obj, &me, &before);
         return Ok(Action::await_change());
     }
-    let obj = match finalized {
-        true => obj,
-        // Before any node is touched: deleting the object then gives its nodes back. The patched
-        // object carries the resourceVersion the status write must name.
-        false => match shared
-            .chores()
-            .set_finalizer(obj.as_ref(), O::FINALIZER, true)
-            .await?
-        {
-            Some(patched) => {
-                let patched = Arc::new(patched);
-                op.written().remember(patched.clone());
-                patched
-            }
-            None => return Ok(Action::await_change()),
-        },
-    };
     let now = Timestamp::now();
     let observed = op.observe(&obj, now).await?;
     pace.nodes = Some(op.size(&observed));
@@ -456,7 +426,18 @@ where
     if !deleting {
         shared.set_next(&me, decision.next.clone());
     }
+    let holds = deleting || op.holds(&obj, &decision.status, &observed);
+    let obj = match holds && !finalized {
+        // Before any node is touched: deleting the object then gives its nodes back. The patched
+        // object carries the resourceVersion the status write must name.
+        true => match finalize(op, &obj, true).await? {
+            Some(patched) => patched,
+            None => return Ok(Action::await_change()),
+        },
+        false => obj,
+    };
     let applied = apply(op, &obj, &observed, decision, &mut pace.wrote).await;
+    pace.wrote |= holds && !finalized;
     // After the status write: the woken find this object's record already letting go.
     shared.wake_readers(&me, &before);
     applied?;
@@ -469,7 +450,32 @@ where
         info!(kind = %O::KIND, name = %obj.name_any(), "deleted: cleaned up");
         return Ok(Action::await_change());
     }
+    if finalized && !holds {
+        // After the decision that gave the last node back, as written.
+        pace.wrote |= finalize(op, &op.written().latest(obj), false)
+            .await?
+            .is_some();
+    }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Adds (`on`) or removes `O`'s finalizer; the patched object, remembered as written (the status
+/// write that follows names its resourceVersion), or `None` when the object is gone.
+async fn finalize<O: Operation>(
+    op: &O,
+    obj: &Arc<O::Object>,
+    on: bool,
+) -> Result<Option<Arc<O::Object>>, Error>
+where
+    <O::Object as kube::Resource>::Scope: Scope,
+{
+    let chores = op.shared().chores();
+    let Some(patched) = chores.set_finalizer(obj.as_ref(), O::FINALIZER, on).await? else {
+        return Ok(None);
+    };
+    let patched = Arc::new(patched);
+    op.written().remember(patched.clone());
+    Ok(Some(patched))
 }
 
 /// `obj` (held as `me`, holding `before`) is deleted and let go of: nothing of it is kept.

@@ -6,30 +6,24 @@
 //! conflict: a wasted request, a warning and a backoff. So the loop remembers each object as its
 //! own write returned it and decides on the newer of the two.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::{Resource, ResourceExt};
 
+use super::pruned::Pruned;
+
 /// One kind's objects as this process last wrote them, by namespace and name.
 pub struct Written<K> {
-    objects: Mutex<HashMap<(String, String), Arc<K>>>,
-    /// The size at which [`Written::prune`] looks again.
-    prune_at: AtomicUsize,
+    objects: Mutex<Pruned<Arc<K>>>,
 }
 
 impl<K> Default for Written<K> {
     fn default() -> Self {
         Written {
             objects: Mutex::default(),
-            prune_at: AtomicUsize::new(PRUNE_FLOOR),
         }
     }
 }
-
-/// The size below which [`Written::prune`] keeps everything.
-const PRUNE_FLOOR: usize = 64;
 
 fn key<K: Resource>(obj: &K) -> (String, String) {
     (obj.namespace().unwrap_or_default(), obj.name_any())
@@ -43,7 +37,7 @@ fn revision<K: Resource>(obj: &K) -> Option<u64> {
 impl<K: Resource + Clone> Written<K> {
     /// Shared, not copied: a Plan's status lists up to thousands of nodes.
     pub fn remember(&self, written: Arc<K>) {
-        self.lock().insert(key(written.as_ref()), written);
+        self.lock().map.insert(key(written.as_ref()), written);
     }
 
     /// The newer of the cached object and the one this process last wrote. The cache wins, and
@@ -52,7 +46,7 @@ impl<K: Resource + Clone> Written<K> {
     pub fn latest(&self, cached: Arc<K>) -> Arc<K> {
         let mut objects = self.lock();
         let k = key(cached.as_ref());
-        let Some(written) = objects.get(&k) else {
+        let Some(written) = objects.map.get(&k) else {
             return cached;
         };
         match (revision(cached.as_ref()), revision(written.as_ref())) {
@@ -60,7 +54,7 @@ impl<K: Resource + Clone> Written<K> {
                 written.clone()
             }
             _ => {
-                objects.remove(&k);
+                objects.map.remove(&k);
                 cached
             }
         }
@@ -68,33 +62,27 @@ impl<K: Resource + Clone> Written<K> {
 
     /// Forgets the object (it is gone).
     pub fn forget(&self, obj: &K) {
-        self.lock().remove(&key(obj));
+        self.lock().map.remove(&key(obj));
     }
 
     /// Forgets the objects for which `exists` (namespace, name) is false, once the map has
     /// doubled since it was last pruned (amortized O(1) a call): an object deleted by someone else
     /// before the cache showed this process's last write is never reconciled deleted.
     pub fn prune(&self, mut exists: impl FnMut(&str, &str) -> bool) {
-        let mut objects = self.lock();
-        if objects.len() < self.prune_at.load(Ordering::Relaxed) {
-            return;
-        }
-        objects.retain(|(ns, name), _| exists(ns, name));
-        let at = (2 * objects.len()).max(PRUNE_FLOOR);
-        self.prune_at.store(at, Ordering::Relaxed);
+        self.lock().prune(|(ns, name), _| exists(ns, name));
     }
 
     /// Whether no object is remembered.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().map.is_empty()
     }
 
     /// How many objects are remembered.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<K>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pruned<Arc<K>>> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

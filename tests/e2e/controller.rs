@@ -3,8 +3,9 @@
 //! nodes at a time with SUC's hash and labels; crashes mid-rollout that lose and duplicate
 //! nothing; a failed Job reported, not retried, and recovered by fixing the Plan; Secrets that
 //! re-run the Plan unless ignored, and a disabled node skipped; a Plan following its channel;
-//! deleting a Plan undoing its own cordons only, and `concurrency: 0` saying why nothing happens.
-//! Every scene shares the cluster.
+//! deleting a Plan undoing its own cordons only, and `concurrency: 0` saying why nothing happens;
+//! a namespace deleted with its controller and Plans going all the same. Every scene shares the
+//! cluster.
 
 use crate::support;
 
@@ -19,6 +20,7 @@ use crate::support::scene::Scene;
 use anyhow::anyhow;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use slipway::plan::api::Plan;
@@ -615,4 +617,104 @@ async fn deleting_a_plan_undoes_its_cordons_and_only_those() {
             .map(|j| &j.metadata.name)
             .collect::<Vec<_>>()
     );
+}
+
+/// Whether the Plan carries slipway's finalizer.
+fn finalized(plan: &Plan) -> bool {
+    (plan.metadata.finalizers.iter().flatten()).any(|f| f == "slipway.dev/plan-cleanup")
+}
+
+/// Uninstalled with its Plans (`kubectl delete -f dist/slipway.yaml`, the namespace deleted, SUC's
+/// own e2e suite at the end of each spec): the namespace goes although the controller goes with
+/// it. A Plan at rest holds no finalizer (one that cordons and rolled out; one whose Job failed
+/// without a cordon); one that holds a node its Job cordoned gives it back while the controller
+/// is still there, and then lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_deleted_with_its_controller_and_plans_goes() {
+    let Some(s) = Scene::new("uninstall").nodes(3).start().await else {
+        return;
+    };
+    let (ns, client) = (&s.ns, &s.client);
+    let mut controller = ControllerProcess::start(&s.cluster, ns.name(), &[]);
+    create_plan(ns, &rollout_plan("done", &s.pool, 3, "")).await;
+    let done = wait_plan(
+        ns,
+        "done",
+        "rolled out, holding nothing",
+        Duration::from_secs(120),
+        |p| is_complete(p) && !finalized(p),
+    )
+    .await;
+    assert!(done.status.is_some_and(|s| s.applying.is_empty()));
+    let mut failing = rollout_plan("failing", &s.pool, 1, "");
+    failing.spec.cordon = Some(false);
+    failing.metadata.labels = Some([(support::FAIL_LABEL.to_string(), "true".to_string())].into());
+    create_plan(ns, &failing).await;
+    let failed = wait_plan(ns, "failing", "JobFailed", Duration::from_secs(90), |p| {
+        condition_reason(p, "Complete").as_deref() == Some("JobFailed")
+    })
+    .await;
+    assert!(
+        !finalized(&failed),
+        "a Plan that cordons nothing holds nothing"
+    );
+    // Its Job runs for a long time: the node stays cordoned, held by the Plan.
+    let mut holding = rollout_plan("holding", &s.pool, 1, "");
+    holding.metadata.annotations = Some(
+        [(
+            support::COMPLETE_DELAY_ANNOTATION.to_string(),
+            "600s".to_string(),
+        )]
+        .into(),
+    );
+    holding.spec.version = Some("v1.31.0+k3s1".into());
+    create_plan(ns, &holding).await;
+    let held = wait_plan(ns, "holding", "a node held", Duration::from_secs(90), |p| {
+        finalized(p) && p.status.as_ref().is_some_and(|s| s.applying.len() == 1)
+    })
+    .await;
+    let node = held
+        .status
+        .map(|s| s.applying[0].clone())
+        .unwrap_or_default();
+    let record = format!("plan/{}/holding", ns.name());
+    assert_eq!(node_cordon(client, &node).await.1, Some(record));
+    support::set_unschedulable(client, &node, true).await;
+
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    namespaces
+        .delete(ns.name(), &Default::default())
+        .await
+        .expect("delete the namespace");
+    support::wait_for(
+        "the held node given back",
+        Duration::from_secs(60),
+        || async {
+            match node_cordon(client, &node).await {
+                (false, None) => Ok(()),
+                other => Err(anyhow!("{node}: {other:?}")),
+            }
+        },
+    )
+    .await;
+    // The controller goes with its namespace, as its pod would.
+    controller.kill();
+    support::wait_for("the namespace gone", Duration::from_secs(120), || async {
+        match namespaces.get_opt(ns.name()).await? {
+            None => Ok(()),
+            Some(n) => Err(anyhow!(
+                "{:?}, Plans left: {:?}",
+                n.status.and_then(|s| s.phase),
+                ns.api::<Plan>()
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l
+                        .items
+                        .iter()
+                        .map(|p| (p.name_any(), p.metadata.finalizers.clone()))
+                        .collect::<Vec<_>>())
+            )),
+        }
+    })
+    .await;
 }

@@ -15,7 +15,7 @@ use crate::common::decision::Decision;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
-use crate::plan::api::Plan;
+use crate::plan::api::{Plan, PlanStatus};
 
 /// The finalizer slipway puts on every Plan it reconciles.
 pub const FINALIZER: &str = "slipway.dev/plan-cleanup";
@@ -115,6 +115,21 @@ pub fn cleanup_of(
     }
 }
 
+/// Whether the Plan, its status decided, holds what [`cleanup`] would give back: a node its Jobs
+/// may have cordoned (one it is upgrading, when it cordons or drains), a node it quarantined, a
+/// reboot or pull pod. Only then does it carry [`FINALIZER`]: a Plan at rest carries none, so that
+/// deleting it, its namespace or its CRD never waits for a controller that went with them (SUC's
+/// own e2e suite deletes namespaces that hold the controller and its Plans). Jobs are not counted:
+/// they are the Plan's own (an owner reference), and the garbage collector deletes them.
+pub fn holds(plan: &Plan, status: &PlanStatus, nodes: &[&NodeInfo], pods: usize) -> bool {
+    let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
+    let quarantine =
+        super::failure::quarantine_key(plan.metadata.name.as_deref().unwrap_or_default());
+    (cordons && !status.applying.is_empty())
+        || nodes.iter().any(|n| n.labels.contains_key(&quarantine))
+        || pods > 0
+}
+
 /// Whether the Plan carries slipway's finalizer.
 pub fn has_finalizer(plan: &Plan) -> bool {
     plan.metadata
@@ -147,7 +162,7 @@ mod tests {
             [NodeChange::of("n1").label(key, None).remove_taint(key)]
         );
     }
-    use crate::plan::api::{PlanSpec, PlanStatus};
+    use crate::plan::api::PlanSpec;
     use kube::api::ObjectMeta;
 
     fn plan(cordon: bool, applying: &[&str]) -> Plan {
@@ -187,6 +202,28 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// The finalizer is held only while a deletion would have something to give back.
+    #[test]
+    fn a_plan_holds_only_what_its_deletion_gives_back() {
+        let status = |p: &Plan| p.status.clone().unwrap_or_default();
+        let holds = |p: &Plan, nodes: &[&NodeInfo], pods| holds(p, &status(p), nodes, pods);
+        let free = node("n2", false, None);
+        // Upgrading a node, a Plan that cordons may have cordoned it; one that does not, not.
+        assert!(holds(&plan(true, &["n1"]), &[&free], 0));
+        assert!(!holds(&plan(false, &["n1"]), &[&free], 0));
+        let mut drains = plan(false, &["n1"]);
+        drains.spec.drain = Some(Default::default());
+        assert!(holds(&drains, &[], 0));
+        // At rest: nothing, unless a node is quarantined or a pod is left.
+        assert!(!holds(&plan(true, &[]), &[&free], 0));
+        let mut quarantined = free.clone();
+        quarantined
+            .labels
+            .insert("quarantine.slipway.dev/k3s".into(), "h".into());
+        assert!(holds(&plan(true, &[]), &[&quarantined], 0));
+        assert!(holds(&plan(false, &[]), &[], 1));
     }
 
     fn uncordoned(c: &Cleanup) -> Vec<&str> {

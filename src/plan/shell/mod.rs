@@ -13,6 +13,7 @@ mod lean_job;
 mod lean_plan;
 mod nodes;
 mod observe;
+mod owned;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +41,7 @@ use crate::node::reboot::HealthObservation;
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::promotion::{StagePlan, StageRead};
-use crate::plan::core::settled::{SettledNodes, Target};
+use crate::plan::core::settled::SettledNodes;
 use crate::plan::core::{
     self as core, ChannelAnswer, PlanDecision, PlanEffect, PlanInput, PlanSummary, TemplateMemo,
     deletion,
@@ -52,6 +53,7 @@ use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
 use lean_job::LeanJob;
+use owned::Owned;
 pub use watch::{JobCache, PlanWatches, hold_source, watch};
 
 /// How often every Plan is looked at even when nothing changes.
@@ -515,6 +517,12 @@ impl Operation for PlanOperation {
         metrics.plan_phases(&ns, &plan.name_any(), &core::phases(plan.status.as_ref()));
     }
 
+    fn holds(&self, plan: &Plan, status: &PlanStatus, observed: &PlanObserved) -> bool {
+        let nodes: Vec<&NodeInfo> = observed.nodes.iter().map(AsRef::as_ref).collect();
+        let pods = observed.reboot_pods.len() + observed.pull_pods.len();
+        deletion::holds(plan, status, &nodes, pods)
+    }
+
     fn forget(&self, plan: &Plan) {
         let (ns, name) = (plan.namespace().unwrap_or_default(), plan.name_any());
         (self.shared.metrics()).retain_plans(|n, p| (n, p) != (ns.as_str(), name.as_str()));
@@ -534,67 +542,6 @@ impl PlanOperation {
             })
             .collect()
     }
-
-    /// The Plan's Jobs, its hooks' Jobs and its reboot pods: the caches' and those created but
-    /// not in the caches yet. Of the Plan's Jobs, when it rolls out to `target`, not the quiet
-    /// ones at its version ([`core::settled::quiet`]): mid-rollout they are most of them, and a
-    /// decision reads only those of the nodes it reads ([`PlanOperation::quiet_jobs`]).
-    fn owned_by(&self, plan: &str, target: Option<&Target>) -> Owned {
-        let ns = &self.shared.namespace;
-        let (names, hook_names) = {
-            let index = self.jobs.index();
-            let version = target.map(|t| t.version.as_str());
-            (index.plan_jobs(plan, version), index.hook_jobs(plan))
-        };
-        let jobs = self.jobs.get(names, ns);
-        let pods = self
-            .reboot_pods
-            .state()
-            .into_iter()
-            .filter(|p| {
-                p.labels()
-                    .get(core::reboot::REBOOT_PLAN_LABEL)
-                    .map(String::as_str)
-                    == Some(plan)
-            })
-            .collect();
-        let cached = |name: &str| {
-            self.jobs
-                .store
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some()
-        };
-        Owned {
-            jobs: self.expect.jobs(jobs, plan, cached),
-            hook_jobs: self.jobs.get(hook_names, ns),
-            reboot_pods: self.expect.pods(pods, plan),
-        }
-    }
-
-    /// The Plan's quiet Jobs at `target`'s version of the `nodes` its decision reads.
-    fn quiet_jobs(
-        &self,
-        plan: &str,
-        target: Option<&Target>,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Vec<Arc<Job>> {
-        let Some(target) = target else {
-            return Vec::new();
-        };
-        let names = (self.jobs.index()).quiet_of(
-            plan,
-            &target.version,
-            nodes.iter().map(|n| n.name.as_str()),
-        );
-        self.jobs.get(names, &self.shared.namespace)
-    }
-}
-
-/// What [`PlanOperation::owned_by`] finds of a Plan.
-struct Owned {
-    jobs: Vec<Arc<Job>>,
-    hook_jobs: Vec<Arc<Job>>,
-    reboot_pods: Vec<Arc<Pod>>,
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ async fn each_scene_writes_in_its_order() {
     for (scene, writes) in [
         (New, "finalizer node status job"),
         (Start, "node status job"),
-        (Finish, "node status"),
+        (Finish, "node status finalizer"),
         (Reboot, "status pod"),
         (Delete, "delete-job delete-pod node finalizer"),
     ] {
@@ -270,7 +270,7 @@ async fn each_scene_writes_in_its_order() {
 
 /// In a scene, a write answered so: the reconcile's outcome, and the writes sent, in order.
 #[rustfmt::skip]
-const ROWS: [Row<Scene>; 70] = [
+const ROWS: [Row<Scene>; 73] = [
     (New,    "finalizer",  NOT_FOUND,         Ok(()),                 "finalizer"),
     (New,    "finalizer",  CONFLICT,          Err(conflict),          "finalizer"),
     (New,    "finalizer",  GONE,              Err(gone),              "finalizer"),
@@ -298,18 +298,22 @@ const ROWS: [Row<Scene>; 70] = [
     (Start,  "job",        SERVER_ERROR,      Err(server),            "node status job"),
     (Start,  "job",        TIMEOUT,           Err(timeout),           "node status job"),
     // The node is labelled and uncordoned before the status forgets it: refused, no status.
-    (Finish, "node",       NOT_FOUND,         Ok(()),                 "node status"),
+    (Finish, "node",       NOT_FOUND,         Ok(()),                 "node status finalizer"),
     (Finish, "node",       CONFLICT,          Err(conflict),          "node"),
     (Finish, "node",       GONE,              Err(gone),              "node"),
     (Finish, "node",       TOO_MANY_REQUESTS, Err(too_many_requests), "node"),
     (Finish, "node",       SERVER_ERROR,      Err(server),            "node"),
     (Finish, "node",       TIMEOUT,           Err(timeout),           "node"),
-    (Finish, "status",     NOT_FOUND,         Ok(()),                 "node status"),
+    (Finish, "status",     NOT_FOUND,         Ok(()),                 "node status finalizer"),
     (Finish, "status",     CONFLICT,          Err(conflict),          "node status"),
     (Finish, "status",     GONE,              Err(gone),              "node status"),
     (Finish, "status",     TOO_MANY_REQUESTS, Err(too_many_requests), "node status"),
     (Finish, "status",     SERVER_ERROR,      Err(server),            "node status"),
     (Finish, "status",     TIMEOUT,           Err(timeout),           "node status"),
+    // The node given back, nothing is held: the finalizer goes, after the status says so.
+    (Finish, "finalizer",  NOT_FOUND,         Ok(()),                 "node status finalizer"),
+    (Finish, "finalizer",  CONFLICT,          Err(conflict),          "node status finalizer"),
+    (Finish, "finalizer",  SERVER_ERROR,      Err(server),            "node status finalizer"),
     // The status says the node reboots before its reboot pod exists: refused, no pod is made.
     (Reboot, "status",     CONFLICT,          Err(conflict),          "status"),
     (Reboot, "status",     GONE,              Err(gone),              "status"),
