@@ -42,6 +42,53 @@ fn add_rules(root: &mut Value) {
     // Lists merged by key, so that server-side apply and strategic tools treat entries as a map.
     map_list(root, "/properties/status/properties/nodes", "name");
     map_list(root, "/properties/status/properties/conditions", "type");
+    without_cel(root);
+}
+
+/// A Go duration above zero: [`crate::common::crd::GO_DURATION_PATTERN`] with a digit other than 0 and no sign but `+`.
+pub const POSITIVE_GO_DURATION_PATTERN: &str = concat!(
+    r"^\+?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*",
+    r"([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)(ns|us|µs|μs|ms|s|m|h)",
+    r"(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$"
+);
+
+/// The rules of slipway's own fields, as value validations (a pattern, a bound, an enum) instead
+/// of CEL. With any CEL rule in a CRD, the API server adds to every refusal by the schema a second
+/// cause, `some validation rules were not checked because the object was invalid`, so a Plan SUC's
+/// CRD refuses (a day that is no day) would be refused with another message than SUC's, which
+/// tools and SUC's own e2e suite read. The rules the shared helpers write are rewritten here; any
+/// other fails the CRD's tests.
+fn without_cel(schema: &mut Value) {
+    if let Some(rules) = schema
+        .as_object_mut()
+        .and_then(|o| o.remove("x-kubernetes-validations"))
+    {
+        for r in rules.as_array().into_iter().flatten() {
+            let text = r["rule"].as_str().unwrap_or_default();
+            match text {
+                "!self.startsWith('-') && self.matches('[1-9]')" => {
+                    schema["pattern"] = json!(POSITIVE_GO_DURATION_PATTERN)
+                }
+                "self >= 0" => schema["minimum"] = json!(0),
+                "self != ''" => schema["minLength"] = json!(1),
+                "self.startsWith('/') && self != '/'" => schema["pattern"] = json!("^/."),
+                "self != 'Retry'" => {
+                    if let Some(values) = schema["enum"].as_array_mut() {
+                        values.retain(|v| v != "Retry");
+                    }
+                }
+                "!(has(self.name) && has(self.selector))" => {
+                    schema["not"] = json!({"required": ["name", "selector"]})
+                }
+                other => panic!("the Plan CRD has a CEL rule with no value validation: {other}"),
+            }
+        }
+    }
+    match schema {
+        Value::Object(map) => map.values_mut().for_each(without_cel),
+        Value::Array(items) => items.iter_mut().for_each(without_cel),
+        _ => {}
+    }
 }
 
 /// `after` names other Plans with positive soaks; `minVersionAge` is a positive duration.
@@ -180,4 +227,43 @@ fn failure_rules(root: &mut Value, policy: &str) {
             ),
         );
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::crd::GO_DURATION_PATTERN;
+
+    /// The pattern says what the rule it replaces said: Go's syntax, not negative, not zero.
+    #[test]
+    fn the_positive_duration_pattern_is_the_rule_it_replaces() {
+        let syntax = regex::Regex::new(GO_DURATION_PATTERN).expect("syntax");
+        let positive = regex::Regex::new(POSITIVE_GO_DURATION_PATTERN).expect("positive");
+        let atoms = [
+            "", "0", "1", "00", "10", ".", ".5", "0.", "1.5", "0.0", "-", "+", "s", "m", "ms",
+            "µs", "h", "x",
+        ];
+        let mut checked = 0;
+        for a in atoms {
+            for b in atoms {
+                for c in atoms {
+                    for d in ["", "s", "1m", "0h"] {
+                        let text = format!("{a}{b}{c}{d}");
+                        let by_rule = syntax.is_match(&text)
+                            && !text.starts_with('-')
+                            && text.chars().any(|c| ('1'..='9').contains(&c));
+                        assert_eq!(positive.is_match(&text), by_rule, "{text:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 20_000);
+    }
+
+    #[test]
+    fn the_plan_crd_has_no_cel() {
+        let crd = serde_json::to_string(&plan_crd()).expect("json");
+        assert!(!crd.contains("x-kubernetes-validations"));
+    }
 }
