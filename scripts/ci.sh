@@ -8,8 +8,8 @@
 # from that same binary (a release build would compile everything again). The Go tools build in
 # the background meanwhile, the cluster and the real nodes' image first. Then the unit tests, and
 # the end-to-end scenes (side by side, against one local cluster) as soon as the cluster and the
-# guest image are built: beside them the arm64 build, the other tools, the offline tests and the
-# release check. On a cold machine the tools take longer than the compile, and the scenes (the
+# guest image are built: beside them the arm64 build, the other tools, the offline tests, the
+# release check and SUC's own e2e suite (tests/suc-e2e/ci.sh). On a cold machine the tools take longer than the compile, and the scenes (the
 # real nodes' chain above all) are most of the run, so they no longer wait for every tool.
 #
 # Report: target/ci/report.txt (each phase and each scene with its seconds, how long the critical
@@ -186,6 +186,7 @@ waited "wait: cluster, guest image" "$since"
   phase promtool tests/tools/promtool/build.sh
   phase kstatus tests/tools/kstatus/build.sh
   phase ocicheck tests/tools/ocicheck.sh
+  phase suc-e2e-build tests/suc-e2e/build.sh
 ) &
 tools=$!
 PATH="$(tests/cluster/build.sh):$PATH"
@@ -227,6 +228,12 @@ fi
 # What a release ships, from this compile: the CLI's archives and the two-platform image.
 if [ "$failed" = 0 ]; then
   phase release nice -n 19 tests/release/check.sh || failed=1
+fi
+# SUC's own e2e suite under SUC, under slipway, and under slipway on SUC's CRD, each on a cluster
+# of its own, beside the real nodes' chain; at nice 5, not 19: some of its specs pass only if the
+# controller answers an edit within about a second.
+if [ "$failed" = 0 ] && [ "${SLIPWAY_E2E:-}" != skip ]; then
+  SHOW=1 phase suc-e2e nice -n 5 tests/suc-e2e/ci.sh "$CARGO_TARGET_DIR/$target/debug/slipway" "$logs/suc-e2e" || failed=1
 fi
 wait "$scenes" || failed=1
 exit "$failed"

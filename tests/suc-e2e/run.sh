@@ -20,6 +20,15 @@
 #   SLIPWAY_SUC_E2E_ARGS        arguments of every controller process (slipway: run; SUC: none)
 #   SLIPWAY_SUC_E2E_ENV         extra K=V words for every controller process (run.sh adds
 #                               SLIPWAY_METRICS_ADDR=127.0.0.1:0: several may run at once)
+#   SLIPWAY_SUC_E2E_CRD=suc     the Plan CRD is SUC's own (tests/suc/, as where SUC's chart or
+#                               Rancher owns it), installed before the suite with slipway's
+#                               DisruptionBudget CRD, and the controllers run with
+#                               SLIPWAY_INSTALL_CRD=false; by default the controller under test
+#                               registers its own
+#
+# After the suite, every namespace must be gone within three minutes: one left Terminating holds a
+# finalizer no controller is left to remove (the framework deletes each spec's namespace, its
+# controller's Deployment with it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cluster_src=$(cd "$here/../cluster" && pwd)
@@ -81,6 +90,15 @@ extra_env=(SLIPWAY_METRICS_ADDR=127.0.0.1:0 ${SLIPWAY_SUC_E2E_ENV:-})
 # shellcheck disable=SC2206 # words
 controller_args=(${SLIPWAY_SUC_E2E_ARGS:-})
 
+if [ "${SLIPWAY_SUC_E2E_CRD:-}" = suc ]; then
+  log "installing SUC's Plan CRD (and slipway's DisruptionBudget CRD)"
+  "${kc[@]}" apply --server-side -f "$here/../suc/upgrade.cattle.io_plans.yaml" \
+    -f "$here/../../crds/disruptionbudgets.slipway.dev.yaml" >/dev/null
+  "${kc[@]}" wait --for=condition=Established --timeout=60s \
+    crd/plans.upgrade.cattle.io crd/disruptionbudgets.slipway.dev >/dev/null
+  extra_env+=(SLIPWAY_INSTALL_CRD=false)
+fi
+
 # The Plan CRD is the controller's own (SUC and slipway both register it at start). In SUC's CI it
 # exists before a spec creates a Plan: its controller pod starts before the Deployment counts as
 # available. Here a Deployment is available as soon as kwok marks its pod ready, so the controller
@@ -114,5 +132,20 @@ rc=0
 (cd "$work" && "$suite" --provider=local --kubeconfig="$kubeconfig" \
   -ginkgo.v -ginkgo.junit-report="$work/junit.xml" "$@") >"$work/suite.log" 2>&1 || rc=$?
 grep -E '^(Ran |PASS|FAIL|SUCCESS|\[FAIL\])|^  \[FAIL\]' "$work/suite.log" >&2 || true
+# The specs' namespaces, deleted by the framework with their controllers: none may stay.
+left=""
+for _ in $(seq 1 180); do
+  left=$("${kc[@]}" get namespaces -o jsonpath='{range .items[?(@.status.phase=="Terminating")]}{.metadata.name}{" "}{end}')
+  [ -n "$left" ] || break
+  sleep 1
+done
+if [ -n "$left" ]; then
+  log "namespaces still Terminating three minutes after the suite: $left"
+  for ns in $left; do
+    "${kc[@]}" get namespace "$ns" -o jsonpath='{.status.conditions}{"\n"}' >&2 || true
+    "${kc[@]}" get plans -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{": "}{.metadata.finalizers}{"\n"}{end}' >&2 || true
+  done
+  [ "$rc" != 0 ] || rc=1
+fi
 log "exit $rc; logs in $work"
 exit "$rc"
