@@ -43,7 +43,7 @@ fn corpus() -> Vec<PathBuf> {
     files
 }
 
-/// `api`, `controller` or `valid`, from validate's JSON: who would reject the Plan first. Strict:
+/// `api`, `strict`, `controller` or `valid`, from validate's JSON: who would reject the Plan first. Strict:
 /// the Secrets the corpus mounts are not on the cluster either.
 fn validate_verdict(file: &Path) -> String {
     let (_, out, err) = slipway(&[
@@ -64,6 +64,8 @@ fn validate_verdict(file: &Path) -> String {
         .collect();
     if sources.contains(&"schema") {
         "api".into()
+    } else if sources.contains(&"strict") {
+        "strict".into()
     } else if sources.contains(&"controller") {
         "controller".into()
     } else {
@@ -78,6 +80,9 @@ async fn validate_agrees_with_the_api_server_and_the_controller() {
     };
     let (cluster, ns) = (&s.cluster, &s.ns);
     let _controller = ControllerProcess::start(cluster, ns.name(), &[]);
+    // The opt-in strict policy, for the corpus' strict cases; the rest is refused by the CRD or
+    // applied and judged by the controller either way.
+    let policy = support::strict::install(cluster, ns).await;
     let plans = ns.api::<Plan>();
     let mut applied = Vec::new();
     let mut verdicts: BTreeMap<String, (String, String, String)> = BTreeMap::new();
@@ -87,7 +92,7 @@ async fn validate_agrees_with_the_api_server_and_the_controller() {
             .lines()
             .next()
             .and_then(|l| l.strip_prefix("# expect: "))
-            .expect("first line: # expect: api|controller|valid")
+            .expect("first line: # expect: api|strict|controller|valid")
             .to_string();
         let name = file
             .file_stem()
@@ -100,6 +105,7 @@ async fn validate_agrees_with_the_api_server_and_the_controller() {
             .kubectl_stdin(&["apply", "-n", ns.name(), "-f", "-"], Some(&text))
             .await
         {
+            Err(e) if e.to_string().contains(&policy) => "strict".to_string(),
             Err(_) => "api".to_string(),
             Ok(_) => {
                 applied.push(name.clone());
@@ -138,8 +144,10 @@ async fn validate_agrees_with_the_api_server_and_the_controller() {
     assert!(disagreements.is_empty(), "{disagreements:#?}");
     // Every CEL rule and every controller rule has a case.
     let kinds: Vec<&str> = verdicts.values().map(|v| v.0.as_str()).collect();
-    assert!(kinds.iter().filter(|k| **k == "api").count() >= 19);
+    assert!(kinds.iter().filter(|k| **k == "api").count() >= 11);
+    assert!(kinds.iter().filter(|k| **k == "strict").count() >= 10);
     assert!(kinds.iter().filter(|k| **k == "controller").count() >= 3);
+    support::strict::remove(cluster, &policy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

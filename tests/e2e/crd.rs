@@ -224,37 +224,8 @@ async fn the_strict_policy_refuses_naming_the_field() {
     create_raw(ns, &before)
         .await
         .expect("accepted without the policy");
-    let name = format!("slipway-strict-plans-{}", ns.name());
-    let [mut policy, mut binding] = slipway::plan::api::strict::strict_plan_policy();
-    policy["metadata"]["name"] = json!(name);
-    binding["metadata"]["name"] = json!(name);
-    binding["spec"]["policyName"] = json!(name);
-    binding["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels":
-        {"kubernetes.io/metadata.name": ns.name()}}});
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]});
-    s.cluster
-        .kubectl_stdin(&["apply", "-f", "-"], Some(&list.to_string()))
-        .await
-        .expect("the policy and its binding apply");
+    let name = support::strict::install(&s.cluster, ns).await;
     let cases = strict_cases();
-    // The API server compiles a new policy in the background: the first case waits for it.
-    // A probe accepted before is not asked again (its name would be refused as taken).
-    let (first, spec, _) = &cases[0];
-    let probes = std::sync::atomic::AtomicUsize::new(0);
-    support::wait_for(
-        "the policy refuses",
-        std::time::Duration::from_secs(60),
-        || async {
-            let n = probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let probe = minimal_plan(&format!("{first}-probe-{n}"), spec.clone());
-            match create_raw(ns, &probe).await {
-                Err(e) if e.contains(&name) => Ok(e),
-                Err(e) => Err(anyhow::anyhow!("refused, not by the policy: {e}")),
-                Ok(()) => Err(anyhow::anyhow!("accepted")),
-            }
-        },
-    )
-    .await;
     for (plan, spec, field) in &cases {
         let message = create_raw(ns, &minimal_plan(plan, spec.clone()))
             .await
@@ -271,32 +242,23 @@ async fn the_strict_policy_refuses_naming_the_field() {
     )
     .await
     .expect("a valid Plan passes the policy");
-    s.cluster
-        .kubectl(&[
-            "-n",
-            ns.name(),
-            "patch",
-            "plan",
-            "admitted-before",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":["slipway.dev/plan-cleanup"]}}"#,
-        ])
-        .await
-        .expect("a Plan admitted before the policy keeps its metadata writes");
-    s.cluster
-        .kubectl(&[
-            "-n",
-            ns.name(),
-            "patch",
-            "plan",
-            "admitted-before",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ])
-        .await
-        .expect("and its finalizer can go");
+    // A Plan admitted before the policy keeps its metadata writes: its finalizer, on and off.
+    for finalizers in [r#"["slipway.dev/plan-cleanup"]"#, "null"] {
+        let patch = format!(r#"{{"metadata":{{"finalizers":{finalizers}}}}}"#);
+        s.cluster
+            .kubectl(&[
+                "-n",
+                ns.name(),
+                "patch",
+                "plan",
+                "admitted-before",
+                "--type=merge",
+                "-p",
+                &patch,
+            ])
+            .await
+            .unwrap_or_else(|e| panic!("finalizers {finalizers}: {e}"));
+    }
     support::wait_for(
         "the policy's type checking",
         std::time::Duration::from_secs(60),
@@ -333,14 +295,7 @@ async fn the_strict_policy_refuses_naming_the_field() {
         !status.contains("expressionWarnings"),
         "type checking: {status}"
     );
-    let _ = s
-        .cluster
-        .kubectl(&[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            &name,
-        ])
-        .await;
+    support::strict::remove(&s.cluster, &name).await;
 }
 
 /// A valid window, and the edge values the rules allow.

@@ -20,7 +20,8 @@ use slipway::plan::api::{HookPhase, Plan};
 
 const HOOK: &str = "slipway.dev/hook";
 
-/// A Plan whose hooks' pods carry `pod_labels` (a YAML flow mapping).
+/// A Plan whose hooks' pods carry `pod_labels` (a YAML flow mapping) and run on the scene's own nodes:
+/// on another scene's node, deleted when that scene ends, a hook's pod is lost and its Job fails.
 fn plan(name: &str, pool: &str, pod_labels: &str) -> Plan {
     plan_from_yaml(&format!(
         r#"
@@ -45,6 +46,8 @@ spec:
         metadata:
           labels: {pod_labels}
         spec:
+          nodeSelector:
+            slipway.test/pool: {pool}
           containers:
           - name: snapshot
             image: rancher/k3s
@@ -53,6 +56,8 @@ spec:
       backoffLimit: 0
       template:
         spec:
+          nodeSelector:
+            slipway.test/pool: {pool}
           containers:
           - name: notify
             image: curlimages/curl

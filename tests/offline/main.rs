@@ -8,6 +8,7 @@ mod chart;
 mod cli;
 mod containerfile;
 mod crd_and_examples;
+mod deliberate;
 mod deploy_manifests;
 mod documented;
 mod image_index;

@@ -50,6 +50,7 @@ pub mod process;
 pub mod real;
 pub mod reboots;
 pub mod scene;
+pub mod strict;
 pub mod turns;
 
 use std::collections::BTreeMap;

@@ -61,8 +61,11 @@ pub struct Finding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
-    /// The CRD's schema or CEL rules: `kubectl apply` fails.
+    /// The CRD's schema: `kubectl apply` fails.
     Schema,
+    /// The opt-in strict policy (deploy/components/strict-plans) refuses it at `kubectl apply`;
+    /// without it, the Plan is applied and the controller says why it does not run.
+    Strict,
     /// The controller: the Plan is applied but never rolls out (`Validated` is `False`).
     Controller,
     /// A likely mistake that neither rejects.
@@ -187,14 +190,11 @@ fn lint_plan(
     }
     for p in checker.check(&doc.value) {
         let path: Vec<&str> = p.path.iter().map(String::as_str).collect();
-        found.push(mk(
-            source_of(p.severity, Source::Schema),
-            p.severity,
-            &path,
-            p.message,
-        ));
+        let source = source_of(p.severity, p.source());
+        found.push(mk(source, p.severity, &path, p.message));
     }
-    if found.iter().any(|f| f.severity == Severity::Error) {
+    // What the strict policy alone refuses is applied by default: the controller's checks follow.
+    if (found.iter()).any(|f| f.severity == Severity::Error && f.source == Source::Schema) {
         return (found, None);
     }
     let plan: Plan = match serde_json::from_value(doc.value.clone()) {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::Severity;
 use super::documents::first_line;
+use super::{Severity, Source};
 
 /// A problem found by the schema at a path below the object's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +15,19 @@ pub struct SchemaProblem {
     pub severity: Severity,
     pub path: Vec<String>,
     pub message: String,
+    /// Found by a CEL rule. The Plan CRD slipway installs has none (src/plan/api/crd.rs): on its
+    /// checker's schema, the CEL rules are the opt-in strict ones.
+    pub by_rule: bool,
+}
+
+impl SchemaProblem {
+    /// Who refuses it: a CEL rule is one of the opt-in strict ones (see [`SchemaProblem::by_rule`]).
+    pub fn source(&self) -> Source {
+        match self.by_rule {
+            true => Source::Strict,
+            false => Source::Schema,
+        }
+    }
 }
 
 /// The CRD's openAPIV3Schema with its CEL rules compiled once.
@@ -211,6 +224,7 @@ impl SchemaChecker {
                 Ok(_) => {}
                 Err(e) => out.push(SchemaProblem {
                     severity: Severity::Warning,
+                    by_rule: false,
                     path: path.to_vec(),
                     message: format!("pattern {pattern:?} cannot be checked locally: {e}"),
                 }),
@@ -244,9 +258,13 @@ impl SchemaChecker {
                 .unwrap_or_else(|| format!("failed rule: {text}"));
             match self.evaluate(text, value) {
                 Ok(true) => {}
-                Ok(false) => out.push(problem(path, &format!("Invalid value: {message}"))),
+                Ok(false) => out.push(SchemaProblem {
+                    by_rule: true,
+                    ..problem(path, &format!("Invalid value: {message}"))
+                }),
                 Err(why) => out.push(SchemaProblem {
                     severity: Severity::Warning,
+                    by_rule: false,
                     path: path.to_vec(),
                     message: format!(
                         "not checked: the CEL rule {text:?} cannot be evaluated locally: {why}"
@@ -389,6 +407,7 @@ fn problem(path: &[String], message: &str) -> SchemaProblem {
         severity: Severity::Error,
         path: path.to_vec(),
         message: message.to_string(),
+        by_rule: false,
     }
 }
 
@@ -427,7 +446,7 @@ mod tests {
         let f = findings(&bad);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].field, "spec.concurrency");
-        assert_eq!(f[0].source, Source::Schema);
+        assert_eq!(f[0].source, Source::Strict);
         assert_eq!(f[0].line, 6);
         let window = format!(
             "{PLAN}  window:\n    days: [mo, Funday]\n    startTime: \"3pm\"\n    endTime: \"25:00\"\n"
