@@ -7,6 +7,7 @@
 use crate::support;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::support::TestNamespace;
 use crate::support::scene::Scene;
@@ -259,38 +260,22 @@ async fn the_strict_policy_refuses_naming_the_field() {
             .await
             .unwrap_or_else(|e| panic!("finalizers {finalizers}: {e}"));
     }
-    support::wait_for(
+    // Its type checking, once the API server has looked at this generation of it.
+    let status = support::wait_for(
         "the policy's type checking",
-        std::time::Duration::from_secs(60),
+        Duration::from_secs(60),
         || async {
-            let seen = s
-                .cluster
-                .kubectl(&[
-                    "get",
-                    "validatingadmissionpolicy",
-                    &name,
-                    "-o",
-                    "jsonpath={.status.observedGeneration}",
-                ])
+            let jsonpath = "jsonpath={.status.observedGeneration}|{.status.typeChecking}";
+            let seen = (s.cluster)
+                .kubectl(&["get", "validatingadmissionpolicy", &name, "-o", jsonpath])
                 .await?;
-            match seen.is_empty() {
-                true => Err(anyhow::anyhow!("not checked yet")),
-                false => Ok(()),
+            match seen.split_once('|') {
+                Some((generation, checking)) if !generation.is_empty() => Ok(checking.to_string()),
+                _ => Err(anyhow::anyhow!("not checked yet: {seen:?}")),
             }
         },
     )
     .await;
-    let status = s
-        .cluster
-        .kubectl(&[
-            "get",
-            "validatingadmissionpolicy",
-            &name,
-            "-o",
-            "jsonpath={.status.typeChecking}",
-        ])
-        .await
-        .expect("the policy's status");
     assert!(
         !status.contains("expressionWarnings"),
         "type checking: {status}"
