@@ -101,8 +101,9 @@ pub trait Operation: Send + Sync + Sized + 'static {
     /// cluster that creates and deletes objects every day keeps them all.
     fn forget(&self, _obj: &Self::Object) {}
 
-    /// Whether `obj`, once `status` is decided, holds something its deletion must give back (a
-    /// node it cordoned): its finalizer is set before such a decision is applied, and removed
+    /// Whether `obj`, once `decision` is applied (its status written, its effects performed),
+    /// holds something its deletion must give back (a node it cordoned or labelled, a pod it
+    /// created): its finalizer is set before such a decision is applied, and removed
     /// after one that holds nothing. A finalizer nobody removes blocks the deletion of its object,
     /// its namespace and its CRD once the controller is gone (uninstalled with them); an object at
     /// rest then holds none. The default, always, is for the kinds whose finalizer is part of the
@@ -110,7 +111,7 @@ pub trait Operation: Send + Sync + Sized + 'static {
     fn holds(
         &self,
         _obj: &Self::Object,
-        _status: &Self::Status,
+        _decision: &Decision<Self::Status, Self::Effect, Self::Report>,
         _observed: &Self::Observed,
     ) -> bool {
         true
@@ -426,7 +427,7 @@ where
     if !deleting {
         shared.set_next(&me, decision.next.clone());
     }
-    let holds = deleting || op.holds(&obj, &decision.status, &observed);
+    let holds = deleting || op.holds(&obj, &decision, &observed);
     let obj = match holds && !finalized {
         // Before any node is touched: deleting the object then gives its nodes back. The patched
         // object carries the resourceVersion the status write must name.

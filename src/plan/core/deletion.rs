@@ -15,7 +15,7 @@ use crate::common::decision::Decision;
 use crate::node::NodeInfo;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
-use crate::plan::api::{Plan, PlanStatus};
+use crate::plan::api::Plan;
 
 /// The finalizer slipway puts on every Plan it reconciles.
 pub const FINALIZER: &str = "slipway.dev/plan-cleanup";
@@ -115,19 +115,28 @@ pub fn cleanup_of(
     }
 }
 
-/// Whether the Plan, its status decided, holds what [`cleanup`] would give back: a node its Jobs
-/// may have cordoned (one it is upgrading, when it cordons or drains), a node it quarantined, a
-/// reboot or pull pod. Only then does it carry [`FINALIZER`]: a Plan at rest carries none, so that
-/// deleting it, its namespace or its CRD never waits for a controller that went with them (SUC's
-/// own e2e suite deletes namespaces that hold the controller and its Plans). Jobs are not counted:
-/// they are the Plan's own (an owner reference), and the garbage collector deletes them.
-pub fn holds(plan: &Plan, status: &PlanStatus, nodes: &[&NodeInfo], pods: usize) -> bool {
+/// Whether the Plan, once `decision` is applied, holds what [`cleanup`] would give back: a node
+/// its Jobs may have cordoned (one it is upgrading, when it cordons or drains), a node it
+/// quarantined or is quarantining, a reboot or pull pod it has or is creating. Only then does it
+/// carry [`FINALIZER`]: a Plan at rest carries none, so that deleting it, its namespace or its CRD
+/// never waits for a controller that went with them (SUC's own e2e suite deletes namespaces that
+/// hold the controller and its Plans). What the decision itself creates counts: the finalizer is
+/// set before it is applied, or a deletion right after it would leave the node tainted. Jobs are
+/// not counted: they are the Plan's own (an owner reference), and the garbage collector deletes
+/// them.
+pub fn holds(plan: &Plan, decision: &PlanDecision, nodes: &[&NodeInfo], pods: usize) -> bool {
     let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
     let quarantine =
         super::failure::quarantine_key(plan.metadata.name.as_deref().unwrap_or_default());
-    (cordons && !status.applying.is_empty())
+    let creates = decision.effects.iter().any(|e| match e {
+        PlanEffect::CreatePod(_) | PlanEffect::PullImages(_) => true,
+        PlanEffect::PatchNode(c) => c.labels.get(&quarantine).is_some_and(Option::is_some),
+        _ => false,
+    });
+    (cordons && !decision.status.applying.is_empty())
         || nodes.iter().any(|n| n.labels.contains_key(&quarantine))
         || pods > 0
+        || creates
 }
 
 /// Whether the Plan carries slipway's finalizer.
@@ -162,7 +171,7 @@ mod tests {
             [NodeChange::of("n1").label(key, None).remove_taint(key)]
         );
     }
-    use crate::plan::api::PlanSpec;
+    use crate::plan::api::{PlanSpec, PlanStatus};
     use kube::api::ObjectMeta;
 
     fn plan(cordon: bool, applying: &[&str]) -> Plan {
@@ -207,8 +216,8 @@ mod tests {
     /// The finalizer is held only while a deletion would have something to give back.
     #[test]
     fn a_plan_holds_only_what_its_deletion_gives_back() {
-        let status = |p: &Plan| p.status.clone().unwrap_or_default();
-        let holds = |p: &Plan, nodes: &[&NodeInfo], pods| holds(p, &status(p), nodes, pods);
+        let at_rest = |p: &Plan| PlanDecision::keep(p.status.clone().unwrap_or_default());
+        let holds = |p: &Plan, nodes: &[&NodeInfo], pods| holds(p, &at_rest(p), nodes, pods);
         let free = node("n2", false, None);
         // Upgrading a node, a Plan that cordons may have cordoned it; one that does not, not.
         assert!(holds(&plan(true, &["n1"]), &[&free], 0));
@@ -224,6 +233,33 @@ mod tests {
             .insert("quarantine.slipway.dev/k3s".into(), "h".into());
         assert!(holds(&plan(true, &[]), &[&quarantined], 0));
         assert!(holds(&plan(false, &[]), &[], 1));
+    }
+
+    /// What the decision creates is held before it exists: a deletion right after the decision
+    /// that quarantines a node, or creates a reboot or pull pod, still gives it back.
+    #[test]
+    fn a_plan_holds_what_its_decision_creates() {
+        let p = plan(false, &[]);
+        let with = |effect: PlanEffect| PlanDecision {
+            effects: vec![effect],
+            ..PlanDecision::keep(Default::default())
+        };
+        let key = "quarantine.slipway.dev/k3s";
+        let quarantining = NodeChange::of("n1").label(key, Some("h"));
+        assert!(holds(
+            &p,
+            &with(PlanEffect::PatchNode(quarantining)),
+            &[],
+            0
+        ));
+        let releasing = NodeChange::of("n1").label(key, None);
+        assert!(!holds(&p, &with(PlanEffect::PatchNode(releasing)), &[], 0));
+        let other = NodeChange::of("n1").label("quarantine.slipway.dev/other", Some("h"));
+        assert!(!holds(&p, &with(PlanEffect::PatchNode(other)), &[], 0));
+        let pod = || Box::new(Pod::default());
+        assert!(holds(&p, &with(PlanEffect::CreatePod(pod())), &[], 0));
+        assert!(holds(&p, &with(PlanEffect::PullImages(pod())), &[], 0));
+        assert!(!holds(&p, &with(PlanEffect::DeletePod("r".into())), &[], 0));
     }
 
     fn uncordoned(c: &Cleanup) -> Vec<&str> {

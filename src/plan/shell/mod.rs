@@ -517,10 +517,10 @@ impl Operation for PlanOperation {
         metrics.plan_phases(&ns, &plan.name_any(), &core::phases(plan.status.as_ref()));
     }
 
-    fn holds(&self, plan: &Plan, status: &PlanStatus, observed: &PlanObserved) -> bool {
+    fn holds(&self, plan: &Plan, decision: &PlanDecision, observed: &PlanObserved) -> bool {
         let nodes: Vec<&NodeInfo> = observed.nodes.iter().map(AsRef::as_ref).collect();
         let pods = observed.reboot_pods.len() + observed.pull_pods.len();
-        deletion::holds(plan, status, &nodes, pods)
+        deletion::holds(plan, decision, &nodes, pods)
     }
 
     fn forget(&self, plan: &Plan) {
