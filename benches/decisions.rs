@@ -184,6 +184,7 @@ fn decide_under(
             stages: Some(&[]),
             templates: Some(memo),
             explain: false,
+            pruned: None,
         },
         now(),
     )

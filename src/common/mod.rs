@@ -10,6 +10,7 @@ pub mod duration;
 pub mod labels;
 pub mod naming;
 pub mod phase;
+pub mod pruning;
 pub mod schedule;
 pub mod selector;
 pub mod window;

@@ -246,6 +246,7 @@ impl PlanWorld {
                 stages: Some(&[]),
                 templates: None,
                 explain: false,
+                pruned: None,
             },
             now,
         );

@@ -28,7 +28,9 @@
 #
 # After the suite, every namespace must be gone within three minutes: one left Terminating holds a
 # finalizer no controller is left to remove (the framework deletes each spec's namespace, its
-# controller's Deployment with it).
+# controller's Deployment with it). On SUC's CRD, slipway (SLIPWAY_SUC_E2E_ARGS=run) is then shown
+# a Plan of its own applied with slipway's fields: the Plan must say, in its condition
+# FieldsPruned, which of them SUC's CRD dropped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cluster_src=$(cd "$here/../cluster" && pwd)
@@ -146,6 +148,55 @@ if [ -n "$left" ]; then
     "${kc[@]}" get plans -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{": "}{.metadata.finalizers}{"\n"}{end}' >&2 || true
   done
   [ "$rc" != 0 ] || rc=1
+fi
+if [ "${SLIPWAY_SUC_E2E_CRD:-}" = suc ] && [ "${controller_args[0]:-}" = run ]; then
+  ns=suc-crd-pruned
+  log "on SUC's CRD: a Plan written with slipway's fields says what was dropped (namespace $ns)"
+  "${kc[@]}" create namespace "$ns" >/dev/null
+  env -i PATH="$PATH" HOME="$HOME" KUBECONFIG="$kubeconfig" SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG="$kubeconfig" \
+    SYSTEM_UPGRADE_CONTROLLER_NAME="$ns" SYSTEM_UPGRADE_CONTROLLER_NAMESPACE="$ns" \
+    "${extra_env[@]}" "$controller" "${controller_args[@]}" >"$work/$ns.log" 2>&1 &
+  pruned_controller=$!
+  # Client-side apply keeps what it applied (pruned fields too) in its annotation; strict field
+  # validation, kubectl's default, would refuse the unknown fields outright.
+  "${kc[@]}" apply --validate=warn -n "$ns" -f - >/dev/null 2>"$work/$ns.apply" <<'EOF'
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: lost
+spec:
+  concurrency: 1
+  version: v1.0.0
+  nodeSelector:
+    matchLabels:
+      slipway.test/none: none
+  upgrade:
+    image: busybox
+  reboot: {}
+  failurePolicy:
+    action: Stop
+EOF
+  want="it dropped spec.failurePolicy, spec.reboot from this Plan"
+  said=""
+  for _ in $(seq 1 60); do
+    said=$("${kc[@]}" get plan lost -n "$ns" -o jsonpath='{.status.conditions[?(@.type=="FieldsPruned")].message}' 2>/dev/null || true)
+    case "$said" in *"$want"*) break ;; esac
+    sleep 1
+  done
+  case "$said" in
+    *"$want"*) log "the Plan says: $said" ;;
+    *)
+      log "the Plan does not say what SUC's CRD dropped (FieldsPruned: '$said'; want '...$want...')"
+      [ "$rc" != 0 ] || rc=1
+      ;;
+  esac
+  grep -q 'unknown field "spec.reboot"' "$work/$ns.apply" || {
+    log "kubectl apply did not warn of spec.reboot: $(cat "$work/$ns.apply")"
+    [ "$rc" != 0 ] || rc=1
+  }
+  kill "$pruned_controller" 2>/dev/null || true
+  wait "$pruned_controller" 2>/dev/null || true
+  "${kc[@]}" delete namespace "$ns" --wait=false >/dev/null
 fi
 log "exit $rc; logs in $work"
 exit "$rc"

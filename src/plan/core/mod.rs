@@ -36,6 +36,7 @@ pub mod node_state;
 pub mod notices;
 mod plan_nodes;
 pub mod promotion;
+pub mod pruned;
 pub mod reboot;
 pub mod render;
 mod report;
@@ -139,6 +140,9 @@ pub struct PlanInput<'a> {
     /// List every node that waits, and why, in the decision's `waiting` (`slipway explain`). It
     /// changes no decision.
     pub explain: bool,
+    /// What the installed Plan CRD drops of slipway's fields ([`pruned`]): empty on slipway's
+    /// own; `None` when not known (not read, or not readable), which changes nothing.
+    pub pruned: Option<&'a [String]>,
 }
 
 pub use crate::common::rfc3339;
@@ -202,6 +206,7 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     }
     st.observed_generation = plan.metadata.generation;
     cond::kstatus(&mut st, &now_text, plan.metadata.generation);
+    pruned::note(&mut st, plan, input.pruned, &now_text);
     let name = plan.metadata.name.as_deref().unwrap_or_default();
     out.events.extend(notices::of(name, old, &st));
     let summary = report::summary(input, &read, &st, &out.node_patches);

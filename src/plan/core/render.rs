@@ -132,6 +132,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             checks: &assumed_checks(&w.plan),
             stages: None,
             explain: false,
+            pruned: None,
             templates: None,
         },
         w.now,

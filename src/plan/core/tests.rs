@@ -215,6 +215,7 @@ impl World {
             stages: Some(&self.stages),
             templates: None,
             explain: self.explain,
+            pruned: None,
         };
         let d = decide(&input, self.now);
         self.assert_settled_change_nothing(&input, &d);

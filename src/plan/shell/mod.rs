@@ -75,6 +75,8 @@ pub struct PlanOperation {
     written: Written<Plan>,
     templates: TemplateMemo,
     checks: CheckReader,
+    /// What the installed Plan CRD drops, as its watch last saw it.
+    pruned: watch::Pruned,
     /// Decisions list every waiting node (`slipway explain`).
     explaining: bool,
 }
@@ -135,6 +137,7 @@ pub async fn run(
     let op = PlanOperation::new(shared, settings, stores, watches.reboot_pods.clone())?;
     let op = Arc::new(PlanOperation {
         channel_answered,
+        pruned: watches.pruned.clone(),
         ..op
     });
     // What the watches bring back is in the caches by then (the reflectors come first).
@@ -178,6 +181,7 @@ fn controller(
         .watches_stream(w.secret_changes, move |secret: Secret| {
             plans_reading(&by_secret, &secret.name_any())
         })
+        .reconcile_all_on(w.crd_changes)
 }
 
 /// The Plans whose hash reads `secret`.
@@ -223,6 +227,7 @@ impl PlanOperation {
             written: Written::default(),
             templates: TemplateMemo::default(),
             checks,
+            pruned: watch::Pruned::default(),
             explaining: false,
         })
     }
@@ -384,6 +389,7 @@ impl Operation for PlanOperation {
         let hook_jobs: Vec<&Job> = o.hook_jobs.iter().map(AsRef::as_ref).collect();
         let reboot_pods: Vec<&Pod> = o.reboot_pods.iter().map(AsRef::as_ref).collect();
         let pull_pods: Vec<&Pod> = o.pull_pods.iter().collect();
+        let pruned = self.pruned.get();
         let mut decision = core::decide(
             &PlanInput {
                 plan,
@@ -404,6 +410,7 @@ impl Operation for PlanOperation {
                 stages: Some(&o.stages),
                 templates: Some(&self.templates),
                 explain: self.explaining,
+                pruned: pruned.as_deref(),
             },
             now,
         );

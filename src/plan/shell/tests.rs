@@ -153,6 +153,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
             crate::runtime::checks::CheckAccount::in_namespace(testing::NAMESPACE),
         ),
         written: Default::default(),
+        pruned: Default::default(),
         explaining: false,
     }
 }

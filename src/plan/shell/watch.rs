@@ -2,16 +2,18 @@
 //! and pods of this controller only), each reduced to the changes a decision reads, and the node
 //! changes that concern a Plan.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
+use tracing::{info, warn};
 
 use crate::node::holders::{Hold, Holder};
 use crate::node::index::NodeIndex;
@@ -37,6 +39,66 @@ pub struct PlanWatches {
     pub(super) pod_changes: Changes<Pod>,
     /// The objects node changes concern (the Plans among them).
     pub(super) nodes: Triggered,
+    /// What the installed Plan CRD drops, kept up to date by `crd_changes`.
+    pub(super) pruned: Pruned,
+    /// A unit each time that changes: every Plan then says so.
+    pub(super) crd_changes: BoxStream<'static, ()>,
+}
+
+/// What the installed Plan CRD drops of slipway's fields (`common::pruning`); `None` until the
+/// CRD is read, or while it cannot be.
+#[derive(Clone, Default)]
+pub struct Pruned(Arc<RwLock<Option<Arc<[String]>>>>);
+
+impl Pruned {
+    pub fn get(&self) -> Option<Arc<[String]>> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether it changed.
+    fn set(&self, value: Option<Arc<[String]>>) -> bool {
+        let mut now = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = *now != value;
+        *now = value;
+        changed
+    }
+}
+
+/// Watches the Plan CRD (its name only: the rights to it are by name) and keeps `pruned`: the
+/// stream gives a unit each time that changes. A watch refused (the rights dropped, as with
+/// `--install-crd=false` one may) leaves it unknown and says so once.
+fn crd_changes(client: &Client, pruned: Pruned) -> BoxStream<'static, ()> {
+    let ours = crate::plan::api::crd::plan_crd();
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", ours.name_any()));
+    let mut refused = false;
+    watcher(Api::<CustomResourceDefinition>::all(client.clone()), config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let value = match event {
+                Ok(watcher::Event::Apply(crd) | watcher::Event::InitApply(crd)) => {
+                    let lost = crate::common::pruning::pruned(&ours, &crd, "v1");
+                    if !lost.is_empty() {
+                        info!(dropped = ?lost, "the installed Plan CRD is not slipway's");
+                    }
+                    Some(Some(Arc::from(lost)))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(None),
+                Ok(_) => None,
+                Err(e) => {
+                    if !refused {
+                        warn!("cannot watch the Plan CRD, so Plans cannot say what it drops: {e}");
+                    }
+                    refused = true;
+                    Some(None)
+                }
+            };
+            let changed = value.is_some_and(|v| pruned.set(v));
+            std::future::ready(changed.then_some(()))
+        })
+        .boxed()
 }
 
 impl PlanWatches {
@@ -193,6 +255,7 @@ pub fn watch(
     .modify(prune_pod)
     .reflect(pod_writer);
     // A Plan's own status writes (all made here) trigger nothing; the rest of the Plan does.
+    let pruned = Pruned::default();
     let (plans, plan_writer) = reflector::store();
     let plan_events = watcher(
         Api::<LeanPlan>::namespaced(client.clone(), ns),
@@ -211,6 +274,8 @@ pub fn watch(
         secret_changes,
         pod_changes: changes(pod_events, pod_view).map(Ok).boxed(),
         nodes: triggers.concerned(Holder::is_plan),
+        pruned: pruned.clone(),
+        crd_changes: crd_changes(client, pruned),
     }
 }
 
