@@ -843,4 +843,22 @@ async fn the_quick_start_runs_on_real_nodes() {
             );
         }
     }
+    // Removed as docs/installation.md says, the Plan and the controller in one go: a Plan at rest
+    // holds no finalizer, so nothing waits for the controller deleted with it.
+    let docs = std::fs::read_to_string(repo().join("docs/installation.md")).expect("the docs");
+    assert!(
+        docs.contains("| the manifest | `kubectl delete -f dist/slipway.yaml` |"),
+        "docs/installation.md removes the manifest's install with kubectl delete -f"
+    );
+    let hello = Api::<Plan>::namespaced(s.client.clone(), "system-upgrade")
+        .get("hello")
+        .await
+        .expect("the quick start's Plan");
+    assert_eq!(hello.finalizers(), &[] as &[String], "a Plan at rest");
+    let removing = Instant::now();
+    (install.delete_manifest(&s.cluster, &dist, "dist/slipway.yaml")).await;
+    eprintln!(
+        "real: kubectl delete -f dist/slipway.yaml in {:?}",
+        removing.elapsed()
+    );
 }

@@ -154,6 +154,36 @@ impl Install {
                 Some(_) => panic!("an unexpected command in the chart's uninstall: {line}"),
             }
         }
+        let left = self.left(cluster).await;
+        assert!(
+            left.is_empty(),
+            "left after the chart's uninstall: {left:?}"
+        );
+        restore_crds(cluster).await;
+    }
+
+    /// `kubectl delete -f` of the manifest applied by [`Install::apply_air_gapped`], as
+    /// docs/installation.md removes it (`kubectl delete -f dist/slipway.yaml`) while the
+    /// controller runs, the Plans in its namespace and CRD left as they are: it must complete
+    /// with no finalizer removed by hand, and leave nothing the manifest made.
+    pub async fn delete_manifest(&mut self, cluster: &Cluster, manifest: &str, what: &str) {
+        let applied = air_gapped(manifest);
+        let deleting = cluster.kubectl_stdin(&["delete", "-f", "-"], Some(&applied));
+        match tokio::time::timeout(Duration::from_secs(300), deleting).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("kubectl delete -f {what}: {e}"),
+            Err(_) => panic!("kubectl delete -f {what}: still waiting after 300 s"),
+        }
+        let left = self.left(cluster).await;
+        assert!(
+            left.is_empty(),
+            "left after kubectl delete -f {what}: {left:?}"
+        );
+        restore_crds(cluster).await;
+    }
+
+    /// What is left of the install: each object it recorded, its namespace and the CRDs.
+    async fn left(&self, cluster: &Cluster) -> Vec<String> {
         let mut left = Vec::new();
         for o in &self.objects {
             let (kind, name) = (
@@ -185,11 +215,7 @@ impl Install {
                 left.push(found.trim().to_string());
             }
         }
-        assert!(
-            left.is_empty(),
-            "left after the chart's uninstall: {left:?}"
-        );
-        restore_crds(cluster).await;
+        left
     }
 
     /// Records the objects of a manifest that the scene applies itself (the README's commands),
