@@ -11,13 +11,16 @@
 
 use crate::support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::anyhow;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use slipway::node::prepull::{PRE_PULL_FAILED, PRE_PULL_LABEL, PrePullPhase};
 use slipway::plan::api::Plan;
@@ -176,44 +179,67 @@ spec:
         delay = support::COMPLETE_DELAY_ANNOTATION,
         pool = s.pool,
     ));
+    let nodes = Api::<Node>::all(s.client.clone());
+    // Every change of the pool's nodes and of the Plan, in the order they arrive, until the Plan
+    // is done: which nodes were next before they were taken, and which lost the taint while
+    // taken. Watched, not polled: a node is next for one Job's run only (about 6 s), which a poll
+    // can miss on a loaded machine.
+    enum Seen {
+        Node(String, bool),
+        Plan(Box<Plan>),
+    }
+    let node_changes = watcher(
+        nodes.clone(),
+        watcher::Config::default().labels(&format!("{POOL_LABEL}={}", s.pool)),
+    )
+    .applied_objects()
+    .map_ok(|n| Seen::Node(n.name_any(), tainted(&n)));
+    let plan_changes = watcher(
+        plans.clone(),
+        watcher::Config::default().fields("metadata.name=next"),
+    )
+    .applied_objects()
+    .map_ok(|p| Seen::Plan(Box::new(p)));
+    let mut changes = futures::stream::select(node_changes.boxed(), plan_changes.boxed());
     plans
         .create(&PostParams::default(), &plan)
         .await
         .expect("create the Plan");
-    let nodes = Api::<Node>::all(s.client.clone());
-    // Polled until the Plan is done: which nodes were next before they were taken, and which
-    // lost the taint while taken.
     let (mut next_before, mut freed_while_taken, mut taken) =
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let (mut is_tainted, mut applying) = (BTreeMap::new(), Vec::new());
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
-        let plan = plans.get("next").await.expect("the Plan");
-        let applying = plan
-            .status
-            .as_ref()
-            .map(|st| st.applying.clone())
-            .unwrap_or_default();
+        let change = tokio::time::timeout_at(deadline, changes.next()).await;
+        let Ok(Some(change)) = change else {
+            panic!("the Plan not complete within 180 s: {last:?}");
+        };
+        match change.expect("the watches") {
+            Seen::Node(name, t) => {
+                is_tainted.insert(name, t);
+            }
+            Seen::Plan(plan) => {
+                applying = (plan.status.as_ref())
+                    .map(|st| st.applying.clone())
+                    .unwrap_or_default();
+                if support::plans::is_complete(&plan) {
+                    break;
+                }
+                last = Some(complete_message(&plan));
+            }
+        }
         for n in &s.nodes {
-            let is_tainted = tainted(&nodes.get(n).await.expect("the node"));
             let is_taken = applying.contains(n);
             if is_taken {
                 taken.insert(n.clone());
             }
-            match (is_tainted, is_taken) {
+            match (is_tainted.get(n).copied().unwrap_or(false), is_taken) {
                 (true, false) if !taken.contains(n) => next_before.insert(n.clone()),
                 (false, true) => freed_while_taken.insert(n.clone()),
                 _ => false,
             };
         }
-        if support::plans::is_complete(&plan) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            complete_message(&plan)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(
         next_before.len() >= 2,
