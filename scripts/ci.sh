@@ -176,15 +176,15 @@ fi
 waited "wait: cluster, guest image" "$since"
 # The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
 # and Alertmanager (a scene that needs one before it is built waits: each build script holds a
-# lock while it builds), promtool and kstatus (the offline tests), the image checker (the release
-# check).
+# lock while it builds), promtool and the GitOps health checker (the offline tests), the image
+# checker (the release check).
 (
   renice -n 5 -p "$BASHPID" >/dev/null
   phase suc tests/compat/build.sh
   phase helm tests/tools/helm/build.sh
   phase alertmanager tests/tools/alertmanager/build.sh
   phase promtool tests/tools/promtool/build.sh
-  phase kstatus tests/tools/kstatus/build.sh
+  phase gitops-health tests/tools/gitops-health/build.sh
   phase ocicheck tests/tools/ocicheck.sh
   phase suc-e2e-build tests/suc-e2e/build.sh
 ) &

@@ -36,8 +36,9 @@ pub fn set_condition(
         None => conditions.push(condition),
     }
 }
-/// Where an object stands, as kstatus (Argo CD, Flux, `kubectl wait`) reads its `Ready`,
-/// `Reconciling` and `Stalled` conditions: each with the reason and message that say why.
+/// Where an object stands, as kstatus (Flux, Fleet, `kubectl wait`, slipway's Argo CD health
+/// checks) reads its `Ready`, `Reconciling` and `Stalled` conditions: each with the reason and
+/// message that say why. What each means for each kind is docs/gitops.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing<'a> {
     /// Everything the spec asks is done (or, for a standing policy, nothing is under way).

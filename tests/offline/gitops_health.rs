@@ -1,8 +1,14 @@
-//! kstatus, the rules Flux's health checks judge by, on what slipway's own cores decide:
-//! cli-utils' checker itself (tests/tools/kstatus, built from the Go module proxy by its build.sh,
-//! cached) reads objects of every kind whose status comes from the kind's decision, and must find
-//! `Ready` Current, `Reconciling` InProgress, `Stalled` Failed, and any status older than its
-//! object's generation InProgress.
+//! What GitOps tools make of every kind, judged by their own code on what slipway's own cores
+//! decide (tests/tools/gitops-health, built from the Go module proxy by its build.sh, cached):
+//! kstatus (cli-utils' `Compute`, which Flux's `wait` and health checks use), Argo CD's Lua
+//! engine running the health checks of gitops/argocd as argocd-cm would, and wrangler's summary
+//! (what Fleet judges a bundle's resources by). Every case says what the object means
+//! (docs/gitops.md's table): each tool must read that, and the kind's kstatus conditions must say
+//! it; a status older than its object's spec is progressing to kstatus and Argo CD.
+//!
+//! The Argo CD fixtures in gitops/argocd/resource_customizations (`testdata/`, `health_test.yaml`,
+//! in Argo CD's own layout) and gitops/argocd/argocd-cm-patch.yaml are these cases as this test
+//! writes them: the test fails when they differ, and `SLIPWAY_BLESS=1` writes them again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -14,7 +20,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use slipway::maintenance::api::{FINALIZER, NodeMaintenance, NodeMaintenanceSpec};
 use slipway::maintenance::core::{
@@ -23,15 +29,15 @@ use slipway::maintenance::core::{
 use slipway::node::NodeInfo;
 use slipway::node::budget::api::DisruptionBudgetSpec;
 use slipway::node::budget::ledger::{self, LedgerInput};
-use slipway::node::budget::{Budget, DisruptionBudget, Pool};
+use slipway::node::budget::{Budget, DisruptionBudget, Pool, Reason};
 use slipway::node::disruption::DisruptionSpec;
 use slipway::node::drain::{PodKey, PodsView};
 use slipway::nodeop::api::{NodeOp, NodeOpSpec, NodeOpUpgrade, NodeOpUpgradeSpec};
 use slipway::nodeop::core::upgrade::{decide_upgrade, render_nodeop};
 use slipway::nodeop::core::{self as nodeop_core, JobView, NodeOpEffect, NodeOpInput};
-use slipway::plan::api::{ContainerSpec, Plan, PlanSpec, labels};
+use slipway::plan::api::{ContainerSpec, Plan, PlanSpec, TimeWindowSpec, labels};
 use slipway::plan::core::config::JobConfig;
-use slipway::plan::core::{self as plan_core, PlanInput};
+use slipway::plan::core::{self as plan_core, ChannelAnswer, PlanInput};
 use slipway::reboot_policy::api::{
     RebootFailureAction, RebootFailurePolicy, RebootPolicy, RebootPolicySpec,
 };
@@ -42,64 +48,175 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The checker: `SLIPWAY_KSTATUS`, else what tests/tools/kstatus/build.sh builds (once, cached).
-fn kstatus() -> &'static Path {
-    static KSTATUS: OnceLock<PathBuf> = OnceLock::new();
-    KSTATUS.get_or_init(|| {
-        if let Some(p) = std::env::var_os("SLIPWAY_KSTATUS") {
+/// Argo CD's health checks, in its own `resource_customizations/<group>/<Kind>` layout.
+fn customizations() -> PathBuf {
+    repo().join("gitops/argocd/resource_customizations")
+}
+
+/// The kinds, as Argo CD keys them (`<group>/<Kind>`), in the order the docs list them.
+const KINDS: [&str; 6] = [
+    "upgrade.cattle.io/Plan",
+    "slipway.dev/RebootPolicy",
+    "slipway.dev/DisruptionBudget",
+    "nodemaintenance.medik8s.io/NodeMaintenance",
+    "operator.kairos.io/NodeOp",
+    "operator.kairos.io/NodeOpUpgrade",
+];
+
+/// The checker: `SLIPWAY_GITOPS_HEALTH`, else what tests/tools/gitops-health/build.sh builds
+/// (once, cached).
+fn checker() -> &'static Path {
+    static CHECKER: OnceLock<PathBuf> = OnceLock::new();
+    CHECKER.get_or_init(|| {
+        if let Some(p) = std::env::var_os("SLIPWAY_GITOPS_HEALTH") {
             return PathBuf::from(p);
         }
-        let out = Command::new(repo().join("tests/tools/kstatus/build.sh"))
+        let out = Command::new(repo().join("tests/tools/gitops-health/build.sh"))
             .stderr(Stdio::inherit())
             .output()
-            .expect("run tests/tools/kstatus/build.sh");
-        assert!(out.status.success(), "tests/tools/kstatus/build.sh failed");
+            .expect("run tests/tools/gitops-health/build.sh");
+        assert!(
+            out.status.success(),
+            "tests/tools/gitops-health/build.sh failed"
+        );
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     })
 }
 
-/// kstatus' status and message for each object, in order.
-fn verdicts(objects: &[Value]) -> Vec<(String, String)> {
-    let mut child = Command::new(kstatus())
+/// Every kind's health check, keyed as argocd-cm keys them.
+fn scripts() -> BTreeMap<String, String> {
+    (KINDS.iter())
+        .map(|key| {
+            let path = customizations().join(key).join("health.lua");
+            let script = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            (key.to_string(), script)
+        })
+        .collect()
+}
+
+/// What the three tools make of one object.
+#[derive(Debug, Clone)]
+struct Verdict {
+    kstatus: (String, String),
+    /// Argo CD's status and message (`Error: ...` as the status when the script failed).
+    argocd: (String, String),
+    fleet_ready: bool,
+    fleet_error: bool,
+    fleet_state: String,
+}
+
+fn verdicts(objects: &[Value]) -> Vec<Verdict> {
+    let mut child = Command::new(checker())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run kstatus");
-    let input = serde_json::to_vec(objects).expect("objects as JSON");
-    (child.stdin.take().expect("kstatus' stdin"))
-        .write_all(&input)
-        .expect("writing to kstatus");
-    let out = child.wait_with_output().expect("kstatus' answer");
+        .expect("run gitops-health");
+    let input = json!({"argocd": scripts(), "objects": objects});
+    (child.stdin.take().expect("gitops-health's stdin"))
+        .write_all(&serde_json::to_vec(&input).expect("the input as JSON"))
+        .expect("writing to gitops-health");
+    let out = child.wait_with_output().expect("gitops-health's answer");
     assert!(
         out.status.success(),
-        "kstatus failed: {}",
+        "gitops-health failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| {
             let v: Value = serde_json::from_str(line).expect("a JSON line");
-            let field = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-            (field("status"), field("message"))
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            let argocd = match &v["argocd"] {
+                Value::Null => ("none".to_string(), String::new()),
+                a if a.get("error").is_some() => {
+                    (format!("Error: {}", text(&a["error"])), String::new())
+                }
+                a => (text(&a["status"]), text(&a["message"])),
+            };
+            Verdict {
+                kstatus: (
+                    text(&v["kstatus"]["status"]),
+                    text(&v["kstatus"]["message"]),
+                ),
+                argocd,
+                fleet_ready: v["fleet"]["ready"].as_bool().unwrap_or_default(),
+                fleet_error: v["fleet"]["error"].as_bool().unwrap_or_default(),
+                fleet_state: text(&v["fleet"]["state"]),
+            }
         })
         .collect()
 }
 
-/// One object as a kind's decision left it, and which of `Ready`, `Reconciling`, `Stalled` the
-/// situation must have made `True`.
-struct Case {
-    what: &'static str,
-    object: Value,
-    standing: &'static str,
+/// What an object means to a GitOps tool (docs/gitops.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    /// Done, or in force: nothing to wait for, nothing wrong.
+    Healthy,
+    /// Under way: it gets there by itself.
+    Progressing,
+    /// Held on purpose (a window, a halt, a version not old enough): goes on by itself.
+    Suspended,
+    /// Cannot go on until someone acts.
+    Degraded,
 }
 
-fn case(what: &'static str, object: impl serde::Serialize, standing: &'static str) -> Case {
-    let object = serde_json::to_value(object).expect("an object as JSON");
+impl Health {
+    /// The kstatus condition slipway sets `True` for it.
+    fn standing(self) -> &'static str {
+        match self {
+            Health::Healthy | Health::Suspended => "Ready",
+            Health::Progressing => "Reconciling",
+            Health::Degraded => "Stalled",
+        }
+    }
+
+    fn kstatus(self) -> &'static str {
+        match self {
+            Health::Healthy | Health::Suspended => "Current",
+            Health::Progressing => "InProgress",
+            Health::Degraded => "Failed",
+        }
+    }
+
+    fn argocd(self) -> &'static str {
+        match self {
+            Health::Healthy => "Healthy",
+            Health::Progressing => "Progressing",
+            Health::Suspended => "Suspended",
+            Health::Degraded => "Degraded",
+        }
+    }
+
+    /// Fleet's `IsReady`, and whether its summary is an error.
+    fn fleet(self) -> (bool, bool) {
+        match self {
+            Health::Healthy | Health::Suspended => (true, false),
+            Health::Progressing => (false, false),
+            Health::Degraded => (false, true),
+        }
+    }
+}
+
+/// One object as a kind's decision left it: what it is (a fixture's file name, without `.yaml`),
+/// and what it means.
+struct Case {
+    name: &'static str,
+    object: Value,
+    health: Health,
+}
+
+fn case(name: &'static str, object: impl serde::Serialize, health: Health) -> Case {
+    let mut object = serde_json::to_value(object).expect("an object as JSON");
+    // A field left empty, as the API server would not store it.
+    if let Some(o) = object.as_object_mut() {
+        o.retain(|_, v| !v.is_null());
+    }
     Case {
-        what,
+        name,
         object,
-        standing,
+        health,
     }
 }
 
@@ -132,39 +249,163 @@ fn stale(object: &Value) -> Value {
     object
 }
 
-/// Feeds every case, and the `Ready` and `Stalled` ones once more with a newer generation, to
-/// kstatus; fails with the whole table if the situations are not what they say or kstatus reads
-/// anything but what slipway means.
-fn check(kind: &str, cases: Vec<Case>) {
-    let mut rows: Vec<(String, Value, &str, &str)> = Vec::new();
+/// One row of the table: the object, what slipway meant, and what each tool must say.
+struct Row {
+    what: String,
+    object: Value,
+    standing: &'static str,
+    kstatus: &'static str,
+    argocd: &'static str,
+    /// Fleet's (ready, error); `None` where Fleet's verdict is not slipway's to give (below).
+    fleet: Option<(bool, bool)>,
+}
+
+/// Feeds every case, and the ones that are not progressing once more with a newer generation, to
+/// the three tools; fails with the whole table if a case is not what it says or a tool reads
+/// anything but what slipway means. Then checks the Argo CD fixtures of `key` are these cases.
+fn check(key: &str, cases: Vec<Case>) {
+    let mut rows: Vec<Row> = Vec::new();
+    // The row of each case as it is (the others are its stale twins).
+    let mut own: Vec<usize> = Vec::new();
     for c in &cases {
-        let want = match c.standing {
-            "Ready" => "Current",
-            "Reconciling" => "InProgress",
-            _ => "Failed",
-        };
-        rows.push((c.what.to_string(), c.object.clone(), c.standing, want));
-        if c.standing != "Reconciling" {
-            let what = format!("{}, spec changed since", c.what);
-            rows.push((what, stale(&c.object), c.standing, "InProgress"));
+        own.push(rows.len());
+        rows.push(Row {
+            what: c.name.to_string(),
+            object: c.object.clone(),
+            standing: c.health.standing(),
+            kstatus: c.health.kstatus(),
+            argocd: c.health.argocd(),
+            fleet: Some(c.health.fleet()),
+        });
+        if c.health != Health::Progressing {
+            // Fleet's summary reads the conditions (and a `status.phase`) before kstatus, which
+            // alone compares generations: there, a stale status keeps its verdict until the
+            // controller has decided again.
+            rows.push(Row {
+                what: format!("{}, spec changed since", c.name),
+                object: stale(&c.object),
+                standing: c.health.standing(),
+                kstatus: Health::Progressing.kstatus(),
+                argocd: Health::Progressing.argocd(),
+                fleet: None,
+            });
         }
     }
-    let objects: Vec<Value> = rows.iter().map(|r| r.1.clone()).collect();
+    let objects: Vec<Value> = rows.iter().map(|r| r.object.clone()).collect();
     let got = verdicts(&objects);
     assert_eq!(got.len(), rows.len(), "one verdict per object");
     let mut table = String::new();
     let mut wrong = 0;
-    for ((what, object, standing, want), (status, message)) in rows.iter().zip(&got) {
-        let slipway = standing_of(object);
-        let ok = slipway == *standing && status == want;
+    for (row, v) in rows.iter().zip(&got) {
+        let slipway = standing_of(&row.object);
+        let fleet = (v.fleet_ready, v.fleet_error);
+        let ok = slipway == row.standing
+            && v.kstatus.0 == row.kstatus
+            && v.argocd.0 == row.argocd
+            && !v.argocd.1.is_empty()
+            && row.fleet.is_none_or(|want| want == fleet);
         wrong += usize::from(!ok);
         let mark = if ok { "ok " } else { "BAD" };
+        let fleet_want = match row.fleet {
+            Some((ready, error)) => format!("ready {ready} error {error}"),
+            None => "not judged".to_string(),
+        };
         table += &format!(
-            "{mark} {kind} {what}: slipway {slipway} (meant {standing}), kstatus {status} (want {want}): {message}\n"
+            "{mark} {key} {}: slipway {slipway} (meant {}); kstatus {} (want {}): {}; Argo CD {} (want {}): {}; Fleet ready {} error {} state {} (want {fleet_want})\n",
+            row.what,
+            row.standing,
+            v.kstatus.0,
+            row.kstatus,
+            v.kstatus.1,
+            v.argocd.0,
+            row.argocd,
+            v.argocd.1,
+            v.fleet_ready,
+            v.fleet_error,
+            v.fleet_state,
         );
     }
     println!("{table}");
-    assert_eq!(wrong, 0, "kstatus against slipway's conditions:\n{table}");
+    assert_eq!(wrong, 0, "GitOps tools against slipway's meaning:\n{table}");
+    let tests: Vec<(&Case, &Verdict)> = cases.iter().zip(own.iter().map(|i| &got[*i])).collect();
+    fixtures(key, &tests);
+}
+
+/// The Argo CD fixtures of `key` (its `testdata/<case>.yaml` and `health_test.yaml`), as Argo CD's
+/// own test of its health checks reads them: written with `SLIPWAY_BLESS=1`, else compared.
+fn fixtures(key: &str, tests: &[(&Case, &Verdict)]) {
+    let dir = customizations().join(key);
+    let mut files: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let mut list = String::from("tests:\n");
+    for (c, v) in tests {
+        let input = format!("testdata/{}.yaml", c.name);
+        let yaml = serde_saphyr::to_string(&c.object).expect("an object as YAML");
+        files.insert(dir.join(&input), yaml);
+        let health = json!({"healthStatus": {"status": v.argocd.0, "message": v.argocd.1}, "inputPath": input});
+        let item = serde_saphyr::to_string(&health).expect("a test as YAML");
+        list += &indent_item(&item);
+    }
+    files.insert(dir.join("health_test.yaml"), list);
+    compare_or_bless(&files);
+}
+
+/// A YAML mapping as an item of a list.
+fn indent_item(mapping: &str) -> String {
+    let mut out = String::new();
+    for (i, line) in mapping.lines().enumerate() {
+        out += if i == 0 { "- " } else { "  " };
+        out += line;
+        out += "\n";
+    }
+    out
+}
+
+fn compare_or_bless(files: &BTreeMap<PathBuf, String>) {
+    let bless = std::env::var_os("SLIPWAY_BLESS").is_some();
+    let mut differ = Vec::new();
+    for (path, want) in files {
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        if have == *want {
+            continue;
+        }
+        if bless {
+            std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+            std::fs::write(path, want).expect("write a fixture");
+        } else {
+            differ.push(path.display().to_string());
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "these differ from what the cores decide now (SLIPWAY_BLESS=1 cargo test --test offline -- gitops_health writes them): {differ:?}"
+    );
+}
+
+/// gitops/argocd/argocd-cm-patch.yaml: every health check as argocd-cm's
+/// `resource.customizations.health.<group>_<Kind>` keys, a patch for `kubectl patch --patch-file`.
+#[test]
+fn the_argocd_cm_patch_holds_every_health_check() {
+    let mut out = String::from(
+        "# slipway's health checks for Argo CD, generated from gitops/argocd/resource_customizations\n\
+         # (tests/offline/gitops_health.rs writes it). Apply with:\n\
+         #   kubectl -n argocd patch configmap argocd-cm --type merge --patch-file argocd-cm-patch.yaml\n\
+         data:\n",
+    );
+    for (key, script) in scripts() {
+        out += &format!(
+            "  resource.customizations.health.{}: |\n",
+            key.replacen('/', "_", 1)
+        );
+        for line in script.lines() {
+            if line.is_empty() {
+                out += "\n";
+            } else {
+                out += &format!("    {line}\n");
+            }
+        }
+    }
+    let path = repo().join("gitops/argocd/argocd-cm-patch.yaml");
+    compare_or_bless(&BTreeMap::from([(path, out)]));
 }
 
 fn at(secs: i64) -> Timestamp {
@@ -205,6 +446,8 @@ struct PlanWorld {
     plan: Plan,
     nodes: Vec<NodeInfo>,
     jobs: Vec<Job>,
+    budgets: Vec<DisruptionBudget>,
+    channel: Option<ChannelAnswer>,
 }
 
 impl PlanWorld {
@@ -218,11 +461,20 @@ impl PlanWorld {
             plan,
             nodes: vec![node("n1")],
             jobs: Vec::new(),
+            budgets: Vec::new(),
+            channel: None,
         }
     }
 
     fn step(&mut self, now: Timestamp) {
-        let (config, budget) = (JobConfig::default(), Budget::unlimited());
+        let config = JobConfig::default();
+        let mine: BTreeSet<String> = (self.plan.status.iter())
+            .flat_map(|s| s.applying.clone())
+            .collect();
+        let pools: Vec<_> = (self.budgets.iter())
+            .map(|b| Pool::new(b).measure_for(&self.nodes, &BTreeSet::new(), &mine, now))
+            .collect();
+        let budget = Budget::new(BTreeMap::new(), &pools, Reason::Upgrade);
         let nodes: Vec<&NodeInfo> = self.nodes.iter().collect();
         let jobs: Vec<&Job> = self.jobs.iter().collect();
         let (health, secrets) = (BTreeMap::new(), BTreeMap::new());
@@ -236,7 +488,7 @@ impl PlanWorld {
                 pull_pods: &[],
                 health: &health,
                 secrets: &secrets,
-                channel: None,
+                channel: self.channel.clone(),
                 controller_name: "system-upgrade-controller",
                 job_config: &config,
                 budget: &budget,
@@ -290,10 +542,11 @@ fn plan_spec() -> PlanSpec {
 }
 
 #[test]
-fn plans_as_kstatus_reads_them() {
+fn plans() {
+    use Health::*;
     let mut w = PlanWorld::new(plan_spec());
     w.step(at(0));
-    let under_way = case("its Job running", &w.plan, "Reconciling");
+    let under_way = case("progressing_job_running", &w.plan, Progressing);
     let mut failed = PlanWorld::new(plan_spec());
     failed.step(at(0));
     failed.finish("Failed", at(60));
@@ -302,7 +555,7 @@ fn plans_as_kstatus_reads_them() {
     for s in 1..=3 {
         w.step(at(60 + s));
     }
-    let done = case("every node done", &w.plan, "Ready");
+    let done = case("healthy_complete", &w.plan, Healthy);
     let mut spec = plan_spec();
     spec.node_selector = Some(LabelSelector {
         match_expressions: Some(vec![Default::default()]),
@@ -315,14 +568,57 @@ fn plans_as_kstatus_reads_them() {
         ..plan_spec()
     });
     unresolvable.step(at(0));
+    // 10:00 UTC, its window 01:00 to 02:00.
+    let mut window = PlanWorld::new(PlanSpec {
+        window: Some(TimeWindowSpec {
+            days: Some(
+                ["su", "mo", "tu", "we", "th", "fr", "sa"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            start_time: Some("01:00".into()),
+            end_time: Some("02:00".into()),
+            time_zone: Some("UTC".into()),
+            ..Default::default()
+        }),
+        ..plan_spec()
+    });
+    window.step(at(0));
+    let mut halted = PlanWorld::new(plan_spec());
+    let mut budget = DisruptionBudget::new(
+        "pool",
+        DisruptionBudgetSpec {
+            max_unavailable: IntOrString::Int(1),
+            halt: Some(true),
+            ..Default::default()
+        },
+    );
+    budget.metadata.generation = Some(1);
+    halted.budgets = vec![budget];
+    halted.step(at(0));
+    let mut young = PlanWorld::new(PlanSpec {
+        version: None,
+        channel: Some("https://update.k3s.io/v1-release/channels/stable".into()),
+        min_version_age: Some("24h".into()),
+        ..plan_spec()
+    });
+    young.channel = Some(ChannelAnswer::Version("v1.34.3+k3s1".into()));
+    young.step(at(0));
     check(
-        "Plan",
+        "upgrade.cattle.io/Plan",
         vec![
             done,
             under_way,
-            case("a Job failed", &failed.plan, "Stalled"),
-            case("an invalid nodeSelector", &invalid.plan, "Stalled"),
-            case("neither version nor channel", &unresolvable.plan, "Stalled"),
+            case("suspended_window_closed", &window.plan, Suspended),
+            case("suspended_budget_halted", &halted.plan, Suspended),
+            case("suspended_version_too_new", &young.plan, Suspended),
+            case("degraded_job_failed", &failed.plan, Degraded),
+            case("degraded_invalid_node_selector", &invalid.plan, Degraded),
+            case(
+                "degraded_no_version_no_channel",
+                &unresolvable.plan,
+                Degraded,
+            ),
         ],
     );
 }
@@ -366,7 +662,8 @@ fn policy(spec: RebootPolicySpec) -> RebootPolicy {
 }
 
 #[test]
-fn reboot_policies_as_kstatus_reads_them() {
+fn reboot_policies() {
+    use Health::*;
     let idle = policy_decided(policy(Default::default()), &[node("n1")]);
     let rebooting = policy_decided(policy(Default::default()), &[asking("n1")]);
     let invalid = policy(RebootPolicySpec {
@@ -388,12 +685,13 @@ fn reboot_policies_as_kstatus_reads_them() {
     });
     let stopped = policy_decided(stopped, &[asking("n1")]);
     check(
-        "RebootPolicy",
+        "slipway.dev/RebootPolicy",
         vec![
-            case("no node wants a reboot", &idle, "Ready"),
-            case("a node draining for its reboot", &rebooting, "Reconciling"),
-            case("stopped by a failure", &stopped, "Stalled"),
-            case("concurrency 0", &invalid, "Stalled"),
+            case("healthy_idle", &idle, Healthy),
+            // Rebooting nodes is what a policy is for: not progressing towards anything.
+            case("healthy_rebooting", &rebooting, Healthy),
+            case("degraded_stopped", &stopped, Degraded),
+            case("degraded_invalid_concurrency", &invalid, Degraded),
         ],
     );
 }
@@ -424,7 +722,8 @@ fn budget_ledger(spec: DisruptionBudgetSpec, held: &[&str]) -> DisruptionBudget 
 }
 
 #[test]
-fn disruption_budgets_as_kstatus_reads_them() {
+fn disruption_budgets() {
+    use Health::*;
     let spec = |max: IntOrString, halt: bool| DisruptionBudgetSpec {
         max_unavailable: max,
         halt: Some(halt),
@@ -432,19 +731,27 @@ fn disruption_budgets_as_kstatus_reads_them() {
     };
     let one = || IntOrString::Int(1);
     check(
-        "DisruptionBudget",
+        "slipway.dev/DisruptionBudget",
         vec![
-            case("in force", budget_ledger(spec(one(), false), &[]), "Ready"),
             case(
-                "in force, a node held",
-                budget_ledger(spec(one(), false), &["n1"]),
-                "Ready",
+                "healthy_in_force",
+                budget_ledger(spec(one(), false), &[]),
+                Healthy,
             ),
-            case("halted", budget_ledger(spec(one(), true), &[]), "Ready"),
             case(
-                "maxUnavailable 150%",
+                "healthy_node_held",
+                budget_ledger(spec(one(), false), &["n1"]),
+                Healthy,
+            ),
+            case(
+                "suspended_halted",
+                budget_ledger(spec(one(), true), &[]),
+                Suspended,
+            ),
+            case(
+                "degraded_invalid_max_unavailable",
                 budget_ledger(spec(IntOrString::String("150%".into()), false), &[]),
-                "Stalled",
+                Degraded,
             ),
         ],
     );
@@ -519,7 +826,8 @@ fn maintained(
 }
 
 #[test]
-fn node_maintenances_as_kstatus_reads_them() {
+fn node_maintenances() {
+    use Health::*;
     let (n1, busy, empty) = (facts(), pods(&["web-1"]), pods(&[]));
     let draining = maintained(maintenance(), Some(&n1), &busy, at(0));
     // Ten minutes on, the pod still there: the drain timed out.
@@ -542,13 +850,13 @@ fn node_maintenances_as_kstatus_reads_them() {
     });
     let invalid = maintained(bad, Some(&n1), &busy, at(0));
     check(
-        "NodeMaintenance",
+        "nodemaintenance.medik8s.io/NodeMaintenance",
         vec![
-            case("drained", &drained, "Ready"),
-            case("draining", &draining, "Reconciling"),
-            case("drain timed out", &timed_out, "Stalled"),
-            case("no such node", &missing, "Stalled"),
-            case("a silence without matchers", &invalid, "Stalled"),
+            case("healthy_drained", &drained, Healthy),
+            case("progressing_draining", &draining, Progressing),
+            case("degraded_drain_timed_out", &timed_out, Degraded),
+            case("degraded_no_such_node", &missing, Degraded),
+            case("degraded_invalid_silence", &invalid, Degraded),
         ],
     );
 }
@@ -620,7 +928,8 @@ fn nodeop(spec: NodeOpSpec) -> NodeOp {
 }
 
 #[test]
-fn nodeops_as_kstatus_reads_them() {
+fn nodeops() {
+    use Health::*;
     let cordoned = || NodeOpSpec {
         cordon: Some(true),
         ..Default::default()
@@ -641,12 +950,12 @@ fn nodeops_as_kstatus_reads_them() {
     });
     let invalid = nodeop_run(bad, &JobView::Running, 1);
     check(
-        "NodeOp",
+        "operator.kairos.io/NodeOp",
         vec![
-            case("every node done", &done, "Ready"),
-            case("its Job running", &running, "Reconciling"),
-            case("a Job failed", &failed, "Stalled"),
-            case("an invalid nodeSelector", &invalid, "Stalled"),
+            case("healthy_complete", &done, Healthy),
+            case("progressing_job_running", &running, Progressing),
+            case("degraded_job_failed", &failed, Degraded),
+            case("degraded_invalid_node_selector", &invalid, Degraded),
         ],
     );
 }
@@ -658,7 +967,8 @@ fn upgraded(mut u: NodeOpUpgrade, nodeop: Option<&NodeOp>) -> NodeOpUpgrade {
 }
 
 #[test]
-fn nodeop_upgrades_as_kstatus_reads_them() {
+fn nodeop_upgrades() {
+    use Health::*;
     let u = NodeOpUpgrade {
         metadata: meta("to-v3", Some("default"), 5),
         spec: NodeOpUpgradeSpec {
@@ -679,17 +989,13 @@ fn nodeop_upgrades_as_kstatus_reads_them() {
     foreign.metadata.owner_references = None;
     let after = |op: &NodeOp| upgraded(created.clone(), Some(op));
     check(
-        "NodeOpUpgrade",
+        "operator.kairos.io/NodeOpUpgrade",
         vec![
-            case("its NodeOp done", after(&done), "Ready"),
-            case("its NodeOp just created", &created, "Reconciling"),
-            case("its NodeOp running", after(&running), "Reconciling"),
-            case("its NodeOp failed", after(&failed), "Stalled"),
-            case(
-                "a NodeOp of its name not its own",
-                after(&foreign),
-                "Stalled",
-            ),
+            case("healthy_nodeop_complete", after(&done), Healthy),
+            case("progressing_nodeop_created", &created, Progressing),
+            case("progressing_nodeop_running", after(&running), Progressing),
+            case("degraded_nodeop_failed", after(&failed), Degraded),
+            case("degraded_nodeop_not_owned", after(&foreign), Degraded),
         ],
     );
 }

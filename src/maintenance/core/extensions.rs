@@ -29,7 +29,7 @@ pub(super) fn timed_out(input: &MaintenanceInput<'_>, now: Timestamp) -> Option<
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == DRAINED && c.status == "False" && !status::is_waiting(&c.reason))
+        .find(|c| c.type_ == DRAINED && c.status != "True" && !status::is_waiting(&c.reason))
         .map(|c| &c.last_transition_time)?
         .0;
     let deadline = started.checked_add(timeout).ok()?;

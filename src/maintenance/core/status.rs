@@ -54,10 +54,12 @@ pub(super) fn finish(
         _ => {}
     }
     st.last_error = failure.then(|| message.clone()).or(st.last_error.take());
-    let drained = if phase == MaintenancePhase::Succeeded {
-        "True"
-    } else {
-        "False"
+    // `Unknown` while it drains or waits, `False` once it failed: the convention of Rancher's
+    // summaries (wrangler's, which Fleet judges a bundle by), where a `Drained=False` is an error.
+    let drained = match phase {
+        MaintenancePhase::Succeeded => "True",
+        MaintenancePhase::Failed => "False",
+        MaintenancePhase::Running => "Unknown",
     };
     set_condition(st, drained, reason, &message, now, nm.metadata.generation);
     // kstatus, for GitOps tools: drained is Ready, a failure only deleting it ends is Stalled.
@@ -295,7 +297,7 @@ pub(super) fn record_evictions(
     });
     if let Some(message) = refused {
         let reason = "BlockedByDisruptionBudget";
-        set_condition(st, "False", reason, &message, now, generation);
+        set_condition(st, "Unknown", reason, &message, now, generation);
         last_error = last_error.or(Some(message));
     }
     if let Some(e) = last_error {
@@ -311,13 +313,14 @@ fn set_condition(
     now: Timestamp,
     generation: Option<i64>,
 ) {
-    // The time of `Drained=False` is when the drain started (the drain timeout counts from it):
-    // waiting for the node or its Lease is not draining yet.
+    // The time of `Drained=Unknown` is when the drain started (the drain timeout counts from it):
+    // waiting for the node or its Lease is not draining yet. A drain recorded as `False` (before
+    // slipway wrote `Unknown`) is the same drain.
     let pos = st.conditions.iter().position(|c| c.type_ == DRAINED);
     let keep_time = pos
         .map(|i| &st.conditions[i])
         .filter(|c| {
-            c.status == status
+            (c.status == status || c.status == "False" && status == "Unknown")
                 && (c.reason == reason || !is_waiting(&c.reason) && !is_waiting(reason))
         })
         .map(|c| c.last_transition_time.clone());

@@ -593,6 +593,55 @@ fn kstatus_conditions_follow_the_phase() {
 }
 
 #[test]
+fn drained_is_unknown_while_it_drains_and_false_once_it_failed() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let p = pods(&[("web-1", false)]);
+    let draining = decide(&input(&m, Some(&node()), Some(&p)));
+    // Fleet's summary (wrangler's) reads `Drained=False` as an error, `Unknown` as under way.
+    assert_eq!(condition(&draining).status, "Unknown");
+    m.status = Some(draining.status);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:10:00Z");
+    let failed = decide(&i);
+    assert_eq!(
+        (condition(&failed).status.as_str(), failed.status.phase),
+        ("False", Some(MaintenancePhase::Failed))
+    );
+    let done = decide(&input(&nm(true), Some(&tk), Some(&pods(&[]))));
+    assert_eq!(condition(&done).status, "True");
+}
+
+#[test]
+fn a_drain_recorded_as_false_by_an_earlier_slipway_keeps_its_start() {
+    let mut m = nm(true);
+    m.spec.drain_timeout = Some("10m".into());
+    let p = pods(&[("web-1", false)]);
+    let mut first = decide(&input(&m, Some(&node()), Some(&p))).status;
+    let c = (first.conditions.iter_mut())
+        .find(|c| c.type_ == DRAINED)
+        .expect("the Drained condition");
+    c.status = "False".into();
+    m.status = Some(first);
+    let tk = taken();
+    let mut i = input(&m, Some(&tk), Some(&p));
+    i.now = t("2026-11-22T10:05:00Z");
+    let step = decide(&i);
+    assert_eq!(condition(&step).status, "Unknown");
+    assert_eq!(condition(&step).last_transition_time, Time(now()));
+    i.now = t("2026-11-22T10:10:00Z");
+    let step = decide(&i);
+    assert_eq!(
+        step.stage,
+        Stage::TimedOut {
+            after: "10m".into()
+        },
+        "the timeout counts from the drain's start"
+    );
+}
+
+#[test]
 fn the_timeout_counts_from_the_start_of_the_drain_not_the_wait() {
     let mut m = nm(true);
     m.spec.drain_timeout = Some("10m".into());

@@ -1,6 +1,7 @@
 //! Plan conditions, as SUC names and updates them, plus the transition times SUC never sets, and
-//! the `Ready`, `Reconciling` and `Stalled` conditions that kstatus (Argo CD, Flux, `kubectl wait`)
-//! reads, derived from SUC's.
+//! the `Ready`, `Reconciling` and `Stalled` conditions that kstatus (Flux, Fleet, `kubectl wait`,
+//! and the Argo CD health check in gitops/argocd) reads, derived from SUC's. What each standing
+//! means to those tools, and why, is docs/gitops.md.
 
 use crate::common::bounded::{CONDITION_MESSAGE_BYTES, cut};
 use crate::plan::api::{PlanCondition, PlanStatus};
@@ -8,7 +9,8 @@ use crate::plan::api::{PlanCondition, PlanStatus};
 pub const COMPLETE: &str = "Complete";
 pub const VALIDATED: &str = "Validated";
 pub const LATEST_RESOLVED: &str = "LatestResolved";
-/// kstatus: `True` once every selected node is done.
+/// kstatus: `True` once every selected node is done, or while the rollout is held on purpose
+/// ([`DEFERRED_REASONS`]).
 pub const READY: &str = "Ready";
 /// kstatus: `True` while the rollout is under way or waits for something that will come.
 pub const RECONCILING: &str = "Reconciling";
@@ -26,6 +28,14 @@ const STALLED_REASONS: [&str; 7] = [
     "HealthCheckTimedOut",
     "NoConcurrency",
 ];
+
+/// `Complete=False` reasons of a rollout held on purpose, by its author or an operator: a closed
+/// window (SUC's `Waiting`), a halted DisruptionBudget, a channel version younger than
+/// `spec.minVersionAge`. It goes on by itself and nothing is wrong, so kstatus reads it `Ready`
+/// (the reason and message saying what it waits for): a Flux `wait` over a Plan whose window opens
+/// in three days must not fail every reconcile until then. Argo CD's health check shows these
+/// `Suspended`.
+pub const DEFERRED_REASONS: [&str; 3] = ["Waiting", "Halted", "VersionTooNew"];
 
 pub const TRUE: &str = "True";
 pub const FALSE: &str = "False";
@@ -104,8 +114,9 @@ pub fn set(
 
 /// Sets `Ready`, `Reconciling` and `Stalled` from `Validated`, `LatestResolved` and `Complete`, as
 /// kstatus reads them: an invalid Plan, one with neither version nor channel, or a rollout stopped
-/// by a failure is `Stalled`, a finished one `Ready`, anything else `Reconciling` (a channel that
-/// does not answer may answer later); `Ready=False` carries the same reason and message.
+/// by a failure is `Stalled`, a finished one or one held on purpose `Ready`, anything else
+/// `Reconciling` (a channel that does not answer may answer later); `Ready=False` carries the same
+/// reason and message.
 pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
     let (state, reason, message) = if is(status, VALIDATED, FALSE) {
         let reason = match reason(status, VALIDATED) {
@@ -130,6 +141,8 @@ pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
             "Complete".to_string(),
             message(status, COMPLETE).to_string(),
         )
+    } else if let Some((reason, message)) = deferred(status) {
+        (READY, reason.to_string(), message.to_string())
     } else {
         let why = match reason(status, COMPLETE) {
             "" => "Reconciling",
@@ -153,6 +166,14 @@ pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
         };
         set(status, type_, value, reason, message, now, generation);
     }
+}
+
+/// What a rollout held on purpose waits for (reason and message), if it is held so.
+fn deferred(status: &PlanStatus) -> Option<(&str, &str)> {
+    let why = reason(status, COMPLETE);
+    DEFERRED_REASONS
+        .contains(&why)
+        .then(|| (why, message(status, COMPLETE)))
 }
 
 #[cfg(test)]
@@ -228,6 +249,20 @@ mod tests {
                 (FALSE, FALSE, TRUE, "NoConcurrency"),
             ),
             (TRUE, UNKNOWN, "", (FALSE, TRUE, FALSE, "Reconciling")),
+            (TRUE, FALSE, "Waiting", (TRUE, FALSE, FALSE, "Waiting")),
+            (TRUE, FALSE, "Halted", (TRUE, FALSE, FALSE, "Halted")),
+            (
+                TRUE,
+                FALSE,
+                "VersionTooNew",
+                (TRUE, FALSE, FALSE, "VersionTooNew"),
+            ),
+            (
+                TRUE,
+                FALSE,
+                "DisruptionBudget",
+                (FALSE, TRUE, FALSE, "DisruptionBudget"),
+            ),
             (
                 FALSE,
                 FALSE,

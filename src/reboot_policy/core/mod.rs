@@ -411,7 +411,9 @@ fn give_back_all(
 }
 
 /// A valid policy's conditions: `Validated`, `Progressing` while a reboot is under way, and
-/// kstatus' three (stalled while a failure stopped it).
+/// kstatus' three: stalled while a failure stopped it, else ready. A policy rebooting nodes is
+/// doing what it is for, so it stays `Ready` (reason `Rebooting`, the message naming the nodes):
+/// a GitOps tool's health must not flap with every reboot (docs/gitops.md).
 fn conditions(
     previous: &[Condition],
     steps: &NodeSteps,
@@ -439,10 +441,9 @@ fn conditions(
         generation,
         now,
     );
-    let standing = match (&steps.stopped, progressing) {
-        (Some(why), _) => Standing::Stalled("Stopped", why.as_str()),
-        (None, true) => Standing::Reconciling(reason, &steps.summary),
-        (None, false) => Standing::Ready(reason, &steps.summary),
+    let standing = match &steps.stopped {
+        Some(why) => Standing::Stalled("Stopped", why.as_str()),
+        None => Standing::Ready(reason, &steps.summary),
     };
     set_standing(&mut conditions, standing, generation, now);
     conditions

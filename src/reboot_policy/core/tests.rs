@@ -1225,8 +1225,8 @@ fn a_reset_lifts_a_stop_and_is_acted_on_once() {
     assert_eq!(d.status.stopped, None);
     assert_eq!(
         standing(&d.status),
-        ["Ready=False", "Reconciling=True", "Stalled=False"],
-        "kstatus: a reboot under way"
+        ["Ready=True", "Reconciling=False", "Stalled=False"],
+        "kstatus: a reboot under way is the policy in force"
     );
     assert_eq!(d.status.failures_reset.as_deref(), Some("1"));
     assert!(d.events.iter().any(|e| e.reason == "FailuresReset"));
