@@ -335,10 +335,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         // and asked again on the next reconcile: kube's retry layer would wait minutes.
         let mut no_retry = config.clone();
         no_retry.default_retry = false;
-        let eviction =
-            kube::Client::try_from(no_retry).context("cannot build the Kubernetes client")?;
-        let client =
-            kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+        let eviction = cli::connect::client(no_retry)?;
+        let client = cli::connect::client(config)?;
         operate(client, eviction, settings, election, metrics_addr).await
     })
 }

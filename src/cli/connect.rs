@@ -12,6 +12,23 @@ use anyhow::Context;
 /// gives up on a watch silent for 295 s), so that a quiet watch ends as it always has.
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The client of `config`, which also tells [`slipway::runtime::clock`] the API server's time from
+/// the `Date` of every answer.
+pub fn client(config: kube::Config) -> anyhow::Result<kube::Client> {
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .context("cannot build the Kubernetes client")?;
+    let dated = tower::util::MapResponseLayer::new(observe_date);
+    Ok(builder.with_layer(&dated).build())
+}
+
+fn observe_date<B>(answer: hyper::Response<B>) -> hyper::Response<B> {
+    let date = (answer.headers().get(hyper::header::DATE)).and_then(|v| v.to_str().ok());
+    if let Some(date) = date {
+        slipway::runtime::clock::observe(date, jiff::Timestamp::now());
+    }
+    answer
+}
+
 fn bounded_reads(config: &mut kube::Config, silence: Duration) {
     config.read_timeout = Some(silence);
     // Counted from the request sent, not from when its pooled connection went idle.

@@ -47,7 +47,7 @@ pub fn structured<T: Serialize>(value: &T, output: Output) -> anyhow::Result<Opt
 pub async fn client(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<kube::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = connect::client_config(kubeconfig, "", context).await?;
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    connect::client(config)
 }
 
 /// The API server's message of a failed request, on one line.

@@ -428,7 +428,8 @@ impl MaintenanceOperation {
                     evict_all(chores.client(), chores.eviction_client(), pods, None).await;
                 let asking = lock(&self.asking).remove(&name).unwrap_or_default();
                 let mut rounds = lock(&self.evictions);
-                let round = EvictionRound::next(rounds.get(&name), results, Timestamp::now());
+                let round =
+                    EvictionRound::next(rounds.get(&name), results, crate::runtime::clock::now());
                 rounds.insert(name, asking.answered(round));
             }
             MaintenanceEffect::Delete(pods) => delete_all(chores.client(), pods, None).await?,
@@ -440,7 +441,7 @@ impl MaintenanceOperation {
     async fn hold_lease(&self, nm: &NodeMaintenance, o: &Observed) -> Result<(), Error> {
         let Some(node) = &o.node else { return Ok(()) };
         let s = &self.lease;
-        let now = Timestamp::now();
+        let now = crate::runtime::clock::now();
         let duration = i32::try_from(s.duration.as_secs()).unwrap_or(i32::MAX);
         let chores = self.shared.chores();
         let Some(current) = &o.lease else {

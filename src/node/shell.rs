@@ -66,7 +66,7 @@ pub async fn pods_view(
         &pods,
         |ns, name| daemonsets.contains(&(ns.to_string(), name.to_string())),
         options,
-        jiff::Timestamp::now(),
+        crate::runtime::clock::now(),
     );
     let terminating: BTreeSet<(String, String)> = pods
         .iter()

@@ -177,7 +177,7 @@ pub async fn keep_ledgers(
 /// it was computed from is older than the object (the watch has not shown the last write yet).
 async fn write_ledgers(shared: &Shared, budgets: &Budgets) -> bool {
     let mut all = true;
-    for (budget, status) in ledgers(shared, budgets, Timestamp::now()) {
+    for (budget, status) in ledgers(shared, budgets, super::clock::now()) {
         if budget.status.as_ref() == Some(&status) {
             continue;
         }

@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod checks;
 pub mod chores;
+pub mod clock;
 pub mod error;
 pub mod health;
 pub mod http;

@@ -117,7 +117,7 @@ impl Notifier {
             object.namespace.as_deref(),
             object.name.as_deref().unwrap_or_default(),
             event,
-            jiff::Timestamp::now(),
+            crate::runtime::clock::now(),
         ) else {
             return;
         };

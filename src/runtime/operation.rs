@@ -407,7 +407,7 @@ where
         deleted(op, &obj, &me, &before);
         return Ok(Action::await_change());
     }
-    let now = Timestamp::now();
+    let now = super::clock::now();
     let observed = op.observe(&obj, now).await?;
     pace.nodes = Some(op.size(&observed));
     let decided = shared.decide_and_claim(
@@ -502,7 +502,7 @@ where
 {
     op.shared().synced().await?;
     let obj = op.prepare(obj).await?;
-    let now = Timestamp::now();
+    let now = super::clock::now();
     let observed = op.observe(&obj, now).await?;
     let budget = op.shared().budget_for(&op.holder(&obj));
     Ok(op.decide(&obj, &observed, &budget, now))

@@ -207,7 +207,7 @@ impl Shared {
         holds: impl FnOnce(&D) -> &BTreeSet<String>,
     ) -> Result<D, (String, Refusal)> {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Timestamp::now();
+        let now = super::clock::now();
         let persisted = self.persisted_holds(now);
         let budget = self.budget_of(me, &claims, &persisted, now);
         let decision = decide(&budget);
@@ -260,7 +260,7 @@ impl Shared {
     /// What a decision of `me` may take now (`slipway explain` decides with it, claiming nothing).
     pub fn budget_for(&self, me: &Holder) -> Budget {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Timestamp::now();
+        let now = super::clock::now();
         let persisted = self.persisted_holds(now);
         self.budget_of(me, &claims, &persisted, now)
     }
@@ -319,7 +319,7 @@ impl Shared {
     /// ([`counted`]).
     pub fn holders_by_node(&self) -> BTreeMap<String, Vec<Holder>> {
         let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let persisted = self.persisted_holds(Timestamp::now());
+        let persisted = self.persisted_holds(super::clock::now());
         let index = self.nodes();
         counted(&claims, &persisted, index.tainted())
     }

@@ -32,6 +32,7 @@ use crate::support;
 mod expired;
 mod flapping;
 mod proxy;
+mod skew;
 mod throttle;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -738,6 +739,14 @@ impl Replicas {
         }
     }
 
+    /// The log of replica `id` so far.
+    fn log_of(&self, id: &str) -> String {
+        (self.procs.lock().expect("replicas").iter())
+            .filter(|(i, _)| i == id)
+            .map(|(_, p)| p.log())
+            .collect()
+    }
+
     /// SIGKILL and start again, as a crash and the kubelet would.
     fn crash(&self, id: &str) {
         for (_, p) in self
@@ -1354,6 +1363,18 @@ async fn a_rollout_survives_watches_expired_by_compaction() {
     scene("watch-expired", 31, Sizes::SMALL, expired::watch_expired).await;
 }
 
+/// Two replicas whose times differ by a minute, each leading in turn: no node over the Plan's
+/// limits, the rollout finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_whose_clocks_differ_by_a_minute_keep_the_limits() {
+    let sizes = Sizes {
+        nodes: 9,
+        concurrency: 3,
+        ..Sizes::SMALL
+    };
+    scene("clock-skew", 37, sizes, skew::clock_skew).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_job_and_node_churn() {
     let sizes = Sizes {
@@ -1420,6 +1441,7 @@ async fn full_suite() {
     suite.run("api-throttle", throttle::api_throttle).await;
     suite.run("node-flapping", flapping::node_flapping).await;
     suite.run("watch-expired", expired::watch_expired).await;
+    suite.run("clock-skew", skew::clock_skew).await;
     suite.run("job-and-node-churn", job_and_node_churn).await;
     suite.run("plan-edits", plan_edits).await;
     suite.run("plan-deletion", plan_deletion).await;

@@ -170,7 +170,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
 }
 
 async fn explain(world: &World, target: &Target, output: super::Output) -> anyhow::Result<String> {
-    let now = Timestamp::now();
+    let now = slipway::runtime::clock::now();
     match target {
         Target::Plan(name)
         | Target::RebootPolicy(name)

@@ -3,19 +3,21 @@
 //! credentials), the test's own client behind (its TLS and credentials). It passes requests on,
 //! answers them `429 Too Many Requests`, holds them before passing them on, or ends the open
 //! watches and answers new ones as the API server answers a watch from a compacted revision
-//! (`410 Expired`), as the test tells it.
+//! (`410 Expired`), as the test tells it; and it can move the `Date` of every answer, as a host
+//! whose clock is off sees the API server's time.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use http::HeaderValue;
 use http::StatusCode;
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, RETRY_AFTER, TRANSFER_ENCODING,
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, DATE, HOST, RETRY_AFTER, TRANSFER_ENCODING,
 };
 use kube::Client;
 use tokio::sync::Notify;
@@ -94,6 +96,9 @@ pub(super) struct Answers {
     pub(super) rejected: AtomicUsize,
     pub(super) held: AtomicUsize,
     pub(super) expired: AtomicUsize,
+    /// Seconds added to the `Date` of every answer.
+    date_shift: AtomicI64,
+    pub(super) dated: AtomicUsize,
 }
 
 /// The proxy on loopback; stops when dropped.
@@ -115,6 +120,8 @@ impl ApiProxy {
             rejected: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             expired: AtomicUsize::new(0),
+            date_shift: AtomicI64::new(0),
+            dated: AtomicUsize::new(0),
         });
         let router = axum::Router::new()
             .fallback(forward)
@@ -135,6 +142,11 @@ impl ApiProxy {
             self.answers.generation.fetch_add(1, Ordering::SeqCst);
             self.answers.watches_end.notify_waiters();
         }
+    }
+
+    /// Moves the `Date` of every answer from now on by `seconds`.
+    pub(super) fn shift_dates(&self, seconds: i64) {
+        self.answers.date_shift.store(seconds, Ordering::SeqCst);
     }
 
     /// A kubeconfig for the proxy: plain HTTP, no credentials of its own.
@@ -160,6 +172,20 @@ fn expired() -> Response {
         "metadata": {}, "status": "Failure", "message": "too old resource version: 1 (2)",
         "reason": "Expired", "code": 410}});
     ([(CONTENT_TYPE, "application/json")], format!("{event}\n")).into_response()
+}
+
+/// An HTTP date moved by `seconds`, in the same form.
+fn shifted(date: &HeaderValue, seconds: i64) -> Option<HeaderValue> {
+    let at = jiff::fmt::rfc2822::parse(date.to_str().ok()?)
+        .ok()?
+        .timestamp();
+    let moved = at
+        .checked_add(jiff::SignedDuration::from_secs(seconds))
+        .ok()?;
+    let text = jiff::fmt::rfc2822::DateTimePrinter::new()
+        .timestamp_to_rfc9110_string(&moved)
+        .ok()?;
+    HeaderValue::from_str(&text).ok()
 }
 
 fn too_many() -> Response {
@@ -213,6 +239,14 @@ async fn forward(State(answers): State<Arc<Answers>>, request: Request) -> Respo
     let (mut parts, body) = answer.into_parts();
     for hop in [CONTENT_LENGTH, CONNECTION, TRANSFER_ENCODING] {
         parts.headers.remove(hop);
+    }
+    let shift = answers.date_shift.load(Ordering::SeqCst);
+    if shift != 0 {
+        let moved = (parts.headers.get(DATE)).and_then(|d| shifted(d, shift));
+        if let Some(moved) = moved {
+            parts.headers.insert(DATE, moved);
+            answers.dated.fetch_add(1, Ordering::Relaxed);
+        }
     }
     let body = Body::new(body);
     if !watch {
