@@ -4,8 +4,9 @@
 //! single k3s server with agents. A NodeMaintenance of the control-plane node drains it and
 //! leaves the controller there; a RebootPolicy over both nodes reboots each, the controller's own
 //! node too: the controller goes down with its node, comes back with it, and gives the node
-//! back. Had slipway's drain evicted the controller, its replacement could run nowhere (the only
-//! control-plane node is cordoned) and the node would stay cordoned for good.
+//! back; then a Plan with a drain and a reboot of the control-plane node alone (a k3s server's
+//! Plan) does the same. Had slipway's drain evicted the controller, its replacement could run
+//! nowhere (the only control-plane node is cordoned) and the node would stay cordoned for good.
 
 use crate::support;
 
@@ -18,10 +19,12 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
+use slipway::plan::api::Plan;
 use slipway::reboot_policy::api::RebootPolicy;
 
 use crate::real::{controller_pod_runs_on_the_server, node_state};
 use crate::support::install::{self, Install};
+use crate::support::plans::{complete_message, plan_from_yaml, wait_complete};
 use crate::support::real::CONTROL_PLANE;
 use crate::support::scene::Scene;
 
@@ -226,8 +229,62 @@ async fn the_controllers_own_node_is_maintained_and_rebooted_and_given_back() {
         }
     })
     .await;
+    let policy_took = rebooting.elapsed();
+
+    // A Plan of the controller's node alone, with a drain and a reboot, as a k3s server's Plan:
+    // its Job drains the node (the controller's pod left, by SUC's label) and its reboot takes the
+    // controller down with the node; back, the controller finishes the Plan and gives the node back.
+    let plans = Api::<Plan>::namespaced(client.clone(), install::NS);
+    let plan_name = s.name("plan");
+    let boot = node_state(client, CONTROL_PLANE).await.0;
+    let plan = plan_from_yaml(&format!(
+        r#"
+apiVersion: upgrade.cattle.io/v1
+kind: Plan
+metadata:
+  name: {plan_name}
+spec:
+  concurrency: 1
+  version: v1
+  serviceAccountName: system-upgrade
+  nodeSelector:
+    matchLabels:
+      kubernetes.io/hostname: {CONTROL_PLANE}
+  tolerations:
+  - {{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}}
+  drain:
+    force: true
+  upgrade:
+    image: busybox:1.37
+    command: [sh, -c, "true"]
+  reboot:
+    timeout: 10m
+"#
+    ));
+    let planning = Instant::now();
+    plans
+        .create(&PostParams::default(), &plan)
+        .await
+        .expect("create the Plan");
+    let done = wait_complete(&plans, &plan_name, Duration::from_secs(1200)).await;
+    let (after, ready, _) = node_state(client, CONTROL_PLANE).await;
+    assert_ne!(after, boot, "the Plan rebooted the controller's node");
+    assert!(ready, "{}", complete_message(&done));
+    assert!(
+        !taken(client, CONTROL_PLANE).await,
+        "the controller's node is given back: {}",
+        complete_message(&done)
+    );
+    let back = controller_pod_runs_on_the_server(&s).await;
+    assert_eq!(
+        back.uid(),
+        controller.uid(),
+        "the same controller pod, never evicted"
+    );
+    let _ = plans.delete(&plan_name, &DeleteParams::default()).await;
     eprintln!(
-        "real: the controller's own node maintained in {maintained:?}, both nodes rebooted, back at {back_at:?}, in {:?}",
+        "real: the controller's own node maintained in {maintained:?}; both nodes rebooted by the policy, back at {back_at:?} (policy done in {policy_took:?}); the Plan's drain and reboot of it in {:?}; in {:?}",
+        planning.elapsed(),
         started.elapsed()
     );
 }
