@@ -381,6 +381,31 @@ fn compare_or_bless(files: &BTreeMap<PathBuf, String>) {
     );
 }
 
+/// The helpers every health check carries (Argo CD runs each configured script alone: none can
+/// `require` a shared one) stay the same in all six.
+#[test]
+fn the_health_checks_share_their_helpers_word_for_word() {
+    let helpers = |script: &str| -> String {
+        let from = script
+            .find("local function condition")
+            .expect("the condition helper");
+        let to = script[from..]
+            .find("if obj.status == nil then")
+            .expect("the first check")
+            + from;
+        script[from..to].to_string()
+    };
+    let all = scripts();
+    let plan = helpers(&all["upgrade.cattle.io/Plan"]);
+    for (key, script) in &all {
+        assert_eq!(
+            helpers(script),
+            plan,
+            "{key}'s helpers differ from the Plan's"
+        );
+    }
+}
+
 /// gitops/argocd/argocd-cm-patch.yaml: every health check as argocd-cm's
 /// `resource.customizations.health.<group>_<Kind>` keys, a patch for `kubectl patch --patch-file`.
 #[test]
