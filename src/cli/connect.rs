@@ -17,16 +17,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn client(config: kube::Config) -> anyhow::Result<kube::Client> {
     let builder = kube::client::ClientBuilder::try_from(config)
         .context("cannot build the Kubernetes client")?;
-    let dated = tower::util::MapResponseLayer::new(observe_date);
+    let dated = tower::util::MapResponseLayer::new(slipway::runtime::clock::observed);
     Ok(builder.with_layer(&dated).build())
-}
-
-fn observe_date<B>(answer: hyper::Response<B>) -> hyper::Response<B> {
-    let date = (answer.headers().get(hyper::header::DATE)).and_then(|v| v.to_str().ok());
-    if let Some(date) = date {
-        slipway::runtime::clock::observe(date, jiff::Timestamp::now());
-    }
-    answer
 }
 
 fn bounded_reads(config: &mut kube::Config, silence: Duration) {

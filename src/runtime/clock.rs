@@ -22,8 +22,17 @@ pub fn now() -> Timestamp {
     at(Timestamp::now(), OFFSET_MS.load(Ordering::Relaxed))
 }
 
+/// Takes in the `Date` of an answer of the API server as it arrives, and passes the answer on.
+pub fn observed<B>(answer: hyper::Response<B>) -> hyper::Response<B> {
+    let date = (answer.headers().get(hyper::header::DATE)).and_then(|v| v.to_str().ok());
+    if let Some(date) = date {
+        observe(date, Timestamp::now());
+    }
+    answer
+}
+
 /// Takes in an answer's `Date` header, received at `local` (this host's clock).
-pub fn observe(date: &str, local: Timestamp) {
+fn observe(date: &str, local: Timestamp) {
     let Some(estimate) = estimate(date, local) else {
         return;
     };
@@ -36,11 +45,6 @@ pub fn observe(date: &str, local: Timestamp) {
             next as f64 / 1000.0
         );
     }
-}
-
-/// How far the API server's clock is ahead of this host's now, as [`now`] uses it.
-pub fn offset() -> SignedDuration {
-    SignedDuration::from_millis(OFFSET_MS.load(Ordering::Relaxed))
 }
 
 fn at(local: Timestamp, offset_ms: i64) -> Timestamp {
