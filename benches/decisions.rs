@@ -517,10 +517,12 @@ fn reconcile_settled(
         namespace: "system-upgrade".into(),
         name: name.clone(),
     };
-    let target = settled::target(p, &BTreeMap::new(), None, now()).unwrap_or(settled::Target {
-        hash: String::new(),
-        version: String::new(),
-    });
+    let config = JobConfig::default();
+    let target =
+        settled::target(p, &BTreeMap::new(), None, &config, now()).unwrap_or(settled::Target {
+            hash: String::new(),
+            version: String::new(),
+        });
     let mut read_jobs = jobs.get(jobs.index.plan_jobs(&name, Some(&target.version)));
     let named = settled::named(p, &read_jobs, &[]);
     let rule = settled::rule(p, &target.hash);

@@ -71,7 +71,7 @@ pub fn cleanup_of(
     reboot_pods: &[&Pod],
     shared: impl Fn(&str) -> bool,
 ) -> Cleanup {
-    let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
+    let cordons = super::settings::cordons(&plan.spec);
     let applying = plan
         .status
         .as_ref()
@@ -125,7 +125,7 @@ pub fn cleanup_of(
 /// not counted: they are the Plan's own (an owner reference), and the garbage collector deletes
 /// them.
 pub fn holds(plan: &Plan, decision: &PlanDecision, nodes: &[&NodeInfo], pods: usize) -> bool {
-    let cordons = plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some();
+    let cordons = super::settings::cordons(&plan.spec);
     let quarantine =
         super::failure::quarantine_key(plan.metadata.name.as_deref().unwrap_or_default());
     let creates = decision.effects.iter().any(|e| match e {

@@ -13,7 +13,6 @@ use super::Rollout;
 use super::facts::{Facts, Steps};
 use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
-use crate::node::disruption::DisruptionSpec;
 use crate::node::prepull::{self, PrePullPhase, PrePullStatus, PullPlan};
 use crate::plan::api::{Plan, PlanStatus, labels};
 
@@ -33,10 +32,9 @@ pub(super) fn pre_pull(
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) -> Option<PrePullStatus> {
-    let plan = facts.input.plan;
-    let owner = owner(plan);
+    let owner = owner(facts.input.plan);
     let pods = facts.input.pull_pods;
-    if !DisruptionSpec::pre_pulls(plan.spec.disruption.as_ref()) {
+    if !facts.settings.pre_pulls {
         st.pre_pull = None;
         out.delete_pull_pods
             .extend(prepull::leftovers(&owner, pods));
@@ -46,11 +44,7 @@ pub(super) fn pre_pull(
         .pre_pull
         .as_ref()
         .is_some_and(|p| p.hash == facts.hash && p.phase == PrePullPhase::Pulled);
-    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
-    let holding = steps.values().filter(|(_, s, _)| s.holds_slot()).count();
-    let starting =
-        holding < concurrency && free.iter().any(|n| !steps.contains_key(n.name.as_str()));
-    if done || !starting {
+    if done || !facts.starting(free, steps) {
         if done {
             out.delete_pull_pods
                 .extend(prepull::leftovers(&owner, pods));
@@ -108,15 +102,14 @@ pub(super) fn next_batch(
     eligible: &[&NodeInfo],
     steps: &Steps<'_>,
 ) -> BTreeSet<String> {
-    let plan = facts.input.plan;
-    if !DisruptionSpec::taints_next(plan.spec.disruption.as_ref()) {
+    if !facts.settings.taints_next {
         return BTreeSet::new();
     }
-    let concurrency = usize::try_from(plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
     let fresh = (eligible.iter().copied())
         .filter(|n| !steps.contains_key(n.name.as_str()))
         .filter(|n| super::waits::holder_of(facts.input, n).is_none());
-    super::selection::first_in_plan_order(concurrency, facts.uid, &facts.hash, facts.order, fresh)
+    let (slots, order) = (facts.settings.slots(), facts.settings.order);
+    super::selection::first_in_plan_order(slots, facts.uid, &facts.hash, order, fresh)
         .into_iter()
         .map(|n| n.name.clone())
         .collect()

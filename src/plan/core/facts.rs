@@ -11,12 +11,12 @@ use super::PlanInput;
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
-use crate::common::duration::GoDuration;
+use super::settings::PlanSettings;
 use crate::common::naming;
 use crate::node::NodeInfo;
 use crate::plan::api::{PlanStatus, labels};
-use crate::plan::core::failure::{FailurePolicy, reset_requested};
-use crate::plan::core::{job, reboot};
+use crate::plan::core::failure::reset_requested;
+use crate::plan::core::job;
 
 /// The nodes of this decision: their states, in node-name order, and what they asked for.
 pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<NodeAction>)>;
@@ -24,6 +24,8 @@ pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<Node
 /// The Plan's facts for this decision, read once.
 pub(super) struct Facts<'a> {
     pub(super) input: &'a PlanInput<'a>,
+    /// The Plan's spec, read and checked once.
+    pub(super) settings: &'a PlanSettings<'a>,
     /// Every node's labels, read once.
     pub(super) read: &'a [NodeLabels<'a>],
     pub(super) now: Timestamp,
@@ -38,13 +40,12 @@ pub(super) struct Facts<'a> {
     pub(super) rendered: BTreeMap<String, Result<Job, String>>,
     /// The part of a [`super::TemplateMemo`] key that is the Plan's.
     pub(super) memo_key: String,
-    /// The order its nodes start in.
-    pub(super) order: crate::plan::api::NodeOrder,
 }
 
 impl<'a> Facts<'a> {
     pub(super) fn new(
         input: &'a PlanInput<'a>,
+        settings: &'a PlanSettings<'a>,
         read: &'a [NodeLabels<'a>],
         now: Timestamp,
         st: &PlanStatus,
@@ -57,6 +58,7 @@ impl<'a> Facts<'a> {
         let reset = reset_requested(plan, st).is_some();
         let mut facts = Facts {
             input,
+            settings,
             read,
             now,
             name,
@@ -66,22 +68,15 @@ impl<'a> Facts<'a> {
             ctx: PlanContext {
                 namespace: plan.metadata.namespace.clone().unwrap_or_default(),
                 generation: plan.metadata.generation,
-                post_complete_delay: plan
-                    .spec
-                    .post_complete_delay
-                    .as_deref()
-                    .and_then(|d| d.parse::<GoDuration>().ok())
-                    .and_then(GoDuration::to_std)
-                    .unwrap_or_default(),
-                reboot: reboot::settings(plan, input.job_config).map(|p| p.handoff()),
-                cordons: plan.spec.cordon.unwrap_or(false) || plan.spec.drain.is_some(),
-                failure: FailurePolicy::of(plan.spec.failure_policy.as_ref()).unwrap_or_default(),
+                post_complete_delay: settings.post_complete_delay,
+                reboot: settings.reboot.as_ref().map(|p| p.handoff()),
+                cordons: settings.cordons,
+                failure: settings.failure.clone(),
                 reset: false,
                 quarantine_room: 0,
             },
             jobs: PlanJobs::new(input.jobs),
             memo_key: plan_memo_key(plan, st),
-            order: plan.spec.order.unwrap_or_default(),
             rendered_from,
             rendered: BTreeMap::new(),
         };
@@ -100,6 +95,12 @@ impl<'a> Facts<'a> {
             .max_quarantined
             .saturating_sub(i32::try_from(quarantined).unwrap_or(i32::MAX));
         facts
+    }
+
+    /// Whether a node is about to start: a slot is free and a free node has not stepped yet.
+    pub(super) fn starting(&self, free: &[&NodeInfo], steps: &Steps<'_>) -> bool {
+        holding(steps) < self.settings.slots()
+            && free.iter().any(|n| !steps.contains_key(n.name.as_str()))
     }
 
     pub(super) fn job_name(&self, node: &NodeInfo) -> String {
@@ -174,6 +175,11 @@ impl<'a> Facts<'a> {
         }
         (next, actions)
     }
+}
+
+/// How many of the nodes hold a slot.
+pub(super) fn holding(steps: &Steps<'_>) -> usize {
+    steps.values().filter(|(_, s, _)| s.holds_slot()).count()
 }
 
 /// What a Plan's Jobs are rendered from, besides the node and the process's settings.

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::facts::{Facts, Steps};
 use super::jobs::{Outcome, PlanJob};
+use super::settings::Hooks;
 use super::{JobDeletion, Rollout};
 use crate::common::decision::EventType;
 use crate::common::naming::safe_concat_name;
@@ -45,32 +46,6 @@ impl Hook {
             Hook::Post => "post",
         }
     }
-}
-
-/// `spec.hooks.pre` and `spec.hooks.post` as Job specs; the error names the field.
-pub fn read(plan: &Plan) -> Result<(Option<JobSpec>, Option<JobSpec>), String> {
-    let Some(hooks) = &plan.spec.hooks else {
-        return Ok((None, None));
-    };
-    let one = |hook: Hook, spec: Option<&serde_json::Map<String, serde_json::Value>>| {
-        spec.map(|s| {
-            let field = format!("spec.hooks.{}", hook.as_str());
-            let job: JobSpec = serde_json::from_value(serde_json::Value::Object(s.clone()))
-                .map_err(|e| format!("{field} is not a Job spec: {e}"))?;
-            let pod = job.template.spec.as_ref();
-            if pod.is_none_or(|p| p.containers.is_empty()) {
-                return Err(format!(
-                    "{field}.template.spec.containers must not be empty"
-                ));
-            }
-            Ok(job)
-        })
-        .transpose()
-    };
-    Ok((
-        one(Hook::Pre, hooks.pre.as_ref())?,
-        one(Hook::Post, hooks.post.as_ref())?,
-    ))
 }
 
 /// The name of a hook's Job: `<plan>-<hook>-hook-<hash prefix>-<attempt>`, made safe.
@@ -310,13 +285,8 @@ pub(super) fn before_nodes(
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) -> Option<HookStatus> {
-    let Ok((Some(spec), _)) = read(facts.input.plan) else {
-        return None;
-    };
-    let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
-    let holding = steps.values().filter(|(_, s, _)| s.holds_slot()).count();
-    let starting =
-        holding < concurrency && free.iter().any(|n| !steps.contains_key(n.name.as_str()));
+    let spec = facts.settings.hooks.pre.as_ref()?;
+    let starting = facts.starting(free, steps);
     let ran = st
         .hooks
         .as_ref()
@@ -326,7 +296,7 @@ pub(super) fn before_nodes(
         return None;
     }
     let now = crate::common::rfc3339(facts.now);
-    let phase = step(&context(facts, old, &now), Hook::Pre, &spec, st, out);
+    let phase = step(&context(facts, old, &now), Hook::Pre, spec, st, out);
     let pre = st.hooks.as_ref().and_then(|h| h.pre.clone());
     (starting && phase != HookPhase::Succeeded)
         .then_some(pre)
@@ -343,7 +313,7 @@ pub(super) fn after_nodes(
 ) {
     let now = crate::common::rfc3339(facts.now);
     let cx = context(facts, old, &now);
-    let (pre, post) = read(facts.input.plan).unwrap_or_default();
+    let Hooks { pre, post } = &facts.settings.hooks;
     if pre.is_none() && post.is_none() {
         st.hooks = None;
         sweep(&cx, st, out);
@@ -358,7 +328,7 @@ pub(super) fn after_nodes(
         && rolled_out
         && cond::is(st, COMPLETE, TRUE)
     {
-        step(&cx, Hook::Post, &spec, st, out);
+        step(&cx, Hook::Post, spec, st, out);
     }
     sweep(&cx, st, out);
 }

@@ -42,6 +42,7 @@ pub mod render;
 mod report;
 pub mod secret;
 pub mod selection;
+pub mod settings;
 pub mod settled;
 mod status;
 mod waits;
@@ -54,7 +55,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use crate::common::check::CheckRead;
-use crate::common::selector::Selector;
 use crate::node::NodeInfo;
 use crate::node::budget::Budget;
 use crate::node::holders::{Hold, Holder};
@@ -69,7 +69,7 @@ pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateM
 pub use disruption::owner as pull_owner;
 pub use node_state::NodeState;
 pub use report::phases;
-pub use status::validate;
+pub use settings::{PlanSettings, validate};
 
 /// SUC's message when neither `version` nor `channel` is set.
 pub const ERR_UNRESOLVABLE: &str = "cannot resolve plan: missing channel and version";
@@ -153,6 +153,7 @@ impl PlanInput<'_> {
             plan: self.plan,
             secrets: self.secrets,
             channel: self.channel.as_ref(),
+            config: self.job_config,
         }
     }
 }
@@ -171,12 +172,16 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     let mut st = old.clone();
     let mut out = Rollout::default();
     let read = node_labels::read(input);
-    if status::handle(&input.resolving(), &mut st, &mut out, &now_text) {
+    let settings = status::handle(&input.resolving(), &mut st, &mut out, &now_text);
+    if let Some(settings) = settings
+        .as_ref()
+        .filter(|_| status::rolls(settings.as_ref(), &st))
+    {
         debug_assert!(
             (input.settled).is_none_or(|s| st.latest_hash.as_ref() == Some(&s.hash)),
             "nodes left out at another hash than the decision's"
         );
-        plan_nodes::roll(input, &read, now, old, &mut st, &mut out);
+        plan_nodes::roll(input, settings, &read, now, old, &mut st, &mut out);
     } else {
         // A version too new to roll out says so; anything else that stops a Plan is SUC's.
         let (reason, message) = match cond::get(&st, cond::LATEST_RESOLVED) {
@@ -196,7 +201,8 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
             plan.metadata.generation,
         );
         if input.explain {
-            let until = promotion::rolls_out_at(plan, &st);
+            let age = settings.as_ref().and_then(|s| s.min_version_age);
+            let until = promotion::rolls_out_at(age, &st);
             for r in read.iter().filter(|r| r.targeted()) {
                 let why = || message.clone();
                 crate::common::decision::wait(&mut out.waiting, r.hostname(), reason, why, until);
@@ -226,8 +232,7 @@ pub fn holder(plan: &Plan) -> Holder {
 /// none; the decision reports it), and of those its own label.
 pub fn interest(plan: &Plan) -> Interest {
     Interest {
-        selector: Selector::from_label_selector(plan.spec.node_selector.as_ref())
-            .unwrap_or(Selector::Nothing),
+        selector: settings::selector(&plan.spec),
         label: Some(crate::plan::api::labels::plan_node_label(
             plan.metadata.name.as_deref().unwrap_or_default(),
         )),

@@ -5,7 +5,6 @@
 //! of a decision.
 
 use super::PlanInput;
-use crate::common::selector::Selector;
 use crate::node::NodeInfo;
 use crate::plan::api::labels;
 use crate::plan::core::failure;
@@ -47,8 +46,7 @@ impl<'a> NodeLabels<'a> {
 pub(super) fn read<'a>(input: &PlanInput<'a>) -> Vec<NodeLabels<'a>> {
     let plan = input.plan;
     let name = plan.metadata.name.as_deref().unwrap_or_default();
-    let selector = Selector::from_label_selector(plan.spec.node_selector.as_ref())
-        .unwrap_or(Selector::Nothing);
+    let selector = super::settings::selector(&plan.spec);
     let plan_label = labels::plan_node_label(name);
     let quarantine = failure::quarantine_key(name);
     input
@@ -80,7 +78,8 @@ mod tests {
             match_labels: Some(BTreeMap::from([("pool".to_string(), "a".to_string())])),
             ..Default::default()
         };
-        let parsed = Selector::from_label_selector(Some(&selector)).expect("valid");
+        let parsed =
+            crate::common::selector::Selector::from_label_selector(Some(&selector)).expect("valid");
         for hash in ["h1", ""] {
             let rule = Eligibility::new("p", Some(&selector), hash, &[]).expect("valid");
             for pool in [None, Some("a"), Some("b")] {

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::Timestamp;
 
-use super::facts::{Facts, Steps};
+use super::facts::{Facts, Steps, holding};
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
 use super::notices;
 use super::report::{Situation, fail_complete, report};
+use super::settings::PlanSettings;
 use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::check;
@@ -31,21 +32,17 @@ use crate::plan::core::selection::{self, Eligibility};
 /// Steps the applying nodes, fills free slots, and turns the states into the decision.
 pub(super) fn roll<'a>(
     input: &'a PlanInput<'a>,
+    settings: &'a PlanSettings<'a>,
     read: &'a [NodeLabels<'a>],
     now: Timestamp,
     old: &PlanStatus,
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) {
-    let mut facts = Facts::new(input, read, now, st);
+    let mut facts = Facts::new(input, settings, read, now, st);
     let now_text = rfc3339(now);
     // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
-    if let Err(e) = Eligibility::new(
-        facts.name,
-        input.plan.spec.node_selector.as_ref(),
-        &facts.hash,
-        &old.applying,
-    ) {
+    if let Err(e) = Eligibility::of(facts.name, &settings.selector, &facts.hash, &old.applying) {
         return fail_complete(
             st,
             out,
@@ -59,7 +56,7 @@ pub(super) fn roll<'a>(
     let (quarantined, eligible_read) = split_quarantined(&facts, read);
     let eligible: Vec<&NodeInfo> = eligible_read.iter().map(|r| r.node).collect();
     let mut steps = step_applying(&mut facts, old, &eligible_read);
-    let window = closed_window(input, old, now);
+    let window = closed_window(settings, old, now);
     let stopped = facts.ctx.failure.held_failure_stops()
         && steps
             .values()
@@ -67,7 +64,7 @@ pub(super) fn roll<'a>(
     record_reset(input, st, out);
     let gate = health_gate(&facts, old, st, out);
     let stage = (input.stages)
-        .and_then(|read| super::promotion::gate(input.plan, read, &facts.version, now));
+        .and_then(|read| super::promotion::gate(&settings.after, read, &facts.version, now));
     let open = window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none();
     let started = match open {
         true => start_nodes(&mut facts, old, &eligible, &mut steps, st, out),
@@ -184,7 +181,7 @@ fn health_gate(
     out: &mut Rollout,
 ) -> check::Gate {
     let plan = facts.input.plan;
-    let checks = plan.spec.health_checks.as_deref().unwrap_or_default();
+    let checks = facts.settings.health_checks;
     let cx = check::GateContext {
         old: &old.health_checks,
         now: facts.now,
@@ -296,8 +293,7 @@ fn fill_slots<'a>(
     eligible: &[&'a NodeInfo],
     steps: &mut Steps<'a>,
 ) -> Vec<(&'a NodeInfo, Refusal)> {
-    let concurrency = usize::try_from(facts.input.plan.spec.concurrency.unwrap_or(0)).unwrap_or(0);
-    let holding = |steps: &Steps<'_>| steps.values().filter(|(_, s, _)| s.holds_slot()).count();
+    let concurrency = facts.settings.slots();
     let mut budget = facts.input.budget.clone();
     // The nodes whose step ended in this decision give their room back.
     budget.keep_only(|n| steps.get(n).is_some_and(|(_, s, _)| s.holds_slot()));
@@ -328,8 +324,13 @@ fn fill_slots<'a>(
             .iter()
             .copied()
             .filter(|n| !steps.contains_key(n.name.as_str()));
-        let picks =
-            selection::first_in_plan_order(free, facts.uid, &facts.hash, facts.order, fresh);
+        let picks = selection::first_in_plan_order(
+            free,
+            facts.uid,
+            &facts.hash,
+            facts.settings.order,
+            fresh,
+        );
         if picks.is_empty() {
             return refused;
         }
@@ -351,7 +352,11 @@ fn budgeted_order<'a>(
     free: usize,
     fresh: Vec<&'a NodeInfo>,
 ) -> impl Iterator<Item = &'a NodeInfo> + use<'a> {
-    let (uid, hash, order) = (facts.uid.to_string(), facts.hash.clone(), facts.order);
+    let (uid, hash, order) = (
+        facts.uid.to_string(),
+        facts.hash.clone(),
+        facts.settings.order,
+    );
     let first = selection::first_in_plan_order(
         free.saturating_mul(2),
         &uid,
@@ -374,10 +379,13 @@ fn start<'a>(facts: &mut Facts<'_>, node: &'a NodeInfo, steps: &mut Steps<'a>) {
 }
 
 /// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.
-fn closed_window(input: &PlanInput<'_>, old: &PlanStatus, now: Timestamp) -> Option<TimeWindow> {
-    let spec = input.plan.spec.window.as_ref()?;
-    let window = TimeWindow::new(spec).ok()?;
-    (old.applying.is_empty() && !window.contains(now)).then_some(window)
+fn closed_window(
+    settings: &PlanSettings<'_>,
+    old: &PlanStatus,
+    now: Timestamp,
+) -> Option<TimeWindow> {
+    let window = settings.window.as_ref()?;
+    (old.applying.is_empty() && !window.contains(now)).then(|| window.clone())
 }
 
 /// Turns the nodes' actions into Jobs, pods, patches, events and rechecks. A Job that cannot be
@@ -462,12 +470,7 @@ fn forget_cordon(node: &NodeInfo, uncordon: bool) -> BTreeMap<String, Option<Str
 }
 
 fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
-    let post_complete = facts
-        .input
-        .plan
-        .spec
-        .post_complete_labels
-        .as_ref()
+    let post_complete = (facts.settings.post_complete_labels)
         .map(|l| expand_post_complete_labels(l, &facts.version, &facts.hash))
         .unwrap_or_default();
     node_state::done_labels(
@@ -482,7 +485,7 @@ fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
 /// sentinel, and a reboot before the kubelet reports the Job's pod Succeeded would leave the Job
 /// active through the reboot (no reboot timeout, and a Job that runs the upgrade again).
 fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &mut Rollout) {
-    let Some(policy) = reboot::settings(facts.input.plan, facts.input.job_config) else {
+    let Some(policy) = &facts.settings.reboot else {
         return;
     };
     // Any reboot pod of the node, of whichever hash, waits for the same sentinel: a second one
@@ -502,7 +505,7 @@ fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &m
         node,
         job_name,
         facts.input.controller_name,
-        &policy,
+        policy,
     ) {
         out.create_pods.push(pod);
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::common::duration::GoDuration;
+use super::settings::Stage;
 use crate::common::rfc3339;
 use crate::plan::api::Plan;
 
@@ -54,49 +54,25 @@ pub struct Waiting {
     pub until: Option<Timestamp>,
 }
 
-fn duration(text: Option<&str>) -> Result<Option<Duration>, String> {
-    let Some(text) = text else {
-        return Ok(None);
-    };
-    match text.parse::<GoDuration>().ok().and_then(GoDuration::to_std) {
-        Some(d) if !d.is_zero() => Ok(Some(d)),
-        _ => Err(format!("{text:?} is not a positive duration")),
-    }
-}
-
-/// `spec.minVersionAge`, when set and valid.
-pub fn min_version_age(plan: &Plan) -> Option<Duration> {
-    duration(plan.spec.min_version_age.as_deref())
-        .ok()
-        .flatten()
-}
-
-/// When the channel's newest version may roll out (`spec.minVersionAge` after it was first seen).
-pub fn rolls_out_at(plan: &Plan, st: &crate::plan::api::PlanStatus) -> Option<Timestamp> {
+/// When the channel's newest version may roll out (`spec.minVersionAge`, `min_age`, after it was
+/// first seen).
+pub fn rolls_out_at(
+    min_age: Option<Duration>,
+    st: &crate::plan::api::PlanStatus,
+) -> Option<Timestamp> {
     let seen: Timestamp = st.channel_version.as_ref()?.first_seen.parse().ok()?;
-    seen.checked_add(min_version_age(plan)?).ok()
-}
-
-/// The promotion fields' errors, naming the field.
-pub fn validate(plan: &Plan) -> Result<(), String> {
-    duration(plan.spec.min_version_age.as_deref())
-        .map_err(|e| format!("spec.minVersionAge: {e}"))?;
-    let name = plan.metadata.name.as_deref().unwrap_or_default();
-    for (i, after) in plan.spec.after.iter().flatten().enumerate() {
-        if after.plan.is_empty() || after.plan == name {
-            return Err(format!(
-                "spec.after[{i}].plan must name another Plan of this namespace"
-            ));
-        }
-        duration(after.soak.as_deref()).map_err(|e| format!("spec.after[{i}].soak: {e}"))?;
-    }
-    Ok(())
+    seen.checked_add(min_age?).ok()
 }
 
 /// The first Plan of `spec.after` that keeps `plan` from starting a node of `version` at `now`;
 /// `None` when every one has completed it and soaked.
-pub fn gate(plan: &Plan, read: &[StageRead], version: &str, now: Timestamp) -> Option<Waiting> {
-    for after in plan.spec.after.iter().flatten() {
+pub fn gate(
+    stages: &[Stage<'_>],
+    read: &[StageRead],
+    version: &str,
+    now: Timestamp,
+) -> Option<Waiting> {
+    for after in stages {
         let stage = read.iter().find(|r| r.plan == after.plan);
         let Some(found) = stage.and_then(|s| s.found.as_ref()) else {
             return Some(Waiting {
@@ -124,11 +100,7 @@ pub fn gate(plan: &Plan, read: &[StageRead], version: &str, now: Timestamp) -> O
                 until: None,
             });
         };
-        let soak = duration(after.soak.as_deref())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let until = since.checked_add(soak).unwrap_or(since);
+        let until = since.checked_add(after.soak).unwrap_or(since);
         if now < until {
             return Some(Waiting {
                 message: format!(
@@ -147,24 +119,18 @@ pub fn gate(plan: &Plan, read: &[StageRead], version: &str, now: Timestamp) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::api::AfterPlan;
 
     fn at(s: &str) -> Timestamp {
         s.parse().expect("a timestamp")
     }
 
-    fn plan(after: &[(&str, Option<&str>)]) -> Plan {
-        let mut p = Plan::new("prod", Default::default());
-        p.spec.after = Some(
-            after
-                .iter()
-                .map(|(plan, soak)| AfterPlan {
-                    plan: plan.to_string(),
-                    soak: soak.map(str::to_string),
-                })
-                .collect(),
-        );
-        p
+    fn stages<'a>(after: &[(&'a str, u64)]) -> Vec<Stage<'a>> {
+        (after.iter())
+            .map(|&(plan, soak)| Stage {
+                plan,
+                soak: Duration::from_secs(soak),
+            })
+            .collect()
     }
 
     fn read(plan: &str, version: Option<&str>, since: Option<&str>) -> StageRead {
@@ -179,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_plan_waits_until_every_earlier_stage_completed_its_version_and_soaked() {
-        let p = plan(&[("test", None), ("stage", Some("1h"))]);
+        let p = stages(&[("test", 0), ("stage", 3600)]);
         let now = at("2026-11-25T12:00:00Z");
         let v = "v1.31.2-k3s1";
         let stages = [
@@ -217,38 +183,5 @@ mod tests {
             gate(&p, &missing, v, now).map(|w| w.message),
             Some("waiting: plan stage (spec.after) does not exist".into())
         );
-    }
-
-    #[test]
-    fn promotion_fields_are_validated_naming_the_field() {
-        let mut p = plan(&[("prod", None)]);
-        assert_eq!(
-            validate(&p),
-            Err("spec.after[0].plan must name another Plan of this namespace".into())
-        );
-        p = plan(&[("test", Some("soon"))]);
-        assert_eq!(
-            validate(&p),
-            Err("spec.after[0].soak: \"soon\" is not a positive duration".into())
-        );
-        p = plan(&[]);
-        p.spec.min_version_age = Some("0s".into());
-        assert_eq!(
-            validate(&p),
-            Err("spec.minVersionAge: \"0s\" is not a positive duration".into())
-        );
-        p.spec.min_version_age = Some("72h".into());
-        assert_eq!(validate(&p), Ok(()));
-        p.spec.disruption = Some(crate::node::disruption::DisruptionSpec {
-            silence: Some(Default::default()),
-            ..Default::default()
-        });
-        let e = crate::plan::core::validate(&p, &Default::default()).unwrap_err();
-        assert_eq!(
-            e,
-            "spec.disruption.silence.matchers must name at least one matcher"
-        );
-        p.spec.disruption = None;
-        assert_eq!(min_version_age(&p), Some(Duration::from_secs(72 * 3600)));
     }
 }

@@ -20,6 +20,7 @@ use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, LATEST_RESOLVED, TRUE, VALIDATED};
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::hooks;
+use crate::plan::core::settings::PlanSettings;
 use crate::plan::core::{self as rollout, ChannelAnswer, PlanDecision, PlanInput, holder};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -88,7 +89,7 @@ struct World {
 /// The controller's decision on the simulated world: the one place that builds its input.
 /// `render` shows a Plan on its own: no other operation holds a node, but a node in a maintenance
 /// slipway does not run (its taint) is held as the controller would see it.
-fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
+fn decide_on(w: &World, input: &RenderInput, checks: &[CheckRead]) -> (PlanDecision, bool) {
     let nodes: Vec<&NodeInfo> = w.nodes.iter().collect();
     let is_hook = |j: &&Job| {
         (j.metadata.labels.as_ref()).is_some_and(|l| l.contains_key(hooks::HOOK_PLAN_LABEL))
@@ -129,7 +130,7 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
             job_config: &input.job_config,
             budget: &budget,
             shared: &BTreeSet::new(),
-            checks: &assumed_checks(&w.plan),
+            checks,
             stages: None,
             explain: false,
             pruned: None,
@@ -139,12 +140,6 @@ fn decide_on(w: &World, input: &RenderInput) -> (PlanDecision, bool) {
     );
     let changed = w.plan.status.as_ref() != Some(&decision.status);
     (decision, changed)
-}
-
-/// Offline, the health checks cannot be read: the simulation takes them to hold.
-fn assumed_checks(plan: &Plan) -> Vec<CheckRead> {
-    let n = plan.spec.health_checks.as_ref().map_or(0, Vec::len);
-    vec![CheckRead::Assumed; n]
 }
 
 impl World {
@@ -219,15 +214,13 @@ impl World {
 
 /// Renders the rollout of `input.plan` from scratch (no Jobs yet; the Plan's status is ignored).
 pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
+    let settings = PlanSettings::read(&input.plan, &input.secrets, &input.job_config)
+        .map_err(RenderError::Invalid)?;
+    // Offline, the health checks cannot be read: the simulation takes them to hold.
+    let checks = vec![CheckRead::Assumed; settings.health_checks.len()];
+    let delay = settings.post_complete_delay;
     let mut plan = input.plan.clone();
     plan.status = None;
-    let delay = plan
-        .spec
-        .post_complete_delay
-        .as_deref()
-        .and_then(|d| d.parse::<crate::common::duration::GoDuration>().ok())
-        .and_then(crate::common::duration::GoDuration::to_std)
-        .unwrap_or_default();
     let mut world = World {
         plan,
         nodes: input.nodes.clone(),
@@ -237,7 +230,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
         health: BTreeMap::new(),
         now: input.now,
     };
-    let (first, mut changed) = decide_on(&world, input);
+    let (first, mut changed) = decide_on(&world, input, &checks);
     renderable(&first.status)?;
     let status = first.status.clone();
     let mut batches: Vec<Batch> = Vec::new();
@@ -272,7 +265,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
                 .checked_add(delay + Duration::from_secs(1))
                 .unwrap_or(world.now);
         }
-        (decision, changed) = decide_on(&world, input);
+        (decision, changed) = decide_on(&world, input, &checks);
     }
     if stopped.is_none() && changed {
         stopped = Some(format!("stopped after {limit} decisions"));
@@ -280,7 +273,7 @@ pub fn render(input: &RenderInput) -> Result<Rendering, RenderError> {
     if !current.pods.is_empty() || !current.jobs.is_empty() {
         batches.push(current);
     }
-    let nodes = rows(input, &status, &batches);
+    let nodes = rows(input, &settings, &status, &batches);
     Ok(Rendering {
         status,
         batches,
@@ -336,14 +329,16 @@ fn message(st: &PlanStatus, type_: &str) -> String {
         .unwrap_or_default()
 }
 
-fn rows(input: &RenderInput, status: &PlanStatus, batches: &[Batch]) -> Vec<NodeRow> {
+fn rows(
+    input: &RenderInput,
+    settings: &PlanSettings<'_>,
+    status: &PlanStatus,
+    batches: &[Batch],
+) -> Vec<NodeRow> {
     let plan = &input.plan;
     let name = plan.metadata.name.as_deref().unwrap_or_default();
     let hash = status.latest_hash.as_deref().unwrap_or_default();
     let plan_label = labels::plan_node_label(name);
-    let selector =
-        crate::common::selector::Selector::from_label_selector(plan.spec.node_selector.as_ref())
-            .ok();
     let mut out: Vec<NodeRow> = input
         .nodes
         .iter()
@@ -363,7 +358,7 @@ fn rows(input: &RenderInput, status: &PlanStatus, batches: &[Batch]) -> Vec<Node
                 } else {
                     String::new()
                 }
-            } else if !selector.as_ref().is_some_and(|s| s.matches(&n.labels)) {
+            } else if !settings.selector.matches(&n.labels) {
                 "not selected by spec.nodeSelector".to_string()
             } else if !n.labels.contains_key(labels::HOSTNAME) {
                 format!("no {} label", labels::HOSTNAME)
@@ -371,7 +366,7 @@ fn rows(input: &RenderInput, status: &PlanStatus, batches: &[Batch]) -> Vec<Node
                 format!("{plan_label}=disabled")
             } else if n.labels.get(&plan_label).map(String::as_str) == Some(hash) {
                 "already at this hash".to_string()
-            } else if plan.spec.concurrency.unwrap_or(0) <= 0 {
+            } else if settings.slots() == 0 {
                 "spec.concurrency is 0".to_string()
             } else {
                 "not reached".to_string()
@@ -452,7 +447,7 @@ mod tests {
             health: BTreeMap::new(),
             now: input.now,
         };
-        let (first, _) = decide_on(&w, &input);
+        let (first, _) = decide_on(&w, &input, &[]);
         let created: Vec<Job> = first.create_jobs().into_iter().cloned().collect();
         assert_eq!(created, r.batches[0].jobs);
         let rows: Vec<(&str, Option<usize>, &str)> = r

@@ -79,7 +79,7 @@ pub(super) fn report(
                 format!(
                     "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
                     eligible.len(),
-                    facts.input.plan.spec.concurrency.unwrap_or(0)
+                    facts.settings.concurrency
                 ),
             );
         }
@@ -190,9 +190,7 @@ fn selects_nothing(facts: &Facts<'_>) -> Option<String> {
     if settled || facts.read.iter().any(|r| r.selected && r.host.is_some()) {
         return None;
     }
-    let plan = facts.input.plan;
-    let selector = Selector::from_label_selector(plan.spec.node_selector.as_ref()).ok()?;
-    Some(match selector {
+    Some(match &facts.settings.selector {
         Selector::Nothing => {
             "spec.nodeSelector is not set: such a Plan selects no node (as in SUC)".to_string()
         }

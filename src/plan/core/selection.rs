@@ -42,7 +42,18 @@ impl Eligibility {
         latest_hash: &str,
         applying: &[String],
     ) -> Result<Eligibility, SelectionError> {
-        let base = Selector::from_label_selector(node_selector)?
+        let selector = Selector::from_label_selector(node_selector)?;
+        Eligibility::of(plan_name, &selector, latest_hash, applying)
+    }
+
+    /// [`Eligibility::new`] of a selector already read.
+    pub fn of(
+        plan_name: &str,
+        selector: &Selector,
+        latest_hash: &str,
+        applying: &[String],
+    ) -> Result<Eligibility, SelectionError> {
+        let base = (selector.clone())
             .and([Requirement::new(
                 labels::HOSTNAME,
                 Operator::Exists,

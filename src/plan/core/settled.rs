@@ -16,6 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
+use super::config::JobConfig;
 use super::jobs::PlanJob;
 use super::status::{self, Resolving};
 use super::{ChannelAnswer, Rollout, rfc3339};
@@ -43,6 +44,7 @@ pub fn target(
     plan: &Plan,
     secrets: &BTreeMap<String, Secret>,
     channel: Option<&ChannelAnswer>,
+    config: &JobConfig,
     now: Timestamp,
 ) -> Option<Target> {
     if plan.metadata.deletion_timestamp.is_some() {
@@ -53,8 +55,10 @@ pub fn target(
         plan,
         secrets,
         channel,
+        config,
     };
-    let rolls = status::handle(&resolving, &mut st, &mut Rollout::default(), &rfc3339(now));
+    let settings = status::handle(&resolving, &mut st, &mut Rollout::default(), &rfc3339(now));
+    let rolls = status::rolls(settings.as_ref(), &st);
     let hash = st.latest_hash.filter(|h| rolls && !h.is_empty())?;
     Some(Target {
         hash,

@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 
+use super::config::JobConfig;
+use super::settings::{PlanSettings, Source, version_label};
 use super::{ChannelAnswer, ERR_UNRESOLVABLE, Rollout};
 use crate::common::decision::EventType;
-use crate::common::duration::GoDuration;
-use crate::common::selector as selection;
-use crate::common::window::TimeWindow;
-use crate::plan::api::{Plan, PlanStatus, labels};
+use crate::plan::api::{Plan, PlanStatus};
 use crate::plan::core::conditions::{
     self as cond, COMPLETE, FALSE, LATEST_RESOLVED, TRUE, VALIDATED,
 };
@@ -23,21 +22,23 @@ pub(super) struct Resolving<'a> {
     pub(super) plan: &'a Plan,
     pub(super) secrets: &'a BTreeMap<String, Secret>,
     pub(super) channel: Option<&'a ChannelAnswer>,
+    pub(super) config: &'a JobConfig,
 }
 
-/// Conditions exist, the Plan is valid, the version is resolved, the hash is known. Returns whether
-/// the rollout may go on (`Validated` and `LatestResolved` are both `True`).
-pub(super) fn handle(
-    input: &Resolving<'_>,
+/// Conditions exist, the Plan is valid, the version is resolved, the hash is known. Returns the
+/// Plan's settings when it is valid; the rollout goes on when `LatestResolved` is `True` too
+/// ([`rolls`]).
+pub(super) fn handle<'a>(
+    input: &Resolving<'a>,
     st: &mut PlanStatus,
     out: &mut Rollout,
     now: &str,
-) -> bool {
+) -> Option<PlanSettings<'a>> {
     let generation = input.plan.metadata.generation;
     for t in [COMPLETE, VALIDATED, LATEST_RESOLVED] {
         cond::ensure(st, t, now, generation);
     }
-    match validate(input.plan, input.secrets) {
+    match PlanSettings::read(input.plan, input.secrets, input.config) {
         Err(message) => {
             if !cond::is(st, VALIDATED, FALSE)
                 || cond::get(st, VALIDATED).and_then(|c| c.message.as_deref())
@@ -50,104 +51,39 @@ pub(super) fn handle(
                 );
             }
             cond::set(st, VALIDATED, FALSE, "Error", &message, now, generation);
+            None
         }
-        Ok(()) => {
+        Ok(settings) => {
             if !cond::is(st, VALIDATED, TRUE) {
                 out.event(EventType::Normal, "Validated", "Plan is valid".into());
             }
             cond::set(st, VALIDATED, TRUE, "PlanIsValid", "", now, generation);
-            resolve(input, st, out, now);
+            resolve(input, &settings, st, out, now);
+            Some(settings)
         }
     }
-    cond::is(st, VALIDATED, TRUE) && cond::is(st, LATEST_RESOLVED, TRUE)
 }
 
-/// etcd's default `--max-request-bytes`, which bounds every object the API server stores.
-const MAX_OBJECT_BYTES: usize = 1_572_864;
-/// What a Job adds to what it copies from the Plan: labels, environment, volumes, affinity.
-const JOB_OVERHEAD_BYTES: usize = 16 * 1024;
-
-/// SUC's `Validate()`, plus the checks slipway makes before touching nodes.
-pub fn validate(plan: &Plan, secrets: &BTreeMap<String, Secret>) -> Result<(), String> {
-    let spec = &plan.spec;
-    // The name becomes a node label key and a Job label value: a longer one would fail at the
-    // first node, after its status says it started.
-    let name = plan.metadata.name.as_deref().unwrap_or_default();
-    let key = labels::plan_node_label(name);
-    let errors = selection::label_key_errors(&key);
-    if !errors.is_empty() {
-        return Err(format!(
-            "metadata.name {name:?} cannot name the node label {key}: {}",
-            errors.join("; ")
-        ));
-    }
-    selection::Selector::from_label_selector(spec.node_selector.as_ref())
-        .map_err(|e| format!("spec.nodeSelector: {e}"))?;
-    if let Some(version) = spec.version.as_deref().filter(|v| !v.is_empty()) {
-        version_label(version).map_err(|e| format!("spec.version {e}"))?;
-    }
-    if let Some(drain) = &spec.drain {
-        if drain.delete_emptydir_data.is_some() && drain.delete_local_data.is_some() {
-            return Err(
-                "spec.drain cannot specify both deleteEmptydirData and deleteLocalData".into(),
-            );
-        }
-        if let Some(sel) = &drain.pod_selector {
-            selection::Selector::from_label_selector(Some(sel))
-                .map_err(|e| format!("spec.drain.podSelector: {e}"))?;
-        }
-    }
-    super::failure::FailurePolicy::of(spec.failure_policy.as_ref())?;
-    crate::common::check::validate(
-        spec.health_checks.as_deref().unwrap_or_default(),
-        "spec.healthChecks",
-    )?;
-    super::hooks::read(plan)?;
-    if let Some(disruption) = &spec.disruption {
-        crate::node::disruption::validate_for_plan(disruption, "spec.disruption")?;
-    }
-    super::promotion::validate(plan)?;
-    if let Some(window) = &spec.window {
-        TimeWindow::new(window).map_err(|e| e.to_string())?;
-    }
-    if let Some(delay) = &spec.post_complete_delay {
-        match delay.parse::<GoDuration>() {
-            Ok(d) if d.is_negative() => return Err("spec.postCompleteDelay is negative".into()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("spec.postCompleteDelay is invalid: {e}")),
-        }
-    }
-    // A Job carries the containers and tolerations verbatim; past this it would not be stored.
-    let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
-    if size + JOB_OVERHEAD_BYTES > MAX_OBJECT_BYTES {
-        return Err(format!(
-            "spec is {size} bytes: its Jobs would be over the {MAX_OBJECT_BYTES} bytes the API server stores in one object"
-        ));
-    }
-    let missing: Vec<String> = spec
-        .secrets
-        .iter()
-        .flatten()
-        .filter(|s| !s.ignore_updates.unwrap_or(false) && !secrets.contains_key(&s.name))
-        .map(|s| format!("secret {:?} not found", s.name))
-        .collect();
-    if !missing.is_empty() {
-        return Err(missing.join(", "));
-    }
-    Ok(())
+/// Whether a Plan whose status handler gave `settings` rolls out: valid and resolved.
+pub(super) fn rolls(settings: Option<&PlanSettings<'_>>, st: &PlanStatus) -> bool {
+    settings.is_some() && cond::is(st, LATEST_RESOLVED, TRUE)
 }
 
 /// Resolves the version from `spec.version` or the channel, and computes the hash.
-pub(super) fn resolve(input: &Resolving<'_>, st: &mut PlanStatus, out: &mut Rollout, now: &str) {
+fn resolve(
+    input: &Resolving<'_>,
+    settings: &PlanSettings<'_>,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+    now: &str,
+) {
     let plan = input.plan;
     let generation = plan.metadata.generation;
-    let spec_version = plan.spec.version.as_deref().filter(|v| !v.is_empty());
-    let channel = plan.spec.channel.as_deref().filter(|c| !c.is_empty());
-    let (latest, reason) = match (spec_version, channel) {
-        (Some(v), _) => (munge_version(v), "Version"),
-        (None, Some(url)) => match input.channel {
+    let (latest, reason) = match settings.source {
+        Source::Version(v) => (munge_version(v), "Version"),
+        Source::Channel(url) => match input.channel {
             Some(ChannelAnswer::Version(v)) => match version_label(v) {
-                Ok(()) => match old_enough(input, st, out, v, now) {
+                Ok(()) => match old_enough(input, settings.min_version_age, st, out, v, now) {
                     true => (munge_version(v), "Channel"),
                     false => {
                         digest(input, st);
@@ -175,7 +111,7 @@ pub(super) fn resolve(input: &Resolving<'_>, st: &mut PlanStatus, out: &mut Roll
             // Not asked yet: nothing changes until the channel answers.
             None => return,
         },
-        (None, None) => {
+        Source::Unresolvable => {
             if !cond::is(st, LATEST_RESOLVED, FALSE) {
                 out.event(
                     EventType::Warning,
@@ -224,12 +160,13 @@ pub const VERSION_TOO_NEW: &str = "VersionTooNew";
 /// first seen.
 fn old_enough(
     input: &Resolving<'_>,
+    min_age: Option<std::time::Duration>,
     st: &mut PlanStatus,
     out: &mut Rollout,
     version: &str,
     now: &str,
 ) -> bool {
-    let Some(age) = super::promotion::min_version_age(input.plan) else {
+    let Some(age) = min_age else {
         st.channel_version = None;
         return true;
     };
@@ -292,21 +229,6 @@ fn old_enough(
         }
     }
     false
-}
-
-/// A version (before `+` becomes `-`) is the Jobs' `upgrade.cattle.io/version` label: one that
-/// cannot be would fail every Job.
-fn version_label(version: &str) -> Result<(), String> {
-    let errors = selection::label_value_errors(&munge_version(version));
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{version:?} cannot be the Jobs' label {}: {}",
-            labels::VERSION,
-            errors.join("; ")
-        ))
-    }
 }
 
 /// The channel could not be asked: keep rolling out the last version it gave, and say so.

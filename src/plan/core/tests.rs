@@ -228,7 +228,13 @@ impl World {
     fn assert_settled_change_nothing(&self, input: &PlanInput<'_>, d: &PlanDecision) {
         use crate::plan::core::settled::{SettledNodes, named, quiet, rule, target};
         let channel = input.channel.as_ref();
-        let Some(target) = target(input.plan, input.secrets, channel, self.now) else {
+        let Some(target) = target(
+            input.plan,
+            input.secrets,
+            channel,
+            input.job_config,
+            self.now,
+        ) else {
             return;
         };
         let rule = rule(input.plan, &target.hash);

@@ -205,7 +205,7 @@ fn no_concurrency(
     out: &mut Rollout,
     eligible: &[&NodeInfo],
 ) -> bool {
-    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    let concurrency = facts.settings.concurrency;
     if concurrency > 0 || eligible.is_empty() {
         return false;
     }
@@ -319,12 +319,12 @@ pub(super) fn explain(
         left.len(),
         facts.uid,
         &facts.hash,
-        facts.order,
+        facts.settings.order,
         left,
     );
     let mut groups = Vec::new();
     let whole = whole_plan_wait(facts, situation);
-    let concurrency = facts.input.plan.spec.concurrency.unwrap_or(0);
+    let concurrency = facts.settings.concurrency;
     for node in order {
         let name = node.hostname();
         if let Some((reason, message, until)) = &whole {

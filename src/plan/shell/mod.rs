@@ -336,7 +336,7 @@ impl Operation for PlanOperation {
             false => Vec::new(),
         };
         // Explained, a decision lists every node: it reads every candidate and every Job.
-        let target = core::settled::target(plan, &secrets, channel.as_ref(), now)
+        let target = core::settled::target(plan, &secrets, channel.as_ref(), &self.job_config, now)
             .filter(|_| !self.explaining);
         let Owned {
             mut jobs,
