@@ -24,6 +24,7 @@ mod disruption;
 pub mod expansion;
 mod facts;
 pub mod failure;
+mod gates;
 pub mod hash;
 pub mod hooks;
 pub mod image;
@@ -77,15 +78,15 @@ pub const ERR_UNRESOLVABLE: &str = "cannot resolve plan: missing channel and ver
 pub const MSG_WAITING_FOR_WINDOW: &str = "current time is not within configured window";
 /// SUC's message when the Plan cannot roll out.
 pub const MSG_NOT_READY: &str = "plan is not valid and resolved";
-pub use report::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT};
+pub use gates::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT};
 /// Reasons of `Complete=False` that a failed node holds.
 pub const FAILURE_REASONS: [&str; 6] = [
     "JobFailed",
     "RebootTimedOut",
     "HealthGateTimedOut",
-    report::STOPPED,
-    report::QUARANTINED,
-    report::RETRYING,
+    gates::STOPPED,
+    gates::QUARANTINED,
+    gates::RETRYING,
 ];
 
 /// What the channel said, for a Plan that follows one.

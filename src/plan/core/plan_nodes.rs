@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use jiff::Timestamp;
 
 use super::facts::{Facts, Steps, holding};
+use super::gates::Situation;
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
 use super::notices;
-use super::report::{Situation, fail_complete, report};
+use super::report::{fail_complete, report};
 use super::settings::PlanSettings;
 use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};

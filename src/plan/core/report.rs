@@ -4,17 +4,18 @@ use std::collections::BTreeSet;
 
 use super::decision::PlanSummary;
 use super::facts::{Facts, Steps};
+use super::gates::{
+    HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, RETRYING, STOPPED, Situation, how_to_go_on,
+    refused_message,
+};
 use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
 use super::waits;
 use super::{FAILURE_REASONS, PlanInput, Rollout, rfc3339};
-use crate::common::check::Blocking;
 use crate::common::decision::EventType;
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
-use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
-use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::plan::api::{NodePhase, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
@@ -59,7 +60,7 @@ pub(super) fn report(
         }
         cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
     } else if st.applying != old.applying
-        || cond::message(st, COMPLETE) != waits::refused_message(situation.refused)
+        || cond::message(st, COMPLETE) != refused_message(situation.refused)
         || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
         || [
             HEALTH_CHECK_FAILING,
@@ -83,7 +84,7 @@ pub(super) fn report(
                 ),
             );
         }
-        let waiting = waits::refused_message(situation.refused);
+        let waiting = refused_message(situation.refused);
         cond::set(st, COMPLETE, FALSE, "SyncJob", &waiting, &now, generation);
     }
     if let Some(after) = situation
@@ -112,49 +113,6 @@ fn in_progress(steps: &Steps<'_>) -> Option<(&'static str, String)> {
         })
     })
 }
-
-/// What the report reads besides the nodes' steps.
-pub(super) struct Situation<'a> {
-    /// The window, when it keeps the rollout from starting.
-    pub window: Option<TimeWindow>,
-    /// The nodes left to upgrade.
-    pub eligible: &'a [&'a NodeInfo],
-    /// Hostnames of the nodes the failure policy quarantined at this hash.
-    pub quarantined: &'a [&'a str],
-    /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
-    pub stopped: bool,
-    /// A health check that keeps new nodes from starting.
-    pub check: Option<&'a Blocking>,
-    /// The pre hook, while it keeps new nodes from starting.
-    pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
-    /// The pull of the Jobs' images, while it keeps new nodes from starting.
-    pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
-    /// Nodes a DisruptionBudget did not let start, in the Plan's order.
-    pub refused: &'a [(&'a NodeInfo, Refusal)],
-    /// A Plan of `spec.after` that keeps new nodes from starting.
-    pub stage: Option<&'a super::promotion::Waiting>,
-}
-
-/// The reason of `Complete=False` while a health check keeps new nodes from starting.
-pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
-/// The reason once the check failed past its timeout (under a failure policy that holds).
-pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
-
-/// What an operator does to go on after a failure stopped the rollout.
-pub(super) fn how_to_go_on(facts: &Facts<'_>) -> String {
-    format!(
-        "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
-        facts.name,
-        super::failure::RESET_ANNOTATION
-    )
-}
-
-/// The reason of `Complete=False` once a failure stopped the rollout.
-pub const STOPPED: &str = "RolloutStopped";
-/// The reason of `Complete=False` when every node is done but those quarantined.
-pub const QUARANTINED: &str = "Quarantined";
-/// The reason of `Complete=False` while a node's failed Job waits to be recreated.
-pub const RETRYING: &str = "Retrying";
 
 /// The `Complete` reason and message of a failed node; when the failure stops the rollout, says
 /// so and how to go on (once as an event).

@@ -5,8 +5,10 @@
 
 use super::decision::Rollout;
 use super::facts::Facts;
-use super::report::{HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, QUARANTINED, STOPPED};
-use super::report::{Situation, how_to_go_on};
+use super::gates::{
+    HEALTH_CHECK_FAILING, QUARANTINED, Situation, check_message, pre_hook_message, pull_message,
+    refused_message, whole_plan_wait,
+};
 use super::{MSG_WAITING_FOR_WINDOW, PlanInput, rfc3339};
 use crate::common::check::Blocking;
 use crate::common::decision::{EventType, Waiting, wait};
@@ -107,74 +109,6 @@ fn wait_for_stage(
     not_complete(facts, st, WAITING_FOR_PLAN, &stage.message);
 }
 
-/// The `Complete` reason and message while the pull of the images keeps nodes from starting.
-fn pull_message(pull: &crate::node::prepull::PrePullStatus) -> (&'static str, String) {
-    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
-    let what = pull.message.as_deref().unwrap_or_default();
-    match pull.phase {
-        PrePullPhase::Failed => (
-            PRE_PULL_FAILED,
-            format!(
-                "{what}; no node is touched until every node has the images \
-                 (spec.disruption.prePull): the kubelet tries again, or change the Plan's image"
-            ),
-        ),
-        _ => (
-            PRE_PULLING,
-            format!("{what}; the first node starts once every node has them"),
-        ),
-    }
-}
-
-/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
-/// events say when it starts and how it ends).
-fn pre_hook_message(
-    facts: &Facts<'_>,
-    hook: &crate::plan::api::HookStatus,
-) -> (&'static str, String) {
-    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
-    match hook.phase {
-        crate::plan::api::HookPhase::Failed => (
-            PRE_HOOK_FAILED,
-            format!(
-                "the pre hook (Job {}) failed: {}; no node is touched: {}",
-                hook.job,
-                hook.message.as_deref().unwrap_or_default(),
-                how_to_go_on(facts)
-            ),
-        ),
-        _ => (
-            PRE_HOOK,
-            format!(
-                "waiting for the pre hook (Job {}) before the first node",
-                hook.job
-            ),
-        ),
-    }
-}
-
-/// The `Complete` reason and message while a health check holds the next nodes.
-fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
-    let what = format!(
-        "waiting: health check {} fails: {}",
-        check.check, check.message
-    );
-    if check.stopped {
-        let message = format!(
-            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
-            check.check,
-            check.message,
-            facts.ctx.failure.last.as_str(),
-            how_to_go_on(facts)
-        );
-        (STOPPED, message)
-    } else if check.timed_out {
-        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
-    } else {
-        (HEALTH_CHECK_FAILING, what)
-    }
-}
-
 /// The `Complete` message while quarantined nodes are all that is left.
 fn quarantined_message(facts: &Facts<'_>, quarantined: &[&str]) -> String {
     let mut names: Vec<&str> = quarantined.to_vec();
@@ -242,18 +176,6 @@ fn wait_for_budget(
     out.requeue(BUDGET_RECHECK);
     not_complete(facts, st, reason, &message);
     true
-}
-
-/// `waiting: node a: <why> (and N more nodes)`; empty when no node was refused.
-pub(super) fn refused_message(refused: &[(&NodeInfo, Refusal)]) -> String {
-    let Some((node, why)) = refused.first() else {
-        return String::new();
-    };
-    let first = format!("waiting: node {}: {why}", node.hostname());
-    match refused.len() {
-        1 => first,
-        n => format!("{first} (and {} more nodes)", n - 1),
-    }
 }
 
 /// The reason of `Complete=False` while the only nodes left are held by another operation.
@@ -356,36 +278,6 @@ pub(super) fn explain(
         }
     }
     groups
-}
-
-/// What keeps every node of the Plan from starting, if something does.
-fn whole_plan_wait(
-    facts: &Facts<'_>,
-    situation: &Situation<'_>,
-) -> Option<(&'static str, String, Option<jiff::Timestamp>)> {
-    if let Some(w) = &situation.window {
-        let opens = w.next_opening(facts.now);
-        return Some(("Waiting", MSG_WAITING_FOR_WINDOW.to_string(), opens));
-    }
-    if situation.stopped {
-        let why = format!("a failed node stopped the rollout: {}", how_to_go_on(facts));
-        return Some((STOPPED, why, None));
-    }
-    if let Some(check) = situation.check {
-        let (reason, message) = check_message(facts, check);
-        return Some((reason, message, None));
-    }
-    if let Some(stage) = situation.stage {
-        let reason = super::promotion::WAITING_FOR_PLAN;
-        return Some((reason, stage.message.clone(), stage.until));
-    }
-    if let Some(pull) = situation.pulling {
-        let (reason, message) = pull_message(pull);
-        return Some((reason, message, None));
-    }
-    let hook = situation.pre_hook?;
-    let (reason, message) = pre_hook_message(facts, hook);
-    Some((reason, message, None))
 }
 
 /// `Complete` is `False` for `reason`, saying `message`.

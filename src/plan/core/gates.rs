@@ -1,0 +1,168 @@
+//! What holds a whole Plan in one decision (its window, a failure that stopped it, a health check,
+//! a Plan it goes after, the pull of its images, its pre hook, the budgets), and the one set of
+//! words for each: the `Complete` condition ([`super::waits`], [`super::report`]) and `slipway
+//! explain` both say why from here.
+
+use super::MSG_WAITING_FOR_WINDOW;
+use super::facts::Facts;
+use crate::common::check::Blocking;
+use crate::common::window::TimeWindow;
+use crate::node::NodeInfo;
+use crate::node::budget::Refusal;
+
+/// What held the whole Plan in this decision, and what else the report reads besides the
+/// nodes' steps.
+pub(super) struct Situation<'a> {
+    /// The window, when it keeps the rollout from starting.
+    pub window: Option<TimeWindow>,
+    /// The nodes left to upgrade.
+    pub eligible: &'a [&'a NodeInfo],
+    /// Hostnames of the nodes the failure policy quarantined at this hash.
+    pub quarantined: &'a [&'a str],
+    /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
+    pub stopped: bool,
+    /// A health check that keeps new nodes from starting.
+    pub check: Option<&'a Blocking>,
+    /// The pre hook, while it keeps new nodes from starting.
+    pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
+    /// The pull of the Jobs' images, while it keeps new nodes from starting.
+    pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
+    /// Nodes a DisruptionBudget did not let start, in the Plan's order.
+    pub refused: &'a [(&'a NodeInfo, Refusal)],
+    /// A Plan of `spec.after` that keeps new nodes from starting.
+    pub stage: Option<&'a super::promotion::Waiting>,
+}
+
+/// The reason of `Complete=False` while a health check keeps new nodes from starting.
+pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
+
+/// The reason once the check failed past its timeout (under a failure policy that holds).
+pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
+
+/// What an operator does to go on after a failure stopped the rollout.
+pub(super) fn how_to_go_on(facts: &Facts<'_>) -> String {
+    format!(
+        "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
+}
+
+/// The reason of `Complete=False` once a failure stopped the rollout.
+pub const STOPPED: &str = "RolloutStopped";
+
+/// The reason of `Complete=False` when every node is done but those quarantined.
+pub const QUARANTINED: &str = "Quarantined";
+
+/// The reason of `Complete=False` while a node's failed Job waits to be recreated.
+pub const RETRYING: &str = "Retrying";
+
+/// The `Complete` reason and message while the pull of the images keeps nodes from starting.
+pub(super) fn pull_message(pull: &crate::node::prepull::PrePullStatus) -> (&'static str, String) {
+    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
+    let what = pull.message.as_deref().unwrap_or_default();
+    match pull.phase {
+        PrePullPhase::Failed => (
+            PRE_PULL_FAILED,
+            format!(
+                "{what}; no node is touched until every node has the images \
+                 (spec.disruption.prePull): the kubelet tries again, or change the Plan's image"
+            ),
+        ),
+        _ => (
+            PRE_PULLING,
+            format!("{what}; the first node starts once every node has them"),
+        ),
+    }
+}
+
+/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
+/// events say when it starts and how it ends).
+pub(super) fn pre_hook_message(
+    facts: &Facts<'_>,
+    hook: &crate::plan::api::HookStatus,
+) -> (&'static str, String) {
+    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
+    match hook.phase {
+        crate::plan::api::HookPhase::Failed => (
+            PRE_HOOK_FAILED,
+            format!(
+                "the pre hook (Job {}) failed: {}; no node is touched: {}",
+                hook.job,
+                hook.message.as_deref().unwrap_or_default(),
+                how_to_go_on(facts)
+            ),
+        ),
+        _ => (
+            PRE_HOOK,
+            format!(
+                "waiting for the pre hook (Job {}) before the first node",
+                hook.job
+            ),
+        ),
+    }
+}
+
+/// The `Complete` reason and message while a health check holds the next nodes.
+pub(super) fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
+    let what = format!(
+        "waiting: health check {} fails: {}",
+        check.check, check.message
+    );
+    if check.stopped {
+        let message = format!(
+            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
+            check.check,
+            check.message,
+            facts.ctx.failure.last.as_str(),
+            how_to_go_on(facts)
+        );
+        (STOPPED, message)
+    } else if check.timed_out {
+        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
+    } else {
+        (HEALTH_CHECK_FAILING, what)
+    }
+}
+
+/// `waiting: node a: <why> (and N more nodes)`; empty when no node was refused.
+pub(super) fn refused_message(refused: &[(&NodeInfo, Refusal)]) -> String {
+    let Some((node, why)) = refused.first() else {
+        return String::new();
+    };
+    let first = format!("waiting: node {}: {why}", node.hostname());
+    match refused.len() {
+        1 => first,
+        n => format!("{first} (and {} more nodes)", n - 1),
+    }
+}
+
+/// What keeps every node of the Plan from starting, if something does.
+pub(super) fn whole_plan_wait(
+    facts: &Facts<'_>,
+    situation: &Situation<'_>,
+) -> Option<(&'static str, String, Option<jiff::Timestamp>)> {
+    if let Some(w) = &situation.window {
+        let opens = w.next_opening(facts.now);
+        return Some(("Waiting", MSG_WAITING_FOR_WINDOW.to_string(), opens));
+    }
+    if situation.stopped {
+        let why = format!("a failed node stopped the rollout: {}", how_to_go_on(facts));
+        return Some((STOPPED, why, None));
+    }
+    if let Some(check) = situation.check {
+        let (reason, message) = check_message(facts, check);
+        return Some((reason, message, None));
+    }
+    if let Some(stage) = situation.stage {
+        let reason = super::promotion::WAITING_FOR_PLAN;
+        return Some((reason, stage.message.clone(), stage.until));
+    }
+    if let Some(pull) = situation.pulling {
+        let (reason, message) = pull_message(pull);
+        return Some((reason, message, None));
+    }
+    let hook = situation.pre_hook?;
+    let (reason, message) = pre_hook_message(facts, hook);
+    Some((reason, message, None))
+}
