@@ -16,6 +16,7 @@ mod checks;
 mod drain_view;
 mod failures;
 pub mod kured;
+mod kured_lock;
 mod nodes;
 pub mod pod;
 mod prepull;
@@ -23,6 +24,7 @@ pub mod request;
 mod signals;
 mod spec;
 mod state;
+mod steps;
 mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,11 +43,12 @@ use crate::node::holders::{Hold, Holder};
 use crate::node::index::Interest;
 pub use crate::reboot_policy::api::RebootPhase;
 use crate::reboot_policy::api::{RebootPolicy, RebootPolicyStatus, RebootRecord};
-pub use nodes::{DrainView, NodeSteps, NodeView, RebootAction, decide_nodes};
+pub use nodes::decide_nodes;
 pub use prepull::owner as pull_owner;
 pub use signals::*;
 pub use spec::{DEFAULT_DRAIN_TIMEOUT, PolicySettings, PolicySpec, read_spec};
 pub use state::{DRAIN_TIMED_OUT, RebootState, read_status};
+pub use steps::{DrainView, NodeSteps, NodeView, RebootAction};
 
 /// How many rebooted nodes `status.rebooted` remembers.
 pub const REBOOTED_KEPT: usize = 20;

@@ -43,7 +43,7 @@ pub struct PolicySettings {
     /// Nodes back from an earlier reboot that still keep their slot, and until when.
     pub soaking: Vec<(String, Timestamp)>,
     /// What the shell read of kured's lock.
-    pub kured: super::kured::KuredView,
+    pub kured: super::kured_lock::KuredView,
 }
 
 /// How long a drain may take unless the policy says otherwise.
@@ -246,7 +246,7 @@ impl PolicySpec {
             stopped: None,
             soak: self.soak,
             soaking: Vec::new(),
-            kured: super::kured::KuredView::Off,
+            kured: super::kured_lock::KuredView::Off,
         }
     }
 }

@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use super::kured::KURED_HOLDS;
 use super::signals::Signal;
 use crate::common::rfc3339;
 use crate::node::handoff::{Handoff, Stage};
 use crate::reboot_policy::api::{RebootNodeStatus, RebootPhase};
+
+/// The reason in `status.nodes` of a node kured holds.
+pub const KURED_HOLDS: &str = "KuredHolds";
 
 /// A node the policy has started on, as persisted in `status.nodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::nodes::{NodeSteps, NodeView, elapsed};
 use super::spec::PolicySettings;
+use super::steps::{NodeSteps, NodeView, elapsed};
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
 use crate::node::budget::{Budget, Refusal};
