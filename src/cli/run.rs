@@ -18,7 +18,7 @@ use slipway::runtime::health::Transition;
 use slipway::runtime::notify::{Notifier, NotifySettings};
 use slipway::runtime::silences::{self, AlertmanagerSettings};
 use slipway::runtime::{
-    Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd,
+    Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd, ledgers,
     spawn_sync_watch, watch,
 };
 use slipway::{maintenance, nodeop, plan, reboot_policy};
@@ -300,7 +300,7 @@ async fn chores_around(
 ) {
     let ledgers = async {
         if let Some(b) = budgets {
-            budget::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
+            ledgers::keep_ledgers(shared.clone(), b.budgets, b.changes, shutdown.clone()).await;
         }
     };
     let silences = keep_silences(shared, settings, cluster_id, shutdown);

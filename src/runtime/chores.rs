@@ -326,6 +326,12 @@ impl Chores {
     }
 }
 
+impl super::notify::Warnings for Chores {
+    async fn publish_on(&self, reference: &ObjectReference, event: &Event) {
+        Chores::publish_on(self, reference, event).await;
+    }
+}
+
 /// The event as kube's recorder takes it. The recorder folds events with the same reason and
 /// action into one series that keeps the first note; a digest of the note in the action keeps
 /// different messages (two nodes, two reasons for waiting) apart, and folds only repetitions.

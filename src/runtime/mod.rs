@@ -14,6 +14,7 @@ pub mod health;
 pub mod http;
 pub mod leader;
 pub mod lean;
+pub mod ledgers;
 pub mod metrics;
 pub mod next_up;
 pub mod notify;

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::chores::Chores;
 use super::http::error_chain;
 use super::metrics::{Delivery, Metrics};
 use crate::common::decision::Event;
@@ -27,6 +26,18 @@ use crate::node::notify::{
 /// The reason of the Warning Event on an object whose notification a target has not taken for
 /// longer than [`NotifySettings::failing_after`].
 pub const NOTIFICATION_FAILING: &str = "NotificationFailing";
+
+/// Where the notifier says that a target does not answer: the leader's Events, as every other
+/// Event ([`super::chores::Chores`], which also feeds the notifier: the notifier takes this, not
+/// the chores, so that neither file imports the other).
+pub trait Warnings: Send + Sync {
+    /// Publishes `event` on the object `reference` names.
+    fn publish_on(
+        &self,
+        reference: &ObjectReference,
+        event: &Event,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
 
 /// How notifications are sent.
 #[derive(Debug, Clone)]
@@ -151,12 +162,12 @@ impl Notifier {
 
     /// Sends every target's queue until `shutdown`; `chores` publish the Warning Event of a
     /// failing target.
-    pub async fn run(self, chores: Chores, shutdown: CancellationToken) {
+    pub async fn run(self, chores: impl Warnings, shutdown: CancellationToken) {
         let lanes = (0..self.lanes.len()).map(|i| self.send_lane(i, &chores, &shutdown));
         futures::future::join_all(lanes).await;
     }
 
-    async fn send_lane(&self, i: usize, chores: &Chores, shutdown: &CancellationToken) {
+    async fn send_lane(&self, i: usize, chores: &impl Warnings, shutdown: &CancellationToken) {
         let lane = &self.lanes[i];
         let name = &lane.target.name;
         let mut attempt = 0u32;
@@ -250,7 +261,7 @@ impl Notifier {
         pending: &Pending,
         waited: Duration,
         detail: &str,
-        chores: &Chores,
+        chores: &impl Warnings,
     ) {
         let name = &lane.target.name;
         self.metrics.notifications().failing(name, true);

@@ -28,8 +28,9 @@ use slipway::plan::shell::{JobCache, PlanOperation, PlanSettings};
 use slipway::reboot_policy::api::RebootPolicy;
 use slipway::reboot_policy::core::kured::KuredLock;
 use slipway::reboot_policy::shell::PolicyOperation;
-use slipway::runtime::budget::{Budgets, ledgers};
+use slipway::runtime::budget::Budgets;
 use slipway::runtime::leader::LeaseGuard;
+use slipway::runtime::ledgers::ledgers;
 use slipway::runtime::metrics::Metrics;
 use slipway::runtime::{Chores, HoldSources, Operation, Shared, listed, predict};
 
