@@ -285,7 +285,16 @@ impl Operation for MaintenanceOperation {
             (Some(_), false) => {
                 let volumes = DisruptionSpec::waits_for_volumes(nm.spec.disruption.as_ref());
                 let options = DrainOptions::default();
-                Some(pods_view(client, node_name, &options, volumes).await?)
+                Some(
+                    pods_view(
+                        client,
+                        node_name,
+                        &options,
+                        volumes,
+                        crate::runtime::clock::now(),
+                    )
+                    .await?,
+                )
             }
             _ => None,
         };

@@ -52,13 +52,14 @@ pub async fn evict(
     EvictionOutcome::of(result.as_ref().map(|_| ()))
 }
 
-/// The node's pods, classified as `kubectl drain` with `options` would (NMO's are the defaults),
-/// and, once they are gone and `volumes` asks for it, its VolumeAttachments.
+/// The node's pods, classified as `kubectl drain` with `options` would at `now` (NMO's are the
+/// defaults), and, once they are gone and `volumes` asks for it, its VolumeAttachments.
 pub async fn pods_view(
     client: &Client,
     node: &str,
     options: &drain::DrainOptions,
     volumes: bool,
+    now: jiff::Timestamp,
 ) -> Result<PodsView, kube::Error> {
     let pods = pods_on_node(client, node).await?;
     let daemonsets = daemonsets_of(client, &pods).await?;
@@ -66,7 +67,7 @@ pub async fn pods_view(
         &pods,
         |ns, name| daemonsets.contains(&(ns.to_string(), name.to_string())),
         options,
-        crate::runtime::clock::now(),
+        now,
     );
     let terminating: BTreeSet<(String, String)> = pods
         .iter()

@@ -261,7 +261,14 @@ impl Operation for NodeOpOperation {
         let mut drains = BTreeMap::new();
         if let Ok(Some(drain)) = core::settings(&op.spec).map(|s| s.drain) {
             for node in core::to_drain(op, &jobs, now) {
-                let view = pods_view(client, &node, &drain.options, drain.volumes).await?;
+                let view = pods_view(
+                    client,
+                    &node,
+                    &drain.options,
+                    drain.volumes,
+                    crate::runtime::clock::now(),
+                )
+                .await?;
                 drains.insert(node, view);
             }
         }

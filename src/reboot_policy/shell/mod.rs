@@ -210,7 +210,14 @@ impl Operation for PolicyOperation {
         for (name, state) in &states {
             match (state, &s.drain, &s.health_gate) {
                 (RebootState::Draining { .. }, Some((_, options)), _) => {
-                    let view = pods_view(client, name, options, s.volumes).await?;
+                    let view = pods_view(
+                        client,
+                        name,
+                        options,
+                        s.volumes,
+                        crate::runtime::clock::now(),
+                    )
+                    .await?;
                     drains.insert(name.clone(), view);
                 }
                 (RebootState::Rebooting { .. }, _, Some(gate)) => {
