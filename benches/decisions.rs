@@ -25,6 +25,7 @@
 
 use slipway::node::budget::api::Reason;
 use slipway::node::budget::{Budget, DisruptionBudget, Members, Pool};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -150,7 +151,7 @@ fn decide(
     plan: &Plan,
     nodes: &[&NodeInfo],
     jobs: &[&Job],
-    memo: &TemplateMemo,
+    memo: &RefCell<TemplateMemo>,
 ) -> plan_core::PlanDecision {
     decide_under(plan, nodes, None, jobs, memo, &Budget::unlimited())
 }
@@ -160,11 +161,13 @@ fn decide_under(
     nodes: &[&NodeInfo],
     settled: Option<&SettledNodes>,
     jobs: &[&Job],
-    memo: &TemplateMemo,
+    memo: &RefCell<TemplateMemo>,
     budget: &Budget,
 ) -> plan_core::PlanDecision {
     let config = JobConfig::default();
-    plan_core::decide(
+    // As the controller keeps the memo: read by the decision, added to after it.
+    let known = memo.borrow();
+    let (decision, learned) = plan_core::decide_learning(
         &PlanInput {
             plan,
             nodes,
@@ -182,12 +185,15 @@ fn decide_under(
             shared: &BTreeSet::new(),
             checks: &[],
             stages: Some(&[]),
-            templates: Some(memo),
+            templates: Some(&known),
             explain: false,
             pruned: None,
         },
         now(),
-    )
+    );
+    drop(known);
+    memo.borrow_mut().learn(learned);
+    decision
 }
 
 fn now() -> Timestamp {
@@ -216,7 +222,7 @@ fn plan_first(nodes: &[NodeInfo]) -> Duration {
     let refs: Vec<&NodeInfo> = nodes.iter().collect();
     let p = plan("first", everything());
     median(nodes.len(), || {
-        let memo = TemplateMemo::default();
+        let memo = RefCell::new(TemplateMemo::default());
         std::hint::black_box(decide(&p, &refs, &[], &memo));
     })
 }
@@ -246,7 +252,7 @@ fn plan_budgets(nodes: &[NodeInfo]) -> Duration {
     let kept: Vec<Members> = pools.iter().map(|p| Members::of(p, nodes)).collect();
     let by_name: HashMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     median(nodes.len(), || {
-        let memo = TemplateMemo::default();
+        let memo = RefCell::new(TemplateMemo::default());
         let measured: Vec<_> = (pools.iter().zip(&kept))
             .map(|(pool, kept)| {
                 let member =
@@ -262,7 +268,7 @@ fn plan_budgets(nodes: &[NodeInfo]) -> Duration {
 fn plan_steady_and_done(nodes: &[NodeInfo]) -> (Duration, Duration) {
     let refs: Vec<&NodeInfo> = nodes.iter().collect();
     let mut p = plan("steady", everything());
-    let memo = TemplateMemo::default();
+    let memo = RefCell::new(TemplateMemo::default());
     let first = decide(&p, &refs, &[], &memo);
     let jobs: Vec<Job> = first.create_jobs().into_iter().cloned().collect();
     let hash = first.status.latest_hash.clone().unwrap_or_default();
@@ -295,7 +301,7 @@ fn plan_steady_and_done(nodes: &[NodeInfo]) -> (Duration, Duration) {
 /// 50 Plans, each over its pool, every node done: the sum of their decisions. Each Plan sees only
 /// its candidates, as the node index gives them.
 fn many_plans(nodes: &[NodeInfo]) -> Duration {
-    let memo = TemplateMemo::default();
+    let memo = RefCell::new(TemplateMemo::default());
     let mut plans: Vec<(Plan, Vec<NodeInfo>)> = (0..PLANS)
         .map(|i| {
             let pool = BTreeMap::from([("pool".to_string(), format!("p{i}"))]);
@@ -375,7 +381,7 @@ fn policy(nodes: &[NodeInfo]) -> Duration {
 fn plan_change(nodes: &[NodeInfo]) -> Duration {
     let refs: Vec<&NodeInfo> = nodes.iter().collect();
     let mut p = plan("change", everything());
-    let memo = TemplateMemo::default();
+    let memo = RefCell::new(TemplateMemo::default());
     let first = decide(&p, &refs, &[], &memo);
     let hash = first.status.latest_hash.clone().unwrap_or_default();
     p.status = Some(first.status);
@@ -416,7 +422,7 @@ fn plan_change(nodes: &[NodeInfo]) -> Duration {
 fn plan_mid(nodes: &[NodeInfo]) -> (Duration, usize) {
     let mut p = plan("mid", everything());
     p.spec.concurrency = Some((nodes.len() / 10).max(1) as i64);
-    let memo = TemplateMemo::default();
+    let memo = RefCell::new(TemplateMemo::default());
     let mut fleet: BTreeMap<String, NodeInfo> = (nodes.iter().cloned())
         .map(|n| (n.name.clone(), n))
         .collect();
@@ -509,7 +515,7 @@ fn reconcile_settled(
     p: &Plan,
     index: &mut NodeIndex,
     jobs: &Jobs<'_>,
-    memo: &TemplateMemo,
+    memo: &RefCell<TemplateMemo>,
 ) -> (plan_core::PlanDecision, usize) {
     let name = p.metadata.name.clone().unwrap_or_default();
     let uid = p.metadata.uid.clone().unwrap_or_default();

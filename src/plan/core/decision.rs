@@ -13,28 +13,31 @@ use crate::plan::api::PlanStatus;
 
 /// The pod-template hash of a node's Job, remembered across decisions. The key holds everything a
 /// Job is rendered from besides the process's fixed settings: the Plan (uid, generation, labels
-/// and annotations, resolved version and hash) and the node (name, hostname, OS).
-#[derive(Debug, Default)]
-pub struct TemplateMemo(std::sync::Mutex<std::collections::HashMap<String, String>>);
+/// and annotations, resolved version and hash) and the node (name, hostname, OS). Plain data: a
+/// decision reads it and returns what it learned ([`super::decide_learning`]); whoever keeps it
+/// across decisions (the shell) adds that.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TemplateMemo(std::collections::HashMap<String, String>);
+
+/// What a decision learned for the [`TemplateMemo`]: keys and hashes.
+pub type Learned = Vec<(String, String)>;
 
 impl TemplateMemo {
     /// A bound on remembered hashes: past it, the memo starts over.
     const MAX: usize = 50_000;
 
-    pub(super) fn get(&self, key: &str) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned()
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
     }
 
-    pub(super) fn put(&self, key: String, hash: String) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= Self::MAX {
-            m.clear();
+    /// Remembers what a decision learned.
+    pub fn learn(&mut self, learned: Learned) {
+        for (key, hash) in learned {
+            if self.0.len() >= Self::MAX {
+                self.0.clear();
+            }
+            self.0.insert(key, hash);
         }
-        m.insert(key, hash);
     }
 }
 
@@ -178,6 +181,8 @@ pub(super) struct Rollout {
     pub waiting: Vec<crate::common::decision::Waiting>,
     /// The nodes the Plan starts next (`spec.disruption.preferNoSchedule`).
     pub next: BTreeSet<String>,
+    /// Template hashes rendered in this decision, for the memo.
+    pub learned: Learned,
 }
 
 impl Rollout {

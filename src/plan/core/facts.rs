@@ -40,6 +40,8 @@ pub(super) struct Facts<'a> {
     pub(super) rendered: BTreeMap<String, Result<Job, String>>,
     /// The part of a [`super::TemplateMemo`] key that is the Plan's.
     pub(super) memo_key: String,
+    /// Template hashes rendered in this decision that the memo did not have.
+    pub(super) learned: super::decision::Learned,
 }
 
 impl<'a> Facts<'a> {
@@ -77,6 +79,7 @@ impl<'a> Facts<'a> {
             },
             jobs: PlanJobs::new(input.jobs),
             memo_key: plan_memo_key(plan, st),
+            learned: Vec::new(),
             rendered_from,
             rendered: BTreeMap::new(),
         };
@@ -131,15 +134,15 @@ impl<'a> Facts<'a> {
             node.labels.get(labels::OS).map_or("", String::as_str)
         );
         if let Some(hash) = self.input.templates.and_then(|m| m.get(&key)) {
-            return Some(hash);
+            return Some(hash.to_string());
         }
         let hash = self
             .render(node)
             .ok()
             .and_then(job::pod_template_hash)
             .map(str::to_string)?;
-        if let Some(memo) = self.input.templates {
-            memo.put(key, hash.clone());
+        if self.input.templates.is_some() {
+            self.learned.push((key, hash.clone()));
         }
         Some(hash)
     }

@@ -66,7 +66,7 @@ use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE};
 use crate::plan::core::config::JobConfig;
 
 use decision::Rollout;
-pub use decision::{JobDeletion, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
+pub use decision::{JobDeletion, Learned, PlanDecision, PlanEffect, PlanSummary, TemplateMemo};
 pub use disruption::owner as pull_owner;
 pub use node_state::NodeState;
 pub use report::phases;
@@ -136,7 +136,8 @@ pub struct PlanInput<'a> {
     /// (`slipway render`, which shows a Plan on its own).
     pub stages: Option<&'a [promotion::StageRead]>,
     /// Pod-template hashes of Jobs rendered by earlier decisions, to check live Jobs against
-    /// without rendering them again; `None` renders every time. It changes no decision.
+    /// without rendering them again; `None` renders every time (and learns nothing). It changes
+    /// no decision.
     pub templates: Option<&'a TemplateMemo>,
     /// List every node that waits, and why, in the decision's `waiting` (`slipway explain`). It
     /// changes no decision.
@@ -163,9 +164,15 @@ impl PlanInput<'_> {
 /// reboot pods, the node labels and the status. A Plan being deleted is decided on once more: its
 /// cleanup ([`deletion`]).
 pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
+    decide_learning(input, now).0
+}
+
+/// [`decide`], with the template hashes it rendered that `input.templates` did not have: what
+/// the keeper of the memo adds to it.
+pub fn decide_learning(input: &PlanInput<'_>, now: Timestamp) -> (PlanDecision, Learned) {
     let plan = input.plan;
     if plan.metadata.deletion_timestamp.is_some() {
-        return deletion::cleanup(input);
+        return (deletion::cleanup(input), Learned::new());
     }
     let now_text = rfc3339(now);
     let unset = PlanStatus::default();
@@ -218,7 +225,8 @@ pub fn decide(input: &PlanInput<'_>, now: Timestamp) -> PlanDecision {
     out.events.extend(notices::of(name, old, &st));
     let summary = report::summary(input, &read, &st, &out.node_patches);
     let holds = decision::applying_nodes(&st.applying, read.iter().map(|r| (r.hostname(), r.node)));
-    out.into_decision(st, holds, summary)
+    let learned = std::mem::take(&mut out.learned);
+    (out.into_decision(st, holds, summary), learned)
 }
 
 /// The holder of a Plan in the budget.

@@ -104,6 +104,7 @@ pub(super) fn roll<'a>(
         out.waiting = super::waits::explain(&facts, &steps, &situation);
     }
     hooks::after_nodes(&facts, old, st, out);
+    out.learned = std::mem::take(&mut facts.learned);
 }
 
 /// What the gates before the first nodes said, and the nodes the budgets refused.

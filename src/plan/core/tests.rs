@@ -219,7 +219,39 @@ impl World {
         };
         let d = decide(&input, self.now);
         self.assert_settled_change_nothing(&input, &d);
+        self.assert_memo_changes_nothing(&input, &d);
         Rollout::of(&self.plan, d)
+    }
+
+    /// Every decision of these tests is made again with a memo of template hashes, first empty
+    /// (it learns what it renders) then holding what it learned, and must be the same.
+    fn assert_memo_changes_nothing(&self, input: &PlanInput<'_>, d: &PlanDecision) {
+        use crate::plan::core::{TemplateMemo, decide_learning};
+        let mut memo = TemplateMemo::default();
+        let (first, learned) = decide_learning(
+            &PlanInput {
+                templates: Some(&memo),
+                channel: input.channel.clone(),
+                ..*input
+            },
+            self.now,
+        );
+        assert_eq!(&first, d, "a decision that learns templates differs");
+        let was_learned = !learned.is_empty();
+        memo.learn(learned);
+        let (second, again) = decide_learning(
+            &PlanInput {
+                templates: Some(&memo),
+                channel: input.channel.clone(),
+                ..*input
+            },
+            self.now,
+        );
+        assert_eq!(&second, d, "a decision from remembered templates differs");
+        assert!(
+            again.is_empty() || !was_learned,
+            "what was learned is learned again: {again:?}"
+        );
     }
 
     /// Every decision of these tests is made again as the controller makes it, with the settled

@@ -17,7 +17,7 @@ mod owned;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -73,7 +73,8 @@ pub struct PlanOperation {
     /// What this process wrote and the caches have not shown yet.
     expect: Expectations,
     written: Written<Plan>,
-    templates: TemplateMemo,
+    /// Read by every decision, added to after each (never held across one).
+    templates: std::sync::RwLock<TemplateMemo>,
     checks: CheckReader,
     /// What the installed Plan CRD drops, as its watch last saw it.
     pruned: watch::Pruned,
@@ -225,7 +226,7 @@ impl PlanOperation {
             channel_answered: futures::channel::mpsc::unbounded().0,
             expect: Expectations::default(),
             written: Written::default(),
-            templates: TemplateMemo::default(),
+            templates: Default::default(),
             checks,
             pruned: watch::Pruned::default(),
             explaining: false,
@@ -390,7 +391,11 @@ impl Operation for PlanOperation {
         let reboot_pods: Vec<&Pod> = o.reboot_pods.iter().map(AsRef::as_ref).collect();
         let pull_pods: Vec<&Pod> = o.pull_pods.iter().collect();
         let pruned = self.pruned.get();
-        let mut decision = core::decide(
+        let memo = self
+            .templates
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (mut decision, learned) = core::decide_learning(
             &PlanInput {
                 plan,
                 nodes: &nodes,
@@ -408,12 +413,20 @@ impl Operation for PlanOperation {
                 shared: &o.shared,
                 checks: &o.checks,
                 stages: Some(&o.stages),
-                templates: Some(&self.templates),
+                templates: Some(&memo),
                 explain: self.explaining,
                 pruned: pruned.as_deref(),
             },
             now,
         );
+        drop(memo);
+        if !learned.is_empty() {
+            let mut memo = self
+                .templates
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            memo.learn(learned);
+        }
         decision.requeue_within(o.next_look);
         // What it writes is laid over the caches until they show it: should no watch event come
         // (a Job deleted before the watch showed it), the Plan is looked at again when that ends.

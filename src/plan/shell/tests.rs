@@ -147,7 +147,7 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         channels: Arc::new(ChannelCache::new(client, RESYNC)),
         channel_answered: futures::channel::mpsc::unbounded().0,
         expect: Expectations::default(),
-        templates: TemplateMemo::default(),
+        templates: Default::default(),
         checks: crate::runtime::checks::CheckReader::new(
             api.client(),
             crate::runtime::checks::CheckAccount::in_namespace(testing::NAMESPACE),
