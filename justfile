@@ -85,12 +85,18 @@ compat:
 # SLIPWAY_CLUSTER_KCM_FLAGS passes flags to the cluster's controller-manager ("--kube-api-qps=100").
 # MODE=decisions: the pure decisions alone at 10,000, 100,000 and 1,000,000 nodes (NODES: a
 # comma-separated list of sizes instead), no cluster.
-# Prints numbers; asserts nothing. SLIPWAY_BENCH_SUC=<binary> adds a line for SUC.
+# Prints numbers; asserts nothing. SLIPWAY_BENCH_SUC=<binary> adds a line for SUC. Its `result:`
+# lines are appended to docs/results.md as one line (scripts/results-log.sh; SLIPWAY_RESULTS_LOG
+# names another file, /dev/null none).
 bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     #!/usr/bin/env bash
     set -euo pipefail
+    # The command as run again: the SLIPWAY_BENCH_ settings given, the recipe's arguments.
+    settings=$(env | grep '^SLIPWAY_BENCH_' | sort | tr '\n' ' ' || true)
+    command="${settings}./dev bench {{MODE}} {{NODES}} {{CONCURRENCY}} {{PLANS}}"
     if [ "{{MODE}}" = decisions ]; then
-      SLIPWAY_BENCH_SIZES={{NODES}} cargo bench --locked --bench decisions
+      SLIPWAY_BENCH_SIZES={{NODES}} cargo bench --locked --bench decisions \
+        | scripts/results-log.sh "pure decisions" "${settings}./dev bench decisions {{NODES}}"
       exit
     fi
     # The controller as the image ships it (scripts/image.sh's build: static, with the profile of
@@ -103,7 +109,8 @@ bench MODE="rollout" NODES="" CONCURRENCY="100" PLANS="50":
     # The audit log holds every request the bench counts, at thousands of nodes too.
     export SLIPWAY_CLUSTER_AUDIT_MB=${SLIPWAY_CLUSTER_AUDIT_MB:-500}
     SLIPWAY_BENCH_MODE={{MODE}} SLIPWAY_BENCH_NODES={{NODES}} SLIPWAY_BENCH_CONCURRENCY={{CONCURRENCY}} \
-      SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout
+      SLIPWAY_BENCH_PLANS={{PLANS}} cargo bench --locked --bench rollout \
+      | scripts/results-log.sh "{{MODE}}" "$command"
 
 # Make the release builds' profile again (scripts/pgo.sh, half an hour): the image's build with
 # LLVM's counters runs the 1,000-node rollout; its counters, merged, are pgo/slipway.profdata.xz

@@ -96,6 +96,7 @@ fn print_line(scenario: &str, nodes: usize, looked_at: usize, d: Duration) {
     let ms = d.as_secs_f64() * 1e3;
     let per_node = d.as_nanos() as f64 / looked_at.max(1) as f64;
     println!("decisions {scenario:<11} nodes={nodes:<8} ms={ms:<10.2} per_node_ns={per_node:.0}");
+    println!("result: {scenario} {nodes} nodes {ms:.2} ms");
 }
 
 /// `n` Ready nodes, each in pool `i % 50` (what `plans-50` selects on).

@@ -429,7 +429,7 @@ fn per_node_writes(writes: &BTreeMap<String, usize>) -> usize {
 
 fn print_lines(lines: &[Line], nodes: usize, concurrency: usize) {
     println!(
-        "\n{nodes} nodes, concurrency {concurrency}, on {} cores",
+        "\nresult: {nodes} nodes, concurrency {concurrency}, on {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
@@ -457,6 +457,20 @@ fn print_lines(lines: &[Line], nodes: usize, concurrency: usize) {
     println!(
         "(per node: writes to Jobs, pods, nodes and Plan status; Events, Lease and CRD writes apart)"
     );
+    // What the results log keeps (scripts/results-log.sh): each controller against the first.
+    let first = lines.first().map_or(0.0, |l| l.seconds);
+    for l in lines {
+        println!(
+            "result: {} {:.1} s ({:.3}x), at most {} Jobs, {}, {} CPU s, {:.2} writes per node",
+            l.who,
+            l.seconds,
+            l.seconds / first.max(f64::MIN_POSITIVE),
+            l.max_active,
+            l.rss_mib.map_or("-".into(), |m| format!("{m:.1} MiB")),
+            l.cpu_seconds.map_or("-".into(), |c| format!("{c:.1}")),
+            per_node(per_node_writes(&l.writes) as f64),
+        );
+    }
     for l in lines {
         let detail: Vec<String> = l.reads.iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!("{} reads: {}", l.who, detail.join(", "));
@@ -1173,14 +1187,14 @@ async fn churn(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result
     let after = reconciles(&scrape(port).await?).unwrap_or(0.0);
     let cpu = process.cpu_seconds().unwrap_or(0.0) - cpu_before;
     println!(
-        "\nchurn: {} nodes, {} Plans (all done), {window:.0}s of kwok heartbeats plus {patched} patches of an unrelated label ({}/s), on {} cores",
+        "\nresult: churn: {} nodes, {} Plans (all done), {window:.0}s of kwok heartbeats plus {patched} patches of an unrelated label ({}/s), on {} cores",
         opts.nodes,
         opts.plans,
         opts.churn_rate,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "slipway: {:.1} reconciles/min, {cpu:.2} CPU s in the window ({:.3} CPU s/min), peak RSS {}",
+        "result: slipway {:.1} reconciles/min, {cpu:.2} CPU s in the window ({:.3} CPU s/min), peak RSS {}",
         (after - before) * 60.0 / window,
         cpu * 60.0 / window,
         process

@@ -572,7 +572,7 @@ pub(super) async fn fleet(cluster: &LocalCluster, admin: &Client, opts: &Options
         .collect();
     let succeeded = maintenances.iter().filter(|m| m.done_at.is_some()).count();
     println!(
-        "\nfleet: {} nodes, {} Plans (all done), {POLICIES} RebootPolicies (concurrency {POLICY_CONCURRENCY}), \
+        "\nresult: fleet: {} nodes, {} Plans (all done), {POLICIES} RebootPolicies (concurrency {POLICY_CONCURRENCY}), \
          {} NodeMaintenances ({} held by PDBs), {} reboot requests, on {} cores",
         opts.nodes,
         opts.plans,
@@ -592,7 +592,7 @@ pub(super) async fn fleet(cluster: &LocalCluster, admin: &Client, opts: &Options
     );
     println!("at work, {}s: {}", opts.churn_secs, busy.line());
     println!(
-        "  reboots: {} of {} nodes rebooted, all done after {}; maintenances: {succeeded} of {} Succeeded, all after {}",
+        "result: reboots: {} of {} nodes rebooted, all done after {}; maintenances: {succeeded} of {} Succeeded, all after {}",
         rebooted.lock().unwrap_or_else(|e| e.into_inner()).len(),
         roles.reboot.len(),
         seconds(reboots_done),
@@ -600,13 +600,13 @@ pub(super) async fn fleet(cluster: &LocalCluster, admin: &Client, opts: &Options
         seconds(maintenances_done),
     );
     println!(
-        "  drained after nothing held it: p50 {}, max {} (over {} maintenances)",
+        "result: drained after nothing held it: p50 {}, max {} (over {} maintenances)",
         seconds(quantile(after_free.clone(), 0.5)),
         seconds(quantile(after_free.clone(), 1.0)),
         after_free.len(),
     );
     println!(
-        "  reconciles: {}; {cpu_busy:.2} CPU s ({:.3} cores)",
+        "result: at work, reconciles: {}; {cpu_busy:.2} CPU s ({:.3} cores)",
         joined(&delta(
             &reconciles_by_kind(&metrics_end),
             &reconciles_by_kind(&metrics_unread)
@@ -619,7 +619,7 @@ pub(super) async fn fleet(cluster: &LocalCluster, admin: &Client, opts: &Options
         joined(&conflicts(&audit, &jti)?)
     );
     println!(
-        "slipway: peak RSS {}, steady RSS {}; since its start: {}",
+        "result: slipway peak RSS {}, steady RSS {}; since its start: {}",
         mib(process.peak_rss_mib()),
         mib(super::quiet::vm_rss_mib(&process)),
         reconcile_line(port).await

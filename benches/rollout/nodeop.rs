@@ -70,7 +70,7 @@ pub(super) async fn nodeop_pace(
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     println!(
-        "\nnodeop: {} nodes, concurrency 1, cordon and drain; kairos-operator v0.1.3: {KAIROS_SECS} s for the first (measured by hand)",
+        "\nresult: nodeop: {} nodes, concurrency 1, cordon and drain; kairos-operator v0.1.3: {KAIROS_SECS} s for the first (measured by hand)",
         opts.nodes
     );
     let ops = Api::<NodeOp>::namespaced(admin.clone(), NS);
@@ -88,7 +88,7 @@ pub(super) async fn nodeop_pace(
             .map(|(node, s)| format!("{node} {}", s.phase))
             .collect();
         println!(
-            "  {what}: {secs:.1} s ({:.2}x kairos-operator); {}",
+            "result: {what}: {secs:.1} s ({:.2}x kairos-operator); {}",
             secs / KAIROS_SECS,
             nodes.join(", ")
         );

@@ -200,13 +200,13 @@ pub(super) async fn idle(cluster: &LocalCluster, admin: &Client, opts: &Options)
         .map(|(_, n)| n)
         .sum();
     println!(
-        "\nidle: {} nodes, {} Plans (all done), {window:.0}s with nothing to do, on {} cores",
+        "\nresult: idle: {} nodes, {} Plans (all done), {window:.0}s with nothing to do, on {} cores",
         opts.nodes,
         opts.plans,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "slipway: {:.4} cores on average ({cpu:.2} CPU s), peak RSS {}, steady RSS {}, {writes} writes",
+        "result: slipway {:.4} cores on average ({cpu:.2} CPU s), peak RSS {}, steady RSS {}, {writes} writes",
         cpu / window,
         mib(process.peak_rss_mib()),
         mib(vm_rss_mib(&process)),
@@ -219,7 +219,7 @@ pub(super) async fn idle(cluster: &LocalCluster, admin: &Client, opts: &Options)
 pub(super) async fn restart(cluster: &LocalCluster, admin: &Client, opts: &Options) -> Result<()> {
     prepare_churn(admin, opts, 0).await?;
     println!(
-        "\nrestart: {} nodes, {} Plans (all done), on {} cores",
+        "\nresult: restart: {} nodes, {} Plans (all done), on {} cores",
         opts.nodes,
         opts.plans,
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -247,7 +247,7 @@ pub(super) async fn restart(cluster: &LocalCluster, admin: &Client, opts: &Optio
         }
         let latency = latency_quantile(&scrape(port).await.unwrap_or_default(), 0.99);
         println!(
-            "slipway, {round}: first decision after {}, {} Plan reconciles after {}, peak RSS {}, p99 reconcile {}",
+            "result: slipway, {round}: first decision after {}, {} Plan reconciles after {}, peak RSS {}, p99 reconcile {}",
             first.map_or("-".into(), |d| format!("{:.2}s", d.as_secs_f64())),
             opts.plans,
             consistent.map_or("-".into(), |d| format!("{:.2}s", d.as_secs_f64())),

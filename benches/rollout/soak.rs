@@ -155,7 +155,7 @@ pub(super) async fn soak(cluster: &LocalCluster, admin: &Client, opts: &Options)
     settled(admin, opts.plans).await?;
     let before = tracked(&scrape(port).await.unwrap_or_default());
     println!(
-        "\nsoak: {} nodes, {} Plans, {} s of churn ({MAINTENANCES} NodeMaintenances and {NODEOPS} NodeOps a round of {} s, a node replaced each round, a Plan edited every sixth), on {} cores",
+        "\nresult: soak: {} nodes, {} Plans, {} s of churn ({MAINTENANCES} NodeMaintenances and {NODEOPS} NodeOps a round of {} s, a node replaced each round, a Plan edited every sixth), on {} cores",
         opts.nodes,
         opts.plans,
         opts.soak_secs,
@@ -192,7 +192,7 @@ pub(super) async fn soak(cluster: &LocalCluster, admin: &Client, opts: &Options)
     let end = vm_rss_mib(&process);
     let after = tracked(&scrape(port).await.unwrap_or_default());
     println!(
-        "slipway: RSS after warm-up {}, at the end {}, peak {}; {} rounds; tracked before {}, after {}",
+        "result: slipway RSS after warm-up {}, at the end {}, peak {}; {} rounds; tracked before {}, after {}",
         mib(warm),
         mib(end),
         mib(process.peak_rss_mib()),
