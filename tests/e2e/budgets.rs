@@ -564,13 +564,16 @@ async fn a_frozen_schedule_holds_everything_until_it_ends(s: &Scene) {
         .expect("the top of the minute");
     let ends = top.timestamp() + jiff::SignedDuration::from_secs(duration);
     s.plan("upgrade", 3, "v3", json!({})).await;
-    let plan = wait_reason(
-        &s.plans(),
-        "upgrade",
-        "DisruptionBudget",
-        Duration::from_secs(30),
-    )
-    .await;
+    let plan = wait_reason(&s.plans(), "upgrade", "Frozen", Duration::from_secs(30)).await;
+    // A freeze is on purpose and ends by itself: the Plan is Ready (GitOps tools wait calmly).
+    let ready = (plan.status.iter().flat_map(|st| st.conditions.iter()))
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    assert_eq!(
+        ready,
+        Some(("True".to_string(), Some("Frozen".to_string()))),
+        "{plan:?}"
+    );
     let message = complete_message(&plan);
     assert!(
         message.contains(&format!(

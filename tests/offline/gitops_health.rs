@@ -27,7 +27,7 @@ use slipway::maintenance::core::{
     self as maintenance_core, LeaseView, MaintenanceInput, NodeFacts,
 };
 use slipway::node::NodeInfo;
-use slipway::node::budget::api::DisruptionBudgetSpec;
+use slipway::node::budget::api::{BudgetSchedule, DisruptionBudgetSpec};
 use slipway::node::budget::ledger::{self, LedgerInput};
 use slipway::node::budget::{Budget, DisruptionBudget, Pool, Reason};
 use slipway::node::disruption::DisruptionSpec;
@@ -621,6 +621,25 @@ fn plans() {
     budget.metadata.generation = Some(1);
     halted.budgets = vec![budget];
     halted.step(at(0));
+    // A schedule that allows no node all day: a freeze.
+    let mut frozen = PlanWorld::new(plan_spec());
+    let mut budget = DisruptionBudget::new(
+        "pool",
+        DisruptionBudgetSpec {
+            max_unavailable: IntOrString::Int(1),
+            schedules: vec![BudgetSchedule {
+                name: Some("freeze".into()),
+                schedule: "@daily".into(),
+                duration: "24h".into(),
+                time_zone: None,
+                max_unavailable: IntOrString::Int(0),
+            }],
+            ..Default::default()
+        },
+    );
+    budget.metadata.generation = Some(1);
+    frozen.budgets = vec![budget];
+    frozen.step(at(0));
     let mut young = PlanWorld::new(PlanSpec {
         version: None,
         channel: Some("https://update.k3s.io/v1-release/channels/stable".into()),
@@ -636,6 +655,7 @@ fn plans() {
             under_way,
             case("suspended_window_closed", &window.plan, Suspended),
             case("suspended_budget_halted", &halted.plan, Suspended),
+            case("suspended_budget_frozen", &frozen.plan, Suspended),
             case("suspended_version_too_new", &young.plan, Suspended),
             case("degraded_job_failed", &failed.plan, Degraded),
             case("degraded_invalid_node_selector", &invalid.plan, Degraded),

@@ -363,7 +363,12 @@ pub(super) fn waiting(step: &Step, node: &str) -> Vec<crate::common::decision::W
 pub(super) fn is_waiting(reason: &str) -> bool {
     matches!(
         reason,
-        "WaitingForNode" | "LeaseHeld" | "DisruptionBudget" | "Halted" | "DisruptionBudgetInvalid"
+        "WaitingForNode"
+            | "LeaseHeld"
+            | "DisruptionBudget"
+            | "Halted"
+            | "Frozen"
+            | "DisruptionBudgetInvalid"
     )
 }
 

@@ -339,6 +339,10 @@ impl PoolState {
     }
 }
 
+/// The reason of a node that a budget's schedule holds with `maxUnavailable: 0` (a freeze, on
+/// purpose, until the schedule's period ends).
+pub const FROZEN: &str = "Frozen";
+
 /// Why a budget does not let a node start now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -359,11 +363,17 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// A short word for statuses and events.
+    /// A short word for statuses and events. A schedule that allows no node at all is a freeze
+    /// its author set, which ends by itself: [`FROZEN`], not the pool's room.
     pub fn reason(&self) -> &'static str {
         match self {
             Refusal::Held(_) => "HeldByOther",
             Refusal::Halted { .. } => "Halted",
+            Refusal::Full {
+                max: 0,
+                schedule: Some(_),
+                ..
+            } => FROZEN,
             Refusal::Full { .. } => "DisruptionBudget",
             Refusal::Invalid { .. } => "DisruptionBudgetInvalid",
         }
@@ -388,6 +398,16 @@ impl fmt::Display for Refusal {
             Refusal::Halted { budget } => {
                 write!(f, "disruptionbudget {budget} is halted (spec.halt)")
             }
+            Refusal::Full {
+                budget,
+                max: 0,
+                schedule: Some((name, until)),
+                ..
+            } => write!(
+                f,
+                "disruptionbudget {budget} is frozen (schedule {name} until {})",
+                rfc3339(*until)
+            ),
             Refusal::Full {
                 budget,
                 max,

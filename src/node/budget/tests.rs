@@ -223,8 +223,9 @@ fn a_schedule_sets_the_limit_while_its_period_lasts_and_the_smallest_wins() {
     assert_eq!(refusal.until(), Some(at("2026-11-26T06:00:00Z")));
     assert_eq!(
         refusal.to_string(),
-        "disruptionbudget nightly allows 0 unavailable nodes and 0 are (schedule freeze until 2026-11-26T06:00:00Z)"
+        "disruptionbudget nightly is frozen (schedule freeze until 2026-11-26T06:00:00Z)"
     );
+    assert_eq!(refusal.reason(), "Frozen");
 }
 
 #[test]

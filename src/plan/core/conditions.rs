@@ -30,12 +30,12 @@ const STALLED_REASONS: [&str; 7] = [
 ];
 
 /// `Complete=False` reasons of a rollout held on purpose, by its author or an operator: a closed
-/// window (SUC's `Waiting`), a halted DisruptionBudget, a channel version younger than
-/// `spec.minVersionAge`. It goes on by itself and nothing is wrong, so kstatus reads it `Ready`
+/// window (SUC's `Waiting`), a halted DisruptionBudget, a DisruptionBudget's schedule that allows
+/// no node now (a freeze), a channel version younger than `spec.minVersionAge`. It goes on by itself and nothing is wrong, so kstatus reads it `Ready`
 /// (the reason and message saying what it waits for): a Flux `wait` over a Plan whose window opens
 /// in three days must not fail every reconcile until then. Argo CD's health check shows these
 /// `Suspended`.
-pub const DEFERRED_REASONS: [&str; 3] = ["Waiting", "Halted", "VersionTooNew"];
+pub const DEFERRED_REASONS: [&str; 4] = ["Waiting", "Halted", "Frozen", "VersionTooNew"];
 
 pub const TRUE: &str = "True";
 pub const FALSE: &str = "False";
@@ -251,6 +251,7 @@ mod tests {
             (TRUE, UNKNOWN, "", (FALSE, TRUE, FALSE, "Reconciling")),
             (TRUE, FALSE, "Waiting", (TRUE, FALSE, FALSE, "Waiting")),
             (TRUE, FALSE, "Halted", (TRUE, FALSE, FALSE, "Halted")),
+            (TRUE, FALSE, "Frozen", (TRUE, FALSE, FALSE, "Frozen")),
             (
                 TRUE,
                 FALSE,

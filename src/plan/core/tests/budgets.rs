@@ -114,10 +114,11 @@ fn a_frozen_schedule_holds_the_rollout_and_looks_again_when_it_ends() {
     let r = w.step();
     assert!(r.create_jobs.is_empty());
     let (_, reason, message) = complete(&r.status);
-    assert_eq!(reason, "DisruptionBudget");
+    // A freeze on purpose, which ends by itself: not the pool's room.
+    assert_eq!(reason, "Frozen");
     assert_eq!(
         message,
-        "waiting: node node-1: disruptionbudget pool allows 0 unavailable nodes and 0 are (schedule office-hours until 2026-11-22T12:00:00Z)"
+        "waiting: node node-1: disruptionbudget pool is frozen (schedule office-hours until 2026-11-22T12:00:00Z)"
     );
     assert_eq!(
         r.requeue_after,

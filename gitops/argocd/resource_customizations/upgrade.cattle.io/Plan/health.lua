@@ -1,9 +1,10 @@
 -- A Plan of system-upgrade-controller or slipway. slipway writes kstatus' Ready, Reconciling and
 -- Stalled; SUC writes only Validated, LatestResolved and Complete, read when the others are absent.
 -- A rollout held on purpose (its window closed, its version younger than minVersionAge, a
--- DisruptionBudget halted) is Suspended: it goes on by itself, nothing is wrong.
+-- DisruptionBudget halted or frozen by its schedule) is Suspended: it goes on by itself, nothing
+-- is wrong.
 local hs = {}
-local suspended = { Waiting = true, VersionTooNew = true, Halted = true }
+local suspended = { Waiting = true, VersionTooNew = true, Halted = true, Frozen = true }
 
 local function condition(type)
   if obj.status == nil or obj.status.conditions == nil then
