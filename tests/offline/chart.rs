@@ -500,8 +500,8 @@ tolerations: [{operator: Exists}]
 maintenance: {enabled: true, leaseNamespace: {name: leases, create: false}}
 rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical, nodeSelector: {pool: a}, tolerations: [], updateEngine: {enabled: true, runAsUser: 1001}}
 serviceMonitor: {enabled: true, interval: 1m, labels: {release: kube-prometheus-stack}}
-prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}
-dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: null, dashboards: slipway}}
+prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}, additionalRuleLabels: {team: platform, severity: page}, runbookBaseURL: "https://wiki.example.com/slipway/troubleshooting/"}
+dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: null, dashboards: slipway}, grafanaOperator: {enabled: true, instanceSelector: {matchLabels: {dashboards: main}}, folder: Platform}}
 "#,
     )
     .expect("write values");
@@ -653,9 +653,39 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
         rule["metadata"]["labels"]["release"],
         "kube-prometheus-stack"
     );
+    // Every alert: the extra labels (its own severity kept) and its runbook's anchor.
+    let alerts: Vec<&Value> = (rule["spec"]["groups"].as_array().into_iter().flatten())
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .collect();
+    assert!(alerts.len() >= 11, "{}", alerts.len());
+    for alert in alerts {
+        let name = alert["alert"].as_str().expect("an alert");
+        assert_eq!(alert["labels"]["team"], "platform", "{name}");
+        assert_ne!(
+            alert["labels"]["severity"], "page",
+            "{name}: its own severity wins"
+        );
+        assert_eq!(
+            alert["annotations"]["runbook_url"],
+            format!(
+                "https://wiki.example.com/slipway/troubleshooting#{}",
+                name.to_lowercase()
+            ),
+            "{name}"
+        );
+    }
     let dashboard = find(&docs, "ConfigMap", "slipway-dashboard");
     assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
     assert_eq!(dashboard["metadata"]["labels"]["dashboards"], "slipway");
+    // The Grafana Operator's kind: the same dashboard, for the instances selected.
+    let operated = find(&docs, "GrafanaDashboard", "slipway");
+    assert_eq!(operated["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        operated["spec"]["instanceSelector"]["matchLabels"]["dashboards"],
+        "main"
+    );
+    assert_eq!(operated["spec"]["folder"], "Platform");
+    assert_eq!(operated["spec"]["json"], dashboard["data"]["slipway.json"]);
 
     // null renders no securityContext at all.
     let docs = template(&["podSecurityContext=null", "securityContext=null"]);
@@ -744,7 +774,8 @@ fn the_chart_carries_the_committed_files_and_the_crate_version() {
 /// The dotted paths of values.yaml that operators set, down to a scalar, a list or a map of free
 /// keys.
 fn value_paths(prefix: &str, value: &Value, out: &mut Vec<String>) {
-    const FREE_KEYS: [&str; 11] = [
+    const FREE_KEYS: [&str; 12] = [
+        "instanceSelector",
         "config",
         "affinity",
         "resources",

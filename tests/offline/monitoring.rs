@@ -183,6 +183,14 @@ fn every_alert_is_tested_firing_and_not_firing_and_says_what_to_do() {
             matches!(severity, Some("warning" | "critical")),
             "{name}: severity {severity:?}"
         );
+        // Its runbook: an entry under "## Alerts" of docs/troubleshooting.md, the anchor the
+        // chart's prometheusRule.runbookBaseURL points at.
+        let runbooks = read("docs/troubleshooting.md");
+        let alerts_section = runbooks.split("\n## Alerts\n").nth(1).unwrap_or_default();
+        assert!(
+            alerts_section.contains(&format!("\n### {name}\n")),
+            "{name} has no entry under ## Alerts in docs/troubleshooting.md"
+        );
         for annotation in ["summary", "description"] {
             assert!(
                 rule["annotations"][annotation]
