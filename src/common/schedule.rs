@@ -8,6 +8,10 @@
 //! both the day of month and the day of week are restricted (neither starts with `*`), a day
 //! matches if either does. A start is a local time in the zone; one that falls into a DST gap
 //! starts at the first instant after the gap, one in a fold at its first instant.
+//!
+//! Not a crate's parser: `cron` follows Quartz's syntax (its day-of-week numbers are not Vixie's);
+//! `croner` keeps Vixie's rule but computes in chrono, where slipway's times, zones and DST rules
+//! are jiff's, so every start would cross between two time libraries.
 
 use std::time::Duration;
 

@@ -17,6 +17,12 @@
 //!   paused) stops considering itself leader well before anyone else may take the Lease.
 //! * Releasing clears `holderIdentity` (and sets a 1 s duration, as client-go does), so a standby
 //!   takes over at its next retry instead of waiting for the lease to expire.
+//!
+//! Not kubert's `LeaseManager` (linkerd's): it judges a claim by the holder's `renewTime` plus the
+//! duration against the local clock, where client-go, and so SUC, judge by when the Lease was last
+//! seen changing; SUC's and slipway's replicas must agree on who leads while a cluster migrates,
+//! and a replica whose clock is off must not take the Lease early (the chaos scene `clock-skew`).
+//! It also needs the Lease to exist before the first claim.
 
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};

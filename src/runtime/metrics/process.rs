@@ -2,6 +2,10 @@
 //! `process_resident_memory_bytes`, ...), read from `/proc` at each scrape. The parsing is pure;
 //! [`ProcessCollector`] reads the files. Where a file cannot be read (not Linux), its metrics are
 //! left out.
+//!
+//! Not a crate's: `prometheus-client`, slipway's metrics library, has no process collector, and
+//! the `prometheus` crate's belongs to that other library and its registry: a second metrics
+//! library for six gauges.
 
 use std::fmt::Error as FmtError;
 
