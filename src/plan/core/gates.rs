@@ -1,36 +1,112 @@
 //! What holds a whole Plan in one decision (its window, a failure that stopped it, a health check,
 //! a Plan it goes after, the pull of its images, its pre hook, the budgets), and the one set of
-//! words for each: the `Complete` condition ([`super::waits`], [`super::report`]) and `slipway
-//! explain` both say why from here.
+//! words for each. [`Gates::read`] is the decision's phase between the nodes under way and the new
+//! ones; the `Complete` condition ([`super::waits`], [`super::report`]) and `slipway explain` both
+//! say why from here.
 
 use super::MSG_WAITING_FOR_WINDOW;
-use super::facts::Facts;
-use crate::common::check::Blocking;
+use super::decision::Rollout;
+use super::facts::{Facts, Steps};
+use super::node_state::NodeState;
+use crate::common::check::{self, Blocking};
 use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::budget::Refusal;
+use crate::plan::api::PlanStatus;
 
-/// What held the whole Plan in this decision, and what else the report reads besides the
-/// nodes' steps.
+/// What the report reads besides the nodes' steps: the gates, and what starting nodes met.
 pub(super) struct Situation<'a> {
-    /// The window, when it keeps the rollout from starting.
-    pub window: Option<TimeWindow>,
+    /// What held the whole Plan before its nodes started.
+    pub gates: &'a Gates,
     /// The nodes left to upgrade.
     pub eligible: &'a [&'a NodeInfo],
     /// Hostnames of the nodes the failure policy quarantined at this hash.
     pub quarantined: &'a [&'a str],
-    /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
-    pub stopped: bool,
-    /// A health check that keeps new nodes from starting.
-    pub check: Option<&'a Blocking>,
     /// The pre hook, while it keeps new nodes from starting.
     pub pre_hook: Option<&'a crate::plan::api::HookStatus>,
     /// The pull of the Jobs' images, while it keeps new nodes from starting.
     pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
     /// Nodes a DisruptionBudget did not let start, in the Plan's order.
     pub refused: &'a [(&'a NodeInfo, Refusal)],
+}
+
+/// What holds the whole Plan before its new nodes start (a decision's phase after the nodes under
+/// way stepped): read once, then the start of new nodes, the next batch, the report and `explain`
+/// read it.
+pub(super) struct Gates {
+    /// The window, when it keeps the rollout from starting.
+    pub window: Option<TimeWindow>,
+    /// A failed node stops the rollout (failure policy `Stop`, or `Quarantine` out of room).
+    pub stopped: bool,
+    /// The health checks, evaluated; `blocking` when one keeps new nodes from starting.
+    pub check: check::Gate,
     /// A Plan of `spec.after` that keeps new nodes from starting.
-    pub stage: Option<&'a super::promotion::Waiting>,
+    pub stage: Option<super::promotion::Waiting>,
+}
+
+impl Gates {
+    /// The gates, once the nodes under way have stepped (a failed one may stop the rollout). The
+    /// checks' status is written and failing checks are read again soon.
+    pub(super) fn read(
+        facts: &Facts<'_>,
+        old: &PlanStatus,
+        steps: &Steps<'_>,
+        st: &mut PlanStatus,
+        out: &mut Rollout,
+    ) -> Gates {
+        let settings = facts.settings;
+        let window = (settings.window.as_ref())
+            .filter(|w| old.applying.is_empty() && !w.contains(facts.now))
+            .cloned();
+        let stopped = facts.ctx.failure.held_failure_stops()
+            && (steps.values()).any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
+        let stage = (facts.input.stages).and_then(|read| {
+            super::promotion::gate(&settings.after, read, &facts.version, facts.now)
+        });
+        Gates {
+            window,
+            stopped,
+            check: health_gate(facts, old, st, out),
+            stage,
+        }
+    }
+
+    /// Nothing holds new nodes.
+    pub(super) fn open(&self) -> bool {
+        self.window.is_none()
+            && !self.stopped
+            && self.check.blocking.is_none()
+            && self.stage.is_none()
+    }
+
+    /// The health check that keeps new nodes from starting, if one does.
+    pub(super) fn blocking(&self) -> Option<&Blocking> {
+        self.check.blocking.as_ref()
+    }
+}
+
+/// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
+/// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
+fn health_gate(
+    facts: &Facts<'_>,
+    old: &PlanStatus,
+    st: &mut PlanStatus,
+    out: &mut Rollout,
+) -> check::Gate {
+    let plan = facts.input.plan;
+    let cx = check::GateContext {
+        old: &old.health_checks,
+        now: facts.now,
+        stops: facts.ctx.failure.last != super::failure::Last::Hold,
+        fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
+        field: "spec.healthChecks",
+    };
+    let gate = check::gate(facts.settings.health_checks, facts.input.checks, &cx);
+    st.health_checks = gate.status.clone();
+    if let Some(after) = gate.recheck {
+        out.requeue(after);
+    }
+    gate
 }
 
 /// The reason of `Complete=False` while a health check keeps new nodes from starting.
@@ -142,19 +218,19 @@ pub(super) fn whole_plan_wait(
     facts: &Facts<'_>,
     situation: &Situation<'_>,
 ) -> Option<(&'static str, String, Option<jiff::Timestamp>)> {
-    if let Some(w) = &situation.window {
+    if let Some(w) = &situation.gates.window {
         let opens = w.next_opening(facts.now);
         return Some(("Waiting", MSG_WAITING_FOR_WINDOW.to_string(), opens));
     }
-    if situation.stopped {
+    if situation.gates.stopped {
         let why = format!("a failed node stopped the rollout: {}", how_to_go_on(facts));
         return Some((STOPPED, why, None));
     }
-    if let Some(check) = situation.check {
+    if let Some(check) = situation.gates.blocking() {
         let (reason, message) = check_message(facts, check);
         return Some((reason, message, None));
     }
-    if let Some(stage) = situation.stage {
+    if let Some(stage) = &situation.gates.stage {
         let reason = super::promotion::WAITING_FOR_PLAN;
         return Some((reason, stage.message.clone(), stage.until));
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use jiff::Timestamp;
 
 use super::facts::{Facts, Steps, holding};
-use super::gates::Situation;
+use super::gates::{Gates, Situation};
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
@@ -15,9 +15,7 @@ use super::report::{fail_complete, report};
 use super::settings::PlanSettings;
 use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
-use crate::common::check;
 use crate::common::decision::EventType;
-use crate::common::window::TimeWindow;
 use crate::node::NodeInfo;
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
@@ -56,18 +54,12 @@ pub(super) fn roll<'a>(
     release_quarantines(&facts, out);
     let (quarantined, eligible_read) = split_quarantined(&facts, read);
     let eligible: Vec<&NodeInfo> = eligible_read.iter().map(|r| r.node).collect();
+    // The phases: the nodes under way step; then what holds the whole Plan; then, if nothing
+    // does, new nodes start; then their actions, and the status built from steps and gates.
     let mut steps = step_applying(&mut facts, old, &eligible_read);
-    let window = closed_window(settings, old, now);
-    let stopped = facts.ctx.failure.held_failure_stops()
-        && steps
-            .values()
-            .any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
     record_reset(input, st, out);
-    let gate = health_gate(&facts, old, st, out);
-    let stage = (input.stages)
-        .and_then(|read| super::promotion::gate(&settings.after, read, &facts.version, now));
-    let open = window.is_none() && !stopped && gate.blocking.is_none() && stage.is_none();
-    let started = match open {
+    let gates = Gates::read(&facts, old, &steps, st, out);
+    let started = match gates.open() {
         true => start_nodes(&mut facts, old, &eligible, &mut steps, st, out),
         false => Started::default(),
     };
@@ -76,7 +68,7 @@ pub(super) fn roll<'a>(
         pre_hook,
         refused,
     } = started;
-    if window.is_none() && !stopped {
+    if gates.window.is_none() && !gates.stopped {
         out.next = super::disruption::next_batch(&facts, &eligible, &steps);
     }
     let unmade = apply_actions(&mut facts, &mut steps, out);
@@ -85,15 +77,12 @@ pub(super) fn roll<'a>(
     write_nodes(st, &steps);
     let quarantined = quarantined_hosts(&quarantined, &steps);
     let situation = Situation {
-        window,
+        gates: &gates,
         eligible: &eligible,
         quarantined: &quarantined,
-        stopped,
-        check: gate.blocking.as_ref(),
         pre_hook: pre_hook.as_ref(),
         pulling: pulling.as_ref(),
         refused: &refused,
-        stage: stage.as_ref(),
     };
     report(&facts, old, st, out, &steps, &situation);
     // After the report, which would say the node's step goes on: its Job cannot be made.
@@ -171,32 +160,6 @@ fn quarantined_hosts<'a>(before: &[&'a NodeInfo], steps: &Steps<'a>) -> Vec<&'a 
         .chain(now)
         .map(NodeInfo::hostname)
         .collect()
-}
-
-/// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
-/// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
-/// The checks' status is written; failing checks are read again soon.
-fn health_gate(
-    facts: &Facts<'_>,
-    old: &PlanStatus,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-) -> check::Gate {
-    let plan = facts.input.plan;
-    let checks = facts.settings.health_checks;
-    let cx = check::GateContext {
-        old: &old.health_checks,
-        now: facts.now,
-        stops: facts.ctx.failure.last != failure::Last::Hold,
-        fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
-        field: "spec.healthChecks",
-    };
-    let gate = check::gate(checks, facts.input.checks, &cx);
-    st.health_checks = gate.status.clone();
-    if let Some(after) = gate.recheck {
-        out.requeue(after);
-    }
-    gate
 }
 
 /// Jobs no node of the rollout owns go (finished ones once their TTL is over).
@@ -378,16 +341,6 @@ fn start<'a>(facts: &mut Facts<'_>, node: &'a NodeInfo, steps: &mut Steps<'a>) {
     let state = NodeState::selected(&facts.job_name(node), facts.now);
     let (next, actions) = facts.step(node, state);
     steps.insert(node.name.as_str(), (node, next, actions));
-}
-
-/// `Some(window)` when the rollout may not start now: nothing is applying and the window is closed.
-fn closed_window(
-    settings: &PlanSettings<'_>,
-    old: &PlanStatus,
-    now: Timestamp,
-) -> Option<TimeWindow> {
-    let window = settings.window.as_ref()?;
-    (old.applying.is_empty() && !window.contains(now)).then(|| window.clone())
 }
 
 /// Turns the nodes' actions into Jobs, pods, patches, events and rechecks. A Job that cannot be

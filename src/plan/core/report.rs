@@ -124,7 +124,7 @@ fn stopped(
     reason: &'static str,
     message: &str,
 ) -> (&'static str, String) {
-    if !situation.stopped || reason != super::node_state::JOB_FAILED {
+    if !situation.gates.stopped || reason != super::node_state::JOB_FAILED {
         return (reason, message.to_string());
     }
     let message = format!(

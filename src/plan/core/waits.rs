@@ -30,13 +30,13 @@ pub(super) fn waiting(
     let left = eligible.len() > st.applying.len();
     if let (true, Some(w), false) = (
         st.applying.is_empty(),
-        &situation.window,
+        &situation.gates.window,
         eligible.is_empty(),
     ) {
         wait_for_window(facts, st, out, w);
-    } else if let Some(check) = situation.check.filter(|_| left) {
+    } else if let Some(check) = situation.gates.blocking().filter(|_| left) {
         wait_for_check(facts, st, out, check);
-    } else if let Some(stage) = situation.stage.filter(|_| left) {
+    } else if let Some(stage) = situation.gates.stage.as_ref().filter(|_| left) {
         wait_for_stage(facts, st, out, stage);
     } else if let Some(pull) = situation.pulling {
         let (reason, message) = pull_message(pull);
