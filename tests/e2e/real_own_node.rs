@@ -4,9 +4,11 @@
 //! single k3s server with agents. A NodeMaintenance of the control-plane node drains it and
 //! leaves the controller there; a RebootPolicy over both nodes reboots each, the controller's own
 //! node too: the controller goes down with its node, comes back with it, and gives the node
-//! back; then a Plan with a drain and a reboot of the control-plane node alone (a k3s server's
-//! Plan) does the same. Had slipway's drain evicted the controller, its replacement could run
-//! nowhere (the only control-plane node is cordoned) and the node would stay cordoned for good.
+//! back. Then the worker goes (powered off, its Node deleted) and the cluster has one node, as a
+//! single k3s server or a one-node kubeadm cluster has: a Plan with a drain and a reboot of it (a
+//! k3s server's Plan), then a RebootPolicy, each drain a workload that has nowhere else to go,
+//! reboot the node and give it back. Had slipway's drain evicted the controller, its replacement
+//! could run nowhere (the only node is cordoned) and the node would stay cordoned for good.
 
 use crate::support;
 
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
@@ -25,7 +27,7 @@ use slipway::reboot_policy::api::RebootPolicy;
 use crate::real::{controller_pod_runs_on_the_server, node_state};
 use crate::support::install::{self, Install};
 use crate::support::plans::{complete_message, plan_from_yaml, wait_complete};
-use crate::support::real::CONTROL_PLANE;
+use crate::support::real::{CONTROL_PLANE, INSTALL_WORKER};
 use crate::support::scene::Scene;
 
 /// The taint NodeMaintenance puts on its node, as medik8s's operator does.
@@ -136,100 +138,35 @@ async fn the_controllers_own_node_is_maintained_and_rebooted_and_given_back() {
     let maintained = started.elapsed();
 
     // A RebootPolicy over both nodes, each asking: the controller's node reboots too.
-    let nodes = [
-        CONTROL_PLANE.to_string(),
-        support::real::INSTALL_WORKER.to_string(),
-    ];
-    let mut before = BTreeMap::new();
-    for n in &nodes {
-        before.insert(n.clone(), node_state(client, n).await.0);
-        support::ask_reboot(client, n).await;
-    }
-    let policies = Api::<RebootPolicy>::all(client.clone());
-    let name = s.name("rbp");
-    let policy: RebootPolicy = serde_json::from_value(json!({
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "RebootPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]},
-            "concurrency": 1,
-            "drain": {"timeout": "5m"},
-            "timeout": "10m",
-        },
-    }))
-    .expect("a RebootPolicy");
+    let nodes = [CONTROL_PLANE.to_string(), INSTALL_WORKER.to_string()];
     let rebooting = Instant::now();
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the RebootPolicy");
-    let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
-    while back_at.len() < nodes.len() {
-        let (mut down, mut cordoned) = (Vec::new(), Vec::new());
-        for n in &nodes {
-            let (boot, ready, _) = node_state(client, n).await;
-            let held = taken(client, n).await;
-            if !ready {
-                down.push(n);
-            }
-            if held {
-                cordoned.push(n);
-            }
-            if boot != before[n] && ready && !held {
-                back_at.entry(n.clone()).or_insert(rebooting.elapsed());
-            }
-        }
-        assert!(
-            down.len() <= 1 && cordoned.len() <= 1,
-            "one node at a time: down {down:?}, cordoned {cordoned:?}"
-        );
-        let status = (policies.get(&name).await)
-            .expect("the RebootPolicy")
-            .status
-            .unwrap_or_default();
-        assert!(
-            status.nodes.iter().all(|n| n.phase.as_str() != "Failed"),
-            "{}",
-            serde_json::to_string(&status).unwrap_or_default()
-        );
-        assert!(
-            rebooting.elapsed() < Duration::from_secs(1200),
-            "not both back in time: {back_at:?}; {}",
-            serde_json::to_string(&status).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let status = support::wait_for("the policy's records", Duration::from_secs(240), || async {
-        let status = policies.get(&name).await?.status.unwrap_or_default();
-        match status.nodes.is_empty() && status.rebooted.len() == 2 {
-            true => Ok(status),
-            false => bail!("status: {}", serde_json::to_string(&status)?),
-        }
-    })
-    .await;
-    for n in &nodes {
-        let (boot, _, _) = node_state(client, n).await;
-        let record = (status.rebooted.iter()).find(|r| &r.name == n);
-        assert_eq!(
-            record.and_then(|r| r.boot_id.as_deref()),
-            Some(boot.as_str()),
-            "{n} came back with the boot it runs"
-        );
-    }
-    // The controller went down with its node and came back with it: the same pod, restarted.
-    let back = controller_pod_runs_on_the_server(&s).await;
-    assert_eq!(back.uid(), controller.uid(), "the same controller pod");
-    let _ = policies.delete(&name, &DeleteParams::default()).await;
-    support::wait_for("the policy to go", Duration::from_secs(120), || async {
-        match policies.get_opt(&name).await? {
-            None => Ok(()),
-            Some(_) => bail!("still there"),
-        }
-    })
-    .await;
+    let back_at = reboot_by_a_policy(&s, &nodes, &controller).await;
     let policy_took = rebooting.elapsed();
+
+    // From here the cluster has one node, as a single k3s server or a one-node kubeadm cluster
+    // has: the worker is powered off and its Node deleted (the scene's clean-up starts it again
+    // when a later scene wants it), and what a drain evicts has nowhere else to go.
+    support::real::kill(&s.cluster, INSTALL_WORKER);
+    let node_api = Api::<Node>::all(client.clone());
+    node_api
+        .delete(INSTALL_WORKER, &DeleteParams::default())
+        .await
+        .expect("delete the worker's Node");
+    support::wait_for(
+        "a cluster of one node",
+        Duration::from_secs(120),
+        || async {
+            let names: Vec<String> = (node_api.list(&ListParams::default()).await?.items.iter())
+                .map(|n| n.name_any())
+                .collect();
+            match names == [CONTROL_PLANE] {
+                true => Ok(()),
+                false => bail!("nodes: {names:?}"),
+            }
+        },
+    )
+    .await;
+    let lone = lone_pod(&s, None).await;
 
     // A Plan of the controller's node alone, with a drain and a reboot, as a k3s server's Plan:
     // its Job drains the node (the controller's pod left, by SUC's label) and its reboot takes the
@@ -282,9 +219,174 @@ spec:
         "the same controller pod, never evicted"
     );
     let _ = plans.delete(&plan_name, &DeleteParams::default()).await;
+    let planned = planning.elapsed();
+    // The Plan's drain evicted the workload; its replacement waited for the node and runs there.
+    let lone = lone_pod(&s, Some(&lone)).await;
+
+    // A RebootPolicy over the one node: drained (the workload again), rebooted, given back.
+    let alone = Instant::now();
+    reboot_by_a_policy(&s, &[CONTROL_PLANE.to_string()], &controller).await;
+    lone_pod(&s, Some(&lone)).await;
     eprintln!(
-        "real: the controller's own node maintained in {maintained:?}; both nodes rebooted by the policy, back at {back_at:?} (policy done in {policy_took:?}); the Plan's drain and reboot of it in {:?}; in {:?}",
-        planning.elapsed(),
+        "real: the controller's own node maintained in {maintained:?}; both nodes rebooted by the policy, back at {back_at:?} (policy done in {policy_took:?}); on one node, the Plan's drain and reboot in {planned:?}, a policy's in {:?}; in {:?}",
+        alone.elapsed(),
         started.elapsed()
     );
+}
+
+/// The name of the one Ready pod of the workload `lone` on the control-plane node, other than
+/// `evicted` (the pod a drain since evicted); applies the workload first when there is none.
+async fn lone_pod(s: &Scene, evicted: Option<&str>) -> String {
+    if evicted.is_none() {
+        let placement = format!(
+            "      nodeSelector: {{kubernetes.io/hostname: {CONTROL_PLANE}}}
+      tolerations:
+      - {{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}}"
+        );
+        s.cluster
+            .kubectl_stdin(
+                &["apply", "-f", "-"],
+                Some(&support::real::sleepers(
+                    s.ns.name(),
+                    "lone",
+                    1,
+                    &placement,
+                    None,
+                )),
+            )
+            .await
+            .expect("apply the workload");
+    }
+    support::wait_for(
+        "the workload's pod Ready on the one node",
+        Duration::from_secs(600),
+        || async {
+            let pods =
+                s.ns.api::<Pod>()
+                    .list(&ListParams::default().labels("app=lone"))
+                    .await?;
+            let ready = (pods.items.iter()).find(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && Some(p.name_any().as_str()) != evicted
+                    && (p.status.as_ref().and_then(|st| st.conditions.as_ref()))
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            match ready {
+                Some(p) => Ok(p.name_any()),
+                None => bail!(
+                    "pods: {:?}",
+                    (pods.items.iter())
+                        .map(|p| (
+                            p.name_any(),
+                            p.status.as_ref().and_then(|s| s.phase.clone())
+                        ))
+                        .collect::<Vec<_>>()
+                ),
+            }
+        },
+    )
+    .await
+}
+
+/// Asks each of `nodes` to reboot and has a RebootPolicy over them reboot one at a time (never
+/// two down or cordoned at once); returns when each was back, from the policy's creation. The
+/// controller's pod stays the same pod through its own node's reboot.
+async fn reboot_by_a_policy(
+    s: &Scene,
+    nodes: &[String],
+    controller: &Pod,
+) -> BTreeMap<String, Duration> {
+    let client = &s.client;
+    let mut before = BTreeMap::new();
+    for n in nodes {
+        before.insert(n.clone(), node_state(client, n).await.0);
+        support::ask_reboot(client, n).await;
+    }
+    let policies = Api::<RebootPolicy>::all(client.clone());
+    let name = s.name(&format!("rbp{}", nodes.len()));
+    let policy: RebootPolicy = serde_json::from_value(json!({
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "RebootPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]},
+            "concurrency": 1,
+            "drain": {"timeout": "5m"},
+            "timeout": "10m",
+        },
+    }))
+    .expect("a RebootPolicy");
+    let rebooting = Instant::now();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the RebootPolicy");
+    let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
+    while back_at.len() < nodes.len() {
+        let (mut down, mut cordoned) = (Vec::new(), Vec::new());
+        for n in nodes {
+            let (boot, ready, _) = node_state(client, n).await;
+            let held = taken(client, n).await;
+            if !ready {
+                down.push(n);
+            }
+            if held {
+                cordoned.push(n);
+            }
+            if boot != before[n] && ready && !held {
+                back_at.entry(n.clone()).or_insert(rebooting.elapsed());
+            }
+        }
+        assert!(
+            down.len() <= 1 && cordoned.len() <= 1,
+            "one node at a time: down {down:?}, cordoned {cordoned:?}"
+        );
+        let status = (policies.get(&name).await)
+            .expect("the RebootPolicy")
+            .status
+            .unwrap_or_default();
+        assert!(
+            status.nodes.iter().all(|n| n.phase.as_str() != "Failed"),
+            "{}",
+            serde_json::to_string(&status).unwrap_or_default()
+        );
+        assert!(
+            rebooting.elapsed() < Duration::from_secs(1200),
+            "not all back in time: {back_at:?}; {}",
+            serde_json::to_string(&status).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let status = support::wait_for("the policy's records", Duration::from_secs(240), || async {
+        let status = policies.get(&name).await?.status.unwrap_or_default();
+        match status.nodes.is_empty() && status.rebooted.len() == nodes.len() {
+            true => Ok(status),
+            false => bail!("status: {}", serde_json::to_string(&status)?),
+        }
+    })
+    .await;
+    for n in nodes {
+        let (boot, _, _) = node_state(client, n).await;
+        let record = (status.rebooted.iter()).find(|r| &r.name == n);
+        assert_eq!(
+            record.and_then(|r| r.boot_id.as_deref()),
+            Some(boot.as_str()),
+            "{n} came back with the boot it runs"
+        );
+    }
+    // The controller went down with its node and came back with it: the same pod, restarted.
+    let back = controller_pod_runs_on_the_server(s).await;
+    assert_eq!(back.uid(), controller.uid(), "the same controller pod");
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    support::wait_for("the policy to go", Duration::from_secs(120), || async {
+        match policies.get_opt(&name).await? {
+            None => Ok(()),
+            Some(_) => bail!("still there"),
+        }
+    })
+    .await;
+    back_at
 }

@@ -91,6 +91,13 @@ pub fn set(group: &str) -> &'static Set {
     }
 }
 
+/// The turn group of the set the guest `name` belongs to.
+fn group_of(name: &str) -> &'static str {
+    (PAIRS.iter())
+        .find(|p| p.nodes.contains(&name))
+        .map_or(INSTALLS, |p| p.group)
+}
+
 /// What a NodeMaintenance puts on its node, as medik8s's operator does: removed when a scene
 /// gives the nodes back.
 const MAINTENANCE_TAINT: &str = "medik8s.io/drain";
@@ -236,7 +243,13 @@ pub async fn give_back(
 ) -> anyhow::Result<()> {
     let api = Api::<Node>::all(client.clone());
     let dir = cluster_dir(cluster);
-    for name in names {
+    // A guest a scene powered off is started again only for a later scene: the last scene of its
+    // set stops the set (or its cluster) right after.
+    let names: Vec<String> = (names.iter())
+        .filter(|n| guest_running(&dir, n) || super::turns::wanted(group_of(n)))
+        .cloned()
+        .collect();
+    for name in &names {
         if !guest_running(&dir, name) {
             start(cluster, name).await;
         }
@@ -275,7 +288,7 @@ pub async fn give_back(
         )
         .await?;
     }
-    super::wait_nodes_ready_untainted(client, names, Duration::from_secs(600)).await;
+    super::wait_nodes_ready_untainted(client, &names, Duration::from_secs(600)).await;
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     super::wait_for(
         &format!("the pods of {ns} to leave the real nodes"),
