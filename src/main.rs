@@ -52,7 +52,7 @@ enum Command {
     ///
     /// Flags and environment variables are SUC's; SYSTEM_UPGRADE_JOB_* and
     /// SYSTEM_UPGRADE_PLAN_POLLING_INTERVAL are read from the environment with SUC's defaults.
-    Run(Box<RunArgs>),
+    Run(Box<cli::run::RunArgs>),
     /// Check Plans in files as the API server and the controller would, and warn about the usual
     /// mistakes. Exit 0: no errors (warnings allowed); 1: errors; 2: some input could not be read.
     Validate(cli::validate::ValidateArgs),
@@ -94,113 +94,6 @@ enum CrdResource {
     Nodeops,
     Nodeopupgrades,
     StrictPlans,
-}
-
-#[derive(clap::Args)]
-struct RunArgs {
-    /// Controller name: the value of the upgrade.cattle.io/controller label on Jobs.
-    #[arg(
-        long,
-        env = "SYSTEM_UPGRADE_CONTROLLER_NAME",
-        default_value = "system-upgrade-controller"
-    )]
-    name: String,
-    /// The namespace whose Plans, Jobs and Secrets are reconciled.
-    #[arg(
-        long,
-        env = "SYSTEM_UPGRADE_CONTROLLER_NAMESPACE",
-        default_value = "system-upgrade"
-    )]
-    namespace: String,
-    /// Path to a kubeconfig; empty means in-cluster configuration (or the usual kubeconfig lookup).
-    #[arg(
-        long,
-        env = "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG",
-        default_value = ""
-    )]
-    kubeconfig: String,
-    /// Overrides the API server URL of the kubeconfig.
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_MASTER_URL", default_value = "")]
-    master: String,
-    /// The kubeconfig context to use; default: its current context.
-    #[arg(long)]
-    context: Option<String>,
-    /// Plans reconciled at once.
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_THREADS", default_value_t = 2)]
-    threads: u16,
-    /// The node this controller runs on (reported in events).
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME")]
-    node_name: Option<String>,
-    /// Debug logging (same as RUST_LOG=debug).
-    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_DEBUG", default_value_t = false)]
-    debug: bool,
-    /// The ServiceAccount of --namespace whose rights every health check reads with: the API
-    /// server is asked before each read whether it may (docs/plans.md, "Health checks").
-    #[arg(
-        long,
-        env = "SLIPWAY_HEALTH_CHECK_ACCOUNT",
-        default_value = slipway::runtime::checks::CheckAccount::DEFAULT_NAME,
-        value_parser = clap::builder::NonEmptyStringValueParser::new()
-    )]
-    health_check_account: String,
-    /// Install or update the CRD at start, as SUC does.
-    #[arg(long, env = "SLIPWAY_INSTALL_CRD", default_value_t = true, action = clap::ArgAction::Set)]
-    install_crd: bool,
-    /// Elect a leader on the Lease <name> in <namespace>; only the leader reconciles. Timing
-    /// comes from CATTLE_ELECTION_LEASE_DURATION, _RENEW_DEADLINE and _RETRY_PERIOD (45s, 30s,
-    /// 2s); the identity is POD_NAME, else HOSTNAME, else the host name.
-    #[arg(
-        long,
-        env = "SYSTEM_UPGRADE_CONTROLLER_LEADER_ELECT",
-        default_value_t = false
-    )]
-    leader_elect: bool,
-    /// Address of the HTTP server for /metrics, /healthz and /readyz; empty disables it.
-    #[arg(long, env = "SLIPWAY_METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    metrics_addr: String,
-    /// Log format.
-    #[arg(long, env = "SLIPWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// Also reconcile NodeMaintenances (nodemaintenance.medik8s.io, cluster-wide), in one budget
-    /// with the Plans. Do not enable it where medik8s node-maintenance-operator runs.
-    #[arg(long, env = "SLIPWAY_MAINTENANCE", default_value_t = false, action = clap::ArgAction::Set)]
-    maintenance: bool,
-    /// The namespace of the nodes' medik8s Leases (node-maintenance-operator's LEASE_NAMESPACE).
-    #[arg(
-        long,
-        env = "SLIPWAY_MAINTENANCE_LEASE_NAMESPACE",
-        default_value = "medik8s-leases"
-    )]
-    maintenance_lease_namespace: String,
-    /// The holder identity written in the nodes' medik8s Leases.
-    #[arg(
-        long,
-        env = "SLIPWAY_MAINTENANCE_LEASE_HOLDER",
-        default_value = "node-maintenance"
-    )]
-    maintenance_lease_holder: String,
-    /// Also reconcile RebootPolicies (slipway.dev, cluster-wide): reboot the nodes that ask for
-    /// it (slipway agent, Flatcar's or Container Linux's update-agent), in one budget with the
-    /// Plans and NodeMaintenances. Do not enable it where kured or FLUO's operator runs.
-    #[arg(long, env = "SLIPWAY_REBOOT_POLICIES", default_value_t = false, action = clap::ArgAction::Set)]
-    reboot_policies: bool,
-    /// Read DisruptionBudgets (slipway.dev, cluster-wide): every operation asks the budgets that
-    /// select a node before it starts one, and each budget's status keeps the ledger of who holds
-    /// its nodes. Off, the process needs neither their CRD nor the right to read them.
-    #[arg(long, env = "SLIPWAY_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
-    disruption_budgets: bool,
-    /// Also reconcile kairos-operator's NodeOps and NodeOpUpgrades (operator.kairos.io, every
-    /// namespace): run a command on selected nodes with the host's root mounted, in one budget
-    /// with the Plans, NodeMaintenances and RebootPolicies. Do not enable it where
-    /// kairos-operator runs.
-    #[arg(long, env = "SLIPWAY_NODEOPS", default_value_t = false, action = clap::ArgAction::Set)]
-    nodeops: bool,
-    #[command(flatten)]
-    kured: cli::run::KuredArgs,
-    #[command(flatten)]
-    alertmanager: cli::run::AlertmanagerArgs,
-    #[command(flatten)]
-    notify: cli::run::NotifyArgs,
 }
 
 #[derive(clap::Args)]
@@ -271,7 +164,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
+fn run(args: cli::run::RunArgs) -> anyhow::Result<()> {
     cli::process::one_malloc_arena();
     let default_level = if args.debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -300,32 +193,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("bad --metrics-addr {a:?} (want host:port)"))?,
         ),
     };
-    let settings = cli::run::Settings {
-        name: args.name,
-        check_account: slipway::runtime::checks::CheckAccount {
-            namespace: args.namespace.clone(),
-            name: args.health_check_account,
-        },
-        namespace: args.namespace,
-        threads: args.threads.max(1),
-        job: env.job,
-        polling_interval: env.polling_interval,
-        install_crd: args.install_crd,
-        instance: args.node_name.or_else(|| std::env::var("HOSTNAME").ok()),
-        maintenance: args
-            .maintenance
-            .then(|| slipway::maintenance::core::LeaseSettings {
-                namespace: args.maintenance_lease_namespace,
-                holder: args.maintenance_lease_holder,
-                ..Default::default()
-            }),
-        reboot_policies: args.reboot_policies,
-        kured: args.kured.lock()?,
-        disruption_budgets: args.disruption_budgets,
-        nodeops: args.nodeops,
-        alertmanager: args.alertmanager.settings()?,
-        notify: args.notify.settings(|k| std::env::var(k).ok())?,
-    };
+    let settings = args.settings(env.job, env.polling_interval)?;
     let runtime = cli::process::runtime()?;
     runtime.block_on(async move {
         let config =

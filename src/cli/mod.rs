@@ -6,6 +6,7 @@ pub mod agent;
 pub mod connect;
 pub mod explain;
 pub mod generate;
+pub mod kinds;
 pub mod process;
 pub mod render;
 pub mod resolve;

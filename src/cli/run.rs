@@ -1,6 +1,5 @@
-//! `slipway run`: which node operations the process runs, each wired onto the one runtime. The
-//! runtime knows no operation; this is the one place that names them all, so a new kind of
-//! operation is added here (its watches, its hold source, its run) and nowhere else.
+//! `slipway run`: its flags, and the kinds of node operation it runs ([`super::kinds`]), each
+//! wired onto the one runtime, which knows none of them.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 use std::sync::{Arc, RwLock};
@@ -9,19 +8,126 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::{info, warn};
 
-use slipway::maintenance::core::LeaseSettings;
 use slipway::node::index::NodeIndex;
 use slipway::plan::core::config::JobConfig;
 use slipway::plan::shell::PlanSettings;
-use slipway::reboot_policy::core::kured::KuredLock;
 use slipway::runtime::health::Transition;
+use slipway::runtime::kind::{Kinds, Place, Watching};
 use slipway::runtime::notify::{Notifier, NotifySettings};
 use slipway::runtime::silences::{self, AlertmanagerSettings};
 use slipway::runtime::{
     Chores, Error, HoldSources, Operations, Shared, budget, cluster_id, install_crd, ledgers,
     spawn_sync_watch, watch,
 };
-use slipway::{maintenance, nodeop, plan, reboot_policy};
+
+use super::kinds::KindArgs;
+
+/// `slipway run`'s flags.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Controller name: the value of the upgrade.cattle.io/controller label on Jobs.
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_NAME",
+        default_value = "system-upgrade-controller"
+    )]
+    pub name: String,
+    /// The namespace whose Plans, Jobs and Secrets are reconciled.
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_NAMESPACE",
+        default_value = "system-upgrade"
+    )]
+    pub namespace: String,
+    /// Path to a kubeconfig; empty means in-cluster configuration (or the usual kubeconfig lookup).
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_KUBE_CONFIG",
+        default_value = ""
+    )]
+    pub kubeconfig: String,
+    /// Overrides the API server URL of the kubeconfig.
+    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_MASTER_URL", default_value = "")]
+    pub master: String,
+    /// The kubeconfig context to use; default: its current context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Plans reconciled at once.
+    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_THREADS", default_value_t = 2)]
+    pub threads: u16,
+    /// The node this controller runs on (reported in events).
+    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Debug logging (same as RUST_LOG=debug).
+    #[arg(long, env = "SYSTEM_UPGRADE_CONTROLLER_DEBUG", default_value_t = false)]
+    pub debug: bool,
+    /// The ServiceAccount of --namespace whose rights every health check reads with: the API
+    /// server is asked before each read whether it may (docs/plans.md, "Health checks").
+    #[arg(
+        long,
+        env = "SLIPWAY_HEALTH_CHECK_ACCOUNT",
+        default_value = slipway::runtime::checks::CheckAccount::DEFAULT_NAME,
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub health_check_account: String,
+    /// Install or update the CRD at start, as SUC does.
+    #[arg(long, env = "SLIPWAY_INSTALL_CRD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub install_crd: bool,
+    /// Elect a leader on the Lease <name> in <namespace>; only the leader reconciles. Timing
+    /// comes from CATTLE_ELECTION_LEASE_DURATION, _RENEW_DEADLINE and _RETRY_PERIOD (45s, 30s,
+    /// 2s); the identity is POD_NAME, else HOSTNAME, else the host name.
+    #[arg(
+        long,
+        env = "SYSTEM_UPGRADE_CONTROLLER_LEADER_ELECT",
+        default_value_t = false
+    )]
+    pub leader_elect: bool,
+    /// Address of the HTTP server for /metrics, /healthz and /readyz; empty disables it.
+    #[arg(long, env = "SLIPWAY_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+    /// Log format.
+    #[arg(long, env = "SLIPWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Read DisruptionBudgets (slipway.dev, cluster-wide): every operation asks the budgets that
+    /// select a node before it starts one, and each budget's status keeps the ledger of who holds
+    /// its nodes. Off, the process needs neither their CRD nor the right to read them.
+    #[arg(long, env = "SLIPWAY_DISRUPTION_BUDGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub disruption_budgets: bool,
+    #[command(flatten)]
+    pub kinds: KindArgs,
+    #[command(flatten)]
+    pub alertmanager: AlertmanagerArgs,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+impl RunArgs {
+    /// What the controller is told, the flags checked (an error names the flag): `job` and
+    /// `polling_interval` are SUC's environment's.
+    pub fn settings(
+        &self,
+        job: JobConfig,
+        polling_interval: std::time::Duration,
+    ) -> anyhow::Result<Settings> {
+        Ok(Settings {
+            name: self.name.clone(),
+            check_account: slipway::runtime::checks::CheckAccount {
+                namespace: self.namespace.clone(),
+                name: self.health_check_account.clone(),
+            },
+            namespace: self.namespace.clone(),
+            threads: self.threads.max(1),
+            job,
+            polling_interval,
+            install_crd: self.install_crd,
+            instance: (self.node_name.clone()).or_else(|| std::env::var("HOSTNAME").ok()),
+            disruption_budgets: self.disruption_budgets,
+            kinds: self.kinds.clone(),
+            alertmanager: self.alertmanager.settings()?,
+            notify: self.notify.settings(|k| std::env::var(k).ok())?,
+        })
+    }
+}
 
 /// What the controller is told at start.
 #[derive(Debug, Clone)]
@@ -40,16 +146,10 @@ pub struct Settings {
     pub install_crd: bool,
     /// Who this process is, for events.
     pub instance: Option<String>,
-    /// Reconcile NodeMaintenances (cluster-wide), taking nodes' medik8s Leases as configured.
-    pub maintenance: Option<LeaseSettings>,
-    /// Reconcile RebootPolicies (cluster-wide): reboot the nodes that ask for it.
-    pub reboot_policies: bool,
-    /// Where kured keeps its lock, read to take over the reboots kured started (`None`: not read).
-    pub kured: Option<KuredLock>,
     /// Read DisruptionBudgets (cluster-wide) and keep their ledgers.
     pub disruption_budgets: bool,
-    /// Reconcile kairos-operator's NodeOps and NodeOpUpgrades (every namespace).
-    pub nodeops: bool,
+    /// The kinds besides Plans that run.
+    pub kinds: KindArgs,
     /// Where silences are held while nodes are disrupted; `None`: nowhere.
     pub alertmanager: Option<AlertmanagerSettings>,
     /// Where notifications go (no targets: none are sent).
@@ -152,39 +252,11 @@ impl AlertmanagerArgs {
     }
 }
 
-/// `--kured-daemonset` and `--kured-lock-annotation` (docs/migrating.md, "From kured").
-#[derive(Debug, Clone, clap::Args)]
-pub struct KuredArgs {
-    /// kured's DaemonSet, `<namespace>/<name>` (kured's --ds-namespace and --ds-name): while it
-    /// exists, RebootPolicies take over the nodes its lock names, and finish their reboots if
-    /// kured is uninstalled first. Empty: kured's lock is not read.
-    #[arg(
-        long,
-        env = "SLIPWAY_KURED_DAEMONSET",
-        default_value = "kube-system/kured"
-    )]
-    pub kured_daemonset: String,
-    /// The annotation of kured's lock on its DaemonSet (kured's --lock-annotation).
-    #[arg(
-        long,
-        env = "SLIPWAY_KURED_LOCK_ANNOTATION",
-        default_value = "weave.works/kured-node-lock"
-    )]
-    pub kured_lock_annotation: String,
-}
-
-impl KuredArgs {
-    pub fn lock(&self) -> Result<Option<KuredLock>, Error> {
-        KuredLock::of(&self.kured_daemonset, &self.kured_lock_annotation)
-            .map_err(|e| Error::Startup(format!("--kured-daemonset: {e}")))
-    }
-}
-
 /// Node annotations the index keeps: the few small ones that decisions read.
-pub fn kept_annotations() -> Vec<&'static str> {
+pub fn kept_annotations(kinds: &Kinds) -> Vec<&'static str> {
     let mut kept = vec![slipway::node::budget::HOLD_ANNOTATION];
     kept.extend(slipway::node::cordon::RECORDS);
-    kept.extend(reboot_policy::core::SIGNAL_ANNOTATIONS);
+    kept.extend(kinds.iter().flat_map(|k| k.node_annotations()));
     kept
 }
 
@@ -194,20 +266,29 @@ pub fn kept_annotations() -> Vec<&'static str> {
 pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<(), Error> {
     ops.health.apply(Transition::Lead);
     let cluster_id = cluster_id(&client).await?;
+    let kinds = settings.kinds.kinds(PlanSettings {
+        job: settings.job.clone(),
+        polling_interval: settings.polling_interval,
+        threads: settings.threads,
+        cluster_id: cluster_id.clone(),
+    })?;
     if settings.install_crd {
-        install_crds(&client, &settings).await?;
+        install_crds(&client, &settings, &kinds).await?;
     }
     let nodes = Arc::new(RwLock::new(NodeIndex::new()));
     let triggers = Arc::new(watch::NodeTriggers::default());
-    let Watches {
-        plans,
-        maintenances,
-        policies,
-        nodeops,
-        budgets,
-    } = watches(&client, &settings, &triggers);
-    let node_watch = watch::nodes(&client, nodes.clone(), kept_annotations(), triggers.clone());
-    let mut ready = plans.ready();
+    let place = Place {
+        client: &client,
+        namespace: &settings.namespace,
+        name: &settings.name,
+    };
+    let watching: Vec<Box<dyn Watching>> = (kinds.iter())
+        .map(|k| k.clone().watch(place, &triggers))
+        .collect();
+    let budgets = settings.disruption_budgets.then(|| budget::watch(&client));
+    let kept = kept_annotations(&kinds);
+    let node_watch = watch::nodes(&client, nodes.clone(), kept, triggers.clone());
+    let mut ready: Vec<_> = watching.iter().flat_map(|w| w.ready()).collect();
     ready.push(("node", watch::index_ready(nodes.clone())));
     ready.extend(
         budgets
@@ -215,7 +296,8 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
             .map(|b| ("disruption budget", b.budgets.ready())),
     );
     spawn_sync_watch(ready, ops.health.clone(), ops.shutdown.clone());
-    let sources = hold_sources(&plans, &policies, &nodeops, &maintenances);
+    // In the kinds' order: the order in which the budget lets their records keep a node.
+    let sources: HoldSources = watching.iter().map(|w| w.holds()).collect();
     let (chores, notifier) = notifier(chores(&client, &settings, &ops), &settings, &ops)?;
     let shared = Arc::new(
         Shared::new(
@@ -231,24 +313,8 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     );
     info!(namespace = %settings.namespace, name = %settings.name, "starting controller");
     let shutdown = ops.shutdown.clone();
-    let plan = plan::shell::run(
-        shared.clone(),
-        PlanSettings {
-            job: settings.job.clone(),
-            polling_interval: settings.polling_interval,
-            threads: settings.threads,
-            cluster_id: cluster_id.clone(),
-        },
-        plans,
-        shutdown.clone(),
-    );
-    let others = operations(
-        &shared,
-        &settings,
-        maintenances,
-        policies,
-        nodeops,
-        &shutdown,
+    let operations = futures::future::join_all(
+        (watching.into_iter()).map(|w| w.run(shared.clone(), shutdown.clone())),
     );
     let nodes = async {
         tokio::select! {
@@ -264,28 +330,9 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         notifier,
         &shutdown,
     );
-    let (plan, ..) = futures::join!(plan, others, nodes, around);
+    let (ran, ..) = futures::join!(operations, nodes, around);
     info!("controller stopped");
-    plan
-}
-
-/// What the operations of the process hold, source by source, in the order in which the budget
-/// lets what survived a restart keep a node: a Plan's, a policy's or a NodeOp's step under way
-/// finishes before a maintenance starts.
-fn hold_sources(
-    plans: &plan::shell::PlanWatches,
-    policies: &Option<reboot_policy::shell::PolicyWatches>,
-    nodeops: &Option<(
-        nodeop::shell::NodeOpWatches,
-        nodeop::shell::upgrade::UpgradeWatches,
-    )>,
-    maintenances: &Option<maintenance::shell::MaintenanceWatches>,
-) -> HoldSources {
-    let mut sources: HoldSources = vec![plans.holds()];
-    sources.extend(policies.as_ref().map(|p| p.holds()));
-    sources.extend(nodeops.as_ref().map(|(n, _)| n.holds()));
-    sources.extend(maintenances.as_ref().map(|m| m.holds()));
-    sources
+    ran.into_iter().collect()
 }
 
 /// The chores around the operations, until `shutdown`: the budgets' ledgers, the silences, the
@@ -325,74 +372,6 @@ async fn keep_silences(
     silences::keep(shared.clone(), am, created_by, shutdown.clone()).await;
 }
 
-/// The operations besides Plans that the process runs, until `shutdown`.
-async fn operations(
-    shared: &Arc<Shared>,
-    settings: &Settings,
-    maintenances: Option<maintenance::shell::MaintenanceWatches>,
-    policies: Option<reboot_policy::shell::PolicyWatches>,
-    nodeops: Option<(
-        nodeop::shell::NodeOpWatches,
-        nodeop::shell::upgrade::UpgradeWatches,
-    )>,
-    shutdown: &tokio_util::sync::CancellationToken,
-) {
-    let image = &settings.job.reboot_image;
-    let nm = async {
-        if let (Some(watches), Some(lease)) = (maintenances, settings.maintenance.clone()) {
-            maintenance::shell::run(shared.clone(), lease, watches, shutdown.clone()).await;
-        }
-    };
-    let rp = async {
-        if let Some(watches) = policies {
-            let image = image.clone();
-            let kured = settings.kured.clone();
-            reboot_policy::shell::run(shared.clone(), image, kured, watches, shutdown.clone())
-                .await;
-        }
-    };
-    let no = async {
-        if let Some((watches, upgrades)) = nodeops {
-            let image = image.clone();
-            let upgrades = nodeop::shell::upgrade::run(shared.clone(), upgrades, shutdown.clone());
-            let nodeops = nodeop::shell::run(shared.clone(), image, watches, shutdown.clone());
-            futures::join!(nodeops, upgrades);
-        }
-    };
-    futures::join!(nm, rp, no);
-}
-
-/// The watches of the kinds the process runs (nothing runs until they are polled).
-struct Watches {
-    plans: plan::shell::PlanWatches,
-    maintenances: Option<maintenance::shell::MaintenanceWatches>,
-    policies: Option<reboot_policy::shell::PolicyWatches>,
-    /// NodeOps and NodeOpUpgrades.
-    nodeops: Option<(
-        nodeop::shell::NodeOpWatches,
-        nodeop::shell::upgrade::UpgradeWatches,
-    )>,
-    budgets: Option<budget::BudgetWatch>,
-}
-
-fn watches(client: &Client, settings: &Settings, triggers: &watch::NodeTriggers) -> Watches {
-    let (ns, name) = (&settings.namespace, &settings.name);
-    Watches {
-        plans: plan::shell::watch(client, ns, name, triggers),
-        maintenances: (settings.maintenance.is_some())
-            .then(|| maintenance::shell::watch(client, triggers)),
-        policies: (settings.reboot_policies)
-            .then(|| reboot_policy::shell::watch(client, ns, name, triggers)),
-        nodeops: settings.nodeops.then(|| {
-            (
-                nodeop::shell::watch(client, triggers),
-                nodeop::shell::upgrade::watch(client),
-            )
-        }),
-        budgets: settings.disruption_budgets.then(|| budget::watch(client)),
-    }
-}
-
 /// The chores telling the notifier its events, and the notifier (none without targets).
 fn notifier(
     chores: Chores,
@@ -424,22 +403,14 @@ fn chores(client: &Client, settings: &Settings, ops: &Operations) -> Chores {
     )
 }
 
-/// The Plan CRD, and the CRDs of the operations this process runs.
-async fn install_crds(client: &Client, settings: &Settings) -> Result<(), Error> {
-    install_crd(client, plan::api::crd::plan_crd()).await?;
+/// The CRDs of the kinds this process runs, and the DisruptionBudgets' when it reads them.
+async fn install_crds(client: &Client, settings: &Settings, kinds: &Kinds) -> Result<(), Error> {
+    for crd in kinds.iter().flat_map(|k| k.crds()) {
+        install_crd(client, crd).await?;
+    }
     if settings.disruption_budgets {
         let crd = slipway::node::budget::api::disruption_budget_crd();
         install_crd(client, crd).await?;
-    }
-    if settings.maintenance.is_some() {
-        install_crd(client, maintenance::api::maintenance_crd()).await?;
-    }
-    if settings.reboot_policies {
-        install_crd(client, reboot_policy::api::reboot_policy_crd()).await?;
-    }
-    if settings.nodeops {
-        install_crd(client, nodeop::api::nodeop_crd()).await?;
-        install_crd(client, nodeop::api::nodeopupgrade_crd()).await?;
     }
     Ok(())
 }

@@ -4,6 +4,9 @@
 //! answers come back as the next decision's input. The runtime's one reconcile loop does the rest.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod kind;
+pub mod metrics;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +76,7 @@ impl MaintenanceOperation {
         maintenances: Store<NodeMaintenance>,
     ) -> MaintenanceOperation {
         MaintenanceOperation {
+            metrics: shared.metrics().families(),
             shared,
             lease,
             evictions: Mutex::default(),
@@ -198,6 +202,7 @@ pub struct MaintenanceOperation {
     /// The cache: which maintenances still exist (their gauges go with them).
     maintenances: Store<NodeMaintenance>,
     written: Written<NodeMaintenance>,
+    metrics: Arc<metrics::MaintenanceMetrics>,
 }
 
 impl MaintenanceOperation {
@@ -241,7 +246,7 @@ impl Operation for MaintenanceOperation {
     type Report = Stage;
     type Observed = Observed;
 
-    const KIND: Kind = Kind::nodemaintenance;
+    const KIND: Kind = Kind("nodemaintenance");
     const FINALIZER: &'static str = FINALIZER;
 
     fn shared(&self) -> &Shared {
@@ -264,7 +269,7 @@ impl Operation for MaintenanceOperation {
     async fn prepare(&self, nm: Arc<NodeMaintenance>) -> Result<Arc<NodeMaintenance>, Error> {
         let maintenances = &self.maintenances;
         let exists = |n: &str| maintenances.get(&ObjectRef::new(n)).is_some();
-        self.shared.metrics().retain_maintenances(exists);
+        self.metrics.retain_maintenances(exists);
         // A maintenance whose finalizer someone else removed is never reconciled deleted.
         lock(&self.evictions).retain(|n, _| exists(n));
         lock(&self.asking).retain(|n, _| exists(n));
@@ -366,9 +371,7 @@ impl Operation for MaintenanceOperation {
         lock(&self.failures).remove(&name);
         let restoring = *stage == Stage::Restoring;
         let phase = core::phase(nm.status.as_ref()).filter(|_| !restoring);
-        self.shared
-            .metrics()
-            .maintenance(&name, &nm.spec.node_name, phase);
+        (self.metrics).maintenance(&name, &nm.spec.node_name, phase);
         if restoring {
             lock(&self.evictions).remove(&name);
             info!(nodemaintenance = %name, node = %nm.spec.node_name, "maintenance removed");
@@ -380,7 +383,7 @@ impl Operation for MaintenanceOperation {
         lock(&self.evictions).remove(&name);
         lock(&self.asking).remove(&name);
         lock(&self.failures).remove(&name);
-        self.shared.metrics().retain_maintenances(|n| n != name);
+        self.metrics.retain_maintenances(|n| n != name);
     }
 }
 

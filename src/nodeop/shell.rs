@@ -5,6 +5,8 @@
 //! `status.nodeStatuses`, and the Job it was about to create under the same name.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod kind;
+pub mod metrics;
 pub mod upgrade;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -160,11 +162,13 @@ pub struct NodeOpOperation {
     reboot_image: String,
     nodeops: Store<NodeOp>,
     written: Written<NodeOp>,
+    metrics: Arc<metrics::NodeOpMetrics>,
 }
 
 impl NodeOpOperation {
     pub fn new(shared: Arc<Shared>, reboot_image: String, nodeops: Store<NodeOp>) -> Self {
         NodeOpOperation {
+            metrics: shared.metrics().families(),
             shared,
             reboot_image,
             nodeops,
@@ -191,7 +195,7 @@ impl Operation for NodeOpOperation {
     type Report = ();
     type Observed = Observed;
 
-    const KIND: Kind = Kind::nodeop;
+    const KIND: Kind = Kind("nodeop");
     const FINALIZER: &'static str = FINALIZER;
 
     fn shared(&self) -> &Shared {
@@ -212,9 +216,7 @@ impl Operation for NodeOpOperation {
 
     async fn prepare(&self, op: Arc<NodeOp>) -> Result<Arc<NodeOp>, Error> {
         let nodeops = &self.nodeops;
-        self.shared
-            .metrics()
-            .retain_nodeops(|ns, n| nodeops.get(&ObjectRef::new(n).within(ns)).is_some());
+        (self.metrics).retain_nodeops(|ns, n| nodeops.get(&ObjectRef::new(n).within(ns)).is_some());
         self.shared.forget_gone();
         Ok(op)
     }
@@ -358,16 +360,12 @@ impl Operation for NodeOpOperation {
     fn applied(&self, op: &NodeOp, _report: &()) {
         let phases = core::phases(op.status.as_ref());
         let ns = op.namespace().unwrap_or_default();
-        self.shared
-            .metrics()
-            .nodeop_phases(&ns, &op.name_any(), &phases);
+        self.metrics.nodeop_phases(&ns, &op.name_any(), &phases);
     }
 
     fn forget(&self, op: &NodeOp) {
         let (ns, name) = (op.namespace().unwrap_or_default(), op.name_any());
-        self.shared
-            .metrics()
-            .retain_nodeops(|n, o| (n, o) != (ns.as_str(), name.as_str()));
+        (self.metrics).retain_nodeops(|n, o| (n, o) != (ns.as_str(), name.as_str()));
     }
 }
 
@@ -569,11 +567,7 @@ mod tests {
         for op in &nodeops {
             let ns = op.namespace().unwrap_or_default();
             operation.nodes(op, Timestamp::now());
-            (operation.shared.metrics()).nodeop_phases(
-                &ns,
-                &op.name_any(),
-                std::slice::from_ref(&running),
-            );
+            (operation.metrics).nodeop_phases(&ns, &op.name_any(), std::slice::from_ref(&running));
         }
         let kept = |o: &NodeOpOperation| {
             let series = (o.shared.metrics().render().lines())

@@ -119,10 +119,6 @@ impl Chores {
         &self.metrics
     }
 
-    pub fn metrics_arc(&self) -> Arc<Metrics> {
-        self.metrics.clone()
-    }
-
     /// The API of `K` in `ns` (ignored for cluster-scoped kinds).
     pub fn api<K>(&self, ns: Option<&str>) -> Api<K>
     where

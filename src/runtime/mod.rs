@@ -12,6 +12,7 @@ pub mod clock;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod kind;
 pub mod leader;
 pub mod lean;
 pub mod ledgers;

@@ -149,10 +149,6 @@ impl Shared {
         self.chores.metrics()
     }
 
-    pub fn metrics_arc(&self) -> Arc<Metrics> {
-        self.chores.metrics_arc()
-    }
-
     pub fn nodes(&self) -> RwLockReadGuard<'_, NodeIndex> {
         self.nodes.read().unwrap_or_else(|e| e.into_inner())
     }

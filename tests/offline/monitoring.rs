@@ -12,8 +12,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 use slipway::common::phase::PhaseTally;
+use slipway::maintenance::shell::metrics::MaintenanceMetrics;
+use slipway::nodeop::shell::metrics::NodeOpMetrics;
+use slipway::plan::shell::metrics::{PlanGauges, PlanMetrics};
+use slipway::reboot_policy::shell::metrics::PolicyMetrics;
 use slipway::runtime::ErrorKind;
-use slipway::runtime::metrics::{Kind, Metrics, PlanGauges};
+use slipway::runtime::metrics::{Kind, Metrics};
 
 const KIT: &str = "deploy/components/monitoring";
 
@@ -346,12 +350,14 @@ pub(crate) fn exported() -> BTreeSet<String> {
 fn exposition() -> String {
     let m = Metrics::new();
     for kind in [
-        Kind::plan,
-        Kind::nodemaintenance,
-        Kind::rebootpolicy,
-        Kind::nodeop,
-        Kind::nodeopupgrade,
-    ] {
+        "plan",
+        "nodemaintenance",
+        "rebootpolicy",
+        "nodeop",
+        "nodeopupgrade",
+    ]
+    .map(Kind)
+    {
         m.kind_running(kind);
         m.reconcile_started(kind);
         m.reconcile_finished(kind, Duration::from_millis(5), Some(ErrorKind::server));
@@ -361,7 +367,9 @@ fn exposition() -> String {
         nodes: 1,
         oldest_since: Some("2026-01-01T00:00:00Z".parse().expect("time")),
     };
-    m.plan(
+    // Each kind's own families, as each kind's operation registers them.
+    let plans = m.families::<PlanMetrics>();
+    plans.plan(
         "ns",
         "p",
         PlanGauges {
@@ -369,17 +377,18 @@ fn exposition() -> String {
             ..PlanGauges::default()
         },
     );
-    m.plan_phases("ns", "p", &[since("Upgrading")]);
-    m.reboot_policy("r", 1, 1);
-    m.reboot_phases("r", &[since("Draining")]);
-    m.maintenance("nm", "n1", Some(since("Running")));
-    m.nodeop_phases("ns", "op", &[since("Running")]);
+    plans.plan_phases("ns", "p", &[since("Upgrading")]);
+    plans.channel_request(Duration::from_millis(5), false);
+    plans.channel_cache_hit();
+    let policies = m.families::<PolicyMetrics>();
+    policies.reboot_policy("r", 1, 1);
+    policies.reboot_phases("r", &[since("Draining")]);
+    (m.families::<MaintenanceMetrics>()).maintenance("nm", "n1", Some(since("Running")));
+    (m.families::<NodeOpMetrics>()).nodeop_phases("ns", "op", &[since("Running")]);
     m.notifications().target("chat");
     m.job_created();
     m.job_deleted();
     m.node_patched();
-    m.channel_request(Duration::from_millis(5), false);
-    m.channel_cache_hit();
     m.set_leader(true);
     m.alertmanager_request("list", false);
     m.silences("active", 1);

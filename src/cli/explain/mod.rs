@@ -16,7 +16,9 @@ use kube::ResourceExt;
 use serde::Serialize;
 use slipway::common::decision::{Decision, Waiting};
 use slipway::node::holders::Holder;
+use slipway::plan::shell::PlanSettings;
 
+use super::kinds::KindArgs;
 use world::World;
 
 #[derive(clap::Args)]
@@ -51,11 +53,14 @@ pub struct ExplainArgs {
 /// What the command explains.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    Plan(String),
-    RebootPolicy(String),
-    NodeMaintenance(String),
-    /// A NodeOp by name, and its namespace when given (else the one NodeOp of that name).
-    NodeOp(Option<String>, String),
+    /// An object of a kind of operation (by the kind's first word), by name, and by namespace
+    /// when the kind's objects are in every namespace and one is given (else the one object of
+    /// that name).
+    Object {
+        kind: &'static str,
+        namespace: Option<String>,
+        name: String,
+    },
     DisruptionBudget(String),
     Node(String),
 }
@@ -63,30 +68,56 @@ pub enum Target {
 impl Target {
     pub fn parse(text: &str) -> anyhow::Result<Target> {
         let Some((kind, name)) = text.split_once('/') else {
-            return Ok(Target::Plan(text.to_string()));
+            return Ok(Target::object(PLAN, None, text));
         };
         if name.is_empty() {
             bail!("{text:?}: give a name after the kind");
         }
-        let name = name.to_string();
-        Ok(match kind.to_ascii_lowercase().as_str() {
-            "plan" | "plans" => Target::Plan(name),
-            "rebootpolicy" | "rebootpolicies" | "rbp" => Target::RebootPolicy(name),
-            "nodemaintenance" | "nodemaintenances" | "nm" => Target::NodeMaintenance(name),
-            "nodeop" | "nodeops" => match name.split_once('/') {
+        let kind = kind.to_ascii_lowercase();
+        let found = (words().into_iter()).find(|(word, ..)| *word == kind);
+        Ok(match (kind.as_str(), found) {
+            (_, Some((_, kind, true))) => match name.split_once('/') {
                 Some((ns, n)) if !ns.is_empty() && !n.is_empty() => {
-                    Target::NodeOp(Some(ns.to_string()), n.to_string())
+                    Target::object(kind, Some(ns), n)
                 }
-                Some(_) => bail!("{text:?}: nodeop/NAME or nodeop/NAMESPACE/NAME"),
-                None => Target::NodeOp(None, name),
+                Some(_) => bail!("{text:?}: {kind}/NAME or {kind}/NAMESPACE/NAME"),
+                None => Target::object(kind, None, name),
             },
-            "disruptionbudget" | "disruptionbudgets" | "dbudget" => Target::DisruptionBudget(name),
-            "node" | "nodes" | "no" => Target::Node(name),
-            other => bail!(
-                "unknown kind {other:?}: plan, rebootpolicy, nodemaintenance, nodeop, disruptionbudget or node"
-            ),
+            (_, Some((_, kind, false))) => Target::object(kind, None, name),
+            ("disruptionbudget" | "disruptionbudgets" | "dbudget", None) => {
+                Target::DisruptionBudget(name.to_string())
+            }
+            ("node" | "nodes" | "no", None) => Target::Node(name.to_string()),
+            (other, None) => {
+                let mut kinds: Vec<&str> = (words().into_iter()).map(|(_, kind, _)| kind).collect();
+                kinds.dedup();
+                bail!(
+                    "unknown kind {other:?}: {}, disruptionbudget or node",
+                    kinds.join(", ")
+                )
+            }
         })
     }
+
+    fn object(kind: &'static str, namespace: Option<&str>, name: &str) -> Target {
+        Target::Object {
+            kind,
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// The word of the kind a bare name is of.
+const PLAN: &str = "plan";
+
+/// Every word of every kind: `(word, the kind's first word, whether it takes a namespace)`.
+fn words() -> Vec<(&'static str, &'static str, bool)> {
+    // Every kind's flags at their defaults can be read: none is left out.
+    let kinds = (KindArgs::every().kinds(PlanSettings::default())).unwrap_or_default();
+    (kinds.iter())
+        .flat_map(|k| (k.words().iter()).map(|w| (*w, k.words()[0], k.across_namespaces())))
+        .collect()
 }
 
 /// What one operation object does next.
@@ -172,13 +203,9 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
 async fn explain(world: &World, target: &Target, output: super::Output) -> anyhow::Result<String> {
     let now = slipway::runtime::clock::now();
     match target {
-        Target::Plan(name)
-        | Target::RebootPolicy(name)
-        | Target::NodeMaintenance(name)
-        | Target::NodeOp(_, name) => {
+        Target::Object { kind, name, .. } => {
             let e = world.explain(target, now).await?;
-            let name = name.as_str();
-            let e = e.with_context(|| format!("no {} named {name}", kind_word(target)))?;
+            let e = e.with_context(|| format!("no {kind} named {name}"))?;
             print::object(&e, output)
         }
         Target::DisruptionBudget(name) => {
@@ -200,17 +227,6 @@ async fn explain(world: &World, target: &Target, output: super::Output) -> anyho
             let view = world.node_view(&node, now).await?;
             print::node(&view, output)
         }
-    }
-}
-
-fn kind_word(target: &Target) -> &'static str {
-    match target {
-        Target::Plan(_) => "plan",
-        Target::RebootPolicy(_) => "rebootpolicy",
-        Target::NodeMaintenance(_) => "nodemaintenance",
-        Target::NodeOp(..) => "nodeop",
-        Target::DisruptionBudget(_) => "disruptionbudget",
-        Target::Node(_) => "node",
     }
 }
 
@@ -289,10 +305,16 @@ mod tests {
 
     #[test]
     fn targets_read_as_kubectl_names_them() {
-        assert_eq!(Target::parse("k3s").ok(), Some(Target::Plan("k3s".into())));
+        let object =
+            |kind, namespace: Option<&str>, name| Some(Target::object(kind, namespace, name));
+        assert_eq!(Target::parse("k3s").ok(), object("plan", None, "k3s"));
         assert_eq!(
             Target::parse("rbp/weekly").ok(),
-            Some(Target::RebootPolicy("weekly".into()))
+            object("rebootpolicy", None, "weekly")
+        );
+        assert_eq!(
+            Target::parse("NM/disk").ok(),
+            object("nodemaintenance", None, "disk")
         );
         assert_eq!(
             Target::parse("dbudget/workers").ok(),
@@ -304,14 +326,18 @@ mod tests {
         );
         assert_eq!(
             Target::parse("nodeop/upgrade").ok(),
-            Some(Target::NodeOp(None, "upgrade".into()))
+            object("nodeop", None, "upgrade")
         );
         assert_eq!(
             Target::parse("nodeop/default/upgrade").ok(),
-            Some(Target::NodeOp(Some("default".into()), "upgrade".into()))
+            object("nodeop", Some("default"), "upgrade")
         );
         assert!(Target::parse("nodeop/default/").is_err());
-        assert!(Target::parse("pod/x").is_err());
+        let unknown = Target::parse("pod/x").expect_err("not a kind");
+        assert_eq!(
+            unknown.to_string(),
+            "unknown kind \"pod\": plan, rebootpolicy, nodeop, nodemaintenance, disruptionbudget or node"
+        );
         assert!(Target::parse("plan/").is_err());
     }
 }

@@ -6,95 +6,66 @@ use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::{Client, Resource, ResourceExt};
-use slipway::common::labels::CONTROLLER;
-use slipway::maintenance::api::NodeMaintenance;
-use slipway::maintenance::core::LeaseSettings;
-use slipway::maintenance::shell::MaintenanceOperation;
+use kube::{Client, ResourceExt};
 use slipway::node::NodeInfo;
 use slipway::node::budget::api::DisruptionBudgetStatus;
 use slipway::node::budget::{DisruptionBudget, HOLD_ANNOTATION};
 use slipway::node::holders::Holder;
 use slipway::node::index::NodeIndex;
-use slipway::nodeop::api::NodeOp;
-use slipway::nodeop::shell::NodeOpOperation;
-use slipway::plan::api::Plan;
 use slipway::plan::core::config::EnvSettings;
-use slipway::plan::shell::{JobCache, PlanOperation, PlanSettings};
-use slipway::reboot_policy::api::RebootPolicy;
-use slipway::reboot_policy::core::kured::KuredLock;
-use slipway::reboot_policy::shell::PolicyOperation;
+use slipway::plan::shell::PlanSettings;
 use slipway::runtime::budget::Budgets;
+use slipway::runtime::kind::{AnyKind, Foresight, Listed, Place, list_served};
 use slipway::runtime::leader::LeaseGuard;
 use slipway::runtime::ledgers::ledgers;
 use slipway::runtime::metrics::Metrics;
-use slipway::runtime::{Chores, HoldSources, Operation, Shared, listed, predict};
+use slipway::runtime::{Chores, HoldSources, Shared};
 
 use super::{BudgetRoom, Explanation, NodeOperation, NodeView, Target};
+use crate::cli::kinds::KindArgs;
 
 /// What the cluster showed, and the operations that decide on it.
 pub struct World {
     shared: Arc<Shared>,
-    plans: Vec<Arc<Plan>>,
-    policies: Vec<Arc<RebootPolicy>>,
-    maintenances: Vec<Arc<NodeMaintenance>>,
-    nodeops: Vec<Arc<NodeOp>>,
+    /// Each kind's words and operation, in the controller's order.
+    kinds: Vec<Explained>,
     budgets: Option<Arc<Budgets>>,
-    plan_op: PlanOperation,
-    policy_op: PolicyOperation,
-    maintenance_op: MaintenanceOperation,
-    nodeop_op: NodeOpOperation,
 }
 
-/// The items of a list, or none when the cluster does not serve the kind (its CRD is missing).
-async fn optional<K>(api: Api<K>) -> anyhow::Result<Vec<K>>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
-        Err(e) => Err(e).with_context(|| format!("cannot list {}", K::plural(&Default::default()))),
-    }
-}
-
-async fn list<K>(api: Api<K>, labels: &str) -> anyhow::Result<Vec<K>>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let what = K::plural(&Default::default()).into_owned();
-    Ok(api
-        .list(&ListParams::default().labels(labels))
-        .await
-        .with_context(|| format!("cannot list {what}"))?
-        .items)
+/// One kind of operation, over its listed objects.
+struct Explained {
+    words: &'static [&'static str],
+    across_namespaces: bool,
+    foresight: Box<dyn Foresight>,
 }
 
 impl World {
     pub async fn load(client: &Client, namespace: &str, name: &str) -> anyhow::Result<World> {
-        let mine = format!("{CONTROLLER}={name}");
-        let nodes: Vec<Node> = list(Api::all(client.clone()), "").await?;
-        let plans: Vec<Plan> = list(Api::namespaced(client.clone(), namespace), "").await?;
-        let jobs: Vec<Job> = list(Api::namespaced(client.clone(), namespace), &mine).await?;
-        let secrets: Vec<Secret> = list(Api::namespaced(client.clone(), namespace), "").await?;
-        let pods: Vec<Pod> = list(
-            Api::namespaced(client.clone(), namespace),
-            &format!("{mine},{}", slipway::node::reboot::REBOOT_LABEL),
-        )
-        .await?;
-        let policies: Vec<RebootPolicy> = optional(Api::all(client.clone())).await?;
-        let maintenances: Vec<NodeMaintenance> = optional(Api::all(client.clone())).await?;
-        let nodeops: Vec<NodeOp> = optional(Api::all(client.clone())).await?;
-        let budgets: Vec<DisruptionBudget> = optional(Api::all(client.clone())).await?;
-        let settings = settings(client, namespace).await;
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("cannot list nodes")?
+            .items;
+        let budgets: Vec<DisruptionBudget> = list_served(Api::all(client.clone()))
+            .await
+            .context("cannot list disruptionbudgets")?;
+        let kinds = KindArgs::every().kinds(settings(client, namespace).await)?;
+        let place = Place {
+            client,
+            namespace,
+            name,
+        };
+        let mut listed: Vec<(&dyn AnyKind, Box<dyn Listed>)> = Vec::new();
+        for kind in &kinds {
+            let objects = (kind.clone().list(place).await)
+                .with_context(|| format!("cannot list {}", kind.words()[1]))?;
+            listed.push((kind.as_ref(), objects));
+        }
 
-        let kept = crate::cli::run::kept_annotations();
+        let kept = crate::cli::run::kept_annotations(&kinds);
         let mut index = NodeIndex::new();
         index.relist_start();
         for n in &nodes {
@@ -102,16 +73,8 @@ impl World {
         }
         index.relist_done();
 
-        let (plan_store, policy_store) = (listed(plans), listed(policies));
-        let maintenance_store = listed(maintenances);
-        let nodeop_store = listed(nodeops);
         // In the controller's order (`slipway run`).
-        let sources: HoldSources = vec![
-            slipway::plan::shell::hold_source(plan_store.clone()),
-            slipway::reboot_policy::shell::hold_source(policy_store.clone()),
-            slipway::nodeop::shell::hold_source(nodeop_store.clone()),
-            slipway::maintenance::shell::hold_source(maintenance_store.clone()),
-        ];
+        let sources: HoldSources = listed.iter().map(|(_, l)| l.holds()).collect();
         let budgets = Budgets::listed(budgets);
         let shared = Arc::new(Shared::new(
             chores(client),
@@ -122,37 +85,18 @@ impl World {
             Arc::default(),
             Some(budgets.clone()),
         ));
-        let reboot_image = settings.job.reboot_image.clone();
-        let pod_store = listed(pods);
-        let plan_op = PlanOperation::new(
-            shared.clone(),
-            settings,
-            (plan_store.clone(), JobCache::listed(jobs), listed(secrets)),
-            pod_store.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .explaining();
+        let mut explained = Vec::new();
+        for (kind, objects) in listed {
+            explained.push(Explained {
+                words: kind.words(),
+                across_namespaces: kind.across_namespaces(),
+                foresight: objects.foresee(shared.clone())?,
+            });
+        }
         Ok(World {
-            plans: plan_store.state(),
-            policies: policy_store.state(),
-            maintenances: maintenance_store.state(),
-            nodeops: nodeop_store.state(),
-            budgets: Some(budgets),
-            nodeop_op: NodeOpOperation::new(shared.clone(), reboot_image.clone(), nodeop_store),
-            policy_op: PolicyOperation::new(
-                shared.clone(),
-                reboot_image,
-                Some(KuredLock::default()),
-                policy_store,
-                pod_store,
-            ),
-            maintenance_op: MaintenanceOperation::new(
-                shared.clone(),
-                LeaseSettings::default(),
-                maintenance_store,
-            ),
-            plan_op,
             shared,
+            kinds: explained,
+            budgets: Some(budgets),
         })
     }
 
@@ -168,22 +112,17 @@ impl World {
             .collect()
     }
 
-    async fn explain_one<O: Operation>(
+    /// The outlooks `pick` takes of one kind's objects, explained.
+    async fn explain_some(
         &self,
-        op: &O,
-        obj: Arc<O::Object>,
+        kind: &Explained,
+        pick: &(dyn Fn(Option<&str>, &str) -> bool + Sync),
         now: Timestamp,
-    ) -> anyhow::Result<Explanation> {
-        let holder = op.holder(&obj);
-        let decision = predict(op, obj)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot decide on {}: {e}", holder.key()))?;
-        Ok(Explanation::of(
-            &holder,
-            self.holding(&holder),
-            &decision,
-            now,
-        ))
+    ) -> anyhow::Result<Vec<Explanation>> {
+        let outlooks = kind.foresight.outlooks(pick).await?;
+        Ok((outlooks.into_iter())
+            .map(|(holder, d)| Explanation::of(&holder, self.holding(&holder), &d, now))
+            .collect())
     }
 
     /// The object `target` names, explained; `None` when there is no such object.
@@ -192,66 +131,33 @@ impl World {
         target: &Target,
         now: Timestamp,
     ) -> anyhow::Result<Option<Explanation>> {
-        Ok(match target {
-            Target::Plan(name) => match self.plans.iter().find(|p| p.name_any() == *name) {
-                Some(p) => Some(self.explain_one(&self.plan_op, p.clone(), now).await?),
-                None => None,
-            },
-            Target::RebootPolicy(name) => {
-                match self.policies.iter().find(|p| p.name_any() == *name) {
-                    Some(p) => Some(self.explain_one(&self.policy_op, p.clone(), now).await?),
-                    None => None,
-                }
-            }
-            Target::NodeMaintenance(name) => {
-                match self.maintenances.iter().find(|m| m.name_any() == *name) {
-                    Some(m) => Some(
-                        self.explain_one(&self.maintenance_op, m.clone(), now)
-                            .await?,
-                    ),
-                    None => None,
-                }
-            }
-            Target::NodeOp(namespace, name) => match self.nodeop(namespace.as_deref(), name)? {
-                Some(op) => Some(self.explain_one(&self.nodeop_op, op, now).await?),
-                None => None,
-            },
-            Target::DisruptionBudget(_) | Target::Node(_) => None,
-        })
-    }
-
-    /// The NodeOp `name` (of `namespace`, or the only one of that name in any namespace).
-    fn nodeop(&self, namespace: Option<&str>, name: &str) -> anyhow::Result<Option<Arc<NodeOp>>> {
-        let found: Vec<&Arc<NodeOp>> = (self.nodeops.iter())
-            .filter(|op| op.name_any() == name)
-            .filter(|op| namespace.is_none_or(|ns| op.namespace().as_deref() == Some(ns)))
-            .collect();
-        match found[..] {
-            [] => Ok(None),
-            [one] => Ok(Some(one.clone())),
-            _ => {
-                anyhow::bail!("NodeOps named {name} in several namespaces: nodeop/NAMESPACE/{name}")
-            }
+        let Target::Object {
+            kind,
+            namespace,
+            name,
+        } = target
+        else {
+            return Ok(None);
+        };
+        let Some(explained) = self.kinds.iter().find(|k| k.words[0] == *kind) else {
+            return Ok(None);
+        };
+        let namespace = namespace.as_deref();
+        let pick = |ns: Option<&str>, n: &str| {
+            n == name && (namespace.is_none() || !explained.across_namespaces || ns == namespace)
+        };
+        let mut found = self.explain_some(explained, &pick, now).await?;
+        if found.len() > 1 {
+            anyhow::bail!("{kind}s named {name} in several namespaces: {kind}/NAMESPACE/{name}");
         }
+        Ok(found.pop())
     }
 
     /// Every operation object, explained.
     pub async fn explain_all(&self, now: Timestamp) -> anyhow::Result<Vec<Explanation>> {
         let mut all = Vec::new();
-        for p in &self.plans {
-            all.push(self.explain_one(&self.plan_op, p.clone(), now).await?);
-        }
-        for p in &self.policies {
-            all.push(self.explain_one(&self.policy_op, p.clone(), now).await?);
-        }
-        for m in &self.maintenances {
-            all.push(
-                self.explain_one(&self.maintenance_op, m.clone(), now)
-                    .await?,
-            );
-        }
-        for op in &self.nodeops {
-            all.push(self.explain_one(&self.nodeop_op, op.clone(), now).await?);
+        for kind in &self.kinds {
+            all.extend(self.explain_some(kind, &|_, _| true, now).await?);
         }
         Ok(all)
     }

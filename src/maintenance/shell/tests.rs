@@ -154,8 +154,10 @@ fn cluster(scene: Scene) -> ApiServer {
 }
 
 fn operation(api: &ApiServer) -> MaintenanceOperation {
+    let shared = testing::shared(&api.client(), vec![]);
     MaintenanceOperation {
-        shared: testing::shared(&api.client(), vec![]),
+        metrics: shared.metrics().families(),
+        shared,
         lease: LeaseSettings::default(),
         evictions: Mutex::default(),
         asking: Mutex::default(),
@@ -683,8 +685,10 @@ async fn deleted_maintenances_leave_nothing_behind() {
     };
     // The cache still shows each while its deletion is done (the finalizer goes after).
     let store = testing::listed((0..100).map(named).collect());
+    let shared = testing::shared_with(&api.client(), vec![], vec![hold_source(store.clone())]);
     let op = MaintenanceOperation {
-        shared: testing::shared_with(&api.client(), vec![], vec![hold_source(store.clone())]),
+        metrics: shared.metrics().families(),
+        shared,
         maintenances: store,
         ..operation(&api)
     };

@@ -91,7 +91,7 @@ impl Operation for UpgradeOperation {
     /// The upgrade's NodeOp, if it exists.
     type Observed = Option<NodeOp>;
 
-    const KIND: Kind = Kind::nodeopupgrade;
+    const KIND: Kind = Kind("nodeopupgrade");
     const FINALIZER: &'static str = FINALIZER;
 
     fn shared(&self) -> &Shared {

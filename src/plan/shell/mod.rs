@@ -9,8 +9,10 @@
 
 pub mod channel;
 pub mod expect;
+pub mod kind;
 mod lean_job;
 mod lean_plan;
+pub mod metrics;
 mod nodes;
 mod observe;
 mod owned;
@@ -47,12 +49,13 @@ use crate::plan::core::{
     deletion,
 };
 use crate::runtime::checks::CheckReader;
-use crate::runtime::metrics::{Kind, PlanGauges};
+use crate::runtime::metrics::Kind;
 use crate::runtime::written::Written;
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
 use expect::Expectations;
 use lean_job::LeanJob;
+use metrics::{PlanGauges, PlanMetrics};
 use owned::Owned;
 pub use watch::{JobCache, PlanWatches, hold_source, watch};
 
@@ -76,6 +79,7 @@ pub struct PlanOperation {
     /// Read by every decision, added to after each (never held across one).
     templates: std::sync::RwLock<TemplateMemo>,
     checks: CheckReader,
+    metrics: Arc<PlanMetrics>,
     /// What the installed Plan CRD drops, as its watch last saw it.
     pruned: watch::Pruned,
     /// Decisions list every waiting node (`slipway explain`).
@@ -110,6 +114,7 @@ pub struct PlanObserved {
 }
 
 /// What the Plan controller is told at start, besides what every operation shares.
+#[derive(Clone, Default)]
 pub struct PlanSettings {
     /// SUC's `SYSTEM_UPGRADE_JOB_*`: what every Job gets.
     pub job: JobConfig,
@@ -215,6 +220,7 @@ impl PlanOperation {
         let client = ChannelClient::new(settings.cluster_id, &ChannelConfig::default())
             .map_err(|e| Error::Startup(format!("cannot build the channel client: {e}")))?;
         let checks = shared.check_reader();
+        let metrics = shared.metrics().families();
         Ok(PlanOperation {
             shared,
             plans,
@@ -228,6 +234,7 @@ impl PlanOperation {
             written: Written::default(),
             templates: Default::default(),
             checks,
+            metrics,
             pruned: watch::Pruned::default(),
             explaining: false,
         })
@@ -245,7 +252,7 @@ impl PlanOperation {
     fn forget_gone_plans(&self) {
         let exists =
             |ns: &str, name: &str| self.plans.get(&ObjectRef::new(name).within(ns)).is_some();
-        self.shared.metrics().retain_plans(exists);
+        self.metrics.retain_plans(exists);
         self.shared.forget_gone();
         self.forget_channels(None);
         let index = self.shared.nodes();
@@ -292,7 +299,7 @@ impl Operation for PlanOperation {
     type Report = PlanSummary;
     type Observed = PlanObserved;
 
-    const KIND: Kind = Kind::plan;
+    const KIND: Kind = Kind("plan");
     const FINALIZER: &'static str = deletion::FINALIZER;
 
     fn shared(&self) -> &Shared {
@@ -321,7 +328,7 @@ impl Operation for PlanOperation {
         let (channel, next_look) = observe::ask_channel(
             plan,
             &self.channels,
-            self.shared.metrics_arc(),
+            self.metrics.clone(),
             &self.channel_answered,
             RESYNC,
         )
@@ -531,7 +538,7 @@ impl Operation for PlanOperation {
             upgraded: summary.upgraded,
             targeted: summary.targeted,
         };
-        let metrics = self.shared.metrics();
+        let metrics = &self.metrics;
         metrics.plan(&ns, &plan.name_any(), gauges);
         // The applied status: the one written, or the one read when it did not change.
         metrics.plan_phases(&ns, &plan.name_any(), &core::phases(plan.status.as_ref()));
@@ -545,7 +552,7 @@ impl Operation for PlanOperation {
 
     fn forget(&self, plan: &Plan) {
         let (ns, name) = (plan.namespace().unwrap_or_default(), plan.name_any());
-        (self.shared.metrics()).retain_plans(|n, p| (n, p) != (ns.as_str(), name.as_str()));
+        (self.metrics).retain_plans(|n, p| (n, p) != (ns.as_str(), name.as_str()));
         self.expect.forget_plan(&name);
         self.forget_channels(Some(plan));
     }

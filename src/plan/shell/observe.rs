@@ -19,7 +19,6 @@ use crate::plan::api::Plan;
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::{self as core, ChannelAnswer};
 use crate::runtime::Error;
-use crate::runtime::metrics::Metrics;
 
 /// How long a reconcile waits for a channel server. A slower answer arrives in the background and
 /// triggers the Plan again, so a slow or hanging server never holds a reconcile slot (there are
@@ -32,7 +31,7 @@ const CHANNEL_WAIT: Duration = Duration::from_millis(250);
 pub(super) async fn ask_channel(
     plan: &Plan,
     cache: &Arc<ChannelCache<ChannelClient>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<super::metrics::PlanMetrics>,
     answered: &UnboundedSender<ObjectRef<Plan>>,
     resync: Duration,
 ) -> (Option<ChannelAnswer>, Duration) {

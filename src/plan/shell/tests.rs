@@ -137,8 +137,10 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client =
         ChannelClient::new("cluster", &ChannelConfig::default()).expect("a channel client");
+    let shared = testing::shared(&api.client(), vec![w.node.clone()]);
     PlanOperation {
-        shared: testing::shared(&api.client(), vec![w.node.clone()]),
+        metrics: shared.metrics().families(),
+        shared,
         plans: testing::listed(vec![w.plan.clone()]),
         jobs: JobCache::listed(w.jobs.clone()),
         secrets: testing::listed(vec![]),
@@ -441,8 +443,10 @@ async fn deleted_plans_leave_nothing_behind() {
     let api = cluster(&w.plan);
     let store = testing::listed(plans.clone());
     let holds = vec![watch::hold_source(store.clone())];
+    let shared = testing::shared_with(&api.client(), vec![node()], holds);
     let op = PlanOperation {
-        shared: testing::shared_with(&api.client(), vec![node()], holds),
+        metrics: shared.metrics().families(),
+        shared,
         plans: store,
         ..operation(&api, &w)
     };
@@ -536,8 +540,10 @@ async fn nodes_at_the_hash_are_counted_not_read() {
     let (on_n2, on_n4) = (done_on("n2"), done_on("n4"));
     w.jobs.extend([on_n2, on_n4]);
     let api = cluster(&w.plan);
+    let shared = testing::shared(&api.client(), nodes);
     let op = PlanOperation {
-        shared: testing::shared(&api.client(), nodes),
+        metrics: shared.metrics().families(),
+        shared,
         ..operation(&api, &w)
     };
     let now = Timestamp::now();

@@ -6,6 +6,8 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod alerts;
+pub mod kind;
+pub mod metrics;
 mod watch;
 
 pub use watch::{PolicyWatches, hold_source, watch};
@@ -57,6 +59,7 @@ impl PolicyOperation {
         pods: Store<Pod>,
     ) -> PolicyOperation {
         let checks = shared.check_reader();
+        let metrics = shared.metrics().families();
         PolicyOperation {
             shared,
             policies,
@@ -67,6 +70,7 @@ impl PolicyOperation {
             kured,
             kured_unreadable: AtomicBool::new(false),
             written: Written::default(),
+            metrics,
         }
     }
 }
@@ -116,6 +120,7 @@ pub struct PolicyOperation {
     /// Set once the log said kured's lock cannot be read, until it can again.
     kured_unreadable: AtomicBool,
     written: Written<RebootPolicy>,
+    metrics: Arc<metrics::PolicyMetrics>,
 }
 
 /// What a policy's decision reads besides the policy.
@@ -143,7 +148,7 @@ impl Operation for PolicyOperation {
     type Report = PolicyReport;
     type Observed = Observed;
 
-    const KIND: Kind = Kind::rebootpolicy;
+    const KIND: Kind = Kind("rebootpolicy");
     const FINALIZER: &'static str = FINALIZER;
 
     fn shared(&self) -> &Shared {
@@ -164,9 +169,7 @@ impl Operation for PolicyOperation {
 
     async fn prepare(&self, p: Arc<RebootPolicy>) -> Result<Arc<RebootPolicy>, Error> {
         let policies = &self.policies;
-        self.shared
-            .metrics()
-            .retain_policies(|n| policies.get(&ObjectRef::new(n)).is_some());
+        (self.metrics).retain_policies(|n| policies.get(&ObjectRef::new(n)).is_some());
         self.shared.forget_gone();
         Ok(p)
     }
@@ -358,7 +361,7 @@ impl Operation for PolicyOperation {
     }
 
     fn applied(&self, p: &RebootPolicy, report: &PolicyReport) {
-        let metrics = self.shared.metrics();
+        let metrics = &self.metrics;
         metrics.reboot_policy(&p.name_any(), report.wanting, report.rebooting);
         // The applied status: the one written, or the one read when it did not change.
         metrics.reboot_phases(&p.name_any(), &core::phases(p.status.as_ref()));
@@ -366,7 +369,7 @@ impl Operation for PolicyOperation {
 
     fn forget(&self, p: &RebootPolicy) {
         let name = p.name_any();
-        self.shared.metrics().retain_policies(|n| n != name);
+        self.metrics.retain_policies(|n| n != name);
     }
 }
 

@@ -200,8 +200,10 @@ fn cluster(scene: Scene) -> ApiServer {
 }
 
 fn operation(api: &ApiServer, scene: Scene) -> PolicyOperation {
+    let shared = testing::shared(&api.client(), vec![node(scene)]);
     PolicyOperation {
-        shared: testing::shared(&api.client(), vec![node(scene)]),
+        metrics: shared.metrics().families(),
+        shared,
         policies: testing::listed(vec![policy(scene)]),
         default_image: "busybox".into(),
         http: None,
@@ -408,8 +410,10 @@ async fn a_reboot_already_asked_for_is_not_asked_again() {
     .expect("a pod");
     for (cached, writes) in [(vec![], "status pod"), (vec![reboot_pod], "status")] {
         let api = cluster(Start);
+        let shared = testing::shared(&api.client(), vec![n.clone()]);
         let op = PolicyOperation {
-            shared: testing::shared(&api.client(), vec![n.clone()]),
+            metrics: shared.metrics().families(),
+            shared,
             policies: testing::listed(vec![p.clone()]),
             pods: testing::listed(cached),
             ..operation(&api, Start)
@@ -498,8 +502,10 @@ async fn deleted_policies_leave_nothing_behind() {
     let api = cluster(New);
     let store = testing::listed(policies.clone());
     let holds = vec![hold_source(store.clone())];
+    let shared = testing::shared_with(&api.client(), vec![node(New)], holds);
     let op = PolicyOperation {
-        shared: testing::shared_with(&api.client(), vec![node(New)], holds),
+        metrics: shared.metrics().families(),
+        shared,
         policies: store,
         ..operation(&api, New)
     };
