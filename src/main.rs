@@ -70,6 +70,9 @@ enum Command {
     /// while its sentinel (kured's /var/run/reboot-required, or a command) says it needs a
     /// reboot, and clear the mark once it no longer does.
     Agent(cli::agent::AgentArgs),
+    /// Run a command in the host's namespaces (what `agent --sentinel-in-host` starts).
+    #[command(name = "host-exec", hide = true)]
+    HostExec(cli::agent::host::HostExecArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cli::generate::CompletionsArgs),
     /// Print slipway's manual page (roff), or a command's, or write them all into a directory.
@@ -145,6 +148,7 @@ fn main() -> std::process::ExitCode {
         Command::Status(args) => cli::status::run(&args),
         Command::Explain(args) => cli::explain::run(&args),
         Command::Agent(args) => cli::agent::run(&args),
+        Command::HostExec(args) => return cli::agent::host::run(&args),
         Command::Completions(args) => {
             use std::io::Write;
             let script = cli::generate::completions(&args, Cli::command(), "slipway");

@@ -420,8 +420,10 @@ const ENGINE_BUS: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bu
 "#;
 
 /// The agent's DaemonSet on the scene's nodes, as deploy/components/reboot-agent has it with its
-/// update-engine option, but with a short period, the scene's ServiceAccount, and the engine's
-/// bus under the host's /run (mounted read-only already) instead of the system bus; and, on
+/// update-engine and host-command options (kured's sentinel as a command run in the host's
+/// namespaces, with the host's `test`, which the agent's image does not have), but with a short
+/// period, the scene's ServiceAccount, and the engine's bus under the host's /run (mounted
+/// read-only already) instead of the system bus; and, on
 /// `engine_node`, a DaemonSet running the stand-in engine's bus on the host (the host's own
 /// dbus-daemon, in the host's mount namespace; a DaemonSet, so that drains leave it).
 fn agent_manifests(s: &Scene, engine_node: &str) -> String {
@@ -454,10 +456,11 @@ spec:
     spec:
       serviceAccountName: agent
       nodeSelector: {{{POOL_LABEL}: {pool}}}
+      hostPID: true
       securityContext:
-        runAsNonRoot: true
-        runAsUser: 65534
-        runAsGroup: 65534
+        runAsNonRoot: false
+        runAsUser: 0
+        runAsGroup: 0
         seccompProfile: {{type: RuntimeDefault}}
       tolerations: [{{operator: Exists}}]
       containers:
@@ -466,12 +469,16 @@ spec:
         imagePullPolicy: IfNotPresent
         args: [agent, --sentinel-file, /host/var/run/reboot-required]
         env:
+        - {{name: SLIPWAY_AGENT_SENTINEL_COMMAND, value: "sh -c 'test -e /var/run/reboot-required'"}}
+        - {{name: SLIPWAY_AGENT_SENTINEL_IN_HOST, value: "true"}}
+        - {{name: SLIPWAY_AGENT_METRICS_ADDR, value: "0.0.0.0:8080"}}
         - {{name: NODE_NAME, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
         - {{name: SLIPWAY_AGENT_PERIOD, value: 2s}}
         - {{name: SLIPWAY_AGENT_UPDATE_ENGINE, value: "true"}}
         - {{name: SLIPWAY_AGENT_DBUS_ADDRESS, value: "unix:path=/host/var/run/slipway-engine/socket"}}
         securityContext:
-          allowPrivilegeEscalation: false
+          privileged: true
+          allowPrivilegeEscalation: true
           readOnlyRootFilesystem: true
           capabilities: {{drop: [ALL]}}
         volumeMounts:
@@ -627,8 +634,54 @@ async fn running_pod(s: &Scene, app: &str, node: &str) -> String {
     .await
 }
 
+/// The agent's `slipway_reboot_required` sample on `node`, read from its `/metrics` through a
+/// port-forward to its pod.
+async fn agent_gauge(s: &Scene, node: &str) -> anyhow::Result<String> {
+    use crate::support::process::ChildProcess;
+    let pod = running_pod(s, "agent", node).await;
+    let local = support::free_port();
+    let _forward = ChildProcess::new(
+        "kubectl",
+        std::env::temp_dir().join(support::unique_name("agent-forward.log")),
+    )
+    .arg("--kubeconfig")
+    .arg(s.cluster.kubeconfig_path().display().to_string())
+    .args(["-n", s.ns.name(), "port-forward"])
+    .arg(format!("pod/{pod}"))
+    .arg(format!("{local}:8080"))
+    .started();
+    let (code, text) =
+        support::wait_for("the agent's port-forward", Duration::from_secs(60), || {
+            support::controller::http_get(local, "/metrics")
+        })
+        .await;
+    anyhow::ensure!(code == 200, "GET /metrics answered {code}");
+    (text.lines())
+        .find(|l| l.starts_with("slipway_reboot_required{"))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no slipway_reboot_required in\n{text}"))
+}
+
+/// Waits until the agent on `node` says `value` (`0` or `1`).
+async fn wait_for_gauge(s: &Scene, node: &str, value: &str) {
+    let want = format!("slipway_reboot_required{{node=\"{node}\"}} {value}");
+    support::wait_for(
+        &format!("{node}'s agent to say {value}"),
+        Duration::from_secs(300),
+        || async {
+            let line = agent_gauge(s, node).await?;
+            match line == want {
+                true => Ok(()),
+                false => bail!("{line}"),
+            }
+        },
+    )
+    .await;
+}
+
 /// The agent's DaemonSet on both real workers: on one, a pod writes kured's sentinel
-/// `/var/run/reboot-required` on the host; on the other, a stand-in of Flatcar's update engine on
+/// `/var/run/reboot-required` on the host, which the agent's command (`test -e`, run in the host's
+/// namespaces) finds and its metric shows; on the other, a stand-in of Flatcar's update engine on
 /// a bus of the host's says `UPDATE_STATUS_UPDATED_NEED_REBOOT`. Both nodes ask (the agent's
 /// annotation names their boot), and a RebootPolicy reboots them for real one at a time: never
 /// both cordoned or down at once, each back with a new boot ID, Ready and uncordoned, and no
@@ -727,6 +780,8 @@ spec:
         )
         .await;
     }
+    // The request shows in the sentinel node's metric, before the reboot.
+    wait_for_gauge(&s, sentinel_node, "1").await;
     let _ =
         s.ns.api::<Pod>()
             .delete("sentinel", &DeleteParams::default())
@@ -832,6 +887,8 @@ spec:
             "{n} came back with the boot it runs"
         );
     }
+    // The sentinel went with the reboot (the host's /run is a tmpfs): the metric says so.
+    wait_for_gauge(&s, sentinel_node, "0").await;
     eprintln!(
         "real: the RebootPolicy rebooted the nodes that asked, back at {back_at:?}, in {:?}",
         started.elapsed()

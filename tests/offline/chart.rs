@@ -315,6 +315,17 @@ fn each_toggle_adds_exactly_its_kustomize_component() {
         kustomize(&engine),
         "--set rebootAgent.updateEngine.enabled=true against its component",
     );
+    // The host-command option, the same way.
+    let host = ["reboot-agent", "reboot-agent/host-command"];
+    assert_same(
+        template(&[
+            "rebootAgent.enabled=true",
+            "rebootAgent.hostCommand.enabled=true",
+            "namespace.create=true",
+        ]),
+        kustomize(&host),
+        "--set rebootAgent.hostCommand.enabled=true against its component",
+    );
 }
 
 /// The monitoring kit's toggles, each against the objects of deploy/components/monitoring it

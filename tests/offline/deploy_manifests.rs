@@ -522,6 +522,60 @@ fn the_update_engine_option_adds_only_the_bus_socket_and_the_uid() {
     );
 }
 
+/// The host-command option is what the command in the host's namespaces needs, and nothing else:
+/// the host's PID namespace, root, a privileged container, and the command's env.
+#[test]
+fn the_host_command_option_adds_only_what_entering_the_host_needs() {
+    let daemon_set = |out: &str| {
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(out).expect("kustomize output parses");
+        docs.into_iter()
+            .find(|d| d["kind"] == "DaemonSet")
+            .expect("a DaemonSet")
+    };
+    let base = daemon_set(&with_component("deploy/components/reboot-agent"));
+    let mut with = daemon_set(&with_components(&[
+        "deploy/components/reboot-agent",
+        "deploy/components/reboot-agent/host-command",
+    ]));
+    let pod = &mut with["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true);
+    pod.as_object_mut().expect("a pod spec").remove("hostPID");
+    let security = &mut pod["securityContext"];
+    assert_eq!(
+        (
+            &security["runAsUser"],
+            &security["runAsGroup"],
+            &security["runAsNonRoot"]
+        ),
+        (&0.into(), &0.into(), &false.into())
+    );
+    security["runAsUser"] = 65534.into();
+    security["runAsGroup"] = 65534.into();
+    security["runAsNonRoot"] = true.into();
+    let container = &mut pod["containers"][0];
+    let security = &mut container["securityContext"];
+    assert_eq!(security["privileged"], true);
+    security
+        .as_object_mut()
+        .expect("a securityContext")
+        .remove("privileged");
+    security["allowPrivilegeEscalation"] = false.into();
+    let env = container["env"].as_array_mut().expect("env");
+    let added: Vec<serde_json::Value> = env.drain(..2).collect();
+    assert_eq!(
+        added,
+        [
+            serde_json::json!({"name": "SLIPWAY_AGENT_SENTINEL_COMMAND", "value": "sh -c '! needs-restarting -r'"}),
+            serde_json::json!({"name": "SLIPWAY_AGENT_SENTINEL_IN_HOST", "value": "true"}),
+        ]
+    );
+    assert_eq!(
+        with, base,
+        "the option changes only the PID namespace, the user, the privilege and the env"
+    );
+}
+
 /// The leading comment lines of a manifest, and its objects.
 fn header_and_objects(manifest: &str) -> (String, Vec<serde_json::Value>) {
     let header: String = manifest

@@ -4,9 +4,12 @@
 //! label `kairos.io/managed: "true"` on a Kairos host. The decision is
 //! `slipway::reboot_policy::core::agent::decide`; this reads the host and the Node and patches.
 
+pub mod host;
+mod metrics;
 mod update_engine;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -55,10 +58,24 @@ pub struct AgentArgs {
     )]
     pub sentinel_file: PathBuf,
     /// Run this instead of looking for the file: exit 0 means a reboot is needed, 1 that it is not,
-    /// anything else that it cannot tell. Split on whitespace, no shell; it runs in the agent's
-    /// container, so an image of your own must carry what it needs.
+    /// anything else that it cannot tell. Split into words as a shell splits them (quotes kept,
+    /// nothing expanded), as kured splits its --reboot-sentinel-command. It runs in the agent's
+    /// container unless --sentinel-in-host says otherwise.
     #[arg(long, env = "SLIPWAY_AGENT_SENTINEL_COMMAND")]
     pub sentinel_command: Option<String>,
+    /// Run --sentinel-command in the host's namespaces (mount, PID, network, IPC, UTS), as kured
+    /// runs it: with the host's binaries (`needs-restarting -r` on RHEL). The pod needs hostPID
+    /// and the rights to enter them (deploy/components/reboot-agent/host-command).
+    #[arg(
+        long,
+        env = "SLIPWAY_AGENT_SENTINEL_IN_HOST",
+        requires = "sentinel_command"
+    )]
+    pub sentinel_in_host: bool,
+    /// Serve /metrics here (host:port): `slipway_reboot_required{node}`, kured's
+    /// kured_reboot_required. Empty: no server.
+    #[arg(long, env = "SLIPWAY_AGENT_METRICS_ADDR", default_value = "")]
+    pub metrics_addr: String,
     /// How often to look (a Go duration).
     #[arg(long, env = "SLIPWAY_AGENT_PERIOD", default_value = "1m")]
     pub period: String,
@@ -98,8 +115,15 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     if args.node.is_empty() {
         bail!("--node (or NODE_NAME) is required");
     }
+    if let Some(command) = &args.sentinel_command {
+        request::command_words(command).map_err(|e| anyhow::anyhow!("--sentinel-command: {e}"))?;
+    }
+    let metrics = Arc::new(metrics::AgentMetrics::new(&args.node));
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
+        if !args.metrics_addr.is_empty() {
+            metrics::serve(&args.metrics_addr, metrics.clone()).await?;
+        }
         let client = super::client(&args.kubeconfig, args.context.as_deref()).await?;
         let nodes: Api<Node> = Api::all(client);
         info!(
@@ -114,7 +138,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
             } else {
                 None
             };
-            return step(&nodes, args, engine).await;
+            return step(&nodes, args, engine, &metrics).await;
         }
         let mut engine = args
             .update_engine
@@ -122,7 +146,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
         let mut stop = Stop::new();
         loop {
             let seen = engine.as_mut().map(|rx| rx.borrow_and_update().clone());
-            if let Err(e) = step(&nodes, args, seen).await {
+            if let Err(e) = step(&nodes, args, seen, &metrics).await {
                 warn!("{e:#}");
             }
             if !stop.wait(period, engine.as_mut()).await {
@@ -138,6 +162,7 @@ async fn step(
     nodes: &Api<Node>,
     args: &AgentArgs,
     update_engine: Option<UpdateEngine>,
+    metrics: &metrics::AgentMetrics,
 ) -> anyhow::Result<()> {
     let node = answered(nodes.get(&args.node)).await?.map_err(|e| {
         anyhow::anyhow!("cannot read node {}: {}", args.node, super::kube_error(&e))
@@ -176,6 +201,7 @@ async fn step(
             .map(host_release),
     };
     let decision = agent::decide(&host, seen);
+    metrics.saw(&decision.wanted);
     let Some(patch) = decision.merge_patch() else {
         return Ok(());
     };
@@ -238,19 +264,29 @@ async fn look(args: &AgentArgs) -> Sentinel {
             Err(e) => Sentinel::Unknown(format!("{}: {e}", args.sentinel_file.display())),
         };
     };
+    let words = match request::command_words(&command) {
+        Ok(words) => words,
+        Err(why) => return Sentinel::Unknown(why),
+    };
+    let in_host = args.sentinel_in_host;
     let ran = tokio::task::spawn_blocking(move || {
-        let mut words = command.split_whitespace();
-        let program = words.next().unwrap_or_default().to_string();
-        std::process::Command::new(&program)
-            .args(words)
+        if in_host {
+            return host::sentinel(&words);
+        }
+        let Some((program, rest)) = words.split_first() else {
+            return Err("the sentinel command is empty".to_string());
+        };
+        std::process::Command::new(program)
+            .args(rest)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .status()
+            .map(|status| status.code())
             .map_err(|e| format!("cannot run {program:?}: {e}"))
     })
     .await;
     match ran {
-        Ok(Ok(status)) => request::sentinel_of_exit_code(status.code()),
+        Ok(Ok(code)) => request::sentinel_of_exit_code(code),
         Ok(Err(why)) => Sentinel::Unknown(why),
         Err(e) => Sentinel::Unknown(format!("the sentinel command's task failed: {e}")),
     }
@@ -334,10 +370,13 @@ mod tests {
                 .expect("the agent's arguments")
                 .agent;
         let started = tokio::time::Instant::now();
-        let error = tokio::time::timeout(2 * REQUEST_TIMEOUT, step(&nodes, &args, None))
-            .await
-            .expect("the step ended by itself")
-            .expect_err("no answer is an error");
+        let error = tokio::time::timeout(
+            2 * REQUEST_TIMEOUT,
+            step(&nodes, &args, None, &metrics::AgentMetrics::new("n1")),
+        )
+        .await
+        .expect("the step ended by itself")
+        .expect_err("no answer is an error");
         assert_eq!(started.elapsed(), REQUEST_TIMEOUT);
         assert!(
             error.to_string().contains("did not answer in 30s"),

@@ -63,9 +63,79 @@ pub fn sentinel_of_exit_code(code: Option<i32>) -> Sentinel {
     }
 }
 
+/// A sentinel command's words, split as a shell splits them (kured splits `--reboot-sentinel-command`
+/// with shlex): blanks separate words, single quotes keep everything, double quotes keep all but
+/// a backslash before `"`, `\`, `$` or `` ` ``, and a backslash outside quotes keeps the next
+/// character. Nothing is expanded. `Err` names what is wrong: an unclosed quote, or no words.
+pub fn command_words(text: &str) -> Result<Vec<String>, String> {
+    let (mut words, mut word, mut in_word) = (Vec::new(), String::new(), false);
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if std::mem::take(&mut in_word) {
+                    words.push(std::mem::take(&mut word));
+                }
+                continue;
+            }
+            '\'' => loop {
+                match chars.next() {
+                    Some('\'') => break,
+                    Some(c) => word.push(c),
+                    None => return Err(format!("{text:?}: a single quote is not closed")),
+                }
+            },
+            '"' => loop {
+                match chars.next() {
+                    Some('"') => break,
+                    Some('\\') => match chars.next() {
+                        Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
+                        Some(c) => word.extend(['\\', c]),
+                        None => return Err(format!("{text:?}: a double quote is not closed")),
+                    },
+                    Some(c) => word.push(c),
+                    None => return Err(format!("{text:?}: a double quote is not closed")),
+                }
+            },
+            '\\' => word.extend(chars.next()),
+            c => word.push(c),
+        }
+        in_word = true;
+    }
+    if in_word {
+        words.push(word);
+    }
+    match words.is_empty() {
+        true => Err("the sentinel command is empty".into()),
+        false => Ok(words),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_split_as_a_shell_splits_them() {
+        let words = |t: &str| command_words(t).map(|w| w.join("|"));
+        assert_eq!(
+            words("needs-restarting  -r").as_deref(),
+            Ok("needs-restarting|-r")
+        );
+        assert_eq!(
+            words("sh -c '! needs-restarting -r'").as_deref(),
+            Ok("sh|-c|! needs-restarting -r")
+        );
+        assert_eq!(
+            words(r#"sh -c "test -e \"/var/run/a b\"""#).as_deref(),
+            Ok(r#"sh|-c|test -e "/var/run/a b""#)
+        );
+        assert_eq!(words(r"a\ b c''d ''").as_deref(), Ok("a b|cd|"));
+        assert_eq!(words(r#""\n""#).as_deref(), Ok(r"\n"));
+        assert!(words("sh -c 'unclosed").is_err());
+        assert!(words("\"unclosed").is_err());
+        assert!(words("   ").is_err());
+    }
 
     #[test]
     fn the_annotation_follows_the_sentinel_and_the_boot() {
