@@ -69,6 +69,9 @@ pub struct DrainOptions {
     pub grace_period_seconds: Option<i64>,
     /// Pods deleted longer ago than this are skipped (a node that is gone never confirms them).
     pub skip_wait_for_delete_timeout: Option<Duration>,
+    /// Only the pods it selects are the drain's (kubectl's and kured's `--pod-selector`); the
+    /// others stay, and go down with the node.
+    pub pod_selector: Option<Selector>,
 }
 
 impl Default for DrainOptions {
@@ -80,6 +83,7 @@ impl Default for DrainOptions {
             force: true,
             grace_period_seconds: None,
             skip_wait_for_delete_timeout: None,
+            pod_selector: None,
         }
     }
 }
@@ -133,6 +137,8 @@ pub enum Skip {
     DaemonSet,
     Mirror,
     DeletedLongAgo,
+    /// The drain's pod selector does not select it.
+    NotSelected,
     /// It ended (`Succeeded` or `Failed`): it runs nothing and holds nothing, so the drain
     /// neither waits for it nor evicts it (kubectl would delete it and wait until it is gone).
     Finished,
@@ -211,6 +217,10 @@ fn filter(
     // Before kubectl's filters, as the Jobs' `--pod-selector` is: these pods are not the drain's.
     if pod.labels().contains_key(labels::CONTROLLER) {
         return Verdict::Skip(Skip::Controller);
+    }
+    // kubectl lists only the pods its selector selects: the others neither go nor refuse.
+    if (options.pod_selector.as_ref()).is_some_and(|s| !s.matches(pod.labels())) {
+        return Verdict::Skip(Skip::NotSelected);
     }
     if let (Some(limit), Some(deleted)) = (
         options.skip_wait_for_delete_timeout,

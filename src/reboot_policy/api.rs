@@ -150,6 +150,14 @@ pub struct RebootDrain {
     /// Evict pods that no controller recreates (default true, as kured does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+    /// Drain only the pods this selects (kured's `--drain-pod-selector`); the others stay and go
+    /// down with the node. Absent: every pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+    /// Pods deleted longer ago than this (a Go duration) are no longer waited for (kured's
+    /// `--skip-wait-for-delete-timeout`). Absent: every deleted pod is waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_wait_for_delete_timeout: Option<String>,
 }
 
 /// kured's blocking conditions.
@@ -365,6 +373,11 @@ fn add_rules(root: &mut Value) {
         root,
         &format!("{spec}/properties/drain/properties/timeout"),
         "spec.drain.timeout",
+    );
+    positive_duration(
+        root,
+        &format!("{spec}/properties/drain/properties/skipWaitForDeleteTimeout"),
+        "spec.drain.skipWaitForDeleteTimeout",
     );
     positive_duration(
         root,

@@ -57,6 +57,7 @@ fn kubectl_defaults() -> DrainOptions {
         force: false,
         grace_period_seconds: None,
         skip_wait_for_delete_timeout: None,
+        pod_selector: None,
     }
 }
 
@@ -202,6 +203,27 @@ fn pods_deleted_longer_ago_than_the_limit_are_skipped() {
     assert_eq!(names(&plan.evict), ["recent"]);
     let plan = super::plan(&[old], ds_exists, &DrainOptions::default(), now());
     assert_eq!(names(&plan.evict), ["old"], "no limit: still waited for");
+}
+
+#[test]
+fn a_pod_selector_leaves_the_pods_it_does_not_select_as_kubectl_does() {
+    let selected = labelled(owned(pod("web"), "ReplicaSet", "r"), "drain", "yes");
+    // Bare, with emptyDir data: it would refuse kubectl's defaults, but it is not the drain's.
+    let other = with_empty_dir(pod("cache"));
+    let wanted = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: Some([("drain".to_string(), "yes".to_string())].into()),
+        ..Default::default()
+    };
+    let selector =
+        crate::common::selector::Selector::from_label_selector(Some(&wanted)).expect("a selector");
+    let options = DrainOptions {
+        pod_selector: Some(selector),
+        ..kubectl_defaults()
+    };
+    let plan = plan(&[selected, other.clone()], ds_exists, &options, now());
+    assert_eq!(names(&plan.evict), ["web"]);
+    assert_eq!(plan.skipped, [(PodRef::of(&other), Skip::NotSelected)]);
+    assert!(!plan.is_blocked());
 }
 
 fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {

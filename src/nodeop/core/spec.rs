@@ -80,6 +80,7 @@ pub fn settings(spec: &NodeOpSpec) -> Result<Settings, String> {
                 force: d.force.unwrap_or(false),
                 grace_period_seconds: d.grace_period_seconds.filter(|g| *g >= 0).map(i64::from),
                 skip_wait_for_delete_timeout: None,
+                pod_selector: None,
             },
             timeout: d
                 .timeout_seconds

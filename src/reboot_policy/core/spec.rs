@@ -160,10 +160,25 @@ fn read_drain(drain: RebootDrain) -> Result<Option<(Duration, DrainOptions)>, St
         "spec.drain.timeout",
         DEFAULT_DRAIN_TIMEOUT,
     )?;
+    let pod_selector = (drain.pod_selector.as_ref())
+        .map(|s| Selector::from_label_selector(Some(s)))
+        .transpose()
+        .map_err(|e| format!("spec.drain.podSelector is invalid: {e}"))?;
+    let skip_wait_for_delete_timeout = (drain.skip_wait_for_delete_timeout.as_deref())
+        .map(|d| {
+            duration_field(
+                Some(d),
+                "spec.drain.skipWaitForDeleteTimeout",
+                Duration::ZERO,
+            )
+        })
+        .transpose()?;
     let options = DrainOptions {
         grace_period_seconds: drain.grace_period_seconds,
         delete_emptydir_data: drain.delete_emptydir_data.unwrap_or(true),
         force: drain.force.unwrap_or(true),
+        pod_selector,
+        skip_wait_for_delete_timeout,
         ..DrainOptions::default()
     };
     Ok(Some((timeout, options)))

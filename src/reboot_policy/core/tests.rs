@@ -1096,6 +1096,63 @@ fn soak_keeps_a_rebooted_nodes_slot_until_it_is_over() {
 }
 
 #[test]
+fn the_drain_takes_kureds_pod_selector_and_skip_wait_and_names_them_when_wrong() {
+    use crate::reboot_policy::api::{RebootDrain, RebootPolicySpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let with = |drain: RebootDrain| RebootPolicySpec {
+        drain: Some(drain),
+        ..Default::default()
+    };
+    let selector = LabelSelector {
+        match_labels: Some([("drain".to_string(), "yes".to_string())].into()),
+        ..Default::default()
+    };
+    let spec = read_spec(
+        &with(RebootDrain {
+            pod_selector: Some(selector),
+            skip_wait_for_delete_timeout: Some("1m".into()),
+            ..Default::default()
+        }),
+        "busybox",
+    )
+    .expect("spec");
+    let (_, options) = spec.drain.expect("a drain");
+    let labels = |v: &str| [("drain".to_string(), v.to_string())].into();
+    let selected = options.pod_selector.expect("a pod selector");
+    assert!(selected.matches(&labels("yes")) && !selected.matches(&labels("no")));
+    assert_eq!(
+        options.skip_wait_for_delete_timeout,
+        Some(std::time::Duration::from_secs(60))
+    );
+    let bad = LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "drain".into(),
+            operator: "Sometimes".into(),
+            values: None,
+        }]),
+        ..Default::default()
+    };
+    let e = read_spec(
+        &with(RebootDrain {
+            pod_selector: Some(bad),
+            ..Default::default()
+        }),
+        "busybox",
+    )
+    .expect_err("a bad operator");
+    assert!(e.starts_with("spec.drain.podSelector is invalid"), "{e}");
+    let e = read_spec(
+        &with(RebootDrain {
+            skip_wait_for_delete_timeout: Some("soon".into()),
+            ..Default::default()
+        }),
+        "busybox",
+    )
+    .expect_err("not a duration");
+    assert!(e.starts_with("spec.drain.skipWaitForDeleteTimeout"), "{e}");
+}
+
+#[test]
 fn soaking_nodes_come_from_the_latest_reboots() {
     let spec = read_spec(
         &crate::reboot_policy::api::RebootPolicySpec {
