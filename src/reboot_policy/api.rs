@@ -9,6 +9,8 @@
 // kube's `printcolumn(...)` repeats `type_ = ...`, which clippy mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+use std::collections::BTreeMap;
+
 use crate::common::check::{HealthCheckSpec, HealthCheckStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -90,6 +92,10 @@ pub struct RebootPolicySpec {
     /// node starts: a settle time between reboots (a Go duration; none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<String>,
+    /// Labels a node gets around its reboot (kured's `--pre-reboot-node-labels` and
+    /// `--post-reboot-node-labels`), for what schedules by them or watches them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_labels: Option<RebootNodeLabels>,
     /// Checks on any resource that must all hold before a node starts its reboot (the same as
     /// Plans'); a failing one holds new reboots, the ones under way finish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,6 +164,20 @@ pub struct RebootDrain {
     /// `--skip-wait-for-delete-timeout`). Absent: every deleted pod is waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_wait_for_delete_timeout: Option<String>,
+}
+
+/// The labels a node gets around its reboot. A label of both sets takes its after-reboot value;
+/// one set only before stays.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootNodeLabels {
+    /// Set as the node is cordoned for its reboot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub before_reboot: BTreeMap<String, String>,
+    /// Set once the node is back (and its health gate passed), as it is given back; not after a
+    /// drain that timed out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub after_reboot: BTreeMap<String, String>,
 }
 
 /// kured's blocking conditions.

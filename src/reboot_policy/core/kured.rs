@@ -170,6 +170,7 @@ fn released(name: &str, rebooted: bool, view: &NodeView<'_>, now: Timestamp, d: 
         RebootAction::Finish {
             signal: Signal::Kured,
             uncordon: false,
+            rebooted,
         },
     );
     d.event(

@@ -107,12 +107,12 @@ impl<'a> PolicyInput<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RebootEffect {
     /// The node is back (or gave up): withdraw an update-agent's grant (`reboot-ok=false`),
-    /// remove the reboot pod, and give the node's cordon back if the policy made it. Done before
-    /// the status forgets the node.
+    /// remove the reboot pod, and change the node: its cordon given back if the policy made it,
+    /// its after-reboot labels. Done before the status forgets the node.
     Finish {
         node: String,
         signal: Signal,
-        uncordon: Option<NodeChange>,
+        change: Option<NodeChange>,
     },
     /// Record on the node which occurrence of its conditions this reboot handles.
     Annotate(NodeChange),
@@ -297,6 +297,7 @@ fn into_decision(
                 action,
                 view,
                 grace_period_seconds,
+                spec,
             )),
         }
     }
@@ -325,18 +326,22 @@ fn node_effect(
     action: RebootAction,
     view: Option<&NodeView<'_>>,
     grace_period_seconds: Option<i64>,
+    spec: &PolicySpec,
 ) -> Option<RebootEffect> {
     let mine = || cordon::record(&CordonOwner::Operation(me.clone()));
+    let before = || labelled(&spec.labels_before);
     Some(match action {
         RebootAction::MarkConditions(marker) => RebootEffect::Annotate(
             NodeChange::of(&node).annotation(CONDITION_HANDLED, Some(&marker)),
         ),
         RebootAction::Cordon => RebootEffect::Cordon(NodeChange {
             annotations: mine(),
+            labels: before(),
             ..NodeChange::of(&node).cordon(true)
         }),
         RebootAction::RecordCordon => RebootEffect::Annotate(NodeChange {
             annotations: mine(),
+            labels: before(),
             ..NodeChange::of(&node)
         }),
         RebootAction::Drain => RebootEffect::Evict {
@@ -357,30 +362,52 @@ fn node_effect(
             signal,
             before,
         },
-        RebootAction::Finish { signal, uncordon } => finish(me, node, signal, uncordon, view),
+        RebootAction::Finish {
+            signal,
+            uncordon,
+            rebooted,
+        } => {
+            let after = rebooted.then(|| labelled(&spec.labels_after));
+            finish(me, node, signal, uncordon, after.unwrap_or_default(), view)
+        }
         RebootAction::Event { .. } => return None,
     })
 }
 
+/// A node change's labels: `labels`, each set.
+fn labelled(labels: &BTreeMap<String, String>) -> BTreeMap<String, Option<String>> {
+    (labels.iter())
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect()
+}
+
 /// Finishing a node: its cordon goes back if the policy made it: the node's record says so, or
-/// (a record of a slipway from before the node record) the state did.
+/// (a record of a slipway from before the node record) the state did; `labels` go on with it.
 fn finish(
     me: &Holder,
     node: String,
     signal: Signal,
     legacy_cordoned: bool,
+    labels: BTreeMap<String, Option<String>>,
     view: Option<&NodeView<'_>>,
 ) -> RebootEffect {
     let recorded = view.is_some_and(|v| cordon::cordoned_by(&v.node.annotations, me));
     let ours = recorded || (legacy_cordoned && view.is_none_or(|v| !cordon::has_record(v.node)));
-    let uncordon = ours.then(|| NodeChange {
-        annotations: cordon::forget(),
-        ..NodeChange::of(&node).cordon(false)
-    });
+    let change = match ours {
+        true => NodeChange {
+            annotations: cordon::forget(),
+            labels,
+            ..NodeChange::of(&node).cordon(false)
+        },
+        false => NodeChange {
+            labels,
+            ..NodeChange::of(&node)
+        },
+    };
     RebootEffect::Finish {
         node,
         signal,
-        uncordon,
+        change: (!change.is_empty()).then_some(change),
     }
 }
 
@@ -403,9 +430,14 @@ fn give_back_all(
             RebootState::DrainFailed { .. } | RebootState::Kured { .. } => false,
         };
         let view = views.get(node.as_str()).copied();
-        decision
-            .effects
-            .push(finish(&me, node.clone(), state.signal(), legacy, view));
+        decision.effects.push(finish(
+            &me,
+            node.clone(),
+            state.signal(),
+            legacy,
+            BTreeMap::new(),
+            view,
+        ));
     }
     let name = input.policy.metadata.name.as_deref().unwrap_or_default();
     let pulls = crate::node::prepull::leftovers(&prepull::owner(name), input.pull_pods);

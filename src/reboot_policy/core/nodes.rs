@@ -332,6 +332,7 @@ fn drain_timed_out(
         RebootAction::Finish {
             signal,
             uncordon: cordoned,
+            rebooted: false,
         },
     );
     d.event(name, true, DRAIN_TIMED_OUT, message.clone());

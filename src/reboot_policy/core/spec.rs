@@ -1,6 +1,7 @@
 //! A RebootPolicy's spec, read and checked once per reconcile, and the settings one decision reads.
 
 use crate::common::check::HealthCheckSpec;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -76,6 +77,9 @@ pub struct PolicySpec {
     pub image: String,
     /// `spec.soak`: how long a node back from its reboot keeps its slot.
     pub soak: Option<Duration>,
+    /// The labels set as a node is cordoned, and once it is back.
+    pub labels_before: BTreeMap<String, String>,
+    pub labels_after: BTreeMap<String, String>,
 }
 
 fn duration_field(text: Option<&str>, field: &str, default: Duration) -> Result<Duration, String> {
@@ -120,6 +124,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
     if let Some(disruption) = &spec.disruption {
         crate::node::disruption::validate(disruption, "spec.disruption")?;
     }
+    let labels = spec.node_labels.as_ref();
     Ok(PolicySpec {
         selector,
         concurrency,
@@ -147,6 +152,8 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
             None => None,
             Some(text) => Some(duration_field(Some(text), "spec.soak", Duration::ZERO)?),
         },
+        labels_before: read_labels(labels.map(|l| &l.before_reboot), "beforeReboot")?,
+        labels_after: read_labels(labels.map(|l| &l.after_reboot), "afterReboot")?,
     })
 }
 
@@ -182,6 +189,24 @@ fn read_drain(drain: RebootDrain) -> Result<Option<(Duration, DrainOptions)>, St
         ..DrainOptions::default()
     };
     Ok(Some((timeout, options)))
+}
+
+/// `spec.nodeLabels.<set>`, each key and value checked as the API server checks a label.
+fn read_labels(
+    labels: Option<&BTreeMap<String, String>>,
+    set: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let labels = labels.cloned().unwrap_or_default();
+    for (key, value) in &labels {
+        let field = format!("spec.nodeLabels.{set}[{key:?}]");
+        if let Some(e) = crate::common::selector::label_key_errors(key).first() {
+            return Err(format!("{field}: the key is not a label's: {e}"));
+        }
+        if let Some(e) = crate::common::selector::label_value_errors(value).first() {
+            return Err(format!("{field}: {value:?} is not a label's value: {e}"));
+        }
+    }
+    Ok(labels)
 }
 
 fn read_health_gate(gate: &HealthGateSpec) -> Result<HealthGate, String> {

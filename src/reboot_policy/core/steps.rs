@@ -91,8 +91,13 @@ pub enum RebootAction {
     /// update-agent. Asked again on every look until the node has rebooted (both are idempotent).
     Reboot { signal: Signal, before: String },
     /// The node is back (or gave up): withdraw the grant (`reboot-ok=false`), remove the reboot
-    /// pod, and uncordon if slipway cordoned it.
-    Finish { signal: Signal, uncordon: bool },
+    /// pod, and uncordon if slipway cordoned it. `rebooted`: it is back from its reboot (its
+    /// after-reboot labels go on).
+    Finish {
+        signal: Signal,
+        uncordon: bool,
+        rebooted: bool,
+    },
     /// An event on the policy.
     Event {
         warning: bool,
@@ -212,6 +217,7 @@ pub(super) fn rebooting(
             RebootAction::Finish {
                 signal,
                 uncordon: cordoned,
+                rebooted: true,
             },
         );
         d.event(

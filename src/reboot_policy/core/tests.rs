@@ -393,7 +393,8 @@ fn an_already_cordoned_node_is_not_cordoned_nor_uncordoned() {
         actions_of(&d, "a"),
         vec![&RebootAction::Finish {
             signal: Signal::Agent,
-            uncordon: false
+            uncordon: false,
+            rebooted: true
         }]
     );
 }
@@ -591,7 +592,8 @@ fn the_health_gate_holds_the_slot_until_its_pods_are_ready() {
         actions_of(&d, "a"),
         vec![&RebootAction::Finish {
             signal: Signal::Agent,
-            uncordon: true
+            uncordon: true,
+            rebooted: true
         }]
     );
     assert_eq!(
@@ -662,7 +664,8 @@ fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
         actions_of(&d, "a"),
         vec![&RebootAction::Finish {
             signal: Signal::Agent,
-            uncordon: true
+            uncordon: true,
+            rebooted: false
         }]
     );
     assert_eq!(d.nodes[0].reason.as_deref(), Some(DRAIN_TIMED_OUT));
@@ -1150,6 +1153,81 @@ fn the_drain_takes_kureds_pod_selector_and_skip_wait_and_names_them_when_wrong()
     )
     .expect_err("not a duration");
     assert!(e.starts_with("spec.drain.skipWaitForDeleteTimeout"), "{e}");
+}
+
+#[test]
+fn a_node_gets_its_labels_before_and_after_its_reboot_as_kureds_flags_say() {
+    use crate::reboot_policy::api::{RebootNodeLabels, RebootPolicy, RebootPolicySpec};
+    let p = RebootPolicy::new(
+        "nightly",
+        RebootPolicySpec {
+            node_labels: Some(RebootNodeLabels {
+                before_reboot: [
+                    ("reboot".to_string(), "pending".to_string()),
+                    ("drained".to_string(), "yes".to_string()),
+                ]
+                .into(),
+                after_reboot: [("reboot".to_string(), "done".to_string())].into(),
+            }),
+            ..Default::default()
+        },
+    );
+    let spec = read_spec(&p.spec, "busybox").expect("spec");
+    let me = holder(&p);
+    let effect = |action| node_effect(&me, "a".into(), action, None, None, &spec);
+    let labels = |c: &NodeChange| -> Vec<String> {
+        (c.labels.iter())
+            .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("-")))
+            .collect()
+    };
+    let Some(RebootEffect::Cordon(cordon)) = effect(RebootAction::Cordon) else {
+        panic!("a cordon");
+    };
+    assert_eq!(labels(&cordon), ["drained=yes", "reboot=pending"]);
+    assert_eq!(cordon.unschedulable, Some(true));
+    let Some(RebootEffect::Annotate(recorded)) = effect(RebootAction::RecordCordon) else {
+        panic!("a record of the cordon");
+    };
+    assert_eq!(labels(&recorded), ["drained=yes", "reboot=pending"]);
+    // Back: the after-reboot labels go on with the uncordon, or alone when the cordon is not ours.
+    for uncordon in [true, false] {
+        let back = effect(RebootAction::Finish {
+            signal: Signal::Agent,
+            uncordon,
+            rebooted: true,
+        });
+        let Some(RebootEffect::Finish {
+            change: Some(change),
+            ..
+        }) = back
+        else {
+            panic!("a change of the node: {back:?}");
+        };
+        assert_eq!(labels(&change), ["reboot=done"]);
+        assert_eq!(change.unschedulable, uncordon.then_some(false));
+    }
+    // A drain that timed out gives the node back without them.
+    let gave_up = effect(RebootAction::Finish {
+        signal: Signal::Agent,
+        uncordon: false,
+        rebooted: false,
+    });
+    assert!(
+        matches!(gave_up, Some(RebootEffect::Finish { change: None, .. })),
+        "{gave_up:?}"
+    );
+    let bad = RebootPolicySpec {
+        node_labels: Some(RebootNodeLabels {
+            after_reboot: [("reboot".to_string(), "not a value!".to_string())].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let e = read_spec(&bad, "busybox").expect_err("a bad value");
+    assert!(
+        e.starts_with("spec.nodeLabels.afterReboot[\"reboot\"]"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -299,10 +299,10 @@ impl Operation for PolicyOperation {
             RebootEffect::Finish {
                 node,
                 signal,
-                uncordon,
+                change,
             } => {
-                info!(rebootpolicy = %name, node = %node, uncordon = uncordon.is_some(), "giving the node back");
-                self.finish(&name, node, *signal, uncordon.as_ref()).await?;
+                info!(rebootpolicy = %name, node = %node, ?change, "giving the node back");
+                self.finish(&name, node, *signal, change.as_ref()).await?;
             }
             RebootEffect::Annotate(change) | RebootEffect::Cordon(change) => {
                 info!(rebootpolicy = %name, node = %change.node, ?change, "patching node");
@@ -485,7 +485,7 @@ impl PolicyOperation {
         policy: &str,
         node: &str,
         signal: Signal,
-        uncordon: Option<&NodeChange>,
+        change: Option<&NodeChange>,
     ) -> Result<(), Error> {
         let chores = self.shared.chores();
         if let Some(prefix) = signal.update_agent() {
@@ -500,7 +500,7 @@ impl PolicyOperation {
                 &DeleteParams::default(),
             )
             .await?;
-        if let Some(change) = uncordon {
+        if let Some(change) = change {
             chores.patch_node(change).await?;
         }
         Ok(())

@@ -170,7 +170,8 @@ fn released_by_kured_the_node_is_forgotten_and_its_cordon_left_to_kured() {
         actions_of(&d, "a"),
         [&RebootAction::Finish {
             signal: Signal::Kured,
-            uncordon: false
+            uncordon: false,
+            rebooted: true
         }]
     );
     assert_eq!(reasons_of(&d, "a"), ["KuredReleased"]);
@@ -224,7 +225,8 @@ fn kured_uninstalled_after_the_reboot_the_node_is_handed_off_and_uncordoned() {
         actions_of(&d, "a"),
         [&RebootAction::Finish {
             signal: Signal::Kured,
-            uncordon: true
+            uncordon: true,
+            rebooted: true
         }]
     );
     assert_eq!(d.rebooted.len(), 1);
@@ -317,7 +319,7 @@ fn a_deleted_policy_leaves_kureds_cordon_to_kured() {
         [RebootEffect::Finish {
             node: "a".into(),
             signal: Signal::Kured,
-            uncordon: None
+            change: None
         }]
     );
 }
