@@ -476,17 +476,19 @@ fn the_reboot_agent_component_runs_unprivileged_on_every_node() {
     assert!(!base.contains("slipway-agent"), "Plans alone do not change");
 }
 
+/// The DaemonSet of a kustomize output.
+fn daemon_set(out: &str) -> serde_json::Value {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(out).expect("kustomize output parses");
+    docs.into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet")
+}
+
 /// The update-engine option adds the host's system bus socket, read-only, and runs the agent as
 /// Flatcar's `core`, still not root; nothing else changes.
 #[test]
 fn the_update_engine_option_adds_only_the_bus_socket_and_the_uid() {
-    let daemon_set = |out: &str| {
-        let docs: Vec<serde_json::Value> =
-            serde_saphyr::from_multiple(out).expect("kustomize output parses");
-        docs.into_iter()
-            .find(|d| d["kind"] == "DaemonSet")
-            .expect("a DaemonSet")
-    };
     let base = daemon_set(&with_component("deploy/components/reboot-agent"));
     let mut with = daemon_set(&with_components(&[
         "deploy/components/reboot-agent",
@@ -526,13 +528,6 @@ fn the_update_engine_option_adds_only_the_bus_socket_and_the_uid() {
 /// the host's PID namespace, root, a privileged container, and the command's env.
 #[test]
 fn the_host_command_option_adds_only_what_entering_the_host_needs() {
-    let daemon_set = |out: &str| {
-        let docs: Vec<serde_json::Value> =
-            serde_saphyr::from_multiple(out).expect("kustomize output parses");
-        docs.into_iter()
-            .find(|d| d["kind"] == "DaemonSet")
-            .expect("a DaemonSet")
-    };
     let base = daemon_set(&with_component("deploy/components/reboot-agent"));
     let mut with = daemon_set(&with_components(&[
         "deploy/components/reboot-agent",
