@@ -107,7 +107,7 @@ pub(super) fn next_batch(
     }
     let fresh = (eligible.iter().copied())
         .filter(|n| !steps.contains_key(n.name.as_str()))
-        .filter(|n| super::waits::holder_of(facts.input, n).is_none());
+        .filter(|n| facts.holder_of(n).is_none());
     let (slots, order) = (facts.settings.slots(), facts.settings.order);
     super::selection::first_in_plan_order(slots, facts.uid, &facts.hash, order, fresh)
         .into_iter()

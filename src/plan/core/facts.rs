@@ -106,6 +106,11 @@ impl<'a> Facts<'a> {
             && free.iter().any(|n| !steps.contains_key(n.name.as_str()))
     }
 
+    /// The operation that holds `node` against this Plan, if any.
+    pub(super) fn holder_of(&self, node: &NodeInfo) -> Option<&'a crate::node::holders::Holder> {
+        self.input.budget.holder_of(&node.name)
+    }
+
     pub(super) fn job_name(&self, node: &NodeInfo) -> String {
         naming::job_name(self.name, &node.name, &self.hash)
     }

@@ -1,10 +1,9 @@
 //! What holds a whole Plan in one decision (its window, a failure that stopped it, a health check,
-//! a Plan it goes after, the pull of its images, its pre hook, the budgets), and the one set of
-//! words for each. [`Gates::read`] is the decision's phase between the nodes under way and the new
-//! ones; the `Complete` condition ([`super::waits`], [`super::report`]) and `slipway explain` both
-//! say why from here.
+//! a Plan it goes after, the pull of its images, its pre hook). [`Gates::read`] is the decision's
+//! phase between the nodes under way and the new ones; [`Situation::holds`] lists what holds the
+//! Plan in one order, which the `Complete` condition and `slipway explain` both read
+//! ([`super::report`] says it in words).
 
-use super::MSG_WAITING_FOR_WINDOW;
 use super::decision::Rollout;
 use super::facts::{Facts, Steps};
 use super::node_state::NodeState;
@@ -28,6 +27,34 @@ pub(super) struct Situation<'a> {
     pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
     /// Nodes a DisruptionBudget did not let start, in the Plan's order.
     pub refused: &'a [(&'a NodeInfo, Refusal)],
+}
+
+/// One thing that holds every new node of the Plan.
+pub(super) enum Held<'a> {
+    Window(&'a TimeWindow),
+    /// A failed node stopped the rollout.
+    Stopped,
+    Check(&'a Blocking),
+    Stage(&'a super::promotion::Waiting),
+    Pulling(&'a crate::node::prepull::PrePullStatus),
+    PreHook(&'a crate::plan::api::HookStatus),
+}
+
+impl Situation<'_> {
+    /// What holds the new nodes, in the order it is reported: the first is why they wait.
+    pub(super) fn holds(&self) -> impl Iterator<Item = Held<'_>> {
+        let gates = self.gates;
+        [
+            gates.window.as_ref().map(Held::Window),
+            gates.stopped.then_some(Held::Stopped),
+            gates.blocking().map(Held::Check),
+            gates.stage.as_ref().map(Held::Stage),
+            self.pulling.map(Held::Pulling),
+            self.pre_hook.map(Held::PreHook),
+        ]
+        .into_iter()
+        .flatten()
+    }
 }
 
 /// What holds the whole Plan before its new nodes start (a decision's phase after the nodes under
@@ -115,15 +142,6 @@ pub const HEALTH_CHECK_FAILING: &str = "HealthCheckFailing";
 /// The reason once the check failed past its timeout (under a failure policy that holds).
 pub const HEALTH_CHECK_TIMED_OUT: &str = "HealthCheckTimedOut";
 
-/// What an operator does to go on after a failure stopped the rollout.
-pub(super) fn how_to_go_on(facts: &Facts<'_>) -> String {
-    format!(
-        "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
-        facts.name,
-        super::failure::RESET_ANNOTATION
-    )
-}
-
 /// The reason of `Complete=False` once a failure stopped the rollout.
 pub const STOPPED: &str = "RolloutStopped";
 
@@ -132,113 +150,3 @@ pub const QUARANTINED: &str = "Quarantined";
 
 /// The reason of `Complete=False` while a node's failed Job waits to be recreated.
 pub const RETRYING: &str = "Retrying";
-
-/// The `Complete` reason and message while the pull of the images keeps nodes from starting.
-pub(super) fn pull_message(pull: &crate::node::prepull::PrePullStatus) -> (&'static str, String) {
-    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
-    let what = pull.message.as_deref().unwrap_or_default();
-    match pull.phase {
-        PrePullPhase::Failed => (
-            PRE_PULL_FAILED,
-            format!(
-                "{what}; no node is touched until every node has the images \
-                 (spec.disruption.prePull): the kubelet tries again, or change the Plan's image"
-            ),
-        ),
-        _ => (
-            PRE_PULLING,
-            format!("{what}; the first node starts once every node has them"),
-        ),
-    }
-}
-
-/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
-/// events say when it starts and how it ends).
-pub(super) fn pre_hook_message(
-    facts: &Facts<'_>,
-    hook: &crate::plan::api::HookStatus,
-) -> (&'static str, String) {
-    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
-    match hook.phase {
-        crate::plan::api::HookPhase::Failed => (
-            PRE_HOOK_FAILED,
-            format!(
-                "the pre hook (Job {}) failed: {}; no node is touched: {}",
-                hook.job,
-                hook.message.as_deref().unwrap_or_default(),
-                how_to_go_on(facts)
-            ),
-        ),
-        _ => (
-            PRE_HOOK,
-            format!(
-                "waiting for the pre hook (Job {}) before the first node",
-                hook.job
-            ),
-        ),
-    }
-}
-
-/// The `Complete` reason and message while a health check holds the next nodes.
-pub(super) fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
-    let what = format!(
-        "waiting: health check {} fails: {}",
-        check.check, check.message
-    );
-    if check.stopped {
-        let message = format!(
-            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
-            check.check,
-            check.message,
-            facts.ctx.failure.last.as_str(),
-            how_to_go_on(facts)
-        );
-        (STOPPED, message)
-    } else if check.timed_out {
-        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
-    } else {
-        (HEALTH_CHECK_FAILING, what)
-    }
-}
-
-/// `waiting: node a: <why> (and N more nodes)`; empty when no node was refused.
-pub(super) fn refused_message(refused: &[(&NodeInfo, Refusal)]) -> String {
-    let Some((node, why)) = refused.first() else {
-        return String::new();
-    };
-    let first = format!("waiting: node {}: {why}", node.hostname());
-    match refused.len() {
-        1 => first,
-        n => format!("{first} (and {} more nodes)", n - 1),
-    }
-}
-
-/// What keeps every node of the Plan from starting, if something does.
-pub(super) fn whole_plan_wait(
-    facts: &Facts<'_>,
-    situation: &Situation<'_>,
-) -> Option<(&'static str, String, Option<jiff::Timestamp>)> {
-    if let Some(w) = &situation.gates.window {
-        let opens = w.next_opening(facts.now);
-        return Some(("Waiting", MSG_WAITING_FOR_WINDOW.to_string(), opens));
-    }
-    if situation.gates.stopped {
-        let why = format!("a failed node stopped the rollout: {}", how_to_go_on(facts));
-        return Some((STOPPED, why, None));
-    }
-    if let Some(check) = situation.gates.blocking() {
-        let (reason, message) = check_message(facts, check);
-        return Some((reason, message, None));
-    }
-    if let Some(stage) = &situation.gates.stage {
-        let reason = super::promotion::WAITING_FOR_PLAN;
-        return Some((reason, stage.message.clone(), stage.until));
-    }
-    if let Some(pull) = situation.pulling {
-        let (reason, message) = pull_message(pull);
-        return Some((reason, message, None));
-    }
-    let hook = situation.pre_hook?;
-    let (reason, message) = pre_hook_message(facts, hook);
-    Some((reason, message, None))
-}

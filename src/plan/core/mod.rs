@@ -46,7 +46,6 @@ pub mod selection;
 pub mod settings;
 pub mod settled;
 mod status;
-mod waits;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

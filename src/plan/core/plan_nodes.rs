@@ -13,7 +13,6 @@ use super::node_state::{self, NodeAction, NodeState};
 use super::notices;
 use super::report::{fail_complete, report};
 use super::settings::PlanSettings;
-use super::waits::holder_of;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::decision::EventType;
 use crate::node::NodeInfo;
@@ -90,7 +89,7 @@ pub(super) fn roll<'a>(
         fail_complete(st, out, "ValidationFailed", message, &now_text, input);
     }
     if input.explain {
-        out.waiting = super::waits::explain(&facts, &steps, &situation);
+        out.waiting = super::report::explain(&facts, &steps, &situation);
     }
     hooks::after_nodes(&facts, old, st, out);
     out.learned = std::mem::take(&mut facts.learned);
@@ -114,9 +113,8 @@ fn start_nodes<'a>(
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) -> Started<'a> {
-    let input = facts.input;
     let free: Vec<&NodeInfo> = (eligible.iter().copied())
-        .filter(|n| holder_of(input, n).is_none())
+        .filter(|n| facts.holder_of(n).is_none())
         .collect();
     let mut started = Started {
         pulling: super::disruption::pre_pull(facts, eligible, &free, steps, st, out),

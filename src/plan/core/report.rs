@@ -1,21 +1,23 @@
-//! What a Plan reports: its `Complete` condition (and why it waits), its events, and the gauges.
+//! What a Plan reports: its `Complete` condition (why it waits, in one set of words that `slipway
+//! explain` reads too), its events, and the gauges. Each wait says so in the `Complete` condition
+//! (and once as an event) and says when to look again.
 
 use std::collections::BTreeSet;
 
-use super::decision::PlanSummary;
+use super::decision::{PlanSummary, Rollout};
 use super::facts::{Facts, Steps};
 use super::gates::{
-    HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, RETRYING, STOPPED, Situation, how_to_go_on,
-    refused_message,
+    HEALTH_CHECK_FAILING, HEALTH_CHECK_TIMED_OUT, Held, QUARANTINED, RETRYING, STOPPED, Situation,
 };
 use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
-use super::waits;
-use super::{FAILURE_REASONS, PlanInput, Rollout, rfc3339};
-use crate::common::decision::EventType;
+use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, rfc3339};
+use crate::common::check::Blocking;
+use crate::common::decision::{EventType, Waiting, wait};
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
 use crate::node::NodeInfo;
+use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::plan::api::{NodePhase, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
@@ -31,22 +33,45 @@ pub(super) fn report(
     steps: &Steps<'_>,
     situation: &Situation<'_>,
 ) {
-    let now = rfc3339(facts.now);
-    let generation = facts.ctx.generation;
+    if let Some((status, reason, message)) = complete(facts, old, st, out, steps, situation) {
+        let now = rfc3339(facts.now);
+        let generation = facts.ctx.generation;
+        cond::set(st, COMPLETE, status, reason, &message, &now, generation);
+    }
+    if let Some(after) = situation
+        .refused
+        .iter()
+        .filter_map(|(_, r)| r.until())
+        .min()
+    {
+        out.requeue(crate::common::until(facts.now, after));
+    }
+    progress_event(facts, out);
+}
+
+/// What the `Complete` condition says after this decision (status, reason, message), with the
+/// events of a change; `None` leaves it as it was, a rollout going on as before. `st` is the
+/// status being written, the condition still as the last decision left it.
+fn complete(
+    facts: &Facts<'_>,
+    old: &PlanStatus,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    steps: &Steps<'_>,
+    situation: &Situation<'_>,
+) -> Option<(&'static str, &'static str, String)> {
     let (version, hash) = (&facts.version, &facts.hash);
-    let eligible = situation.eligible;
     let failure = steps
         .values()
         .find_map(|(_, s, _)| s.failure())
         .map(|(reason, message)| stopped(facts, st, out, situation, reason, message));
-    let rebooting = in_progress(steps);
-    if let Some((reason, message)) = failure {
-        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if let Some((reason, message)) = rebooting {
-        cond::set(st, COMPLETE, FALSE, reason, &message, &now, generation);
-    } else if waits::waiting(facts, st, out, situation) {
-        // The function said what the nodes wait for.
-    } else if st.applying.is_empty() {
+    let waits = failure
+        .or_else(|| in_progress(steps))
+        .or_else(|| waiting(facts, st, out, situation));
+    if let Some((reason, message)) = waits {
+        return Some((FALSE, reason, message));
+    }
+    if st.applying.is_empty() {
         if !cond::is(st, COMPLETE, TRUE) {
             out.event(
                 EventType::Normal,
@@ -58,10 +83,13 @@ pub(super) fn report(
         if !message.is_empty() && cond::message(st, COMPLETE) != message {
             out.event(EventType::Normal, NO_NODES, message.clone());
         }
-        cond::set(st, COMPLETE, TRUE, "Complete", &message, &now, generation);
-    } else if st.applying != old.applying
-        || cond::message(st, COMPLETE) != refused_message(situation.refused)
-        || FAILURE_REASONS.contains(&cond::reason(st, COMPLETE))
+        return Some((TRUE, "Complete", message));
+    }
+    let refused = refused_message(situation.refused);
+    let said = cond::reason(st, COMPLETE);
+    let changed = st.applying != old.applying
+        || cond::message(st, COMPLETE) != refused
+        || FAILURE_REASONS.contains(&said)
         || [
             HEALTH_CHECK_FAILING,
             HEALTH_CHECK_TIMED_OUT,
@@ -70,32 +98,23 @@ pub(super) fn report(
             crate::node::prepull::PRE_PULLING,
             crate::node::prepull::PRE_PULL_FAILED,
         ]
-        .contains(&cond::reason(st, COMPLETE))
-        || is_rebooting_reason(cond::reason(st, COMPLETE))
-    {
-        if old.applying.is_empty() {
-            out.event(
-                EventType::Normal,
-                "SyncJob",
-                format!(
-                    "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
-                    eligible.len(),
-                    facts.settings.concurrency
-                ),
-            );
-        }
-        let waiting = refused_message(situation.refused);
-        cond::set(st, COMPLETE, FALSE, "SyncJob", &waiting, &now, generation);
+        .contains(&said)
+        || is_rebooting_reason(said);
+    if !changed {
+        return None;
     }
-    if let Some(after) = situation
-        .refused
-        .iter()
-        .filter_map(|(_, r)| r.until())
-        .min()
-    {
-        out.requeue(crate::common::until(facts.now, after));
+    if old.applying.is_empty() {
+        out.event(
+            EventType::Normal,
+            "SyncJob",
+            format!(
+                "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
+                situation.eligible.len(),
+                facts.settings.concurrency
+            ),
+        );
     }
-    progress_event(facts, out);
+    Some((FALSE, "SyncJob", refused))
 }
 
 /// A node on its way that the `Complete` condition names: one whose Job is about to be created
@@ -136,6 +155,351 @@ fn stopped(
         out.event(EventType::Warning, STOPPED, message.clone());
     }
     (STOPPED, message)
+}
+
+/// With nodes left to start that something outside the rollout keeps waiting: what the
+/// `Complete` condition says of it (reason, message); `None` when nothing does.
+fn waiting(
+    facts: &Facts<'_>,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    situation: &Situation<'_>,
+) -> Option<(&'static str, String)> {
+    let eligible = situation.eligible;
+    let left = eligible.len() > st.applying.len();
+    let idle = st.applying.is_empty();
+    let held = situation.holds().find(|held| match held {
+        Held::Window(_) => idle && !eligible.is_empty(),
+        // The failed node that stopped the rollout is what the condition names.
+        Held::Stopped => false,
+        Held::Check(_) | Held::Stage(_) => left,
+        Held::Pulling(_) | Held::PreHook(_) => true,
+    });
+    if let Some(held) = held {
+        return Some(wait_for(facts, st, out, &held));
+    }
+    if !idle {
+        return None;
+    }
+    // Nodes wait for something that is not the Plan's.
+    wait_for_budget(st, out, situation.refused)
+        .or_else(|| wait_for_held(facts, st, out, eligible))
+        .or_else(|| no_concurrency(facts, st, out, eligible))
+        .or_else(|| {
+            let quarantined = situation.quarantined;
+            (!quarantined.is_empty())
+                .then(|| (QUARANTINED, quarantined_message(facts, quarantined)))
+        })
+}
+
+/// New nodes wait for what holds the whole Plan: says so (once per reason as an event) and looks
+/// again when it may have let go.
+fn wait_for(
+    facts: &Facts<'_>,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    held: &Held<'_>,
+) -> (&'static str, String) {
+    let (reason, message) = held_words(facts, held);
+    let event = match held {
+        Held::Window(w) => {
+            out.requeue(w.next_check(facts.now));
+            let (version, hash) = (&facts.version, &facts.hash);
+            let note = format!(
+                "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
+            );
+            Some((EventType::Normal, note))
+        }
+        Held::Check(_) if reason == HEALTH_CHECK_FAILING => {
+            Some((EventType::Normal, message.clone()))
+        }
+        Held::Check(_) => Some((EventType::Warning, message.clone())),
+        // The other Plan's progress wakes none: looked at again at most 30 seconds away.
+        Held::Stage(stage) => {
+            out.requeue(BUDGET_RECHECK);
+            if let Some(until) = stage.until {
+                out.requeue(crate::common::until(facts.now, until));
+            }
+            Some((EventType::Normal, message.clone()))
+        }
+        // Their Jobs' and pods' events say how they go.
+        Held::Stopped | Held::Pulling(_) | Held::PreHook(_) => None,
+    };
+    if let Some((kind, note)) = event.filter(|_| cond::reason(st, COMPLETE) != reason) {
+        out.event(kind, reason, note);
+    }
+    (reason, message)
+}
+
+/// The `Complete` reason and message of what holds the whole Plan.
+fn held_words(facts: &Facts<'_>, held: &Held<'_>) -> (&'static str, String) {
+    match held {
+        Held::Window(_) => ("Waiting", MSG_WAITING_FOR_WINDOW.to_string()),
+        Held::Stopped => (
+            STOPPED,
+            format!("a failed node stopped the rollout: {}", how_to_go_on(facts)),
+        ),
+        Held::Check(check) => check_message(facts, check),
+        Held::Stage(stage) => (super::promotion::WAITING_FOR_PLAN, stage.message.clone()),
+        Held::Pulling(pull) => pull_message(pull),
+        Held::PreHook(hook) => pre_hook_message(facts, hook),
+    }
+}
+
+/// When what holds the whole Plan lets go by itself, if it says.
+fn held_until(facts: &Facts<'_>, held: &Held<'_>) -> Option<jiff::Timestamp> {
+    match held {
+        Held::Window(w) => w.next_opening(facts.now),
+        Held::Stage(stage) => stage.until,
+        _ => None,
+    }
+}
+
+/// The `Complete` message while quarantined nodes are all that is left.
+fn quarantined_message(facts: &Facts<'_>, quarantined: &[&str]) -> String {
+    let mut names: Vec<&str> = quarantined.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    format!(
+        "{} quarantined after their Job failed: {} (label and taint {}); reset with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        if names.len() == 1 {
+            "1 node".to_string()
+        } else {
+            format!("{} nodes", names.len())
+        },
+        names.join(", "),
+        super::failure::quarantine_key(facts.name),
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
+}
+
+/// The reason of `Complete=False` while nodes wait and `concurrency` is 0 (SUC says `Complete`).
+const NO_CONCURRENCY: &str = "NoConcurrency";
+
+/// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
+/// (SUC reports the Plan complete, a trap of its issues #217 and #285).
+fn no_concurrency(
+    facts: &Facts<'_>,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> Option<(&'static str, String)> {
+    let concurrency = facts.settings.concurrency;
+    if concurrency > 0 || eligible.is_empty() {
+        return None;
+    }
+    let message = format!(
+        "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
+        eligible.len()
+    );
+    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
+        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
+    }
+    Some((NO_CONCURRENCY, message))
+}
+
+/// How long a Plan that a DisruptionBudget holds back waits before it looks again (letting go of
+/// a node wakes it sooner).
+const BUDGET_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes a DisruptionBudget refused: says which budget and why (once
+/// per reason as an event).
+fn wait_for_budget(
+    st: &PlanStatus,
+    out: &mut Rollout,
+    refused: &[(&NodeInfo, Refusal)],
+) -> Option<(&'static str, String)> {
+    let (_, first) = refused.first()?;
+    let (reason, message) = (first.reason(), refused_message(refused));
+    if cond::reason(st, COMPLETE) != reason {
+        out.event(EventType::Normal, reason, message.clone());
+    }
+    out.requeue(BUDGET_RECHECK);
+    Some((reason, message))
+}
+
+/// The reason of `Complete=False` while the only nodes left are held by another operation.
+const WAITING_FOR_NODES: &str = "WaitingForNodes";
+
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With nothing applying and nodes left that another operation holds: says so (once as an
+/// event) and looks again later.
+fn wait_for_held(
+    facts: &Facts<'_>,
+    st: &PlanStatus,
+    out: &mut Rollout,
+    eligible: &[&NodeInfo],
+) -> Option<(&'static str, String)> {
+    let message = held_message(facts, eligible)?;
+    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
+        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
+    }
+    // A taint going away triggers a reconcile; a hold without one is looked at again.
+    out.requeue(HELD_RECHECK);
+    Some((WAITING_FOR_NODES, message))
+}
+
+/// What the Plan waits for when nodes it still has to upgrade are held by another operation.
+fn held_message(facts: &Facts<'_>, eligible: &[&NodeInfo]) -> Option<String> {
+    let held: Vec<String> = eligible
+        .iter()
+        .filter_map(|n| {
+            let holder = facts.holder_of(n)?;
+            Some(format!("node {} is held by {holder}", n.hostname()))
+        })
+        .collect();
+    let first = held.first()?;
+    Some(match held.len() {
+        1 => format!("waiting: {first}"),
+        n => format!("waiting: {first} (and {} more nodes)", n - 1),
+    })
+}
+
+/// Every eligible node this decision does not start, grouped by why, in the Plan's order (what
+/// `slipway explain` shows; the controller does not ask for it).
+pub(super) fn explain(
+    facts: &Facts<'_>,
+    steps: &super::facts::Steps<'_>,
+    situation: &Situation<'_>,
+) -> Vec<Waiting> {
+    let left: Vec<&NodeInfo> = (situation.eligible.iter().copied())
+        .filter(|n| !steps.contains_key(n.name.as_str()))
+        .collect();
+    let order = super::selection::first_in_plan_order(
+        left.len(),
+        facts.uid,
+        &facts.hash,
+        facts.settings.order,
+        left,
+    );
+    let mut groups = Vec::new();
+    let whole = situation.holds().next().map(|held| {
+        let (reason, message) = held_words(facts, &held);
+        (reason, message, held_until(facts, &held))
+    });
+    let concurrency = facts.settings.concurrency;
+    for node in order {
+        let name = node.hostname();
+        if let Some((reason, message, until)) = &whole {
+            wait(&mut groups, name, reason, || message.clone(), *until);
+        } else if let Some(holder) = facts.holder_of(node) {
+            wait(
+                &mut groups,
+                name,
+                "HeldByOther",
+                || format!("held by {holder}"),
+                None,
+            );
+        } else if let Some((_, refusal)) =
+            situation.refused.iter().find(|(n, _)| n.name == node.name)
+        {
+            wait(
+                &mut groups,
+                name,
+                refusal.reason(),
+                || refusal.to_string(),
+                refusal.until(),
+            );
+        } else if concurrency <= 0 {
+            let message = || format!("spec.concurrency is {concurrency}");
+            wait(&mut groups, name, NO_CONCURRENCY, message, None);
+        } else {
+            let message = || format!("all {concurrency} slots are taken");
+            wait(&mut groups, name, "Concurrency", message, None);
+        }
+    }
+    groups
+}
+
+/// What an operator does to go on after a failure stopped the rollout.
+fn how_to_go_on(facts: &Facts<'_>) -> String {
+    format!(
+        "change the Plan, or reset its failures with `kubectl annotate plan {} {}=<new value> --overwrite`",
+        facts.name,
+        super::failure::RESET_ANNOTATION
+    )
+}
+
+/// The `Complete` reason and message while the pull of the images keeps nodes from starting.
+fn pull_message(pull: &crate::node::prepull::PrePullStatus) -> (&'static str, String) {
+    use crate::node::prepull::{PRE_PULL_FAILED, PRE_PULLING, PrePullPhase};
+    let what = pull.message.as_deref().unwrap_or_default();
+    match pull.phase {
+        PrePullPhase::Failed => (
+            PRE_PULL_FAILED,
+            format!(
+                "{what}; no node is touched until every node has the images \
+                 (spec.disruption.prePull): the kubelet tries again, or change the Plan's image"
+            ),
+        ),
+        _ => (
+            PRE_PULLING,
+            format!("{what}; the first node starts once every node has them"),
+        ),
+    }
+}
+
+/// The `Complete` reason and message while the pre hook keeps nodes from starting (its Job's
+/// events say when it starts and how it ends).
+fn pre_hook_message(
+    facts: &Facts<'_>,
+    hook: &crate::plan::api::HookStatus,
+) -> (&'static str, String) {
+    use super::hooks::{PRE_HOOK, PRE_HOOK_FAILED};
+    match hook.phase {
+        crate::plan::api::HookPhase::Failed => (
+            PRE_HOOK_FAILED,
+            format!(
+                "the pre hook (Job {}) failed: {}; no node is touched: {}",
+                hook.job,
+                hook.message.as_deref().unwrap_or_default(),
+                how_to_go_on(facts)
+            ),
+        ),
+        _ => (
+            PRE_HOOK,
+            format!(
+                "waiting for the pre hook (Job {}) before the first node",
+                hook.job
+            ),
+        ),
+    }
+}
+
+/// The `Complete` reason and message while a health check holds the next nodes.
+fn check_message(facts: &Facts<'_>, check: &Blocking) -> (&'static str, String) {
+    let what = format!(
+        "waiting: health check {} fails: {}",
+        check.check, check.message
+    );
+    if check.stopped {
+        let message = format!(
+            "health check {} timed out ({}); rollout stopped by failurePolicy {}: {}",
+            check.check,
+            check.message,
+            facts.ctx.failure.last.as_str(),
+            how_to_go_on(facts)
+        );
+        (STOPPED, message)
+    } else if check.timed_out {
+        (HEALTH_CHECK_TIMED_OUT, format!("{what} (past its timeout)"))
+    } else {
+        (HEALTH_CHECK_FAILING, what)
+    }
+}
+
+/// `waiting: node a: <why> (and N more nodes)`; empty when no node was refused.
+fn refused_message(refused: &[(&NodeInfo, Refusal)]) -> String {
+    let Some((node, why)) = refused.first() else {
+        return String::new();
+    };
+    let first = format!("waiting: node {}: {why}", node.hostname());
+    match refused.len() {
+        1 => first,
+        n => format!("{first} (and {} more nodes)", n - 1),
+    }
 }
 
 /// The event of a Plan whose selector matches no node.
