@@ -37,12 +37,24 @@ pub trait Families: Default + Send + Sync + 'static {
 
 /// The labels of `slipway_build_info`: the version, and the commit when the build was given one
 /// (`SLIPWAY_COMMIT` at compile time; a build from a source tarball has none).
-pub fn build_labels() -> Vec<(&'static str, String)> {
+fn build_labels() -> Vec<(&'static str, String)> {
     let mut labels = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
     if let Some(commit) = option_env!("SLIPWAY_COMMIT").filter(|c| !c.is_empty()) {
         labels.push(("commit", commit.to_string()));
     }
     labels
+}
+
+/// `build_info` in `registry` (slipway's prefix): always 1, its labels say which build runs. The
+/// controller and the agent each serve it.
+pub fn register_build_info(registry: &mut Registry) {
+    let build = Family::<Vec<(&'static str, String)>, Gauge>::default();
+    build.get_or_create(&build_labels()).set(1);
+    registry.register(
+        "build_info",
+        "Always 1; the labels say which slipway runs: version, and commit when the build had one",
+        build,
+    );
 }
 
 /// The kind of object a reconcile is about, as its `kind` label says it (`plan`,
@@ -91,7 +103,6 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     /// The kinds' own families, one of each type.
     kinds: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
-    build_info: Family<Vec<(&'static str, String)>, Gauge>,
     reconciles: Family<KindLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Histograms,
@@ -115,7 +126,6 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut root = Registry::default();
         let m = Metrics {
-            build_info: Family::default(),
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
@@ -131,7 +141,7 @@ impl Metrics {
         };
         root.register_collector(Box::new(process::ProcessCollector));
         let registry = root.sub_registry_with_prefix("slipway");
-        m.register_build_info(registry);
+        register_build_info(registry);
         m.register_reconciles(registry);
         m.register_writes(registry);
         m.register_leader(registry);
@@ -233,16 +243,6 @@ pub fn count(n: usize) -> i64 {
 }
 
 impl Metrics {
-    /// The running build: always 1, its labels say which.
-    fn register_build_info(&self, registry: &mut Registry) {
-        self.build_info.get_or_create(&build_labels()).set(1);
-        registry.register(
-            "build_info",
-            "Always 1; the labels say which slipway runs: version, and commit when the build had one",
-            self.build_info.clone(),
-        );
-    }
-
     /// Reconciles of every kind: started, failed, how long they took.
     fn register_reconciles(&self, registry: &mut Registry) {
         registry.register(

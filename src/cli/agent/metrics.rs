@@ -13,7 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use slipway::reboot_policy::core::request::Sentinel;
-use slipway::runtime::metrics::{CONTENT_TYPE, build_labels, process::ProcessCollector};
+use slipway::runtime::metrics::{CONTENT_TYPE, process::ProcessCollector, register_build_info};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeLabel {
@@ -33,13 +33,7 @@ impl AgentMetrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ProcessCollector));
         let slipway = registry.sub_registry_with_prefix("slipway");
-        let build = Family::<Vec<(&'static str, String)>, Gauge>::default();
-        build.get_or_create(&build_labels()).set(1);
-        slipway.register(
-            "build_info",
-            "Always 1; the labels say which slipway runs: version, and commit when the build had one",
-            build,
-        );
+        register_build_info(slipway);
         let required = Family::<NodeLabel, Gauge>::default();
         slipway.register(
             "reboot_required",
