@@ -143,10 +143,16 @@ pub struct RebootDrain {
     /// Drain before the reboot (default true); false only cordons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// How long the drain may take (a Go duration; default 30m). When it passes, the node is
-    /// uncordoned (unless it was cordoned before) and the reboot fails naming the pods that stay.
+    /// How long the drain may take (a Go duration; default 30m), counted from its start. When it
+    /// passes, the node is uncordoned (unless it was cordoned before) and the reboot fails naming
+    /// the pods that stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// How long a node waits, once taken and its `nodeLabels.beforeReboot` set, before it is
+    /// cordoned and drained (a Go duration; kured's `--drain-delay`). It holds its slot meanwhile.
+    /// Absent: at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
     /// Seconds each evicted pod gets to stop; the pod's own value when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_period_seconds: Option<i64>,
@@ -393,6 +399,11 @@ fn add_rules(root: &mut Value) {
         root,
         &format!("{spec}/properties/drain/properties/timeout"),
         "spec.drain.timeout",
+    );
+    positive_duration(
+        root,
+        &format!("{spec}/properties/drain/properties/delay"),
+        "spec.drain.delay",
     );
     positive_duration(
         root,

@@ -5,9 +5,10 @@
 //! changes `status.nodeInfo.bootID` once the reboot was asked for.
 //!
 //! The scenes: a wave of five nodes two at a time across a controller crash; a closed window; a
-//! blocking pod; a node that never comes back; a PodDisruptionBudget holding the drain; Flatcar's
-//! protocol; an invalid spec; an unreachable Prometheus; a health check; a Node condition; a Plan
-//! and a policy in one budget; the soak between two reboots; an Event of its own per node.
+//! drain's delay; a blocking pod; a node that never comes back; a PodDisruptionBudget holding the
+//! drain; Flatcar's protocol; an invalid spec; an unreachable Prometheus; a health check; a Node
+//! condition; a Plan and a policy in one budget; the soak between two reboots; an Event of its own
+//! per node.
 //!
 //! RebootPolicies are cluster-scoped and a policy-enabled controller reconciles all of them, so
 //! every scene here is in the [`CLUSTER_WIDE`](crate::support::scene::CLUSTER_WIDE) group: one
@@ -416,6 +417,50 @@ async fn a_closed_window_holds_a_reboot_and_says_until_when() {
     .expect("open the window");
     wait_reboot_pod(&s, &held, &n0, "the reboot pod once the window is open").await;
     assert!(cordoned(&node(client, &n0).await));
+}
+
+/// kured's `--drain-delay`: the node taken is labelled at once and holds its slot, and is cordoned
+/// and drained only once `drain.delay` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_delay_labels_the_node_first_and_cordons_it_after() {
+    let Some((s, _controller)) = policy_scene("rbp-delay", 1).await else {
+        return;
+    };
+    let (client, api) = (&s.client, &policies(&s));
+    let delay = Duration::from_secs(20);
+    let delayed = create_policy(
+        &s,
+        "delayed",
+        json!({
+            "drain": {"timeout": "2m", "delay": "20s"},
+            "nodeLabels": {"beforeReboot": {"slipway.test/going": "down"}},
+        }),
+    )
+    .await;
+    let n0 = s.nodes[0].clone();
+    let asked = std::time::Instant::now();
+    support::ask_reboot(client, &n0).await;
+    let entry = wait_node_phase(api, &delayed, &n0, "Draining").await;
+    let message = entry["message"].as_str().unwrap_or_default();
+    assert!(message.ends_with("(spec.drain.delay)"), "{entry}");
+    let taken = node(client, &n0).await;
+    // Read well within the delay: the status said the node waits, and the node agrees.
+    assert!(
+        asked.elapsed() < delay,
+        "the node was read too late to tell"
+    );
+    assert_eq!(
+        taken.labels().get("slipway.test/going").map(String::as_str),
+        Some("down"),
+        "labelled at once"
+    );
+    assert!(!cordoned(&taken), "not cordoned during the delay");
+    wait_reboot_pod(&s, &delayed, &n0, "the reboot pod after the delay").await;
+    assert!(cordoned(&node(client, &n0).await));
+    assert!(
+        asked.elapsed() >= delay,
+        "cordoned and rebooted before the delay passed"
+    );
 }
 
 /// A blocking pod on the node holds it, named; once it is gone the reboot starts.

@@ -18,6 +18,7 @@
 //!   gives kured's cordon back after.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -206,5 +207,5 @@ fn finish_for_kured(
     };
     let why =
         format!("kured was uninstalled before it rebooted Node {name}; draining and rebooting it");
-    d.begin_drain(view.node, next, why);
+    d.begin_drain(view.node, next, why, Duration::ZERO);
 }

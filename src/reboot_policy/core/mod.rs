@@ -114,7 +114,8 @@ pub enum RebootEffect {
         signal: Signal,
         change: Option<NodeChange>,
     },
-    /// Record on the node which occurrence of its conditions this reboot handles.
+    /// Change the node's annotations or labels, not its cordon: which occurrence of its
+    /// conditions this reboot handles, whose cordon it is, its before-reboot labels.
     Annotate(NodeChange),
     /// Cordon the node, recording that the policy did.
     Cordon(NodeChange),
@@ -319,7 +320,8 @@ fn into_decision(
     decision
 }
 
-/// What the policy does to a node for `action` (`None` for an event, which is no node's).
+/// What the policy does to a node for `action` (`None` for an event, which is no node's, and for
+/// labels when there are none to set).
 fn node_effect(
     me: &Holder,
     node: String,
@@ -334,6 +336,11 @@ fn node_effect(
         RebootAction::MarkConditions(marker) => RebootEffect::Annotate(
             NodeChange::of(&node).annotation(CONDITION_HANDLED, Some(&marker)),
         ),
+        RebootAction::Label if spec.labels_before.is_empty() => return None,
+        RebootAction::Label => RebootEffect::Annotate(NodeChange {
+            labels: before(),
+            ..NodeChange::of(&node)
+        }),
         RebootAction::Cordon => RebootEffect::Cordon(NodeChange {
             annotations: mine(),
             labels: before(),

@@ -13,7 +13,7 @@ use super::signals::{
 use super::spec::PolicySettings;
 use super::state::{DRAIN_TIMED_OUT, RebootState};
 use super::steps::{DrainView, NodeSteps, NodeView, RebootAction};
-use super::steps::{elapsed, rebooting};
+use super::steps::{delayed_drain, elapsed, rebooting};
 use super::waiting::{halted, hold_reason, refused, soaking, summary};
 use super::{DRAIN_RECHECK, DRAIN_RETRY, WAIT_RECHECK};
 use crate::common::duration::GoDuration;
@@ -88,7 +88,15 @@ pub fn decide_nodes(
                 .or_else(|| refused(&mut budget, view.node, now, &mut d)),
         };
         let Some((waiting_phase, reason, message)) = hold else {
-            start(name, view.node, signal, signals, now, &mut d);
+            start(
+                name,
+                view.node,
+                signal,
+                signals,
+                settings.drain_delay,
+                now,
+                &mut d,
+            );
             busy += 1;
             continue;
         };
@@ -119,6 +127,7 @@ fn start(
     node: &NodeInfo,
     signal: Signal,
     signals: &Signals,
+    delay: Duration,
     now: Timestamp,
     d: &mut NodeSteps,
 ) {
@@ -139,7 +148,7 @@ fn start(
         "Node {name} asked for a reboot ({}); draining it",
         signal.name()
     );
-    d.begin_drain(node, state, why);
+    d.begin_drain(node, state, why, delay);
 }
 
 /// One node in progress.
@@ -206,6 +215,27 @@ fn draining(
     else {
         return;
     };
+    // The drain starts once its delay has passed (a node kured took first was kured's to delay).
+    let delay = match signal {
+        Signal::Kured => Duration::ZERO,
+        _ => settings.drain_delay,
+    };
+    let start = since.checked_add(delay).unwrap_or(since);
+    if now < start && view.node.boot_id == before {
+        let next = RebootState::Draining {
+            signal,
+            before,
+            cordoned,
+            since,
+        };
+        let left = elapsed(now, start);
+        d.keep(name, next, delayed_drain(left));
+        d.recheck(left);
+        return;
+    }
+    if !delay.is_zero() && !view.node.unschedulable {
+        d.act(name, RebootAction::Cordon);
+    }
     let drained = settings.drain_timeout.is_none()
         || view.drain.as_ref().is_some_and(|v| v.remaining == 0)
         || view.node.boot_id != before;
@@ -226,7 +256,7 @@ fn draining(
         return rebooting(settings, name, next, view, now, d);
     }
     let timeout = settings.drain_timeout.unwrap_or_default();
-    let late = elapsed(since, now) >= timeout;
+    let late = elapsed(start, now) >= timeout;
     if late && settings.on_drain_timeout == OnDrainTimeout::Fail {
         return drain_timed_out(name, signal, cordoned, timeout, view, now, d);
     }

@@ -24,6 +24,8 @@ pub struct PolicySettings {
     pub paused: bool,
     /// `None` when the window is open (or there is none); else when it opens next.
     pub window_closed: Option<Option<Timestamp>>,
+    /// How long a node taken waits before it is cordoned and drained (`spec.drain.delay`).
+    pub drain_delay: Duration,
     /// `None`: cordon only; else the drain's timeout.
     pub drain_timeout: Option<Duration>,
     /// What the drain does once its timeout passed.
@@ -60,6 +62,8 @@ pub struct PolicySpec {
     pub signals: Signals,
     /// `None`: cordon only.
     pub drain: Option<(Duration, DrainOptions)>,
+    /// `spec.drain.delay` (zero when absent): it comes before the cordon, drain or not.
+    pub drain_delay: Duration,
     pub on_drain_timeout: OnDrainTimeout,
     /// The drain waits for the node's volumes to detach.
     pub volumes: bool,
@@ -112,7 +116,13 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         .map(TimeWindow::new)
         .transpose()
         .map_err(|e| format!("spec.window is invalid: {e}"))?;
-    let drain = read_drain(spec.drain.clone().unwrap_or_default())?;
+    let drain_spec = spec.drain.clone().unwrap_or_default();
+    let drain_delay = duration_field(
+        drain_spec.delay.as_deref(),
+        "spec.drain.delay",
+        Duration::ZERO,
+    )?;
+    let drain = read_drain(drain_spec)?;
     let health_gate = spec
         .health_gate
         .as_ref()
@@ -132,6 +142,7 @@ pub fn read_spec(spec: &RebootPolicySpec, default_image: &str) -> Result<PolicyS
         window,
         signals: Signals::of(spec.signals.as_ref()),
         drain,
+        drain_delay,
         on_drain_timeout: DisruptionSpec::on_drain_timeout(spec.disruption.as_ref()),
         volumes: DisruptionSpec::waits_for_volumes(spec.disruption.as_ref()),
         taints_next: DisruptionSpec::taints_next(spec.disruption.as_ref()),
@@ -270,6 +281,7 @@ impl PolicySpec {
                 .as_ref()
                 .filter(|w| !w.contains(now))
                 .map(|w| w.next_opening(now)),
+            drain_delay: self.drain_delay,
             drain_timeout: self.drain.as_ref().map(|(t, _)| *t),
             on_drain_timeout: self.on_drain_timeout,
             handoff: HandoffPolicy {

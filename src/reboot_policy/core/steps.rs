@@ -13,6 +13,7 @@ pub use super::drain_view::DrainView;
 use super::signals::{REBOOT_OK, Signal};
 use super::spec::PolicySettings;
 use super::state::RebootState;
+use crate::common::duration::GoDuration;
 use crate::common::rfc3339;
 use crate::node::NodeInfo;
 use crate::node::drain::PodKey;
@@ -79,6 +80,9 @@ pub enum RebootAction {
     /// Record on the node which occurrence of its conditions this reboot handles
     /// ([`CONDITION_HANDLED`]).
     MarkConditions(String),
+    /// Set the node's before-reboot labels: it was taken, and waits out the drain's delay
+    /// before its cordon (which sets them too).
+    Label,
     /// Cordon the node (it was schedulable).
     Cordon,
     /// Record on the node that its cordon is the policy's: one kured made, kured being gone.
@@ -144,9 +148,24 @@ impl NodeSteps {
     }
 
     /// `node` starts draining in `state`: cordoned unless it is, its pods evicted, told in a
-    /// `Draining` event saying `why`.
-    pub(super) fn begin_drain(&mut self, node: &NodeInfo, state: RebootState, why: String) {
+    /// `Draining` event saying `why`. With a `delay`, only its before-reboot labels are set now;
+    /// the cordon and the drain wait until the delay has passed ([`delayed_drain`]).
+    pub(super) fn begin_drain(
+        &mut self,
+        node: &NodeInfo,
+        state: RebootState,
+        why: String,
+        delay: Duration,
+    ) {
         let name = &node.name;
+        if !delay.is_zero() {
+            self.act(name, RebootAction::Label);
+            let after = GoDuration::from_std(delay);
+            self.event(name, false, "Draining", format!("{why} in {after}"));
+            self.keep(name, state, delayed_drain(delay));
+            self.recheck(delay);
+            return;
+        }
         if !node.unschedulable {
             self.act(name, RebootAction::Cordon);
         }
@@ -176,6 +195,12 @@ impl NodeSteps {
             },
         );
     }
+}
+
+/// What a node taken waits for until its drain starts.
+pub(super) fn delayed_drain(left: Duration) -> String {
+    let left = GoDuration::from_std(Duration::from_secs(left.as_secs().max(1)));
+    format!("cordoning and draining in {left} (spec.drain.delay)")
 }
 
 pub(super) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {

@@ -53,6 +53,7 @@ fn settings(concurrency: usize) -> PolicySettings {
         concurrency,
         paused: false,
         window_closed: None,
+        drain_delay: Duration::ZERO,
         drain_timeout: Some(Duration::from_secs(600)),
         on_drain_timeout: OnDrainTimeout::Fail,
         handoff: HandoffPolicy {
@@ -645,6 +646,114 @@ fn a_node_that_never_comes_back_fails_holding_its_slot_and_may_recover() {
         actions_of(&d, "a")[..],
         [RebootAction::Finish { .. }]
     ));
+}
+
+/// A drain with nothing left to evict.
+fn nothing_to_evict(n: &NodeInfo) -> NodeView<'_> {
+    let mut v = view(n);
+    v.drain = Some(DrainView {
+        remaining: 0,
+        waiting_for: vec![],
+        to_evict: vec![],
+        to_delete: vec![],
+        volumes_only: false,
+    });
+    v
+}
+
+#[test]
+fn a_drain_delay_sets_the_labels_first_then_cordons_and_drains_once_it_passed() {
+    let s = PolicySettings {
+        drain_delay: Duration::from_secs(300),
+        ..settings(1)
+    };
+    let n = asking("a");
+    let d = run(&s, &BTreeMap::new(), &[view(&n)], at(0));
+    assert_eq!(started(&d), vec!["a"]);
+    assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Label]);
+    assert_eq!(reasons_of(&d, "a"), vec!["Draining"]);
+    let said = |d: &NodeSteps| d.nodes[0].message.clone().unwrap_or_default();
+    assert_eq!(
+        said(&d),
+        "cordoning and draining in 5m0s (spec.drain.delay)"
+    );
+    assert_eq!(d.recheck, Some(Duration::from_secs(300)));
+    assert_eq!(d.rebooting, 1, "the node holds its slot while it waits");
+    // Nothing to evict does not end the wait: nothing happens to the node before its time.
+    let v = nothing_to_evict(&n);
+    let mid = run(&s, &d.states, std::slice::from_ref(&v), at(120));
+    assert!(actions_of(&mid, "a").is_empty(), "{:?}", mid.actions);
+    assert!(matches!(mid.states["a"], RebootState::Draining { .. }));
+    assert_eq!(
+        said(&mid),
+        "cordoning and draining in 3m0s (spec.drain.delay)"
+    );
+    assert_eq!(mid.recheck, Some(Duration::from_secs(180)));
+    // Its time: cordoned, and (nothing left to evict) told to reboot.
+    let due = run(&s, &d.states, &[v], at(300));
+    let actions = actions_of(&due, "a");
+    assert_eq!(actions.first(), Some(&&RebootAction::Cordon), "{actions:?}");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RebootAction::Reboot { .. })),
+        "{actions:?}"
+    );
+    assert!(matches!(due.states["a"], RebootState::Rebooting { .. }));
+}
+
+#[test]
+fn a_drains_timeout_counts_from_the_end_of_its_delay() {
+    let s = PolicySettings {
+        drain_delay: Duration::from_secs(300),
+        ..settings(1)
+    };
+    let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
+    let mut n = asking("a");
+    n.unschedulable = true;
+    let mut v = view(&n);
+    v.drain = Some(DrainView {
+        remaining: 1,
+        waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
+        to_evict: vec![],
+        to_delete: vec![],
+        volumes_only: false,
+    });
+    // 600 s after the node was taken, 300 s into the drain of 600: evicting still.
+    let d = run(&s, &states, std::slice::from_ref(&v), at(600));
+    assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
+    let d = run(&s, &states, &[v], at(900));
+    assert_eq!(d.nodes[0].reason.as_deref(), Some(DRAIN_TIMED_OUT));
+}
+
+#[test]
+fn a_drain_delay_must_be_a_positive_duration() {
+    use crate::reboot_policy::api::{RebootDrain, RebootPolicySpec};
+    for delay in ["soon", "-5m", "0s"] {
+        let spec = RebootPolicySpec {
+            drain: Some(RebootDrain {
+                delay: Some(delay.into()),
+                ..RebootDrain::default()
+            }),
+            ..RebootPolicySpec::default()
+        };
+        let e = read_spec(&spec, "img").expect_err(delay);
+        assert!(e.starts_with("spec.drain.delay must be"), "{e}");
+    }
+    let cordon_only = RebootPolicySpec {
+        drain: Some(RebootDrain {
+            enabled: Some(false),
+            delay: Some("90s".into()),
+            ..RebootDrain::default()
+        }),
+        ..RebootPolicySpec::default()
+    };
+    let spec = read_spec(&cordon_only, "img").expect("valid");
+    assert_eq!(
+        spec.drain_delay,
+        Duration::from_secs(90),
+        "before a cordon too"
+    );
 }
 
 #[test]
