@@ -146,3 +146,70 @@ fn every_metric_family_is_in_the_operating_page() {
         "docs/operating.md does not name {missing:?}"
     );
 }
+
+/// Every flag of kured 1.23.0 (`cmd/kured/main.go` at commit 51220cc, the version
+/// docs/reboots.md and docs/migrating.md describe).
+const KURED_FLAGS: [&str; 43] = [
+    "alert-filter-match-only",
+    "alert-filter-regexp",
+    "alert-firing-only",
+    "annotate-nodes",
+    "blocking-pod-selector",
+    "concurrency",
+    "drain-delay",
+    "drain-grace-period",
+    "drain-pod-selector",
+    "drain-timeout",
+    "ds-name",
+    "ds-namespace",
+    "end-time",
+    "force-reboot",
+    "lock-annotation",
+    "lock-release-delay",
+    "lock-ttl",
+    "log-format",
+    "message-template-drain",
+    "message-template-reboot",
+    "message-template-uncordon",
+    "metrics-host",
+    "metrics-port",
+    "node-id",
+    "notify-url",
+    "period",
+    "post-reboot-node-labels",
+    "pre-reboot-node-labels",
+    "prefer-no-schedule-taint",
+    "prometheus-url",
+    "reboot-command",
+    "reboot-days",
+    "reboot-delay",
+    "reboot-method",
+    "reboot-sentinel",
+    "reboot-sentinel-command",
+    "reboot-signal",
+    "skip-wait-for-delete-timeout",
+    "slack-channel",
+    "slack-hook-url",
+    "slack-username",
+    "start-time",
+    "time-zone",
+];
+
+/// A kured user switching reads one table for every flag they set: each of kured's flags has a
+/// row in docs/reboots.md's "Replacing kured", saying what it becomes (or that it is not offered,
+/// and why).
+#[test]
+fn every_kured_flag_has_a_row_in_the_replacing_kured_table() {
+    let page = read(&repo().join("docs/reboots.md"));
+    let start = page.find("### Replacing kured").expect("the section");
+    let section = &page[start..];
+    let end = section[4..].find("\n### ").map_or(section.len(), |i| i + 4);
+    let rows: Vec<&str> = (section[..end].lines())
+        .filter(|l| l.starts_with("| "))
+        .map(|l| l.split(" | ").next().unwrap_or_default())
+        .collect();
+    let missing: Vec<&str> = (KURED_FLAGS.iter().copied())
+        .filter(|f| !rows.iter().any(|r| r.contains(&format!("`--{f}`"))))
+        .collect();
+    assert!(missing.is_empty(), "kured flags with no row: {missing:?}");
+}
