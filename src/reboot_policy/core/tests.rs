@@ -99,6 +99,19 @@ fn view(n: &NodeInfo) -> NodeView<'_> {
     NodeView::bare(n)
 }
 
+/// `n` with `remaining` pods left to drain, waiting for what `waiting_for` says.
+fn left_to_drain<'a>(n: &'a NodeInfo, remaining: usize, waiting_for: &[&str]) -> NodeView<'a> {
+    let mut v = view(n);
+    v.drain = Some(DrainView {
+        remaining,
+        waiting_for: waiting_for.iter().map(|w| w.to_string()).collect(),
+        to_evict: vec![],
+        to_delete: vec![],
+        volumes_only: false,
+    });
+    v
+}
+
 fn run(
     s: &PolicySettings,
     states: &BTreeMap<String, RebootState>,
@@ -483,14 +496,11 @@ fn a_drain_finishes_then_the_node_is_told_to_reboot_until_it_does() {
     let mut n = asking("a");
     n.unschedulable = true;
     let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
-    let mut v = view(&n);
-    v.drain = Some(DrainView {
-        remaining: 2,
-        waiting_for: vec!["shop/web-1: PodDisruptionBudget shop/web allows no disruption".into()],
-        to_evict: vec![],
-        to_delete: vec![],
-        volumes_only: false,
-    });
+    let mut v = left_to_drain(
+        &n,
+        2,
+        &["shop/web-1: PodDisruptionBudget shop/web allows no disruption"],
+    );
     let d = run(&settings(1), &states, &[v.clone()], at(30));
     assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
     assert!(reasons_of(&d, "a").is_empty(), "not drained yet");
@@ -648,19 +658,6 @@ fn a_node_that_never_comes_back_fails_holding_its_slot_and_may_recover() {
     ));
 }
 
-/// A drain with nothing left to evict.
-fn nothing_to_evict(n: &NodeInfo) -> NodeView<'_> {
-    let mut v = view(n);
-    v.drain = Some(DrainView {
-        remaining: 0,
-        waiting_for: vec![],
-        to_evict: vec![],
-        to_delete: vec![],
-        volumes_only: false,
-    });
-    v
-}
-
 #[test]
 fn a_drain_delay_sets_the_labels_first_then_cordons_and_drains_once_it_passed() {
     let s = PolicySettings {
@@ -680,7 +677,7 @@ fn a_drain_delay_sets_the_labels_first_then_cordons_and_drains_once_it_passed() 
     assert_eq!(d.recheck, Some(Duration::from_secs(300)));
     assert_eq!(d.rebooting, 1, "the node holds its slot while it waits");
     // Nothing to evict does not end the wait: nothing happens to the node before its time.
-    let v = nothing_to_evict(&n);
+    let v = left_to_drain(&n, 0, &[]);
     let mid = run(&s, &d.states, std::slice::from_ref(&v), at(120));
     assert!(actions_of(&mid, "a").is_empty(), "{:?}", mid.actions);
     assert!(matches!(mid.states["a"], RebootState::Draining { .. }));
@@ -711,14 +708,11 @@ fn a_drains_timeout_counts_from_the_end_of_its_delay() {
     let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
     let mut n = asking("a");
     n.unschedulable = true;
-    let mut v = view(&n);
-    v.drain = Some(DrainView {
-        remaining: 1,
-        waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
-        to_evict: vec![],
-        to_delete: vec![],
-        volumes_only: false,
-    });
+    let v = left_to_drain(
+        &n,
+        1,
+        &["db/primary: PodDisruptionBudget db/pdb allows no disruption"],
+    );
     // 600 s after the node was taken, 300 s into the drain of 600: evicting still.
     let d = run(&s, &states, std::slice::from_ref(&v), at(600));
     assert_eq!(actions_of(&d, "a"), vec![&RebootAction::Drain]);
@@ -760,15 +754,12 @@ fn a_drain_delay_must_be_a_positive_duration() {
 fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
     let states = BTreeMap::from([("a".to_string(), draining("a", t(T0)))]);
     let n = asking("a");
-    let mut v = view(&n);
-    v.drain = Some(DrainView {
-        remaining: 1,
-        waiting_for: vec!["db/primary: PodDisruptionBudget db/pdb allows no disruption".into()],
-        to_evict: vec![],
-        to_delete: vec![],
-        volumes_only: false,
-    });
-    let d = run(&settings(1), &states, &[v.clone()], at(600));
+    let v = left_to_drain(
+        &n,
+        1,
+        &["db/primary: PodDisruptionBudget db/pdb allows no disruption"],
+    );
+    let d = run(&settings(1), &states, std::slice::from_ref(&v), at(600));
     assert_eq!(
         actions_of(&d, "a"),
         vec![&RebootAction::Finish {
@@ -786,7 +777,7 @@ fn a_drain_that_times_out_gives_the_node_back_and_retries_later() {
             .contains("db/primary")
     );
     assert_eq!(d.rebooting, 0, "a failed drain frees its slot");
-    let later = run(&settings(1), &d.states, &[v.clone()], at(700));
+    let later = run(&settings(1), &d.states, std::slice::from_ref(&v), at(700));
     assert!(matches!(later.states["a"], RebootState::DrainFailed { .. }));
     let retry = run(
         &settings(1),
