@@ -566,8 +566,16 @@ fn rendered_job(node: &str) -> Result<Job> {
         }}
     }))?);
     let config = slipway::plan::core::config::JobConfig::default();
-    let mut job =
-        slipway::plan::core::job::render_job(&plan, &info, "system-upgrade-controller", &config)?;
+    let settings =
+        slipway::plan::core::settings::PlanSettings::read(&plan, &BTreeMap::new(), &config)
+            .map_err(anyhow::Error::msg)?;
+    let mut job = slipway::plan::core::job::render_job(
+        &plan,
+        &settings,
+        &info,
+        "system-upgrade-controller",
+        &config,
+    )?;
     job.metadata.name = Some(format!("ideal-{node}"));
     job.metadata.owner_references = None;
     let job_labels = job.metadata.labels.get_or_insert_default();

@@ -13,6 +13,7 @@ use slipway::plan::core::config::JobConfig;
 use slipway::plan::core::hash::plan_latest_hash;
 use slipway::plan::core::job::{compute_pod_template_hash, pod_template_hash, render_job};
 use slipway::plan::core::selection::select_concurrent_nodes;
+use slipway::plan::core::settings::PlanSettings;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -56,8 +57,11 @@ fn k3os_node() -> NodeInfo {
 #[test]
 fn k3os_example_renders_the_committed_job() {
     let plan = k3os_plan();
+    let settings =
+        PlanSettings::read(&plan, &BTreeMap::new(), &JobConfig::default()).expect("valid");
     let job = render_job(
         &plan,
+        &settings,
         &k3os_node(),
         "system-upgrade-controller",
         &JobConfig::default(),

@@ -117,13 +117,19 @@ impl<'a> Facts<'a> {
 
     /// The node's Job as the Plan renders it now, rendered once per decision.
     pub(super) fn render(&mut self, node: &NodeInfo) -> Result<&Job, String> {
-        let input = self.input;
+        let (input, settings) = (self.input, self.settings);
         let plan = &self.rendered_from;
         self.rendered
             .entry(node.name.clone())
             .or_insert_with(|| {
-                job::render_job(plan, node, input.controller_name, input.job_config)
-                    .map_err(|e| e.to_string())
+                job::render_job(
+                    plan,
+                    settings,
+                    node,
+                    input.controller_name,
+                    input.job_config,
+                )
+                .map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(Clone::clone)

@@ -220,7 +220,6 @@ mod tests {
     use super::*;
     use crate::plan::api::{DrainSpec, labels};
     use crate::plan::core::job::fixtures::*;
-    use crate::plan::core::job::render_job;
 
     // --- SUC's container_test.go ---
 
@@ -469,7 +468,7 @@ mod tests {
         p.spec.cordon = Some(true);
         let mut n = node("node-1.example.com");
         n.labels.insert(labels::HOSTNAME.into(), "NODE-1".into());
-        let job = render_job(&p, &n, "c", &JobConfig::default()).expect("renders");
+        let job = render_on(&p, &n, &JobConfig::default()).expect("renders");
         assert_eq!(
             args(container(&job, "cordon")),
             vec!["cordon", "node-1.example.com"]
@@ -509,7 +508,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let job = render_job(&p, &windows_node(), "c", &config).expect("renders");
+        let job = render_on(&p, &windows_node(), &config).expect("renders");
         assert_eq!(
             container(&job, "drain").image.as_deref(),
             Some("example.com/kubectl-windows:v1")
@@ -527,7 +526,7 @@ mod tests {
         p.spec.upgrade.security_context = Some(own.clone());
         p.spec.drain = None;
         p.spec.cordon = Some(true);
-        let job = render_job(&p, &windows_node(), "c", &config).expect("renders");
+        let job = render_on(&p, &windows_node(), &config).expect("renders");
         assert_eq!(container(&job, "upgrade").security_context, Some(own));
         assert_eq!(container(&job, "cordon").security_context, host_process);
         assert_eq!(

@@ -3,12 +3,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Secret};
+use kube::api::ObjectMeta;
 
-use super::render_job;
+use super::{RenderError, render_job};
 use crate::node::NodeInfo;
 use crate::plan::api::{Plan, PlanStatus, labels};
 use crate::plan::core::config::JobConfig;
+use crate::plan::core::settings::PlanSettings;
 
 pub(super) const HASH: &str = "a71d41ca3e2c6b5a1d92efcb9449397b0115d7e83e52a5c0055c484e";
 pub(super) const VERSION: &str = "v1.30.1-k3s1";
@@ -49,18 +51,42 @@ pub(super) fn windows_node() -> NodeInfo {
     n
 }
 
+/// The Plan's settings as the controller reads them, every Secret it names present.
+pub(super) fn settings_of<'a>(p: &'a Plan, config: &JobConfig) -> PlanSettings<'a> {
+    let secrets = (p.spec.secrets.iter().flatten())
+        .map(|s| {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(s.name.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            (s.name.clone(), secret)
+        })
+        .collect();
+    PlanSettings::read(p, &secrets, config).expect("a valid test plan")
+}
+
+/// The Job of `p` on `n`, for the controller `c`.
+pub(super) fn render_on(p: &Plan, n: &NodeInfo, config: &JobConfig) -> Result<Job, RenderError> {
+    render_job(p, &settings_of(p, config), n, "c", config)
+}
+
 pub(super) fn render(p: &Plan) -> Job {
-    render_job(
-        p,
-        &node("node-1"),
-        "system-upgrade-controller",
-        &JobConfig::default(),
-    )
-    .expect("renders")
+    render_with(p, &JobConfig::default())
 }
 
 pub(super) fn render_with(p: &Plan, config: &JobConfig) -> Job {
-    render_job(p, &node("node-1"), "system-upgrade-controller", config).expect("renders")
+    let settings = settings_of(p, config);
+    render_job(
+        p,
+        &settings,
+        &node("node-1"),
+        "system-upgrade-controller",
+        config,
+    )
+    .expect("renders")
 }
 
 pub(super) fn pod(job: &Job) -> &PodSpec {

@@ -31,6 +31,7 @@ use crate::common::selector::SelectionError;
 use crate::node::NodeInfo;
 use crate::plan::api::{Plan, labels};
 use crate::plan::core::config::JobConfig;
+use crate::plan::core::settings::PlanSettings;
 
 pub use drain::{drain_args, drain_timeout_exceeds_deadline};
 pub use metadata::{POD_TEMPLATE_HASH_ANNOTATION, compute_pod_template_hash, pod_template_hash};
@@ -59,17 +60,16 @@ pub enum RenderError {
     /// version); no Job can run it.
     #[error("spec.{0}.image is empty: a Job needs an image")]
     EmptyImage(&'static str),
-    #[error("spec.postCompleteDelay {0:?} is not a duration")]
-    InvalidPostCompleteDelay(String),
     #[error("spec.drain.podSelector: {0}")]
     DrainPodSelector(#[from] SelectionError),
     #[error("cannot encode the pod template: {0}")]
     Encode(String),
 }
 
-/// What a Job is for: the Plan's identity and resolved version, and the node.
+/// What a Job is for: the Plan's identity, settings and resolved version, and the node.
 struct Target<'a> {
     plan: &'a Plan,
+    settings: &'a PlanSettings<'a>,
     plan_name: &'a str,
     plan_uid: &'a str,
     latest_version: &'a str,
@@ -81,6 +81,7 @@ struct Target<'a> {
 impl<'a> Target<'a> {
     fn read(
         plan: &'a Plan,
+        settings: &'a PlanSettings<'a>,
         node: &'a NodeInfo,
         config: &JobConfig,
     ) -> Result<Target<'a>, RenderError> {
@@ -120,6 +121,7 @@ impl<'a> Target<'a> {
         }
         Ok(Target {
             plan,
+            settings,
             plan_name,
             plan_uid,
             latest_version,
@@ -130,15 +132,17 @@ impl<'a> Target<'a> {
     }
 }
 
-/// The Job that upgrades `node` to `plan.status.latestVersion`.
+/// The Job that upgrades `node` to `plan.status.latestVersion`: the Plan's containers and volumes
+/// copied from its spec, its durations and reboot from `settings` (the spec as read and checked).
 pub fn render_job(
     plan: &Plan,
+    settings: &PlanSettings<'_>,
     node: &NodeInfo,
     controller_name: &str,
     config: &JobConfig,
 ) -> Result<Job, RenderError> {
-    let target = Target::read(plan, node, config)?;
-    let ttl = job_ttl(plan, config)?;
+    let target = Target::read(plan, settings, node, config)?;
+    let ttl = job_ttl(settings, config);
     let job_labels = job_labels(&target, controller_name);
     let plan_annotations = plan_annotations(plan);
     let name = job_name(target.plan_name, &node.name, target.latest_hash);
@@ -208,8 +212,8 @@ mod tests {
 
     #[test]
     fn windows_nodes_need_the_windows_kubectl_image() {
-        let err = render_job(&basic(), &windows_node(), "c", &JobConfig::default())
-            .expect_err("no image");
+        let err =
+            render_on(&basic(), &windows_node(), &JobConfig::default()).expect_err("no image");
         assert_eq!(err, RenderError::MissingWindowsKubectlImage);
         assert_eq!(
             err.to_string(),
@@ -223,8 +227,8 @@ mod tests {
             ("upgrade:\n  image: ''\n", "upgrade"),
             ("upgrade:\n  image: u\nprepare:\n  image: ''\n", "prepare"),
         ] {
-            let err = render_job(&plan(spec), &node("n1"), "c", &JobConfig::default())
-                .expect_err("no image");
+            let err =
+                render_on(&plan(spec), &node("n1"), &JobConfig::default()).expect_err("no image");
             assert_eq!(err, RenderError::EmptyImage(field));
             assert_eq!(
                 err.to_string(),
@@ -325,10 +329,14 @@ mod tests {
     fn an_unresolved_plan_cannot_be_rendered() {
         let n = node("n");
         let c = JobConfig::default();
+        // The settings of a valid Plan: one without a name has none.
+        let valid = basic();
+        let settings = settings_of(&valid, &c);
+        let render_on = |p: &Plan, n: &NodeInfo, c: &JobConfig| render_job(p, &settings, n, "c", c);
         let mut p = basic();
         p.status = None;
         assert_eq!(
-            render_job(&p, &n, "c", &c),
+            render_on(&p, &n, &c),
             Err(RenderError::MissingLatestVersion("k3s-server".into()))
         );
         p.status = Some(PlanStatus {
@@ -337,16 +345,16 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            render_job(&p, &n, "c", &c),
+            render_on(&p, &n, &c),
             Err(RenderError::MissingLatestHash("k3s-server".into()))
         );
         let mut p = basic();
         p.metadata.uid = None;
         assert_eq!(
-            render_job(&p, &n, "c", &c),
+            render_on(&p, &n, &c),
             Err(RenderError::MissingUid("k3s-server".into()))
         );
         p.metadata.name = None;
-        assert_eq!(render_job(&p, &n, "c", &c), Err(RenderError::MissingName));
+        assert_eq!(render_on(&p, &n, &c), Err(RenderError::MissingName));
     }
 }

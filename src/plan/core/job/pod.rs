@@ -31,10 +31,10 @@ pub(super) fn pod_spec(
     let mut volumes = pod_volumes(t.plan);
     // With `spec.reboot`, the upgrade becomes the last init container and the only main container
     // writes the sentinel, so the sentinel exists only if every step before it succeeded.
-    let containers = match reboot::settings(t.plan, config) {
+    let containers = match &t.settings.reboot {
         Some(policy) if !t.windows => {
             init.push(upgrade);
-            volumes.push(reboot::sentinel_volume(&policy));
+            volumes.push(reboot::sentinel_volume(policy));
             vec![Container {
                 name: reboot::SENTINEL_NAME.to_string(),
                 image: Some(policy.image.clone()),
@@ -115,7 +115,6 @@ mod tests {
     use super::*;
     use crate::common::naming::job_name;
     use crate::plan::core::job::fixtures::*;
-    use crate::plan::core::job::render_job;
     use k8s_openapi::api::batch::v1::Job;
 
     fn anti_affinity(job: &Job) -> (String, Vec<String>, String) {
@@ -208,7 +207,7 @@ mod tests {
         let mut n = node("node-1.example.com");
         n.labels
             .insert(labels::HOSTNAME.into(), "Node-1-Host".into());
-        let job = render_job(&p, &n, "c", &JobConfig::default()).expect("renders");
+        let job = render_on(&p, &n, &JobConfig::default()).expect("renders");
         let required = pod(&job)
             .affinity
             .as_ref()
@@ -249,7 +248,7 @@ mod tests {
         // Without a hostname label the node name is used.
         let mut bare = node("bare");
         bare.labels.clear();
-        let job = render_job(&p, &bare, "c", &JobConfig::default()).expect("renders");
+        let job = render_on(&p, &bare, &JobConfig::default()).expect("renders");
         let values = pod(&job)
             .affinity
             .as_ref()

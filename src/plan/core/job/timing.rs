@@ -2,29 +2,27 @@
 //! so that a finished Job outlives what the controller still waits for (`postCompleteDelay`, a
 //! reboot and its health gate).
 
-use crate::common::duration::GoDuration;
-use crate::plan::api::Plan;
-use crate::plan::core::config::JobConfig;
-use crate::plan::core::reboot;
+use std::time::Duration;
 
-use super::RenderError;
+use crate::plan::core::config::JobConfig;
+use crate::plan::core::settings::PlanSettings;
 
 /// `ttlSecondsAfterFinished`: SUC's rule, raised so that a rebooting node's completed Job
 /// outlives the reboot and the health gate.
-pub(super) fn job_ttl(plan: &Plan, config: &JobConfig) -> Result<i32, RenderError> {
+pub(super) fn job_ttl(settings: &PlanSettings<'_>, config: &JobConfig) -> i32 {
     let ttl = ttl_seconds_after_finished(
         config.ttl_seconds_after_finished,
-        plan.spec.post_complete_delay.as_deref(),
-    )?;
-    let Some(policy) = reboot::settings(plan, config) else {
-        return Ok(ttl);
+        settings.post_complete_delay,
+    );
+    let Some(policy) = &settings.reboot else {
+        return ttl;
     };
     let gate = policy
         .health_gate
         .as_ref()
         .map_or(0, |g| g.timeout.as_secs());
     let needed = policy.timeout.as_secs() + gate + 60;
-    Ok(ttl.max(i32::try_from(needed).unwrap_or(i32::MAX)))
+    ttl.max(i32::try_from(needed).unwrap_or(i32::MAX))
 }
 
 /// `jobActiveDeadlineSecs`: >0 as is, 0 for no deadline, negative or unset for the controller
@@ -46,24 +44,14 @@ pub fn active_deadline_seconds(plan_value: Option<i64>, config: &JobConfig) -> O
 
 /// The Job TTL: the configured one, raised to `postCompleteDelay + 1m` (whole seconds, truncated)
 /// so that the finished Job outlives the delay the controller waits for.
-fn ttl_seconds_after_finished(
-    config_ttl: i32,
-    post_complete_delay: Option<&str>,
-) -> Result<i32, RenderError> {
-    let Some(delay) = post_complete_delay else {
-        return Ok(config_ttl);
-    };
-    let delay: GoDuration = delay
-        .parse()
-        .map_err(|_| RenderError::InvalidPostCompleteDelay(delay.to_string()))?;
-    let wanted_nanos = i128::from(delay.nanos) + 60_000_000_000;
-    if i128::from(config_ttl) * 1_000_000_000 < wanted_nanos {
-        // Go converts the float seconds to int32; clamp where Go's result is undefined.
-        let secs = wanted_nanos / 1_000_000_000;
-        Ok(i32::try_from(secs).unwrap_or(i32::MAX))
-    } else {
-        Ok(config_ttl)
+fn ttl_seconds_after_finished(config_ttl: i32, post_complete_delay: Duration) -> i32 {
+    let wanted_nanos = post_complete_delay.as_nanos() + 60_000_000_000;
+    let config_nanos = i128::from(config_ttl) * 1_000_000_000;
+    if u128::try_from(config_nanos).is_ok_and(|c| c >= wanted_nanos) {
+        return config_ttl;
     }
+    // Go converts the float seconds to int32; clamp where Go's result is undefined.
+    i32::try_from(wanted_nanos / 1_000_000_000).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
@@ -71,7 +59,6 @@ mod tests {
     use super::*;
     use crate::plan::api::labels;
     use crate::plan::core::job::fixtures::*;
-    use crate::plan::core::job::render_job;
     use k8s_openapi::api::batch::v1::Job;
 
     fn deadline(job: &Job) -> Option<i64> {
@@ -158,15 +145,18 @@ mod tests {
         assert_eq!(ttl(Some("14m0.5s")), Some(900));
         assert_eq!(ttl(Some("14m1.5s")), Some(901));
         assert_eq!(ttl(Some("20m")), Some(1260));
-        assert_eq!(ttl(Some("-30s")), Some(900));
         assert_eq!(ttl(Some("100000h")), Some(360_000_060));
         assert_eq!(ttl(Some("1000000h")), Some(i32::MAX));
+        // A configured TTL below zero is raised too, as in SUC.
+        assert_eq!(ttl_seconds_after_finished(-5, Duration::ZERO), 60);
+    }
 
-        let mut p = basic();
-        p.spec.post_complete_delay = Some("soon".into());
-        assert_eq!(
-            render_job(&p, &node("n"), "c", &JobConfig::default()),
-            Err(RenderError::InvalidPostCompleteDelay("soon".into()))
+    #[test]
+    fn a_reboot_raises_the_ttl_past_its_timeout_and_health_gate() {
+        let p = plan(
+            "upgrade:\n  image: u\nreboot:\n  timeout: 30m\n  healthGate:\n    podSelector: {}\n    timeout: 5m\n",
         );
+        let ttl = render(&p).spec.and_then(|s| s.ttl_seconds_after_finished);
+        assert_eq!(ttl, Some(30 * 60 + 5 * 60 + 60));
     }
 }
