@@ -1,10 +1,8 @@
 //! The arguments of the kubectl container that drains the node, flags in SUC's order, and the
 //! check SUC warns with when a drain may outlast its Job.
 
-use k8s_openapi::api::batch::v1::Job;
-
 use crate::common::duration::GoDuration;
-use crate::plan::api::{DrainSpec, DrainTimeout, Plan};
+use crate::plan::api::{DrainSpec, DrainTimeout, PlanSpec};
 use crate::plan::core::selection::drain_pod_selector;
 
 use super::RenderError;
@@ -47,19 +45,19 @@ pub fn drain_args(node_name: &str, drain: &DrainSpec) -> Result<Vec<String>, Ren
     Ok(args)
 }
 
-/// Whether the drain timeout is longer than the Job may run (SUC logs a warning for this).
-pub fn drain_timeout_exceeds_deadline(plan: &Plan, job: &Job) -> bool {
-    let timeout = plan.spec.drain.as_ref().and_then(|d| d.timeout.as_ref());
-    let deadline = job.spec.as_ref().and_then(|s| s.active_deadline_seconds);
-    let (Some(timeout), Some(deadline)) = (timeout, deadline) else {
-        return false;
-    };
+/// The drain's timeout in whole seconds, when it is longer than the deadline the Plan itself gives
+/// its Job (`jobActiveDeadlineSecs` above 0): the Job would be stopped mid-drain. SUC logs a
+/// warning for this when it renders the Job; `slipway validate` warns before the Plan is applied.
+pub fn drain_outlasts_deadline(spec: &PlanSpec) -> Option<(i128, i64)> {
+    let timeout = spec.drain.as_ref().and_then(|d| d.timeout.as_ref())?;
+    let deadline = spec.job_active_deadline_secs.filter(|d| *d > 0)?;
     let nanos = match timeout {
         DrainTimeout::Nanoseconds(n) => *n,
         // An unparseable string counts as zero, as in SUC.
         DrainTimeout::Text(s) => s.parse::<GoDuration>().map(|d| d.nanos).unwrap_or(0),
     };
-    i128::from(nanos / 1_000_000) > i128::from(deadline) * 1000
+    let millis = i128::from(nanos / 1_000_000);
+    (millis > i128::from(deadline) * 1000).then_some((millis / 1000, deadline))
 }
 
 #[cfg(test)]
@@ -225,14 +223,22 @@ mod tests {
                 timeout: Some(timeout),
                 ..Default::default()
             });
-            let job = render(&p);
-            drain_timeout_exceeds_deadline(&p, &job)
+            drain_outlasts_deadline(&p.spec)
         };
-        assert!(check(DrainTimeout::Text("11m".into()), None));
-        assert!(!check(DrainTimeout::Text("10m".into()), None));
-        assert!(check(DrainTimeout::Nanoseconds(601_000_000_000), Some(600)));
-        assert!(!check(DrainTimeout::Text("1h".into()), Some(0)));
-        assert!(!check(DrainTimeout::Text("bogus".into()), Some(1)));
-        assert!(!drain_timeout_exceeds_deadline(&basic(), &render(&basic())));
+        assert_eq!(
+            check(DrainTimeout::Text("11m".into()), Some(600)),
+            Some((660, 600))
+        );
+        assert_eq!(check(DrainTimeout::Text("10m".into()), Some(600)), None);
+        assert_eq!(
+            check(DrainTimeout::Nanoseconds(601_000_000_000), Some(600)),
+            Some((601, 600))
+        );
+        // No deadline of the Plan's own (unset, 0: none, below 0: the controller's).
+        assert_eq!(check(DrainTimeout::Text("11m".into()), None), None);
+        assert_eq!(check(DrainTimeout::Text("1h".into()), Some(0)), None);
+        assert_eq!(check(DrainTimeout::Text("1h".into()), Some(-1)), None);
+        assert_eq!(check(DrainTimeout::Text("bogus".into()), Some(1)), None);
+        assert_eq!(drain_outlasts_deadline(&basic().spec), None);
     }
 }

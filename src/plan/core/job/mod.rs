@@ -33,7 +33,7 @@ use crate::plan::api::{Plan, labels};
 use crate::plan::core::config::JobConfig;
 use crate::plan::core::settings::PlanSettings;
 
-pub use drain::{drain_args, drain_timeout_exceeds_deadline};
+pub use drain::{drain_args, drain_outlasts_deadline};
 pub use metadata::{POD_TEMPLATE_HASH_ANNOTATION, compute_pod_template_hash, pod_template_hash};
 pub use timing::active_deadline_seconds;
 pub use volumes::secret_mount_path;

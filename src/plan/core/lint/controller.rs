@@ -73,6 +73,15 @@ pub(super) fn controller_checks(
         );
     }
     image_checks(plan, version, push);
+    if let Some((timeout, deadline)) = crate::plan::core::job::drain_outlasts_deadline(spec) {
+        push(
+            Severity::Warning,
+            &["spec", "drain", "timeout"],
+            format!(
+                "{timeout}s is longer than spec.jobActiveDeadlineSecs ({deadline}s): the Job is stopped before its drain gives up"
+            ),
+        );
+    }
 
     if let Some(w) = &spec.window
         && let Ok(window) = TimeWindow::new(w)
@@ -209,6 +218,26 @@ mod tests {
             "{PLAN}  secrets:\n  - name: s\n    path: /s\n{secret}"
         ));
         assert_eq!(f, vec![]);
+    }
+
+    #[test]
+    fn a_drain_longer_than_the_plans_deadline_is_a_warning_on_its_timeout() {
+        let f = findings(&format!(
+            "{PLAN}  jobActiveDeadlineSecs: 300\n  drain:\n    timeout: 10m\n"
+        ));
+        let got: Vec<(Severity, &str, &str)> = (f.iter())
+            .map(|f| (f.severity, f.field.as_str(), f.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(
+                Severity::Warning,
+                "spec.drain.timeout",
+                "600s is longer than spec.jobActiveDeadlineSecs (300s): the Job is stopped before its drain gives up"
+            )]
+        );
+        let within = format!("{PLAN}  jobActiveDeadlineSecs: 900\n  drain:\n    timeout: 10m\n");
+        assert_eq!(findings(&within), vec![]);
     }
 
     #[test]
