@@ -102,7 +102,7 @@ impl<'a> Facts<'a> {
 
     /// Whether a node is about to start: a slot is free and a free node has not stepped yet.
     pub(super) fn starting(&self, free: &[&NodeInfo], steps: &Steps<'_>) -> bool {
-        holding(steps) < self.settings.slots()
+        slots_taken(steps) < self.settings.slots()
             && free.iter().any(|n| !steps.contains_key(n.name.as_str()))
     }
 
@@ -192,7 +192,7 @@ impl<'a> Facts<'a> {
 }
 
 /// How many of the nodes hold a slot.
-pub(super) fn holding(steps: &Steps<'_>) -> usize {
+pub(super) fn slots_taken(steps: &Steps<'_>) -> usize {
     steps.values().filter(|(_, s, _)| s.holds_slot()).count()
 }
 

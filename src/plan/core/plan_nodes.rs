@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::Timestamp;
 
-use super::facts::{Facts, Steps, holding};
+use super::facts::{Facts, Steps, slots_taken};
 use super::gates::{Gates, Situation};
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
@@ -263,7 +263,7 @@ fn fill_slots<'a>(
     let mut refused = Vec::new();
     if budget.is_limited() {
         // Refused nodes are passed over: walk the order until the slots are full.
-        let free = concurrency.saturating_sub(holding(steps));
+        let free = concurrency.saturating_sub(slots_taken(steps));
         if free == 0 {
             return refused;
         }
@@ -271,7 +271,7 @@ fn fill_slots<'a>(
             .filter(|n| !steps.contains_key(n.name.as_str()))
             .collect();
         for node in budgeted_order(facts, free, fresh) {
-            if holding(steps) >= concurrency {
+            if slots_taken(steps) >= concurrency {
                 break;
             }
             match budget.take(node) {
@@ -282,7 +282,7 @@ fn fill_slots<'a>(
         return refused;
     }
     loop {
-        let free = concurrency.saturating_sub(holding(steps));
+        let free = concurrency.saturating_sub(slots_taken(steps));
         let fresh = eligible
             .iter()
             .copied()
@@ -297,11 +297,11 @@ fn fill_slots<'a>(
         if picks.is_empty() {
             return refused;
         }
-        let before = holding(steps);
+        let before = slots_taken(steps);
         for node in picks {
             start(facts, node, steps);
         }
-        if holding(steps) == before + free {
+        if slots_taken(steps) == before + free {
             return refused;
         }
     }
