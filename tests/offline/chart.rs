@@ -346,12 +346,13 @@ fn the_monitoring_toggles_add_exactly_the_kit() {
             None => true,
         })
         .collect();
-    let toggles: [(&str, &[&str]); 4] = [
+    let toggles: [(&str, &[&str]); 5] = [
         ("metrics.service.enabled=true", &["Service"]),
         (
             "serviceMonitor.enabled=true",
             &["Service", "ServiceMonitor"],
         ),
+        ("podMonitor.enabled=true", &["PodMonitor"]),
         ("prometheusRule.enabled=true", &["PrometheusRule"]),
         ("dashboard.enabled=true", &["ConfigMap"]),
     ];
@@ -445,6 +446,7 @@ fn the_schema_refuses_bad_values() {
             vec!["serviceMonitor.interval=often"],
             "serviceMonitor/interval",
         ),
+        (vec!["podMonitor.interval=often"], "podMonitor/interval"),
         // The ServiceAccount's name is part of every Plan's latestHash: not a value.
         (vec!["serviceAccount.name=other"], "'name' not allowed"),
         (vec!["serviceAccount.create=false"], "'create' not allowed"),
@@ -511,6 +513,7 @@ tolerations: [{operator: Exists}]
 maintenance: {enabled: true, leaseNamespace: {name: leases, create: false}}
 rebootAgent: {enabled: true, period: 5m, priorityClassName: system-node-critical, nodeSelector: {pool: a}, tolerations: [], updateEngine: {enabled: true, runAsUser: 1001}}
 serviceMonitor: {enabled: true, interval: 1m, labels: {release: kube-prometheus-stack}}
+podMonitor: {enabled: true, interval: 2m, labels: {release: kube-prometheus-stack}}
 prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}, additionalRuleLabels: {team: platform, severity: page}, runbookBaseURL: "https://wiki.example.com/slipway/troubleshooting/"}
 dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: null, dashboards: slipway}, grafanaOperator: {enabled: true, instanceSelector: {matchLabels: {dashboards: main}}, folder: Platform}}
 "#,
@@ -656,6 +659,13 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
         "kube-prometheus-stack"
     );
     assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "1m");
+    let agents = find(&docs, "PodMonitor", "slipway-agent");
+    assert_eq!(agents["metadata"]["namespace"], "elsewhere");
+    assert_eq!(
+        agents["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(agents["spec"]["podMetricsEndpoints"][0]["interval"], "2m");
     let service = find(&docs, "Service", "slipway-metrics");
     assert_eq!(service["metadata"]["namespace"], "elsewhere");
     let rule = find(&docs, "PrometheusRule", "slipway");

@@ -577,6 +577,37 @@ fn the_kit_builds_over_deploy_and_reaches_the_controllers_metrics_port() {
         "a Plan's namespace label stays"
     );
 
+    // The PodMonitor selects the agents' pods and scrapes their metrics port.
+    let agent: Value =
+        serde_saphyr::from_str(&read("deploy/components/reboot-agent/daemonset.yaml"))
+            .expect("the agent's DaemonSet");
+    let agent_pod = &agent["spec"]["template"];
+    let monitor = find(&docs, "PodMonitor");
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    assert_eq!(selector["app.kubernetes.io/component"], "agent");
+    for (k, v) in selector {
+        assert_eq!(
+            &agent_pod["metadata"]["labels"][k], v,
+            "the agent's pods have {k}={v}"
+        );
+    }
+    assert!(
+        selector.iter().any(|(k, v)| pod_labels[k] != *v),
+        "the controller's pods are not selected"
+    );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    let agent_ports = agent_pod["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("the agent's ports");
+    assert!(
+        agent_ports.iter().any(|p| p["name"] == endpoint["port"]),
+        "port {} is a port of the agent",
+        endpoint["port"]
+    );
+    assert_eq!(endpoint["path"], "/metrics");
+
     assert_eq!(find(&docs, "PrometheusRule")["spec"], rule_file()["spec"]);
 }
 
