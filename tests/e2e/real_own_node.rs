@@ -3,8 +3,9 @@
 //! components, applied as a user applies an overlay), and a worker: kubeadm's default shape, a
 //! single k3s server with agents. A NodeMaintenance of the control-plane node drains it and
 //! leaves the controller there; a RebootPolicy over both nodes reboots each, the controller's own
-//! node too: the controller goes down with its node, comes back with it, and gives the node
-//! back. Then the worker goes (powered off, its Node deleted) and the cluster has one node, as a
+//! node too, with a second replica on the worker (labelled a control-plane node for that part):
+//! each reboot takes one replica down with its node, the other leads on (the Lease moves), and
+//! neither is ever evicted. Then the worker goes (powered off, its Node deleted) and the cluster has one node, as a
 //! single k3s server or a one-node kubeadm cluster has: a Plan with a drain and a reboot of it (a
 //! k3s server's Plan), then a RebootPolicy, each drain a workload that has nowhere else to go,
 //! reboot the node and give it back. Had slipway's drain evicted the controller, its replacement
@@ -16,8 +17,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use slipway::maintenance::api::{MaintenancePhase, NodeMaintenance};
@@ -32,6 +35,12 @@ use crate::support::scene::Scene;
 
 /// The taint NodeMaintenance puts on its node, as medik8s's operator does.
 const DRAIN_TAINT: &str = "medik8s.io/drain";
+/// The controller's Deployment and Lease (deploy/).
+const CONTROLLER: &str = "system-upgrade-controller";
+/// The label the controller's Deployment requires of its node.
+const CONTROL_PLANE_ROLE: &str = "node-role.kubernetes.io/control-plane";
+/// The label of the controller's pods.
+const CONTROLLER_PODS: &str = "upgrade.cattle.io/controller=system-upgrade-controller";
 
 /// Whether the node is cordoned or carries the maintenance's taint, read now.
 async fn taken(client: &Client, name: &str) -> bool {
@@ -137,11 +146,18 @@ async fn the_controllers_own_node_is_maintained_and_rebooted_and_given_back() {
     .await;
     let maintained = started.elapsed();
 
-    // A RebootPolicy over both nodes, each asking: the controller's node reboots too.
+    // A RebootPolicy over both nodes, each asking: the controller's node reboots too, with a
+    // second replica on the worker. Each reboot takes a replica down; the leader's hands over.
+    let second = second_replica_on_the_worker(&s).await;
     let nodes = [CONTROL_PLANE.to_string(), INSTALL_WORKER.to_string()];
     let rebooting = Instant::now();
-    let back_at = reboot_by_a_policy(&s, &nodes, &controller).await;
+    let (back_at, leaders) = reboot_by_a_policy(&s, &nodes, &[&controller, &second]).await;
     let policy_took = rebooting.elapsed();
+    assert!(
+        leaders.len() >= 2,
+        "the Lease moved when its leader's node rebooted: {leaders:?}"
+    );
+    back_to_one_replica(&s, &second).await;
 
     // From here the cluster has one node, as a single k3s server or a one-node kubeadm cluster
     // has: the worker is powered off and its Node deleted (the scene's clean-up starts it again
@@ -225,10 +241,10 @@ spec:
 
     // A RebootPolicy over the one node: drained (the workload again), rebooted, given back.
     let alone = Instant::now();
-    reboot_by_a_policy(&s, &[CONTROL_PLANE.to_string()], &controller).await;
+    reboot_by_a_policy(&s, &[CONTROL_PLANE.to_string()], &[&controller]).await;
     lone_pod(&s, Some(&lone)).await;
     eprintln!(
-        "real: the controller's own node maintained in {maintained:?}; both nodes rebooted by the policy, back at {back_at:?} (policy done in {policy_took:?}); on one node, the Plan's drain and reboot in {planned:?}, a policy's in {:?}; in {:?}",
+        "real: the controller's own node maintained in {maintained:?}; both nodes rebooted by the policy under two replicas, back at {back_at:?}, the Lease held by {leaders:?} (policy done in {policy_took:?}); on one node, the Plan's drain and reboot in {planned:?}, a policy's in {:?}; in {:?}",
         alone.elapsed(),
         started.elapsed()
     );
@@ -265,15 +281,12 @@ async fn lone_pod(s: &Scene, evicted: Option<&str>) -> String {
                 s.ns.api::<Pod>()
                     .list(&ListParams::default().labels("app=lone"))
                     .await?;
-            let ready = (pods.items.iter()).find(|p| {
+            let serving = (pods.items.iter()).find(|p| {
                 p.metadata.deletion_timestamp.is_none()
                     && Some(p.name_any().as_str()) != evicted
-                    && (p.status.as_ref().and_then(|st| st.conditions.as_ref()))
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                    && ready(p)
             });
-            match ready {
+            match serving {
                 Some(p) => Ok(p.name_any()),
                 None => bail!(
                     "pods: {:?}",
@@ -291,13 +304,14 @@ async fn lone_pod(s: &Scene, evicted: Option<&str>) -> String {
 }
 
 /// Asks each of `nodes` to reboot and has a RebootPolicy over them reboot one at a time (never
-/// two down or cordoned at once); returns when each was back, from the policy's creation. The
-/// controller's pod stays the same pod through its own node's reboot.
+/// two down or cordoned at once); returns when each was back, from the policy's creation, and
+/// the controller's Lease holders in the order they held it. Each of the `controllers` (the
+/// first on the control-plane node) stays the same pod through its node's reboot.
 async fn reboot_by_a_policy(
     s: &Scene,
     nodes: &[String],
-    controller: &Pod,
-) -> BTreeMap<String, Duration> {
+    controllers: &[&Pod],
+) -> (BTreeMap<String, Duration>, Vec<String>) {
     let client = &s.client;
     let mut before = BTreeMap::new();
     for n in nodes {
@@ -325,7 +339,21 @@ async fn reboot_by_a_policy(
         .await
         .expect("create the RebootPolicy");
     let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
+    let leases = Api::<Lease>::namespaced(client.clone(), install::NS);
+    let mut leaders: Vec<String> = Vec::new();
     while back_at.len() < nodes.len() {
+        let holder = (leases.get_opt(CONTROLLER).await.ok().flatten())
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty());
+        if let Some(holder) = holder
+            && leaders.last() != Some(&holder)
+        {
+            eprintln!(
+                "real: the controller's Lease held by {holder} at {:?}",
+                rebooting.elapsed()
+            );
+            leaders.push(holder);
+        }
         let (mut down, mut cordoned) = (Vec::new(), Vec::new());
         for n in nodes {
             let (boot, ready, _) = node_state(client, n).await;
@@ -377,9 +405,12 @@ async fn reboot_by_a_policy(
             "{n} came back with the boot it runs"
         );
     }
-    // The controller went down with its node and came back with it: the same pod, restarted.
+    // Each replica went down with its node and came back with it: the same pod, restarted.
     let back = controller_pod_runs_on_the_server(s).await;
-    assert_eq!(back.uid(), controller.uid(), "the same controller pod");
+    assert_eq!(back.uid(), controllers[0].uid(), "the same controller pod");
+    for pod in &controllers[1..] {
+        same_pod_ready(client, pod).await;
+    }
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     support::wait_for("the policy to go", Duration::from_secs(120), || async {
         match policies.get_opt(&name).await? {
@@ -388,5 +419,124 @@ async fn reboot_by_a_policy(
         }
     })
     .await;
-    back_at
+    (back_at, leaders)
+}
+
+/// A second controller replica, on the worker: the worker labelled a control-plane node (the
+/// Deployment requires one; its anti-affinity prefers another node than the first replica's),
+/// the Deployment scaled to 2. Returns the new pod once Ready (a standby is Ready).
+async fn second_replica_on_the_worker(s: &Scene) -> Pod {
+    let client = &s.client;
+    Api::<Node>::all(client.clone())
+        .patch(
+            INSTALL_WORKER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {CONTROL_PLANE_ROLE: ""}}})),
+        )
+        .await
+        .expect("label the worker a control-plane node");
+    scale_controller(client, 2).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), install::NS);
+    support::wait_for(
+        "the second replica Ready on the worker",
+        Duration::from_secs(600),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(CONTROLLER_PODS))
+                .await?;
+            let on_worker = (list.items.iter()).find(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(INSTALL_WORKER)
+                    && ready(p)
+            });
+            match on_worker {
+                Some(p) => Ok(p.clone()),
+                None => bail!(
+                    "pods: {:?}",
+                    (list.items.iter())
+                        .map(|p| (
+                            p.name_any(),
+                            p.spec.as_ref().and_then(|s| s.node_name.clone())
+                        ))
+                        .collect::<Vec<_>>()
+                ),
+            }
+        },
+    )
+    .await
+}
+
+/// Back to one replica, the one on the control-plane node: the worker's pod is the one the
+/// ReplicaSet removes (its deletion cost is the lowest), then the worker's role label goes.
+async fn back_to_one_replica(s: &Scene, second: &Pod) {
+    let client = &s.client;
+    let pods = Api::<Pod>::namespaced(client.clone(), install::NS);
+    pods.patch(
+        &second.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            "controller.kubernetes.io/pod-deletion-cost": "-1000"
+        }}})),
+    )
+    .await
+    .expect("the worker's replica goes first");
+    scale_controller(client, 1).await;
+    support::wait_for(
+        "the worker's replica gone",
+        Duration::from_secs(300),
+        || async {
+            match pods.get_opt(&second.name_any()).await? {
+                None => Ok(()),
+                Some(_) => bail!("still there"),
+            }
+        },
+    )
+    .await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            INSTALL_WORKER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {CONTROL_PLANE_ROLE: null}}})),
+        )
+        .await
+        .expect("the worker's role label goes");
+}
+
+async fn scale_controller(client: &Client, replicas: i32) {
+    Api::<Deployment>::namespaced(client.clone(), install::NS)
+        .patch(
+            CONTROLLER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scale the controller to {replicas}: {e}"));
+}
+
+fn ready(pod: &Pod) -> bool {
+    (pod.status.as_ref().and_then(|st| st.conditions.as_ref()))
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// `pod` is still there, the same pod (never evicted), and Ready again.
+async fn same_pod_ready(client: &Client, pod: &Pod) {
+    let pods = Api::<Pod>::namespaced(client.clone(), install::NS);
+    let name = pod.name_any();
+    let now = support::wait_for(
+        "the replica Ready again",
+        Duration::from_secs(300),
+        || async {
+            match pods.get_opt(&name).await? {
+                Some(p) if ready(&p) => Ok(p),
+                other => bail!("{name}: {:?}", other.and_then(|p| p.status)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(now.uid(), pod.uid(), "the same replica {name}");
+    assert!(
+        now.metadata.deletion_timestamp.is_none(),
+        "the replica {name} is being deleted (evicted)"
+    );
 }
