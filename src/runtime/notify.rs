@@ -19,8 +19,8 @@ use super::http::error_chain;
 use super::metrics::{Delivery, Metrics};
 use crate::common::decision::Event;
 use crate::node::notify::{
-    Answer, Next, Notification, Queue, Target, failing, next_step, object_name, payload,
-    redacted_url,
+    Answer, Method, Next, Notification, Outgoing, Queue, Target, failing, next_step, object_name,
+    outgoing, redacted_url,
 };
 
 /// The reason of the Warning Event on an object whose notification a target has not taken for
@@ -170,7 +170,14 @@ impl Notifier {
     async fn send_lane(&self, i: usize, chores: &impl Warnings, shutdown: &CancellationToken) {
         let lane = &self.lanes[i];
         let name = &lane.target.name;
+        // The front notification's progress: its id, the request to send next (a shoutrrr URL
+        // with several Telegram chats makes one per chat; each is delivered or refused once, not
+        // sent again for a later one's sake), that request's attempts, and whether a request was
+        // refused for good.
+        let mut current: Option<u64> = None;
+        let mut part = 0usize;
         let mut attempt = 0u32;
+        let mut refused = false;
         let mut failing_since: Option<Instant> = None;
         loop {
             let front = {
@@ -183,39 +190,50 @@ impl Notifier {
                     _ = shutdown.cancelled() => return,
                 }
             };
-            attempt = attempt.saturating_add(1);
-            let (answer, detail) = self.send(&lane.target, &pending.notification).await;
-            let next = next_step(answer, attempt);
-            if !matches!(next, Next::Retry(_)) {
-                let length = {
-                    let mut queue = lane.queue.lock().unwrap_or_else(PoisonError::into_inner);
-                    queue.done(id);
-                    queue.len()
-                };
-                self.metrics.notifications().queue(name, length);
-                attempt = 0;
+            if current != Some(id) {
+                // A new front: the last one was done, or dropped from a full queue while sent.
+                current = Some(id);
+                (part, attempt, refused) = (0, 0, false);
             }
+            let requests = outgoing(&lane.target, &pending.notification);
+            let count = requests.len();
+            let next = match requests.get(part) {
+                Some(request) => {
+                    attempt = attempt.saturating_add(1);
+                    let (answer, detail) = self.send(request).await;
+                    Some((next_step(answer, attempt), detail))
+                }
+                // No request left (none to make): the notification is done.
+                None => None,
+            };
+            let mut finished = next.is_none();
             match next {
-                Next::Delivered => {
-                    self.metrics
-                        .notifications()
-                        .count(name, Delivery::Delivered);
+                None => {}
+                Some((Next::Delivered, _)) => {
+                    (part, attempt) = (part + 1, 0);
+                    finished = part >= count;
                     if failing_since.take().is_some() {
                         self.metrics.notifications().failing(name, false);
                         info!(target_name = %name, "notification target delivers again");
                     }
                 }
-                Next::GiveUp => {
-                    self.metrics.notifications().count(name, Delivery::Failed);
+                Some((Next::GiveUp, detail)) => {
+                    let request = if count > 1 {
+                        format!(" (request {} of {count})", part + 1)
+                    } else {
+                        String::new()
+                    };
                     warn!(
                         target_name = %name,
                         url = %redacted_url(&lane.target.url),
                         kind = pending.notification.kind.name(),
                         object = %object_name(&pending.notification.object),
-                        "notification refused, not sent again: {detail}"
+                        "notification refused{request}, not sent again: {detail}"
                     );
+                    (part, attempt, refused) = (part + 1, 0, true);
+                    finished = part >= count;
                 }
-                Next::Retry(wait) => {
+                Some((Next::Retry(wait), detail)) => {
                     self.metrics.notifications().count(name, Delivery::Retried);
                     let waited = Instant::now().saturating_duration_since(pending.since);
                     if failing_since.is_none() && failing(Some(waited), self.failing_after) {
@@ -229,21 +247,42 @@ impl Notifier {
                     }
                 }
             }
+            if finished {
+                let length = {
+                    let mut queue = lane.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                    queue.done(id);
+                    queue.len()
+                };
+                self.metrics.notifications().queue(name, length);
+                let counted = if refused {
+                    Delivery::Failed
+                } else {
+                    Delivery::Delivered
+                };
+                self.metrics.notifications().count(name, counted);
+                current = None;
+            }
         }
     }
 
-    /// One attempt: what the target answered, and in words.
-    async fn send(&self, target: &Target, n: &Notification) -> (Answer, String) {
-        let body = payload(target, n).to_string();
-        let mut request = self
+    /// One attempt of one request: what the target answered, and in words.
+    async fn send(&self, request: &Outgoing) -> (Answer, String) {
+        let method = match request.method {
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+        };
+        let mut builder = self
             .http
-            .post(&target.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        for (header, value) in &target.headers {
-            request = request.header(header, value);
+            .request(method, &request.url)
+            .body(request.body.clone());
+        for (header, value) in &request.headers {
+            builder = builder.header(header, value);
         }
-        match request.send().await {
+        if let Some((user, password)) = &request.basic_auth {
+            builder = builder.basic_auth(user, Some(password));
+        }
+        match builder.send().await {
             Ok(response) => {
                 let status = response.status();
                 (Answer::Status(status.as_u16()), format!("HTTP {status}"))

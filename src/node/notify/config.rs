@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use super::shoutrrr::{self, Shoutrrr, ShoutrrrError};
 use super::{Kind, Template, TemplateError};
 
 /// How a target wants its body.
@@ -33,8 +34,12 @@ impl Format {
 pub struct Target {
     /// Its name in flags, logs and metric labels.
     pub name: String,
+    /// As given: an http(s) webhook, or a shoutrrr URL ([`Target::service`]).
     pub url: String,
+    /// The body of an http(s) webhook.
     pub format: Format,
+    /// A shoutrrr URL's request(s) and body, which its service decides (not [`Target::format`]).
+    pub service: Option<Shoutrrr>,
     /// Sent with every request (an `Authorization` from a Secret, say).
     pub headers: Vec<(String, String)>,
     /// What it is told (default: every kind).
@@ -55,6 +60,7 @@ impl fmt::Debug for Target {
             .field("name", &self.name)
             .field("url", &redacted_url(&self.url))
             .field("format", &self.format)
+            .field("service", &self.service)
             .field(
                 "headers",
                 &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -64,9 +70,11 @@ impl fmt::Debug for Target {
     }
 }
 
-/// The URL without its path and query, where webhook services put their token.
+/// The URL without its user part, path and query, where webhook services put their token; a
+/// shoutrrr URL without its host too where that is a token (Slack, Discord, Telegram, Teams).
 pub fn redacted_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => shoutrrr::redacted(&u),
         Ok(u) => format!(
             "{}://{}{}/...",
             u.scheme(),
@@ -108,6 +116,19 @@ pub enum ConfigError {
     Twice(String),
     #[error("--notify {target}=...: {why}")]
     Url { target: String, why: String },
+    #[error("--notify {target}=...: {error}")]
+    Shoutrrr {
+        target: String,
+        error: ShoutrrrError,
+    },
+    #[error(
+        "--notify-format {target}=...: {target} is a shoutrrr {service}:// URL, whose service \
+         decides the body: drop --notify-format {target}"
+    )]
+    FormatOfShoutrrr {
+        target: String,
+        service: &'static str,
+    },
     #[error("{flag} {target}...: no target {target} (give --notify {target}=URL)")]
     NoTarget { flag: &'static str, target: String },
     #[error("--notify-format {target}={format}: not a format (slack, teams, json)")]
@@ -208,11 +229,12 @@ fn named(values: &[String]) -> Result<Vec<Target>, ConfigError> {
         if out.iter().any(|t| t.name == name) {
             return Err(ConfigError::Twice(name.into()));
         }
-        check_url(name, url)?;
+        let service = check_url(name, url)?;
         out.push(Target {
             name: name.into(),
             url: url.into(),
             format: Format::Json,
+            service,
             headers: Vec::new(),
             kinds: Kind::ALL.into_iter().collect(),
             templates: BTreeMap::new(),
@@ -242,6 +264,12 @@ fn formats(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
         let target = find(out, "--notify-format", name)?;
         if !seen.insert(name) {
             return Err(ConfigError::FormatTwice(name.into()));
+        }
+        if let Some(s) = &target.service {
+            return Err(ConfigError::FormatOfShoutrrr {
+                target: name.into(),
+                service: s.service.scheme(),
+            });
         }
         target.format = Format::parse(format).ok_or_else(|| ConfigError::Format {
             target: name.into(),
@@ -347,14 +375,28 @@ fn templates(out: &mut [Target], values: &[String]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_url(target: &str, url: &str) -> Result<(), ConfigError> {
+/// An http(s) webhook (`None`), or a shoutrrr URL's requests.
+fn check_url(target: &str, url: &str) -> Result<Option<Shoutrrr>, ConfigError> {
     let why = match reqwest::Url::parse(url) {
+        // The parser's error names no part of the URL.
         Err(e) => format!("not a URL: {e}"),
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-            format!("the scheme is {:?}, not http or https", u.scheme())
+        Ok(u) if shoutrrr::is_shoutrrr(u.scheme()) => {
+            return shoutrrr::requests(&u)
+                .map(Some)
+                .map_err(|error| ConfigError::Shoutrrr {
+                    target: target.into(),
+                    error,
+                });
         }
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => format!(
+            "the scheme is {:?}: not http, https or a shoutrrr service slipway sends ({})",
+            u.scheme(),
+            shoutrrr::Service::ALL
+                .map(shoutrrr::Service::scheme)
+                .join(", ")
+        ),
         Ok(u) if u.host_str().is_none_or(str::is_empty) => "the URL has no host".into(),
-        Ok(_) => return Ok(()),
+        Ok(_) => return Ok(None),
     };
     Err(ConfigError::Url {
         target: target.into(),

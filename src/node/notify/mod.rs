@@ -8,6 +8,7 @@
 //! NodeOp that tells something on its object tells the targets too, and nothing else does.
 
 mod config;
+mod shoutrrr;
 mod template;
 
 use std::collections::VecDeque;
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 use crate::common::decision::{Event, EventType};
 
 pub use config::{ConfigError, Format, Target, TargetFlags, redacted_url, targets};
+pub use shoutrrr::{Body, Method, Request, Service, Shoutrrr, ShoutrrrError};
 pub use template::{Markup, Template, TemplateError, escape};
 
 /// What a notification tells.
@@ -217,10 +219,11 @@ pub fn object_name(o: &Object) -> String {
 
 /// The text `target` says for `n`: its template for the kind, else the default one.
 pub fn text(target: &Target, n: &Notification) -> String {
-    let markup = match target.format {
-        Format::Slack => Markup::Slack,
-        Format::Teams => Markup::Teams,
-        Format::Json => Markup::Plain,
+    let markup = match (&target.service, target.format) {
+        (Some(s), _) => s.service.markup(),
+        (None, Format::Slack) => Markup::Slack,
+        (None, Format::Teams) => Markup::Teams,
+        (None, Format::Json) => Markup::Plain,
     };
     match target.templates.get(&n.kind) {
         Some(t) => t.render_for(n, markup),
@@ -271,6 +274,69 @@ pub fn payload(target: &Target, n: &Notification) -> Value {
             "time": n.time.to_string(),
             "text": text,
         }),
+    }
+}
+
+/// One HTTP request of a notification, as it goes on the wire.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub method: Method,
+    pub url: String,
+    /// Sent as HTTP basic authentication.
+    pub basic_auth: Option<(String, String)>,
+    /// `Content-Type` first, then the service's headers, then the target's own
+    /// (`--notify-header`).
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+// The URL, the credentials and the header values may be secrets.
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("method", &self.method)
+            .field("url", &redacted_url(&self.url))
+            .field("basic_auth", &self.basic_auth.is_some())
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The requests that tell `n` to `target`, in order: one for an http(s) webhook (its format's
+/// [`payload`]), one per request of a shoutrrr URL (the service's body around [`text`]). Each is
+/// delivered (or refused) before the next is sent.
+pub fn outgoing(target: &Target, n: &Notification) -> Vec<Outgoing> {
+    let own = target.headers.iter().cloned();
+    match &target.service {
+        None => vec![Outgoing {
+            method: Method::Post,
+            url: target.url.clone(),
+            basic_auth: None,
+            headers: std::iter::once(("Content-Type".into(), "application/json".into()))
+                .chain(own)
+                .collect(),
+            body: payload(target, n).to_string(),
+        }],
+        Some(service) => {
+            let text = text(target, n);
+            service
+                .requests
+                .iter()
+                .map(|r| Outgoing {
+                    method: r.method,
+                    url: r.url.clone(),
+                    basic_auth: r.basic_auth.clone(),
+                    headers: std::iter::once(("Content-Type".into(), r.content_type.clone()))
+                        .chain(r.headers.iter().cloned())
+                        .chain(own.clone())
+                        .collect(),
+                    body: r.body.render(&text),
+                })
+                .collect()
+        }
     }
 }
 

@@ -569,3 +569,141 @@ fn an_item_dropped_while_it_was_sent_does_not_take_the_next_one_with_it() {
     assert_eq!(q.done(sending), None);
     assert_eq!(q.front().map(|(_, i)| *i), Some("b"));
 }
+
+const SLACK_TOKEN: &str = "T00000000/B00000000/s3cretS3cretS3cretS3cret";
+
+#[test]
+fn a_shoutrrr_url_is_a_target_whose_service_decides_the_requests_and_the_body() {
+    let got = targets(
+        &TargetFlags {
+            targets: vec![
+                format!("chat=slack://{SLACK_TOKEN}"),
+                "tg=telegram://123456:T3legramS3cret@telegram?chats=@ops,-100123".into(),
+                "hook=https://hooks.example/x".into(),
+            ],
+            headers: vec!["tg=X-Proxy: p4ss".into()],
+            ..Default::default()
+        },
+        no_env,
+    )
+    .expect("valid");
+    let (chat, tg, hook) = (&got[0], &got[1], &got[2]);
+    assert_eq!(
+        chat.service.as_ref().map(|s| s.service),
+        Some(Service::Slack)
+    );
+    assert_eq!(hook.service, None);
+    let n = Notification {
+        message: "<!channel> *now*".into(),
+        ..back("n1")
+    };
+    // A webhook: one POST of its format's payload, Content-Type first, then its own headers.
+    let sent = outgoing(hook, &n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].url, "https://hooks.example/x");
+    assert_eq!(sent[0].body, payload(hook, &n).to_string());
+    assert_eq!(
+        sent[0].headers,
+        vec![("Content-Type".to_string(), "application/json".to_string())]
+    );
+    // Slack: Slack's escaping of the cluster's values.
+    let sent = outgoing(chat, &n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].url,
+        format!("https://hooks.slack.com/services/{SLACK_TOKEN}")
+    );
+    let body: Value = serde_json::from_str(&sent[0].body).expect("json");
+    assert_eq!(
+        body,
+        json!({"text": "Node n1: back from RebootPolicy weekly. &lt;!channel&gt; *now*"})
+    );
+    // Telegram: one request per chat, plain text, the target's own header after the service's.
+    let sent = outgoing(tg, &n);
+    assert_eq!(sent.len(), 2);
+    for (request, chat) in sent.iter().zip(["@ops", "-100123"]) {
+        let body: Value = serde_json::from_str(&request.body).expect("json");
+        assert_eq!(body["chat_id"], chat);
+        assert_eq!(
+            body["text"],
+            "Node n1: back from RebootPolicy weekly. <!channel> *now*"
+        );
+        assert_eq!(
+            request.headers,
+            vec![
+                ("Content-Type".to_string(), "application/json".to_string()),
+                ("X-Proxy".to_string(), "p4ss".to_string()),
+            ]
+        );
+    }
+    // Neither a token nor a header's value shows in a log line.
+    let debug = format!("{got:?} {:?}", outgoing(tg, &n));
+    for secret in ["s3cretS3cret", "T3legramS3cret", "B00000000", "p4ss"] {
+        assert!(!debug.contains(secret), "{secret} in {debug}");
+    }
+    assert!(debug.contains("slack://...") && debug.contains("telegram://..."));
+    assert_eq!(redacted_url(&chat.url), "slack://...");
+}
+
+#[test]
+fn each_service_escapes_the_cluster_s_values_for_its_own_markup() {
+    let n = Notification {
+        message: "<@U1> *now*".into(),
+        ..back("n1")
+    };
+    for (url, want) in [
+        (
+            "mattermost://chat.example/t0ken",
+            "&lt;@\u{200B}U1&gt; *now*",
+        ),
+        ("rocketchat://chat.example/a/b", "&lt;@\u{200B}U1&gt; *now*"),
+        ("discord://t0ken@123", "\\<@U1\\> \\*now\\*"),
+        ("ntfy://ntfy.sh/reboots", "<@U1> *now*"),
+        ("generic+https://hooks.example/x", "<@U1> *now*"),
+    ] {
+        let target = one(flags(&[&format!("ops={url}")]));
+        let text = text(&target, &n);
+        assert!(text.ends_with(want), "{url}: {text}");
+    }
+}
+
+#[test]
+fn shoutrrr_urls_are_refused_naming_the_flag_the_target_and_the_service() {
+    let cases: Vec<(TargetFlags, &str)> = vec![
+        (
+            TargetFlags {
+                formats: vec!["chat=slack".into()],
+                ..flags(&[&format!("chat=slack://{SLACK_TOKEN}")])
+            },
+            "--notify-format chat=...: chat is a shoutrrr slack:// URL, whose service decides the body: drop --notify-format chat",
+        ),
+        (
+            flags(&["mail=smtp://user:pwS3cret@mail.example:587/?to=ops@example.com"]),
+            "--notify mail=...: smtp:// is shoutrrr's smtp service, which slipway does not send",
+        ),
+        (
+            flags(&["po=pushover://shoutrrr:pwS3cret@user/"]),
+            "(Apprise's API server, a Matrix or mail bridge) instead",
+        ),
+        (
+            flags(&["tg=telegram://123456:pwS3cret@telegram"]),
+            "--notify tg=...: telegram://...: no chats",
+        ),
+        (
+            flags(&["chat=slack://xoxb:123456789012-1234567890123-pwS3cretpwS3cretpwS3cret@C1"]),
+            "--notify chat=...: slack://...: a Slack API token (xoxb)",
+        ),
+        (
+            flags(&["x=gopher://x.example/"]),
+            "--notify x=...: the scheme is \"gopher\": not http, https or a shoutrrr service slipway sends (slack, discord,",
+        ),
+    ];
+    for (f, want) in cases {
+        let err = targets(&f, no_env).expect_err(want).to_string();
+        assert!(err.contains(want), "{err:?} does not say {want:?}");
+        assert!(
+            !err.contains("pwS3cret") && !err.contains("s3cretS3cret"),
+            "{err}"
+        );
+    }
+}

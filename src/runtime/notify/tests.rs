@@ -1,6 +1,6 @@
 //! The notifier against a fake webhook: a tiny HTTP/1.1 server on a loopback port that can be
 //! down (nothing listens: connections are refused), answer a script of statuses, and records the
-//! bodies it took.
+//! requests it took.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,6 +21,8 @@ struct Hook {
     /// Statuses to answer, in order; 200 once they are used up.
     script: Arc<Mutex<VecDeque<u16>>>,
     headers: Arc<Mutex<Vec<String>>>,
+    /// The requests it took, as they came.
+    raw: Arc<Mutex<Vec<Taken>>>,
 }
 
 impl Hook {
@@ -41,7 +43,7 @@ impl Hook {
             while let Ok((mut stream, _)) = listener.accept().await {
                 let hook = hook.clone();
                 tokio::spawn(async move {
-                    let Some((head, body)) = read_request(&mut stream).await else {
+                    let Some((raw, head, body)) = read_request(&mut stream).await else {
                         return;
                     };
                     let status = hook
@@ -60,6 +62,10 @@ impl Hook {
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
                             .push(head);
+                        hook.raw
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(Taken::of(&raw, &body));
                     }
                     let answer = format!(
                         "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -71,12 +77,14 @@ impl Hook {
     }
 }
 
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+/// The request's head as sent and lower-cased, and its body.
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let raw = String::from_utf8_lossy(&buf[..end]).to_string();
+            let head = raw.to_lowercase();
             let length: usize = head
                 .lines()
                 .find_map(|l| l.strip_prefix("content-length:"))
@@ -89,7 +97,7 @@ async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, Vec
                 }
                 buf.extend_from_slice(&chunk[..n]);
             }
-            return Some((head, buf[end + 4..end + 4 + length].to_vec()));
+            return Some((raw, head, buf[end + 4..end + 4 + length].to_vec()));
         }
         let n = stream.read(&mut chunk).await.ok()?;
         if n == 0 {
@@ -368,4 +376,211 @@ async fn only_the_leader_tells_and_publishing_queues_what_is_worth_telling() {
         .await;
     assert_eq!(queued(&notifier), 4);
     assert_eq!(api.events().len(), 5, "the Events are published as before");
+}
+
+/// A request as the fake webhook took it.
+#[derive(Debug, Clone)]
+struct Taken {
+    /// `METHOD /path?query`.
+    line: String,
+    /// Names lower-cased, values as sent.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Taken {
+    /// From the head as sent and the body.
+    fn of(head: &str, body: &[u8]) -> Taken {
+        let mut lines = head.lines();
+        let line = lines
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(" HTTP/1.1")
+            .to_string();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_string()))
+            .collect();
+        Taken {
+            line,
+            headers,
+            body: String::from_utf8_lossy(body).to_string(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Hook {
+    fn requests(&self) -> Vec<Taken> {
+        self.raw
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Targets told only `node-back`, as "{node} is back".
+fn back_only(targets_: &[String]) -> NotifySettings {
+    let names = targets_
+        .iter()
+        .filter_map(|t| t.split_once('=').map(|(n, _)| n.to_string()));
+    let flags = TargetFlags {
+        targets: targets_.to_vec(),
+        kinds: names.clone().map(|n| format!("{n}=node-back")).collect(),
+        templates: names
+            .map(|n| format!("{n}/node-back={{node}} is back"))
+            .collect(),
+        ..Default::default()
+    };
+    NotifySettings {
+        targets: targets(&flags, |_| None).expect("valid"),
+        queue: 10,
+        failing_after: Duration::from_secs(3600),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn shoutrrr_urls_that_can_point_at_loopback_are_sent_as_their_services_take_them() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let addr = free_addr().await;
+    let hook = Hook::default();
+    hook.serve(addr).await;
+    let metrics = Arc::new(Metrics::new());
+    let settings = back_only(&[
+        format!("gen=generic+http://user:pwS3cret@{addr}/hook/gen?b=2&a=1&@xCustom=yes"),
+        format!(
+            "gotify=gotify://{addr}/sub/AS3cretGotify.x?disabletls=yes&title=Reboots&priority=4"
+        ),
+        format!(
+            "ntfy=ntfy://alice:ntfyS3cret@{addr}/reboots?scheme=http&title=Reboots&tags=warning"
+        ),
+        format!("put=generic://{addr}/put?disabletls=yes&method=put&template=json&$source=slipway"),
+    ]);
+    let notifier = Notifier::new(settings, metrics.clone()).expect("client");
+    let api = ApiServer::new();
+    let shutdown = started(&notifier, &api);
+    for event in steps("n1") {
+        notifier.tell(&policy(), &event);
+    }
+    until(|| hook.requests().len() >= 4).await;
+    let taken = hook.requests();
+    let find = |prefix: &str| {
+        taken
+            .iter()
+            .find(|t| t.line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {taken:?}"))
+    };
+
+    // generic+http: the URL's query forwarded (sorted, as Go encodes it), its user as basic
+    // authentication, its `@` header, the text as the body with shoutrrr's JSON content type.
+    let generic = find("POST /hook/gen");
+    assert_eq!(generic.line, "POST /hook/gen?a=1&b=2");
+    assert_eq!(generic.header("content-type"), Some("application/json"));
+    assert_eq!(generic.header("accept"), Some("application/json"));
+    assert_eq!(generic.header("x-custom"), Some("yes"));
+    assert_eq!(
+        generic.header("authorization"),
+        Some("Basic dXNlcjpwd1MzY3JldA==")
+    );
+    assert_eq!(generic.body, "n1 is back");
+
+    // gotify with disabletls: http, /message under the URL's path, the token in the query.
+    let gotify = find("POST /sub/message");
+    assert_eq!(gotify.line, "POST /sub/message?token=AS3cretGotify.x");
+    assert_eq!(gotify.header("content-type"), Some("application/json"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&gotify.body).ok(),
+        Some(serde_json::json!({"message": "n1 is back", "title": "Reboots", "priority": 4}))
+    );
+
+    // ntfy with scheme=http: the text to the topic, its options as headers.
+    let ntfy = find("POST /reboots");
+    assert_eq!(ntfy.line, "POST /reboots");
+    assert_eq!(
+        ntfy.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(ntfy.header("title"), Some("Reboots"));
+    assert_eq!(ntfy.header("tags"), Some("warning"));
+    assert_eq!(
+        ntfy.header("authorization"),
+        Some("Basic YWxpY2U6bnRmeVMzY3JldA==")
+    );
+    assert_eq!(ntfy.body, "n1 is back");
+
+    // generic with method=put and the JSON template: the message and the `$` fields.
+    let put = find("PUT /put");
+    assert_eq!(put.line, "PUT /put");
+    assert_eq!(
+        serde_json::from_str::<Value>(&put.body).ok(),
+        Some(serde_json::json!({"message": "n1 is back", "source": "slipway"}))
+    );
+    for name in ["gen", "gotify", "ntfy", "put"] {
+        until(|| metrics.notifications().counted(name, Delivery::Delivered) == 1).await;
+    }
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_target_of_several_requests_retries_each_and_sends_none_twice() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let addr = free_addr().await;
+    let hook = Hook::default();
+    hook.serve(addr).await;
+    let mut settings = back_only(&[
+        "tg=telegram://123456:T3legramS3cret@telegram?chats=@first,@second".to_string(),
+    ]);
+    // Telegram's API is not on loopback: the two chats' requests are pointed at the fake one.
+    for request in settings.targets[0]
+        .service
+        .as_mut()
+        .map(|s| s.requests.as_mut_slice())
+        .unwrap_or_default()
+    {
+        request.url = format!("http://{addr}/bot/sendMessage");
+    }
+    // The first chat takes it; the second answers 503 once, then takes it.
+    hook.script
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend([200, 503]);
+    let metrics = Arc::new(Metrics::new());
+    let notifier = Notifier::new(settings, metrics.clone()).expect("client");
+    let api = ApiServer::new();
+    let shutdown = started(&notifier, &api);
+    let chats = |hook: &Hook| -> Vec<String> {
+        hook.taken()
+            .iter()
+            .map(|b| b["chat_id"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    let rebooted = |node: &str| steps(node).remove(3);
+    notifier.tell(&policy(), &rebooted("n1"));
+    until(|| metrics.notifications().counted("tg", Delivery::Delivered) == 1).await;
+    assert_eq!(chats(&hook), ["@first", "@second"], "the first chat once");
+    assert_eq!(metrics.notifications().counted("tg", Delivery::Retried), 1);
+    assert_eq!(hook.taken()[1]["text"], "n1 is back");
+
+    // The first chat refuses the next one for good: the second still gets it, and it counts as
+    // failed.
+    hook.script
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push_back(400);
+    notifier.tell(&policy(), &rebooted("n2"));
+    until(|| metrics.notifications().counted("tg", Delivery::Failed) == 1).await;
+    assert_eq!(chats(&hook), ["@first", "@second", "@second"]);
+    assert_eq!(hook.taken()[2]["text"], "n2 is back");
+    assert_eq!(
+        metrics.notifications().counted("tg", Delivery::Delivered),
+        1
+    );
+    shutdown.cancel();
 }
