@@ -169,10 +169,13 @@ pub enum LogFormat {
 #[derive(clap::Args, Debug, Clone)]
 pub struct NotifyArgs {
     /// Notify the target NAME at URL when a node starts, is drained, reboots, is back or fails,
-    /// and when a rollout stops or completes; repeat for several targets (docs/disruptions.md).
+    /// and when a rollout stops or completes; repeat for several targets. URL is an http(s)
+    /// webhook or a shoutrrr URL, as kured's --notify-url takes (slack://, discord://,
+    /// telegram://...: docs/disruptions.md).
     #[arg(long = "notify", value_name = "NAME=URL")]
     notify: Vec<String>,
-    /// The body a target is posted: slack, teams or json (the default).
+    /// The body an http(s) target is posted: slack, teams or json (the default). A shoutrrr
+    /// URL's service decides its body.
     #[arg(long, value_name = "NAME=FORMAT")]
     notify_format: Vec<String>,
     /// A header sent to a target; repeat for several.
