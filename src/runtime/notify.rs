@@ -19,8 +19,8 @@ use super::http::error_chain;
 use super::metrics::{Delivery, Metrics};
 use crate::common::decision::Event;
 use crate::node::notify::{
-    Answer, Method, Next, Notification, Outgoing, Queue, Target, failing, next_step, object_name,
-    outgoing, redacted_url,
+    Answer, Method, Next, Notification, Outgoing, Queue, Sending, Target, Turn, failing, next_step,
+    object_name, outgoing, redacted_url,
 };
 
 /// The reason of the Warning Event on an object whose notification a target has not taken for
@@ -170,14 +170,7 @@ impl Notifier {
     async fn send_lane(&self, i: usize, chores: &impl Warnings, shutdown: &CancellationToken) {
         let lane = &self.lanes[i];
         let name = &lane.target.name;
-        // The front notification's progress: its id, the request to send next (a shoutrrr URL
-        // with several Telegram chats makes one per chat; each is delivered or refused once, not
-        // sent again for a later one's sake), that request's attempts, and whether a request was
-        // refused for good.
-        let mut current: Option<u64> = None;
-        let mut part = 0usize;
-        let mut attempt = 0u32;
-        let mut refused = false;
+        let mut sending = Sending::default();
         let mut failing_since: Option<Instant> = None;
         loop {
             let front = {
@@ -190,38 +183,41 @@ impl Notifier {
                     _ = shutdown.cancelled() => return,
                 }
             };
-            if current != Some(id) {
-                // A new front: the last one was done, or dropped from a full queue while sent.
-                current = Some(id);
-                (part, attempt, refused) = (0, 0, false);
-            }
             let requests = outgoing(&lane.target, &pending.notification);
-            let count = requests.len();
-            let next = match requests.get(part) {
-                Some(request) => {
-                    attempt = attempt.saturating_add(1);
-                    let (answer, detail) = self.send(request).await;
-                    Some((next_step(answer, attempt), detail))
+            let (part, attempt) = match sending.turn(id, requests.len()) {
+                Turn::Send { part, attempt } => (part, attempt),
+                Turn::Done { refused } => {
+                    let length = {
+                        let mut queue = lane.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                        queue.done(id);
+                        queue.len()
+                    };
+                    self.metrics.notifications().queue(name, length);
+                    let counted = match refused {
+                        true => Delivery::Failed,
+                        false => Delivery::Delivered,
+                    };
+                    self.metrics.notifications().count(name, counted);
+                    continue;
                 }
-                // No request left (none to make): the notification is done.
-                None => None,
             };
-            let mut finished = next.is_none();
+            let Some(request) = requests.get(part) else {
+                continue;
+            };
+            let (answer, detail) = self.send(request).await;
+            let next = next_step(answer, attempt);
+            sending.answered(next);
             match next {
-                None => {}
-                Some((Next::Delivered, _)) => {
-                    (part, attempt) = (part + 1, 0);
-                    finished = part >= count;
+                Next::Delivered => {
                     if failing_since.take().is_some() {
                         self.metrics.notifications().failing(name, false);
                         info!(target_name = %name, "notification target delivers again");
                     }
                 }
-                Some((Next::GiveUp, detail)) => {
-                    let request = if count > 1 {
-                        format!(" (request {} of {count})", part + 1)
-                    } else {
-                        String::new()
+                Next::GiveUp => {
+                    let request = match requests.len() {
+                        1 => String::new(),
+                        count => format!(" (request {} of {count})", part + 1),
                     };
                     warn!(
                         target_name = %name,
@@ -230,10 +226,8 @@ impl Notifier {
                         object = %object_name(&pending.notification.object),
                         "notification refused{request}, not sent again: {detail}"
                     );
-                    (part, attempt, refused) = (part + 1, 0, true);
-                    finished = part >= count;
                 }
-                Some((Next::Retry(wait), detail)) => {
+                Next::Retry(wait) => {
                     self.metrics.notifications().count(name, Delivery::Retried);
                     let waited = Instant::now().saturating_duration_since(pending.since);
                     if failing_since.is_none() && failing(Some(waited), self.failing_after) {
@@ -246,21 +240,6 @@ impl Notifier {
                         _ = shutdown.cancelled() => return,
                     }
                 }
-            }
-            if finished {
-                let length = {
-                    let mut queue = lane.queue.lock().unwrap_or_else(PoisonError::into_inner);
-                    queue.done(id);
-                    queue.len()
-                };
-                self.metrics.notifications().queue(name, length);
-                let counted = if refused {
-                    Delivery::Failed
-                } else {
-                    Delivery::Delivered
-                };
-                self.metrics.notifications().count(name, counted);
-                current = None;
             }
         }
     }

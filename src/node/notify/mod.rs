@@ -382,6 +382,63 @@ pub fn backoff(attempt: u32) -> Duration {
     FIRST_BACKOFF.saturating_mul(doubled).min(MAX_BACKOFF)
 }
 
+/// How a target's front notification is being sent: which of its requests goes next, that
+/// request's attempts, and whether one of them was refused for good. A notification of several
+/// requests (a shoutrrr URL with several Telegram chats) sends each once: a request delivered or
+/// refused is not sent again for a later one's sake.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sending {
+    id: Option<u64>,
+    part: usize,
+    attempt: u32,
+    refused: bool,
+}
+
+/// What a target does with its front notification now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Send its request `part`, attempt number `attempt` (1 for the first).
+    Send { part: usize, attempt: u32 },
+    /// Every request was answered for good: it leaves the queue, refused if any request was.
+    Done { refused: bool },
+}
+
+impl Sending {
+    /// The turn of the front notification `id`, of `requests` requests. Another `id` than the
+    /// last starts over: the last one was done, or dropped from a full queue while it was sent.
+    pub fn turn(&mut self, id: u64, requests: usize) -> Turn {
+        if self.id != Some(id) {
+            *self = Sending {
+                id: Some(id),
+                ..Sending::default()
+            };
+        }
+        if self.part >= requests {
+            self.id = None;
+            return Turn::Done {
+                refused: self.refused,
+            };
+        }
+        self.attempt = self.attempt.saturating_add(1);
+        Turn::Send {
+            part: self.part,
+            attempt: self.attempt,
+        }
+    }
+
+    /// What the request of the last [`Turn::Send`] came to.
+    pub fn answered(&mut self, next: Next) {
+        match next {
+            Next::Retry(_) => {}
+            Next::Delivered | Next::GiveUp => {
+                self.refused |= next == Next::GiveUp;
+                self.part += 1;
+                self.attempt = 0;
+            }
+        }
+    }
+}
+
 /// Whether a target whose oldest undelivered notification has waited `waited` is failing: said
 /// in the log, a gauge and an Event once it is.
 pub fn failing(waited: Option<Duration>, after: Duration) -> bool {
