@@ -68,8 +68,8 @@ pub const PAIRS: [Set; 2] = [
 ];
 
 /// The pairs this run uses: `SLIPWAY_E2E_REAL_PAIRS` (1 or 2; 1 by default). Under emulation the
-/// guests are most of a run's CPU (73% of it in a run with three sets: each guest with its kubelet,
-/// containerd and kube-proxy costs a quarter of a core beside the scenes), so a second pair splits
+/// guests are most of a run's CPU (73% of it in a run with three sets: an idle guest with its
+/// kubelet, containerd and kube-proxy costs an eighth of a core, a working one more), so a second pair splits
 /// the chain of scenes but slows every guest; with KVM it is worth it.
 pub fn pairs() -> &'static [Set] {
     let n = std::env::var("SLIPWAY_E2E_REAL_PAIRS")
