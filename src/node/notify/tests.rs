@@ -711,80 +711,34 @@ fn shoutrrr_urls_are_refused_naming_the_flag_the_target_and_the_service() {
 #[test]
 fn each_request_of_a_notification_is_sent_until_answered_for_good_and_once() {
     let retry = Next::Retry(FIRST_BACKOFF);
+    let send = |part, attempt| Turn::Send { part, attempt };
     let mut s = Sending::default();
     // One request: retried with a growing attempt, then delivered; then the notification is done.
-    assert_eq!(
-        s.turn(1, 1),
-        Turn::Send {
-            part: 0,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(1, 1), send(0, 1));
     s.answered(retry);
-    assert_eq!(
-        s.turn(1, 1),
-        Turn::Send {
-            part: 0,
-            attempt: 2
-        }
-    );
+    assert_eq!(s.turn(1, 1), send(0, 2));
     s.answered(Next::Delivered);
     assert_eq!(s.turn(1, 1), Turn::Done { refused: false });
 
     // Three requests (three chats): the first delivered is not sent again while the second is
     // retried; the second refused for good does not stop the third; the whole counts as refused.
-    assert_eq!(
-        s.turn(2, 3),
-        Turn::Send {
-            part: 0,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(2, 3), send(0, 1));
     s.answered(Next::Delivered);
-    assert_eq!(
-        s.turn(2, 3),
-        Turn::Send {
-            part: 1,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(2, 3), send(1, 1));
     s.answered(retry);
-    assert_eq!(
-        s.turn(2, 3),
-        Turn::Send {
-            part: 1,
-            attempt: 2
-        }
-    );
+    assert_eq!(s.turn(2, 3), send(1, 2));
     s.answered(Next::GiveUp);
-    assert_eq!(
-        s.turn(2, 3),
-        Turn::Send {
-            part: 2,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(2, 3), send(2, 1));
     s.answered(Next::Delivered);
     assert_eq!(s.turn(2, 3), Turn::Done { refused: true });
 
     // The front changed mid-way (dropped from a full queue): the new one starts at its first
     // request, its first attempt, nothing refused.
-    assert_eq!(
-        s.turn(3, 2),
-        Turn::Send {
-            part: 0,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(3, 2), send(0, 1));
     s.answered(Next::GiveUp);
-    assert_eq!(
-        s.turn(4, 2),
-        Turn::Send {
-            part: 0,
-            attempt: 1
-        }
-    );
+    assert_eq!(s.turn(4, 2), send(0, 1));
     s.answered(Next::Delivered);
+    assert_eq!(s.turn(4, 2), send(1, 1));
     s.answered(Next::Delivered);
     assert_eq!(s.turn(4, 2), Turn::Done { refused: false });
 
