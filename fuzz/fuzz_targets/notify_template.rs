@@ -16,24 +16,36 @@ fuzz_target!(|data: &[u8]| {
     let Some(n) = notification("RebootPolicy", None, "weekly", &event, now) else {
         return;
     };
-    for markup in [Markup::Plain, Markup::Slack, Markup::Teams] {
+    for markup in [Markup::Plain, Markup::Slack, Markup::Teams, Markup::Chat] {
         let escaped = escape(markup, message);
-        if markup != Markup::Plain {
+        if matches!(markup, Markup::Slack | Markup::Teams) {
             // Escaped, a value starts no line...
             assert!(!escaped.contains(['\n', '\r']), "{escaped:?}");
         }
         // ...and opens no mention and no link: Slack's `<` are entities, every Markdown
-        // character of a Teams card follows a backslash.
+        // character of a Teams card follows a backslash, a chat's `@` and `<` a zero-width space.
         match markup {
             Markup::Plain => {}
             Markup::Slack => assert!(!escaped.contains(['<', '>']), "{escaped:?}"),
             Markup::Teams => assert!(unescaped_markdown(&escaped).is_none(), "{escaped:?}"),
+            Markup::Chat => assert!(unbroken_mention(&escaped).is_none(), "{escaped:?}"),
         }
         if let Ok(t) = Template::parse(template) {
             let _ = t.render_for(&n, markup);
         }
     }
 });
+
+/// The first `@` or `<` of `text` that no zero-width space follows: a mention in a chat.
+fn unbroken_mention(text: &str) -> Option<char> {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if matches!(c, '@' | '<') && chars.peek() != Some(&'\u{200B}') {
+            return Some(c);
+        }
+    }
+    None
+}
 
 /// The first Markdown character of `text` that no backslash escapes.
 fn unescaped_markdown(text: &str) -> Option<char> {

@@ -133,6 +133,9 @@ pub enum Markup {
     Slack,
     /// An Adaptive Card's TextBlock (Microsoft Teams): a CommonMark subset, links and lists.
     Teams,
+    /// Plain text in a chat that mentions by name in it: Telegram's `@username`, Google Chat's
+    /// `<users/all>`.
+    Chat,
 }
 
 /// `value` as text that `markup` shows as it is: a value comes from the cluster (a hold reason a
@@ -146,8 +149,9 @@ pub fn escape(markup: Markup, value: &str) -> String {
             (Markup::Slack, '&') => out.push_str("&amp;"),
             (Markup::Slack, '<') => out.push_str("&lt;"),
             (Markup::Slack, '>') => out.push_str("&gt;"),
-            // A zero-width space after it: still `@` to read, no longer a mention.
-            (Markup::Slack, '@') => out.push_str("@\u{200B}"),
+            // A zero-width space after it: still `@` (or `<`) to read, no longer a mention.
+            (Markup::Slack | Markup::Chat, '@') => out.push_str("@\u{200B}"),
+            (Markup::Chat, '<') => out.push_str("<\u{200B}"),
             // CommonMark's backslash escapes, for what the card's subset reads as markup.
             (
                 Markup::Teams,

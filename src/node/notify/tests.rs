@@ -618,7 +618,8 @@ fn a_shoutrrr_url_is_a_target_whose_service_decides_the_requests_and_the_body() 
         body,
         json!({"text": "Node n1: back from RebootPolicy weekly. &lt;!channel&gt; *now*"})
     );
-    // Telegram: one request per chat, plain text, the target's own header after the service's.
+    // Telegram: one request per chat, plain text that mentions nobody, the target's own header
+    // after the service's.
     let sent = outgoing(tg, &n);
     assert_eq!(sent.len(), 2);
     for (request, chat) in sent.iter().zip(["@ops", "-100123"]) {
@@ -626,7 +627,7 @@ fn a_shoutrrr_url_is_a_target_whose_service_decides_the_requests_and_the_body() 
         assert_eq!(body["chat_id"], chat);
         assert_eq!(
             body["text"],
-            "Node n1: back from RebootPolicy weekly. <!channel> *now*"
+            "Node n1: back from RebootPolicy weekly. <\u{200B}!channel> *now*"
         );
         assert_eq!(
             request.headers,
@@ -660,6 +661,15 @@ fn each_service_escapes_the_cluster_s_values_for_its_own_markup() {
         ("discord://t0ken@123", "\\<@U1\\> \\*now\\*"),
         ("ntfy://ntfy.sh/reboots", "<@U1> *now*"),
         ("generic+https://hooks.example/x", "<@U1> *now*"),
+        // Telegram's @username and Google Chat's <users/all> mention from plain text.
+        (
+            "telegram://123456:t0ken@telegram?chats=1",
+            "<\u{200B}@\u{200B}U1> *now*",
+        ),
+        (
+            "googlechat://chat.googleapis.com/v1/spaces/S/messages?key=k&token=t",
+            "<\u{200B}@\u{200B}U1> *now*",
+        ),
     ] {
         let target = one(flags(&[&format!("ops={url}")]));
         let text = text(&target, &n);

@@ -79,13 +79,11 @@ impl Service {
             Service::Slack | Service::Mattermost | Service::RocketChat => Markup::Slack,
             // Discord's Markdown, which takes the backslash escapes of Teams' CommonMark.
             Service::Discord => Markup::Teams,
-            // Sent as plain text: Telegram without a parse_mode, Gotify and ntfy without their
-            // Markdown extras, Google Chat, and the generic webhook's own receiver.
-            Service::GoogleChat
-            | Service::Telegram
-            | Service::Gotify
-            | Service::Ntfy
-            | Service::Generic => Markup::Plain,
+            // Plain text where a name in it mentions: Telegram without a parse_mode, Google Chat.
+            Service::GoogleChat | Service::Telegram => Markup::Chat,
+            // Plain text with no mentions: Gotify and ntfy without their Markdown extras, and the
+            // generic webhook's own receiver.
+            Service::Gotify | Service::Ntfy | Service::Generic => Markup::Plain,
         }
     }
 
