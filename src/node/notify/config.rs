@@ -71,16 +71,10 @@ impl fmt::Debug for Target {
 }
 
 /// The URL without its user part, path and query, where webhook services put their token; a
-/// shoutrrr URL without its host too where that is a token (Slack, Discord, Telegram, Teams).
+/// shoutrrr URL without its host too where that is a token (Slack, Discord, Telegram).
 pub fn redacted_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => shoutrrr::redacted(&u),
-        Ok(u) => format!(
-            "{}://{}{}/...",
-            u.scheme(),
-            u.host_str().unwrap_or(""),
-            u.port().map(|p| format!(":{p}")).unwrap_or_default()
-        ),
+        Ok(u) => shoutrrr::redacted(&u),
         Err(_) => "<invalid URL>".into(),
     }
 }

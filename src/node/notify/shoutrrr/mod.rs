@@ -313,16 +313,21 @@ pub fn requests(url: &Url) -> Result<Shoutrrr, ShoutrrrError> {
     .map(|requests| Shoutrrr { service, requests })
 }
 
-/// The URL as logs show it: its scheme, and its host where that is a server (not a token).
+/// The URL as logs show it: its scheme, and its host where that is a server (an http(s)
+/// webhook's, a self-hosted service's), not a token; never its user part, path or query.
 pub fn redacted(url: &Url) -> String {
-    match Service::of(url.scheme()) {
-        Some(s) if s.host_is_a_server() => format!(
+    let shows_host = match url.scheme() {
+        "http" | "https" => true,
+        scheme => Service::of(scheme).is_some_and(Service::host_is_a_server),
+    };
+    match shows_host {
+        true => format!(
             "{}://{}{}/...",
             url.scheme(),
             url.host_str().unwrap_or(""),
             url.port().map(|p| format!(":{p}")).unwrap_or_default()
         ),
-        _ => format!("{}://...", url.scheme()),
+        false => format!("{}://...", url.scheme()),
     }
 }
 
