@@ -427,14 +427,7 @@ async fn reboot_by_a_policy(
 /// the Deployment scaled to 2. Returns the new pod once Ready (a standby is Ready).
 async fn second_replica_on_the_worker(s: &Scene) -> Pod {
     let client = &s.client;
-    Api::<Node>::all(client.clone())
-        .patch(
-            INSTALL_WORKER,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {CONTROL_PLANE_ROLE: ""}}})),
-        )
-        .await
-        .expect("label the worker a control-plane node");
+    worker_role(client, Some("")).await;
     scale_controller(client, 2).await;
     let pods = Api::<Pod>::namespaced(client.clone(), install::NS);
     support::wait_for(
@@ -491,14 +484,19 @@ async fn back_to_one_replica(s: &Scene, second: &Pod) {
         },
     )
     .await;
+    worker_role(client, None).await;
+}
+
+/// Labels the worker a control-plane node (`Some("")`) or takes the label away (`None`).
+async fn worker_role(client: &Client, value: Option<&str>) {
     Api::<Node>::all(client.clone())
         .patch(
             INSTALL_WORKER,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {CONTROL_PLANE_ROLE: null}}})),
+            &Patch::Merge(json!({"metadata": {"labels": {CONTROL_PLANE_ROLE: value}}})),
         )
         .await
-        .expect("the worker's role label goes");
+        .unwrap_or_else(|e| panic!("the worker's role label to {value:?}: {e}"));
 }
 
 async fn scale_controller(client: &Client, replicas: i32) {
