@@ -17,6 +17,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# The published name (Cargo.toml's [package.metadata.slipway]), which the manifests run.
+name=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 out=${1:-target/image/slipway-$version.oci.tar}
 # shellcheck source=scripts/static-env.sh
 source "$root/scripts/static-env.sh"
@@ -84,5 +86,5 @@ for platform in ${SLIPWAY_IMAGE_PLATFORMS:-}; do
 done
 
 mkdir -p "$(dirname "$out")"
-SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py "${binaries[@]}" --ca-bundle "$certs" --version "$version" \
+SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py "${binaries[@]}" --ca-bundle "$certs" --name "$name" --version "$version" \
   --out "$out"

@@ -146,10 +146,10 @@ def platform_image(binary, ca_bundle, version, arch, epoch):
     return config, layer, manifest
 
 
-def names(version):
-    # containerd (ctr, kind) reads the full name, the OCI tools the tag.
+def names(name, version):
+    # containerd (ctr, kind, k3s's agent/images) reads the full name, the OCI tools the tag.
     return {
-        "io.containerd.image.name": f"docker.io/library/slipway:{version}",
+        "io.containerd.image.name": f"{name}:{version}",
         "org.opencontainers.image.ref.name": version,
     }
 
@@ -158,12 +158,12 @@ def blob(data):
     return "blobs/sha256/" + hashlib.sha256(data).hexdigest()
 
 
-def layout(blobs, index, docker_image, version, epoch):
+def layout(blobs, index, docker_image, name, version, epoch):
     """The archive: the OCI layout of `index` with `blobs`, and Docker's manifest.json naming
     `docker_image` (config, layer) as `docker load` reads it."""
     config, layer = docker_image
     docker_manifest = canonical(
-        [{"Config": blob(config), "RepoTags": [f"slipway:{version}"], "Layers": [blob(layer)]}]
+        [{"Config": blob(config), "RepoTags": [f"{name}:{version}"], "Layers": [blob(layer)]}]
     )
     archive = [("blobs", 0o755, None), ("blobs/sha256", 0o755, None)]
     archive += [(blob(b), 0o644, b) for b in {blob(b): b for b in blobs}.values()]
@@ -175,7 +175,7 @@ def layout(blobs, index, docker_image, version, epoch):
     return tar_bytes(archive, epoch)
 
 
-def build(binary, ca_bundle, version, arch, epoch):
+def build(binary, ca_bundle, name, version, arch, epoch):
     """Returns (archive bytes, manifest digest)."""
     config, layer, manifest = platform_image(binary, ca_bundle, version, arch, epoch)
     index = canonical(
@@ -188,16 +188,16 @@ def build(binary, ca_bundle, version, arch, epoch):
                     "digest": digest(manifest),
                     "size": len(manifest),
                     "platform": {"architecture": arch, "os": "linux"},
-                    "annotations": names(version),
+                    "annotations": names(name, version),
                 }
             ],
         }
     )
-    archive = layout([layer, config, manifest], index, (config, layer), version, epoch)
+    archive = layout([layer, config, manifest], index, (config, layer), name, version, epoch)
     return archive, digest(manifest)
 
 
-def build_index(binaries, ca_bundle, version, epoch):
+def build_index(binaries, ca_bundle, name, version, epoch):
     """A multi-platform image: `binaries` is [(arch, bytes)], the first also what `docker load`
     takes. index.json names one image index (as `docker buildx` writes it), which lists each
     platform's manifest. Returns (archive bytes, index digest)."""
@@ -230,12 +230,12 @@ def build_index(binaries, ca_bundle, version, epoch):
                     "mediaType": "application/vnd.oci.image.index.v1+json",
                     "digest": digest(inner),
                     "size": len(inner),
-                    "annotations": names(version),
+                    "annotations": names(name, version),
                 }
             ],
         }
     )
-    return layout(blobs + [inner], index, first, version, epoch), digest(inner)
+    return layout(blobs + [inner], index, first, name, version, epoch), digest(inner)
 
 
 def main():
@@ -248,6 +248,8 @@ def main():
     )
     parser.add_argument("--ca-bundle", required=True)
     parser.add_argument("--version", required=True)
+    parser.add_argument("--name", help="with --out: the image's name without its tag (Cargo.toml's "
+                        "[package.metadata.slipway] image)")
     parser.add_argument("--arch", default="amd64")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", help="the OCI image archive to write")
@@ -269,17 +271,19 @@ def main():
         write_rootfs(rootfs(binaries[0][1], ca_bundle), args.rootfs)
         print(f"rootfs: {args.rootfs}")
         return
+    if not args.name:
+        parser.error("--out takes --name")
     if len(binaries) == 1:
         arch, binary = binaries[0]
-        archive, manifest_digest = build(binary, ca_bundle, args.version, arch, epoch)
+        archive, manifest_digest = build(binary, ca_bundle, args.name, args.version, arch, epoch)
     else:
-        archive, manifest_digest = build_index(binaries, ca_bundle, args.version, epoch)
+        archive, manifest_digest = build_index(binaries, ca_bundle, args.name, args.version, epoch)
         binary = binaries[0][1]
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
         f.write(archive)
     os.replace(tmp, args.out)
-    print(f"image: slipway:{args.version} ({len(archive)} bytes, binary {len(binary)} bytes)",
+    print(f"image: {args.name}:{args.version} ({len(archive)} bytes, binary {len(binary)} bytes)",
           file=sys.stderr)
     print(f"archive: {args.out}")
     print(f"digest: {manifest_digest}")

@@ -384,18 +384,13 @@ async fn the_quick_start_runs_on_the_image() {
         "two builds of the same tree must write the same archive"
     );
     let ocicheck = run(&mut Command::new(repo().join("tests/tools/ocicheck.sh")));
-    let version = env!("CARGO_PKG_VERSION");
-    let checked = run(Command::new(ocicheck.trim())
-        .arg(&first)
-        .arg(format!("docker.io/library/slipway:{version}")));
-    assert_eq!(
-        checked.trim(),
-        format!("ok docker.io/library/slipway:{version} {digest}")
-    );
+    let published = crate::support::real::published_image();
+    let checked = run(Command::new(ocicheck.trim()).arg(&first).arg(&published));
+    assert_eq!(checked.trim(), format!("ok {published} {digest}"));
 
     let wrong = Command::new(ocicheck.trim())
         .arg(&first)
-        .arg("docker.io/library/slipway:0.0.0")
+        .arg("ghcr.io/slipway-dev/slipway:0.0.0")
         .output()
         .expect("run ocicheck");
     assert!(

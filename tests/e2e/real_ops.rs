@@ -465,7 +465,7 @@ spec:
       tolerations: [{{operator: Exists}}]
       containers:
       - name: agent
-        image: slipway:0.1.0
+        image: {image}
         imagePullPolicy: IfNotPresent
         args: [agent, --sentinel-file, /host/var/run/reboot-required]
         env:
@@ -528,6 +528,7 @@ spec:
         ns = s.ns.name(),
         agent = s.name("agent"),
         pool = s.pool,
+        image = support::real::published_image(),
     )
 }
 

@@ -723,7 +723,7 @@ dashboard: {enabled: true, namespace: monitoring, labels: {grafana_dashboard: nu
     assert_eq!(
         find(&docs, "Deployment", "system-upgrade-controller")["spec"]["template"]["spec"]["containers"]
             [0]["image"],
-        format!("slipway@{digest}").as_str()
+        format!("ghcr.io/slipway-dev/slipway@{digest}").as_str()
     );
 }
 

@@ -128,7 +128,7 @@ fn image_sh(version: &str) -> (Value, Vec<(String, u32)>) {
 import io, json, sys, tarfile
 sys.path.insert(0, "scripts")
 import oci_image
-archive, _ = oci_image.build(b"binary", b"ca", sys.argv[1], "amd64", 0)
+archive, _ = oci_image.build(b"binary", b"ca", "registry.example/slipway", sys.argv[1], "amd64", 0)
 blobs = {}
 with tarfile.open(fileobj=io.BytesIO(archive)) as t:
     for m in t.getmembers():

@@ -32,7 +32,13 @@ fn build(dir: &Path, out: &str) -> Vec<u8> {
             &format!("arm64={}", dir.join("arm64").display()),
         ])
         .args(["--ca-bundle", &dir.join("ca.crt").display().to_string()])
-        .args(["--version", "1.2.3", "--out", &out.display().to_string()])
+        .args([
+            "--name",
+            "registry.example/team/slipway",
+            "--version",
+            "1.2.3",
+        ])
+        .args(["--out", &out.display().to_string()])
         .env("SOURCE_DATE_EPOCH", "1764000000")
         .status()
         .expect("run python3 scripts/oci_image.py");
@@ -76,7 +82,7 @@ fn the_multi_platform_image_is_one_index_of_amd64_and_arm64_and_reproducible() {
     );
     assert_eq!(
         top[0]["annotations"]["io.containerd.image.name"],
-        "docker.io/library/slipway:1.2.3"
+        "registry.example/team/slipway:1.2.3"
     );
     let digest = top[0]["digest"].as_str().expect("a digest");
     let inner = json(&entry(&archive, &format!("blobs/sha256/{}", &digest[7..])));
@@ -92,7 +98,7 @@ fn the_multi_platform_image_is_one_index_of_amd64_and_arm64_and_reproducible() {
     let ocicheck = String::from_utf8_lossy(&checker.stdout).trim().to_string();
     let checked = Command::new(&ocicheck)
         .arg(&archive)
-        .arg("docker.io/library/slipway:1.2.3")
+        .arg("registry.example/team/slipway:1.2.3")
         .output()
         .expect("run ocicheck");
     assert!(
@@ -102,7 +108,7 @@ fn the_multi_platform_image_is_one_index_of_amd64_and_arm64_and_reproducible() {
     );
     assert_eq!(
         String::from_utf8_lossy(&checked.stdout).trim(),
-        format!("ok docker.io/library/slipway:1.2.3 {digest}")
+        format!("ok registry.example/team/slipway:1.2.3 {digest}")
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

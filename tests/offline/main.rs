@@ -18,4 +18,5 @@ mod job_golden;
 mod kairos_crd;
 mod kairos_upgrade;
 mod monitoring;
+mod names;
 mod suc_crd;

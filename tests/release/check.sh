@@ -66,7 +66,8 @@ index = blob(json.load(sys.stdin)["manifests"][0]["digest"])
 print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in index["manifests"])))
 ' "$image")
 [ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the image's index names $platforms"
-"$(tests/tools/ocicheck.sh)" "$image" "docker.io/library/slipway:$version" >&2 ||
+published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+"$(tests/tools/ocicheck.sh)" "$image" "$published:$version" >&2 ||
   fail "the two-platform image is refused"
 # The release builds' profile (scripts/static-env.sh) is read by this rustc: with a profile that
 # is damaged or of a newer LLVM, a release build (CI makes none) would fail or, rustc only

@@ -148,6 +148,16 @@ pub async fn nodes(cluster: &Cluster, set: &Set) -> Vec<String> {
     names.into_iter().map(str::to_string).collect()
 }
 
+/// The name the manifests and the chart run slipway's image by: Cargo.toml's
+/// `[package.metadata.slipway] image`, tagged with the version.
+pub fn published_image() -> String {
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
+    let name = (manifest.lines())
+        .find_map(|l| l.strip_prefix("image = \"")?.strip_suffix('"'))
+        .expect("Cargo.toml names the published image");
+    format!("{name}:{}", env!("CARGO_PKG_VERSION"))
+}
+
 /// Starts the guests side by side and waits until each is Ready.
 fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
     let image = image_archive();

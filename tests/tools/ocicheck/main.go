@@ -21,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) != 3 {
-		fail("usage: ocicheck ARCHIVE REFERENCE (as containerd names it: docker.io/library/NAME:TAG)")
+		fail("usage: ocicheck ARCHIVE REFERENCE (as containerd names it: REGISTRY/PATH:TAG)")
 	}
 	archive, reference := os.Args[1], os.Args[2]
 
