@@ -117,12 +117,13 @@ finish() {
 trap finish EXIT
 
 # --- the build -------------------------------------------------------------------------------
-# Go tools, in the background: the local cluster and the real nodes' guest image (its kubelet from
-# the cluster's module) first, as the end-to-end scenes start as soon as those and the compile are
-# there; the other tools after them (below).
+# Go tools, in the background: the local cluster, the real nodes' guest image (its kubelet from
+# the cluster's module) and the registry they pull slipway's image from first, as the end-to-end
+# scenes start as soon as those and the compile are there; the other tools after them (below).
 (
   phase cluster-binaries tests/cluster/build.sh
   phase real-nodes tests/nodes/build.sh
+  phase registry tests/tools/registry/build.sh
 ) &
 tools=$!
 
@@ -170,10 +171,10 @@ waited() {
 since=$(date +%s)
 if ! wait "$tools"; then
   tools=""
-  say "the cluster's or the real nodes' build failed (its log is in $logs)"
+  say "the cluster's, the real nodes' or the registry's build failed (its log is in $logs)"
   exit 1
 fi
-waited "wait: cluster, guest image" "$since"
+waited "wait: cluster, guest image, registry" "$since"
 # The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
 # and Alertmanager (a scene that needs one before it is built waits: each build script holds a
 # lock while it builds), promtool and the GitOps health checker (the offline tests), the image
@@ -191,7 +192,7 @@ waited "wait: cluster, guest image" "$since"
 tools=$!
 PATH="$(tests/cluster/build.sh):$PATH"
 export PATH
-# The real nodes import the image this run built.
+# The real nodes pull the image this run built, published to a registry on the host.
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 export SLIPWAY_IMAGE_ARCHIVE="$root/target/image/slipway-$version.oci.tar"
 # The scenes' binary is run directly: through cargo it would first wait for the arm64 build's

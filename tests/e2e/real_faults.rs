@@ -477,22 +477,26 @@ spec:
     .await;
 }
 
-/// From a real node's own network namespace, the API server's forwarded address answers and
-/// nothing else does: not the host behind the user-mode network's gateway (its loopback, where the
-/// API server listens, without `restrict=on`), not QEMU's DNS, not the internet.
+/// From a real node's own network namespace, the API server's and the registry's forwarded
+/// addresses answer and nothing else does: not the host behind the user-mode network's gateway
+/// (its loopback, where both listen, without `restrict=on`), not QEMU's DNS, not the internet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_node_reaches_the_api_server_and_nothing_else() {
+async fn a_real_node_reaches_the_api_server_and_the_registry_and_nothing_else() {
     let Some(s) = Scene::new("real-net").real_nodes().start().await else {
         return;
     };
     let node = s.workers()[0];
-    // The kubelet's kubeconfig names the forwarded address; busybox's nc has no -z.
+    // The kubelet's kubeconfig names the API server's forwarded address, containerd's mirror of
+    // ghcr.io the registry's; busybox's nc has no -z.
     let check = "set -u; \
         server=$(sed -n 's|^ *server: https://||p' /host/etc/kubernetes/kubelet.kubeconfig); \
         addr=${server%:*}; port=${server##*:}; \
         if echo | nc -w 5 $addr $port; then echo \"api $server: reachable\"; \
         else echo \"api $server: UNREACHABLE\"; exit 1; fi; \
-        for target in \"10.0.2.2 $port\" '10.0.2.2 22' '10.0.2.3 53' '1.1.1.1 443'; do \
+        registry=$(sed -n 's|^\\[host.\"http://\\(.*\\)\"\\]$|\\1|p' /host/etc/containerd/certs.d/ghcr.io/hosts.toml); \
+        if wget -q -O /dev/null http://$registry/v2/; then echo \"registry $registry: reachable\"; \
+        else echo \"registry $registry: UNREACHABLE\"; exit 1; fi; \
+        for target in \"10.0.2.2 $port\" \"10.0.2.2 ${registry##*:}\" '10.0.2.2 22' '10.0.2.3 53' '1.1.1.1 443'; do \
           if echo | nc -w 5 $target; then echo \"$target: REACHABLE\"; exit 1; fi; \
           echo \"$target: unreachable\"; \
         done";
@@ -540,7 +544,9 @@ spec:
         .unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{node}'s network: {log}");
     assert!(
-        log.contains("reachable") && log.contains("1.1.1.1 443: unreachable"),
+        log.contains("api ")
+            && log.contains("registry 10.0.2.101:")
+            && log.contains("1.1.1.1 443: unreachable"),
         "{log}"
     );
     eprintln!("real-net: {node}: {}", log.trim().replace('\n', "; "));

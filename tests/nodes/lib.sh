@@ -27,6 +27,10 @@ cache_root="${SLIPWAY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slipway}"
 GUEST_ADDRESS=10.0.2.15
 # shellcheck disable=SC2034
 GUEST_GATEWAY=10.0.2.2
+# Where a guest given a registry mirror (up.sh --registry-mirror) reaches the registry on the host's
+# loopback: a second guestfwd rule, as for the API server.
+# shellcheck disable=SC2034
+GUEST_REGISTRY_ADDRESS=10.0.2.101
 # Guests' pod subnets: 10.200.<index>.0/24, index 1..250 per cluster.
 # shellcheck disable=SC2034
 GUEST_POD_PREFIX=10.200
@@ -153,11 +157,15 @@ guest_pid() {
 # CLUSTER_DIR/pids/guest-NAME.pid, so that tests/cluster/down.sh stops it.
 # The network: QEMU's user-mode network with restrict=on, so the guest reaches nothing, except
 # GUEST_API_ADDRESS:API_PORT, which a guestfwd rule connects to the API server on the host's
-# loopback (socat, a process per connection), and the host reaches the kubelet on
-# 127.0.0.1:KUBELET_PORT (a hostfwd rule; the API server goes there through egress-proxy.py).
+# loopback (socat, a process per connection), GUEST_REGISTRY_ADDRESS:REGISTRY_PORT likewise to a
+# registry when the guest has one, and the host reaches the kubelet on 127.0.0.1:KUBELET_PORT (a
+# hostfwd rule; the API server goes there through egress-proxy.py).
 start_guest() {
-  local dir=$1 name=$2 g="$1/guests/$2" machine cmdline=$GUEST_CMDLINE
+  local dir=$1 name=$2 g="$1/guests/$2" machine cmdline=$GUEST_CMDLINE registry=''
   guest_env "$dir" "$name"
+  if [ -n "${REGISTRY_PORT:-}" ]; then
+    registry=",guestfwd=tcp:$GUEST_REGISTRY_ADDRESS:$REGISTRY_PORT-cmd:socat - TCP:127.0.0.1:$REGISTRY_PORT"
+  fi
   # SLIPWAY_NODES_VERBOSE=1: the guest's journal (kubelet, containerd) on its console log too.
   if [ "${SLIPWAY_NODES_VERBOSE:-}" = 1 ]; then
     cmdline="$cmdline systemd.journald.forward_to_console=1 systemd.show_status=true"
@@ -169,7 +177,7 @@ start_guest() {
     -kernel "$IMAGE_DIR/vmlinuz" -initrd "$IMAGE_DIR/initrd.img" -append "$cmdline" \
     -drive "file=$g/disk.qcow2,format=qcow2,if=virtio" \
     -drive "file=$g/config.img,format=raw,if=virtio,readonly=on" \
-    -netdev "user,id=net0,restrict=on,ipv6=off,guestfwd=tcp:$GUEST_API_ADDRESS:$API_PORT-cmd:socat - TCP:127.0.0.1:$API_PORT,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" \
+    -netdev "user,id=net0,restrict=on,ipv6=off,guestfwd=tcp:$GUEST_API_ADDRESS:$API_PORT-cmd:socat - TCP:127.0.0.1:$API_PORT$registry,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" \
     -device virtio-net-pci,netdev=net0,romfile= \
     -chardev "file,id=console,path=$g/console.log,append=on" -serial chardev:console \
     </dev/null >>"$g/qemu.log" 2>&1 &

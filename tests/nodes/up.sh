@@ -5,7 +5,7 @@
 # lifted its not-ready taint).
 #
 #   tests/nodes/up.sh CLUSTER_DIR NAME [--control-plane] [--label KEY=VALUE]... [--image ARCHIVE]...
-#                     [--memory MIB] [--cpus N] [--no-wait]
+#                     [--registry-mirror REGISTRY=PORT]... [--memory MIB] [--cpus N] [--no-wait]
 #
 #   CLUSTER_DIR      a cluster started by tests/cluster/up.sh (its kubeconfig is CLUSTER_DIR/kubeconfig)
 #   NAME             the node's name (a DNS label), also its hostname
@@ -14,7 +14,12 @@
 #   --label K=V      a node label (applied with the admin's credentials once the Node exists, so
 #                    node-role.kubernetes.io/* labels work too)
 #   --image ARCHIVE  an OCI or Docker image archive imported into the guest's containerd before
-#                    its kubelet starts, at every boot (slipway's own image from scripts/image.sh)
+#                    its kubelet starts, at every boot
+#   --registry-mirror REGISTRY=PORT
+#                    the guest's containerd pulls REGISTRY's images (e.g. ghcr.io) from the plain-HTTP
+#                    registry on the host's loopback port PORT (tests/tools/registry/up.sh), which
+#                    the guest reaches at GUEST_REGISTRY_ADDRESS: a hosts.toml under
+#                    /etc/containerd/certs.d, as for any containerd mirror; one PORT per guest
 #   --memory MIB     guest memory (default 1024); --cpus N: virtual CPUs (default 2 with KVM, 1
 #                    under emulation)
 #   --no-wait        return once QEMU runs
@@ -30,13 +35,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 
 usage() {
-  nodes_log "usage: $0 CLUSTER_DIR NAME [--control-plane] [--label K=V]... [--image ARCHIVE]... [--memory MIB] [--cpus N] [--no-wait]"
+  nodes_log "usage: $0 CLUSTER_DIR NAME [--control-plane] [--label K=V]... [--image ARCHIVE]... [--registry-mirror REGISTRY=PORT]... [--memory MIB] [--cpus N] [--no-wait]"
   exit 2
 }
 [ $# -ge 2 ] || usage
 dir=$1 name=$2
 shift 2
-control_plane=false wait=true memory=1024 cpus='' labels=() images=()
+control_plane=false wait=true memory=1024 cpus='' labels=() images=() mirrors=() registry_port=''
 while [ $# -gt 0 ]; do
   case "$1" in
   --control-plane) control_plane=true ;;
@@ -48,6 +53,13 @@ while [ $# -gt 0 ]; do
   --image)
     if [ $# -lt 2 ] || [ ! -f "$2" ]; then nodes_die "--image wants an existing archive, got '${2:-}'"; fi
     images+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")")
+    shift
+    ;;
+  --registry-mirror)
+    [[ ${2:-} =~ ^[a-z0-9.-]+(:[0-9]+)?=[0-9]+$ ]] || usage
+    [ -z "$registry_port" ] || [ "$registry_port" = "${2##*=}" ] || nodes_die "one registry port per guest"
+    mirrors+=("${2%=*}")
+    registry_port=${2##*=}
     shift
     ;;
   --memory)
@@ -203,6 +215,15 @@ cat >"$root/etc/cni/net.d/10-slipway.conflist" <<EOF
   ]
 }
 EOF
+# Mirrors: containerd's hosts.toml, one directory per registry (config_path in containerd.toml).
+for mirror in "${mirrors[@]}"; do
+  mkdir -p "$root/etc/containerd/certs.d/$mirror"
+  cat >"$root/etc/containerd/certs.d/$mirror/hosts.toml" <<EOF
+server = "https://$mirror"
+[host."http://$GUEST_REGISTRY_ADDRESS:$registry_port"]
+  capabilities = ["pull", "resolve"]
+EOF
+done
 cat >"$cfg/node.env" <<EOF
 NODE_NAME=$name
 NODE_ADDRESS=$GUEST_ADDRESS
@@ -225,6 +246,7 @@ MEMORY=$memory
 CPUS=$cpus
 API_PORT=$APISERVER_PORT
 KUBELET_PORT=$kubelet_port
+REGISTRY_PORT=$registry_port
 EOF
 echo "$kubelet_port" >"$g/kubelet-port"
 start_guest "$dir" "$name"

@@ -6,7 +6,8 @@
 # and its binary run (the arm64 one under qemu-user): `--version` and `validate` of the quick
 # start's Plan; the image is read by go-containerregistry's validators (tests/tools/ocicheck); the
 # release builds' profile (pgo/) is read by this rustc.
-# CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
+# Then it publishes the image and the chart (scripts/publish.sh) to an OCI registry on loopback
+# and reads them back. CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
 #
 #   tests/release/check.sh [OUT]     # default: target/ci/release
 set -euo pipefail
@@ -69,6 +70,27 @@ print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] 
 published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 "$(tests/tools/ocicheck.sh)" "$image" "$published:$version" >&2 ||
   fail "the two-platform image is refused"
+
+# Published as a release publishes it (scripts/publish.sh --chart): the image index and the chart
+# pushed to an OCI registry (distribution's, on loopback), then read back from it: the index whole
+# (both platforms, the archive's digest), the chart as Helm installs it from `oci://`.
+registry_tools=$(tests/tools/registry/build.sh)
+helm=$(tests/tools/helm/build.sh)
+port=$(tests/tools/registry/up.sh "$out/registry")
+trap 'kill "$(cat "$out/registry/pids/registry.pid")" 2>/dev/null || true' EXIT
+digest=$(CRANE=$registry_tools/crane HELM=$helm scripts/publish.sh --chart "$image" "127.0.0.1:$port" | tail -n 1)
+want=$(tar -xOf "$image" index.json | python3 -c 'import json, sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')
+[ "$digest" = "$want" ] || fail "the registry holds $digest, not the archive's index $want"
+pushed=$("$registry_tools/crane" manifest "127.0.0.1:$port/${published#*/}:$version" | python3 -c '
+import json, sys
+print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))')
+[ "$pushed" = "linux/amd64 linux/arm64" ] || fail "the published index names $pushed"
+chart=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+"$helm" template slipway "oci://127.0.0.1:$port/${chart#oci://*/}" --version "$version" --plain-http \
+  >"$out/chart.yaml" 2>"$out/chart.err" || fail "the published chart does not render: $(cat "$out/chart.err")"
+grep -qF "image: $published:$version" "$out/chart.yaml" ||
+  fail "the published chart does not run $published:$version"
+echo "release check: published the image ($digest, linux/amd64 and linux/arm64) and the chart to a registry, read back" >&2
 # The release builds' profile (scripts/static-env.sh) is read by this rustc: with a profile that
 # is damaged or of a newer LLVM, a release build (CI makes none) would fail or, rustc only
 # warning, ship without it. Read as a release build reads it, by a one-line program.
@@ -103,5 +125,6 @@ published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 )
 
 # The checksums and the manifest stay to be read; the large files go (CI's disk is not large).
-rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz "$out/profiled" "$out/profiled.err"
+rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz "$out/profiled" "$out/profiled.err" \
+  "$out/registry/registry/storage"
 echo "release check: ok ($out)" >&2

@@ -9,9 +9,11 @@
 //! pair is free);
 //! the installs' cluster ([`INSTALLS`]) a control-plane node ([`CONTROL_PLANE`], labelled and
 //! tainted as kubeadm and kind do) and a worker ([`INSTALL_WORKER`]), for the scenes that install
-//! slipway as a user would (its controller a real pod on the control-plane node). Each guest
-//! imports slipway's image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh` writes)
-//! into its containerd at its first boot. Each set runs its own chain of scenes ([`super::turns`] says
+//! slipway as a user would (its controller a real pod on the control-plane node). Each guest pulls
+//! slipway's image by its published name ([`published_image`]) from a registry on the host that
+//! its containerd takes as a mirror of the name's registry, as an air-gapped cluster's nodes do:
+//! before the first boot, the image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh`
+//! writes) is pushed there (`tests/tools/registry/up.sh`). Each set runs its own chain of scenes ([`super::turns`] says
 //! which runs when). Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
 //! emulated guest once took 447 s to come back from a restart and a drain Job 6.5 minutes, so
 //! they are generous (the scenes' times are in the run's report).
@@ -121,8 +123,8 @@ pub fn cluster_dir(cluster: &Cluster) -> PathBuf {
         .unwrap_or_default()
 }
 
-/// slipway's image archive the guests import.
-pub fn image_archive() -> PathBuf {
+/// slipway's image archive, which the registry the guests pull from serves.
+fn image_archive() -> PathBuf {
     if let Some(path) = std::env::var_os("SLIPWAY_IMAGE_ARCHIVE") {
         return PathBuf::from(path);
     }
@@ -158,8 +160,10 @@ pub fn published_image() -> String {
     format!("{name}:{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Starts the guests side by side and waits until each is Ready.
-fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
+/// Starts the cluster's registry once and publishes slipway's image to it as a release does
+/// (`scripts/publish.sh`); returns the registry's port on the host's loopback and the published
+/// name's registry (`ghcr.io`), which the guests take it as a mirror of.
+fn registry(dir: &Path) -> Result<(String, String), String> {
     let image = image_archive();
     if !image.is_file() {
         return Err(format!(
@@ -168,6 +172,29 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
             image.display()
         ));
     }
+    let published = published_image();
+    let host = published.split('/').next().unwrap_or_default().to_string();
+    let tools = super::tool("tests/tools/registry/build.sh");
+    let run = |cmd: &mut Command| -> Result<String, String> {
+        let out = (cmd.stdin(Stdio::null()).stderr(Stdio::inherit()))
+            .output()
+            .map_err(|e| format!("{cmd:?}: {e}"))?;
+        match out.status.success() {
+            true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+            false => Err(format!("{cmd:?} failed")),
+        }
+    };
+    let port = run(Command::new(repo().join("tests/tools/registry/up.sh")).arg(dir))?;
+    run(Command::new(repo().join("scripts/publish.sh"))
+        .arg(&image)
+        .arg(format!("127.0.0.1:{port}"))
+        .env("CRANE", tools.join("crane")))?;
+    Ok((port, host))
+}
+
+/// Starts the guests side by side and waits until each is Ready.
+fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
+    let (port, host) = registry(dir)?;
     let up = repo().join("tests/nodes/up.sh");
     let since = std::time::Instant::now();
     let mut started = Vec::new();
@@ -180,7 +207,8 @@ fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
             true => Command::new(repo().join("tests/nodes/start.sh")),
             false => {
                 let mut up = Command::new(&up);
-                up.arg(dir).arg(name).arg("--image").arg(&image);
+                up.arg(dir).arg(name);
+                up.arg("--registry-mirror").arg(format!("{host}={port}"));
                 if name == CONTROL_PLANE {
                     up.arg("--control-plane");
                 }

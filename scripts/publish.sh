@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Publishes a release: pushes slipway's image archive (scripts/image.sh; for a release the
+# two-platform one, SLIPWAY_IMAGE_PLATFORMS="amd64 arm64") under its published name, and with
+# --chart the Helm chart as an OCI artefact beside it. Prints the image's digest last.
+#
+#   scripts/publish.sh [--chart] ARCHIVE [REGISTRY]
+#
+# The names are Cargo.toml's ([package.metadata.slipway] image and chart), tagged with its version.
+# REGISTRY (e.g. 127.0.0.1:5000, a mirror or a test registry) replaces the names' registry, the
+# path kept: ghcr.io/slipway-dev/slipway:0.1.0 goes to REGISTRY/slipway-dev/slipway:0.1.0, which a
+# mirror of ghcr.io serves under the published name. A registry on loopback is spoken to in plain
+# HTTP. Needs `crane` (go-containerregistry), and `helm` for --chart: on PATH, or CRANE and HELM;
+# tests/tools/registry/build.sh and tests/tools/helm/build.sh build them. Credentials are the
+# tools' own (`crane auth login`, `helm registry login`).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+chart=false
+if [ "${1:-}" = --chart ]; then
+  chart=true
+  shift
+fi
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 [--chart] ARCHIVE [REGISTRY]" >&2; exit 2; }
+archive=$1 registry=${2:-}
+[ -f "$archive" ] || { echo "publish: no image archive $archive" >&2; exit 1; }
+crane=${CRANE:-$(command -v crane || true)}
+[ -x "$crane" ] || { echo "publish: crane is missing (tests/tools/registry/build.sh builds it; set CRANE)" >&2; exit 1; }
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+image=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+chart_ref=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+if [ -n "$registry" ]; then
+  image="$registry/${image#*/}"
+  chart_ref="oci://$registry/${chart_ref#oci://*/}"
+fi
+plain=()
+case "$image" in
+  localhost:* | 127.0.0.1:* | localhost/* | 127.0.0.1/*) plain=(--plain-http) ;;
+esac
+
+# crane pushes an OCI layout directory: the archive unpacked. Its one entry (an image, or an
+# index of one image per platform) is pushed whole under the tag.
+layout=$(mktemp -d)
+trap 'rm -rf "$layout"' EXIT
+tar -xf "$archive" -C "$layout"
+start=$SECONDS
+"$crane" push "$layout" "$image:$version" >&2
+digest=$("$crane" digest "$image:$version")
+echo "publish: $image:$version is $digest ($((SECONDS - start))s)" >&2
+
+if [ "$chart" = true ]; then
+  helm=${HELM:-$(command -v helm || true)}
+  [ -x "$helm" ] || { echo "publish: helm is missing (tests/tools/helm/build.sh builds it; set HELM)" >&2; exit 1; }
+  "$helm" package charts/slipway --destination "$layout" >&2
+  # helm push takes the repository the chart's name goes under.
+  "$helm" push "${plain[@]}" "$layout/slipway-$version.tgz" "${chart_ref%/slipway}" >&2
+  echo "publish: the chart is $chart_ref:$version" >&2
+fi
+echo "$digest"
