@@ -177,8 +177,8 @@ fi
 waited "wait: cluster, guest image, registry" "$since"
 # The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
 # and Alertmanager (a scene that needs one before it is built waits: each build script holds a
-# lock while it builds), promtool and the GitOps health checker (the offline tests), the image
-# checker (the release check).
+# lock while it builds), promtool, the GitOps health checker and actionlint (the offline tests),
+# the image checker (the release check).
 (
   renice -n 5 -p "$BASHPID" >/dev/null
   phase suc tests/compat/build.sh
@@ -187,6 +187,7 @@ waited "wait: cluster, guest image, registry" "$since"
   phase promtool tests/tools/promtool/build.sh
   phase gitops-health tests/tools/gitops-health/build.sh
   phase ocicheck tests/tools/ocicheck.sh
+  phase actionlint tests/tools/actionlint/build.sh
   phase suc-e2e-build tests/suc-e2e/build.sh
 ) &
 tools=$!

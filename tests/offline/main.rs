@@ -20,3 +20,4 @@ mod kairos_upgrade;
 mod monitoring;
 mod names;
 mod suc_crd;
+mod workflows;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# What a release ships, written by the release scripts themselves from CI's dev compile (the
-# shipped ones differ only in their profile): the CLI's archives for linux/amd64 and linux/arm64
-# with their checksums and the filled krew manifest (scripts/release.sh), and the two-platform
-# image (scripts/image.sh with SLIPWAY_IMAGE_PLATFORMS). Each archive is unpacked as krew unpacks it
-# and its binary run (the arm64 one under qemu-user): `--version` and `validate` of the quick
-# start's Plan; the image is read by go-containerregistry's validators (tests/tools/ocicheck); the
-# release builds' profile (pgo/) is read by this rustc.
-# Then it publishes the image and the chart (scripts/publish.sh) to an OCI registry on loopback
-# and reads them back. CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
+# A release cut from CI's dev compile (the shipped one differs only in its profile) by the release
+# script itself, scripts/cut-release.sh, and published to an OCI registry on loopback
+# (distribution's), then checked: the release files (the CLI's archives for linux/amd64 and
+# linux/arm64 with their checksums and the filled krew manifest, the install manifest, the CRDs,
+# the notes), each archive unpacked as krew unpacks it and its binary run (the arm64 one under
+# qemu-user: `--version` and `validate` of the quick start's Plan), the archives made again the
+# same, the two-platform image read by go-containerregistry's validators (tests/tools/ocicheck)
+# and read back from the registry with the chart; and the release builds' profile (pgo/) read by
+# this rustc. CI's phase `release`, after scripts/arm64.sh (whose cross compile it reuses).
 #
 #   tests/release/check.sh [OUT]     # default: target/ci/release
 set -euo pipefail
@@ -15,23 +15,45 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out=${1:-target/ci/release}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-url="https://example.invalid/slipway/v$version"
+home=$(sed -n 's/^repository = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+chart=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+url="$home/releases/download/v$version"
 fail() { echo "release check: $*" >&2; exit 1; }
 # The static build's dev-profile flags (scripts/static-env.sh), as CI's compile has them.
-export SLIPWAY_IMAGE_PROFILE=dev
+export SLIPWAY_IMAGE_PROFILE=dev SLIPWAY_RELEASE_PROFILE=dev
 
 rm -rf "$out"
 mkdir -p "$out"
-SLIPWAY_RELEASE_PROFILE=dev SLIPWAY_RELEASE_URL=$url scripts/release.sh "$out/archives" >/dev/null
-(cd "$out/archives" && sha256sum --check --strict --quiet "slipway-$version.sha256") ||
+registry_tools=$(tests/tools/registry/build.sh)
+helm=$(tests/tools/helm/build.sh)
+port=$(tests/tools/registry/up.sh "$out/registry")
+trap 'kill "$(cat "$out/registry/pids/registry.pid")" 2>/dev/null || true' EXIT
+export CRANE=$registry_tools/crane HELM=$helm
+
+# A tag that is not the version's cuts nothing.
+! scripts/cut-release.sh v0.0.0-not-this "$out/wrong" 2>"$out/wrong.err" ||
+  fail "cut-release.sh took the tag v0.0.0-not-this"
+grep -q "is not v$version" "$out/wrong.err" || fail "cut-release.sh refused a wrong tag saying: $(cat "$out/wrong.err")"
+
+digest=$(SLIPWAY_RELEASE_REGISTRY="127.0.0.1:$port" scripts/cut-release.sh "v$version" "$out/cut" | tail -n 1)
+files="$out/cut/files"
+(cd "$files" && sha256sum --check --strict --quiet "slipway-$version.sha256") ||
   fail "the checksums do not match the archives"
-manifest="$out/archives/slipway.yaml"
+manifest="$files/krew-slipway.yaml"
 ! grep -q '"@' "$manifest" || fail "$manifest keeps placeholders: $(grep '"@' "$manifest")"
+grep -qF "image: $published:$version" "$files/slipway.yaml" ||
+  fail "the release's slipway.yaml does not run $published:$version"
+for crd in crds/*.yaml; do
+  name=$(sed -n 's/^  name: \(.*\)$/\1/p' "$crd" | head -n 1)
+  grep -q "^  name: $name\$" "$files/crds.yaml" || fail "crds.yaml lacks $name"
+done
+[ -s "$out/cut/notes.md" ] || fail "the release notes (CHANGELOG.md's section for $version) are empty"
 
 for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
   name="slipway-$version-$target.tar.gz"
-  archive="$out/archives/$name"
-  grep -q "^[0-9a-f]\{64\}  $name\$" "$out/archives/slipway-$version.sha256" ||
+  archive="$files/$name"
+  grep -q "^[0-9a-f]\{64\}  $name\$" "$files/slipway-$version.sha256" ||
     fail "no checksum for $name"
   # What krew's manifest takes from it, at its root, owned by root.
   listing=$(tar -tvzf "$archive" | awk '{print $1, $2, $6}')
@@ -52,12 +74,11 @@ for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
   echo "release check: $name: $(du -h "$archive" | cut -f1), runs" >&2
 done
 # Two builds of the same commit give the same archives.
-SLIPWAY_RELEASE_PROFILE=dev scripts/release.sh "$out/again" >/dev/null
-cmp "$out/archives/slipway-$version.sha256" "$out/again/slipway-$version.sha256" ||
+scripts/release.sh "$out/again" >/dev/null
+cmp "$files/slipway-$version.sha256" "$out/again/slipway-$version.sha256" ||
   fail "a second build gave other archives"
 
-image="$out/slipway-$version.oci.tar"
-SLIPWAY_IMAGE_PROFILE=dev SLIPWAY_IMAGE_PLATFORMS="amd64 arm64" scripts/image.sh "$image" >/dev/null
+image="$out/cut/slipway-$version.oci.tar"
 platforms=$(tar -xOf "$image" index.json | python3 -c '
 import json, sys, tarfile
 archive = tarfile.open(sys.argv[1])
@@ -67,25 +88,17 @@ index = blob(json.load(sys.stdin)["manifests"][0]["digest"])
 print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in index["manifests"])))
 ' "$image")
 [ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the image's index names $platforms"
-published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 "$(tests/tools/ocicheck.sh)" "$image" "$published:$version" >&2 ||
   fail "the two-platform image is refused"
 
-# Published as a release publishes it (scripts/publish.sh --chart): the image index and the chart
-# pushed to an OCI registry (distribution's, on loopback), then read back from it: the index whole
-# (both platforms, the archive's digest), the chart as Helm installs it from `oci://`.
-registry_tools=$(tests/tools/registry/build.sh)
-helm=$(tests/tools/helm/build.sh)
-port=$(tests/tools/registry/up.sh "$out/registry")
-trap 'kill "$(cat "$out/registry/pids/registry.pid")" 2>/dev/null || true' EXIT
-digest=$(CRANE=$registry_tools/crane HELM=$helm scripts/publish.sh --chart "$image" "127.0.0.1:$port" | tail -n 1)
+# What the release published, read back from the registry: the index whole (both platforms, the
+# archive's digest), the chart as Helm installs it from `oci://`.
 want=$(tar -xOf "$image" index.json | python3 -c 'import json, sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')
 [ "$digest" = "$want" ] || fail "the registry holds $digest, not the archive's index $want"
 pushed=$("$registry_tools/crane" manifest "127.0.0.1:$port/${published#*/}:$version" | python3 -c '
 import json, sys
 print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))')
 [ "$pushed" = "linux/amd64 linux/arm64" ] || fail "the published index names $pushed"
-chart=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 "$helm" template slipway "oci://127.0.0.1:$port/${chart#oci://*/}" --version "$version" --plain-http \
   >"$out/chart.yaml" 2>"$out/chart.err" || fail "the published chart does not render: $(cat "$out/chart.err")"
 grep -qF "image: $published:$version" "$out/chart.yaml" ||
@@ -125,6 +138,6 @@ echo "release check: published the image ($digest, linux/amd64 and linux/arm64) 
 )
 
 # The checksums and the manifest stay to be read; the large files go (CI's disk is not large).
-rm -rf "$out/again" "$out/unpacked" "$image" "$out"/archives/*.tar.gz "$out/profiled" "$out/profiled.err" \
+rm -rf "$out/again" "$out/unpacked" "$image" "$files"/*.tar.gz "$out/profiled" "$out/profiled.err" \
   "$out/registry/registry/storage"
 echo "release check: ok ($out)" >&2
