@@ -12,8 +12,9 @@
 //! slipway as a user would (its controller a real pod on the control-plane node). Each guest pulls
 //! slipway's image by its published name ([`published_image`]) from a registry on the host that
 //! its containerd takes as a mirror of the name's registry, as an air-gapped cluster's nodes do:
-//! before the first boot, the image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive `scripts/image.sh`
-//! writes) is pushed there (`tests/tools/registry/up.sh`). Each set runs its own chain of scenes ([`super::turns`] says
+//! before the first boot, `tests/tools/registry/up.sh` starts the cluster's registry and
+//! `scripts/publish.sh` pushes the image (`SLIPWAY_IMAGE_ARCHIVE`, else the archive
+//! `scripts/image.sh` writes) to it. Each set runs its own chain of scenes ([`super::turns`] says
 //! which runs when). Waits on real nodes bound a hang, not a speed: beside a full load of scenes an
 //! emulated guest once took 447 s to come back from a restart and a drain Job 6.5 minutes, so
 //! they are generous (the scenes' times are in the run's report).
