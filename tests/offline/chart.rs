@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
@@ -24,14 +24,7 @@ fn chart() -> PathBuf {
 /// The cached Helm binary, built on first use (the build prints its progress on stderr).
 fn helm() -> &'static Path {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new(repo().join("tests/tools/helm/build.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("running tests/tools/helm/build.sh");
-        assert!(out.status.success(), "tests/tools/helm/build.sh failed");
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
+    HELM.get_or_init(|| super::tool("SLIPWAY_HELM", "tests/tools/helm/build.sh"))
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {

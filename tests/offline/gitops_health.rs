@@ -68,18 +68,10 @@ const KINDS: [&str; 6] = [
 fn checker() -> &'static Path {
     static CHECKER: OnceLock<PathBuf> = OnceLock::new();
     CHECKER.get_or_init(|| {
-        if let Some(p) = std::env::var_os("SLIPWAY_GITOPS_HEALTH") {
-            return PathBuf::from(p);
-        }
-        let out = Command::new(repo().join("tests/tools/gitops-health/build.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run tests/tools/gitops-health/build.sh");
-        assert!(
-            out.status.success(),
-            "tests/tools/gitops-health/build.sh failed"
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        super::tool(
+            "SLIPWAY_GITOPS_HEALTH",
+            "tests/tools/gitops-health/build.sh",
+        )
     })
 }
 

@@ -21,3 +21,19 @@ mod monitoring;
 mod names;
 mod suc_crd;
 mod workflows;
+
+/// A tool the tests run: the path in the environment variable `env` if set, else what the build
+/// script `script` (from the repository's root; it builds once and caches) prints last.
+fn tool(env: &str, script: &str) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return p.into();
+    }
+    let out =
+        std::process::Command::new(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(out.status.success(), "{script} failed");
+    let said = String::from_utf8_lossy(&out.stdout);
+    said.lines().last().unwrap_or_default().trim().into()
+}

@@ -85,15 +85,7 @@ fn all_queries() -> Vec<(String, String)> {
 
 /// promtool: `SLIPWAY_PROMTOOL`, else what tests/tools/promtool/build.sh builds (once, cached).
 fn promtool() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLIPWAY_PROMTOOL") {
-        return PathBuf::from(p);
-    }
-    let out = Command::new(repo().join("tests/tools/promtool/build.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run tests/tools/promtool/build.sh");
-    assert!(out.status.success(), "tests/tools/promtool/build.sh failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    super::tool("SLIPWAY_PROMTOOL", "tests/tools/promtool/build.sh")
 }
 
 fn run_in(dir: &Path, promtool: &Path, args: &[&str]) {

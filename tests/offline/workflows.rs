@@ -13,18 +13,7 @@ fn repo() -> PathBuf {
 
 /// actionlint: `SLIPWAY_ACTIONLINT`, else what tests/tools/actionlint/build.sh builds.
 fn actionlint() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLIPWAY_ACTIONLINT") {
-        return PathBuf::from(p);
-    }
-    let out = Command::new(repo().join("tests/tools/actionlint/build.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run tests/tools/actionlint/build.sh");
-    assert!(
-        out.status.success(),
-        "tests/tools/actionlint/build.sh failed"
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    super::tool("SLIPWAY_ACTIONLINT", "tests/tools/actionlint/build.sh")
 }
 
 /// actionlint's findings on `files` (run in `dir`, a repository's root): empty when it has none.
