@@ -25,8 +25,9 @@ cd "$root"
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 TAG [OUT]" >&2; exit 2; }
 tag=$1
 out=${2:-target/release/$tag}
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-home=$(sed -n 's/^repository = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# shellcheck source=scripts/names.sh
+source "$root/scripts/names.sh"
+version=$slipway_version home=$slipway_home
 [ "$tag" = "v$version" ] || { echo "cut-release: the tag $tag is not v$version (Cargo.toml)" >&2; exit 1; }
 notes=$(awk -v v="$version" '
   /^## / { keep = (index($0, "## " v " ") == 1 || $0 == "## " v) ; if (keep) { found = 1; next } }

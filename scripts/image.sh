@@ -18,7 +18,8 @@ cd "$root"
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 # The published name (Cargo.toml's [package.metadata.slipway]), which the manifests run.
-name=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# shellcheck source=scripts/names.sh
+source "$root/scripts/names.sh"
 out=${1:-target/image/slipway-$version.oci.tar}
 # shellcheck source=scripts/static-env.sh
 source "$root/scripts/static-env.sh"
@@ -86,5 +87,5 @@ for platform in ${SLIPWAY_IMAGE_PLATFORMS:-}; do
 done
 
 mkdir -p "$(dirname "$out")"
-SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py "${binaries[@]}" --ca-bundle "$certs" --name "$name" --version "$version" \
+SOURCE_DATE_EPOCH=$epoch python3 scripts/oci_image.py "${binaries[@]}" --ca-bundle "$certs" --name "$slipway_image" --version "$version" \
   --out "$out"

@@ -26,9 +26,9 @@ archive=$1 registry=${2:-}
 crane=${CRANE:-$(command -v crane || true)}
 [ -x "$crane" ] || { echo "publish: crane is missing (tests/tools/registry/build.sh builds it; set CRANE)" >&2; exit 1; }
 
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-image=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-chart_ref=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# shellcheck source=scripts/names.sh
+source "$root/scripts/names.sh"
+version=$slipway_version image=$slipway_image chart_ref=$slipway_chart
 if [ -n "$registry" ]; then
   image="$registry/${image#*/}"
   chart_ref="oci://$registry/${chart_ref#oci://*/}"

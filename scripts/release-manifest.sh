@@ -6,12 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-image=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# shellcheck source=scripts/names.sh
+source scripts/names.sh
 manifest=$(kubectl kustomize deploy/)
 cat <<HEADER
 # slipway $version: the controller in namespace system-upgrade, with the Plan CRD, in one file.
 #   kubectl apply -f slipway.yaml
-# Its image is $image:$version. To run it from your registry or mirror:
+# Its image is $slipway_image:$version. To run it from your registry or mirror:
 #   kubectl -n system-upgrade set image deployment/system-upgrade-controller \\
 #     system-upgrade-controller=registry.example.com/slipway:$version
 # NodeMaintenance, RebootPolicy, the reboot agent and the monitoring kit are not in it: add them

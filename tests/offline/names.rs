@@ -90,7 +90,8 @@ fn every_install_runs_the_published_image_at_this_version() {
     // The image's archive carries the name (scripts/image.sh reads it from Cargo.toml), so that
     // an archive imported on a node (`ctr images import`, k3s's agent/images) is what the
     // manifests run.
-    assert!(read("scripts/image.sh").contains(r#"s/^image = "\(.*\)"$/\1/p"#));
+    assert!(read("scripts/image.sh").contains(r#"--name "$slipway_image""#));
+    assert!(read("scripts/names.sh").contains("slipway_image=$(slipway_cargo image)"));
 }
 
 #[test]

@@ -14,10 +14,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out=${1:-target/ci/release}
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-home=$(sed -n 's/^repository = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-published=$(sed -n 's/^image = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-chart=$(sed -n 's/^chart = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# shellcheck source=scripts/names.sh
+source "$root/scripts/names.sh"
+version=$slipway_version home=$slipway_home published=$slipway_image chart=$slipway_chart
 url="$home/releases/download/v$version"
 fail() { echo "release check: $*" >&2; exit 1; }
 # The static build's dev-profile flags (scripts/static-env.sh), as CI's compile has them.
