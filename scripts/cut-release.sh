@@ -16,7 +16,8 @@
 # OUT/notes.md is the version's section of CHANGELOG.md (the release page's text), and
 # OUT/slipway-<version>.oci.tar the two-platform image that is pushed.
 #
-# SLIPWAY_RELEASE_REGISTRY publishes to another registry (scripts/publish.sh's REGISTRY);
+# SLIPWAY_RELEASE_REGISTRY publishes to another registry (scripts/publish.sh's REGISTRY); the
+# image and the chart are signed as publish.sh signs (COSIGN_KEY, or SLIPWAY_SIGN=keyless);
 # SLIPWAY_RELEASE_PROFILE=dev builds from the dev profile (CI: nothing it builds is shipped).
 # The archives' URLs are the project's release downloads (Cargo.toml's repository).
 set -euo pipefail
@@ -34,6 +35,12 @@ notes=$(awk -v v="$version" '
   keep { print }
   END { if (!found) exit 1 }' CHANGELOG.md) ||
   { echo "cut-release: CHANGELOG.md has no section \"## $version\"" >&2; exit 1; }
+
+# What goes to the published names is signed: refused before anything is built.
+if [ -z "${SLIPWAY_RELEASE_REGISTRY:-}" ] && [ -z "${COSIGN_KEY:-}" ] && [ -z "${SLIPWAY_SIGN:-}" ]; then
+  echo "cut-release: a release to $slipway_image is signed: set SLIPWAY_SIGN=keyless (the workflow) or COSIGN_KEY" >&2
+  exit 1
+fi
 
 rm -rf "$out"
 mkdir -p "$out/files"

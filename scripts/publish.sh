@@ -12,6 +12,16 @@
 # HTTP. Needs `crane` (go-containerregistry), and `helm` for --chart: on PATH, or CRANE and HELM;
 # tests/tools/registry/build.sh and tests/tools/helm/build.sh build them. Credentials are the
 # tools' own (`crane auth login`, `helm registry login`).
+#
+# Signatures (cosign, by the digest pushed, stored beside it in the registry as cosign stores them):
+#   COSIGN_KEY=FILE        signs with that key (its password in COSIGN_PASSWORD), without a
+#                          transparency-log entry: for a mirror of one's own, an air-gapped
+#                          registry, the tests. Verify with `cosign verify --key cosign.pub
+#                          --insecure-ignore-tlog=true REF`.
+#   SLIPWAY_SIGN=keyless   signs with the CI's OIDC identity, logged in Sigstore's public
+#                          transparency log (the release workflow).
+#   neither                nothing is signed, and it says so.
+# cosign: on PATH, or COSIGN; tests/tools/cosign/build.sh builds it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,10 +43,32 @@ if [ -n "$registry" ]; then
   image="$registry/${image#*/}"
   chart_ref="oci://$registry/${chart_ref#oci://*/}"
 fi
-plain=()
+plain=() insecure=()
 case "$image" in
-  localhost:* | 127.0.0.1:* | localhost/* | 127.0.0.1/*) plain=(--plain-http) ;;
+  localhost:* | 127.0.0.1:* | localhost/* | 127.0.0.1/*) plain=(--plain-http) insecure=(--allow-http-registry) ;;
 esac
+sign=() signing=true
+if [ -n "${COSIGN_KEY:-}" ]; then
+  sign=(--key "$COSIGN_KEY" --tlog-upload=false)
+elif [ -z "${SLIPWAY_SIGN:-}" ]; then
+  signing=false
+elif [ "$SLIPWAY_SIGN" != keyless ]; then
+  echo "publish: SLIPWAY_SIGN is \"$SLIPWAY_SIGN\"; it takes only \"keyless\" (COSIGN_KEY signs with a key)" >&2
+  exit 2
+fi
+if [ "$signing" = true ]; then
+  cosign=${COSIGN:-$(command -v cosign || true)}
+  [ -x "$cosign" ] || { echo "publish: cosign is missing (tests/tools/cosign/build.sh builds it; set COSIGN)" >&2; exit 1; }
+fi
+# signed REF@DIGEST : signs what was pushed, by digest (a tag can be moved; a digest cannot).
+signed() {
+  if [ "$signing" = true ]; then
+    "$cosign" sign --yes "${insecure[@]}" "${sign[@]}" "$1" >&2
+    echo "publish: signed $1" >&2
+  else
+    echo "publish: $1 is not signed (COSIGN_KEY or SLIPWAY_SIGN=keyless signs it)" >&2
+  fi
+}
 
 # crane pushes an OCI layout directory: the archive unpacked. Its one entry (an image, or an
 # index of one image per platform) is pushed whole under the tag.
@@ -47,6 +79,7 @@ start=$SECONDS
 "$crane" push "$layout" "$image:$version" >&2
 digest=$("$crane" digest "$image:$version")
 echo "publish: $image:$version is $digest ($((SECONDS - start))s)" >&2
+signed "$image@$digest"
 
 if [ "$chart" = true ]; then
   helm=${HELM:-$(command -v helm || true)}
@@ -54,6 +87,8 @@ if [ "$chart" = true ]; then
   "$helm" package charts/slipway --destination "$layout" >&2
   # helm push takes the repository the chart's name goes under.
   "$helm" push "${plain[@]}" "$layout/slipway-$version.tgz" "${chart_ref%/slipway}" >&2
-  echo "publish: the chart is $chart_ref:$version" >&2
+  chart_digest=$("$crane" digest "${chart_ref#oci://}:$version")
+  echo "publish: the chart is $chart_ref:$version ($chart_digest)" >&2
+  signed "${chart_ref#oci://}@$chart_digest"
 fi
 echo "$digest"

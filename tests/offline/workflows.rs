@@ -102,6 +102,26 @@ fn a_tag_releases_with_the_release_script_that_ci_runs() {
         );
         assert!(mode & 0o111 != 0, "{script} is not executable");
     }
+    // It signs what it publishes, keyless: the job's OIDC identity, which installation.md's
+    // `cosign verify` names.
+    let release = steps
+        .iter()
+        .find(|s| {
+            s["run"]
+                .as_str()
+                .is_some_and(|r| r.contains("cut-release.sh"))
+        })
+        .expect("the release step");
+    assert_eq!(release["env"]["SLIPWAY_SIGN"], "keyless", "{release:?}");
+    assert_eq!(
+        workflow["jobs"]["release"]["permissions"]["id-token"], "write",
+        "a keyless signature needs the job's OIDC token"
+    );
+    let docs = std::fs::read_to_string(repo().join("docs/installation.md")).expect("docs");
+    assert!(
+        docs.contains("slipway/\\.github/workflows/release\\.yml@refs/tags/v"),
+        "installation.md verifies against this workflow's identity"
+    );
     let check = std::fs::read_to_string(repo().join("tests/release/check.sh")).expect("check.sh");
     assert!(check.contains("scripts/cut-release.sh \"v$version\""));
 }

@@ -26,16 +26,37 @@ rm -rf "$out"
 mkdir -p "$out"
 registry_tools=$(tests/tools/registry/build.sh)
 helm=$(tests/tools/helm/build.sh)
+cosign=$(tests/tools/cosign/build.sh)
 port=$(tests/tools/registry/up.sh "$out/registry")
 trap 'kill "$(cat "$out/registry/pids/registry.pid")" 2>/dev/null || true' EXIT
-export CRANE=$registry_tools/crane HELM=$helm
+export CRANE=$registry_tools/crane HELM=$helm COSIGN=$cosign
+# The release signed with a key of the check's own (the workflow signs keyless, with its OIDC
+# identity, which only GitHub gives).
+mkdir -p "$out/keys"
+COSIGN_PASSWORD="" "$cosign" generate-key-pair --output-key-prefix "$out/keys/release" >/dev/null 2>&1 ||
+  fail "cosign generate-key-pair failed"
+COSIGN_PASSWORD="" "$cosign" generate-key-pair --output-key-prefix "$out/keys/other" >/dev/null 2>&1 ||
+  fail "cosign generate-key-pair failed"
+export COSIGN_PASSWORD=""
+# verify REF [KEY] : cosign verify as installation.md has a mirror's image checked.
+verify() {
+  "$cosign" verify --key "${2:-$out/keys/release.pub}" --insecure-ignore-tlog=true --allow-http-registry "$1" \
+    >/dev/null 2>"$out/verify.err"
+}
 
 # A tag that is not the version's cuts nothing.
 ! scripts/cut-release.sh v0.0.0-not-this "$out/wrong" 2>"$out/wrong.err" ||
   fail "cut-release.sh took the tag v0.0.0-not-this"
 grep -q "is not v$version" "$out/wrong.err" || fail "cut-release.sh refused a wrong tag saying: $(cat "$out/wrong.err")"
+# Nor does a release to the published names that nothing signs.
+! env -u COSIGN_KEY -u SLIPWAY_SIGN -u SLIPWAY_RELEASE_REGISTRY scripts/cut-release.sh "v$version" "$out/unsigned" \
+  2>"$out/unsigned.err" || fail "cut-release.sh cut a release to $published that nothing signs"
+grep -q "is signed: set SLIPWAY_SIGN=keyless" "$out/unsigned.err" ||
+  fail "cut-release.sh refused an unsigned release saying: $(cat "$out/unsigned.err")"
+[ ! -e "$out/unsigned" ] || fail "cut-release.sh built an unsigned release before refusing it"
 
-digest=$(SLIPWAY_RELEASE_REGISTRY="127.0.0.1:$port" scripts/cut-release.sh "v$version" "$out/cut" | tail -n 1)
+digest=$(COSIGN_KEY="$out/keys/release.key" SLIPWAY_RELEASE_REGISTRY="127.0.0.1:$port" \
+  scripts/cut-release.sh "v$version" "$out/cut" | tail -n 1)
 files="$out/cut/files"
 (cd "$files" && sha256sum --check --strict --quiet "slipway-$version.sha256") ||
   fail "the checksums do not match the archives"
@@ -103,6 +124,23 @@ print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] 
 grep -qF "image: $published:$version" "$out/chart.yaml" ||
   fail "the published chart does not run $published:$version"
 echo "release check: published the image ($digest, linux/amd64 and linux/arm64) and the chart to a registry, read back" >&2
+# Signed, both, by the release's key; what is not signed by it fails: the same image copied
+# without its signature, and the tag moved to another image signed by another key.
+pushed_image="127.0.0.1:$port/${published#*/}:$version"
+pushed_chart="127.0.0.1:$port/${chart#oci://*/}:$version"
+verify "$pushed_image" || fail "the published image's signature does not verify: $(cat "$out/verify.err")"
+verify "$pushed_chart" || fail "the published chart's signature does not verify: $(cat "$out/verify.err")"
+verify "$pushed_image" "$out/keys/other.pub" && fail "the image verifies with a key that did not sign it"
+"$registry_tools/crane" copy "$pushed_image" "127.0.0.1:$port/slipway-dev/unsigned:$version" 2>/dev/null
+verify "127.0.0.1:$port/slipway-dev/unsigned:$version" && fail "an unsigned copy of the image verifies"
+grep -q "no signatures found" "$out/verify.err" || fail "an unsigned image is refused saying: $(cat "$out/verify.err")"
+tampered=$("$registry_tools/crane" mutate "$pushed_image" --label slipway.test/tampered=yes -t "$pushed_image" 2>/dev/null)
+"$cosign" sign --yes --tlog-upload=false --allow-http-registry \
+  --key "$out/keys/other.key" "$tampered" >/dev/null 2>&1 || fail "cosign could not sign the tampered image"
+verify "$pushed_image" && fail "an image re-tagged and signed by another key verifies"
+grep -q "no matching signatures" "$out/verify.err" ||
+  fail "an image signed by another key is refused saying: $(cat "$out/verify.err")"
+echo "release check: the image and the chart are signed; an unsigned copy and a re-tagged image fail cosign verify" >&2
 # The release builds' profile (scripts/static-env.sh) is read by this rustc: with a profile that
 # is damaged or of a newer LLVM, a release build (CI makes none) would fail or, rustc only
 # warning, ship without it. Read as a release build reads it, by a one-line program.
