@@ -140,7 +140,8 @@ pub async fn nodes(cluster: &Cluster, set: &Set) -> Vec<String> {
     let booting = names.clone();
     let booted = BOOTED[set.index]
         .get_or_init(|| async move {
-            tokio::task::spawn_blocking(move || boot(&dir, &booting))
+            let signed = set.group == INSTALLS;
+            tokio::task::spawn_blocking(move || boot(&dir, &booting, signed))
                 .await
                 .unwrap_or_else(|e| Err(format!("booting the real nodes panicked: {e}")))
         })
@@ -163,8 +164,12 @@ pub fn published_image() -> String {
 
 /// Starts the cluster's registry once and publishes slipway's image to it as a release does
 /// (`scripts/publish.sh`); returns the registry's port on the host's loopback and the published
-/// name's registry (`ghcr.io`), which the guests take it as a mirror of.
-fn registry(dir: &Path) -> Result<(String, String), String> {
+/// name's registry (`ghcr.io`), which the guests take it as a mirror of. `signed`: for the
+/// cluster where slipway is installed as a user installs it, the image is signed (a key pair of
+/// the cluster's own, as an operator signs their mirror) and `cosign verify` checks the published
+/// name before any node boots; the release check shows that an unsigned or re-signed image fails
+/// the same command.
+fn registry(dir: &Path, signed: bool) -> Result<(String, String), String> {
     let image = image_archive();
     if !image.is_file() {
         return Err(format!(
@@ -186,16 +191,50 @@ fn registry(dir: &Path) -> Result<(String, String), String> {
         }
     };
     let port = run(Command::new(repo().join("tests/tools/registry/up.sh")).arg(dir))?;
-    run(Command::new(repo().join("scripts/publish.sh"))
+    let mut publish = Command::new(repo().join("scripts/publish.sh"));
+    publish
         .arg(&image)
         .arg(format!("127.0.0.1:{port}"))
-        .env("CRANE", tools.join("crane")))?;
+        .env("CRANE", tools.join("crane"));
+    if !signed {
+        run(&mut publish)?;
+        return Ok((port, host));
+    }
+    let cosign = super::tool("tests/tools/cosign/build.sh");
+    let keys = dir.join("cosign");
+    if !keys.join("cosign.pub").is_file() {
+        std::fs::create_dir_all(&keys).map_err(|e| format!("{}: {e}", keys.display()))?;
+        run(Command::new(&cosign)
+            .args(["generate-key-pair", "--output-key-prefix"])
+            .arg(keys.join("cosign"))
+            .env("COSIGN_PASSWORD", ""))?;
+    }
+    run(publish
+        .env("COSIGN", &cosign)
+        .env("COSIGN_KEY", keys.join("cosign.key"))
+        .env("COSIGN_PASSWORD", ""))?;
+    // As installation.md has a mirror's image checked: by its name, as the nodes pull it.
+    let mirrored = format!(
+        "127.0.0.1:{port}/{}",
+        published.split_once('/').unwrap_or_default().1
+    );
+    run(Command::new(&cosign)
+        .args([
+            "verify",
+            "--insecure-ignore-tlog=true",
+            "--allow-http-registry",
+            "--key",
+        ])
+        .arg(keys.join("cosign.pub"))
+        .arg(&mirrored)
+        .stdout(Stdio::null()))
+    .map_err(|e| format!("the signature of {mirrored} does not verify: {e}"))?;
     Ok((port, host))
 }
 
 /// Starts the guests side by side and waits until each is Ready.
-fn boot(dir: &Path, names: &[&str]) -> Result<(), String> {
-    let (port, host) = registry(dir)?;
+fn boot(dir: &Path, names: &[&str], signed: bool) -> Result<(), String> {
+    let (port, host) = registry(dir, signed)?;
     let up = repo().join("tests/nodes/up.sh");
     let since = std::time::Instant::now();
     let mut started = Vec::new();
