@@ -179,11 +179,12 @@ waited "wait: cluster, guest image, registry" "$since"
 # cosign (the installs' real nodes verify slipway's image before they boot; the release check),
 # Helm and Alertmanager (a scene that needs one before it is built waits: each build script holds
 # a lock while it builds), promtool, the GitOps health checker and actionlint (the offline tests),
-# the image checker (the release check).
+# the image checker and cargo-cyclonedx (the release check).
 (
   renice -n 5 -p "$BASHPID" >/dev/null
   phase suc tests/compat/build.sh
   phase cosign tests/tools/cosign/build.sh
+  phase cyclonedx tests/tools/cyclonedx/build.sh
   phase helm tests/tools/helm/build.sh
   phase alertmanager tests/tools/alertmanager/build.sh
   phase promtool tests/tools/promtool/build.sh

@@ -13,6 +13,8 @@
 #   slipway-<version>-<target>.tar.gz    the CLI for linux/amd64 and linux/arm64 (scripts/release.sh)
 #   slipway-<version>.sha256             their checksums
 #   krew-slipway.yaml                    the krew manifest, filled with the archives' URLs
+#   slipway-<version>-<target>.cdx.json  the SBOM of each platform's binary (CycloneDX), also
+#                                        attached to its image as a signed attestation
 # OUT/notes.md is the version's section of CHANGELOG.md (the release page's text), and
 # OUT/slipway-<version>.oci.tar the two-platform image that is pushed.
 #
@@ -50,6 +52,25 @@ SLIPWAY_RELEASE_URL="$home/releases/download/$tag" scripts/release.sh "$out/arch
 mv "$out/archives"/*.tar.gz "$out/archives/slipway-$version.sha256" "$files/"
 mv "$out/archives/slipway.yaml" "$files/krew-slipway.yaml"
 rmdir "$out/archives"
+# The SBOMs: each platform's binary and its dependencies from Cargo.lock (CycloneDX 1.5, by
+# cargo-cyclonedx: CARGO_CYCLONEDX, or on PATH; tests/tools/cyclonedx/build.sh installs it), dated
+# by the commit.
+cyclonedx=${CARGO_CYCLONEDX:-$(command -v cargo-cyclonedx || true)}
+[ -x "$cyclonedx" ] || { echo "cut-release: cargo-cyclonedx is missing (tests/tools/cyclonedx/build.sh installs it; set CARGO_CYCLONEDX)" >&2; exit 1; }
+epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+sboms=()
+for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+  # It writes one file per binary beside each package's Cargo.toml: slipway's is kept, the fuzz
+  # targets' go.
+  SOURCE_DATE_EPOCH=$epoch "$cyclonedx" cyclonedx --manifest-path Cargo.toml --format json \
+    --describe binaries --target "$target" --spec-version 1.5 --quiet
+  mv slipway_bin.cdx.json "$files/slipway-$version-$target.cdx.json"
+  rm -f fuzz/*_bin.cdx.json
+  case "$target" in
+    x86_64-*) sboms+=(--sbom "linux/amd64=$files/slipway-$version-$target.cdx.json") ;;
+    aarch64-*) sboms+=(--sbom "linux/arm64=$files/slipway-$version-$target.cdx.json") ;;
+  esac
+done
 scripts/release-manifest.sh >"$files/slipway.yaml"
 for crd in crds/*.yaml; do
   echo "---"
@@ -60,4 +81,4 @@ printf '%s\n' "$notes" >"$out/notes.md"
 SLIPWAY_IMAGE_PROFILE=${SLIPWAY_RELEASE_PROFILE:-release} SLIPWAY_IMAGE_PLATFORMS="amd64 arm64" \
   scripts/image.sh "$out/slipway-$version.oci.tar" >/dev/null
 echo "cut-release: built $tag in $((SECONDS - start))s" >&2
-scripts/publish.sh --chart "$out/slipway-$version.oci.tar" ${SLIPWAY_RELEASE_REGISTRY:+"$SLIPWAY_RELEASE_REGISTRY"}
+scripts/publish.sh --chart "${sboms[@]}" "$out/slipway-$version.oci.tar" ${SLIPWAY_RELEASE_REGISTRY:+"$SLIPWAY_RELEASE_REGISTRY"}

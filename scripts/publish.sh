@@ -3,7 +3,7 @@
 # two-platform one, SLIPWAY_IMAGE_PLATFORMS="amd64 arm64") under its published name, and with
 # --chart the Helm chart as an OCI artefact beside it. Prints the image's digest last.
 #
-#   scripts/publish.sh [--chart] ARCHIVE [REGISTRY]
+#   scripts/publish.sh [--chart] [--sbom PLATFORM=FILE]... ARCHIVE [REGISTRY]
 #
 # The names are Cargo.toml's ([package.metadata.slipway] image and chart), tagged with its version.
 # REGISTRY (e.g. 127.0.0.1:5000, a mirror or a test registry) replaces the names' registry, the
@@ -21,16 +21,26 @@
 #   SLIPWAY_SIGN=keyless   signs with the CI's OIDC identity, logged in Sigstore's public
 #                          transparency log (the release workflow).
 #   neither                nothing is signed, and it says so.
+# --sbom linux/amd64=FILE attaches FILE, a CycloneDX SBOM, to that platform's image as a signed
+# attestation (`cosign attest --type cyclonedx`; `cosign verify-attestation` reads it back);
+# without a signature nothing is attached.
 # cosign: on PATH, or COSIGN; tests/tools/cosign/build.sh builds it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-chart=false
-if [ "${1:-}" = --chart ]; then
-  chart=true
+chart=false sboms=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --chart) chart=true ;;
+    --sbom) sboms+=("${2:?--sbom takes PLATFORM=FILE}"); shift ;;
+    *) break ;;
+  esac
   shift
-fi
-[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 [--chart] ARCHIVE [REGISTRY]" >&2; exit 2; }
+done
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 [--chart] [--sbom PLATFORM=FILE]... ARCHIVE [REGISTRY]" >&2; exit 2; }
+for sbom in ${sboms[@]+"${sboms[@]}"}; do
+  [ -f "${sbom#*=}" ] || { echo "publish: no SBOM ${sbom#*=} (--sbom $sbom)" >&2; exit 1; }
+done
 archive=$1 registry=${2:-}
 [ -f "$archive" ] || { echo "publish: no image archive $archive" >&2; exit 1; }
 crane=${CRANE:-$(command -v crane || true)}
@@ -80,6 +90,16 @@ start=$SECONDS
 digest=$("$crane" digest "$image:$version")
 echo "publish: $image:$version is $digest ($((SECONDS - start))s)" >&2
 signed "$image@$digest"
+for sbom in ${sboms[@]+"${sboms[@]}"}; do
+  platform=${sbom%%=*} file=${sbom#*=}
+  if [ "$signing" = false ]; then
+    echo "publish: the SBOM of $platform is not attached (only as a signed attestation)" >&2
+    continue
+  fi
+  of=$("$crane" digest --platform "$platform" "$image:$version")
+  "$cosign" attest --yes --type cyclonedx --predicate "$file" "${insecure[@]}" "${sign[@]}" "$image@$of" >&2
+  echo "publish: attested the SBOM of $platform ($image@$of)" >&2
+done
 
 if [ "$chart" = true ]; then
   helm=${HELM:-$(command -v helm || true)}

@@ -117,6 +117,19 @@ fn a_tag_releases_with_the_release_script_that_ci_runs() {
         workflow["jobs"]["release"]["permissions"]["id-token"], "write",
         "a keyless signature needs the job's OIDC token"
     );
+    // The tools the release script needs beside the toolchains, each from the build script CI
+    // uses (cut-release.sh refuses to run without them).
+    for tool in [
+        "tests/tools/registry/build.sh",
+        "tests/tools/helm/build.sh",
+        "tests/tools/cosign/build.sh",
+        "tests/tools/cyclonedx/build.sh",
+    ] {
+        assert!(
+            text.contains(tool),
+            "the release workflow does not build {tool}"
+        );
+    }
     let docs = std::fs::read_to_string(repo().join("docs/installation.md")).expect("docs");
     assert!(
         docs.contains("slipway/\\.github/workflows/release\\.yml@refs/tags/v"),

@@ -27,6 +27,8 @@ mkdir -p "$out"
 registry_tools=$(tests/tools/registry/build.sh)
 helm=$(tests/tools/helm/build.sh)
 cosign=$(tests/tools/cosign/build.sh)
+export CARGO_CYCLONEDX
+CARGO_CYCLONEDX=$(tests/tools/cyclonedx/build.sh)
 port=$(tests/tools/registry/up.sh "$out/registry")
 trap 'kill "$(cat "$out/registry/pids/registry.pid")" 2>/dev/null || true' EXIT
 export CRANE=$registry_tools/crane HELM=$helm COSIGN=$cosign
@@ -130,6 +132,39 @@ pushed_image="127.0.0.1:$port/${published#*/}:$version"
 pushed_chart="127.0.0.1:$port/${chart#oci://*/}:$version"
 verify "$pushed_image" || fail "the published image's signature does not verify: $(cat "$out/verify.err")"
 verify "$pushed_chart" || fail "the published chart's signature does not verify: $(cat "$out/verify.err")"
+# Each platform's SBOM: a release file, and attached to its image as a signed attestation that
+# says the same: the binary, at this version, and its dependencies (kube among them).
+sbom_says() { # sbom_says FILE : "name version components kube-version" of a CycloneDX SBOM
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+if "predicate" in d:
+    d = d["predicate"]
+c = d["metadata"]["component"]
+kube = [x["version"] for x in d.get("components", []) if x["name"] == "kube"]
+print(d["bomFormat"], d["specVersion"], c["name"], c["version"], len(d.get("components", [])) > 100, kube)
+' "$1"
+}
+for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+  platform=linux/amd64
+  [ "$target" = x86_64-unknown-linux-gnu ] || platform=linux/arm64
+  file="$files/slipway-$version-$target.cdx.json"
+  [ -s "$file" ] || fail "the release has no SBOM for $target"
+  kube=$(sed -n 's/^kube = { version = "\([0-9.]*\)".*/\1/p' Cargo.toml)
+  said=$(sbom_says "$file")
+  case "$said" in
+    "CycloneDX 1.5 slipway $version True ['$kube."*) ;;
+    *) fail "the SBOM for $target says: $said" ;;
+  esac
+  of=$("$registry_tools/crane" digest --platform "$platform" "$pushed_image")
+  "$cosign" verify-attestation --type cyclonedx --key "$out/keys/release.pub" --insecure-ignore-tlog=true \
+    --allow-http-registry "127.0.0.1:$port/${published#*/}@$of" 2>"$out/verify.err" |
+    head -n 1 | python3 -c 'import base64, json, sys; print(base64.b64decode(json.load(sys.stdin)["payload"]).decode())' \
+    >"$out/attested-$target.json" || fail "the SBOM attestation of $platform does not verify: $(cat "$out/verify.err")"
+  [ "$(sbom_says "$out/attested-$target.json")" = "$said" ] ||
+    fail "the attestation of $platform says $(sbom_says "$out/attested-$target.json"), the release file $said"
+done
+echo "release check: each platform's SBOM is a release file and a signed attestation of its image" >&2
 verify "$pushed_image" "$out/keys/other.pub" && fail "the image verifies with a key that did not sign it"
 "$registry_tools/crane" copy "$pushed_image" "127.0.0.1:$port/slipway-dev/unsigned:$version" 2>/dev/null
 verify "127.0.0.1:$port/slipway-dev/unsigned:$version" && fail "an unsigned copy of the image verifies"
