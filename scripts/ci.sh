@@ -175,23 +175,24 @@ if ! wait "$tools"; then
   exit 1
 fi
 waited "wait: cluster, guest image, registry" "$since"
-# The other tools, at a lower priority beside the first scenes: SUC (the differential test),
-# cosign (the installs' real nodes verify slipway's image before they boot; the release check),
-# Helm and Alertmanager (a scene that needs one before it is built waits: each build script holds
-# a lock while it builds), promtool, the GitOps health checker and actionlint (the offline tests),
-# the image checker and cargo-cyclonedx (the release check).
+# The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
+# and Alertmanager (a scene that needs one before it is built waits: each build script holds a
+# lock while it builds), cosign (the installs' real nodes, which come after the shared pair's,
+# verify slipway's image before they boot; the release check), promtool, the GitOps health
+# checker and actionlint (the offline tests), the image checker and, last, cargo-cyclonedx (the
+# release check).
 (
   renice -n 5 -p "$BASHPID" >/dev/null
   phase suc tests/compat/build.sh
-  phase cosign tests/tools/cosign/build.sh
-  phase cyclonedx tests/tools/cyclonedx/build.sh
   phase helm tests/tools/helm/build.sh
   phase alertmanager tests/tools/alertmanager/build.sh
+  phase cosign tests/tools/cosign/build.sh
   phase promtool tests/tools/promtool/build.sh
   phase gitops-health tests/tools/gitops-health/build.sh
   phase ocicheck tests/tools/ocicheck.sh
   phase actionlint tests/tools/actionlint/build.sh
   phase suc-e2e-build tests/suc-e2e/build.sh
+  phase cyclonedx tests/tools/cyclonedx/build.sh
 ) &
 tools=$!
 PATH="$(tests/cluster/build.sh):$PATH"

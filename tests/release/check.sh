@@ -166,10 +166,12 @@ for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
 done
 echo "release check: each platform's SBOM is a release file and a signed attestation of its image" >&2
 verify "$pushed_image" "$out/keys/other.pub" && fail "the image verifies with a key that did not sign it"
-"$registry_tools/crane" copy "$pushed_image" "127.0.0.1:$port/slipway-dev/unsigned:$version" 2>/dev/null
+"$registry_tools/crane" copy "$pushed_image" "127.0.0.1:$port/slipway-dev/unsigned:$version" 2>/dev/null ||
+  fail "crane could not copy the image"
 verify "127.0.0.1:$port/slipway-dev/unsigned:$version" && fail "an unsigned copy of the image verifies"
 grep -q "no signatures found" "$out/verify.err" || fail "an unsigned image is refused saying: $(cat "$out/verify.err")"
-tampered=$("$registry_tools/crane" mutate "$pushed_image" --label slipway.test/tampered=yes -t "$pushed_image" 2>/dev/null)
+tampered=$("$registry_tools/crane" mutate "$pushed_image" --label slipway.test/tampered=yes -t "$pushed_image" 2>/dev/null) ||
+  fail "crane could not make a tampered image"
 "$cosign" sign --yes --tlog-upload=false --allow-http-registry \
   --key "$out/keys/other.key" "$tampered" >/dev/null 2>&1 || fail "cosign could not sign the tampered image"
 verify "$pushed_image" && fail "an image re-tagged and signed by another key verifies"
