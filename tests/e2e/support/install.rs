@@ -239,21 +239,16 @@ impl Install {
 }
 
 /// Applies the Plan and DisruptionBudget CRDs again after an uninstall removed them: the scene's
-/// own clean-up and the next scenes on the cluster read Plans and budgets.
+/// own clean-up and the next scenes on the cluster read Plans and budgets. Waited for through the
+/// API, not `kubectl wait`: a CRD read just after its creation can have `status.conditions: null`,
+/// which `kubectl wait --for=condition=Established` takes for an error, not for "not yet".
 async fn restore_crds(cluster: &Cluster) {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for crd in ["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"] {
-        let file = repo.join(format!("crds/{crd}.yaml")).display().to_string();
-        let name = format!("crd/{crd}");
-        let restored = async {
-            cluster.kubectl(&["apply", "-f", &file]).await?;
-            let established = "--for=condition=Established";
-            (cluster.kubectl(&["wait", established, &name, "--timeout=120s"])).await
-        };
-        restored
-            .await
-            .unwrap_or_else(|e| panic!("restoring {crd}: {e}"));
-    }
+    let client = cluster.client().await;
+    super::install_crds(
+        &client,
+        &["plans.upgrade.cattle.io", "disruptionbudgets.slipway.dev"],
+    )
+    .await;
 }
 
 /// `helm <args>` against `cluster`; its output, or a panic naming what failed.
