@@ -92,12 +92,24 @@ extra_env=(SLIPWAY_METRICS_ADDR=127.0.0.1:0 ${SLIPWAY_SUC_E2E_ENV:-})
 # shellcheck disable=SC2206 # words
 controller_args=(${SLIPWAY_SUC_E2E_ARGS:-})
 
+# established CRD... : waits up to a minute until each CRD is Established. Retried: `kubectl wait`
+# takes a CRD read just after its creation, with `status.conditions: null`, for an error.
+established() {
+  local deadline=$((SECONDS + 60))
+  until "${kc[@]}" wait --for=condition=Established --timeout=10s "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      "${kc[@]}" wait --for=condition=Established --timeout=1s "$@" >&2
+      return 1
+    fi
+    sleep 1
+  done
+}
+
 if [ "${SLIPWAY_SUC_E2E_CRD:-}" = suc ]; then
   log "installing SUC's Plan CRD (and slipway's DisruptionBudget CRD)"
   "${kc[@]}" apply --server-side -f "$here/../suc/upgrade.cattle.io_plans.yaml" \
     -f "$here/../../crds/disruptionbudgets.slipway.dev.yaml" >/dev/null
-  "${kc[@]}" wait --for=condition=Established --timeout=60s \
-    crd/plans.upgrade.cattle.io crd/disruptionbudgets.slipway.dev >/dev/null
+  established crd/plans.upgrade.cattle.io crd/disruptionbudgets.slipway.dev
   extra_env+=(SLIPWAY_INSTALL_CRD=false)
 fi
 
@@ -116,7 +128,7 @@ if ! "${kc[@]}" get crd plans.upgrade.cattle.io >/dev/null 2>&1; then
     "${kc[@]}" get crd plans.upgrade.cattle.io >/dev/null 2>&1 && break
     sleep 0.5
   done
-  "${kc[@]}" wait --for=condition=Established crd/plans.upgrade.cattle.io --timeout=60s >/dev/null
+  established crd/plans.upgrade.cattle.io
   kill "$boot" 2>/dev/null || true
   wait "$boot" 2>/dev/null || true
   "${kc[@]}" delete namespace suc-e2e-bootstrap --wait=false >/dev/null
