@@ -278,7 +278,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
     if settings.install_crd {
         install_crds(&client, &settings, &kinds).await?;
     }
-    let nodes = Arc::new(RwLock::new(NodeIndex::new()));
+    let nodes = Arc::new(RwLock::new(NodeIndex::keeping(kept_annotations(&kinds))));
     let triggers = Arc::new(watch::NodeTriggers::default());
     let place = Place {
         client: &client,
@@ -289,8 +289,7 @@ pub async fn run(client: Client, settings: Settings, ops: Operations) -> Result<
         .map(|k| k.clone().watch(place, &triggers))
         .collect();
     let budgets = settings.disruption_budgets.then(|| budget::watch(&client));
-    let kept = kept_annotations(&kinds);
-    let node_watch = watch::nodes(&client, nodes.clone(), kept, triggers.clone());
+    let node_watch = watch::nodes(&client, nodes.clone(), triggers.clone());
     let mut ready: Vec<_> = watching.iter().flat_map(|w| w.ready()).collect();
     ready.push(("node", watch::index_ready(nodes.clone())));
     ready.extend(

@@ -416,7 +416,7 @@ impl MaintenanceOperation {
         match effect {
             MaintenanceEffect::RestoreNode(change) | MaintenanceEffect::TakeNode(change) => {
                 info!(nodemaintenance = %nm.name_any(), node = %change.node, ?change, "patching node");
-                chores.patch_node(change).await?;
+                self.shared.patch_node(change).await?;
             }
             MaintenanceEffect::OwnedByNode { node, uid } => {
                 let mut owners = nm.owner_references().to_vec();

@@ -112,11 +112,27 @@ pub struct NodeIndex {
     /// Nodes seen since a (re-)list started; swapped in when it ends.
     relisting: Option<HashMap<String, Arc<NodeInfo>>>,
     synced: bool,
+    /// The annotations a [`NodeInfo`] keeps (see [`NodeInfo::from_node_keeping`]).
+    kept: Vec<&'static str>,
 }
 
 impl NodeIndex {
     pub fn new() -> NodeIndex {
         NodeIndex::default()
+    }
+
+    /// An index whose nodes keep the annotations named in `kept`, whoever reads the Nodes into
+    /// it (the watch, or a write's answer).
+    pub fn keeping(kept: Vec<&'static str>) -> NodeIndex {
+        NodeIndex {
+            kept,
+            ..NodeIndex::default()
+        }
+    }
+
+    /// The annotations its nodes keep.
+    pub fn kept(&self) -> &[&'static str] {
+        &self.kept
     }
 
     /// Whether the first full list has been seen.
@@ -165,6 +181,15 @@ impl NodeIndex {
 
     /// A node was added or changed; returns the objects it concerns.
     pub fn apply(&mut self, node: NodeInfo) -> Vec<Holder> {
+        // An event older than what the index holds of the same node: the index already has this
+        // process's own later write of it (see [`NodeIndex::written`]), which includes it.
+        if let Some(held) = self.nodes.get(&node.name)
+            && held.uid == node.uid
+            && let (Some(held), Some(new)) = (held.revision, node.revision)
+            && new < held
+        {
+            return Vec::new();
+        }
         let node = Arc::new(node);
         let old = self.nodes.insert(node.name.clone(), node.clone());
         self.forget_lookups(old.as_deref());
@@ -178,6 +203,23 @@ impl NodeIndex {
         }
         self.count(old.as_deref(), Some(&node));
         self.concerned(old.as_deref(), Some(&node))
+    }
+
+    /// `node` as this process's own write (a patch) left it, laid over the index before the watch
+    /// brings it back, so that the next decision of every kind reads its own write: deciding on
+    /// the copy before it would patch the node again, or decide as if the write had not been
+    /// made. Kept only over the same node (its uid), when newer: a node deleted meanwhile is not
+    /// brought back, and the watch's events older than the write no longer replace it (its event
+    /// of the write itself then changes nothing). Returns the objects the change concerns.
+    pub fn written(&mut self, node: NodeInfo) -> Vec<Holder> {
+        let newer = self.nodes.get(&node.name).is_some_and(|held| {
+            held.uid == node.uid
+                && matches!((held.revision, node.revision), (Some(h), Some(n)) if n > h)
+        });
+        match newer {
+            true => self.apply(node),
+            false => Vec::new(),
+        }
     }
 
     /// A node was deleted; returns the objects it concerns.
@@ -505,6 +547,93 @@ mod tests {
         }
         i.relist_done();
         i
+    }
+
+    /// `node(name, pool)` at `revision`, cordoned or not.
+    fn node_at(name: &str, pool: &str, revision: u64, cordoned: bool) -> NodeInfo {
+        NodeInfo {
+            revision: Some(revision),
+            unschedulable: cordoned,
+            ..node(name, pool)
+        }
+    }
+
+    fn cordoned(i: &NodeIndex, name: &str) -> bool {
+        i.get(name).is_some_and(|n| n.unschedulable)
+    }
+
+    #[test]
+    fn a_write_is_read_back_before_the_watch_brings_it_and_older_events_do_not_hide_it() {
+        let mut i = index();
+        ask(&mut i, "pa", "a", 1);
+        i.apply(node_at("a1", "a", 10, false));
+        // This process cordons a1: the patch's answer is at revision 12.
+        assert_eq!(
+            i.written(node_at("a1", "a", 12, true)),
+            [key("pa")],
+            "a change it reads"
+        );
+        assert!(cordoned(&i, "a1"));
+        // The watch then brings an event from before the write (someone else's, at 11): the
+        // write's answer includes it, and stays.
+        assert!(i.apply(node_at("a1", "a", 11, false)).is_empty());
+        assert!(cordoned(&i, "a1"));
+        // The watch's event of the write itself changes nothing; a later one is believed.
+        assert!(i.apply(node_at("a1", "a", 12, true)).is_empty());
+        assert_eq!(i.apply(node_at("a1", "a", 13, false)), [key("pa")]);
+        assert!(!cordoned(&i, "a1"));
+        // A write answered before an event already held is not laid over it.
+        assert!(i.written(node_at("a1", "a", 12, true)).is_empty());
+        assert!(!cordoned(&i, "a1"));
+    }
+
+    #[test]
+    fn a_write_never_brings_back_a_node_deleted_or_replaced_meanwhile() {
+        let mut i = index();
+        i.delete("a1");
+        assert!(i.written(node_at("a1", "a", 12, true)).is_empty());
+        assert!(
+            i.get("a1").is_none(),
+            "deleted before the write's answer came"
+        );
+        // Another node of that name (a new uid): its events are believed whatever their revision,
+        // and a write to the old one is not laid over it.
+        i.apply(NodeInfo {
+            uid: "uid-old".into(),
+            ..node_at("b1", "b", 20, false)
+        });
+        i.apply(node_at("b1", "b", 15, false));
+        assert_eq!(
+            i.get("b1").map(|n| n.uid.clone()).as_deref(),
+            Some("uid-b1")
+        );
+        assert!(
+            (i.written(NodeInfo {
+                uid: "uid-old".into(),
+                ..node_at("b1", "b", 30, true)
+            }))
+            .is_empty()
+        );
+        assert!(!cordoned(&i, "b1"));
+        // A revision that is not a number: the write is not laid over the watch's copy.
+        i.apply(NodeInfo {
+            revision: None,
+            ..node_at("a2", "a", 0, false)
+        });
+        assert!(i.written(node_at("a2", "a", 5, true)).is_empty());
+    }
+
+    #[test]
+    fn a_relist_from_before_a_write_does_not_hide_it() {
+        let mut i = index();
+        i.apply(node_at("a1", "a", 10, false));
+        i.written(node_at("a1", "a", 12, true));
+        i.relist_start();
+        i.relisted(node_at("a1", "a", 11, false));
+        i.relisted(node_at("a2", "a", 11, false));
+        i.relisted(node_at("b1", "b", 11, false));
+        i.relist_done();
+        assert!(cordoned(&i, "a1"), "the list was taken before the write");
     }
 
     #[test]

@@ -12,6 +12,9 @@ use crate::common::labels;
 pub struct NodeInfo {
     pub name: String,
     pub uid: String,
+    /// Its `resourceVersion`, an etcd revision (`None` if it is not a number): which of two
+    /// copies of the node is newer (the watch's, or the answer to this process's own patch).
+    pub revision: Option<u64>,
     pub labels: BTreeMap<String, String>,
     /// `spec.unschedulable`: cordoned.
     pub unschedulable: bool,
@@ -56,6 +59,7 @@ impl NodeInfo {
         NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),
             uid: node.metadata.uid.clone().unwrap_or_default(),
+            revision: (node.metadata.resource_version.as_deref()).and_then(|r| r.parse().ok()),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             unschedulable: node
                 .spec

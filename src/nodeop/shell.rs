@@ -315,7 +315,7 @@ impl Operation for NodeOpOperation {
         match effect {
             NodeOpEffect::Uncordon(change) | NodeOpEffect::Cordon(change) => {
                 info!(nodeop = %name, node = %change.node, ?change, "patching node");
-                chores.patch_node(change).await?;
+                self.shared.patch_node(change).await?;
             }
             NodeOpEffect::DeletePods {
                 pods,

@@ -68,6 +68,24 @@ impl Scope for ClusterResourceScope {
     }
 }
 
+/// What a node patch came to.
+#[derive(Debug)]
+pub enum NodePatched {
+    /// The node is gone: nothing left to change.
+    Gone,
+    /// Nothing was sent: the change changes nothing.
+    Unsent,
+    /// The node as the patch left it (decoded lean, as the node watch decodes nodes).
+    Patched(Box<k8s_openapi::api::core::v1::Node>),
+}
+
+impl NodePatched {
+    /// The node is there (patched, or with nothing to change).
+    pub fn is_there(&self) -> bool {
+        !matches!(self, NodePatched::Gone)
+    }
+}
+
 /// What every shell writes through.
 #[derive(Clone)]
 pub struct Chores {
@@ -224,10 +242,11 @@ impl Chores {
         Ok(written.map(without_managed_fields))
     }
 
-    /// Applies `change` to its node. `false`: the node is gone (nothing left to change).
-    pub async fn patch_node(&self, change: &NodeChange) -> Result<bool, Error> {
+    /// Applies `change` to its node (see [`super::shared::Shared::patch_node`], which every kind
+    /// patches nodes with).
+    pub async fn patch_node(&self, change: &NodeChange) -> Result<NodePatched, Error> {
         if change.is_empty() {
-            return Ok(true);
+            return Ok(NodePatched::Unsent);
         }
         self.leading()?;
         // Its answer is the whole node: decoded lean, as the node watch does.
@@ -236,7 +255,7 @@ impl Chores {
         if !change.taint_edits.is_empty() && change.taints.is_none() {
             // The taint list is replaced whole: read it, and refuse the write if it moved since.
             let Some(node) = nodes.get_opt(&change.node).await? else {
-                return Ok(false);
+                return Ok(NodePatched::Gone);
             };
             let current = (node.0)
                 .spec
@@ -247,17 +266,20 @@ impl Chores {
                 body["spec"]["taints"] = json!(taints);
                 body["metadata"]["resourceVersion"] = json!(node.0.metadata.resource_version);
             } else if body == json!({}) {
-                return Ok(true);
+                return Ok(NodePatched::Unsent);
             }
         }
         let patched = nodes
             .patch(&change.node, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .found()?;
-        if patched.is_some() {
-            self.metrics.node_patched();
-        }
-        Ok(patched.is_some())
+        Ok(match patched {
+            Some(node) => {
+                self.metrics.node_patched();
+                NodePatched::Patched(Box::new(node.0))
+            }
+            None => NodePatched::Gone,
+        })
     }
 
     /// Creates `obj`; `None` when an object of that name already exists.

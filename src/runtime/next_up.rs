@@ -59,7 +59,7 @@ pub async fn keep(shared: Arc<Shared>, shutdown: CancellationToken) {
                 true => "next up: tainted PreferNoSchedule",
                 false => "no longer next up: taint removed",
             };
-            match shared.chores().patch_node(&change).await {
+            match shared.patch_node(&change).await {
                 Ok(_) => info!(node = %change.node, "{what}"),
                 Err(e) => warn!(node = %change.node, "{what} failed: {e}"),
             }

@@ -12,13 +12,15 @@ use jiff::Timestamp;
 use super::ReadyFuture;
 use super::budget::Budgets;
 use super::checks::{CheckAccount, CheckReader};
-use super::chores::Chores;
+use super::chores::{Chores, NodePatched};
 use super::error::Error;
 use super::metrics::Metrics;
 use super::watch::NodeTriggers;
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::node::NodeInfo;
 use crate::node::budget::{Budget, Pool, PoolState, Refusal, reason_of};
+use crate::node::change::NodeChange;
 use crate::node::disruption::DisruptionSpec;
 use crate::node::holders::{Hold, Holder, NodeClaims, counted, held_against};
 use crate::node::index::NodeIndex;
@@ -155,6 +157,23 @@ impl Shared {
 
     pub fn nodes_mut(&self) -> RwLockWriteGuard<'_, NodeIndex> {
         self.nodes.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `change` to its node, and lays the node as the patch left it over the index at
+    /// once ([`NodeIndex::written`]): the next decision of every kind reads this process's own
+    /// write, though the watch has not brought it back yet, and the objects the change concerns
+    /// are woken now rather than by that event. `false`: the node is gone.
+    pub async fn patch_node(&self, change: &NodeChange) -> Result<bool, Error> {
+        let patched = self.chores.patch_node(change).await?;
+        if let NodePatched::Patched(node) = &patched {
+            let concerned = {
+                let mut index = self.nodes_mut();
+                let node = NodeInfo::from_node_keeping(node, index.kept());
+                index.written(node)
+            };
+            self.triggers.send(concerned);
+        }
+        Ok(patched.is_there())
     }
 
     /// Waits until every cache the budget is read from has its first full list: the node index,
@@ -661,5 +680,67 @@ mod tests {
             "not the Plan that let go"
         );
         assert!(plans.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_node_patch_is_read_back_at_once_by_every_kind() {
+        let api = ApiServer::new();
+        let answered = |rv: &str| {
+            serde_json::json!({
+                "metadata": {"name": "n1", "uid": "u1", "resourceVersion": rv},
+                "spec": {"unschedulable": true},
+            })
+        };
+        api.on(
+            "PATCH",
+            "nodes/n1",
+            crate::runtime::testing::Answer::Json(200, answered("7")),
+        );
+        let triggers = Arc::new(NodeTriggers::default());
+        let mut policies = triggers.concerned(|h| matches!(h, Holder::Reboot { .. }));
+        let before = |rv: u64| NodeInfo {
+            name: "n1".into(),
+            uid: "u1".into(),
+            revision: Some(rv),
+            ..Default::default()
+        };
+        let shared = Shared::new(
+            chores(&api.client()),
+            "c".into(),
+            "ns".into(),
+            Arc::new(RwLock::new(crate::runtime::testing::node_index(vec![
+                before(5),
+            ]))),
+            HoldSources::new(),
+            triggers,
+            None,
+        );
+        let policy = Holder::Reboot { policy: "p".into() };
+        shared
+            .nodes_mut()
+            .candidates(&policy, "uid", Some(1), || crate::node::index::Interest {
+                selector: crate::common::selector::Selector::Requirements(Vec::new()),
+                label: None,
+                conditions: false,
+            });
+        // A Plan cordons n1: a RebootPolicy that reads it is woken, and reads the cordon, before
+        // the watch brings the node back.
+        let cordon = NodeChange::of("n1").cordon(true);
+        assert!(matches!(shared.patch_node(&cordon).await, Ok(true)));
+        assert_eq!(policies.try_recv().ok(), Some(policy));
+        let read = shared.nodes().get("n1").expect("n1");
+        assert!(read.unschedulable && read.revision == Some(7), "{read:?}");
+        // The watch's event from before the patch does not hide it.
+        shared.nodes_mut().apply(before(6));
+        assert!(shared.nodes().get("n1").is_some_and(|n| n.unschedulable));
+        // Gone meanwhile: told so, and nothing is brought back.
+        api.on(
+            "PATCH",
+            "nodes/n1",
+            crate::runtime::testing::Answer::Fail(404, "NotFound"),
+        );
+        shared.nodes_mut().delete("n1");
+        assert!(matches!(shared.patch_node(&cordon).await, Ok(false)));
+        assert!(shared.nodes().get("n1").is_none());
     }
 }

@@ -104,13 +104,14 @@ impl NodeTriggers {
     }
 }
 
-/// Runs the Node watch: keeps `index`, and tells `triggers` what each change concerns.
-pub async fn nodes(
-    client: &Client,
-    index: Arc<RwLock<NodeIndex>>,
-    kept: Vec<&'static str>,
-    triggers: Arc<NodeTriggers>,
-) {
+/// Runs the Node watch: keeps `index` (its nodes keeping the annotations it names), and tells
+/// `triggers` what each change concerns.
+pub async fn nodes(client: &Client, index: Arc<RwLock<NodeIndex>>, triggers: Arc<NodeTriggers>) {
+    let kept = index
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .kept()
+        .to_vec();
     let api = Api::<Node>::all(client.clone());
     // Streamed, the initial list is decoded one Node at a time, not in pages of 500: the memory
     // peak at start no longer grows with the fleet.

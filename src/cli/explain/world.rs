@@ -65,11 +65,10 @@ impl World {
             listed.push((kind.as_ref(), objects));
         }
 
-        let kept = crate::cli::run::kept_annotations(&kinds);
-        let mut index = NodeIndex::new();
+        let mut index = NodeIndex::keeping(crate::cli::run::kept_annotations(&kinds));
         index.relist_start();
         for n in &nodes {
-            index.relisted(NodeInfo::from_node_keeping(n, &kept));
+            index.relisted(NodeInfo::from_node_keeping(n, index.kept()));
         }
         index.relist_done();
 

@@ -8,7 +8,6 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod channel;
-pub mod expect;
 pub mod kind;
 mod lean_job;
 mod lean_plan;
@@ -50,10 +49,9 @@ use crate::plan::core::{
 };
 use crate::runtime::checks::CheckReader;
 use crate::runtime::metrics::Kind;
-use crate::runtime::written::Written;
+use crate::runtime::written::{self, Created, Written};
 use crate::runtime::{Error, Operation, Shared, drive};
 use channel::{ChannelCache, ChannelClient, ChannelConfig};
-use expect::Expectations;
 use lean_job::LeanJob;
 use metrics::{PlanGauges, PlanMetrics};
 use owned::Owned;
@@ -73,9 +71,11 @@ pub struct PlanOperation {
     channels: Arc<ChannelCache<ChannelClient>>,
     /// Plans whose channel answered after their reconcile stopped waiting for it.
     channel_answered: UnboundedSender<ObjectRef<Plan>>,
-    /// What this process wrote and the caches have not shown yet.
-    expect: Expectations,
+    /// What this process wrote and the caches have not shown yet: the Plans' statuses, the Jobs
+    /// and the reboot pods it created.
     written: Written<Plan>,
+    created_jobs: Created<Job>,
+    created_pods: Created<Pod>,
     /// Read by every decision, added to after each (never held across one).
     templates: std::sync::RwLock<TemplateMemo>,
     checks: CheckReader,
@@ -150,10 +150,10 @@ pub async fn run(
     let (jobs_seen, pods_seen) = (op.clone(), op.clone());
     let watches = PlanWatches {
         job_changes: (watches.job_changes)
-            .inspect(move |job| job.iter().for_each(|j| jobs_seen.expect.watched_job(j)))
+            .inspect(move |job| job.iter().for_each(|j| jobs_seen.created_jobs.watched(j)))
             .boxed(),
         pod_changes: (watches.pod_changes)
-            .inspect(move |pod| pod.iter().for_each(|p| pods_seen.expect.watched_pod(p)))
+            .inspect(move |pod| pod.iter().for_each(|p| pods_seen.created_pods.watched(p)))
             .boxed(),
         ..watches
     };
@@ -230,8 +230,9 @@ impl PlanOperation {
             job_config: settings.job,
             channels: Arc::new(ChannelCache::new(client, settings.polling_interval)),
             channel_answered: futures::channel::mpsc::unbounded().0,
-            expect: Expectations::default(),
             written: Written::default(),
+            created_jobs: Created::default(),
+            created_pods: Created::default(),
             templates: Default::default(),
             checks,
             metrics,
@@ -255,8 +256,6 @@ impl PlanOperation {
         self.metrics.retain_plans(exists);
         self.shared.forget_gone();
         self.forget_channels(None);
-        let index = self.shared.nodes();
-        self.expect.prune_nodes(|n| index.get(n).is_some());
     }
 
     /// Forgets the channels no Plan but `gone` (being deleted) reads: a Plan that moved to
@@ -354,7 +353,7 @@ impl Operation for PlanOperation {
         let hash = target.as_ref().map(|t| t.hash.clone());
         let (nodes, settled) = self.nodes_read(plan, hash, &jobs, &reboot_pods, &pull_pods);
         jobs.extend(self.quiet_jobs(name, target.as_ref(), &nodes));
-        let overlaid = self.expect.look_again(name, &nodes);
+        let overlaid = self.look_again(name);
         let health = observe::health(
             self.shared.chores().client(),
             plan,
@@ -437,14 +436,10 @@ impl Operation for PlanOperation {
         decision.requeue_within(o.next_look);
         // What it writes is laid over the caches until they show it: should no watch event come
         // (a Job deleted before the watch showed it), the Plan is looked at again when that ends.
-        let laid_over = |e: &PlanEffect| {
-            matches!(
-                e,
-                PlanEffect::PatchNode(_) | PlanEffect::CreatePod(_) | PlanEffect::CreateJob(_)
-            )
-        };
+        let laid_over =
+            |e: &PlanEffect| matches!(e, PlanEffect::CreatePod(_) | PlanEffect::CreateJob(_));
         if decision.effects.iter().any(laid_over) {
-            decision.requeue_within(expect::LOOK_AGAIN);
+            decision.requeue_within(written::LOOK_AGAIN);
         }
         decision
     }
@@ -461,17 +456,7 @@ impl Operation for PlanOperation {
         match effect {
             PlanEffect::PatchNode(change) => {
                 info!(plan = %name, node = %change.node, labels = ?change.labels, annotations = ?change.annotations, cordon = ?change.unschedulable, "patching node");
-                // The node as the decision saw it (the cache, with earlier patches laid over).
-                let before = self.shared.nodes().get(&change.node);
-                if chores.patch_node(change).await?
-                    && let Some(cached) = before
-                {
-                    let seen = self
-                        .expect
-                        .node(&cached)
-                        .unwrap_or_else(|| (*cached).clone());
-                    self.expect.patched_node(change, &seen);
-                }
+                self.shared.patch_node(change).await?;
             }
             PlanEffect::DeleteJob(job) => {
                 info!(plan = %name, job = %job.name, "deleting job: {}", job.reason);
@@ -491,7 +476,7 @@ impl Operation for PlanOperation {
             PlanEffect::CreatePod(pod) => {
                 if let Some(created) = chores.create(pod.as_ref()).await? {
                     info!(plan = %name, pod = %pod.name_any(), "created reboot pod");
-                    self.expect.created_pod(created);
+                    self.created_pods.created(created);
                 }
             }
             PlanEffect::PullImages(pod) => {
@@ -510,7 +495,7 @@ impl Operation for PlanOperation {
                 let lean = LeanJob(job.as_ref().clone());
                 if let Some(LeanJob(created)) = chores.create(&lean).await? {
                     chores.metrics().job_created();
-                    self.expect.created_job(created);
+                    self.created_jobs.created(created);
                     info!(plan = %name, job = %job.name_any(), "created job");
                 }
             }
@@ -553,7 +538,7 @@ impl Operation for PlanOperation {
     fn forget(&self, plan: &Plan) {
         let (ns, name) = (plan.namespace().unwrap_or_default(), plan.name_any());
         (self.metrics).retain_plans(|n, p| (n, p) != (ns.as_str(), name.as_str()));
-        self.expect.forget_plan(&name);
+        self.forget_created(&name);
         self.forget_channels(Some(plan));
     }
 }

@@ -148,7 +148,8 @@ fn operation(api: &ApiServer, w: &World) -> PlanOperation {
         job_config: JobConfig::default(),
         channels: Arc::new(ChannelCache::new(client, RESYNC)),
         channel_answered: futures::channel::mpsc::unbounded().0,
-        expect: Expectations::default(),
+        created_jobs: Default::default(),
+        created_pods: Default::default(),
         templates: Default::default(),
         checks: crate::runtime::checks::CheckReader::new(
             api.client(),
@@ -403,7 +404,7 @@ async fn a_created_job_the_cache_never_shows_is_looked_for_again_when_patience_e
         start.effects
     );
     assert!(
-        start.requeue.is_some_and(|r| r <= expect::LOOK_AGAIN),
+        start.requeue.is_some_and(|r| r <= written::LOOK_AGAIN),
         "the decision that creates the Job: {:?}",
         start.requeue
     );
@@ -420,7 +421,7 @@ async fn a_created_job_the_cache_never_shows_is_looked_for_again_when_patience_e
         waiting.effects
     );
     assert!(
-        waiting.requeue.is_some_and(|r| r <= expect::LOOK_AGAIN),
+        waiting.requeue.is_some_and(|r| r <= written::LOOK_AGAIN),
         "looks again when the Job stops counting: {:?}",
         waiting.requeue
     );
@@ -459,14 +460,18 @@ async fn deleted_plans_leave_nothing_behind() {
         let mut job = Job::default();
         job.metadata.name = Some(format!("job-{}", p.name_any()));
         job.metadata.labels = Some([(labels::PLAN.to_string(), p.name_any())].into());
-        op.expect.created_job(job);
+        op.created_jobs.created(job);
     }
     let kept = |op: &PlanOperation| {
         let series = (op.shared.metrics().render().lines())
             .filter(|l| l.contains("plan=\"p-"))
             .count();
         let jobs: usize = (plans.iter())
-            .map(|p| op.expect.jobs(vec![], &p.name_any(), |_| false).len())
+            .map(|p| {
+                (op.created_jobs)
+                    .over(vec![], owned::plan_job(&p.name_any()), |_| false)
+                    .len()
+            })
             .sum();
         let readers = op.shared.nodes().readers().count();
         (readers, series > 0, op.channels.url_count(), jobs)

@@ -306,7 +306,7 @@ impl Operation for PolicyOperation {
             }
             RebootEffect::Annotate(change) | RebootEffect::Cordon(change) => {
                 info!(rebootpolicy = %name, node = %change.node, ?change, "patching node");
-                chores.patch_node(change).await?;
+                self.shared.patch_node(change).await?;
             }
             RebootEffect::Evict {
                 pods,
@@ -351,7 +351,7 @@ impl Operation for PolicyOperation {
                     Some(prefix) => {
                         let grant = NodeChange::of(node)
                             .annotation(&format!("{prefix}{REBOOT_OK}"), Some("true"));
-                        chores.patch_node(&grant).await?;
+                        self.shared.patch_node(&grant).await?;
                     }
                     None => self.create_reboot_pod(p, o, node, before).await?,
                 }
@@ -491,7 +491,7 @@ impl PolicyOperation {
         if let Some(prefix) = signal.update_agent() {
             let withdraw =
                 NodeChange::of(node).annotation(&format!("{prefix}{REBOOT_OK}"), Some("false"));
-            chores.patch_node(&withdraw).await?;
+            self.shared.patch_node(&withdraw).await?;
         }
         chores
             .delete::<Pod>(
@@ -501,7 +501,7 @@ impl PolicyOperation {
             )
             .await?;
         if let Some(change) = change {
-            chores.patch_node(change).await?;
+            self.shared.patch_node(change).await?;
         }
         Ok(())
     }

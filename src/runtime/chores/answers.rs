@@ -124,7 +124,9 @@ impl Chore {
                 .write_status(&nm, &drained())
                 .await
                 .map(|o| o.is_some()),
-            Chore::PatchNode => chores.patch_node(&NodeChange::of("n1").cordon(true)).await,
+            Chore::PatchNode => {
+                (chores.patch_node(&NodeChange::of("n1").cordon(true)).await).map(|p| p.is_there())
+            }
             Chore::Create => chores.create(&configmap()).await.map(|o| o.is_some()),
             Chore::Delete => {
                 chores
@@ -235,7 +237,7 @@ async fn a_node_patch_is_a_merge_patch_of_the_change() {
     let empty = testing::chores(&api.client())
         .patch_node(&NodeChange::of("n1"))
         .await;
-    assert!(matches!(empty, Ok(true)) && api.sent().is_empty());
+    assert!(matches!(empty, Ok(NodePatched::Unsent)) && api.sent().is_empty());
 }
 
 #[tokio::test]
