@@ -107,11 +107,6 @@ impl NodeTriggers {
 /// Runs the Node watch: keeps `index` (its nodes keeping the annotations it names), and tells
 /// `triggers` what each change concerns.
 pub async fn nodes(client: &Client, index: Arc<RwLock<NodeIndex>>, triggers: Arc<NodeTriggers>) {
-    let kept = index
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .kept()
-        .to_vec();
     let api = Api::<Node>::all(client.clone());
     // Streamed, the initial list is decoded one Node at a time, not in pages of 500: the memory
     // peak at start no longer grows with the fleet.
@@ -128,7 +123,7 @@ pub async fn nodes(client: &Client, index: Arc<RwLock<NodeIndex>>, triggers: Arc
     let events = watcher(lean, config)
         .default_backoff()
         .map_ok(LeanNode::into_event);
-    apply_node_events(events, index, kept, triggers).await;
+    apply_node_events(events, index, triggers).await;
 }
 
 /// Whether the API server streams a watch's initial list (WatchList, Kubernetes 1.27+, on by
@@ -165,13 +160,18 @@ async fn streams_lists(api: &Api<Node>) -> bool {
 /// The annotation on the bookmark that ends a streamed initial list.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// Folds node watch events into `index` (pruned to what decisions read).
+/// Folds node watch events into `index` (pruned to what decisions read, keeping the annotations
+/// the index names).
 pub async fn apply_node_events(
     events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send,
     index: Arc<RwLock<NodeIndex>>,
-    kept: Vec<&'static str>,
     triggers: Arc<NodeTriggers>,
 ) {
+    let kept = index
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .kept()
+        .to_vec();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let event = match event {
