@@ -110,8 +110,7 @@ finish() {
   # The run's own outcome is the exit code: the report is for reading, it never changes it.
   local rc=$?
   # A failure in the foreground leaves no tool build running behind it.
-  # shellcheck disable=SC2086 # a list of pids
-  [ -z "$tools" ] || kill $tools 2>/dev/null || true
+  [ -z "$tools" ] || kill "$tools" 2>/dev/null || true
   report || say "the report failed (exit $?); the run's outcome stands"
   exit "$rc"
 }
@@ -121,19 +120,12 @@ trap finish EXIT
 # Go tools, in the background: the local cluster, the real nodes' guest image (its kubelet from
 # the cluster's module) and the registry they pull slipway's image from first, as the end-to-end
 # scenes start as soon as those and the compile are there; the other tools after them (below).
-# Two lanes: the guest image waits for the cluster's Kubernetes module, while etcd and kwok
-# (modules of their own) and the registry need nothing of it; beside the lane's single-core steps
-# (debootstrap, the provisioning boot) they take a core that would otherwise idle.
 (
   phase cluster-binaries tests/cluster/build.sh
   phase real-nodes tests/nodes/build.sh
-) &
-tools=$!
-(
-  phase etcd-kwok tests/cluster/build.sh etcd kwok
   phase registry tests/tools/registry/build.sh
 ) &
-tools="$tools $!"
+tools=$!
 
 # The quick-start scene builds the image again from this compile; it must not be a release build.
 export SLIPWAY_IMAGE_PROFILE=dev
@@ -177,13 +169,11 @@ waited() {
   printf 'phase\t%s\t%s\t%s\n' "$1" waited "$(($(date +%s) - $2))" >>"$phases"
 }
 since=$(date +%s)
-for lane in $tools; do
-  if ! wait "$lane"; then
-    say "the cluster's, the real nodes' or the registry's build failed (its log is in $logs)"
-    exit 1
-  fi
-done
-tools=""
+if ! wait "$tools"; then
+  tools=""
+  say "the cluster's, the real nodes' or the registry's build failed (its log is in $logs)"
+  exit 1
+fi
 waited "wait: cluster, guest image, registry" "$since"
 # The other tools, at a lower priority beside the first scenes: SUC (the differential test), Helm
 # and Alertmanager (a scene that needs one before it is built waits: each build script holds a

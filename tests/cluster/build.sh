@@ -2,10 +2,6 @@
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the pinned Go
 # modules under tests/cluster/go/, once, into a cache outside the repository keyed by version.
 # Prints the directory that holds the binaries. Later runs only check that the binaries are there.
-#
-#   tests/cluster/build.sh [NAME...]   # only these binaries (CI builds etcd and kwok beside the others)
-#
-# Runs side by side with itself: a binary another run is building is waited for, not built twice.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -26,19 +22,13 @@ export GOFLAGS="-buildvcs=false -mod=readonly"
 # Two cores: more parallel compiles only add memory pressure.
 export GOMAXPROCS="${GOMAXPROCS:-2}"
 
-wanted=("$@")
 build() { # build NAME MODULE_DIR PACKAGE LDFLAGS
-  local name=$1 module=$2 package=$3 ldflags=$4 lock
-  if [ "${#wanted[@]}" -gt 0 ] && [[ " ${wanted[*]} " != *" $name "* ]]; then return 0; fi
+  local name=$1 module=$2 package=$3 ldflags=$4
   if [ -x "$bin_dir/$name" ]; then return 0; fi
-  exec {lock}>"$bin_dir/.$name.lock"
-  flock "$lock"
-  if [ -x "$bin_dir/$name" ]; then exec {lock}>&-; return 0; fi
   log "building $name (first use; cached afterwards in $bin_dir)"
   local start=$SECONDS tmp="$bin_dir/.$name.tmp"
   (cd "$here/go/$module" && go build -trimpath -ldflags "$ldflags" -o "$tmp" "$package")
   mv "$tmp" "$bin_dir/$name"
-  exec {lock}>&-
   log "built $name in $((SECONDS - start))s"
 }
 
@@ -47,6 +37,8 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
  -X k8s.io/component-base/version.gitTreeState=clean"
 
+build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
+build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-s -w"
 build kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
@@ -54,10 +46,5 @@ build kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldfla
 build kubectl kubectl slipway.dev/tests/cluster/kubectl "$k8s_ldflags \
  -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-
-# Last, the modules of their own, which CI builds beside the Kubernetes module (the guest image's
-# kubelet waits for that one): etcd, and kwok (another Kubernetes version).
-build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
-build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-s -w"
 
 echo "$bin_dir"
