@@ -4,7 +4,6 @@
 //! Plan in one order, which the `Complete` condition and `slipway explain` both read
 //! ([`super::report`] says it in words).
 
-use super::decision::Rollout;
 use super::facts::{Facts, Steps};
 use super::node_state::NodeState;
 use crate::common::check::{self, Blocking};
@@ -73,14 +72,8 @@ pub(super) struct Gates {
 
 impl Gates {
     /// The gates, once the nodes under way have stepped (a failed one may stop the rollout). The
-    /// checks' status is written and failing checks are read again soon.
-    pub(super) fn read(
-        facts: &Facts<'_>,
-        old: &PlanStatus,
-        steps: &Steps<'_>,
-        st: &mut PlanStatus,
-        out: &mut Rollout,
-    ) -> Gates {
+    /// checks carry their status and when a failing one is read again.
+    pub(super) fn read(facts: &Facts<'_>, old: &PlanStatus, steps: &Steps<'_>) -> Gates {
         let settings = facts.settings;
         let window = (settings.window.as_ref())
             .filter(|w| old.applying.is_empty() && !w.contains(facts.now))
@@ -93,7 +86,7 @@ impl Gates {
         Gates {
             window,
             stopped,
-            check: health_gate(facts, old, st, out),
+            check: health_gate(facts, old),
             stage,
         }
     }
@@ -114,12 +107,7 @@ impl Gates {
 
 /// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
 /// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
-fn health_gate(
-    facts: &Facts<'_>,
-    old: &PlanStatus,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-) -> check::Gate {
+fn health_gate(facts: &Facts<'_>, old: &PlanStatus) -> check::Gate {
     let plan = facts.input.plan;
     let cx = check::GateContext {
         old: &old.health_checks,
@@ -128,12 +116,7 @@ fn health_gate(
         fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
         field: "spec.healthChecks",
     };
-    let gate = check::gate(facts.settings.health_checks, facts.input.checks, &cx);
-    st.health_checks = gate.status.clone();
-    if let Some(after) = gate.recheck {
-        out.requeue(after);
-    }
-    gate
+    check::gate(facts.settings.health_checks, facts.input.checks, &cx)
 }
 
 /// The reason of `Complete=False` while a health check keeps new nodes from starting.

@@ -11,7 +11,7 @@ use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, NodeAction, NodeState};
 use super::notices;
-use super::report::{fail_complete, report};
+use super::report::{Said, report};
 use super::settings::PlanSettings;
 use super::{JobDeletion, PlanInput, Rollout, holder, rfc3339};
 use crate::common::decision::EventType;
@@ -40,15 +40,11 @@ pub(super) fn roll<'a>(
     let mut facts = Facts::new(input, settings, read, now, st);
     let now_text = rfc3339(now);
     // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
+    let generation = facts.ctx.generation;
     if let Err(e) = Eligibility::of(facts.name, &settings.selector, &facts.hash, &old.applying) {
-        return fail_complete(
-            st,
-            out,
-            "SelectNodesFailed",
-            format!("Failed to select nodes: {e}"),
-            &now_text,
-            input,
-        );
+        let message = format!("Failed to select nodes: {e}");
+        let said = Said::failed(st, "SelectNodesFailed", message);
+        return said.write(st, out, &now_text, generation);
     }
     release_quarantines(&facts, out);
     let (quarantined, eligible_read) = split_quarantined(&facts, read);
@@ -57,7 +53,11 @@ pub(super) fn roll<'a>(
     // does, new nodes start; then their actions, and the status built from steps and gates.
     let mut steps = step_applying(&mut facts, old, &eligible_read);
     record_reset(input, st, out);
-    let gates = Gates::read(&facts, old, &steps, st, out);
+    let gates = Gates::read(&facts, old, &steps);
+    st.health_checks = gates.check.status.clone();
+    if let Some(after) = gates.check.recheck {
+        out.requeue(after);
+    }
     let started = match gates.open() {
         true => start_nodes(&mut facts, old, &eligible, &mut steps, st, out),
         false => Started::default(),
@@ -83,10 +83,17 @@ pub(super) fn roll<'a>(
         pulling: pulling.as_ref(),
         refused: &refused,
     };
-    report(&facts, old, st, out, &steps, &situation);
+    let report = report(&facts, old, st, &steps, &situation, &out.node_patches);
+    if let Some(said) = report.said {
+        said.write(st, out, &now_text, generation);
+    }
+    if let Some(after) = report.recheck {
+        out.requeue(after);
+    }
+    out.events.extend(report.progress);
     // After the report, which would say the node's step goes on: its Job cannot be made.
     if let Err(message) = unmade {
-        fail_complete(st, out, "ValidationFailed", message, &now_text, input);
+        Said::failed(st, "ValidationFailed", message).write(st, out, &now_text, generation);
     }
     if input.explain {
         out.waiting = super::report::explain(&facts, &steps, &situation);

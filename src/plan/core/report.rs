@@ -3,6 +3,7 @@
 //! (and once as an event) and says when to look again.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use super::decision::{PlanSummary, Rollout};
 use super::facts::{Facts, Steps};
@@ -11,9 +12,9 @@ use super::gates::{
 };
 use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
-use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput, rfc3339};
+use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput};
 use crate::common::check::Blocking;
-use crate::common::decision::{EventType, Waiting, wait};
+use crate::common::decision::{Event, EventType, Waiting, wait};
 use crate::common::phase::{PhaseTally, tally};
 use crate::common::selector::Selector;
 use crate::node::NodeInfo;
@@ -22,68 +23,160 @@ use crate::node::change::NodeChange;
 use crate::plan::api::{NodePhase, PlanStatus, labels};
 use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
 
-/// The `Complete` condition and the Plan's events. Events stay bounded per Plan, whatever its
-/// size: a rollout's start, a progress event per tenth of the nodes, its end, and a warning per
-/// failed node (failed nodes keep their slot, so at most `concurrency` per hash).
+/// What the `Complete` condition says after a decision, and what goes with saying it: the events
+/// told once when it changes and when to look again. One value that the status, the events and
+/// (through the same words) `slipway explain` read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Said {
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+    /// Told with it (each once: only when the condition did not say it already).
+    pub events: Vec<Event>,
+    /// When to look again by itself: what holds the Plan may let go then.
+    pub recheck: Option<Duration>,
+}
+
+impl Said {
+    /// `Complete=False` with `reason`: the Plan is not done.
+    pub(super) fn not_done(reason: &'static str, message: String) -> Said {
+        Said {
+            status: FALSE,
+            reason,
+            message,
+            events: Vec::new(),
+            recheck: None,
+        }
+    }
+
+    /// The same, with an event.
+    fn telling(mut self, event: Event) -> Said {
+        self.events.push(event);
+        self
+    }
+
+    /// The same, with an event of its reason when the condition gives another reason now.
+    fn telling_once(self, st: &PlanStatus, type_: EventType, note: String) -> Said {
+        match cond::reason(st, COMPLETE) != self.reason {
+            true => {
+                let reason = self.reason;
+                self.telling(Event {
+                    type_,
+                    ..Event::normal(reason, note)
+                })
+            }
+            false => self,
+        }
+    }
+
+    /// The same, looked at again `after` from now (the sooner of two asks).
+    fn recheck(mut self, after: Duration) -> Said {
+        let after = after.max(Duration::from_secs(1));
+        self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
+        self
+    }
+
+    /// A failure that stops what the decision would do: `Complete=False` with its message, as a
+    /// warning once per message.
+    pub(super) fn failed(st: &PlanStatus, reason: &'static str, message: String) -> Said {
+        let said = Said::not_done(reason, message);
+        match cond::message(st, COMPLETE) != said.message {
+            true => {
+                let event = Event::warning(reason, said.message.clone());
+                said.telling(event)
+            }
+            false => said,
+        }
+    }
+
+    /// Writes it: the condition into the status, the events and the recheck into the decision.
+    pub(super) fn write(
+        self,
+        st: &mut PlanStatus,
+        out: &mut Rollout,
+        now: &str,
+        generation: Option<i64>,
+    ) {
+        cond::set(
+            st,
+            COMPLETE,
+            self.status,
+            self.reason,
+            &self.message,
+            now,
+            generation,
+        );
+        out.events.extend(self.events);
+        if let Some(after) = self.recheck {
+            out.requeue(after);
+        }
+    }
+}
+
+/// The Plan's report after its nodes stepped: what the `Complete` condition says (`None` leaves it
+/// as it was, a rollout going on as before), when to look again for the nodes a budget refused,
+/// and a progress event. Events stay bounded per Plan, whatever its size: a rollout's start, a
+/// progress event per tenth of the nodes, its end, and a warning per failed node (failed nodes
+/// keep their slot, so at most `concurrency` per hash). `st` is the status being written, its
+/// condition still as the last decision left it; `patches` the decision's node patches.
+pub(super) struct Report {
+    pub said: Option<Said>,
+    pub recheck: Option<Duration>,
+    pub progress: Option<Event>,
+}
+
 pub(super) fn report(
     facts: &Facts<'_>,
     old: &PlanStatus,
-    st: &mut PlanStatus,
-    out: &mut Rollout,
+    st: &PlanStatus,
     steps: &Steps<'_>,
     situation: &Situation<'_>,
-) {
-    if let Some((status, reason, message)) = complete(facts, old, st, out, steps, situation) {
-        let now = rfc3339(facts.now);
-        let generation = facts.ctx.generation;
-        cond::set(st, COMPLETE, status, reason, &message, &now, generation);
-    }
-    if let Some(after) = situation
-        .refused
-        .iter()
+    patches: &[NodeChange],
+) -> Report {
+    let refused_until = (situation.refused.iter())
         .filter_map(|(_, r)| r.until())
-        .min()
-    {
-        out.requeue(crate::common::until(facts.now, after));
+        .min();
+    Report {
+        said: complete(facts, old, st, steps, situation),
+        recheck: refused_until.map(|after| crate::common::until(facts.now, after)),
+        progress: progress_event(facts, patches),
     }
-    progress_event(facts, out);
 }
 
-/// What the `Complete` condition says after this decision (status, reason, message), with the
-/// events of a change; `None` leaves it as it was, a rollout going on as before. `st` is the
-/// status being written, the condition still as the last decision left it.
+/// What the `Complete` condition says after this decision, with the events of a change; `None`
+/// leaves it as it was, a rollout going on as before.
 fn complete(
     facts: &Facts<'_>,
     old: &PlanStatus,
     st: &PlanStatus,
-    out: &mut Rollout,
     steps: &Steps<'_>,
     situation: &Situation<'_>,
-) -> Option<(&'static str, &'static str, String)> {
+) -> Option<Said> {
     let (version, hash) = (&facts.version, &facts.hash);
     let failure = steps
         .values()
         .find_map(|(_, s, _)| s.failure())
-        .map(|(reason, message)| stopped(facts, st, out, situation, reason, message));
+        .map(|(reason, message)| stopped(facts, st, situation, reason, message));
     let waits = failure
         .or_else(|| in_progress(steps))
-        .or_else(|| waiting(facts, st, out, situation));
-    if let Some((reason, message)) = waits {
-        return Some((FALSE, reason, message));
+        .or_else(|| waiting(facts, st, situation));
+    if waits.is_some() {
+        return waits;
     }
     if st.applying.is_empty() {
-        if !cond::is(st, COMPLETE, TRUE) {
-            out.event(
-                EventType::Normal,
-                "Complete",
-                format!("Jobs complete for version {version}. Hash: {hash}"),
-            );
-        }
         let message = selects_nothing(facts).unwrap_or_default();
-        if !message.is_empty() && cond::message(st, COMPLETE) != message {
-            out.event(EventType::Normal, NO_NODES, message.clone());
+        let mut said = Said {
+            status: TRUE,
+            ..Said::not_done("Complete", message.clone())
+        };
+        if !cond::is(st, COMPLETE, TRUE) {
+            let done = format!("Jobs complete for version {version}. Hash: {hash}");
+            said = said.telling(Event::normal("Complete", done));
         }
-        return Some((TRUE, "Complete", message));
+        if !message.is_empty() && cond::message(st, COMPLETE) != message {
+            said = said.telling(Event::normal(NO_NODES, message));
+        }
+        return Some(said);
     }
     let refused = refused_message(situation.refused);
     let said = cond::reason(st, COMPLETE);
@@ -103,31 +196,31 @@ fn complete(
     if !changed {
         return None;
     }
-    if old.applying.is_empty() {
-        out.event(
-            EventType::Normal,
-            "SyncJob",
-            format!(
-                "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
-                situation.eligible.len(),
-                facts.settings.concurrency
-            ),
-        );
+    let syncing = Said::not_done("SyncJob", refused);
+    if !old.applying.is_empty() {
+        return Some(syncing);
     }
-    Some((FALSE, "SyncJob", refused))
+    let start = format!(
+        "Rolling out version {version} to {} nodes, {} at a time. Hash: {hash}",
+        situation.eligible.len(),
+        facts.settings.concurrency
+    );
+    Some(syncing.telling(Event::normal("SyncJob", start)))
 }
 
 /// A node on its way that the `Complete` condition names: one whose Job is about to be created
 /// again, else one in its reboot hand-off.
-fn in_progress(steps: &Steps<'_>) -> Option<(&'static str, String)> {
+fn in_progress(steps: &Steps<'_>) -> Option<Said> {
     let named = |n: &NodeInfo, message: &str| format!("node {}: {message}", n.hostname());
     let retrying = steps.values().find_map(|(n, s, _)| match s {
-        NodeState::Retrying { message, .. } => Some((RETRYING, named(n, message))),
+        NodeState::Retrying { message, .. } => Some(Said::not_done(RETRYING, named(n, message))),
         _ => None,
     });
     retrying.or_else(|| {
         steps.values().find_map(|(n, s, _)| match s {
-            NodeState::Rebooting { message, .. } => Some((s.phase().as_str(), named(n, message))),
+            NodeState::Rebooting { message, .. } => {
+                Some(Said::not_done(s.phase().as_str(), named(n, message)))
+            }
             _ => None,
         })
     })
@@ -138,33 +231,24 @@ fn in_progress(steps: &Steps<'_>) -> Option<(&'static str, String)> {
 fn stopped(
     facts: &Facts<'_>,
     st: &PlanStatus,
-    out: &mut Rollout,
     situation: &Situation<'_>,
     reason: &'static str,
     message: &str,
-) -> (&'static str, String) {
+) -> Said {
     if !situation.gates.stopped || reason != super::node_state::JOB_FAILED {
-        return (reason, message.to_string());
+        return Said::not_done(reason, message.to_string());
     }
     let message = format!(
         "{message}; rollout stopped by failurePolicy {}: {}",
         facts.ctx.failure.last.as_str(),
         how_to_go_on(facts)
     );
-    if cond::reason(st, COMPLETE) != STOPPED {
-        out.event(EventType::Warning, STOPPED, message.clone());
-    }
-    (STOPPED, message)
+    Said::not_done(STOPPED, message.clone()).telling_once(st, EventType::Warning, message)
 }
 
 /// With nodes left to start that something outside the rollout keeps waiting: what the
-/// `Complete` condition says of it (reason, message); `None` when nothing does.
-fn waiting(
-    facts: &Facts<'_>,
-    st: &PlanStatus,
-    out: &mut Rollout,
-    situation: &Situation<'_>,
-) -> Option<(&'static str, String)> {
+/// `Complete` condition says of it; `None` when nothing does.
+fn waiting(facts: &Facts<'_>, st: &PlanStatus, situation: &Situation<'_>) -> Option<Said> {
     let eligible = situation.eligible;
     let left = eligible.len() > st.applying.len();
     let idle = st.applying.is_empty();
@@ -176,59 +260,52 @@ fn waiting(
         Held::Pulling(_) | Held::PreHook(_) => true,
     });
     if let Some(held) = held {
-        return Some(wait_for(facts, st, out, &held));
+        return Some(wait_for(facts, st, &held));
     }
     if !idle {
         return None;
     }
     // Nodes wait for something that is not the Plan's.
-    wait_for_budget(st, out, situation.refused)
-        .or_else(|| wait_for_held(facts, st, out, eligible))
-        .or_else(|| no_concurrency(facts, st, out, eligible))
+    wait_for_budget(st, situation.refused)
+        .or_else(|| wait_for_held(facts, st, eligible))
+        .or_else(|| no_concurrency(facts, st, eligible))
         .or_else(|| {
             let quarantined = situation.quarantined;
             (!quarantined.is_empty())
-                .then(|| (QUARANTINED, quarantined_message(facts, quarantined)))
+                .then(|| Said::not_done(QUARANTINED, quarantined_message(facts, quarantined)))
         })
 }
 
 /// New nodes wait for what holds the whole Plan: says so (once per reason as an event) and looks
 /// again when it may have let go.
-fn wait_for(
-    facts: &Facts<'_>,
-    st: &PlanStatus,
-    out: &mut Rollout,
-    held: &Held<'_>,
-) -> (&'static str, String) {
+fn wait_for(facts: &Facts<'_>, st: &PlanStatus, held: &Held<'_>) -> Said {
     let (reason, message) = held_words(facts, held);
-    let event = match held {
+    let said = Said::not_done(reason, message.clone());
+    match held {
         Held::Window(w) => {
-            out.requeue(w.next_check(facts.now));
             let (version, hash) = (&facts.version, &facts.hash);
             let note = format!(
                 "Waiting for start of Spec.Window to sync Jobs for version {version}. Hash: {hash}"
             );
-            Some((EventType::Normal, note))
+            said.recheck(w.next_check(facts.now))
+                .telling_once(st, EventType::Normal, note)
         }
         Held::Check(_) if reason == HEALTH_CHECK_FAILING => {
-            Some((EventType::Normal, message.clone()))
+            said.telling_once(st, EventType::Normal, message)
         }
-        Held::Check(_) => Some((EventType::Warning, message.clone())),
+        Held::Check(_) => said.telling_once(st, EventType::Warning, message),
         // The other Plan's progress wakes none: looked at again at most 30 seconds away.
         Held::Stage(stage) => {
-            out.requeue(BUDGET_RECHECK);
-            if let Some(until) = stage.until {
-                out.requeue(crate::common::until(facts.now, until));
-            }
-            Some((EventType::Normal, message.clone()))
+            let said = said.recheck(BUDGET_RECHECK);
+            let said = match stage.until {
+                Some(until) => said.recheck(crate::common::until(facts.now, until)),
+                None => said,
+            };
+            said.telling_once(st, EventType::Normal, message)
         }
         // Their Jobs' and pods' events say how they go.
-        Held::Stopped | Held::Pulling(_) | Held::PreHook(_) => None,
-    };
-    if let Some((kind, note)) = event.filter(|_| cond::reason(st, COMPLETE) != reason) {
-        out.event(kind, reason, note);
+        Held::Stopped | Held::Pulling(_) | Held::PreHook(_) => said,
     }
-    (reason, message)
 }
 
 /// The `Complete` reason and message of what holds the whole Plan.
@@ -279,12 +356,7 @@ const NO_CONCURRENCY: &str = "NoConcurrency";
 
 /// With nothing applying, nodes left and `concurrency` 0 or less, no node ever starts: says so
 /// (SUC reports the Plan complete, a trap of its issues #217 and #285).
-fn no_concurrency(
-    facts: &Facts<'_>,
-    st: &PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> Option<(&'static str, String)> {
+fn no_concurrency(facts: &Facts<'_>, st: &PlanStatus, eligible: &[&NodeInfo]) -> Option<Said> {
     let concurrency = facts.settings.concurrency;
     if concurrency > 0 || eligible.is_empty() {
         return None;
@@ -293,10 +365,8 @@ fn no_concurrency(
         "spec.concurrency is {concurrency}: none of the {} nodes to upgrade starts; set it to 1 or more",
         eligible.len()
     );
-    if cond::reason(st, COMPLETE) != NO_CONCURRENCY {
-        out.event(EventType::Warning, NO_CONCURRENCY, message.clone());
-    }
-    Some((NO_CONCURRENCY, message))
+    let said = Said::not_done(NO_CONCURRENCY, message.clone());
+    Some(said.telling_once(st, EventType::Warning, message))
 }
 
 /// How long a Plan that a DisruptionBudget holds back waits before it looks again (letting go of
@@ -305,18 +375,11 @@ const BUDGET_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// With nothing applying and nodes a DisruptionBudget refused: says which budget and why (once
 /// per reason as an event).
-fn wait_for_budget(
-    st: &PlanStatus,
-    out: &mut Rollout,
-    refused: &[(&NodeInfo, Refusal)],
-) -> Option<(&'static str, String)> {
+fn wait_for_budget(st: &PlanStatus, refused: &[(&NodeInfo, Refusal)]) -> Option<Said> {
     let (_, first) = refused.first()?;
-    let (reason, message) = (first.reason(), refused_message(refused));
-    if cond::reason(st, COMPLETE) != reason {
-        out.event(EventType::Normal, reason, message.clone());
-    }
-    out.requeue(BUDGET_RECHECK);
-    Some((reason, message))
+    let message = refused_message(refused);
+    let said = Said::not_done(first.reason(), message.clone()).recheck(BUDGET_RECHECK);
+    Some(said.telling_once(st, EventType::Normal, message))
 }
 
 /// The reason of `Complete=False` while the only nodes left are held by another operation.
@@ -326,19 +389,11 @@ const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// With nothing applying and nodes left that another operation holds: says so (once as an
 /// event) and looks again later.
-fn wait_for_held(
-    facts: &Facts<'_>,
-    st: &PlanStatus,
-    out: &mut Rollout,
-    eligible: &[&NodeInfo],
-) -> Option<(&'static str, String)> {
+fn wait_for_held(facts: &Facts<'_>, st: &PlanStatus, eligible: &[&NodeInfo]) -> Option<Said> {
     let message = held_message(facts, eligible)?;
-    if cond::reason(st, COMPLETE) != WAITING_FOR_NODES {
-        out.event(EventType::Normal, WAITING_FOR_NODES, message.clone());
-    }
     // A taint going away triggers a reconcile; a hold without one is looked at again.
-    out.requeue(HELD_RECHECK);
-    Some((WAITING_FOR_NODES, message))
+    let said = Said::not_done(WAITING_FOR_NODES, message.clone()).recheck(HELD_RECHECK);
+    Some(said.telling_once(st, EventType::Normal, message))
 }
 
 /// What the Plan waits for when nodes it still has to upgrade are held by another operation.
@@ -528,28 +583,23 @@ fn is_rebooting_reason(reason: &str) -> bool {
 }
 
 /// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
-fn progress_event(facts: &Facts<'_>, out: &mut Rollout) {
+fn progress_event(facts: &Facts<'_>, patches: &[NodeChange]) -> Option<Event> {
     let plan_label = labels::plan_node_label(facts.name);
-    let labelled_now = out
-        .node_patches
-        .iter()
+    let labelled_now = (patches.iter())
         .filter(|p| p.labels.contains_key(&plan_label))
         .count();
-    let (targeted, upgraded) = upgraded(facts.input, facts.read, &facts.hash, &out.node_patches);
+    let (targeted, upgraded) = upgraded(facts.input, facts.read, &facts.hash, patches);
     if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
-        return;
+        return None;
     }
     let before = upgraded.saturating_sub(labelled_now);
-    if before * 10 / targeted != upgraded * 10 / targeted {
-        out.event(
-            EventType::Normal,
-            "Progress",
-            format!(
-                "Upgraded {} of {targeted} nodes to version {}",
-                upgraded, facts.version
-            ),
+    (before * 10 / targeted != upgraded * 10 / targeted).then(|| {
+        let message = format!(
+            "Upgraded {upgraded} of {targeted} nodes to version {}",
+            facts.version
         );
-    }
+        Event::normal("Progress", message)
+    })
 }
 
 /// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
@@ -580,28 +630,6 @@ fn upgraded(
         }
     }
     (targeted, upgraded)
-}
-
-pub(super) fn fail_complete(
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-    reason: &'static str,
-    message: String,
-    now: &str,
-    input: &PlanInput<'_>,
-) {
-    if cond::get(st, COMPLETE).and_then(|c| c.message.as_deref()) != Some(message.as_str()) {
-        out.event(EventType::Warning, reason, message.clone());
-    }
-    cond::set(
-        st,
-        COMPLETE,
-        FALSE,
-        reason,
-        &message,
-        now,
-        input.plan.metadata.generation,
-    );
 }
 
 /// The gauges' view of the decision.
