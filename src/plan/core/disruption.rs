@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 
 use super::Rollout;
 use super::facts::{Facts, Steps};
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::node::prepull::{self, PrePullPhase, PrePullStatus, PullPlan};
@@ -29,11 +31,11 @@ pub(super) fn pre_pull(
     eligible: &[&NodeInfo],
     free: &[&NodeInfo],
     steps: &Steps<'_>,
+    pods: &[&Pod],
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) -> Option<PrePullStatus> {
-    let owner = owner(facts.input.plan);
-    let pods = facts.input.pull_pods;
+    let owner = owner(facts.plan);
     if !facts.settings.pre_pulls {
         st.pre_pull = None;
         out.delete_pull_pods
@@ -67,7 +69,7 @@ pub(super) fn pre_pull(
     let mut pod_labels = std::collections::BTreeMap::new();
     pod_labels.insert(
         labels::CONTROLLER.to_string(),
-        facts.input.controller_name.to_string(),
+        facts.controller_name.to_string(),
     );
     let hash = facts.hash.clone();
     let namespace = facts.ctx.namespace.clone();

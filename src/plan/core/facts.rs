@@ -8,12 +8,17 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 
 use super::PlanInput;
+use super::config::JobConfig;
+use super::decision::TemplateMemo;
 use super::jobs::PlanJobs;
 use super::node_labels::NodeLabels;
 use super::node_state::{self, JobSeen, NodeAction, NodeState, Observation, PlanContext};
 use super::settings::PlanSettings;
 use crate::common::naming;
 use crate::node::NodeInfo;
+use crate::node::budget::Budget;
+use crate::node::reboot::HealthObservation;
+use crate::plan::api::Plan;
 use crate::plan::api::{PlanStatus, labels};
 use crate::plan::core::failure::reset_requested;
 use crate::plan::core::job;
@@ -23,7 +28,14 @@ pub(super) type Steps<'a> = BTreeMap<&'a str, (&'a NodeInfo, NodeState, Vec<Node
 
 /// The Plan's facts for this decision, read once.
 pub(super) struct Facts<'a> {
-    pub(super) input: &'a PlanInput<'a>,
+    pub(super) plan: &'a Plan,
+    /// The nodes other operations hold, and the DisruptionBudgets that limit the Plan.
+    pub(super) budget: &'a Budget,
+    /// What the health gate's pods look like on nodes that rebooted, by node name.
+    pub(super) health: &'a BTreeMap<String, HealthObservation>,
+    pub(super) templates: Option<&'a TemplateMemo>,
+    pub(super) controller_name: &'a str,
+    pub(super) job_config: &'a JobConfig,
     /// The Plan's spec, read and checked once.
     pub(super) settings: &'a PlanSettings<'a>,
     /// Every node's labels, read once.
@@ -36,7 +48,7 @@ pub(super) struct Facts<'a> {
     pub(super) ctx: PlanContext,
     pub(super) jobs: PlanJobs<'a>,
     /// The Plan as Jobs are rendered from: its status carries the resolved version and hash.
-    pub(super) rendered_from: crate::plan::api::Plan,
+    pub(super) rendered_from: Plan,
     pub(super) rendered: BTreeMap<String, Result<Job, String>>,
     /// The part of a [`super::TemplateMemo`] key that is the Plan's.
     pub(super) memo_key: String,
@@ -59,7 +71,12 @@ impl<'a> Facts<'a> {
         let hash = st.latest_hash.clone().unwrap_or_default();
         let reset = reset_requested(plan, st).is_some();
         let mut facts = Facts {
-            input,
+            plan,
+            budget: input.budget,
+            health: input.health,
+            templates: input.templates,
+            controller_name: input.controller_name,
+            job_config: input.job_config,
             settings,
             read,
             now,
@@ -108,7 +125,7 @@ impl<'a> Facts<'a> {
 
     /// The operation that holds `node` against this Plan, if any.
     pub(super) fn holder_of(&self, node: &NodeInfo) -> Option<&'a crate::node::holders::Holder> {
-        self.input.budget.holder_of(&node.name)
+        self.budget.holder_of(&node.name)
     }
 
     pub(super) fn job_name(&self, node: &NodeInfo) -> String {
@@ -117,19 +134,12 @@ impl<'a> Facts<'a> {
 
     /// The node's Job as the Plan renders it now, rendered once per decision.
     pub(super) fn render(&mut self, node: &NodeInfo) -> Result<&Job, String> {
-        let (input, settings) = (self.input, self.settings);
+        let (settings, controller, config) = (self.settings, self.controller_name, self.job_config);
         let plan = &self.rendered_from;
         self.rendered
             .entry(node.name.clone())
             .or_insert_with(|| {
-                job::render_job(
-                    plan,
-                    settings,
-                    node,
-                    input.controller_name,
-                    input.job_config,
-                )
-                .map_err(|e| e.to_string())
+                job::render_job(plan, settings, node, controller, config).map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -144,7 +154,7 @@ impl<'a> Facts<'a> {
             node.hostname(),
             node.labels.get(labels::OS).map_or("", String::as_str)
         );
-        if let Some(hash) = self.input.templates.and_then(|m| m.get(&key)) {
+        if let Some(hash) = self.templates.and_then(|m| m.get(&key)) {
             return Some(hash.to_string());
         }
         let hash = self
@@ -152,7 +162,7 @@ impl<'a> Facts<'a> {
             .ok()
             .and_then(job::pod_template_hash)
             .map(str::to_string)?;
-        if self.input.templates.is_some() {
+        if self.templates.is_some() {
             self.learned.push((key, hash.clone()));
         }
         Some(hash)
@@ -181,7 +191,7 @@ impl<'a> Facts<'a> {
             older_job_running: self
                 .jobs
                 .other_running(&node.name, &self.version, &job_name),
-            health: self.input.health.get(&node.name),
+            health: self.health.get(&node.name),
         };
         let (next, actions) = node_state::transition(state, &obs, &self.ctx, self.now);
         if next == NodeState::Quarantined {
@@ -197,7 +207,7 @@ pub(super) fn slots_taken(steps: &Steps<'_>) -> usize {
 }
 
 /// What a Plan's Jobs are rendered from, besides the node and the process's settings.
-fn plan_memo_key(plan: &crate::plan::api::Plan, st: &PlanStatus) -> String {
+fn plan_memo_key(plan: &Plan, st: &PlanStatus) -> String {
     use sha2::{Digest, Sha256};
     let meta = serde_json::to_string(&(&plan.metadata.labels, &plan.metadata.annotations))
         .unwrap_or_default();

@@ -26,6 +26,8 @@ pub(super) struct Situation<'a> {
     pub pulling: Option<&'a crate::node::prepull::PrePullStatus>,
     /// Nodes a DisruptionBudget did not let start, in the Plan's order.
     pub refused: &'a [(&'a NodeInfo, Refusal)],
+    /// Candidates the decision left out, settled at its hash: they count as upgraded.
+    pub settled: Option<&'a super::settled::SettledNodes>,
 }
 
 /// One thing that holds every new node of the Plan.
@@ -73,20 +75,26 @@ pub(super) struct Gates {
 impl Gates {
     /// The gates, once the nodes under way have stepped (a failed one may stop the rollout). The
     /// checks carry their status and when a failing one is read again.
-    pub(super) fn read(facts: &Facts<'_>, old: &PlanStatus, steps: &Steps<'_>) -> Gates {
+    pub(super) fn read(
+        facts: &Facts<'_>,
+        old: &PlanStatus,
+        steps: &Steps<'_>,
+        checks: &[check::CheckRead],
+        stages: Option<&[super::promotion::StageRead]>,
+    ) -> Gates {
         let settings = facts.settings;
         let window = (settings.window.as_ref())
             .filter(|w| old.applying.is_empty() && !w.contains(facts.now))
             .cloned();
         let stopped = facts.ctx.failure.held_failure_stops()
             && (steps.values()).any(|(_, s, _)| matches!(s, NodeState::Failed { .. }));
-        let stage = (facts.input.stages).and_then(|read| {
-            super::promotion::gate(&settings.after, read, &facts.version, facts.now)
+        let stage = stages.and_then(|stages| {
+            super::promotion::gate(&settings.after, stages, &facts.version, facts.now)
         });
         Gates {
             window,
             stopped,
-            check: health_gate(facts, old),
+            check: health_gate(facts, old, checks),
             stage,
         }
     }
@@ -107,16 +115,15 @@ impl Gates {
 
 /// The health checks of the Plan, evaluated on what the shell read. A timed-out check stops the
 /// rollout when the failure policy ends in Stop or Quarantine (there is no node to quarantine).
-fn health_gate(facts: &Facts<'_>, old: &PlanStatus) -> check::Gate {
-    let plan = facts.input.plan;
+fn health_gate(facts: &Facts<'_>, old: &PlanStatus, checks: &[check::CheckRead]) -> check::Gate {
     let cx = check::GateContext {
         old: &old.health_checks,
         now: facts.now,
         stops: facts.ctx.failure.last != super::failure::Last::Hold,
-        fresh: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
+        fresh: facts.ctx.reset || old.observed_generation != facts.ctx.generation,
         field: "spec.healthChecks",
     };
-    check::gate(facts.settings.health_checks, facts.input.checks, &cx)
+    check::gate(facts.settings.health_checks, checks, &cx)
 }
 
 /// The reason of `Complete=False` while a health check keeps new nodes from starting.

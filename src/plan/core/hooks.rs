@@ -262,15 +262,20 @@ pub(super) fn sweep(cx: &HookContext<'_>, st: &PlanStatus, out: &mut Rollout) {
 }
 
 /// The context of the hooks for this decision.
-fn context<'a>(facts: &'a Facts<'a>, old: &PlanStatus, now: &'a str) -> HookContext<'a> {
-    let plan = facts.input.plan;
+fn context<'a>(
+    facts: &'a Facts<'a>,
+    jobs: &'a [&'a Job],
+    old: &PlanStatus,
+    now: &'a str,
+) -> HookContext<'a> {
+    let plan = facts.plan;
     HookContext {
         plan,
-        jobs: facts.input.hook_jobs,
+        jobs,
         version: &facts.version,
         hash: &facts.hash,
         now,
-        controller_name: facts.input.controller_name,
+        controller_name: facts.controller_name,
         again: facts.ctx.reset || old.observed_generation != plan.metadata.generation,
     }
 }
@@ -279,6 +284,7 @@ fn context<'a>(facts: &'a Facts<'a>, old: &PlanStatus, now: &'a str) -> HookCont
 /// take it) or it already runs. `Some(its status)` while it keeps nodes from starting.
 pub(super) fn before_nodes(
     facts: &Facts<'_>,
+    jobs: &[&Job],
     old: &PlanStatus,
     free: &[&NodeInfo],
     steps: &Steps<'_>,
@@ -296,7 +302,7 @@ pub(super) fn before_nodes(
         return None;
     }
     let now = crate::common::rfc3339(facts.now);
-    let phase = step(&context(facts, old, &now), Hook::Pre, spec, st, out);
+    let phase = step(&context(facts, jobs, old, &now), Hook::Pre, spec, st, out);
     let pre = st.hooks.as_ref().and_then(|h| h.pre.clone());
     (starting && phase != HookPhase::Succeeded)
         .then_some(pre)
@@ -307,12 +313,13 @@ pub(super) fn before_nodes(
 /// is complete, and removes hook Jobs that are no run of the current hash.
 pub(super) fn after_nodes(
     facts: &Facts<'_>,
+    jobs: &[&Job],
     old: &PlanStatus,
     st: &mut PlanStatus,
     out: &mut Rollout,
 ) {
     let now = crate::common::rfc3339(facts.now);
-    let cx = context(facts, old, &now);
+    let cx = context(facts, jobs, old, &now);
     let Hooks { pre, post } = &facts.settings.hooks;
     if pre.is_none() && post.is_none() {
         st.hooks = None;

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::facts::{Facts, Steps, slots_taken};
 use super::gates::{Gates, Situation};
@@ -53,13 +54,13 @@ pub(super) fn roll<'a>(
     // does, new nodes start; then their actions, and the status built from steps and gates.
     let mut steps = step_applying(&mut facts, old, &eligible_read);
     record_reset(input, st, out);
-    let gates = Gates::read(&facts, old, &steps);
+    let gates = Gates::read(&facts, old, &steps, input.checks, input.stages);
     st.health_checks = gates.check.status.clone();
     if let Some(after) = gates.check.recheck {
         out.requeue(after);
     }
     let started = match gates.open() {
-        true => start_nodes(&mut facts, old, &eligible, &mut steps, st, out),
+        true => start_nodes(&mut facts, input, old, &eligible, &mut steps, st, out),
         false => Started::default(),
     };
     let Started {
@@ -71,7 +72,7 @@ pub(super) fn roll<'a>(
         out.next = super::disruption::next_batch(&facts, &eligible, &steps);
     }
     let unmade = apply_actions(&mut facts, &mut steps, out);
-    reconcile_reboot_pods(&facts, &steps, out);
+    reconcile_reboot_pods(&facts, &steps, input.reboot_pods, out);
     sweep_jobs(&facts, &steps, out);
     write_nodes(st, &steps);
     let quarantined = quarantined_hosts(&quarantined, &steps);
@@ -82,6 +83,7 @@ pub(super) fn roll<'a>(
         pre_hook: pre_hook.as_ref(),
         pulling: pulling.as_ref(),
         refused: &refused,
+        settled: input.settled,
     };
     let report = report(&facts, old, st, &steps, &situation, &out.node_patches);
     if let Some(said) = report.said {
@@ -98,7 +100,7 @@ pub(super) fn roll<'a>(
     if input.explain {
         out.waiting = super::report::explain(&facts, &steps, &situation);
     }
-    hooks::after_nodes(&facts, old, st, out);
+    hooks::after_nodes(&facts, input.hook_jobs, old, st, out);
     out.learned = std::mem::take(&mut facts.learned);
 }
 
@@ -114,6 +116,7 @@ struct Started<'a> {
 /// slots are filled.
 fn start_nodes<'a>(
     facts: &mut Facts<'_>,
+    input: &PlanInput<'_>,
     old: &PlanStatus,
     eligible: &[&'a NodeInfo],
     steps: &mut Steps<'a>,
@@ -124,11 +127,19 @@ fn start_nodes<'a>(
         .filter(|n| facts.holder_of(n).is_none())
         .collect();
     let mut started = Started {
-        pulling: super::disruption::pre_pull(facts, eligible, &free, steps, st, out),
+        pulling: super::disruption::pre_pull(
+            facts,
+            eligible,
+            &free,
+            steps,
+            input.pull_pods,
+            st,
+            out,
+        ),
         ..Started::default()
     };
     if started.pulling.is_none() {
-        started.pre_hook = hooks::before_nodes(facts, old, &free, steps, st, out);
+        started.pre_hook = hooks::before_nodes(facts, input.hook_jobs, old, &free, steps, st, out);
     }
     if started.pulling.is_none() && started.pre_hook.is_none() {
         started.refused = fill_slots(facts, &free, steps);
@@ -264,7 +275,7 @@ fn fill_slots<'a>(
     steps: &mut Steps<'a>,
 ) -> Vec<(&'a NodeInfo, Refusal)> {
     let concurrency = facts.settings.slots();
-    let mut budget = facts.input.budget.clone();
+    let mut budget = facts.budget.clone();
     // The nodes whose step ended in this decision give their room back.
     budget.keep_only(|n| steps.get(n).is_some_and(|(_, s, _)| s.holds_slot()));
     let mut refused = Vec::new();
@@ -411,7 +422,7 @@ fn apply_actions(
 
 /// Before a Job that cordons its node: who the cordon belongs to (patched before the Job exists).
 fn record_cordon(facts: &Facts<'_>, node: &NodeInfo, out: &mut Rollout) {
-    let me = holder(facts.input.plan);
+    let me = holder(facts.plan);
     let Some(owner) = cordon::record_at_plan_start(&me, node).filter(|_| facts.ctx.cordons) else {
         return;
     };
@@ -444,13 +455,19 @@ fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
 /// only then, never beside a running Job: the pod reboots as soon as the Job's last step writes the
 /// sentinel, and a reboot before the kubelet reports the Job's pod Succeeded would leave the Job
 /// active through the reboot (no reboot timeout, and a Job that runs the upgrade again).
-fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &mut Rollout) {
+fn create_reboot_pod(
+    facts: &Facts<'_>,
+    node: &NodeInfo,
+    job_name: &str,
+    pods: &[&Pod],
+    out: &mut Rollout,
+) {
     let Some(policy) = &facts.settings.reboot else {
         return;
     };
     // Any reboot pod of the node, of whichever hash, waits for the same sentinel: a second one
     // would reboot the node again.
-    let has_one = facts.input.reboot_pods.iter().any(|p| {
+    let has_one = pods.iter().any(|p| {
         p.metadata
             .labels
             .as_ref()
@@ -464,7 +481,7 @@ fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &m
         &facts.rendered_from,
         node,
         job_name,
-        facts.input.controller_name,
+        facts.controller_name,
         policy,
     ) {
         out.create_pods.push(pod);
@@ -474,7 +491,7 @@ fn create_reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, out: &m
 /// Reboot pods are made for the nodes waiting for their reboot, and go once their node no longer
 /// needs one: done, failed by its Job, or no longer applying. A node in its hand-off keeps
 /// whichever of its pods exists.
-fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
+fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, pods: &[&Pod], out: &mut Rollout) {
     if facts.ctx.reboot.is_none() {
         return;
     }
@@ -485,7 +502,7 @@ fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout
             ..
         } = state
         {
-            create_reboot_pod(facts, node, job, out);
+            create_reboot_pod(facts, node, job, pods, out);
         }
     }
     let wanted: BTreeSet<String> = steps
@@ -498,7 +515,7 @@ fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout
         .filter(|(_, (_, s, _))| matches!(s, NodeState::Rebooting { .. }))
         .map(|(name, _)| *name)
         .collect();
-    for pod in facts.input.reboot_pods {
+    for pod in pods {
         let (Some(name), None) = (&pod.metadata.name, &pod.metadata.deletion_timestamp) else {
             continue;
         };

@@ -12,6 +12,7 @@ use super::gates::{
 };
 use super::node_labels::NodeLabels;
 use super::node_state::NodeState;
+use super::settled::SettledNodes;
 use super::{FAILURE_REASONS, MSG_WAITING_FOR_WINDOW, PlanInput};
 use crate::common::check::Blocking;
 use crate::common::decision::{Event, EventType, Waiting, wait};
@@ -139,7 +140,7 @@ pub(super) fn report(
     Report {
         said: complete(facts, old, st, steps, situation),
         recheck: refused_until.map(|after| crate::common::until(facts.now, after)),
-        progress: progress_event(facts, patches),
+        progress: progress_event(facts, situation.settled, patches),
     }
 }
 
@@ -164,7 +165,7 @@ fn complete(
         return waits;
     }
     if st.applying.is_empty() {
-        let message = selects_nothing(facts).unwrap_or_default();
+        let message = selects_nothing(facts, situation.settled).unwrap_or_default();
         let mut said = Said {
             status: TRUE,
             ..Said::not_done("Complete", message.clone())
@@ -562,8 +563,8 @@ const NO_NODES: &str = "NoNodes";
 
 /// `Some(message)` when the Plan's selector matches no node that has a hostname: complete, with
 /// nothing done, which deserves a word (SUC issues #217, #285).
-fn selects_nothing(facts: &Facts<'_>) -> Option<String> {
-    let settled = facts.input.settled.is_some_and(|s| s.count > 0);
+fn selects_nothing(facts: &Facts<'_>, settled: Option<&SettledNodes>) -> Option<String> {
+    let settled = settled.is_some_and(|s| s.count > 0);
     if settled || facts.read.iter().any(|r| r.selected && r.host.is_some()) {
         return None;
     }
@@ -583,12 +584,16 @@ fn is_rebooting_reason(reason: &str) -> bool {
 }
 
 /// A `Progress` event each time the upgraded nodes pass another tenth of the targeted ones.
-fn progress_event(facts: &Facts<'_>, patches: &[NodeChange]) -> Option<Event> {
+fn progress_event(
+    facts: &Facts<'_>,
+    settled: Option<&SettledNodes>,
+    patches: &[NodeChange],
+) -> Option<Event> {
     let plan_label = labels::plan_node_label(facts.name);
     let labelled_now = (patches.iter())
         .filter(|p| p.labels.contains_key(&plan_label))
         .count();
-    let (targeted, upgraded) = upgraded(facts.input, facts.read, &facts.hash, patches);
+    let (targeted, upgraded) = upgraded(facts.name, settled, facts.read, &facts.hash, patches);
     if targeted == 0 || labelled_now == 0 || upgraded >= targeted {
         return None;
     }
@@ -605,22 +610,21 @@ fn progress_event(facts: &Facts<'_>, patches: &[NodeChange]) -> Option<Event> {
 /// (targeted, upgraded): nodes the Plan's selector matches with a hostname and not `disabled`,
 /// and how many of them carry `hash`, counting this decision's labels and the settled nodes.
 fn upgraded(
-    input: &PlanInput<'_>,
+    plan: &str,
+    settled: Option<&SettledNodes>,
     read: &[NodeLabels<'_>],
     hash: &str,
     patches: &[NodeChange],
 ) -> (usize, usize) {
-    let plan = input.plan.metadata.name.as_deref().unwrap_or_default();
     let plan_label = labels::plan_node_label(plan);
     let patched: BTreeSet<&str> = patches
         .iter()
         .filter(|p| p.labels.get(&plan_label).and_then(Option::as_deref) == Some(hash))
         .map(|p| p.node.as_str())
         .collect();
-    let settled = input.settled.map_or(0, |s| s.count);
-    let mut targeted = settled;
-    let mut upgraded = match input.settled {
-        Some(s) if !hash.is_empty() && s.hash == hash => settled,
+    let mut targeted = settled.map_or(0, |s| s.count);
+    let mut upgraded = match settled {
+        Some(s) if !hash.is_empty() && s.hash == hash => s.count,
         _ => 0,
     };
     for r in read.iter().filter(|r| r.targeted()) {
@@ -640,7 +644,8 @@ pub(super) fn summary(
     patches: &[NodeChange],
 ) -> PlanSummary {
     let hash = st.latest_hash.as_deref().unwrap_or_default();
-    let (targeted, upgraded) = upgraded(input, read, hash, patches);
+    let name = input.plan.metadata.name.as_deref().unwrap_or_default();
+    let (targeted, upgraded) = upgraded(name, input.settled, read, hash, patches);
     PlanSummary {
         complete: cond::is(st, COMPLETE, TRUE),
         applying: st.applying.len(),
