@@ -2,6 +2,7 @@
 //! actions become Jobs, pods and patches, which Jobs no node owns, and what the Plan reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -21,7 +22,7 @@ use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::node::handoff::Handoff;
-use crate::plan::api::{PlanStatus, labels};
+use crate::plan::api::{NodeProgress, Plan, PlanStatus, labels};
 use crate::plan::core::expansion::expand_post_complete_labels;
 use crate::plan::core::failure;
 use crate::plan::core::hooks;
@@ -47,13 +48,15 @@ pub(super) fn roll<'a>(
         let said = Said::failed(st, "SelectNodesFailed", message);
         return said.write(st, out, &now_text, generation);
     }
-    release_quarantines(&facts, out);
+    let (released, forgotten) = release_quarantines(&facts);
+    out.node_patches.extend(released);
+    out.delete_jobs.extend(forgotten);
     let (quarantined, eligible_read) = split_quarantined(&facts, read);
     let eligible: Vec<&NodeInfo> = eligible_read.iter().map(|r| r.node).collect();
     // The phases: the nodes under way step; then what holds the whole Plan; then, if nothing
     // does, new nodes start; then their actions, and the status built from steps and gates.
     let mut steps = step_applying(&mut facts, old, &eligible_read);
-    record_reset(input, st, out);
+    record_reset(input.plan, st, out);
     let gates = Gates::read(&facts, old, &steps, input.checks, input.stages);
     st.health_checks = gates.check.status.clone();
     if let Some(after) = gates.check.recheck {
@@ -72,9 +75,15 @@ pub(super) fn roll<'a>(
         out.next = super::disruption::next_batch(&facts, &eligible, &steps);
     }
     let unmade = apply_actions(&mut facts, &mut steps, out);
-    reconcile_reboot_pods(&facts, &steps, input.reboot_pods, out);
-    sweep_jobs(&facts, &steps, out);
-    write_nodes(st, &steps);
+    let (create, delete) = reboot_pods(&facts, &steps, input.reboot_pods);
+    out.create_pods.extend(create);
+    out.delete_pods.extend(delete);
+    let (swept, recheck) = sweep_jobs(&facts, &steps);
+    out.delete_jobs.extend(swept);
+    if let Some(after) = recheck {
+        out.requeue(after);
+    }
+    (st.applying, st.nodes) = written_nodes(&steps);
     let quarantined = quarantined_hosts(&quarantined, &steps);
     let situation = Situation {
         gates: &gates,
@@ -86,13 +95,7 @@ pub(super) fn roll<'a>(
         settled: input.settled,
     };
     let report = report(&facts, old, st, &steps, &situation, &out.node_patches);
-    if let Some(said) = report.said {
-        said.write(st, out, &now_text, generation);
-    }
-    if let Some(after) = report.recheck {
-        out.requeue(after);
-    }
-    out.events.extend(report.progress);
+    report.write(st, out, &now_text, generation);
     // After the report, which would say the node's step goes on: its Job cannot be made.
     if let Err(message) = unmade {
         Said::failed(st, "ValidationFailed", message).write(st, out, &now_text, generation);
@@ -178,22 +181,17 @@ fn quarantined_hosts<'a>(before: &[&'a NodeInfo], steps: &Steps<'a>) -> Vec<&'a 
         .collect()
 }
 
-/// Jobs no node of the rollout owns go (finished ones once their TTL is over).
-fn sweep_jobs(facts: &Facts<'_>, steps: &Steps<'_>, out: &mut Rollout) {
+/// Jobs no node of the rollout owns go (finished ones once their TTL is over), and when to look
+/// again for those whose TTL is not over.
+fn sweep_jobs(facts: &Facts<'_>, steps: &Steps<'_>) -> (Vec<JobDeletion>, Option<Duration>) {
     let owned: BTreeSet<&str> = steps.values().filter_map(|(_, s, _)| s.job()).collect();
     let applying_nodes: BTreeSet<&str> = steps.keys().copied().collect();
-    let (deletions, recheck) = facts
-        .jobs
-        .sweep(&facts.version, &applying_nodes, &owned, facts.now);
-    out.delete_jobs.extend(deletions);
-    if let Some(after) = recheck {
-        out.requeue(after);
-    }
+    (facts.jobs).sweep(&facts.version, &applying_nodes, &owned, facts.now)
 }
 
 /// A new value of the reset annotation is acted on once: recorded in the status, with an event.
-fn record_reset(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout) {
-    if let Some(token) = failure::reset_requested(input.plan, st) {
+fn record_reset(plan: &Plan, st: &mut PlanStatus, out: &mut Rollout) {
+    if let Some(token) = failure::reset_requested(plan, st) {
         out.event(
             EventType::Normal,
             "FailuresReset",
@@ -207,15 +205,17 @@ fn record_reset(input: &PlanInput<'_>, st: &mut PlanStatus, out: &mut Rollout) {
 }
 
 /// Quarantines of another hash of the Plan (or all of them, on a reset) are lifted: the node is
-/// eligible again, and its new Job would not tolerate the taint.
-fn release_quarantines(facts: &Facts<'_>, out: &mut Rollout) {
+/// eligible again, and its new Job would not tolerate the taint. The nodes' patches, and the
+/// failed Jobs that go with a reset.
+fn release_quarantines(facts: &Facts<'_>) -> (Vec<NodeChange>, Vec<JobDeletion>) {
+    let (mut patches, mut deletions) = (Vec::new(), Vec::new());
     let key = failure::quarantine_key(facts.name);
     for r in facts.read {
         let (node, Some(at)) = (r.node, r.quarantine) else {
             continue;
         };
         if facts.ctx.reset || at != facts.hash {
-            out.node_patches.push(
+            patches.push(
                 NodeChange::of(&node.name)
                     .label(&key, None)
                     .remove_taint(&key),
@@ -224,12 +224,13 @@ fn release_quarantines(facts: &Facts<'_>, out: &mut Rollout) {
         // Its failed Job goes too, so that the node's next turn creates it again.
         let job = facts.job_name(node);
         if facts.ctx.reset && facts.jobs.get(&job).is_some() {
-            out.delete_jobs.push(JobDeletion {
+            deletions.push(JobDeletion {
                 name: job,
                 reason: "its node's failures were reset".into(),
             });
         }
     }
+    (patches, deletions)
 }
 
 /// The nodes of `status.applying` that are still eligible, stepped from their recorded state.
@@ -249,7 +250,7 @@ fn step_applying<'a>(
         .map(|r| (r.hostname(), r.node))
         .filter(|(host, _)| applying.contains(host))
         .collect();
-    let recorded: BTreeMap<&str, &crate::plan::api::NodeProgress> =
+    let recorded: BTreeMap<&str, &NodeProgress> =
         old.nodes.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut steps = Steps::new();
     for host in &old.applying {
@@ -455,16 +456,8 @@ fn done_labels(facts: &Facts<'_>) -> BTreeMap<String, String> {
 /// only then, never beside a running Job: the pod reboots as soon as the Job's last step writes the
 /// sentinel, and a reboot before the kubelet reports the Job's pod Succeeded would leave the Job
 /// active through the reboot (no reboot timeout, and a Job that runs the upgrade again).
-fn create_reboot_pod(
-    facts: &Facts<'_>,
-    node: &NodeInfo,
-    job_name: &str,
-    pods: &[&Pod],
-    out: &mut Rollout,
-) {
-    let Some(policy) = &facts.settings.reboot else {
-        return;
-    };
+fn reboot_pod(facts: &Facts<'_>, node: &NodeInfo, job_name: &str, pods: &[&Pod]) -> Option<Pod> {
+    let policy = facts.settings.reboot.as_ref()?;
     // Any reboot pod of the node, of whichever hash, waits for the same sentinel: a second one
     // would reboot the node again.
     let has_one = pods.iter().any(|p| {
@@ -475,36 +468,29 @@ fn create_reboot_pod(
             .is_some_and(|n| *n == node.name)
     });
     if has_one {
-        return;
+        return None;
     }
-    if let Some(pod) = reboot::render_reboot_pod(
-        &facts.rendered_from,
-        node,
-        job_name,
-        facts.controller_name,
-        policy,
-    ) {
-        out.create_pods.push(pod);
-    }
+    let controller = facts.controller_name;
+    reboot::render_reboot_pod(&facts.rendered_from, node, job_name, controller, policy)
 }
 
 /// Reboot pods are made for the nodes waiting for their reboot, and go once their node no longer
 /// needs one: done, failed by its Job, or no longer applying. A node in its hand-off keeps
-/// whichever of its pods exists.
-fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, pods: &[&Pod], out: &mut Rollout) {
+/// whichever of its pods exists. The pods to create, and the names of those to delete.
+fn reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, pods: &[&Pod]) -> (Vec<Pod>, Vec<String>) {
     if facts.ctx.reboot.is_none() {
-        return;
+        return (Vec::new(), Vec::new());
     }
-    for (node, state, _) in steps.values() {
-        if let NodeState::Rebooting {
-            job,
-            handoff: Handoff::AwaitingBoot { .. },
-            ..
-        } = state
-        {
-            create_reboot_pod(facts, node, job, pods, out);
-        }
-    }
+    let create = (steps.values())
+        .filter_map(|(node, state, _)| match state {
+            NodeState::Rebooting {
+                job,
+                handoff: Handoff::AwaitingBoot { .. },
+                ..
+            } => reboot_pod(facts, node, job, pods),
+            _ => None,
+        })
+        .collect();
     let wanted: BTreeSet<String> = steps
         .values()
         .filter(|(_, s, _)| s.needs_reboot_pod())
@@ -515,6 +501,7 @@ fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, pods: &[&Pod], ou
         .filter(|(_, (_, s, _))| matches!(s, NodeState::Rebooting { .. }))
         .map(|(name, _)| *name)
         .collect();
+    let mut delete = Vec::new();
     for pod in pods {
         let (Some(name), None) = (&pod.metadata.name, &pod.metadata.deletion_timestamp) else {
             continue;
@@ -525,15 +512,16 @@ fn reconcile_reboot_pods(facts: &Facts<'_>, steps: &Steps<'_>, pods: &[&Pod], ou
             .as_ref()
             .and_then(|l| l.get(labels::NODE));
         if !wanted.contains(name) && !node.is_some_and(|n| in_handoff.contains(n.as_str())) {
-            out.delete_pods.push(name.clone());
+            delete.push(name.clone());
         }
     }
+    (create, delete)
 }
 
 /// `status.applying` (hostnames, in node-name order, as SUC lists them) and `status.nodes`.
-fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
+fn written_nodes(steps: &Steps<'_>) -> (Vec<String>, Vec<NodeProgress>) {
     let holding = steps.values().filter(|(_, s, _)| s.holds_slot());
-    st.applying = holding
+    let applying = holding
         .clone()
         .map(|(n, _, _)| n.hostname().to_string())
         .collect();
@@ -541,7 +529,7 @@ fn write_nodes(st: &mut PlanStatus, steps: &Steps<'_>) {
         .filter_map(|(n, s, _)| s.to_progress(n.hostname()))
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    st.nodes = nodes;
+    (applying, nodes)
 }
 
 /// A Plan that is not valid or not resolved starts nothing; Jobs of another version still go.

@@ -126,6 +126,25 @@ pub(super) struct Report {
     pub progress: Option<Event>,
 }
 
+impl Report {
+    /// Writes it: the condition into the status, the events and the rechecks into the decision.
+    pub(super) fn write(
+        self,
+        st: &mut PlanStatus,
+        out: &mut Rollout,
+        now: &str,
+        generation: Option<i64>,
+    ) {
+        if let Some(said) = self.said {
+            said.write(st, out, now, generation);
+        }
+        if let Some(after) = self.recheck {
+            out.requeue(after);
+        }
+        out.events.extend(self.progress);
+    }
+}
+
 pub(super) fn report(
     facts: &Facts<'_>,
     old: &PlanStatus,
