@@ -683,3 +683,77 @@ pub fn phases(status: Option<&PlanStatus>) -> Vec<PhaseTally> {
     let nodes = status.map(|st| st.nodes.as_slice()).unwrap_or_default();
     tally(nodes.iter().map(|n| (n.phase.as_str(), n.since.as_deref())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2026-12-01T10:00:00Z";
+
+    fn saying(reason: &str, message: &str) -> PlanStatus {
+        let mut st = PlanStatus::default();
+        cond::set(&mut st, COMPLETE, FALSE, reason, message, NOW, Some(1));
+        st
+    }
+
+    #[test]
+    fn a_wait_is_told_once_per_reason_whatever_its_message() {
+        let st = saying("Waiting", "the window");
+        let again = Said::not_done("Waiting", "another message".into());
+        let again = again.telling_once(&st, EventType::Normal, "note".into());
+        assert!(again.events.is_empty());
+        let new = Said::not_done(NO_CONCURRENCY, "none starts".into());
+        let new = new.telling_once(&st, EventType::Warning, "none starts".into());
+        assert_eq!(new.events.len(), 1);
+        assert_eq!(new.events[0].type_, EventType::Warning);
+        assert_eq!(new.events[0].reason, NO_CONCURRENCY);
+    }
+
+    #[test]
+    fn a_failure_is_told_once_per_message() {
+        let st = saying("ValidationFailed", "cannot render");
+        assert!(
+            Said::failed(&st, "ValidationFailed", "cannot render".into())
+                .events
+                .is_empty()
+        );
+        let other = Said::failed(&st, "ValidationFailed", "cannot render either".into());
+        assert_eq!(other.events.len(), 1);
+        assert_eq!(other.events[0].type_, EventType::Warning);
+        assert_eq!(other.events[0].message, "cannot render either");
+    }
+
+    #[test]
+    fn the_sooner_recheck_wins_and_none_is_under_a_second() {
+        let said = Said::not_done("Waiting", String::new());
+        let said = said
+            .recheck(Duration::from_secs(30))
+            .recheck(Duration::from_secs(5));
+        assert_eq!(said.recheck, Some(Duration::from_secs(5)));
+        let said = Said::not_done("Waiting", String::new()).recheck(Duration::ZERO);
+        assert_eq!(said.recheck, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn writing_a_report_sets_the_condition_then_hands_on_its_events_and_rechecks() {
+        let mut st = saying("SyncJob", "");
+        let mut out = Rollout::default();
+        out.requeue(Duration::from_secs(60));
+        let said = Said::not_done(WAITING_FOR_NODES, "held".into())
+            .recheck(HELD_RECHECK)
+            .telling_once(&st, EventType::Normal, "held".into());
+        let report = Report {
+            said: Some(said),
+            recheck: Some(Duration::from_secs(10)),
+            progress: Some(Event::normal("Progress", "Upgraded 1 of 10 nodes")),
+        };
+        report.write(&mut st, &mut out, NOW, Some(2));
+        let c = cond::get(&st, COMPLETE).expect("the condition");
+        assert_eq!(c.reason.as_deref(), Some(WAITING_FOR_NODES));
+        assert_eq!(c.message.as_deref(), Some("held"));
+        assert_eq!(c.observed_generation, Some(2));
+        let reasons: Vec<&str> = out.events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [WAITING_FOR_NODES, "Progress"]);
+        assert_eq!(out.requeue_after, Some(Duration::from_secs(10)));
+    }
+}
