@@ -13,6 +13,7 @@ use super::Rollout;
 use super::facts::{Facts, Steps};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::common::decision::Event;
 use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::node::prepull::{self, PrePullPhase, PrePullStatus, PullPlan};
@@ -23,42 +24,70 @@ pub fn owner(plan: &Plan) -> String {
     safe_concat_name(&["plan", plan.metadata.name.as_deref().unwrap_or_default()])
 }
 
+/// What the pull did in this decision: the kinds that pull (a RebootPolicy, a NodeOp) have the
+/// same shape.
+#[derive(Debug, Default)]
+pub(super) struct Pulled {
+    /// `status.prePull` after it.
+    pub status: Option<PrePullStatus>,
+    pub create: Vec<Pod>,
+    pub delete: Vec<String>,
+    pub events: Vec<Event>,
+    /// While it keeps new nodes from starting: the pull.
+    pub holding: Option<PrePullStatus>,
+}
+
+impl Pulled {
+    /// Writes it into the status and the decision (a pull in progress is looked at again soon);
+    /// what keeps new nodes from starting, if anything.
+    pub(super) fn write(self, st: &mut PlanStatus, out: &mut Rollout) -> Option<PrePullStatus> {
+        st.pre_pull = self.status;
+        out.delete_pull_pods.extend(self.delete);
+        out.pull_pods.extend(self.create);
+        out.events.extend(self.events);
+        if self.holding.is_some() {
+            out.requeue(RECHECK);
+        }
+        self.holding
+    }
+}
+
 /// Before nodes start: pulls the images when a node is about to start (a free slot and a node to
-/// take it) and this hash's pull is not recorded as done. `Some(the pull)` while it keeps nodes
-/// from starting. Pull pods no longer wanted go.
+/// take it) and this hash's pull is not recorded as done (`recorded`: `status.prePull` as the
+/// decision found it). Pull pods no longer wanted go.
 pub(super) fn pre_pull(
     facts: &mut Facts<'_>,
     eligible: &[&NodeInfo],
     free: &[&NodeInfo],
     steps: &Steps<'_>,
     pods: &[&Pod],
-    st: &mut PlanStatus,
-    out: &mut Rollout,
-) -> Option<PrePullStatus> {
+    recorded: Option<&PrePullStatus>,
+) -> Pulled {
     let owner = owner(facts.plan);
+    let mut out = Pulled {
+        status: recorded.cloned(),
+        ..Pulled::default()
+    };
     if !facts.settings.pre_pulls {
-        st.pre_pull = None;
-        out.delete_pull_pods
-            .extend(prepull::leftovers(&owner, pods));
-        return None;
+        out.status = None;
+        out.delete = prepull::leftovers(&owner, pods);
+        return out;
     }
-    let done = st
-        .pre_pull
-        .as_ref()
-        .is_some_and(|p| p.hash == facts.hash && p.phase == PrePullPhase::Pulled);
+    let done = recorded.is_some_and(|p| p.hash == facts.hash && p.phase == PrePullPhase::Pulled);
     if done || !facts.starting(free, steps) {
         if done {
-            out.delete_pull_pods
-                .extend(prepull::leftovers(&owner, pods));
+            out.delete = prepull::leftovers(&owner, pods);
         }
-        return None;
+        return out;
     }
     // The Jobs differ from node to node, their images do not.
-    let first = eligible.first()?;
+    let Some(first) = eligible.first() else {
+        return out;
+    };
     let job = match facts.render(first) {
         Ok(job) => job.clone(),
         // The rollout reports a Job it cannot render; nothing to pull for it.
-        Err(_) => return None,
+        Err(_) => return out,
     };
     let pod = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
     let images = pod.map(prepull::images_of).unwrap_or_default();
@@ -71,13 +100,11 @@ pub(super) fn pre_pull(
         labels::CONTROLLER.to_string(),
         facts.controller_name.to_string(),
     );
-    let hash = facts.hash.clone();
-    let namespace = facts.ctx.namespace.clone();
     let pull = PullPlan {
         owner: &owner,
-        hash: &hash,
+        hash: &facts.hash,
         images: &images,
-        namespace: &namespace,
+        namespace: &facts.ctx.namespace,
         service_account: pod.and_then(|p| p.service_account_name.as_deref()),
         pull_secrets: &secrets,
         labels: &pod_labels,
@@ -85,16 +112,12 @@ pub(super) fn pre_pull(
     };
     let targets: Vec<&str> = eligible.iter().map(|n| n.name.as_str()).collect();
     let step = prepull::step(&pull, &targets, pods);
-    out.pull_pods.extend(step.create);
-    out.delete_pull_pods.extend(step.delete);
-    let before = st.pre_pull.replace(step.status.clone());
-    out.events
-        .extend(prepull::told(before.as_ref(), &step.status));
-    if step.status.phase != PrePullPhase::Pulled {
-        out.requeue(RECHECK);
-        return Some(step.status);
-    }
-    None
+    out.create = step.create;
+    out.delete = step.delete;
+    out.events.extend(prepull::told(recorded, &step.status));
+    out.holding = (step.status.phase != PrePullPhase::Pulled).then(|| step.status.clone());
+    out.status = Some(step.status);
+    out
 }
 
 /// With `spec.disruption.preferNoSchedule`: the nodes that start next, in the Plan's order, as

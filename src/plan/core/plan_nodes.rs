@@ -7,6 +7,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::disruption;
 use super::facts::{Facts, Steps, slots_taken};
 use super::gates::{Gates, Situation};
 use super::jobs::PlanJobs;
@@ -72,7 +73,7 @@ pub(super) fn roll<'a>(
         refused,
     } = started;
     if gates.window.is_none() && !gates.stopped {
-        out.next = super::disruption::next_batch(&facts, &eligible, &steps);
+        out.next = disruption::next_batch(&facts, &eligible, &steps);
     }
     let unmade = apply_actions(&mut facts, &mut steps, out);
     let (create, delete) = reboot_pods(&facts, &steps, input.reboot_pods);
@@ -129,16 +130,10 @@ fn start_nodes<'a>(
     let free: Vec<&NodeInfo> = (eligible.iter().copied())
         .filter(|n| facts.holder_of(n).is_none())
         .collect();
+    let recorded = st.pre_pull.as_ref();
+    let pulled = disruption::pre_pull(facts, eligible, &free, steps, input.pull_pods, recorded);
     let mut started = Started {
-        pulling: super::disruption::pre_pull(
-            facts,
-            eligible,
-            &free,
-            steps,
-            input.pull_pods,
-            st,
-            out,
-        ),
+        pulling: pulled.write(st, out),
         ..Started::default()
     };
     if started.pulling.is_none() {
