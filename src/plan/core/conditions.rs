@@ -69,8 +69,23 @@ pub fn message<'a>(status: &'a PlanStatus, type_: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// When a decision writes the Plan's conditions, and the generation of the Plan it decided on:
+/// every condition it writes carries both.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp<'a> {
+    pub now: &'a str,
+    pub generation: Option<i64>,
+}
+
+impl<'a> Stamp<'a> {
+    pub fn new(now: &'a str, generation: Option<i64>) -> Stamp<'a> {
+        Stamp { now, generation }
+    }
+}
+
 /// Adds the condition as `Unknown` if it is missing, as SUC does on the first reconcile.
-pub fn ensure(status: &mut PlanStatus, type_: &str, now: &str, generation: Option<i64>) {
+pub fn ensure(status: &mut PlanStatus, type_: &str, at: Stamp<'_>) {
+    let Stamp { now, generation } = at;
     if get(status, type_).is_none() {
         status.conditions.push(PlanCondition {
             type_: type_.to_string(),
@@ -87,14 +102,14 @@ pub fn ensure(status: &mut PlanStatus, type_: &str, now: &str, generation: Optio
 /// SUC, `lastTransitionTime` moves when status changes and `observedGeneration` is kept current.
 pub fn set(
     status: &mut PlanStatus,
+    at: Stamp<'_>,
     type_: &str,
     value: &str,
     reason: &str,
     message: &str,
-    now: &str,
-    generation: Option<i64>,
 ) {
-    ensure(status, type_, now, generation);
+    ensure(status, type_, at);
+    let Stamp { now, generation } = at;
     let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) else {
         return;
     };
@@ -117,7 +132,7 @@ pub fn set(
 /// by a failure is `Stalled`, a finished one or one held on purpose `Ready`, anything else
 /// `Reconciling` (a channel that does not answer may answer later); `Ready=False` carries the same
 /// reason and message.
-pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
+pub fn kstatus(status: &mut PlanStatus, at: Stamp<'_>) {
     let (state, reason, message) = if is(status, VALIDATED, FALSE) {
         let reason = match reason(status, VALIDATED) {
             "" => "Invalid",
@@ -164,7 +179,7 @@ pub fn kstatus(status: &mut PlanStatus, now: &str, generation: Option<i64>) {
             true => (reason.as_str(), message.as_str()),
             false => ("", ""),
         };
-        set(status, type_, value, reason, message, now, generation);
+        set(status, at, type_, value, reason, message);
     }
 }
 
@@ -183,8 +198,8 @@ mod tests {
     #[test]
     fn ensure_adds_unknown_once() {
         let mut s = PlanStatus::default();
-        ensure(&mut s, COMPLETE, "t1", Some(1));
-        ensure(&mut s, COMPLETE, "t2", Some(1));
+        ensure(&mut s, COMPLETE, Stamp::new("t1", Some(1)));
+        ensure(&mut s, COMPLETE, Stamp::new("t2", Some(1)));
         assert_eq!(s.conditions.len(), 1);
         assert_eq!(s.conditions[0].status, UNKNOWN);
         assert_eq!(s.conditions[0].last_update_time.as_deref(), Some("t1"));
@@ -193,22 +208,50 @@ mod tests {
     #[test]
     fn times_move_only_on_real_changes() {
         let mut s = PlanStatus::default();
-        set(&mut s, COMPLETE, FALSE, "SyncJob", "", "t1", Some(1));
+        set(
+            &mut s,
+            Stamp::new("t1", Some(1)),
+            COMPLETE,
+            FALSE,
+            "SyncJob",
+            "",
+        );
         let c = get(&s, COMPLETE).cloned().expect("set");
         assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
         // A new reason alone touches neither time (SUC's lastUpdateTime rule).
-        set(&mut s, COMPLETE, FALSE, "Resolved", "", "t2", Some(1));
+        set(
+            &mut s,
+            Stamp::new("t2", Some(1)),
+            COMPLETE,
+            FALSE,
+            "Resolved",
+            "",
+        );
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_update_time.as_deref(), Some("t1"));
         assert_eq!(c.reason.as_deref(), Some("Resolved"));
         // A new message moves lastUpdateTime, not lastTransitionTime.
-        set(&mut s, COMPLETE, FALSE, "JobFailed", "boom", "t3", Some(2));
+        set(
+            &mut s,
+            Stamp::new("t3", Some(2)),
+            COMPLETE,
+            FALSE,
+            "JobFailed",
+            "boom",
+        );
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_update_time.as_deref(), Some("t3"));
         assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
         assert_eq!(c.observed_generation, Some(2));
         // A new status moves both.
-        set(&mut s, COMPLETE, TRUE, "Complete", "", "t4", Some(2));
+        set(
+            &mut s,
+            Stamp::new("t4", Some(2)),
+            COMPLETE,
+            TRUE,
+            "Complete",
+            "",
+        );
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_transition_time.as_deref(), Some("t4"));
         assert_eq!(c.last_update_time.as_deref(), Some("t4"));
@@ -280,23 +323,21 @@ mod tests {
             };
             set(
                 &mut s,
+                Stamp::new("t1", Some(3)),
                 VALIDATED,
                 validated,
                 invalid,
                 "spec.x: bad",
-                "t1",
-                Some(3),
             );
             set(
                 &mut s,
+                Stamp::new("t1", Some(3)),
                 COMPLETE,
                 complete,
                 why,
                 "the message",
-                "t1",
-                Some(3),
             );
-            kstatus(&mut s, "t1", Some(3));
+            kstatus(&mut s, Stamp::new("t1", Some(3)));
             assert_eq!(kstatus_of(&s), want, "{validated} {complete} {why}");
             assert!(
                 (s.conditions.iter()).all(|c| c.observed_generation == Some(3)),
@@ -308,52 +349,77 @@ mod tests {
     #[test]
     fn no_version_and_no_channel_is_stalled_and_a_silent_channel_is_not() {
         let mut s = PlanStatus::default();
-        set(&mut s, VALIDATED, TRUE, "PlanIsValid", "", "t1", Some(1));
         set(
             &mut s,
+            Stamp::new("t1", Some(1)),
+            VALIDATED,
+            TRUE,
+            "PlanIsValid",
+            "",
+        );
+        set(
+            &mut s,
+            Stamp::new("t1", Some(1)),
             LATEST_RESOLVED,
             FALSE,
             UNRESOLVABLE,
             "missing",
-            "t1",
-            Some(1),
         );
         set(
             &mut s,
+            Stamp::new("t1", Some(1)),
             COMPLETE,
             FALSE,
             "NotReady",
             "not resolved",
-            "t1",
-            Some(1),
         );
-        kstatus(&mut s, "t1", Some(1));
+        kstatus(&mut s, Stamp::new("t1", Some(1)));
         assert_eq!(kstatus_of(&s), (FALSE, FALSE, TRUE, "Unresolvable"));
         assert_eq!(message(&s, STALLED), "missing");
         set(
             &mut s,
+            Stamp::new("t2", Some(2)),
             LATEST_RESOLVED,
             FALSE,
             "ResolveFailed",
             "503",
-            "t2",
-            Some(2),
         );
-        kstatus(&mut s, "t2", Some(2));
+        kstatus(&mut s, Stamp::new("t2", Some(2)));
         assert_eq!(kstatus_of(&s), (FALSE, TRUE, FALSE, "NotReady"));
     }
 
     #[test]
     fn kstatus_moves_its_transition_times_only_on_a_change() {
         let mut s = PlanStatus::default();
-        set(&mut s, COMPLETE, FALSE, "SyncJob", "", "t1", Some(1));
-        kstatus(&mut s, "t1", Some(1));
-        set(&mut s, COMPLETE, FALSE, "SyncJob", "", "t2", Some(1));
-        kstatus(&mut s, "t2", Some(1));
+        set(
+            &mut s,
+            Stamp::new("t1", Some(1)),
+            COMPLETE,
+            FALSE,
+            "SyncJob",
+            "",
+        );
+        kstatus(&mut s, Stamp::new("t1", Some(1)));
+        set(
+            &mut s,
+            Stamp::new("t2", Some(1)),
+            COMPLETE,
+            FALSE,
+            "SyncJob",
+            "",
+        );
+        kstatus(&mut s, Stamp::new("t2", Some(1)));
         let since = |s: &PlanStatus, t| get(s, t).and_then(|c| c.last_transition_time.clone());
         assert_eq!(since(&s, RECONCILING).as_deref(), Some("t1"));
-        set(&mut s, COMPLETE, TRUE, "Complete", "", "t3", Some(1));
-        kstatus(&mut s, "t3", Some(1));
+        set(
+            &mut s,
+            Stamp::new("t3", Some(1)),
+            COMPLETE,
+            TRUE,
+            "Complete",
+            "",
+        );
+        kstatus(&mut s, Stamp::new("t3", Some(1)));
         assert_eq!(since(&s, READY).as_deref(), Some("t3"));
         assert_eq!(since(&s, RECONCILING).as_deref(), Some("t3"));
         assert_eq!(kstatus_of(&s), (TRUE, FALSE, FALSE, "Complete"));

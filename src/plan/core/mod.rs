@@ -174,6 +174,7 @@ pub fn decide_learning(input: &PlanInput<'_>, now: Timestamp) -> (PlanDecision, 
         return (deletion::cleanup(input), Learned::new());
     }
     let now_text = rfc3339(now);
+    let at = cond::Stamp::new(&now_text, plan.metadata.generation);
     let unset = PlanStatus::default();
     let old = plan.status.as_ref().unwrap_or(&unset);
     let mut st = old.clone();
@@ -198,15 +199,7 @@ pub fn decide_learning(input: &PlanInput<'_>, now: Timestamp) -> (PlanDecision, 
             ),
             _ => ("NotReady", MSG_NOT_READY.to_string()),
         };
-        cond::set(
-            &mut st,
-            COMPLETE,
-            FALSE,
-            reason,
-            &message,
-            &now_text,
-            plan.metadata.generation,
-        );
+        cond::set(&mut st, at, COMPLETE, FALSE, reason, &message);
         if input.explain {
             let age = settings.as_ref().and_then(|s| s.min_version_age);
             let until = promotion::rolls_out_at(age, &st);
@@ -218,8 +211,8 @@ pub fn decide_learning(input: &PlanInput<'_>, now: Timestamp) -> (PlanDecision, 
         plan_nodes::sweep_only(input, now, &st, &mut out);
     }
     st.observed_generation = plan.metadata.generation;
-    cond::kstatus(&mut st, &now_text, plan.metadata.generation);
-    pruned::note(&mut st, plan, input.pruned, &now_text);
+    cond::kstatus(&mut st, at);
+    pruned::note(&mut st, plan, input.pruned, at);
     let name = plan.metadata.name.as_deref().unwrap_or_default();
     out.events.extend(notices::of(name, old, &st));
     let summary = report::summary(input, &read, &st, &out.node_patches);

@@ -24,6 +24,7 @@ use crate::node::change::NodeChange;
 use crate::node::cordon;
 use crate::node::handoff::Handoff;
 use crate::plan::api::{NodeProgress, Plan, PlanStatus, labels};
+use crate::plan::core::conditions::Stamp;
 use crate::plan::core::expansion::expand_post_complete_labels;
 use crate::plan::core::failure;
 use crate::plan::core::hooks;
@@ -43,11 +44,11 @@ pub(super) fn roll<'a>(
     let mut facts = Facts::new(input, settings, read, now, st);
     let now_text = rfc3339(now);
     // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
-    let generation = facts.ctx.generation;
+    let at = Stamp::new(&now_text, facts.ctx.generation);
     if let Err(e) = Eligibility::of(facts.name, &settings.selector, &facts.hash, &old.applying) {
         let message = format!("Failed to select nodes: {e}");
         let said = Said::failed(st, "SelectNodesFailed", message);
-        return said.write(st, out, &now_text, generation);
+        return said.write(st, out, at);
     }
     let (released, forgotten) = release_quarantines(&facts);
     out.node_patches.extend(released);
@@ -96,10 +97,10 @@ pub(super) fn roll<'a>(
         settled: input.settled,
     };
     let report = report(&facts, old, st, &steps, &situation, &out.node_patches);
-    report.write(st, out, &now_text, generation);
+    report.write(st, out, at);
     // After the report, which would say the node's step goes on: its Job cannot be made.
     if let Err(message) = unmade {
-        Said::failed(st, "ValidationFailed", message).write(st, out, &now_text, generation);
+        Said::failed(st, "ValidationFailed", message).write(st, out, at);
     }
     if input.explain {
         out.waiting = super::report::explain(&facts, &steps, &situation);

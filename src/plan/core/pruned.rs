@@ -22,21 +22,19 @@ const NAMED: usize = 6;
 /// Sets or removes [`FIELDS_PRUNED`]: `pruned` lists what the installed Plan CRD's schema drops
 /// of slipway's (`common::pruning::pruned`); `None` when that is not known (the CRD could not be
 /// read), which leaves the condition as it is.
-pub fn note(status: &mut PlanStatus, plan: &Plan, pruned: Option<&[String]>, now: &str) {
+pub fn note(status: &mut PlanStatus, plan: &Plan, pruned: Option<&[String]>, at: cond::Stamp<'_>) {
     let Some(pruned) = pruned else { return };
     if pruned.is_empty() {
         status.conditions.retain(|c| c.type_ != FIELDS_PRUNED);
         return;
     }
-    let generation = plan.metadata.generation;
     cond::set(
         status,
+        at,
         FIELDS_PRUNED,
         cond::TRUE,
         INSTALLED_CRD,
         &message(plan, pruned),
-        now,
-        generation,
     );
 }
 
@@ -161,7 +159,12 @@ mod tests {
                 "upgrade":{"image":"x"}}}"#,
         );
         let mut status = PlanStatus::default();
-        note(&mut status, &plan, Some(&lost), "t0");
+        note(
+            &mut status,
+            &plan,
+            Some(&lost),
+            cond::Stamp::new("t0", plan.metadata.generation),
+        );
         let c = cond::get(&status, FIELDS_PRUNED).expect("the condition");
         assert_eq!(
             (c.status.as_str(), c.reason.as_deref()),
@@ -178,7 +181,12 @@ mod tests {
 
         // Nothing of slipway's written (or no record of it): the fields it would drop, some.
         let mut status = PlanStatus::default();
-        note(&mut status, &applied("{}"), Some(&lost), "t0");
+        note(
+            &mut status,
+            &applied("{}"),
+            Some(&lost),
+            cond::Stamp::new("t0", None),
+        );
         let text = cond::message(&status, FIELDS_PRUNED);
         assert!(text.contains("drops slipway's fields ("), "{text}");
         assert!(
@@ -187,9 +195,9 @@ mod tests {
         );
 
         // slipway's CRD installed since: gone. Not known: left as it is.
-        note(&mut status, &plan, None, "t1");
+        note(&mut status, &plan, None, cond::Stamp::new("t1", None));
         assert!(cond::get(&status, FIELDS_PRUNED).is_some());
-        note(&mut status, &plan, Some(&[]), "t1");
+        note(&mut status, &plan, Some(&[]), cond::Stamp::new("t1", None));
         assert!(cond::get(&status, FIELDS_PRUNED).is_none());
     }
 

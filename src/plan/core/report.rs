@@ -22,7 +22,7 @@ use crate::node::NodeInfo;
 use crate::node::budget::Refusal;
 use crate::node::change::NodeChange;
 use crate::plan::api::{NodePhase, PlanStatus, labels};
-use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, TRUE};
+use crate::plan::core::conditions::{self as cond, COMPLETE, FALSE, Stamp, TRUE};
 
 /// What the `Complete` condition says after a decision, and what goes with saying it: the events
 /// told once when it changes and when to look again. One value that the status, the events and
@@ -91,22 +91,8 @@ impl Said {
     }
 
     /// Writes it: the condition into the status, the events and the recheck into the decision.
-    pub(super) fn write(
-        self,
-        st: &mut PlanStatus,
-        out: &mut Rollout,
-        now: &str,
-        generation: Option<i64>,
-    ) {
-        cond::set(
-            st,
-            COMPLETE,
-            self.status,
-            self.reason,
-            &self.message,
-            now,
-            generation,
-        );
+    pub(super) fn write(self, st: &mut PlanStatus, out: &mut Rollout, at: Stamp<'_>) {
+        cond::set(st, at, COMPLETE, self.status, self.reason, &self.message);
         out.events.extend(self.events);
         if let Some(after) = self.recheck {
             out.requeue(after);
@@ -128,15 +114,9 @@ pub(super) struct Report {
 
 impl Report {
     /// Writes it: the condition into the status, the events and the rechecks into the decision.
-    pub(super) fn write(
-        self,
-        st: &mut PlanStatus,
-        out: &mut Rollout,
-        now: &str,
-        generation: Option<i64>,
-    ) {
+    pub(super) fn write(self, st: &mut PlanStatus, out: &mut Rollout, at: Stamp<'_>) {
         if let Some(said) = self.said {
-            said.write(st, out, now, generation);
+            said.write(st, out, at);
         }
         if let Some(after) = self.recheck {
             out.requeue(after);
@@ -692,7 +672,14 @@ mod tests {
 
     fn saying(reason: &str, message: &str) -> PlanStatus {
         let mut st = PlanStatus::default();
-        cond::set(&mut st, COMPLETE, FALSE, reason, message, NOW, Some(1));
+        cond::set(
+            &mut st,
+            Stamp::new(NOW, Some(1)),
+            COMPLETE,
+            FALSE,
+            reason,
+            message,
+        );
         st
     }
 
@@ -747,7 +734,7 @@ mod tests {
             recheck: Some(Duration::from_secs(10)),
             progress: Some(Event::normal("Progress", "Upgraded 1 of 10 nodes")),
         };
-        report.write(&mut st, &mut out, NOW, Some(2));
+        report.write(&mut st, &mut out, Stamp::new(NOW, Some(2)));
         let c = cond::get(&st, COMPLETE).expect("the condition");
         assert_eq!(c.reason.as_deref(), Some(WAITING_FOR_NODES));
         assert_eq!(c.message.as_deref(), Some("held"));

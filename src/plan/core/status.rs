@@ -34,9 +34,9 @@ pub(super) fn handle<'a>(
     out: &mut Rollout,
     now: &str,
 ) -> Option<PlanSettings<'a>> {
-    let generation = input.plan.metadata.generation;
+    let at = cond::Stamp::new(now, input.plan.metadata.generation);
     for t in [COMPLETE, VALIDATED, LATEST_RESOLVED] {
-        cond::ensure(st, t, now, generation);
+        cond::ensure(st, t, at);
     }
     match PlanSettings::read(input.plan, input.secrets, input.config) {
         Err(message) => {
@@ -50,14 +50,14 @@ pub(super) fn handle<'a>(
                     format!("Failed to validate plan: {message}"),
                 );
             }
-            cond::set(st, VALIDATED, FALSE, "Error", &message, now, generation);
+            cond::set(st, at, VALIDATED, FALSE, "Error", &message);
             None
         }
         Ok(settings) => {
             if !cond::is(st, VALIDATED, TRUE) {
                 out.event(EventType::Normal, "Validated", "Plan is valid".into());
             }
-            cond::set(st, VALIDATED, TRUE, "PlanIsValid", "", now, generation);
+            cond::set(st, at, VALIDATED, TRUE, "PlanIsValid", "");
             resolve(input, &settings, st, out, now);
             Some(settings)
         }
@@ -79,6 +79,7 @@ fn resolve(
 ) {
     let plan = input.plan;
     let generation = plan.metadata.generation;
+    let at = cond::Stamp::new(now, generation);
     let (latest, reason) = match settings.source {
         Source::Version(v) => (munge_version(v), "Version"),
         Source::Channel(url) => match input.channel {
@@ -121,12 +122,11 @@ fn resolve(
             }
             cond::set(
                 st,
+                at,
                 LATEST_RESOLVED,
                 FALSE,
                 cond::UNRESOLVABLE,
                 ERR_UNRESOLVABLE,
-                now,
-                generation,
             );
             return;
         }
@@ -143,10 +143,10 @@ fn resolve(
             "Resolved",
             format!("Resolved latest version from {source}: {latest}"),
         );
-        cond::set(st, COMPLETE, FALSE, "Resolved", "", now, generation);
+        cond::set(st, at, COMPLETE, FALSE, "Resolved", "");
     }
     st.latest_version = Some(latest);
-    cond::set(st, LATEST_RESOLVED, TRUE, reason, "", now, generation);
+    cond::set(st, at, LATEST_RESOLVED, TRUE, reason, "");
     digest(input, st);
 }
 
@@ -190,7 +190,7 @@ fn old_enough(
     if now_at >= from {
         return true;
     }
-    let generation = input.plan.metadata.generation;
+    let at = cond::Stamp::new(now, input.plan.metadata.generation);
     let waits = format!(
         "the channel's version {version}, first seen at {seen}, rolls out from {} (spec.minVersionAge)",
         super::rfc3339(from)
@@ -203,29 +203,13 @@ fn old_enough(
             if shown.as_deref() != Some(message.as_str()) {
                 out.event(EventType::Normal, VERSION_TOO_NEW, message.clone());
             }
-            cond::set(
-                st,
-                LATEST_RESOLVED,
-                TRUE,
-                "Channel",
-                &message,
-                now,
-                generation,
-            );
+            cond::set(st, at, LATEST_RESOLVED, TRUE, "Channel", &message);
         }
         _ => {
             if shown.as_deref() != Some(waits.as_str()) {
                 out.event(EventType::Normal, VERSION_TOO_NEW, waits.clone());
             }
-            cond::set(
-                st,
-                LATEST_RESOLVED,
-                FALSE,
-                VERSION_TOO_NEW,
-                &waits,
-                now,
-                generation,
-            );
+            cond::set(st, at, LATEST_RESOLVED, FALSE, VERSION_TOO_NEW, &waits);
         }
     }
     false
@@ -240,6 +224,7 @@ fn channel_failed(
     now: &str,
     generation: Option<i64>,
 ) {
+    let at = cond::Stamp::new(now, generation);
     let message = format!("cannot resolve the channel {url}: {error}");
     let shown = cond::get(st, LATEST_RESOLVED).and_then(|c| c.message.clone());
     if shown.as_deref() != Some(message.as_str()) {
@@ -252,25 +237,9 @@ fn channel_failed(
     match st.latest_version.clone() {
         Some(kept) if cond::is(st, LATEST_RESOLVED, TRUE) => {
             let message = format!("{message}; keeping {kept}");
-            cond::set(
-                st,
-                LATEST_RESOLVED,
-                TRUE,
-                "Channel",
-                &message,
-                now,
-                generation,
-            );
+            cond::set(st, at, LATEST_RESOLVED, TRUE, "Channel", &message);
         }
-        _ => cond::set(
-            st,
-            LATEST_RESOLVED,
-            FALSE,
-            "ResolveFailed",
-            &message,
-            now,
-            generation,
-        ),
+        _ => cond::set(st, at, LATEST_RESOLVED, FALSE, "ResolveFailed", &message),
     }
 }
 
