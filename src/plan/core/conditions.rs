@@ -195,11 +195,15 @@ fn deferred(status: &PlanStatus) -> Option<(&str, &str)> {
 mod tests {
     use super::*;
 
+    fn at(now: &str, generation: i64) -> Stamp<'_> {
+        Stamp::new(now, Some(generation))
+    }
+
     #[test]
     fn ensure_adds_unknown_once() {
         let mut s = PlanStatus::default();
-        ensure(&mut s, COMPLETE, Stamp::new("t1", Some(1)));
-        ensure(&mut s, COMPLETE, Stamp::new("t2", Some(1)));
+        ensure(&mut s, COMPLETE, at("t1", 1));
+        ensure(&mut s, COMPLETE, at("t2", 1));
         assert_eq!(s.conditions.len(), 1);
         assert_eq!(s.conditions[0].status, UNKNOWN);
         assert_eq!(s.conditions[0].last_update_time.as_deref(), Some("t1"));
@@ -208,50 +212,22 @@ mod tests {
     #[test]
     fn times_move_only_on_real_changes() {
         let mut s = PlanStatus::default();
-        set(
-            &mut s,
-            Stamp::new("t1", Some(1)),
-            COMPLETE,
-            FALSE,
-            "SyncJob",
-            "",
-        );
+        set(&mut s, at("t1", 1), COMPLETE, FALSE, "SyncJob", "");
         let c = get(&s, COMPLETE).cloned().expect("set");
         assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
         // A new reason alone touches neither time (SUC's lastUpdateTime rule).
-        set(
-            &mut s,
-            Stamp::new("t2", Some(1)),
-            COMPLETE,
-            FALSE,
-            "Resolved",
-            "",
-        );
+        set(&mut s, at("t2", 1), COMPLETE, FALSE, "Resolved", "");
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_update_time.as_deref(), Some("t1"));
         assert_eq!(c.reason.as_deref(), Some("Resolved"));
         // A new message moves lastUpdateTime, not lastTransitionTime.
-        set(
-            &mut s,
-            Stamp::new("t3", Some(2)),
-            COMPLETE,
-            FALSE,
-            "JobFailed",
-            "boom",
-        );
+        set(&mut s, at("t3", 2), COMPLETE, FALSE, "JobFailed", "boom");
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_update_time.as_deref(), Some("t3"));
         assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
         assert_eq!(c.observed_generation, Some(2));
         // A new status moves both.
-        set(
-            &mut s,
-            Stamp::new("t4", Some(2)),
-            COMPLETE,
-            TRUE,
-            "Complete",
-            "",
-        );
+        set(&mut s, at("t4", 2), COMPLETE, TRUE, "Complete", "");
         let c = get(&s, COMPLETE).expect("set");
         assert_eq!(c.last_transition_time.as_deref(), Some("t4"));
         assert_eq!(c.last_update_time.as_deref(), Some("t4"));
@@ -323,21 +299,14 @@ mod tests {
             };
             set(
                 &mut s,
-                Stamp::new("t1", Some(3)),
+                at("t1", 3),
                 VALIDATED,
                 validated,
                 invalid,
                 "spec.x: bad",
             );
-            set(
-                &mut s,
-                Stamp::new("t1", Some(3)),
-                COMPLETE,
-                complete,
-                why,
-                "the message",
-            );
-            kstatus(&mut s, Stamp::new("t1", Some(3)));
+            set(&mut s, at("t1", 3), COMPLETE, complete, why, "the message");
+            kstatus(&mut s, at("t1", 3));
             assert_eq!(kstatus_of(&s), want, "{validated} {complete} {why}");
             assert!(
                 (s.conditions.iter()).all(|c| c.observed_generation == Some(3)),
@@ -349,17 +318,10 @@ mod tests {
     #[test]
     fn no_version_and_no_channel_is_stalled_and_a_silent_channel_is_not() {
         let mut s = PlanStatus::default();
+        set(&mut s, at("t1", 1), VALIDATED, TRUE, "PlanIsValid", "");
         set(
             &mut s,
-            Stamp::new("t1", Some(1)),
-            VALIDATED,
-            TRUE,
-            "PlanIsValid",
-            "",
-        );
-        set(
-            &mut s,
-            Stamp::new("t1", Some(1)),
+            at("t1", 1),
             LATEST_RESOLVED,
             FALSE,
             UNRESOLVABLE,
@@ -367,59 +329,38 @@ mod tests {
         );
         set(
             &mut s,
-            Stamp::new("t1", Some(1)),
+            at("t1", 1),
             COMPLETE,
             FALSE,
             "NotReady",
             "not resolved",
         );
-        kstatus(&mut s, Stamp::new("t1", Some(1)));
+        kstatus(&mut s, at("t1", 1));
         assert_eq!(kstatus_of(&s), (FALSE, FALSE, TRUE, "Unresolvable"));
         assert_eq!(message(&s, STALLED), "missing");
         set(
             &mut s,
-            Stamp::new("t2", Some(2)),
+            at("t2", 2),
             LATEST_RESOLVED,
             FALSE,
             "ResolveFailed",
             "503",
         );
-        kstatus(&mut s, Stamp::new("t2", Some(2)));
+        kstatus(&mut s, at("t2", 2));
         assert_eq!(kstatus_of(&s), (FALSE, TRUE, FALSE, "NotReady"));
     }
 
     #[test]
     fn kstatus_moves_its_transition_times_only_on_a_change() {
         let mut s = PlanStatus::default();
-        set(
-            &mut s,
-            Stamp::new("t1", Some(1)),
-            COMPLETE,
-            FALSE,
-            "SyncJob",
-            "",
-        );
-        kstatus(&mut s, Stamp::new("t1", Some(1)));
-        set(
-            &mut s,
-            Stamp::new("t2", Some(1)),
-            COMPLETE,
-            FALSE,
-            "SyncJob",
-            "",
-        );
-        kstatus(&mut s, Stamp::new("t2", Some(1)));
+        set(&mut s, at("t1", 1), COMPLETE, FALSE, "SyncJob", "");
+        kstatus(&mut s, at("t1", 1));
+        set(&mut s, at("t2", 1), COMPLETE, FALSE, "SyncJob", "");
+        kstatus(&mut s, at("t2", 1));
         let since = |s: &PlanStatus, t| get(s, t).and_then(|c| c.last_transition_time.clone());
         assert_eq!(since(&s, RECONCILING).as_deref(), Some("t1"));
-        set(
-            &mut s,
-            Stamp::new("t3", Some(1)),
-            COMPLETE,
-            TRUE,
-            "Complete",
-            "",
-        );
-        kstatus(&mut s, Stamp::new("t3", Some(1)));
+        set(&mut s, at("t3", 1), COMPLETE, TRUE, "Complete", "");
+        kstatus(&mut s, at("t3", 1));
         assert_eq!(since(&s, READY).as_deref(), Some("t3"));
         assert_eq!(since(&s, RECONCILING).as_deref(), Some("t3"));
         assert_eq!(kstatus_of(&s), (TRUE, FALSE, FALSE, "Complete"));
