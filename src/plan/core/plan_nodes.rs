@@ -43,8 +43,8 @@ pub(super) fn roll<'a>(
 ) {
     let mut facts = Facts::new(input, settings, read, now, st);
     let now_text = rfc3339(now);
-    // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
     let at = Stamp::new(&now_text, facts.ctx.generation);
+    // SUC's eligibility rule, built as SUC builds it for its errors; the labels read once apply it.
     if let Err(e) = Eligibility::of(facts.name, &settings.selector, &facts.hash, &old.applying) {
         let message = format!("Failed to select nodes: {e}");
         let said = Said::failed(st, "SelectNodesFailed", message);
