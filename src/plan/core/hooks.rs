@@ -14,7 +14,7 @@ use super::facts::{Facts, Steps};
 use super::jobs::{Outcome, PlanJob};
 use super::settings::Hooks;
 use super::{JobDeletion, Rollout};
-use crate::common::decision::EventType;
+use crate::common::decision::Event;
 use crate::common::naming::safe_concat_name;
 use crate::node::NodeInfo;
 use crate::plan::api::{HookPhase, HookStatus, HooksStatus, Plan, PlanStatus, labels};
@@ -116,6 +116,24 @@ pub fn render(t: &HookTarget<'_>) -> Job {
     }
 }
 
+/// What the hooks did in this decision besides `status.hooks`: the hook Jobs to create and to
+/// delete, and the events. They touch nothing else.
+#[derive(Debug, Default)]
+pub(super) struct Hooked {
+    pub create: Vec<Job>,
+    pub delete: Vec<JobDeletion>,
+    pub events: Vec<Event>,
+}
+
+impl Hooked {
+    /// Hands it to the decision.
+    pub(super) fn write(self, out: &mut Rollout) {
+        out.create_jobs.extend(self.create);
+        out.delete_jobs.extend(self.delete);
+        out.events.extend(self.events);
+    }
+}
+
 /// What one decision knows for the hooks.
 pub(super) struct HookContext<'a> {
     pub plan: &'a Plan,
@@ -135,7 +153,7 @@ pub(super) fn step(
     hook: Hook,
     spec: &JobSpec,
     st: &mut PlanStatus,
-    out: &mut Rollout,
+    out: &mut Hooked,
 ) -> HookPhase {
     let hooks = st.hooks.get_or_insert_with(HooksStatus::default);
     let slot = match hook {
@@ -157,18 +175,17 @@ pub(super) fn step(
     phase
 }
 
-fn start(cx: &HookContext<'_>, hook: Hook, attempt: i32, out: &mut Rollout) -> HookStatus {
+fn start(cx: &HookContext<'_>, hook: Hook, attempt: i32, out: &mut Hooked) -> HookStatus {
     let name = cx.plan.metadata.name.as_deref().unwrap_or_default();
     let job = job_name(name, hook, cx.hash, attempt);
-    out.event(
-        EventType::Normal,
+    out.events.push(Event::normal(
         "HookStarted",
         format!(
             "Running the {} hook (Job {job}) for version {}",
             hook.as_str(),
             cx.version
         ),
-    );
+    ));
     HookStatus {
         hash: cx.hash.to_string(),
         job,
@@ -182,14 +199,14 @@ fn start(cx: &HookContext<'_>, hook: Hook, attempt: i32, out: &mut Rollout) -> H
 
 /// A running hook: its Job is created (again, if it is not there: a create of an existing Job
 /// changes nothing), or its outcome recorded.
-fn follow(cx: &HookContext<'_>, hook: Hook, spec: &JobSpec, h: &mut HookStatus, out: &mut Rollout) {
+fn follow(cx: &HookContext<'_>, hook: Hook, spec: &JobSpec, h: &mut HookStatus, out: &mut Hooked) {
     let seen = cx
         .jobs
         .iter()
         .filter(|j| j.metadata.name.as_deref() == Some(h.job.as_str()))
         .find_map(|j| PlanJob::read(j));
     match seen.map(|j| j.outcome) {
-        None => out.create_jobs.push(render(&HookTarget {
+        None => out.create.push(render(&HookTarget {
             plan: cx.plan,
             hook,
             spec,
@@ -202,8 +219,7 @@ fn follow(cx: &HookContext<'_>, hook: Hook, spec: &JobSpec, h: &mut HookStatus, 
         Some(Outcome::Complete { .. }) => {
             h.phase = HookPhase::Succeeded;
             h.since = Some(cx.now.to_string());
-            out.event(
-                EventType::Normal,
+            out.events.push(Event::normal(
                 "HookSucceeded",
                 format!(
                     "The {} hook (Job {}) succeeded for version {}",
@@ -211,14 +227,13 @@ fn follow(cx: &HookContext<'_>, hook: Hook, spec: &JobSpec, h: &mut HookStatus, 
                     h.job,
                     cx.version
                 ),
-            );
+            ));
         }
         Some(Outcome::Failed { message, .. }) => {
             h.phase = HookPhase::Failed;
             h.since = Some(cx.now.to_string());
             h.message = Some(message.clone());
-            out.event(
-                EventType::Warning,
+            out.events.push(Event::warning(
                 "HookFailed",
                 format!(
                     "The {} hook (Job {}) failed for version {}: {message}",
@@ -226,13 +241,13 @@ fn follow(cx: &HookContext<'_>, hook: Hook, spec: &JobSpec, h: &mut HookStatus, 
                     h.job,
                     cx.version
                 ),
-            );
+            ));
         }
     }
 }
 
 /// Hook Jobs of the Plan that are not the current run of a hook go.
-pub(super) fn sweep(cx: &HookContext<'_>, st: &PlanStatus, out: &mut Rollout) {
+pub(super) fn sweep(cx: &HookContext<'_>, st: &PlanStatus, out: &mut Hooked) {
     let name = cx.plan.metadata.name.as_deref().unwrap_or_default();
     let current: Vec<&str> = st
         .hooks
@@ -253,7 +268,7 @@ pub(super) fn sweep(cx: &HookContext<'_>, st: &PlanStatus, out: &mut Rollout) {
             && job.metadata.deletion_timestamp.is_none()
             && !current.contains(&job_name)
         {
-            out.delete_jobs.push(JobDeletion {
+            out.delete.push(JobDeletion {
                 name: job_name.to_string(),
                 reason: "a hook run that is not the current one".into(),
             });
@@ -281,7 +296,8 @@ fn context<'a>(
 }
 
 /// Before nodes start: the pre hook, when a node is about to start (a free slot and a node to
-/// take it) or it already runs. `Some(its status)` while it keeps nodes from starting.
+/// take it) or it already runs. `Some(its status)` while it keeps nodes from starting, and what it
+/// did besides `status.hooks`.
 pub(super) fn before_nodes(
     facts: &Facts<'_>,
     jobs: &[&Job],
@@ -289,9 +305,11 @@ pub(super) fn before_nodes(
     free: &[&NodeInfo],
     steps: &Steps<'_>,
     st: &mut PlanStatus,
-    out: &mut Rollout,
-) -> Option<HookStatus> {
-    let spec = facts.settings.hooks.pre.as_ref()?;
+) -> (Option<HookStatus>, Hooked) {
+    let mut out = Hooked::default();
+    let Some(spec) = facts.settings.hooks.pre.as_ref() else {
+        return (None, out);
+    };
     let starting = facts.starting(free, steps);
     let ran = st
         .hooks
@@ -299,32 +317,40 @@ pub(super) fn before_nodes(
         .and_then(|h| h.pre.as_ref())
         .is_some_and(|h| h.hash == facts.hash);
     if !starting && !ran {
-        return None;
+        return (None, out);
     }
     let now = crate::common::rfc3339(facts.now);
-    let phase = step(&context(facts, jobs, old, &now), Hook::Pre, spec, st, out);
+    let phase = step(
+        &context(facts, jobs, old, &now),
+        Hook::Pre,
+        spec,
+        st,
+        &mut out,
+    );
     let pre = st.hooks.as_ref().and_then(|h| h.pre.clone());
-    (starting && phase != HookPhase::Succeeded)
+    let holding = (starting && phase != HookPhase::Succeeded)
         .then_some(pre)
-        .flatten()
+        .flatten();
+    (holding, out)
 }
 
 /// After the nodes: records that this hash's rollout started a node, runs the post hook once it
-/// is complete, and removes hook Jobs that are no run of the current hash.
+/// is complete, and removes hook Jobs that are no run of the current hash. What it did besides
+/// `status.hooks` comes back.
 pub(super) fn after_nodes(
     facts: &Facts<'_>,
     jobs: &[&Job],
     old: &PlanStatus,
     st: &mut PlanStatus,
-    out: &mut Rollout,
-) {
+) -> Hooked {
+    let mut out = Hooked::default();
     let now = crate::common::rfc3339(facts.now);
     let cx = context(facts, jobs, old, &now);
     let Hooks { pre, post } = &facts.settings.hooks;
     if pre.is_none() && post.is_none() {
         st.hooks = None;
-        sweep(&cx, st, out);
-        return;
+        sweep(&cx, st, &mut out);
+        return out;
     }
     let hooks = st.hooks.get_or_insert_with(HooksStatus::default);
     if !st.applying.is_empty() {
@@ -335,7 +361,8 @@ pub(super) fn after_nodes(
         && rolled_out
         && cond::is(st, COMPLETE, TRUE)
     {
-        step(&cx, Hook::Post, spec, st, out);
+        step(&cx, Hook::Post, spec, st, &mut out);
     }
-    sweep(&cx, st, out);
+    sweep(&cx, st, &mut out);
+    out
 }

@@ -105,7 +105,7 @@ pub(super) fn roll<'a>(
     if input.explain {
         out.waiting = super::report::explain(&facts, &steps, &situation);
     }
-    hooks::after_nodes(&facts, input.hook_jobs, old, st, out);
+    hooks::after_nodes(&facts, input.hook_jobs, old, st).write(out);
     out.learned = std::mem::take(&mut facts.learned);
 }
 
@@ -138,7 +138,9 @@ fn start_nodes<'a>(
         ..Started::default()
     };
     if started.pulling.is_none() {
-        started.pre_hook = hooks::before_nodes(facts, input.hook_jobs, old, &free, steps, st, out);
+        let (pre_hook, hooked) = hooks::before_nodes(facts, input.hook_jobs, old, &free, steps, st);
+        hooked.write(out);
+        started.pre_hook = pre_hook;
     }
     if started.pulling.is_none() && started.pre_hook.is_none() {
         started.refused = fill_slots(facts, &free, steps);
